@@ -1,0 +1,177 @@
+//! Small operating-system helpers: the monotonic clock, signals, free ports,
+//! program lookup and log tails.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::error::{HarnessError, Result};
+
+/// Nanoseconds on `CLOCK_MONOTONIC`.
+///
+/// The value is comparable across processes on one machine, so it can be set
+/// against the `mono_ns` field of the events that candidate processes print.
+pub fn monotonic_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec and CLOCK_MONOTONIC always
+    // exists on Linux, so the call cannot fail or write out of bounds.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// Sends `signal` to the process `pid`.
+pub(crate) fn send_signal(pid: u32, signal: libc::c_int, what: &str) -> Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| HarnessError::NotRunning {
+        what: what.to_owned(),
+    })?;
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    let rc = unsafe { libc::kill(pid, signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ESRCH) {
+            Err(HarnessError::NotRunning {
+                what: what.to_owned(),
+            })
+        } else {
+            Err(HarnessError::io(
+                format!("sending signal {signal} to {what} (pid {pid})"),
+                err,
+            ))
+        }
+    }
+}
+
+/// Sends `signal` to every process in the process group `pgid`; a group that
+/// no longer exists is not an error.
+pub(crate) fn signal_group(pgid: u32, signal: libc::c_int) {
+    if let Ok(pgid) = libc::pid_t::try_from(pgid) {
+        if pgid > 1 {
+            // SAFETY: killpg(2) has no memory-safety preconditions.
+            unsafe {
+                libc::killpg(pgid, signal);
+            }
+        }
+    }
+}
+
+/// Ports this process has handed out, so two servers started at the same
+/// moment never get the same one.
+static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+/// Finds a loopback port that is free right now by binding port 0.
+///
+/// The port is released before it is returned, so another process could in
+/// principle take it before the caller binds it; within this process the same
+/// port is never handed out twice.
+pub fn free_port() -> Result<u16> {
+    for _ in 0..64 {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .map_err(|e| HarnessError::io("binding 127.0.0.1:0 to find a free port", e))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| HarnessError::io("reading the address of a bound socket", e))?
+            .port();
+        drop(listener);
+        let mut guard = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.get_or_insert_with(HashSet::new).insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(HarnessError::io(
+        "finding a free loopback port",
+        io::Error::new(
+            io::ErrorKind::AddrInUse,
+            "64 tries gave only ports already used",
+        ),
+    ))
+}
+
+/// The loopback address with `port`.
+pub(crate) fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+}
+
+/// Looks `program` up in `PATH`, like a shell would.
+pub(crate) fn find_in_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+}
+
+/// Whether `path` is a regular file with an execute bit.
+pub(crate) fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The last `max_bytes` of the file at `path` as text, starting at a line
+/// boundary; a note instead if it cannot be read.
+pub(crate) fn file_tail(path: &Path, max_bytes: u64) -> String {
+    let read = || -> io::Result<String> {
+        let mut file = File::open(path)?;
+        let len = file.metadata()?.len();
+        let start = len.saturating_sub(max_bytes);
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if start > 0 {
+            if let Some(pos) = text.find('\n') {
+                return Ok(format!("…{}", &text[pos + 1..]));
+            }
+        }
+        Ok(text)
+    };
+    match read() {
+        Ok(text) if text.trim().is_empty() => "(empty)".to_owned(),
+        Ok(text) => text,
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_clock_moves_forward() {
+        let a = monotonic_now_ns();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = monotonic_now_ns();
+        assert!(b > a + 1_000_000, "{a} then {b}");
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let ports: HashSet<u16> = (0..20).map(|_| free_port().unwrap()).collect();
+        assert_eq!(ports.len(), 20);
+    }
+
+    #[test]
+    fn tail_starts_at_a_line_boundary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let text: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(&path, text).unwrap();
+        let tail = file_tail(&path, 30);
+        assert!(tail.starts_with("…line "), "{tail}");
+        assert!(tail.ends_with("line 99\n"), "{tail}");
+        assert!(file_tail(&dir.path().join("missing"), 10).contains("cannot read"));
+    }
+}

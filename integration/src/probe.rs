@@ -1,0 +1,147 @@
+//! Readiness probes: the smallest request each store answers once it serves.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The most bytes a probe reads from one answer.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// Sends `request` to `addr` and reads until `done` says the answer is
+/// complete, the peer closes, or `timeout` passes. Returns what was read.
+pub(crate) async fn exchange(
+    addr: SocketAddr,
+    request: &[u8],
+    done: impl Fn(&[u8]) -> bool,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
+    let work = async {
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        stream
+            .write_all(request)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = stream
+                .read(&mut buf)
+                .await
+                .map_err(|e| format!("read: {e}"))?;
+            if n == 0 {
+                return Ok(answer);
+            }
+            answer.extend_from_slice(&buf[..n]);
+            if done(&answer) || answer.len() >= MAX_ANSWER {
+                return Ok(answer);
+            }
+        }
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {timeout:?}")),
+    }
+}
+
+/// An HTTP/1.1 `GET path` with `Connection: close`; returns the whole
+/// response (status line, headers and body) as text.
+pub(crate) async fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let answer = exchange(addr, request.as_bytes(), |_| false, timeout).await?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// Shortens a probe answer for an error message.
+fn excerpt(text: &str) -> String {
+    let flat: String = text.trim().replace(['\r', '\n'], " ");
+    if flat.chars().count() > 160 {
+        let cut: String = flat.chars().take(160).collect();
+        format!("{cut}…")
+    } else if flat.is_empty() {
+        "(empty answer)".to_owned()
+    } else {
+        flat
+    }
+}
+
+/// etcd is ready when `GET /health` says `"health":"true"`.
+pub(crate) async fn etcd(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let answer = http_get(addr, "/health", timeout).await?;
+    if answer.contains("\"health\":\"true\"") {
+        Ok(())
+    } else {
+        Err(format!("/health answered {}", excerpt(&answer)))
+    }
+}
+
+/// ZooKeeper is ready when `srvr` reports a mode (before that it answers
+/// "This ZooKeeper instance is not currently serving requests").
+pub(crate) async fn zookeeper(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let answer = exchange(addr, b"srvr", |_| false, timeout).await?;
+    let text = String::from_utf8_lossy(&answer);
+    if text.contains("Mode:") {
+        Ok(())
+    } else {
+        Err(format!("srvr answered {}", excerpt(&text)))
+    }
+}
+
+/// Redis is ready when `PING` gets `+PONG`.
+pub(crate) async fn redis(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let answer = exchange(
+        addr,
+        b"*1\r\n$4\r\nPING\r\n",
+        |a| a.ends_with(b"\r\n"),
+        timeout,
+    )
+    .await?;
+    if answer.starts_with(b"+PONG") {
+        Ok(())
+    } else {
+        Err(format!(
+            "PING answered {}",
+            excerpt(&String::from_utf8_lossy(&answer))
+        ))
+    }
+}
+
+/// Azurite is ready when its blob endpoint answers HTTP at all (without
+/// credentials the answer is an error status, which is fine).
+pub(crate) async fn azurite(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let answer = http_get(addr, "/devstoreaccount1?comp=list", timeout).await?;
+    if answer.starts_with("HTTP/1.") {
+        Ok(())
+    } else {
+        Err(format!("blob endpoint answered {}", excerpt(&answer)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpt_flattens_and_shortens() {
+        assert_eq!(excerpt("a\r\nb\n"), "a  b");
+        assert_eq!(excerpt("  "), "(empty answer)");
+        let long = "x".repeat(500);
+        assert_eq!(excerpt(&long).chars().count(), 161);
+    }
+
+    #[tokio::test]
+    async fn probe_of_a_closed_port_fails_with_connect_error() {
+        let port = crate::os::free_port().unwrap();
+        let err = redis(crate::os::loopback(port), Duration::from_secs(2))
+            .await
+            .unwrap_err();
+        assert!(err.starts_with("connect:"), "{err}");
+    }
+}

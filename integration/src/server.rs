@@ -1,0 +1,873 @@
+//! Real stores as child processes: etcd, ZooKeeper, Redis and Azurite.
+
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::error::{HarnessError, Result};
+use crate::os::{file_tail, find_in_path, free_port, is_executable, loopback, send_signal};
+use crate::probe;
+
+/// How long a server may take to answer its readiness probe.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one readiness probe may wait for its answer.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// Pause between readiness probes.
+const POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// How much of a server's log an error message shows.
+const LOG_TAIL_BYTES: u64 = 3000;
+
+/// How many times `start` picks new ports when a server could not bind.
+const START_ATTEMPTS: usize = 3;
+
+/// The four stores the harness can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Etcd,
+    ZooKeeper,
+    Redis,
+    Azurite,
+}
+
+/// What to run for one local server, fixed for its lifetime so a restart
+/// reuses the same port and data directory.
+#[derive(Debug)]
+struct Launch {
+    program: PathBuf,
+    args: Vec<OsString>,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Etcd => "etcd",
+            Kind::ZooKeeper => "ZooKeeper",
+            Kind::Redis => "Redis",
+            Kind::Azurite => "Azurite",
+        }
+    }
+
+    fn env_var(self) -> &'static str {
+        match self {
+            Kind::Etcd => "TENURE_TEST_ETCD",
+            Kind::ZooKeeper => "TENURE_TEST_ZOOKEEPER",
+            Kind::Redis => "TENURE_TEST_REDIS",
+            Kind::Azurite => "TENURE_TEST_AZURITE",
+        }
+    }
+
+    fn endpoint(self, addr: SocketAddr) -> String {
+        match self {
+            Kind::Etcd => format!("http://{addr}"),
+            Kind::ZooKeeper => addr.to_string(),
+            Kind::Redis => format!("redis://{addr}"),
+            Kind::Azurite => format!("http://{addr}/devstoreaccount1"),
+        }
+    }
+
+    async fn probe(self, addr: SocketAddr) -> std::result::Result<(), String> {
+        match self {
+            Kind::Etcd => probe::etcd(addr, PROBE_TIMEOUT).await,
+            Kind::ZooKeeper => probe::zookeeper(addr, PROBE_TIMEOUT).await,
+            Kind::Redis => probe::redis(addr, PROBE_TIMEOUT).await,
+            Kind::Azurite => probe::azurite(addr, PROBE_TIMEOUT).await,
+        }
+    }
+
+    /// Normalises an external endpoint given in the environment and returns
+    /// it with its `host:port`.
+    fn external(self, value: &str) -> std::result::Result<(String, String), String> {
+        let value = value.trim().trim_end_matches('/');
+        if value.is_empty() {
+            return Err("it is empty".to_owned());
+        }
+        let (scheme, rest) = match value.split_once("://") {
+            Some((scheme, rest)) => (Some(scheme), rest),
+            None => (None, value),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        // Redis URLs may carry credentials; ZooKeeper connect strings may
+        // list several hosts: the first one is probed.
+        let authority = authority.rsplit('@').next().unwrap_or(authority);
+        let host_port = authority.split(',').next().unwrap_or(authority).to_owned();
+        if !host_port.contains(':') {
+            return Err("it names no port (expected host:port)".to_owned());
+        }
+        let endpoint = match self {
+            Kind::Etcd => format!("{}://{rest}", scheme.unwrap_or("http")),
+            Kind::ZooKeeper => {
+                if scheme.is_some() {
+                    return Err("a ZooKeeper endpoint is host:port, without a scheme".to_owned());
+                }
+                value.to_owned()
+            }
+            Kind::Redis => format!("{}://{rest}", scheme.unwrap_or("redis")),
+            Kind::Azurite => {
+                let path = if path.is_empty() {
+                    "/devstoreaccount1"
+                } else {
+                    path
+                };
+                format!("{}://{authority}{path}", scheme.unwrap_or("http"))
+            }
+        };
+        Ok((endpoint, host_port))
+    }
+
+    /// Prepares the data directory and command line of a local server.
+    fn prepare(self, root: &Path, data_dir: &Path, port: u16) -> Result<Launch> {
+        match self {
+            Kind::Etcd => {
+                let program = require_program("etcd", "etcd", "the apt package etcd-server")?;
+                let peer_port = free_port()?;
+                let client = format!("http://127.0.0.1:{port}");
+                let peer = format!("http://127.0.0.1:{peer_port}");
+                let args: Vec<OsString> = vec![
+                    "--name".into(),
+                    "e1".into(),
+                    "--data-dir".into(),
+                    data_dir.into(),
+                    "--listen-client-urls".into(),
+                    client.clone().into(),
+                    "--advertise-client-urls".into(),
+                    client.into(),
+                    "--listen-peer-urls".into(),
+                    peer.clone().into(),
+                    "--initial-advertise-peer-urls".into(),
+                    peer.clone().into(),
+                    "--initial-cluster".into(),
+                    format!("e1={peer}").into(),
+                    "--initial-cluster-state".into(),
+                    "new".into(),
+                    "--heartbeat-interval".into(),
+                    "10".into(),
+                    "--election-timeout".into(),
+                    "100".into(),
+                    "--logger".into(),
+                    "zap".into(),
+                    "--log-level".into(),
+                    "warn".into(),
+                ];
+                Ok(Launch { program, args })
+            }
+            Kind::ZooKeeper => {
+                let java = find_java()?;
+                let classpath = zookeeper_classpath()?;
+                create_dir(data_dir)?;
+                let config = root.join("zoo.cfg");
+                let text = format!(
+                    "tickTime=1000\n\
+                     initLimit=10\n\
+                     syncLimit=5\n\
+                     dataDir={}\n\
+                     clientPort={port}\n\
+                     clientPortAddress=127.0.0.1\n\
+                     admin.enableServer=false\n\
+                     4lw.commands.whitelist=*\n",
+                    data_dir.display()
+                );
+                std::fs::write(&config, text).map_err(|e| HarnessError::File {
+                    path: config.clone(),
+                    reason: format!("cannot write ZooKeeper config: {e}"),
+                })?;
+                let args: Vec<OsString> = vec![
+                    "-Xmx256m".into(),
+                    "-XX:+UseSerialGC".into(),
+                    "-XX:TieredStopAtLevel=1".into(),
+                    "-Dzookeeper.jmx.log4j.disable=true".into(),
+                    "-cp".into(),
+                    classpath.into(),
+                    "org.apache.zookeeper.server.ZooKeeperServerMain".into(),
+                    config.into(),
+                ];
+                Ok(Launch {
+                    program: java,
+                    args,
+                })
+            }
+            Kind::Redis => {
+                let program = require_program(
+                    "redis-server",
+                    "redis-server",
+                    "the apt package redis-server",
+                )?;
+                create_dir(data_dir)?;
+                let args: Vec<OsString> = vec![
+                    "--port".into(),
+                    port.to_string().into(),
+                    "--bind".into(),
+                    "127.0.0.1".into(),
+                    "--save".into(),
+                    "".into(),
+                    "--appendonly".into(),
+                    "no".into(),
+                    "--dir".into(),
+                    data_dir.into(),
+                ];
+                Ok(Launch { program, args })
+            }
+            Kind::Azurite => {
+                let program = find_azurite()?;
+                create_dir(data_dir)?;
+                let args: Vec<OsString> = vec![
+                    "--blobHost".into(),
+                    "127.0.0.1".into(),
+                    "--blobPort".into(),
+                    port.to_string().into(),
+                    "--location".into(),
+                    data_dir.into(),
+                    "--skipApiVersionCheck".into(),
+                    "--loose".into(),
+                    "--disableTelemetry".into(),
+                    "--silent".into(),
+                ];
+                Ok(Launch { program, args })
+            }
+        }
+    }
+}
+
+fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| HarnessError::File {
+        path: dir.to_owned(),
+        reason: format!("cannot create directory: {e}"),
+    })
+}
+
+fn require_program(program: &str, what: &'static str, package: &'static str) -> Result<PathBuf> {
+    find_in_path(program).ok_or_else(|| HarnessError::MissingBinary {
+        what,
+        detail: format!("no `{program}` in PATH"),
+        package,
+    })
+}
+
+fn find_java() -> Result<PathBuf> {
+    if let Some(home) = std::env::var_os("JAVA_HOME") {
+        let java = Path::new(&home).join("bin/java");
+        if is_executable(&java) {
+            return Ok(java);
+        }
+    }
+    require_program(
+        "java",
+        "java (needed by ZooKeeper)",
+        "the apt package zookeeper, which pulls in a Java runtime",
+    )
+}
+
+/// Where Debian puts Java libraries.
+const JAVA_LIB_DIR: &str = "/usr/share/java";
+
+/// The class path for a standalone ZooKeeper server: the ZooKeeper jar (whose
+/// manifest names its own dependencies), its jute and slf4j API jars when they
+/// exist as separate files, and one slf4j binding so its log reaches stderr.
+fn zookeeper_classpath() -> Result<String> {
+    let dir = Path::new(JAVA_LIB_DIR);
+    let existing = |name: &str| {
+        let path = dir.join(name);
+        path.is_file().then_some(path)
+    };
+    let versioned = |prefix: &str| -> Option<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.strip_prefix(prefix))
+                    .and_then(|rest| rest.strip_suffix(".jar"))
+                    .is_some_and(|version| {
+                        version.chars().next().is_some_and(|c| c.is_ascii_digit())
+                    })
+            })
+            .collect();
+        found.sort();
+        found.pop()
+    };
+    let server = existing("zookeeper.jar")
+        .or_else(|| versioned("zookeeper-"))
+        .ok_or_else(|| HarnessError::MissingBinary {
+            what: "ZooKeeper",
+            detail: format!("no zookeeper.jar in {JAVA_LIB_DIR}"),
+            package: "the apt package zookeeper",
+        })?;
+    let mut parts = vec![server];
+    parts.extend(existing("zookeeper-jute.jar").or_else(|| versioned("zookeeper-jute-")));
+    parts.extend(existing("slf4j-api.jar").or_else(|| versioned("slf4j-api-")));
+    parts.extend(
+        existing("slf4j-simple.jar")
+            .or_else(|| versioned("slf4j-simple-"))
+            .or_else(|| existing("slf4j-nop.jar")),
+    );
+    let joined: Vec<String> = parts.iter().map(|p| p.display().to_string()).collect();
+    Ok(joined.join(":"))
+}
+
+/// The workspace root: the parent of this crate's directory.
+pub fn workspace_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| manifest_dir.to_path_buf())
+}
+
+/// `azurite-blob` from `.tools/azurite` under the workspace root, else from
+/// `PATH`.
+fn find_azurite() -> Result<PathBuf> {
+    let local = workspace_root().join(".tools/azurite/node_modules/.bin/azurite-blob");
+    if is_executable(&local) {
+        return Ok(local);
+    }
+    find_in_path("azurite-blob").ok_or_else(|| HarnessError::MissingBinary {
+        what: "Azurite",
+        detail: format!("no {} and no `azurite-blob` in PATH", local.display()),
+        package: "the npm package azurite@3 in .tools/azurite",
+    })
+}
+
+/// Whether a server's log says it could not bind its port.
+fn port_clash(log: &str) -> bool {
+    ["address already in use", "EADDRINUSE", "BindException"]
+        .iter()
+        .any(|needle| {
+            log.to_ascii_lowercase()
+                .contains(&needle.to_ascii_lowercase())
+        })
+}
+
+/// A server process started by the harness.
+#[derive(Debug)]
+struct Local {
+    launch: Launch,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    child: Option<Child>,
+    startup: Duration,
+    /// Kept last so the directory is removed after the process is gone.
+    root: TempDir,
+}
+
+impl Local {
+    /// Spawns the process and waits until it answers its probe.
+    async fn launch(&mut self, kind: Kind, addr: SocketAddr) -> Result<()> {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .map_err(|e| HarnessError::File {
+                path: self.log_path.clone(),
+                reason: format!("cannot open server log: {e}"),
+            })?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| HarnessError::io("duplicating the server log handle", e))?;
+        let started = Instant::now();
+        let child = Command::new(&self.launch.program)
+            .args(&self.launch.args)
+            .current_dir(self.root.path())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|e| {
+                HarnessError::io(
+                    format!(
+                        "starting {} ({})",
+                        kind.name(),
+                        self.launch.program.display()
+                    ),
+                    e,
+                )
+            })?;
+        self.child = Some(child);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(HarnessError::ExitedEarly {
+                        server: kind.name(),
+                        status: status.to_string(),
+                        log_tail: self.log_tail(),
+                    });
+                }
+            }
+            let last_probe = match kind.probe(addr).await {
+                Ok(()) => {
+                    self.startup = started.elapsed();
+                    return Ok(());
+                }
+                Err(why) => why,
+            };
+            if started.elapsed() >= READY_TIMEOUT {
+                self.stop().await;
+                return Err(HarnessError::NotReady {
+                    server: kind.name(),
+                    addr,
+                    timeout: READY_TIMEOUT,
+                    last_probe,
+                    log_tail: self.log_tail(),
+                });
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    /// SIGKILLs the process (if running) and reaps it without blocking the
+    /// runtime.
+    async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            for _ in 0..500 {
+                if !matches!(child.try_wait(), Ok(None)) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // Still not reaped after 2.5 s: wait for it on a blocking thread.
+            let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+        }
+    }
+
+    fn pid(&self, kind: Kind) -> Result<u32> {
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .ok_or_else(|| HarnessError::NotRunning {
+                what: format!("the {} server", kind.name()),
+            })
+    }
+
+    fn log_tail(&self) -> String {
+        file_tail(&self.log_path, LOG_TAIL_BYTES)
+    }
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Shared body of the four server handles.
+#[derive(Debug)]
+pub(crate) struct ServerCore {
+    kind: Kind,
+    endpoint: String,
+    addr: SocketAddr,
+    local: Option<Local>,
+}
+
+impl ServerCore {
+    pub(crate) async fn start(kind: Kind) -> Result<Self> {
+        match std::env::var(kind.env_var()) {
+            Ok(value) if !value.trim().is_empty() => Self::external(kind, &value).await,
+            _ => Self::local(kind).await,
+        }
+    }
+
+    async fn external(kind: Kind, value: &str) -> Result<Self> {
+        let bad = |reason: String| HarnessError::BadEnvironment {
+            variable: kind.env_var(),
+            value: value.to_owned(),
+            reason,
+        };
+        let (endpoint, host_port) = kind.external(value).map_err(bad)?;
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(host_port.as_str())
+            .await
+            .map_err(|e| bad(format!("cannot resolve {host_port}: {e}")))?
+            .collect();
+        let addr = addrs
+            .iter()
+            .find(|a| a.is_ipv4())
+            .or_else(|| addrs.first())
+            .copied()
+            .ok_or_else(|| bad(format!("{host_port} resolves to no address")))?;
+        let started = Instant::now();
+        loop {
+            match kind.probe(addr).await {
+                Ok(()) => break,
+                Err(why) if started.elapsed() >= READY_TIMEOUT => {
+                    return Err(HarnessError::NotReady {
+                        server: kind.name(),
+                        addr,
+                        timeout: READY_TIMEOUT,
+                        last_probe: why,
+                        log_tail: format!("(external server from {}; no log)", kind.env_var()),
+                    })
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        Ok(ServerCore {
+            kind,
+            endpoint,
+            addr,
+            local: None,
+        })
+    }
+
+    async fn local(kind: Kind) -> Result<Self> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let root = tempfile::Builder::new()
+                .prefix(&format!("tenure-{}-", kind.name().to_ascii_lowercase()))
+                .tempdir()
+                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+            let port = free_port()?;
+            let addr = loopback(port);
+            let data_dir = root.path().join("data");
+            let launch = kind.prepare(root.path(), &data_dir, port)?;
+            let mut local = Local {
+                launch,
+                data_dir,
+                log_path: root.path().join("server.log"),
+                child: None,
+                startup: Duration::ZERO,
+                root,
+            };
+            match local.launch(kind, addr).await {
+                Ok(()) => {
+                    return Ok(ServerCore {
+                        kind,
+                        endpoint: kind.endpoint(addr),
+                        addr,
+                        local: Some(local),
+                    })
+                }
+                Err(HarnessError::ExitedEarly { ref log_tail, .. })
+                    if attempt < START_ATTEMPTS && port_clash(log_tail) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn local_ref(&self) -> Result<&Local> {
+        self.local.as_ref().ok_or_else(|| self.external_error())
+    }
+
+    fn local_mut(&mut self) -> Result<&mut Local> {
+        match self.local {
+            Some(ref mut local) => Ok(local),
+            None => Err(HarnessError::ExternalServer {
+                server: self.kind.name(),
+                endpoint: self.endpoint.clone(),
+                variable: self.kind.env_var(),
+            }),
+        }
+    }
+
+    fn external_error(&self) -> HarnessError {
+        HarnessError::ExternalServer {
+            server: self.kind.name(),
+            endpoint: self.endpoint.clone(),
+            variable: self.kind.env_var(),
+        }
+    }
+
+    pub(crate) fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub(crate) fn is_external(&self) -> bool {
+        self.local.is_none()
+    }
+
+    pub(crate) fn data_dir(&self) -> Option<&Path> {
+        self.local.as_ref().map(|l| l.data_dir.as_path())
+    }
+
+    pub(crate) fn startup_time(&self) -> Option<Duration> {
+        self.local.as_ref().map(|l| l.startup)
+    }
+
+    pub(crate) fn log_tail(&self) -> String {
+        match &self.local {
+            Some(local) => local.log_tail(),
+            None => format!("(external server from {}; no log)", self.kind.env_var()),
+        }
+    }
+
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.local.as_ref()?.child.as_ref().map(Child::id)
+    }
+
+    pub(crate) fn pause(&self) -> Result<()> {
+        let local = self.local_ref()?;
+        let pid = local.pid(self.kind)?;
+        send_signal(pid, libc::SIGSTOP, self.kind.name())
+    }
+
+    pub(crate) fn resume(&self) -> Result<()> {
+        let local = self.local_ref()?;
+        let pid = local.pid(self.kind)?;
+        send_signal(pid, libc::SIGCONT, self.kind.name())
+    }
+
+    pub(crate) async fn kill(&mut self) -> Result<()> {
+        self.local_mut()?.stop().await;
+        Ok(())
+    }
+
+    pub(crate) async fn restart(&mut self) -> Result<()> {
+        let (kind, addr) = (self.kind, self.addr);
+        let local = self.local_mut()?;
+        local.stop().await;
+        local.launch(kind, addr).await
+    }
+}
+
+/// Defines one public server handle that delegates to [`ServerCore`].
+macro_rules! server_handle {
+    (
+        $(#[$meta:meta])*
+        $name:ident, $kind:expr, $env:literal, $endpoint_doc:literal
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug)]
+        pub struct $name {
+            core: ServerCore,
+        }
+
+        impl $name {
+            /// The environment variable that, when set, names an external
+            /// server to use instead of starting one.
+            pub const ENV: &'static str = $env;
+
+            /// Starts a fresh server on a free loopback port with a new
+            /// temporary data directory and waits (at most [`READY_TIMEOUT`])
+            /// until it answers.
+            ///
+            /// If the environment variable [`Self::ENV`] is set, no process is
+            /// started: the handle points at that endpoint (after checking that
+            /// it answers) and the fault-injection methods return
+            /// [`HarnessError::ExternalServer`]. A missing program is reported
+            /// as [`HarnessError::MissingBinary`], never skipped.
+            pub async fn start() -> Result<Self> {
+                Ok(Self {
+                    core: ServerCore::start($kind).await?,
+                })
+            }
+
+            #[doc = $endpoint_doc]
+            pub fn endpoint(&self) -> &str {
+                self.core.endpoint()
+            }
+
+            /// The socket address the server listens on.
+            pub fn addr(&self) -> SocketAddr {
+                self.core.addr()
+            }
+
+            /// Whether this handle points at an external server named by
+            /// [`Self::ENV`].
+            pub fn is_external(&self) -> bool {
+                self.core.is_external()
+            }
+
+            /// The data directory of a locally started server (kept across
+            /// [`restart`](Self::restart), removed on drop).
+            pub fn data_dir(&self) -> Option<&Path> {
+                self.core.data_dir()
+            }
+
+            /// How long the last (re)start took until the server answered.
+            pub fn startup_time(&self) -> Option<Duration> {
+                self.core.startup_time()
+            }
+
+            /// The end of the server's combined stdout/stderr log.
+            pub fn log_tail(&self) -> String {
+                self.core.log_tail()
+            }
+
+            /// The process id while a local server process is running.
+            pub fn pid(&self) -> Option<u32> {
+                self.core.pid()
+            }
+
+            /// Freezes the server process (SIGSTOP): its port stays open and
+            /// connections are accepted by the kernel, but nothing answers.
+            pub fn pause(&self) -> Result<()> {
+                self.core.pause()
+            }
+
+            /// Lets a paused server process run again (SIGCONT).
+            pub fn resume(&self) -> Result<()> {
+                self.core.resume()
+            }
+
+            /// Kills the server process (SIGKILL) and leaves it down until
+            /// [`restart`](Self::restart).
+            pub async fn kill(&mut self) -> Result<()> {
+                self.core.kill().await
+            }
+
+            /// Kills the server process (if running) and starts it again on
+            /// the same port with the same data directory, waiting until it
+            /// answers.
+            pub async fn restart(&mut self) -> Result<()> {
+                self.core.restart().await
+            }
+        }
+    };
+}
+
+server_handle! {
+    /// A single-member etcd server (fast raft timings: 10 ms heartbeat,
+    /// 100 ms election timeout), ready once `GET /health` reports healthy.
+    ///
+    /// Dropping it kills the process and removes its data directory.
+    EtcdServer, Kind::Etcd, "TENURE_TEST_ETCD",
+    "The client URL, `http://127.0.0.1:PORT`."
+}
+
+server_handle! {
+    /// A standalone ZooKeeper server with `tickTime=1000` (so session
+    /// timeouts from 2 s to 20 s are honoured), ready once the four-letter
+    /// command `srvr` reports a mode.
+    ///
+    /// Dropping it kills the process and removes its data directory.
+    ZooKeeperServer, Kind::ZooKeeper, "TENURE_TEST_ZOOKEEPER",
+    "The connect string, `127.0.0.1:PORT` (no scheme)."
+}
+
+server_handle! {
+    /// A Redis server without persistence (a restart starts empty), ready
+    /// once `PING` answers `+PONG`.
+    ///
+    /// Dropping it kills the process and removes its data directory.
+    RedisServer, Kind::Redis, "TENURE_TEST_REDIS",
+    "The connection URL, `redis://127.0.0.1:PORT`."
+}
+
+server_handle! {
+    /// An Azurite blob service (the Azure Storage emulator) with the
+    /// well-known development account `devstoreaccount1`, API version checks
+    /// off and telemetry off, ready once its blob endpoint answers HTTP.
+    ///
+    /// Dropping it kills the process and removes its data directory.
+    AzuriteServer, Kind::Azurite, "TENURE_TEST_AZURITE",
+    "The account URL, `http://127.0.0.1:PORT/devstoreaccount1`."
+}
+
+impl AzuriteServer {
+    /// The account name of Azurite's development storage account.
+    pub const ACCOUNT: &'static str = "devstoreaccount1";
+
+    /// The base64 account key of Azurite's development storage account (a
+    /// published, well-known test key).
+    pub const ACCOUNT_KEY: &'static str =
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn external_endpoints_are_normalised() {
+        let ok = |kind: Kind, value: &str| kind.external(value).unwrap();
+        assert_eq!(
+            ok(Kind::Etcd, "127.0.0.1:2379"),
+            ("http://127.0.0.1:2379".into(), "127.0.0.1:2379".into())
+        );
+        assert_eq!(
+            ok(Kind::Etcd, "http://localhost:2379/"),
+            ("http://localhost:2379".into(), "localhost:2379".into())
+        );
+        assert_eq!(
+            ok(Kind::ZooKeeper, "zk1:2181,zk2:2181/chroot"),
+            ("zk1:2181,zk2:2181/chroot".into(), "zk1:2181".into())
+        );
+        assert_eq!(
+            ok(Kind::Redis, "redis://:secret@127.0.0.1:6379/0"),
+            (
+                "redis://:secret@127.0.0.1:6379/0".into(),
+                "127.0.0.1:6379".into()
+            )
+        );
+        assert_eq!(
+            ok(Kind::Redis, "127.0.0.1:6379"),
+            ("redis://127.0.0.1:6379".into(), "127.0.0.1:6379".into())
+        );
+        assert_eq!(
+            ok(Kind::Azurite, "http://127.0.0.1:10000"),
+            (
+                "http://127.0.0.1:10000/devstoreaccount1".into(),
+                "127.0.0.1:10000".into()
+            )
+        );
+        assert_eq!(
+            ok(Kind::Azurite, "http://127.0.0.1:10000/devstoreaccount1/"),
+            (
+                "http://127.0.0.1:10000/devstoreaccount1".into(),
+                "127.0.0.1:10000".into()
+            )
+        );
+        assert!(Kind::ZooKeeper.external("http://zk:2181").is_err());
+        assert!(Kind::Redis.external("redis://localhost").is_err());
+        assert!(Kind::Etcd.external("  ").is_err());
+    }
+
+    #[test]
+    fn local_endpoints_have_the_documented_shape() {
+        let addr = loopback(1234);
+        assert_eq!(Kind::Etcd.endpoint(addr), "http://127.0.0.1:1234");
+        assert_eq!(Kind::ZooKeeper.endpoint(addr), "127.0.0.1:1234");
+        assert_eq!(Kind::Redis.endpoint(addr), "redis://127.0.0.1:1234");
+        assert_eq!(
+            Kind::Azurite.endpoint(addr),
+            "http://127.0.0.1:1234/devstoreaccount1"
+        );
+    }
+
+    #[test]
+    fn port_clashes_are_recognised() {
+        assert!(port_clash(
+            "listen tcp 127.0.0.1:5: bind: address already in use"
+        ));
+        assert!(port_clash("java.net.BindException: Address already in use"));
+        assert!(port_clash("Error: listen EADDRINUSE: address"));
+        assert!(!port_clash("all good"));
+    }
+
+    #[test]
+    fn zookeeper_classpath_starts_with_the_server_jar() {
+        if let Ok(cp) = zookeeper_classpath() {
+            assert!(cp.split(':').next().unwrap().contains("zookeeper"), "{cp}");
+        }
+    }
+
+    #[test]
+    fn missing_binaries_name_the_install_script() {
+        let err = require_program("no-such-program-xyz", "thing", "the apt package thing")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bash scripts/install-test-deps.sh"), "{err}");
+        assert!(err.contains("the apt package thing"), "{err}");
+    }
+}
