@@ -1,0 +1,238 @@
+//! The store primitives a backend supplies. Users normally work with
+//! [`Session`](crate::Session) and [`Leadership`](crate::Leadership), which drive these.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_core::Stream;
+use tokio::sync::mpsc;
+
+use crate::error::Result;
+use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo};
+use crate::timing::Timing;
+
+/// A stream of leader states of one election: `None` while the seat is free.
+pub type LeaderStream = Pin<Box<dyn Stream<Item = Result<Option<LeaderInfo>>> + Send + 'static>>;
+
+/// A backend behind an `Arc`, as services hold it.
+pub type DynBackend = Arc<dyn Backend>;
+
+/// A coordination store: opens sessions and lets anyone read and watch leaders.
+///
+/// Implementations supply store primitives only; the core ([`Session`](crate::Session))
+/// drives renewal, deadlines, retries and the lost signal for every backend alike.
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// The URL scheme of this backend (`"mem"`, `"etcd"`, …), also used in errors and
+    /// metrics.
+    fn scheme(&self) -> &'static str;
+
+    /// Which contract clauses this backend keeps, and why not where it does not.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Reject timings this backend cannot honour (e.g. Azure leases of 15–60 s only).
+    /// Called after [`Timing::validate`], before a session opens.
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        let _ = timing;
+        Ok(())
+    }
+
+    /// Open a session that the store keeps for `ttl` after each renewal. The backend
+    /// reports losses it learns of by itself through `events`.
+    async fn open_session(
+        &self,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> Result<Arc<dyn BackendSession>>;
+
+    /// The current holder of `election`, if any.
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>>;
+
+    /// Leader changes of `election`: the current state first, then every change in order
+    /// or at least the latest state (coalescing allowed, never a stale final state).
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream>;
+
+    /// Store requests made for elections (campaign, resign, wake-ups, reads) since the
+    /// backend was created, not counting session renewals; `None` if not counted. The
+    /// conformance suite uses it to check that waiters do not stampede (clause 7).
+    fn election_requests(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A session in the store. At most one candidacy per election per session.
+#[async_trait]
+pub trait BackendSession: Send + Sync + fmt::Debug + 'static {
+    /// An id for logs and fault hooks (e.g. the etcd lease id).
+    fn id(&self) -> &str;
+
+    /// Renew the session once: one round trip for every election it holds where the
+    /// store allows. `Err` with [`ErrorKind::SessionExpired`](crate::ErrorKind) if the
+    /// store no longer has the session.
+    async fn keep_alive(&self) -> Result<()>;
+
+    /// Join `election` and wait until this session holds it; returns the grant's fencing
+    /// token. Waiters are woken one at a time (no herd) where the store allows.
+    ///
+    /// If the future is dropped, the core calls [`resign`](Self::resign) with `None`.
+    async fn campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<FencingToken>;
+
+    /// Take `election` if it is free right now, without queueing.
+    async fn try_campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Option<FencingToken>>;
+
+    /// Give up `election`: with `Some(token)`, only the grant with that token; with
+    /// `None`, whatever candidacy or grant this session has. Idempotent.
+    async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()>;
+
+    /// End the session in the store, releasing everything it holds (e.g. revoke the
+    /// etcd lease). Idempotent.
+    async fn close(&self) -> Result<()>;
+}
+
+/// What a backend learned about its session by itself (watch events, failed pushes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// The seat of `election` held with `token` is gone (deleted, taken over).
+    ElectionLost {
+        /// The election.
+        election: ElectionName,
+        /// The grant that was lost.
+        token: FencingToken,
+        /// Why, for logs.
+        reason: String,
+    },
+    /// The whole session expired in the store.
+    Expired {
+        /// Why, for logs.
+        reason: String,
+    },
+}
+
+/// The channel through which a backend reports [`SessionEvent`]s to the core.
+#[derive(Clone, Debug)]
+pub struct SessionEvents(mpsc::UnboundedSender<SessionEvent>);
+
+impl SessionEvents {
+    /// A channel pair; the core keeps the receiver.
+    pub fn channel() -> (SessionEvents, mpsc::UnboundedReceiver<SessionEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (SessionEvents(tx), rx)
+    }
+
+    /// Report that the grant `token` of `election` is gone.
+    pub fn election_lost(&self, election: &ElectionName, token: FencingToken, reason: &str) {
+        let _ = self.0.send(SessionEvent::ElectionLost {
+            election: election.clone(),
+            token,
+            reason: reason.to_string(),
+        });
+    }
+
+    /// Report that the session expired.
+    pub fn expired(&self, reason: &str) {
+        let _ = self.0.send(SessionEvent::Expired {
+            reason: reason.to_string(),
+        });
+    }
+}
+
+/// A clause of CONTRACT.md, as the conformance suite and capability tables name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Clause {
+    /// 1. At most one holder.
+    AtMostOneHolder,
+    /// 2. Monotonic tokens.
+    MonotonicTokens,
+    /// 3. Lost is final.
+    LostIsFinal,
+    /// 4. `is_leader()` is honest without I/O.
+    HonestIsLeader,
+    /// 5. Graceful handover.
+    GracefulHandover,
+    /// 6. Crash failover.
+    CrashFailover,
+    /// 7. No thundering herd.
+    NoHerd,
+    /// 8. Connection loss.
+    ConnectionLoss,
+    /// 9. Leader and observe.
+    Observe,
+    /// 10. Running work while leader.
+    RunWhenLeader,
+    /// 11. Stall detection.
+    StallDetection,
+    /// 12. Errors and bad input.
+    Errors,
+}
+
+impl Clause {
+    /// Every clause, in contract order.
+    pub const ALL: [Clause; 12] = [
+        Clause::AtMostOneHolder,
+        Clause::MonotonicTokens,
+        Clause::LostIsFinal,
+        Clause::HonestIsLeader,
+        Clause::GracefulHandover,
+        Clause::CrashFailover,
+        Clause::NoHerd,
+        Clause::ConnectionLoss,
+        Clause::Observe,
+        Clause::RunWhenLeader,
+        Clause::StallDetection,
+        Clause::Errors,
+    ];
+
+    /// The clause's number in CONTRACT.md.
+    pub fn number(self) -> u8 {
+        Clause::ALL
+            .iter()
+            .position(|c| *c == self)
+            .map_or(0, |i| i as u8 + 1)
+    }
+}
+
+/// What a backend declares about itself; decides which conformance checks apply and
+/// with which bounds.
+#[derive(Clone, Debug, Default)]
+pub struct Capabilities {
+    /// `None` if a resign wakes the next waiter by notification; `Some(interval)` if
+    /// waiters poll, so handover takes up to one poll interval.
+    pub handover_poll: Option<Duration>,
+    /// `None` if observers are notified; `Some(interval)` if they poll.
+    pub observe_poll: Option<Duration>,
+    /// Clauses this backend cannot keep, each with the reason.
+    pub exceptions: Vec<(Clause, &'static str)>,
+}
+
+impl Capabilities {
+    /// A backend that keeps every clause and notifies.
+    pub fn full() -> Self {
+        Capabilities::default()
+    }
+
+    /// Declare that `clause` does not hold, with the reason.
+    pub fn except(mut self, clause: Clause, reason: &'static str) -> Self {
+        self.exceptions.push((clause, reason));
+        self
+    }
+
+    /// `Ok` if `clause` holds, else the declared reason.
+    pub fn supports(&self, clause: Clause) -> std::result::Result<(), &'static str> {
+        match self.exceptions.iter().find(|(c, _)| *c == clause) {
+            Some((_, why)) => Err(why),
+            None => Ok(()),
+        }
+    }
+}

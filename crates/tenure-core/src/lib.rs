@@ -1,0 +1,33 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod backend;
+mod error;
+mod leadership;
+mod memory;
+pub mod metrics;
+mod name;
+mod runner;
+mod session;
+mod timing;
+mod url;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use backend::{
+    Backend, BackendSession, Capabilities, Clause, DynBackend, LeaderStream, SessionEvent,
+    SessionEvents,
+};
+pub use error::{BoxError, Error, ErrorKind, Result};
+pub use leadership::{Leadership, LossReason};
+pub use memory::{MemoryBackend, MEM_SCHEME};
+pub use name::{
+    Candidate, ElectionName, FencingToken, LeaderInfo, MAX_CANDIDATE_ID_LEN,
+    MAX_CANDIDATE_VALUE_LEN, MAX_ELECTION_NAME_LEN,
+};
+pub use runner::{LeaderContext, LeaderRunner, LeadershipEvent, ResignCause};
+pub use session::Session;
+pub use timing::{Retry, Timing, CLOCK_DRIFT_MARGIN};
+pub use url::{connect, split_scheme};

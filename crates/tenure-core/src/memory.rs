@@ -1,0 +1,568 @@
+//! The in-memory backend: the reference implementation of the contract and the embedded
+//! default. Driven by tokio time, so tests can `tokio::time::pause()`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use crate::backend::{Backend, BackendSession, Capabilities, LeaderStream, SessionEvents};
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo};
+
+/// The URL scheme of the in-memory backend: `mem://` (a private store) or `mem://NAME`
+/// (a store shared by every `connect("mem://NAME")` in this process).
+pub const MEM_SCHEME: &str = "mem";
+
+/// An in-process store keeping the whole contract: sessions with TTLs on tokio time,
+/// a FIFO queue of candidates per election (only the next waiter is woken), strictly
+/// increasing fencing tokens, and watch channels for observers.
+///
+/// Fault hooks for tests act on a session by its id ([`Session::id`](crate::Session::id)):
+/// [`expire_session`](Self::expire_session), [`stall_session`](Self::stall_session)
+/// (its requests stop reaching the store, as in a partition, until
+/// [`unstall_session`](Self::unstall_session)) and [`crash_session`](Self::crash_session)
+/// (it stops forever without resigning; the store frees its seats after the TTL).
+///
+/// Clones share the store.
+#[derive(Clone)]
+pub struct MemoryBackend {
+    store: Arc<MemStore>,
+}
+
+struct MemStore {
+    name: String,
+    state: Mutex<MemState>,
+    requests: AtomicU64,
+}
+
+#[derive(Default)]
+struct MemState {
+    next_session: u64,
+    sessions: HashMap<u64, SessionEntry>,
+    elections: HashMap<ElectionName, ElectionEntry>,
+}
+
+struct SessionEntry {
+    expires_at: Instant,
+    ttl: Duration,
+    events: SessionEvents,
+    gate: watch::Sender<Gate>,
+    elections: HashSet<ElectionName>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Gate {
+    Open,
+    Stalled,
+    Crashed,
+}
+
+struct Waiter {
+    session: u64,
+    candidate: Candidate,
+    grant: oneshot::Sender<Result<FencingToken>>,
+}
+
+struct Holder {
+    session: u64,
+    token: FencingToken,
+}
+
+struct ElectionEntry {
+    last_token: u64,
+    holder: Option<Holder>,
+    waiters: VecDeque<Waiter>,
+    watch: watch::Sender<Option<LeaderInfo>>,
+}
+
+impl ElectionEntry {
+    fn new() -> Self {
+        ElectionEntry {
+            last_token: 0,
+            holder: None,
+            waiters: VecDeque::new(),
+            watch: watch::Sender::new(None),
+        }
+    }
+
+    fn grant(&mut self, session: u64, candidate: Candidate) -> FencingToken {
+        self.last_token += 1;
+        let token = FencingToken(self.last_token);
+        self.watch.send_replace(Some(LeaderInfo {
+            id: candidate.id().to_string(),
+            value: candidate.value().to_string(),
+            token,
+        }));
+        self.holder = Some(Holder { session, token });
+        token
+    }
+
+    /// Hand a free seat to the first waiter still listening. Returns how many waiters
+    /// were woken (one, or zero if none is left).
+    fn advance(&mut self) -> u64 {
+        if self.holder.is_some() {
+            return 0;
+        }
+        while let Some(w) = self.waiters.pop_front() {
+            // `grant` below mints exactly this token.
+            let token = FencingToken(self.last_token + 1);
+            if w.grant.send(Ok(token)).is_ok() {
+                self.grant(w.session, w.candidate);
+                return 1;
+            }
+        }
+        self.watch.send_replace(None);
+        0
+    }
+
+    fn release(&mut self, session: u64, token: Option<FencingToken>) -> bool {
+        let before = self.waiters.len();
+        self.waiters.retain(|w| w.session != session);
+        let mut changed = self.waiters.len() != before;
+        if self
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.session == session && token.is_none_or(|t| t == h.token))
+        {
+            self.holder = None;
+            changed = true;
+        }
+        changed
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<String, Weak<MemStore>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<String, Weak<MemStore>>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        MemoryBackend::new()
+    }
+}
+
+impl fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("name", &self.store.name)
+            .finish()
+    }
+}
+
+impl MemoryBackend {
+    /// A new private store.
+    pub fn new() -> Self {
+        MemoryBackend {
+            store: Arc::new(MemStore {
+                name: String::new(),
+                state: Mutex::new(MemState::default()),
+                requests: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The store called `name` in this process, created if no live one exists, so that
+    /// separate parts of one program can meet in it.
+    pub fn named(name: &str) -> Self {
+        let mut reg = match registry().lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        reg.retain(|_, w| w.strong_count() > 0);
+        if let Some(store) = reg.get(name).and_then(Weak::upgrade) {
+            return MemoryBackend { store };
+        }
+        let store = Arc::new(MemStore {
+            name: name.to_string(),
+            state: Mutex::new(MemState::default()),
+            requests: AtomicU64::new(0),
+        });
+        reg.insert(name.to_string(), Arc::downgrade(&store));
+        MemoryBackend { store }
+    }
+
+    /// Parse `mem://` or `mem://NAME` (NAME: letters, digits, `-`, `_`, `.`).
+    pub fn from_url(url: &str) -> Result<Self> {
+        let rest = url.strip_prefix("mem://").ok_or_else(|| {
+            Error::invalid(format!(
+                "url {url:?}: a memory backend URL starts with mem://"
+            ))
+        })?;
+        let name = rest.trim_end_matches('/');
+        if name.is_empty() {
+            return Ok(MemoryBackend::new());
+        }
+        if let Some(c) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        {
+            return Err(Error::invalid(format!(
+                "url {url:?}: store name may use ASCII letters, digits, '-', '_', '.' (found {c:?})"
+            )));
+        }
+        Ok(MemoryBackend::named(name))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemState> {
+        match self.store.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn with_session<T>(&self, id: &str, f: impl FnOnce(&mut MemState, u64) -> T) -> Option<T> {
+        let n = parse_session_id(id)?;
+        let mut st = self.lock();
+        if !st.sessions.contains_key(&n) {
+            return None;
+        }
+        Some(f(&mut st, n))
+    }
+
+    /// Expire the session now, as the store would after its TTL: its seats are freed,
+    /// its waiters dropped, and the holder is told. Returns false if no such session.
+    pub fn expire_session(&self, id: &str) -> bool {
+        self.with_session(id, |st, n| expire(st, n, "expired by a test hook"))
+            .is_some()
+    }
+
+    /// Stop the session's requests from reaching the store (a partition): they wait
+    /// until [`unstall_session`](Self::unstall_session); the store expires the session
+    /// after its TTL meanwhile.
+    pub fn stall_session(&self, id: &str) -> bool {
+        self.set_gate(id, Gate::Stalled)
+    }
+
+    /// Let a stalled session's requests through again.
+    pub fn unstall_session(&self, id: &str) -> bool {
+        self.set_gate(id, Gate::Open)
+    }
+
+    /// Make the session stop for good without resigning (a crashed holder): its
+    /// requests never complete and the store frees its seats after the TTL.
+    pub fn crash_session(&self, id: &str) -> bool {
+        self.set_gate(id, Gate::Crashed)
+    }
+
+    fn set_gate(&self, id: &str, gate: Gate) -> bool {
+        self.with_session(id, |st, n| {
+            if let Some(s) = st.sessions.get(&n) {
+                s.gate.send_replace(gate);
+            }
+        })
+        .is_some()
+    }
+
+    /// Ids of the sessions the store currently keeps.
+    pub fn session_ids(&self) -> Vec<String> {
+        let st = self.lock();
+        let mut ids: Vec<_> = st.sessions.keys().copied().collect();
+        ids.sort_unstable();
+        ids.into_iter().map(session_id).collect()
+    }
+}
+
+fn session_id(n: u64) -> String {
+    format!("mem-{n}")
+}
+
+fn parse_session_id(id: &str) -> Option<u64> {
+    id.strip_prefix("mem-")?.parse().ok()
+}
+
+/// Remove session `n` and free everything it held.
+fn expire(st: &mut MemState, n: u64, reason: &str) {
+    let Some(entry) = st.sessions.remove(&n) else {
+        return;
+    };
+    release_all(st, n, &entry.elections);
+    if *entry.gate.borrow() == Gate::Open {
+        entry.events.expired(reason);
+    }
+    // Wake requests parked at the gate so they see the session is gone.
+    entry.gate.send_replace(Gate::Open);
+}
+
+fn release_all(st: &mut MemState, n: u64, elections: &HashSet<ElectionName>) {
+    for e in elections {
+        if let Some(el) = st.elections.get_mut(e) {
+            let mut kept = VecDeque::new();
+            for w in el.waiters.drain(..) {
+                if w.session == n {
+                    let _ = w.grant.send(Err(Error::new(
+                        ErrorKind::SessionExpired,
+                        "session expired while waiting",
+                    )
+                    .with_backend(MEM_SCHEME)));
+                } else {
+                    kept.push_back(w);
+                }
+            }
+            el.waiters = kept;
+            if el.release(n, None) {
+                el.advance();
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn scheme(&self) -> &'static str {
+        MEM_SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
+    }
+
+    async fn open_session(
+        &self,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> Result<Arc<dyn BackendSession>> {
+        let n = {
+            let mut st = self.lock();
+            st.next_session += 1;
+            let n = st.next_session;
+            st.sessions.insert(
+                n,
+                SessionEntry {
+                    expires_at: Instant::now() + ttl,
+                    ttl,
+                    events,
+                    gate: watch::Sender::new(Gate::Open),
+                    elections: HashSet::new(),
+                },
+            );
+            n
+        };
+        // The store's own expiry timer for this session.
+        let weak = Arc::downgrade(&self.store);
+        tokio::spawn(async move {
+            loop {
+                let at = {
+                    let Some(store) = weak.upgrade() else { return };
+                    let st = match store.state.lock() {
+                        Ok(g) => g,
+                        Err(p) => p.into_inner(),
+                    };
+                    match st.sessions.get(&n) {
+                        Some(s) => s.expires_at,
+                        None => return,
+                    }
+                };
+                tokio::time::sleep_until(at).await;
+                let Some(store) = weak.upgrade() else { return };
+                let mut st = match store.state.lock() {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+                match st.sessions.get(&n) {
+                    Some(s) if Instant::now() >= s.expires_at => {
+                        expire(&mut st, n, "TTL passed without renewal");
+                        return;
+                    }
+                    Some(_) => {}
+                    None => return,
+                }
+            }
+        });
+        Ok(Arc::new(MemSession {
+            backend: self.clone(),
+            n,
+            id: session_id(n),
+        }))
+    }
+
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        self.store.requests.fetch_add(1, Ordering::Relaxed);
+        let st = self.lock();
+        Ok(st
+            .elections
+            .get(election)
+            .and_then(|e| e.watch.borrow().clone()))
+    }
+
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        self.store.requests.fetch_add(1, Ordering::Relaxed);
+        let rx = {
+            let mut st = self.lock();
+            st.elections
+                .entry(election.clone())
+                .or_insert_with(ElectionEntry::new)
+                .watch
+                .subscribe()
+        };
+        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let v = rx.borrow_and_update().clone();
+            Some((Ok(v), (rx, false)))
+        });
+        Ok(Box::pin(stream))
+    }
+
+    fn election_requests(&self) -> Option<u64> {
+        Some(self.store.requests.load(Ordering::Relaxed))
+    }
+}
+
+/// A session of the in-memory store.
+struct MemSession {
+    backend: MemoryBackend,
+    n: u64,
+    id: String,
+}
+
+impl fmt::Debug for MemSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemSession").field("id", &self.id).finish()
+    }
+}
+
+fn expired_error() -> Error {
+    Error::new(
+        ErrorKind::SessionExpired,
+        "session is not known to the store",
+    )
+    .with_backend(MEM_SCHEME)
+}
+
+impl MemSession {
+    /// Wait at the gate: stalled requests wait, crashed ones never complete.
+    async fn pass_gate(&self) -> Result<()> {
+        let mut gate = {
+            let st = self.backend.lock();
+            match st.sessions.get(&self.n) {
+                Some(s) => s.gate.subscribe(),
+                None => return Err(expired_error()),
+            }
+        };
+        loop {
+            let g = *gate.borrow_and_update();
+            match g {
+                Gate::Open => return Ok(()),
+                Gate::Stalled | Gate::Crashed => {
+                    if gate.changed().await.is_err() {
+                        return Err(expired_error());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl BackendSession for MemSession {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn keep_alive(&self) -> Result<()> {
+        self.pass_gate().await?;
+        let mut st = self.backend.lock();
+        let s = st.sessions.get_mut(&self.n).ok_or_else(expired_error)?;
+        s.expires_at = Instant::now() + s.ttl;
+        Ok(())
+    }
+
+    async fn campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<FencingToken> {
+        self.pass_gate().await?;
+        let rx = {
+            let mut guard = self.backend.lock();
+            let st = &mut *guard;
+            self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
+            let s = st.sessions.get_mut(&self.n).ok_or_else(expired_error)?;
+            s.elections.insert(election.clone());
+            let el = st
+                .elections
+                .entry(election.clone())
+                .or_insert_with(ElectionEntry::new);
+            if let Some(h) = &el.holder {
+                if h.session == self.n {
+                    return Ok(h.token);
+                }
+            }
+            el.waiters.retain(|w| w.session != self.n);
+            if el.holder.is_none() && el.waiters.is_empty() {
+                return Ok(el.grant(self.n, candidate.clone()));
+            }
+            let (tx, rx) = oneshot::channel();
+            el.waiters.push_back(Waiter {
+                session: self.n,
+                candidate: candidate.clone(),
+                grant: tx,
+            });
+            rx
+        };
+        match rx.await {
+            Ok(r) => {
+                if r.is_ok() {
+                    // The wake-up of this waiter is one store message.
+                    self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
+                }
+                r
+            }
+            Err(_) => Err(expired_error()),
+        }
+    }
+
+    async fn try_campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Option<FencingToken>> {
+        self.pass_gate().await?;
+        let mut guard = self.backend.lock();
+        let st = &mut *guard;
+        self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
+        let s = st.sessions.get_mut(&self.n).ok_or_else(expired_error)?;
+        let el = st
+            .elections
+            .entry(election.clone())
+            .or_insert_with(ElectionEntry::new);
+        if let Some(h) = &el.holder {
+            return Ok((h.session == self.n).then_some(h.token));
+        }
+        if !el.waiters.is_empty() {
+            return Ok(None);
+        }
+        s.elections.insert(election.clone());
+        Ok(Some(el.grant(self.n, candidate.clone())))
+    }
+
+    async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        self.pass_gate().await?;
+        let mut guard = self.backend.lock();
+        let st = &mut *guard;
+        self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
+        if let Some(el) = st.elections.get_mut(election) {
+            if el.release(self.n, token) {
+                el.advance();
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&self) -> Result<()> {
+        let mut guard = self.backend.lock();
+        if let Some(entry) = guard.sessions.remove(&self.n) {
+            release_all(&mut guard, self.n, &entry.elections);
+            entry.gate.send_replace(Gate::Open);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,259 @@
+//! Election names, candidates, fencing tokens and leader records.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// The longest election name accepted, in bytes.
+pub const MAX_ELECTION_NAME_LEN: usize = 200;
+/// The longest candidate id accepted, in bytes.
+pub const MAX_CANDIDATE_ID_LEN: usize = 128;
+/// The largest candidate value accepted, in bytes.
+pub const MAX_CANDIDATE_VALUE_LEN: usize = 1024;
+
+/// A validated election name, e.g. `billing/shard-0042`.
+///
+/// Rules (checked by [`ElectionName::new`]):
+/// - 1 to [`MAX_ELECTION_NAME_LEN`] bytes;
+/// - ASCII letters, digits, `-`, `_`, `.` and `/` only;
+/// - `/` separates segments: no leading or trailing `/`, no empty segment (`//`),
+///   and no segment that is `.` or `..`.
+///
+/// These rules make every name a valid etcd key suffix, ZooKeeper path, Redis key and
+/// Azure blob name, so a name that works on one backend works on all.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ElectionName(Arc<str>);
+
+impl ElectionName {
+    /// Validate `name`; a bad name gives [`ErrorKind::InvalidArgument`](crate::ErrorKind)
+    /// with the name and the rule it breaks.
+    pub fn new(name: impl AsRef<str>) -> Result<Self> {
+        let name = name.as_ref();
+        validate_election_name(name)?;
+        Ok(ElectionName(Arc::from(name)))
+    }
+
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn validate_election_name(name: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("election name {name:?}: {why}")));
+    if name.is_empty() {
+        return bad("must not be empty");
+    }
+    if name.len() > MAX_ELECTION_NAME_LEN {
+        return bad(&format!(
+            "is {} bytes long, the limit is {MAX_ELECTION_NAME_LEN}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')))
+    {
+        return bad(&format!(
+            "character {c:?} is not allowed (use ASCII letters, digits, '-', '_', '.', '/')"
+        ));
+    }
+    for segment in name.split('/') {
+        if segment.is_empty() {
+            return bad("must not start or end with '/' nor contain '//'");
+        }
+        if segment == "." || segment == ".." {
+            return bad("segments '.' and '..' are not allowed");
+        }
+    }
+    Ok(())
+}
+
+impl fmt::Display for ElectionName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for ElectionName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl AsRef<str> for ElectionName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for ElectionName {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        ElectionName::new(s)
+    }
+}
+
+impl TryFrom<&str> for ElectionName {
+    type Error = Error;
+    fn try_from(s: &str) -> Result<Self> {
+        ElectionName::new(s)
+    }
+}
+
+impl TryFrom<String> for ElectionName {
+    type Error = Error;
+    fn try_from(s: String) -> Result<Self> {
+        ElectionName::new(s)
+    }
+}
+
+/// Who campaigns: an id unique per process and an optional small value (an address,
+/// say) that observers see next to the id.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Candidate {
+    id: Arc<str>,
+    value: Arc<str>,
+}
+
+impl Candidate {
+    /// A candidate with an empty value. The id must be 1 to [`MAX_CANDIDATE_ID_LEN`]
+    /// bytes of printable ASCII without spaces.
+    pub fn new(id: impl AsRef<str>) -> Result<Self> {
+        Candidate::with_value(id, "")
+    }
+
+    /// A candidate with a value of at most [`MAX_CANDIDATE_VALUE_LEN`] bytes of UTF-8
+    /// without control characters.
+    pub fn with_value(id: impl AsRef<str>, value: impl AsRef<str>) -> Result<Self> {
+        let (id, value) = (id.as_ref(), value.as_ref());
+        if id.is_empty() || id.len() > MAX_CANDIDATE_ID_LEN {
+            return Err(Error::invalid(format!(
+                "candidate id {id:?}: must be 1 to {MAX_CANDIDATE_ID_LEN} bytes"
+            )));
+        }
+        if let Some(c) = id.chars().find(|c| !c.is_ascii_graphic()) {
+            return Err(Error::invalid(format!(
+                "candidate id {id:?}: character {c:?} is not allowed (printable ASCII, no spaces)"
+            )));
+        }
+        if value.len() > MAX_CANDIDATE_VALUE_LEN {
+            return Err(Error::invalid(format!(
+                "candidate value: {} bytes, the limit is {MAX_CANDIDATE_VALUE_LEN}",
+                value.len()
+            )));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "candidate value: control characters are not allowed",
+            ));
+        }
+        Ok(Candidate {
+            id: Arc::from(id),
+            value: Arc::from(value),
+        })
+    }
+
+    /// The candidate's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The candidate's value (empty if none was given).
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+impl fmt::Debug for Candidate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Candidate")
+            .field("id", &&*self.id)
+            .field("value", &&*self.value)
+            .finish()
+    }
+}
+
+/// A number that strictly increases with every grant of the same election, across
+/// processes, sessions and store restarts that keep data. Pass it with every write to a
+/// guarded resource, which refuses writes carrying a token lower than the highest it has
+/// seen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// The token as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The current holder of an election, as anyone can read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The holder's candidate id.
+    pub id: String,
+    /// The holder's candidate value.
+    pub value: String,
+    /// The fencing token of the current grant.
+    pub token: FencingToken,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn good_names() {
+        for n in [
+            "a",
+            "billing/shard-0042",
+            "x.y_z-1",
+            "a/b/c",
+            &"n".repeat(MAX_ELECTION_NAME_LEN),
+        ] {
+            assert_eq!(ElectionName::new(n).unwrap().as_str(), n);
+        }
+    }
+
+    #[test]
+    fn bad_names_are_invalid_argument_naming_the_name() {
+        let long = "n".repeat(MAX_ELECTION_NAME_LEN + 1);
+        for n in [
+            "",
+            "/a",
+            "a/",
+            "a//b",
+            "a/../b",
+            ".",
+            "a b",
+            "ä",
+            "a\0b",
+            "a:b",
+            long.as_str(),
+        ] {
+            let e = ElectionName::new(n).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{n:?}");
+            assert!(e.message().contains("election name"), "{e}");
+        }
+    }
+
+    #[test]
+    fn candidates() {
+        let c = Candidate::with_value("node-1", "10.0.0.1:80").unwrap();
+        assert_eq!((c.id(), c.value()), ("node-1", "10.0.0.1:80"));
+        assert!(Candidate::new("").is_err());
+        assert!(Candidate::new("a b").is_err());
+        assert!(Candidate::new("x".repeat(MAX_CANDIDATE_ID_LEN + 1)).is_err());
+        assert!(Candidate::with_value("a", "x".repeat(MAX_CANDIDATE_VALUE_LEN + 1)).is_err());
+        assert!(Candidate::with_value("a", "line\nbreak").is_err());
+    }
+}

@@ -1,0 +1,703 @@
+//! Sessions: the core drives renewal, deadlines, retries and the lost signal once for
+//! every backend.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch, Notify, OwnedMutexGuard};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::backend::{BackendSession, DynBackend, LeaderStream, SessionEvent, SessionEvents};
+use crate::error::{Error, ErrorKind, Result};
+use crate::leadership::{GrantState, Leadership, LossReason};
+use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo};
+use crate::timing::Timing;
+
+/// A liveness scope in a store. Everything held through a session is lost when it
+/// expires; one session can hold any number of elections.
+///
+/// The core renews the session every `renew_interval`, keeps the local deadline
+/// (send time of the last confirmed renewal + `renew_deadline`), fires the lost signal of
+/// every [`Leadership`] when that deadline passes or the store reports the session gone,
+/// and re-opens an expired session by itself so campaigns go on.
+///
+/// `Session` is cheap to clone; the session closes when the last clone (and the last
+/// [`Leadership`] obtained through it) is dropped, or on [`close`](Self::close).
+#[derive(Clone)]
+pub struct Session {
+    handle: Arc<Handle>,
+}
+
+struct Handle {
+    core: Arc<SessionCore>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let core = self.core.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { core.close().await });
+        } else {
+            core.stop_tasks();
+        }
+    }
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("backend", &self.handle.core.scheme)
+            .field("id", &self.id())
+            .finish()
+    }
+}
+
+pub(crate) struct SessionCore {
+    backend: DynBackend,
+    scheme: &'static str,
+    timing: Timing,
+    current: RwLock<Arc<dyn BackendSession>>,
+    generation: watch::Sender<u64>,
+    base: Instant,
+    /// Nanoseconds after `base` until which grants are valid.
+    deadline_ns: AtomicU64,
+    deadline_moved: Notify,
+    held: Mutex<HashMap<ElectionName, Arc<GrantState>>>,
+    locks: Mutex<HashMap<ElectionName, Arc<tokio::sync::Mutex<()>>>>,
+    /// Stops the renewal task (cancelled on close and on abandon).
+    stop_renewal: CancellationToken,
+    /// Stops every background task (cancelled on close).
+    stop_all: CancellationToken,
+    closed: AtomicBool,
+    abandoned: AtomicBool,
+    span: tracing::Span,
+}
+
+impl Session {
+    /// Validate `timing` (and the backend's own limits), open a session in the store and
+    /// start renewing it. Fails with `Unavailable`/`Timeout` within
+    /// `timing.connect_timeout` if the store cannot be reached.
+    pub async fn open(backend: DynBackend, timing: Timing) -> Result<Session> {
+        timing.validate()?;
+        backend.check_timing(&timing)?;
+        let scheme = backend.scheme();
+        let (events, events_rx) = SessionEvents::channel();
+        let sent = Instant::now();
+        let bs = open_backend_session(&backend, &timing, events).await?;
+        let span = tracing::info_span!("tenure.session", backend = scheme, session = %bs.id());
+        tracing::debug!(parent: &span, ttl = ?timing.ttl, "session opened");
+        let (generation, _) = watch::channel(0);
+        let base = sent;
+        let core = Arc::new(SessionCore {
+            backend,
+            scheme,
+            current: RwLock::new(bs),
+            generation,
+            base,
+            deadline_ns: AtomicU64::new(duration_ns(timing.renew_deadline)),
+            deadline_moved: Notify::new(),
+            held: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
+            stop_renewal: CancellationToken::new(),
+            stop_all: CancellationToken::new(),
+            closed: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+            span,
+            timing,
+        });
+        tokio::spawn(
+            core.clone()
+                .renewal_task(events_rx)
+                .instrument(core.span.clone()),
+        );
+        tokio::spawn(core.clone().deadline_task().instrument(core.span.clone()));
+        Ok(Session {
+            handle: Arc::new(Handle { core }),
+        })
+    }
+
+    fn core(&self) -> &Arc<SessionCore> {
+        &self.handle.core
+    }
+
+    /// The store's id of the current session (changes when an expired session is
+    /// re-opened).
+    pub fn id(&self) -> String {
+        self.core().current().id().to_string()
+    }
+
+    /// The backend this session lives in.
+    pub fn backend(&self) -> &DynBackend {
+        &self.core().backend
+    }
+
+    /// The timing this session was opened with.
+    pub fn timing(&self) -> &Timing {
+        &self.core().timing
+    }
+
+    /// The instant until which grants of this session are valid unless renewed.
+    pub fn deadline(&self) -> Instant {
+        self.core().deadline()
+    }
+
+    /// How many times the session was re-opened after expiring.
+    pub fn generation(&self) -> u64 {
+        *self.core().generation.borrow()
+    }
+
+    /// Campaign for `election` and wait until granted. Store errors that may pass
+    /// (`Unavailable`, `Timeout`, an expired session) are retried with back-off; bad input
+    /// and other errors are returned. Dropping the future withdraws the candidacy.
+    pub async fn campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Leadership> {
+        let span = tracing::info_span!("tenure.campaign", election = %election, candidate = candidate.id());
+        self.campaign_inner(election, candidate, true)
+            .instrument(span)
+            .await
+            .and_then(|l| {
+                l.ok_or_else(|| Error::new(ErrorKind::Backend, "campaign ended without a grant"))
+            })
+    }
+
+    /// Take `election` only if it is free now; `Ok(None)` if someone else holds it.
+    pub async fn try_campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Option<Leadership>> {
+        let span = tracing::info_span!("tenure.try_campaign", election = %election, candidate = candidate.id());
+        self.campaign_inner(election, candidate, false)
+            .instrument(span)
+            .await
+    }
+
+    async fn campaign_inner(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+        wait: bool,
+    ) -> Result<Option<Leadership>> {
+        let core = self.core();
+        core.check_open()?;
+        if let Some(grant) = core.held_grant(election) {
+            if !grant.is_lost() {
+                return Err(Error::invalid(format!(
+                    "election {election}: this session already holds it"
+                )));
+            }
+            // A lost grant must be gone from the store before this session campaigns
+            // again, or the store could hand the old grant back.
+            if grant.release_claimed.swap(true, Ordering::SeqCst) {
+                grant.released.cancelled().await;
+            } else if let Err(e) = core.release(&grant).await {
+                tracing::warn!(election = %election, error = %e, "could not release a lost seat");
+            }
+        }
+        let lock = core.election_lock(election);
+        let guard = match lock.try_lock_owned() {
+            Ok(g) => g,
+            Err(_) if wait => {
+                // A release of the same election is finishing, or another campaign of
+                // this session is waiting; wait for it.
+                core.election_lock(election).lock_owned().await
+            }
+            Err(_) => {
+                return Err(Error::invalid(format!(
+                    "election {election}: this session is already campaigning for it"
+                )))
+            }
+        };
+        let started = Instant::now();
+        let mut pending = PendingCandidacy {
+            core: core.clone(),
+            election: election.clone(),
+            session: None,
+            lock: Some(guard),
+        };
+        let mut generation = core.generation.subscribe();
+        let mut attempt = 0u32;
+        loop {
+            core.check_open()?;
+            let bs = core.current();
+            let gen = *generation.borrow_and_update();
+            pending.session = Some(bs.clone());
+            let outcome = if wait {
+                tokio::select! {
+                    r = bs.campaign(election, candidate) => r.map(Some),
+                    _ = core.stop_all.cancelled() => Err(closed_error()),
+                }
+            } else {
+                with_timeout(&core.timing, bs.try_campaign(election, candidate)).await
+            };
+            match outcome {
+                Ok(Some(token)) => {
+                    pending.session = None;
+                    if *core.generation.borrow() != gen || Instant::now() >= core.deadline() {
+                        // Granted through a session whose renewal is overdue or that was
+                        // replaced: not safe to hold. Give it back and try again.
+                        tracing::warn!(election = %election, token = token.0, "grant arrived after the local deadline; releasing it");
+                        let _ = with_timeout(&core.timing, bs.resign(election, Some(token))).await;
+                        if !wait {
+                            return Err(Error::new(
+                                ErrorKind::Unavailable,
+                                "session renewal is overdue; grant released",
+                            )
+                            .with_backend(core.scheme));
+                        }
+                        continue;
+                    }
+                    let leadership = core.register(self, election, candidate, token);
+                    crate::metrics::campaign_finished(core.scheme, started.elapsed());
+                    drop(pending);
+                    return Ok(Some(leadership));
+                }
+                Ok(None) => {
+                    pending.session = None;
+                    return Ok(None);
+                }
+                Err(e) if e.kind() == ErrorKind::SessionExpired => {
+                    pending.session = None;
+                    if !wait {
+                        return Err(e);
+                    }
+                    tracing::debug!(error = %e, "session expired while campaigning; waiting for a new session");
+                    tokio::select! {
+                        r = generation.changed() => { if r.is_err() { return Err(closed_error()); } }
+                        _ = core.stop_all.cancelled() => return Err(closed_error()),
+                    }
+                }
+                Err(e) if e.is_retryable() && wait => {
+                    let delay = core.timing.retry.delay(attempt);
+                    attempt = attempt.saturating_add(1);
+                    tracing::debug!(error = %e, ?delay, "campaign failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = core.stop_all.cancelled() => return Err(closed_error()),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The current holder of `election` (anyone may ask).
+    pub async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        let core = self.core();
+        with_timeout(&core.timing, core.backend.leader(election)).await
+    }
+
+    /// Leader changes of `election` (see [`Backend::observe`](crate::Backend::observe)).
+    pub async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        let core = self.core();
+        with_timeout(&core.timing, core.backend.observe(election)).await
+    }
+
+    /// Close the session: every leadership fires its lost signal
+    /// ([`LossReason::SessionClosed`]) and the store releases everything the session
+    /// held. Idempotent.
+    pub async fn close(&self) -> Result<()> {
+        self.core().close().await
+    }
+
+    /// Stop renewing without releasing anything, as if this process had crashed: the
+    /// store expires the session after its TTL. Local leaderships still fire their lost
+    /// signal at the deadline. For fault tests and demos.
+    pub fn abandon(&self) {
+        let core = self.core();
+        core.abandoned.store(true, Ordering::SeqCst);
+        core.closed.store(true, Ordering::SeqCst);
+        core.stop_renewal.cancel();
+    }
+
+    pub(crate) async fn release(&self, state: &GrantState) -> Result<()> {
+        self.core().release(state).await
+    }
+}
+
+fn closed_error() -> Error {
+    Error::new(ErrorKind::SessionExpired, "session closed")
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+async fn with_timeout<T>(
+    timing: &Timing,
+    fut: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(timing.connect_timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "no answer within connect_timeout {:?}",
+                timing.connect_timeout
+            ),
+        )),
+    }
+}
+
+async fn open_backend_session(
+    backend: &DynBackend,
+    timing: &Timing,
+    events: SessionEvents,
+) -> Result<Arc<dyn BackendSession>> {
+    with_timeout(timing, backend.open_session(timing.ttl, events))
+        .await
+        .map_err(|e| {
+            if e.backend().is_none() {
+                e.with_backend(backend.scheme())
+            } else {
+                e
+            }
+        })
+}
+
+/// Withdraws a candidacy whose campaign future was dropped, then frees the election lock.
+struct PendingCandidacy {
+    core: Arc<SessionCore>,
+    election: ElectionName,
+    session: Option<Arc<dyn BackendSession>>,
+    lock: Option<OwnedMutexGuard<()>>,
+}
+
+impl Drop for PendingCandidacy {
+    fn drop(&mut self) {
+        let (Some(bs), lock) = (self.session.take(), self.lock.take()) else {
+            return;
+        };
+        if self.core.abandoned.load(Ordering::SeqCst) {
+            return;
+        }
+        let timing = self.core.timing.clone();
+        let election = self.election.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = with_timeout(&timing, bs.resign(&election, None)).await {
+                    tracing::warn!(election = %election, error = %e, "could not withdraw a cancelled candidacy");
+                }
+                drop(lock);
+            });
+        }
+    }
+}
+
+impl SessionCore {
+    fn current(&self) -> Arc<dyn BackendSession> {
+        match self.current.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set_current(&self, bs: Arc<dyn BackendSession>) {
+        match self.current.write() {
+            Ok(mut g) => *g = bs,
+            Err(poisoned) => *poisoned.into_inner() = bs,
+        }
+    }
+
+    pub(crate) fn deadline(&self) -> Instant {
+        self.base + Duration::from_nanos(self.deadline_ns.load(Ordering::SeqCst))
+    }
+
+    fn extend_deadline(&self, to: Instant) {
+        let ns = duration_ns(to.saturating_duration_since(self.base));
+        let prev = self.deadline_ns.fetch_max(ns, Ordering::SeqCst);
+        if ns > prev {
+            self.deadline_moved.notify_one();
+        }
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(closed_error().with_backend(self.scheme))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<ElectionName, Arc<GrantState>>> {
+        match self.held.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn held_grant(&self, election: &ElectionName) -> Option<Arc<GrantState>> {
+        self.lock_held().get(election).cloned()
+    }
+
+    fn election_lock(&self, election: &ElectionName) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = match self.locks.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // Drop locks nobody uses so the map does not grow with every election ever seen.
+        if locks.len() > 64 {
+            locks.retain(|_, l| Arc::strong_count(l) > 1);
+        }
+        locks.entry(election.clone()).or_default().clone()
+    }
+
+    fn register(
+        self: &Arc<Self>,
+        session: &Session,
+        election: &ElectionName,
+        candidate: &Candidate,
+        token: FencingToken,
+    ) -> Leadership {
+        let state = Arc::new(GrantState::new(
+            self.scheme,
+            election.clone(),
+            candidate.clone(),
+            token,
+            Instant::now(),
+        ));
+        self.lock_held().insert(election.clone(), state.clone());
+        tracing::info!(election = %election, token = token.0, candidate = candidate.id(), "elected");
+        crate::metrics::elected(self.scheme, election);
+        // Release the seat in the store whenever the signal fires for any reason other
+        // than an explicit resign (which releases it itself).
+        let core = self.clone();
+        let watched = state.clone();
+        tokio::spawn(
+            async move {
+                tokio::select! {
+                    _ = watched.lost_token().cancelled() => {}
+                    _ = core.stop_all.cancelled() => return,
+                }
+                if !watched.release_claimed.swap(true, Ordering::SeqCst) {
+                    if let Err(e) = core.release(&watched).await {
+                        tracing::warn!(election = %watched.election, error = %e, "could not release a lost seat");
+                    }
+                }
+            }
+            .instrument(self.span.clone()),
+        );
+        // A grant whose deadline passed between the check and now fires at once.
+        let leadership = Leadership {
+            state,
+            session: session.clone(),
+        };
+        leadership.is_leader();
+        leadership
+    }
+
+    /// Release a grant in the store (after its lost signal fired).
+    /// Release a grant in the store (after its lost signal fired), then forget it.
+    async fn release(&self, state: &GrantState) -> Result<()> {
+        let result = self.release_in_store(state).await;
+        {
+            let mut held = self.lock_held();
+            if held
+                .get(&state.election)
+                .is_some_and(|s| s.token == state.token)
+            {
+                held.remove(&state.election);
+            }
+        }
+        state.released.cancel();
+        result
+    }
+
+    async fn release_in_store(&self, state: &GrantState) -> Result<()> {
+        if self.abandoned.load(Ordering::SeqCst) || self.stop_all.is_cancelled() {
+            return Ok(());
+        }
+        let bs = self.current();
+        let mut attempt = 0;
+        loop {
+            match with_timeout(&self.timing, bs.resign(&state.election, Some(state.token))).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
+                Err(e) if e.is_retryable() && attempt < 5 && !self.stop_all.is_cancelled() => {
+                    tokio::time::sleep(self.timing.retry.delay(attempt)).await;
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn fire_all(&self, reason: LossReason, at: Instant) {
+        // Entries leave `held` once released in the store.
+        let grants: Vec<_> = self.lock_held().values().cloned().collect();
+        for g in grants {
+            g.fire(reason.clone(), at);
+        }
+    }
+
+    fn stop_tasks(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.stop_renewal.cancel();
+        self.stop_all.cancel();
+    }
+
+    async fn close(&self) -> Result<()> {
+        let first = !self.closed.swap(true, Ordering::SeqCst);
+        let abandoned = self.abandoned.load(Ordering::SeqCst);
+        self.fire_all(LossReason::SessionClosed, Instant::now());
+        self.stop_tasks();
+        if first && !abandoned {
+            let bs = self.current();
+            tracing::debug!(parent: &self.span, "closing session");
+            return with_timeout(&self.timing, bs.close()).await;
+        }
+        Ok(())
+    }
+
+    async fn renewal_task(self: Arc<Self>, mut events: mpsc::UnboundedReceiver<SessionEvent>) {
+        let timing = self.timing.clone();
+        let mut next = Instant::now() + timing.renew_interval;
+        let mut attempt = 0u32;
+        let request_limit = timing.connect_timeout.min(timing.renew_interval);
+        loop {
+            let mut expired = false;
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {}
+                ev = events.recv() => match ev {
+                    Some(SessionEvent::ElectionLost { election, token, reason }) => {
+                        if let Some(g) = self.held_grant(&election) {
+                            if g.token == token {
+                                g.fire(LossReason::Revoked(reason), Instant::now());
+                            }
+                        }
+                        continue;
+                    }
+                    Some(SessionEvent::Expired { reason }) => {
+                        tracing::warn!(%reason, "store reports the session expired");
+                        expired = true;
+                    }
+                    None => {
+                        // The backend dropped its sender; renewals alone tell us now.
+                        events = mpsc::unbounded_channel().1;
+                        continue;
+                    }
+                },
+                _ = self.stop_renewal.cancelled() => return,
+            }
+            if !expired {
+                let bs = self.current();
+                let sent = Instant::now();
+                match tokio::time::timeout(request_limit, bs.keep_alive()).await {
+                    Ok(Ok(())) => {
+                        let took = sent.elapsed();
+                        self.extend_deadline(sent + timing.renew_deadline);
+                        crate::metrics::renewed(
+                            self.scheme,
+                            took,
+                            self.deadline().saturating_duration_since(Instant::now()),
+                        );
+                        attempt = 0;
+                        next = sent + timing.renew_interval;
+                        continue;
+                    }
+                    Ok(Err(e)) if e.kind() == ErrorKind::SessionExpired => {
+                        tracing::warn!(error = %e, "session expired");
+                        expired = true;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "renewal failed");
+                    }
+                    Err(_) => {
+                        tracing::warn!(limit = ?request_limit, "renewal timed out");
+                    }
+                }
+            }
+            if expired {
+                self.fire_all(LossReason::SessionExpired, Instant::now());
+                match self.reopen(&mut events).await {
+                    Some(()) => {
+                        attempt = 0;
+                        next = Instant::now() + timing.renew_interval;
+                    }
+                    None => return,
+                }
+            } else {
+                let delay = timing.retry.delay(attempt).min(timing.renew_interval);
+                attempt = attempt.saturating_add(1);
+                next = Instant::now() + delay;
+            }
+        }
+    }
+
+    /// Open a fresh backend session after expiry, retrying until it works or the
+    /// session is closed. Replaces `events` with the new session's channel.
+    async fn reopen(&self, events: &mut mpsc::UnboundedReceiver<SessionEvent>) -> Option<()> {
+        let mut attempt = 0u32;
+        loop {
+            if self.stop_renewal.is_cancelled() {
+                return None;
+            }
+            let (tx, rx) = SessionEvents::channel();
+            let sent = Instant::now();
+            match open_backend_session(&self.backend, &self.timing, tx).await {
+                Ok(bs) => {
+                    tracing::info!(new_session = %bs.id(), "session re-opened after expiry");
+                    let old = self.current();
+                    self.set_current(bs);
+                    *events = rx;
+                    self.deadline_ns.store(
+                        duration_ns(
+                            (sent + self.timing.renew_deadline)
+                                .saturating_duration_since(self.base),
+                        ),
+                        Ordering::SeqCst,
+                    );
+                    self.deadline_moved.notify_one();
+                    self.generation.send_modify(|g| *g += 1);
+                    // Make sure the store forgets the old session even if it is only
+                    // half gone.
+                    let timing = self.timing.clone();
+                    tokio::spawn(async move {
+                        let _ = with_timeout(&timing, old.close()).await;
+                    });
+                    return Some(());
+                }
+                Err(e) => {
+                    let delay = self.timing.retry.delay(attempt);
+                    attempt = attempt.saturating_add(1);
+                    tracing::warn!(error = %e, ?delay, "could not re-open the session");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = self.stop_renewal.cancelled() => return None,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fires every grant's lost signal when the deadline passes without a renewal.
+    async fn deadline_task(self: Arc<Self>) {
+        loop {
+            let deadline = self.deadline();
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = self.deadline_moved.notified() => continue,
+                _ = self.stop_all.cancelled() => return,
+            }
+            if Instant::now() >= self.deadline() {
+                let n = self.lock_held().values().filter(|g| !g.is_lost()).count();
+                if n > 0 {
+                    tracing::warn!(grants = n, "renew deadline passed; leadership lost");
+                }
+                self.fire_all(LossReason::DeadlineExceeded, deadline);
+                tokio::select! {
+                    _ = self.deadline_moved.notified() => {}
+                    _ = self.stop_all.cancelled() => return,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,970 @@
+//! The conformance suite: one `async fn check_…` per clause of CONTRACT.md. Every
+//! backend's tests call them all through [`conformance_tests!`](crate::conformance_tests),
+//! passing an [`Env`]. A clause the backend declares unsupported in its
+//! [`Capabilities`] is reported (printed with the reason), never silently passed.
+//!
+//! The checks panic on failure: they are test code.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    Candidate, Capabilities, Clause, DynBackend, ElectionName, ErrorKind, FencingToken,
+    LeaderRunner, Leadership, LeadershipEvent, LossReason, MemoryBackend, ResignCause, Session,
+    Timing,
+};
+
+/// What a check needs: the backend, the timing to use, a random election prefix so
+/// checks can run in parallel against one store, fault hooks and the slack a real
+/// server needs on time bounds.
+pub struct Env {
+    /// The backend under test.
+    pub backend: DynBackend,
+    /// Timing for every session the checks open (short TTLs keep the suite fast).
+    pub timing: Timing,
+    /// A prefix unique to this run; every election name starts with it.
+    pub prefix: String,
+    /// Fault hooks.
+    pub faults: Arc<dyn Faults>,
+    /// Extra time allowed on liveness bounds (scheduling, server latency).
+    pub slack: Duration,
+    /// Anything that must live as long as the env (e.g. a server process).
+    pub guard: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl Env {
+    /// An env with no fault hooks, a random prefix and 200 ms of slack.
+    pub fn new(backend: DynBackend, timing: Timing) -> Self {
+        Env {
+            backend,
+            timing,
+            prefix: random_prefix(),
+            faults: Arc::new(NoFaults),
+            slack: Duration::from_millis(200),
+            guard: None,
+        }
+    }
+
+    /// The in-memory backend with its own fault hooks and short timings
+    /// (TTL 1 s, renew every 100 ms, deadline 600 ms).
+    pub fn memory() -> Self {
+        let backend = MemoryBackend::new();
+        let mut env = Env::new(Arc::new(backend.clone()), memory_timing());
+        env.faults = Arc::new(backend);
+        env
+    }
+
+    /// An election name under this env's prefix.
+    pub fn election(&self, name: &str) -> ElectionName {
+        match ElectionName::new(format!("{}/{name}", self.prefix)) {
+            Ok(e) => e,
+            Err(e) => panic!("test election name: {e}"),
+        }
+    }
+
+    /// Open a session with the env's timing on the env's backend.
+    pub async fn session(&self) -> Session {
+        self.session_on(self.backend.clone()).await
+    }
+
+    /// Open a session with the env's timing on `backend`.
+    pub async fn session_on(&self, backend: DynBackend) -> Session {
+        match Session::open(backend, self.timing.clone()).await {
+            Ok(s) => s,
+            Err(e) => panic!("open session: {e}"),
+        }
+    }
+
+    fn caps(&self) -> Capabilities {
+        self.backend.capabilities()
+    }
+
+    /// Print why a clause is skipped and return true if it is.
+    fn not_applicable(&self, clause: Clause) -> bool {
+        match self.caps().supports(clause) {
+            Ok(()) => false,
+            Err(why) => {
+                eprintln!(
+                    "contract clause {} ({clause:?}) not applicable on {}: {why}",
+                    clause.number(),
+                    self.backend.scheme()
+                );
+                true
+            }
+        }
+    }
+
+    /// How long a waiter may take to be granted after a resign.
+    fn handover_bound(&self) -> Duration {
+        self.caps().handover_poll.unwrap_or_default() + self.timing.ttl / 2 + self.slack
+    }
+}
+
+/// Timings the in-memory suite uses.
+pub fn memory_timing() -> Timing {
+    let mut t = Timing::from_ttl(Duration::from_secs(1));
+    t.renew_interval = Duration::from_millis(100);
+    t.renew_deadline = Duration::from_millis(600);
+    t.connect_timeout = Duration::from_secs(1);
+    t
+}
+
+/// A random election prefix like `t-5f3a9c21d0e4b7a8`.
+pub fn random_prefix() -> String {
+    let a = (crate::timing::random_unit() * (1u64 << 52) as f64) as u64;
+    let b = std::process::id() as u64;
+    format!("t-{:013x}{:05x}", a, b & 0xfffff)
+}
+
+/// Ways to hurt a session, supplied per backend. A method returning `Err(reason)`
+/// means the backend's tests cannot inject that fault; the check that needs it prints
+/// the reason and stops.
+#[async_trait]
+pub trait Faults: Send + Sync {
+    /// A backend instance whose connection [`disconnect`](Self::disconnect) can cut
+    /// without affecting the env's main backend.
+    async fn victim_backend(&self, env: &Env) -> Result<DynBackend, String> {
+        Ok(env.backend.clone())
+    }
+    /// Make `session`'s requests stop reaching the store (a partition).
+    async fn disconnect(&self, session: &Session) -> Result<(), String>;
+    /// Undo [`disconnect`](Self::disconnect).
+    async fn reconnect(&self, session: &Session) -> Result<(), String>;
+    /// Make the store expire `session` now.
+    async fn expire(&self, session: &Session) -> Result<(), String>;
+}
+
+/// No fault injection.
+pub struct NoFaults;
+
+#[async_trait]
+impl Faults for NoFaults {
+    async fn disconnect(&self, _: &Session) -> Result<(), String> {
+        Err("this backend's tests inject no faults".into())
+    }
+    async fn reconnect(&self, _: &Session) -> Result<(), String> {
+        Err("this backend's tests inject no faults".into())
+    }
+    async fn expire(&self, _: &Session) -> Result<(), String> {
+        Err("this backend's tests inject no faults".into())
+    }
+}
+
+#[async_trait]
+impl Faults for MemoryBackend {
+    async fn disconnect(&self, session: &Session) -> Result<(), String> {
+        self.stall_session(&session.id())
+            .then_some(())
+            .ok_or_else(|| "no such session".into())
+    }
+    async fn reconnect(&self, session: &Session) -> Result<(), String> {
+        // The session may have expired meanwhile, which is fine.
+        self.unstall_session(&session.id());
+        Ok(())
+    }
+    async fn expire(&self, session: &Session) -> Result<(), String> {
+        self.expire_session(&session.id())
+            .then_some(())
+            .ok_or_else(|| "no such session".into())
+    }
+}
+
+fn cand(id: &str) -> Candidate {
+    match Candidate::with_value(id, format!("value-of-{id}")) {
+        Ok(c) => c,
+        Err(e) => panic!("candidate: {e}"),
+    }
+}
+
+async fn campaign(s: &Session, e: &ElectionName, c: &Candidate) -> Leadership {
+    match s.campaign(e, c).await {
+        Ok(l) => l,
+        Err(err) => panic!("campaign {e} as {}: {err}", c.id()),
+    }
+}
+
+async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: not done within {limit:?}"),
+    }
+}
+
+/// One grant as seen by its holder: [granted, lost].
+#[derive(Clone, Debug)]
+pub struct Interval {
+    /// Who held it.
+    pub holder: String,
+    /// The grant's token.
+    pub token: FencingToken,
+    /// When the holder received the grant.
+    pub start: Instant,
+    /// When its lost signal fired (for a missed deadline, the deadline).
+    pub end: Instant,
+}
+
+/// Panics if two intervals overlap or tokens do not strictly increase in grant order.
+pub fn assert_intervals_disjoint(mut intervals: Vec<Interval>) {
+    intervals.sort_by_key(|i| i.start);
+    for w in intervals.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        assert!(
+            a.end <= b.start,
+            "two holders at once: {a:?} ends after {b:?} starts (clause 1)"
+        );
+        assert!(
+            a.token < b.token,
+            "tokens do not increase: {a:?} then {b:?} (clause 2)"
+        );
+    }
+}
+
+/// Clause 1: concurrent candidates that campaign, hold and resign never overlap.
+pub async fn check_at_most_one_holder(env: &Env) {
+    if env.not_applicable(Clause::AtMostOneHolder) {
+        return;
+    }
+    let election = env.election("one-holder");
+    let intervals = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        let session = env.session().await;
+        let election = election.clone();
+        let intervals = intervals.clone();
+        tasks.push(tokio::spawn(async move {
+            let me = cand(&format!("c{i}"));
+            for round in 0..3u64 {
+                let l = campaign(&session, &election, &me).await;
+                assert!(l.is_leader());
+                let start = l.granted_at();
+                tokio::time::sleep(Duration::from_millis(5 + (i * 7 + round * 3) % 20)).await;
+                assert!(l.is_leader(), "lost the seat while holding it");
+                let token = l.token();
+                let state = l.state.clone();
+                if round % 2 == 0 {
+                    l.resign().await.expect("resign");
+                } else {
+                    drop(l);
+                }
+                let end = state
+                    .reason()
+                    .map(|(_, at)| *at)
+                    .expect("lost signal fired");
+                intervals.lock().unwrap().push(Interval {
+                    holder: me.id().to_string(),
+                    token,
+                    start,
+                    end,
+                });
+            }
+            session.close().await.expect("close");
+        }));
+    }
+    for t in tasks {
+        within(Duration::from_secs(60), "candidates", t)
+            .await
+            .expect("candidate task");
+    }
+    let intervals = intervals.lock().unwrap().clone();
+    assert_eq!(intervals.len(), 12);
+    assert_intervals_disjoint(intervals);
+}
+
+/// Clause 2: tokens strictly increase across resigns, sessions, try-campaigns and
+/// session closes.
+pub async fn check_monotonic_tokens(env: &Env) {
+    if env.not_applicable(Clause::MonotonicTokens) {
+        return;
+    }
+    let election = env.election("tokens");
+    let (s1, s2) = (env.session().await, env.session().await);
+    let (a, b) = (cand("a"), cand("b"));
+    let mut tokens = Vec::new();
+    let l = campaign(&s1, &election, &a).await;
+    tokens.push(l.token());
+    l.resign().await.expect("resign");
+    let l = campaign(&s2, &election, &b).await;
+    tokens.push(l.token());
+    l.resign().await.expect("resign");
+    let l = s1
+        .try_campaign(&election, &a)
+        .await
+        .expect("try_campaign")
+        .expect("seat is free");
+    tokens.push(l.token());
+    assert!(
+        s2.try_campaign(&election, &b).await.expect("try").is_none(),
+        "try_campaign took a held seat"
+    );
+    drop(l); // resigns in the background
+    let l = campaign(&s2, &election, &b).await;
+    tokens.push(l.token());
+    s2.close().await.expect("close");
+    assert!(!l.is_leader(), "leadership survived closing its session");
+    let s3 = env.session().await;
+    let l = campaign(&s3, &election, &a).await;
+    tokens.push(l.token());
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens not strictly increasing: {tokens:?}"
+    );
+    let info = s1.leader(&election).await.expect("leader");
+    assert_eq!(info.map(|i| i.token), Some(l.token()));
+}
+
+/// Clause 3: once lost, a leadership never becomes valid again; a new grant has a new,
+/// higher token.
+pub async fn check_lost_is_final(env: &Env) {
+    if env.not_applicable(Clause::LostIsFinal) {
+        return;
+    }
+    let election = env.election("final");
+    let s = env.session().await;
+    let me = cand("a");
+    let first = campaign(&s, &election, &me).await;
+    let first_state = first.state.clone();
+    let lost = first.lost();
+    first.resign().await.expect("resign");
+    assert!(lost.is_cancelled());
+    assert_eq!(
+        first_state.reason().map(|r| r.0.clone()),
+        Some(LossReason::Resigned)
+    );
+    let second = campaign(&s, &election, &me).await;
+    assert!(second.token() > first_state.token);
+    assert!(first_state.is_lost(), "an old grant came back to life");
+
+    // After the store expires the session, the core opens a new one and the old grant
+    // stays lost.
+    let gen = s.generation();
+    match env.faults.expire(&s).await {
+        Err(why) => eprintln!(
+            "clause 3 expiry part skipped on {}: {why}",
+            env.backend.scheme()
+        ),
+        Ok(()) => {
+            let reason = within(
+                env.timing.ttl + env.slack,
+                "lost after expiry",
+                second.lost_wait(),
+            )
+            .await;
+            assert!(
+                matches!(reason, LossReason::SessionExpired | LossReason::Revoked(_)),
+                "unexpected reason {reason:?}"
+            );
+            let third = within(
+                env.timing.ttl * 2 + env.slack,
+                "campaign after expiry",
+                campaign(&s, &election, &me),
+            )
+            .await;
+            assert!(s.generation() > gen, "session was not re-opened");
+            assert!(third.token() > second.token());
+            assert!(!second.is_leader());
+            assert!(third.is_leader());
+        }
+    }
+}
+
+/// Clause 4: after a pause past the deadline (a GC-like stop of the whole thread),
+/// `is_leader()` is false before any timer runs. Run on a current-thread runtime so
+/// that the pause stops renewals too.
+pub async fn check_is_leader_honest_without_io(env: &Env) {
+    if env.not_applicable(Clause::HonestIsLeader) {
+        return;
+    }
+    let election = env.election("honest");
+    let s = env.session().await;
+    let l = campaign(&s, &election, &cand("a")).await;
+    assert!(l.is_leader());
+    let deadline = l.deadline();
+    // Block the thread: no task, timer or renewal runs.
+    std::thread::sleep(
+        deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(30),
+    );
+    assert!(!l.is_leader(), "is_leader() true after the deadline passed");
+    assert_eq!(l.loss_reason(), Some(LossReason::DeadlineExceeded));
+    assert_eq!(l.lost_at(), Some(deadline));
+    tokio::task::yield_now().await;
+    tokio::time::sleep(env.timing.renew_interval).await;
+    assert!(!l.is_leader(), "lost is not final");
+    // The seat is released, so someone else gets it.
+    let other = env.session().await;
+    let o = within(
+        env.timing.ttl + env.handover_bound(),
+        "seat after a paused holder",
+        campaign(&other, &election, &cand("b")),
+    )
+    .await;
+    assert!(o.token() > l.token());
+}
+
+/// Clause 5: after `resign()`, a waiting candidate is granted quickly (far below a TTL).
+pub async fn check_graceful_handover(env: &Env) {
+    if env.not_applicable(Clause::GracefulHandover) {
+        return;
+    }
+    let election = env.election("handover");
+    let (sa, sb) = (env.session().await, env.session().await);
+    let a = campaign(&sa, &election, &cand("a")).await;
+    let waiter = {
+        let election = election.clone();
+        tokio::spawn(async move { campaign(&sb, &election, &cand("b")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !waiter.is_finished(),
+        "waiter granted while the seat was held"
+    );
+    let a_state = a.state.clone();
+    let t0 = Instant::now();
+    a.resign().await.expect("resign");
+    let b = within(env.handover_bound(), "handover after resign", waiter)
+        .await
+        .expect("waiter");
+    let gap = b.granted_at() - t0;
+    assert!(
+        a_state.reason().map(|r| r.1) <= Some(b.granted_at()),
+        "successor granted before the holder's lost signal"
+    );
+    assert!(b.token() > a_state.token);
+    eprintln!("handover on {}: {gap:?}", env.backend.scheme());
+}
+
+/// Clause 6: a holder that dies without resigning is replaced within TTL + one
+/// interval, and its lost signal fires before the successor is granted.
+pub async fn check_crash_failover(env: &Env) {
+    if env.not_applicable(Clause::CrashFailover) {
+        return;
+    }
+    let election = env.election("crash");
+    let (sa, sb) = (env.session().await, env.session().await);
+    let a = campaign(&sa, &election, &cand("a")).await;
+    let waiter = {
+        let election = election.clone();
+        tokio::spawn(async move { campaign(&sb, &election, &cand("b")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t0 = Instant::now();
+    sa.abandon();
+    let bound = env.timing.ttl
+        + env.timing.retry.max
+        + env.caps().handover_poll.unwrap_or_default()
+        + env.slack;
+    let b = within(bound, "failover after crash", waiter)
+        .await
+        .expect("waiter");
+    assert!(b.granted_at() - t0 <= bound);
+    assert!(!a.is_leader());
+    assert!(
+        a.lost_at().is_some_and(|at| at <= b.granted_at()),
+        "crashed holder's grant outlived the successor's start: {:?} vs {:?}",
+        a.lost_at(),
+        b.granted_at()
+    );
+    assert!(b.token() > a.token());
+}
+
+/// Clause 7: when the seat frees up, the number of store requests does not grow with
+/// the number of waiters.
+pub async fn check_no_herd(env: &Env) {
+    if env.not_applicable(Clause::NoHerd) {
+        return;
+    }
+    let Some(_) = env.backend.election_requests() else {
+        eprintln!(
+            "clause 7 not checked on {}: the backend does not count requests",
+            env.backend.scheme()
+        );
+        return;
+    };
+    let election = env.election("herd");
+    let sa = env.session().await;
+    let a = campaign(&sa, &election, &cand("a")).await;
+    let granted = Arc::new(AtomicU64::new(0));
+    let mut waiters = Vec::new();
+    for i in 0..8 {
+        let s = env.session().await;
+        let election = election.clone();
+        let granted = granted.clone();
+        waiters.push(tokio::spawn(async move {
+            let l = campaign(&s, &election, &cand(&format!("w{i}"))).await;
+            granted.fetch_add(1, Ordering::SeqCst);
+            // Hold until the test ends.
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop((l, s));
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = env.backend.election_requests().unwrap_or(0);
+    a.resign().await.expect("resign");
+    within(env.handover_bound(), "one waiter granted", async {
+        while granted.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = env.backend.election_requests().unwrap_or(0);
+    assert_eq!(
+        granted.load(Ordering::SeqCst),
+        1,
+        "more than one waiter granted"
+    );
+    assert!(
+        after - before <= 4,
+        "{} store requests for one handover to one of 8 waiters (herd)",
+        after - before
+    );
+    for w in waiters {
+        w.abort();
+    }
+}
+
+/// Clause 8: a short disconnect keeps leadership; a long one fires the lost signal
+/// before anyone else is granted; after reconnecting, the campaign goes on by itself.
+pub async fn check_connection_loss(env: &Env) {
+    if env.not_applicable(Clause::ConnectionLoss) {
+        return;
+    }
+    let victim = match env.faults.victim_backend(env).await {
+        Ok(b) => b,
+        Err(why) => return eprintln!("clause 8 not checked on {}: {why}", env.backend.scheme()),
+    };
+    let election = env.election("disconnect");
+    let sa = env.session_on(victim).await;
+    let mut runner = LeaderRunner::new(sa.clone(), election.clone(), cand("a"));
+    let mut events = runner.subscribe();
+    let stop = CancellationToken::new();
+    let run = tokio::spawn(runner.run(stop.clone(), |ctx| async move {
+        ctx.cancelled().await;
+        Ok::<(), String>(())
+    }));
+    let first_token = within(
+        env.handover_bound(),
+        "runner elected",
+        next_elected(&mut events),
+    )
+    .await;
+
+    // Short: well within the deadline.
+    let short = (env.timing.renew_deadline - env.timing.renew_interval) / 3;
+    if let Err(why) = env.faults.disconnect(&sa).await {
+        stop.cancel();
+        return eprintln!("clause 8 not checked on {}: {why}", env.backend.scheme());
+    }
+    tokio::time::sleep(short).await;
+    env.faults.reconnect(&sa).await.expect("reconnect");
+    tokio::time::sleep(env.timing.renew_interval * 2).await;
+    assert!(
+        events.try_recv().is_err(),
+        "a disconnect of {short:?} (< renew deadline) ended leadership"
+    );
+
+    // Long: past the TTL, so the store frees the seat for a waiter.
+    let sb = env.session().await;
+    let waiter = {
+        let election = election.clone();
+        tokio::spawn(async move { (campaign(&sb, &election, &cand("b")).await, sb) })
+    };
+    env.faults.disconnect(&sa).await.expect("disconnect");
+    let lost_at = within(
+        env.timing.ttl + env.slack,
+        "lost signal after a long disconnect",
+        async {
+            loop {
+                match events.recv().await {
+                    Some(LeadershipEvent::Lost { at, .. }) => break at,
+                    Some(_) => continue,
+                    None => panic!("runner stopped"),
+                }
+            }
+        },
+    )
+    .await;
+    let (b, sb) = within(
+        env.timing.ttl * 2 + env.slack,
+        "waiter granted after holder disconnected",
+        waiter,
+    )
+    .await
+    .expect("waiter");
+    assert!(
+        lost_at <= b.granted_at(),
+        "successor granted before the holder's lost signal"
+    );
+    env.faults.reconnect(&sa).await.expect("reconnect");
+    b.resign().await.expect("resign");
+    let again = within(
+        env.timing.ttl * 2 + env.handover_bound(),
+        "campaign goes on after reconnect",
+        next_elected(&mut events),
+    )
+    .await;
+    assert!(again > first_token);
+    stop.cancel();
+    within(env.handover_bound(), "runner shutdown", run)
+        .await
+        .expect("runner task")
+        .expect("runner");
+    drop(sb);
+}
+
+async fn next_elected(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<LeadershipEvent>,
+) -> FencingToken {
+    loop {
+        match events.recv().await {
+            Some(LeadershipEvent::Elected { token, .. }) => return token,
+            Some(_) => continue,
+            None => panic!("runner stopped before being elected"),
+        }
+    }
+}
+
+/// Clause 9: `leader()` and `observe()` show the current holder; an observer converges
+/// on the final state.
+pub async fn check_observe(env: &Env) {
+    if env.not_applicable(Clause::Observe) {
+        return;
+    }
+    let election = env.election("observe");
+    let s = env.session().await;
+    assert_eq!(s.leader(&election).await.expect("leader"), None);
+    let mut stream = s.observe(&election).await.expect("observe");
+    let first = within(env.handover_bound(), "first observed state", stream.next())
+        .await
+        .expect("stream ended")
+        .expect("observe item");
+    assert_eq!(first, None);
+    let mut last = None;
+    for name in ["a", "b", "c"] {
+        let si = env.session().await;
+        let l = campaign(&si, &election, &cand(name)).await;
+        if name != "c" {
+            l.resign().await.expect("resign");
+        } else {
+            last = Some((l, si));
+        }
+    }
+    let (c, sc) = last.expect("c leads");
+    let expect = crate::LeaderInfo {
+        id: "c".into(),
+        value: "value-of-c".into(),
+        token: c.token(),
+    };
+    let bound = env.handover_bound() + env.caps().observe_poll.unwrap_or_default();
+    within(bound, "observer sees the final leader", async {
+        loop {
+            let item = stream.next().await.expect("stream ended").expect("item");
+            if item.as_ref() == Some(&expect) {
+                break;
+            }
+            if let Some(i) = &item {
+                assert!(
+                    i.token <= expect.token,
+                    "observed a token from the future: {i:?}"
+                );
+            }
+        }
+    })
+    .await;
+    assert_eq!(s.leader(&election).await.expect("leader"), Some(expect));
+    c.resign().await.expect("resign");
+    within(bound, "observer sees the seat free", async {
+        while stream
+            .next()
+            .await
+            .expect("stream ended")
+            .expect("item")
+            .is_some()
+        {}
+    })
+    .await;
+    drop(sc);
+}
+
+/// Clause 10: the runner campaigns, runs the task, resigns when it ends and campaigns
+/// again; shutdown resigns promptly.
+pub async fn check_run_when_leader(env: &Env) {
+    if env.not_applicable(Clause::RunWhenLeader) {
+        return;
+    }
+    let election = env.election("runner");
+    let s = env.session().await;
+    let mut runner = LeaderRunner::new(s.clone(), election.clone(), cand("a"));
+    let mut events = runner.subscribe();
+    let stop = CancellationToken::new();
+    let runs = Arc::new(AtomicU64::new(0));
+    let counter = runs.clone();
+    let run = tokio::spawn(runner.run(stop.clone(), move |ctx| {
+        let counter = counter.clone();
+        async move {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            if n < 2 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(())
+            } else {
+                ctx.cancelled().await;
+                Ok::<(), String>(())
+            }
+        }
+    }));
+    let mut tokens = Vec::new();
+    let mut finished = 0;
+    within(env.handover_bound() * 4, "three terms", async {
+        while tokens.len() < 3 {
+            match events.recv().await.expect("events") {
+                LeadershipEvent::Elected { token, .. } => tokens.push(token),
+                LeadershipEvent::Resigned {
+                    cause: ResignCause::TaskFinished,
+                    ..
+                } => finished += 1,
+                LeadershipEvent::Lost { reason, .. } => panic!("lost: {reason}"),
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(finished, 2);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    // A waiter gets the seat promptly after shutdown.
+    let other = env.session().await;
+    let waiter = {
+        let election = election.clone();
+        tokio::spawn(async move { (campaign(&other, &election, &cand("b")).await, other) })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stop.cancel();
+    within(env.handover_bound(), "runner shutdown", run)
+        .await
+        .expect("runner task")
+        .expect("runner");
+    let resigned = loop {
+        match events.recv().await {
+            Some(LeadershipEvent::Resigned { cause, .. }) => break cause,
+            Some(_) => continue,
+            None => panic!("no resigned event"),
+        }
+    };
+    assert_eq!(resigned, ResignCause::Shutdown);
+    let (b, _other) = within(env.handover_bound(), "seat after runner shutdown", waiter)
+        .await
+        .expect("waiter");
+    assert!(b.token() > tokens[2]);
+}
+
+/// Clause 11: a task that misses its heartbeat is cancelled and the runner resigns; a
+/// task that heartbeats keeps the seat.
+pub async fn check_stall_detection(env: &Env) {
+    if env.not_applicable(Clause::StallDetection) {
+        return;
+    }
+    let election = env.election("stall");
+    let s = env.session().await;
+    let stall = Duration::from_millis(150);
+    let mut runner = LeaderRunner::new(s.clone(), election.clone(), cand("a")).stall_timeout(stall);
+    let mut events = runner.subscribe();
+    let stop = CancellationToken::new();
+    let terms = Arc::new(AtomicU64::new(0));
+    let cancelled = Arc::new(AtomicU64::new(0));
+    let (t, c) = (terms.clone(), cancelled.clone());
+    let run = tokio::spawn(runner.run(stop.clone(), move |ctx| {
+        let (t, c) = (t.clone(), c.clone());
+        async move {
+            let term = t.fetch_add(1, Ordering::SeqCst);
+            if term == 0 {
+                // Hung: never heartbeats.
+                ctx.cancelled().await;
+                c.fetch_add(1, Ordering::SeqCst);
+            } else {
+                // Healthy: heartbeats until cancelled.
+                loop {
+                    ctx.heartbeat();
+                    tokio::select! {
+                        _ = ctx.cancelled() => break,
+                        _ = tokio::time::sleep(stall / 5) => {}
+                    }
+                }
+            }
+            Ok::<(), String>(())
+        }
+    }));
+    let cause = within(stall * 4 + env.handover_bound(), "stall detected", async {
+        loop {
+            match events.recv().await.expect("events") {
+                LeadershipEvent::Resigned { cause, .. } => break cause,
+                LeadershipEvent::Lost { reason, .. } => panic!("lost: {reason}"),
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(cause, ResignCause::Stalled);
+    assert_eq!(
+        cancelled.load(Ordering::SeqCst),
+        1,
+        "stalled task was not cancelled"
+    );
+    within(
+        env.handover_bound() * 2,
+        "re-elected after a stall",
+        next_elected(&mut events),
+    )
+    .await;
+    tokio::time::sleep(stall * 4).await;
+    while let Ok(ev) = events.try_recv() {
+        assert!(
+            !matches!(
+                ev,
+                LeadershipEvent::Resigned { .. } | LeadershipEvent::Lost { .. }
+            ),
+            "a heartbeating task was stopped: {ev:?}"
+        );
+    }
+    stop.cancel();
+    within(env.handover_bound(), "runner shutdown", run)
+        .await
+        .expect("runner task")
+        .expect("runner");
+}
+
+/// Clause 12: bad input gives `InvalidArgument` naming the field; nothing panics.
+pub async fn check_bad_input(env: &Env) {
+    if env.not_applicable(Clause::Errors) {
+        return;
+    }
+    for bad in [
+        "",
+        "/x",
+        "x/",
+        "a//b",
+        "a/../b",
+        "a b",
+        "ü",
+        &"n".repeat(300),
+    ] {
+        let e = ElectionName::new(bad).expect_err(bad);
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    }
+    for bad in ["", "a b", "tab\t"] {
+        assert_eq!(
+            Candidate::new(bad).expect_err(bad).kind(),
+            ErrorKind::InvalidArgument
+        );
+    }
+    let cases: Vec<(&str, Timing)> = vec![
+        (
+            "ttl",
+            Timing {
+                ttl: Duration::ZERO,
+                ..env.timing.clone()
+            },
+        ),
+        (
+            "renew_interval",
+            Timing {
+                renew_interval: env.timing.ttl,
+                ..env.timing.clone()
+            },
+        ),
+        (
+            "renew_deadline",
+            Timing {
+                renew_deadline: env.timing.ttl,
+                ..env.timing.clone()
+            },
+        ),
+        (
+            "connect_timeout",
+            Timing {
+                connect_timeout: Duration::ZERO,
+                ..env.timing.clone()
+            },
+        ),
+    ];
+    for (field, timing) in cases {
+        let e = Session::open(env.backend.clone(), timing)
+            .await
+            .expect_err(field);
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{field}: {e}");
+        assert!(e.message().contains(field), "{field}: {e}");
+    }
+    // One candidacy per election per session.
+    let election = env.election("bad-input");
+    let s = env.session().await;
+    let l = campaign(&s, &election, &cand("a")).await;
+    let e = s
+        .campaign(&election, &cand("a"))
+        .await
+        .expect_err("second campaign");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    l.resign().await.expect("resign");
+}
+
+/// Not a numbered clause but part of the session definition: one session holds many
+/// elections and keeps them all with one renewal stream.
+pub async fn check_many_elections_one_session(env: &Env) {
+    let s = env.session().await;
+    let me = cand("many");
+    let mut held = Vec::new();
+    for i in 0..100 {
+        held.push(campaign(&s, &env.election(&format!("many/{i:03}")), &me).await);
+    }
+    tokio::time::sleep(env.timing.renew_deadline + env.timing.renew_interval).await;
+    assert!(
+        held.iter().all(Leadership::is_leader),
+        "a grant lapsed while the session renewed"
+    );
+    let tokens: Vec<_> = held.iter().map(Leadership::token).collect();
+    for l in held {
+        l.resign().await.expect("resign");
+    }
+    assert_eq!(tokens.len(), 100);
+}
+
+/// Run every check against `env`'s backend, one `#[tokio::test]` per clause.
+///
+/// `$make_env` is an async expression evaluating to an [`Env`]. The calling crate needs
+/// `tokio` (with `macros`, `rt-multi-thread`) in its dev-dependencies.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make_env:expr) => {
+        $crate::conformance_tests!(@multi $make_env;
+            clause_01_at_most_one_holder => check_at_most_one_holder,
+            clause_02_monotonic_tokens => check_monotonic_tokens,
+            clause_03_lost_is_final => check_lost_is_final,
+            clause_05_graceful_handover => check_graceful_handover,
+            clause_06_crash_failover => check_crash_failover,
+            clause_07_no_herd => check_no_herd,
+            clause_08_connection_loss => check_connection_loss,
+            clause_09_observe => check_observe,
+            clause_10_run_when_leader => check_run_when_leader,
+            clause_11_stall_detection => check_stall_detection,
+            clause_12_bad_input => check_bad_input,
+            session_holds_many_elections => check_many_elections_one_session
+        );
+        #[tokio::test(flavor = "current_thread")]
+        async fn clause_04_is_leader_honest_without_io() {
+            let env = $make_env.await;
+            $crate::testing::check_is_leader_honest_without_io(&env).await;
+        }
+    };
+    (@multi $make_env:expr; $($name:ident => $check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let env = $make_env.await;
+                $crate::testing::$check(&env).await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,64 @@
+//! Choosing a backend from a URL.
+
+use std::sync::Arc;
+
+use crate::backend::DynBackend;
+use crate::error::{Error, Result};
+use crate::memory::{MemoryBackend, MEM_SCHEME};
+
+/// Split `scheme://rest` into its lowercase scheme and the rest; a URL without `://`
+/// or with an empty or non-alphanumeric scheme is `InvalidArgument`.
+pub fn split_scheme(url: &str) -> Result<(String, &str)> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(Error::invalid(format!(
+            "backend url {url:?}: expected scheme://…, e.g. mem:// or etcd://127.0.0.1:2379"
+        )));
+    };
+    if scheme.is_empty()
+        || !scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    {
+        return Err(Error::invalid(format!(
+            "backend url {url:?}: {scheme:?} is not a valid scheme"
+        )));
+    }
+    Ok((scheme.to_ascii_lowercase(), rest))
+}
+
+/// Open the backend named by `url`. The core knows only `mem://`; the `tenure` facade's
+/// `connect` adds every backend enabled by cargo features.
+pub fn connect(url: &str) -> Result<DynBackend> {
+    let (scheme, _) = split_scheme(url)?;
+    if scheme == MEM_SCHEME {
+        return Ok(Arc::new(MemoryBackend::from_url(url)?));
+    }
+    Err(Error::invalid(format!(
+        "backend url {url:?}: unknown scheme {scheme:?} (known here: mem)"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+
+    #[test]
+    fn urls() {
+        assert_eq!(connect("mem://").unwrap().scheme(), "mem");
+        assert_eq!(connect("MEM://shared-1").unwrap().scheme(), "mem");
+        for bad in [
+            "",
+            "mem",
+            "://x",
+            "mem:/x",
+            "zz://x",
+            "mem://a b",
+            "m m://x",
+        ] {
+            let e = connect(bad).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}");
+            assert!(e.message().contains("url"), "{e}");
+        }
+    }
+}
