@@ -1,0 +1,681 @@
+//! Proves the harness against the real servers on this machine.
+//!
+//! Needs etcd, ZooKeeper, Redis and Azurite: `bash scripts/install-test-deps.sh`.
+//! Run with `cargo test -p tenure-integration -- --test-threads=2`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tenure_integration::{
+    check_fencing, check_fencing_at, monotonic_now_ns, tenures, AzuriteServer, CandidateProcess,
+    EtcdServer, Event, FencingViolation, GuardedResource, HarnessError, LinkState, RedisServer,
+    TcpProxy, TenureEnd, WriteReply, ZooKeeperServer,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const QUICK: Duration = Duration::from_millis(500);
+const PATIENT: Duration = Duration::from_secs(5);
+
+/// Sends `request` on a fresh connection and reads until `done` or EOF,
+/// failing after `timeout`.
+async fn exchange(
+    addr: SocketAddr,
+    request: &[u8],
+    done: impl Fn(&[u8]) -> bool,
+    timeout: Duration,
+) -> Result<Vec<u8>, String> {
+    let work = async {
+        let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        stream.write_all(request).await.map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut buf).await.map_err(|e| e.to_string())?;
+            if n == 0 || {
+                answer.extend_from_slice(&buf[..n]);
+                done(&answer)
+            } {
+                return Ok(answer);
+            }
+        }
+    };
+    tokio::time::timeout(timeout, work)
+        .await
+        .unwrap_or_else(|_| Err("timed out".to_owned()))
+}
+
+async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = exchange(addr, request.as_bytes(), |_| false, timeout).await?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+async fn etcd_healthy(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let answer = http(addr, "GET", "/health", "", timeout).await?;
+    if answer.contains("\"health\":\"true\"") {
+        Ok(())
+    } else {
+        Err(answer)
+    }
+}
+
+async fn zk_ruok(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let answer = exchange(addr, b"ruok", |_| false, timeout).await?;
+    if answer == b"imok" {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&answer).into_owned())
+    }
+}
+
+async fn redis_ping(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let answer = exchange(
+        addr,
+        b"*1\r\n$4\r\nPING\r\n",
+        |a| a.ends_with(b"\r\n"),
+        timeout,
+    )
+    .await?;
+    if answer == b"+PONG\r\n" {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&answer).into_owned())
+    }
+}
+
+async fn azurite_answers(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let answer = http(addr, "GET", "/devstoreaccount1?comp=list", "", timeout).await?;
+    if answer.starts_with("HTTP/1.1 ") {
+        Ok(())
+    } else {
+        Err(answer)
+    }
+}
+
+/// The fault-injection life cycle every server handle must support:
+/// answers; paused, does not; resumed, does; killed, refuses; restarted on
+/// the same port with a new process, answers again.
+macro_rules! check_lifecycle {
+    ($server:expr, $ping:ident) => {{
+        let server = &mut $server;
+        let addr = server.addr();
+        assert!(!server.is_external());
+        $ping(addr, PATIENT).await.expect("answers after start");
+
+        server.pause().unwrap();
+        let err = $ping(addr, QUICK)
+            .await
+            .expect_err("must not answer while paused");
+        assert_eq!(err, "timed out");
+        server.resume().unwrap();
+        $ping(addr, PATIENT).await.expect("answers after resume");
+
+        let pid = server.pid().unwrap();
+        server.restart().await.unwrap();
+        eprintln!(
+            "{} restarted in {:?}",
+            stringify!($ping),
+            server.startup_time().unwrap()
+        );
+        assert_eq!(server.addr(), addr, "restart keeps the port");
+        assert_ne!(server.pid().unwrap(), pid, "restart starts a new process");
+        $ping(addr, PATIENT).await.expect("answers after restart");
+
+        // Restarting a paused server works too.
+        server.pause().unwrap();
+        server.restart().await.unwrap();
+        $ping(addr, PATIENT)
+            .await
+            .expect("answers after restart from pause");
+
+        server.kill().await.unwrap();
+        assert!(server.pid().is_none());
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "killed server refuses"
+        );
+        assert!(matches!(
+            server.pause(),
+            Err(HarnessError::NotRunning { .. })
+        ));
+        server.restart().await.unwrap();
+        $ping(addr, PATIENT)
+            .await
+            .expect("answers after kill + restart");
+    }};
+}
+
+#[tokio::test]
+async fn etcd_server_lifecycle_and_data_survive_restart() {
+    let mut etcd = EtcdServer::start().await.unwrap();
+    eprintln!("etcd ready in {:?}", etcd.startup_time().unwrap());
+    assert_eq!(etcd.endpoint(), format!("http://{}", etcd.addr()));
+    let data_dir = etcd.data_dir().unwrap().to_path_buf();
+    assert!(data_dir.join("member").is_dir(), "etcd uses the data dir");
+
+    // key "tenure" = "v1", through etcd's JSON gateway (base64 fields).
+    let put = http(
+        etcd.addr(),
+        "POST",
+        "/v3/kv/put",
+        r#"{"key":"dGVudXJl","value":"djE="}"#,
+        PATIENT,
+    )
+    .await
+    .unwrap();
+    assert!(put.starts_with("HTTP/1.1 200"), "{put}");
+
+    check_lifecycle!(etcd, etcd_healthy);
+
+    assert_eq!(etcd.data_dir().unwrap(), data_dir);
+    let range = http(
+        etcd.addr(),
+        "POST",
+        "/v3/kv/range",
+        r#"{"key":"dGVudXJl"}"#,
+        PATIENT,
+    )
+    .await
+    .unwrap();
+    assert!(range.contains(r#""value":"djE=""#), "{range}");
+
+    drop(etcd);
+    assert!(!data_dir.exists(), "drop removes the data dir");
+}
+
+#[tokio::test]
+async fn zookeeper_server_lifecycle() {
+    let mut zk = ZooKeeperServer::start().await.unwrap();
+    eprintln!("ZooKeeper ready in {:?}", zk.startup_time().unwrap());
+    assert_eq!(zk.endpoint(), zk.addr().to_string());
+    let srvr = exchange(zk.addr(), b"srvr", |_| false, PATIENT)
+        .await
+        .unwrap();
+    let srvr = String::from_utf8_lossy(&srvr);
+    assert!(srvr.contains("Mode: standalone"), "{srvr}");
+
+    check_lifecycle!(zk, zk_ruok);
+
+    // tickTime=1000 shows in `conf`.
+    let conf = exchange(zk.addr(), b"conf", |_| false, PATIENT)
+        .await
+        .unwrap();
+    let conf = String::from_utf8_lossy(&conf);
+    assert!(conf.contains("tickTime=1000"), "{conf}");
+    assert!(conf.contains("maxSessionTimeout=20000"), "{conf}");
+}
+
+#[tokio::test]
+async fn redis_server_lifecycle() {
+    let mut redis = RedisServer::start().await.unwrap();
+    eprintln!("Redis ready in {:?}", redis.startup_time().unwrap());
+    assert_eq!(redis.endpoint(), format!("redis://{}", redis.addr()));
+    check_lifecycle!(redis, redis_ping);
+}
+
+#[tokio::test]
+async fn azurite_server_lifecycle() {
+    let mut azurite = AzuriteServer::start().await.unwrap();
+    eprintln!("Azurite ready in {:?}", azurite.startup_time().unwrap());
+    assert_eq!(
+        azurite.endpoint(),
+        format!("http://{}/devstoreaccount1", azurite.addr())
+    );
+    check_lifecycle!(azurite, azurite_answers);
+}
+
+/// A local echo server for the proxy tests.
+async fn echo_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = stream.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    addr
+}
+
+async fn echo_roundtrip(
+    stream: &mut TcpStream,
+    text: &[u8],
+    timeout: Duration,
+) -> Result<(), String> {
+    stream.write_all(text).await.map_err(|e| e.to_string())?;
+    let mut got = vec![0u8; text.len()];
+    match tokio::time::timeout(timeout, stream.read_exact(&mut got)).await {
+        Err(_) => Err("timed out".to_owned()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Ok(_)) if got == text => Ok(()),
+        Ok(Ok(_)) => Err(format!("echoed {got:?}")),
+    }
+}
+
+async fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + PATIENT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn proxy_forwards_cuts_blackholes_and_heals() {
+    let upstream = echo_server().await;
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    assert_eq!(proxy.upstream(), upstream);
+    assert_eq!(proxy.state(), LinkState::Healthy);
+
+    // Forwards.
+    let mut a = TcpStream::connect(proxy.addr()).await.unwrap();
+    echo_roundtrip(&mut a, b"hello", PATIENT).await.unwrap();
+    let mut b = TcpStream::connect(proxy.addr()).await.unwrap();
+    echo_roundtrip(&mut b, b"world", PATIENT).await.unwrap();
+    assert_eq!(proxy.connections_accepted(), 2);
+    assert_eq!(proxy.open_connections(), 2);
+
+    // Cut: open connections are closed, new ones refused.
+    proxy.cut().await.unwrap();
+    assert_eq!(proxy.state(), LinkState::Cut);
+    assert_eq!(proxy.open_connections(), 0);
+    let mut buf = [0u8; 8];
+    let read = tokio::time::timeout(PATIENT, a.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(matches!(read, Ok(0) | Err(_)), "cut closes: {read:?}");
+    let refused = TcpStream::connect(proxy.addr()).await;
+    assert_eq!(
+        refused.unwrap_err().kind(),
+        std::io::ErrorKind::ConnectionRefused
+    );
+
+    // Heal: the same address accepts and forwards again.
+    proxy.heal().await.unwrap();
+    let mut c = TcpStream::connect(proxy.addr()).await.unwrap();
+    echo_roundtrip(&mut c, b"again", PATIENT).await.unwrap();
+    assert_eq!(proxy.connections_accepted(), 3);
+
+    // Black hole: connections stay open, bytes vanish both ways.
+    proxy.blackhole().await.unwrap();
+    assert_eq!(
+        echo_roundtrip(&mut c, b"lost", QUICK).await,
+        Err("timed out".to_owned())
+    );
+    let mut d = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert_eq!(
+        echo_roundtrip(&mut d, b"void", QUICK).await,
+        Err("timed out".to_owned())
+    );
+    wait_until("the black-holed connection is counted", || {
+        proxy.open_connections() == 2
+    })
+    .await;
+    // Closing our end is swallowed too: the upstream side stays open.
+    drop(d);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // Heal: the open connection carries new bytes again; the lost ones
+    // stay lost.
+    proxy.heal().await.unwrap();
+    echo_roundtrip(&mut c, b"back", PATIENT).await.unwrap();
+    wait_until("the closed connection is gone", || {
+        proxy.open_connections() == 1
+    })
+    .await;
+
+    drop(proxy);
+    let read = tokio::time::timeout(PATIENT, c.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(matches!(read, Ok(0) | Err(_)), "drop closes: {read:?}");
+}
+
+#[tokio::test]
+async fn proxy_in_front_of_a_real_server() {
+    let redis = RedisServer::start().await.unwrap();
+    let proxy = TcpProxy::start(redis.addr()).await.unwrap();
+    redis_ping(proxy.addr(), PATIENT).await.unwrap();
+    proxy.blackhole().await.unwrap();
+    assert_eq!(
+        redis_ping(proxy.addr(), QUICK).await,
+        Err("timed out".to_owned())
+    );
+    proxy.cut().await.unwrap();
+    assert!(redis_ping(proxy.addr(), QUICK).await.is_err());
+    proxy.heal().await.unwrap();
+    redis_ping(proxy.addr(), PATIENT).await.unwrap();
+}
+
+#[tokio::test]
+async fn guarded_resource_accepts_and_refuses() {
+    let resource = GuardedResource::start().await.unwrap();
+    assert_eq!(resource.write("e1", 5, "a").await.unwrap(), WriteReply::Ok);
+    assert_eq!(resource.write("e1", 5, "a").await.unwrap(), WriteReply::Ok);
+    assert_eq!(
+        resource.write("e1", 4, "b").await.unwrap(),
+        WriteReply::Stale(5)
+    );
+    assert_eq!(resource.write("e1", 9, "b").await.unwrap(), WriteReply::Ok);
+    assert_eq!(resource.write("e2", 1, "c").await.unwrap(), WriteReply::Ok);
+    assert_eq!(resource.highest("e1"), Some(9));
+    assert_eq!(resource.highest("e2"), Some(1));
+    assert_eq!(resource.highest("e3"), None);
+
+    let writes = resource.writes();
+    assert_eq!(writes.len(), 5);
+    assert!(writes.windows(2).all(|w| w[0].mono_ns <= w[1].mono_ns));
+    let refused = resource.refused();
+    assert_eq!(refused.len(), 1);
+    assert_eq!((refused[0].token, refused[0].writer.as_str()), (4, "b"));
+    assert_eq!(refused[0].highest_before, Some(5));
+    assert_eq!(resource.accepted().len(), 4);
+
+    // A raw client can pipeline several lines on one connection.
+    let answer = exchange(
+        resource.addr(),
+        b"WRITE e1 10 x\nWRITE e1 2 y\nHELLO\n",
+        |a| a.iter().filter(|&&b| b == b'\n').count() == 3,
+        PATIENT,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&answer),
+        "OK\nSTALE 10\nERR unknown request\n"
+    );
+    assert_eq!(resource.malformed(), ["HELLO"]);
+}
+
+#[tokio::test]
+async fn shell_writer_loop_speaks_to_the_guarded_resource() {
+    let resource = GuardedResource::start().await.unwrap();
+    let command = resource.write_loop_command(Duration::from_millis(50));
+    let writer = |token: &str, id: &str| {
+        CandidateProcess::spawn(
+            Path::new("bash"),
+            &["-c".to_owned(), command.clone()],
+            [
+                ("TENURE_ELECTION", "e1"),
+                ("TENURE_TOKEN", token),
+                ("TENURE_ID", id),
+            ],
+        )
+        .unwrap()
+    };
+    let mut old = writer("3", "old");
+    wait_until("the old writer wrote", || resource.accepted().len() >= 2).await;
+    let mut new = writer("4", "new");
+    wait_until("the old writer is refused", || {
+        resource.refused().iter().any(|w| w.writer == "old")
+    })
+    .await;
+    new.kill_group().await.unwrap();
+    old.kill_group().await.unwrap();
+
+    let writes = resource.writes();
+    assert!(
+        resource.malformed().is_empty(),
+        "{:?}",
+        resource.malformed()
+    );
+    assert!(writes.iter().any(|w| w.writer == "new" && w.accepted));
+    let first_new = writes.iter().position(|w| w.writer == "new").unwrap();
+    assert!(
+        writes[first_new..]
+            .iter()
+            .filter(|w| w.writer == "old")
+            .all(|w| !w.accepted && w.highest_before == Some(4)),
+        "{writes:#?}"
+    );
+    assert_eq!(resource.highest("e1"), Some(4));
+}
+
+/// A fake candidate: bash printing event lines with the harness's clock
+/// readings passed in through the environment.
+fn fake_candidate(script: &str, env: &[(&str, String)]) -> CandidateProcess {
+    CandidateProcess::spawn(
+        Path::new("bash"),
+        &[
+            "-c".to_owned(),
+            script.to_owned(),
+            "--id".to_owned(),
+            "fake".to_owned(),
+        ],
+        env.iter().map(|(k, v)| (*k, v.as_str())),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn candidate_process_collects_events_and_takes_signals() {
+    let t0 = monotonic_now_ns();
+    let script = r#"
+        echo "{\"event\":\"campaigning\",\"election\":\"e1\",\"id\":\"c1\",\"mono_ns\":$T0}"
+        echo "some plain output"
+        echo "a warning" >&2
+        sleep 0.2
+        echo "{\"event\":\"elected\",\"election\":\"e1\",\"id\":\"c1\",\"token\":5,\"mono_ns\":$T0}"
+        while :; do echo tick; sleep 0.05; done
+    "#;
+    let mut c = fake_candidate(script, &[("T0", t0.to_string())]);
+    assert!(c.label().contains("--id fake"), "{}", c.label());
+
+    let elected = c
+        .wait_for_event(|e| e.is(Event::ELECTED), PATIENT)
+        .await
+        .unwrap();
+    assert_eq!((elected.token, elected.mono_ns), (Some(5), t0));
+    assert_eq!(elected.id, "c1");
+    let kinds: Vec<String> = c.events().into_iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, ["campaigning", "elected"]);
+    assert_eq!(c.other_stdout()[0], "some plain output");
+    wait_until("stderr is read", || c.stderr_tail().contains("a warning")).await;
+
+    // A missing event times out with the events so far in the message.
+    let err = c.wait_for_kind(Event::LOST, QUICK).await.unwrap_err();
+    assert!(matches!(err, HarnessError::EventTimeout { .. }), "{err}");
+    assert!(err.to_string().contains("elected e1"), "{err}");
+
+    // Paused, it prints nothing; resumed, it goes on.
+    c.pause().unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = c.other_stdout().len();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(c.other_stdout().len(), before, "paused process printed");
+    c.resume().unwrap();
+    wait_until("resumed process prints", || {
+        c.other_stdout().len() > before + 2
+    })
+    .await;
+
+    let killed_at = c.kill().await.unwrap();
+    assert!(killed_at > t0);
+    assert!(c.pid().is_none());
+    assert!(matches!(c.pause(), Err(HarnessError::NotRunning { .. })));
+    let last = c.wait_for_kind(Event::KILLED, PATIENT).await.unwrap();
+    assert!(last.synthetic);
+    assert_eq!(last.mono_ns, killed_at);
+
+    let ts = tenures(&[c.events()], monotonic_now_ns());
+    assert_eq!(ts.len(), 1);
+    assert_eq!((ts[0].end, ts[0].end_ns), (TenureEnd::Killed, killed_at));
+}
+
+#[tokio::test]
+async fn candidate_terminate_and_exit() {
+    let script = r#"
+        trap 'echo "{\"event\":\"resigned\",\"election\":\"e1\",\"id\":\"c1\",\"token\":1,\"mono_ns\":1}"; exit 3' TERM
+        echo "{\"event\":\"elected\",\"election\":\"e1\",\"id\":\"c1\",\"token\":1,\"mono_ns\":0}"
+        while :; do sleep 0.05; done
+    "#;
+    let mut c = fake_candidate(script, &[]);
+    c.wait_for_kind(Event::ELECTED, PATIENT).await.unwrap();
+    c.pause().unwrap();
+    let status = c.terminate().await.unwrap();
+    assert_eq!(status.code(), Some(3));
+    c.wait_for_kind(Event::EXITED, PATIENT).await.unwrap();
+    assert!(c.events().iter().any(|e| e.is(Event::RESIGNED)));
+
+    // A process that ends without the awaited event ends the wait early.
+    let mut quick = fake_candidate("echo bye", &[]);
+    let started = Instant::now();
+    let err = quick
+        .wait_for_kind(Event::ELECTED, Duration::from_secs(20))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, HarnessError::EventStreamEnded { .. }),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(quick.wait_exit(PATIENT).await.unwrap().success());
+}
+
+fn pid_alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+#[tokio::test]
+async fn dropping_a_candidate_kills_the_commands_it_started() {
+    let c = fake_candidate("sleep 300 & echo \"child $!\"; wait", &[]);
+    let deadline = Instant::now() + PATIENT;
+    let pid = loop {
+        if let Some(line) = c.other_stdout().first() {
+            break line.trim_start_matches("child ").parse::<i32>().unwrap();
+        }
+        assert!(Instant::now() < deadline, "no child pid printed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(pid_alive(pid));
+    drop(c);
+    wait_until("the grandchild is gone", || !pid_alive(pid)).await;
+}
+
+fn ev(kind: &str, id: &str, token: Option<u64>, at: u64) -> Event {
+    Event::new(kind, "e1", id, token, at)
+}
+
+#[test]
+fn fencing_checker_passes_a_clean_history() {
+    let logs = vec![
+        vec![
+            ev("campaigning", "a", None, 1),
+            ev("elected", "a", Some(1), 10),
+            ev("lost", "a", Some(1), 20),
+            ev("campaigning", "a", None, 21),
+            ev("elected", "a", Some(4), 50),
+            ev("resigned", "a", Some(4), 60),
+        ],
+        vec![
+            ev("elected", "b", Some(2), 20), // touching ends are fine
+            ev("killed", "", None, 30),
+        ],
+        vec![
+            ev("elected", "c", Some(3), 35),
+            ev("lost", "c", Some(3), 49),
+            ev("elected", "c", Some(5), 70), // still leader "now"
+        ],
+        // Another election is checked on its own.
+        vec![Event::new("elected", "e2", "z", Some(1), 15)],
+    ];
+    let violations = check_fencing_at(&logs, 100);
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(tenures(&logs, 100).len(), 6);
+}
+
+#[test]
+fn fencing_checker_finds_a_planted_overlap() {
+    let logs = vec![
+        vec![
+            ev("elected", "a", Some(1), 10),
+            ev("lost", "a", Some(1), 40),
+        ],
+        vec![
+            ev("elected", "b", Some(2), 30),
+            ev("resigned", "b", Some(2), 50),
+        ],
+    ];
+    let violations = check_fencing_at(&logs, 100);
+    assert_eq!(violations.len(), 1, "{violations:#?}");
+    match &violations[0] {
+        FencingViolation::Overlap { first, second } => {
+            assert_eq!((first.id.as_str(), second.id.as_str()), ("a", "b"));
+        }
+        other => panic!("expected an overlap, got {other}"),
+    }
+    assert!(
+        violations[0].to_string().contains("overlap by 10 ns"),
+        "{}",
+        violations[0]
+    );
+
+    // A leader that never ended overlaps a later one until "now"; a killed
+    // one only until its kill.
+    let open = vec![
+        vec![ev("elected", "a", Some(1), 10)],
+        vec![ev("elected", "b", Some(2), 30)],
+    ];
+    assert_eq!(check_fencing_at(&open, 100).len(), 1);
+    let killed = vec![
+        vec![ev("elected", "a", Some(1), 10), ev("killed", "", None, 25)],
+        vec![ev("elected", "b", Some(2), 30)],
+    ];
+    assert!(check_fencing_at(&killed, 100).is_empty());
+    // With the real clock, "now" is later than any planted time.
+    assert_eq!(check_fencing(&open).len(), 1);
+}
+
+#[test]
+fn fencing_checker_finds_a_planted_non_increasing_token() {
+    let logs = vec![
+        vec![
+            ev("elected", "a", Some(7), 10),
+            ev("lost", "a", Some(7), 20),
+        ],
+        vec![
+            ev("elected", "b", Some(7), 30),
+            ev("lost", "b", Some(7), 40),
+        ],
+        vec![
+            ev("elected", "c", Some(3), 50),
+            ev("lost", "c", Some(3), 60),
+        ],
+        vec![ev("elected", "d", None, 70)],
+    ];
+    let violations = check_fencing_at(&logs, 100);
+    let summary: Vec<String> = violations
+        .iter()
+        .map(|v| match v {
+            FencingViolation::TokenNotIncreasing { earlier, later } => {
+                format!(
+                    "{}:{:?}>={}:{:?}",
+                    earlier.id, earlier.token, later.id, later.token
+                )
+            }
+            FencingViolation::MissingToken { tenure } => format!("missing {}", tenure.id),
+            other => format!("unexpected {other}"),
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        ["a:Some(7)>=b:Some(7)", "b:Some(7)>=c:Some(3)", "missing d"]
+    );
+}
