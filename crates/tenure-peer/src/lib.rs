@@ -1,0 +1,37 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
+
+mod bully;
+mod candidate;
+mod config;
+mod heartbeat;
+mod invitation;
+mod machine;
+mod message;
+mod quorum;
+mod ring;
+mod types;
+
+pub mod sim;
+pub mod wire;
+
+pub use bully::{Bully, NextInLine, DEFAULT_ALTERNATIVES};
+pub use candidate::CandidateOrdinary;
+pub use config::{Config, ConfigError, Timing, MAX_MEMBERS};
+pub use heartbeat::Heartbeat;
+pub use invitation::Invitation;
+pub use machine::ElectionAlgorithm;
+pub use message::{Message, MessageKind};
+pub use quorum::QuorumGuard;
+pub use ring::{Ring, RingVariant};
+pub use types::{Durable, Event, Instant, Leader, PeerId};

@@ -1,0 +1,219 @@
+//! The interface every election state machine offers, and the bookkeeping
+//! they share.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use crate::config::Config;
+use crate::message::Message;
+use crate::types::{Durable, Event, Instant, Leader, PeerId};
+
+/// A sans-IO leader-election state machine.
+///
+/// The driver (the [`sim`](crate::sim) simulator, or a transport) feeds it
+/// inputs, each stamped with the current time, and after every input drains
+/// its outputs:
+///
+/// * inputs: [`start`](Self::start) once, then any number of
+///   [`handle_message`](Self::handle_message),
+///   [`handle_timeout`](Self::handle_timeout),
+///   [`peer_unreachable`](Self::peer_unreachable) and
+///   [`start_election`](Self::start_election);
+/// * outputs: [`poll_transmit`](Self::poll_transmit) until `None`,
+///   [`poll_event`](Self::poll_event) until `None`, then
+///   [`poll_timeout`](Self::poll_timeout) to learn when to call
+///   `handle_timeout` next.
+///
+/// A machine never reads a clock, opens a socket or draws a random number, so
+/// a run is a pure function of its inputs. It never panics on any message,
+/// from any sender, at any time.
+pub trait ElectionAlgorithm: fmt::Debug {
+    /// The configuration the machine was built with.
+    fn config(&self) -> &Config;
+
+    /// This process.
+    fn id(&self) -> PeerId {
+        self.config().id()
+    }
+
+    /// Starts the machine at `now`. Call once, before any other input.
+    fn start(&mut self, now: Instant);
+
+    /// A message from `from` arrived at `now`.
+    fn handle_message(&mut self, now: Instant, from: PeerId, msg: Message);
+
+    /// Time has reached `now`; timers due by then fire. Calling it early or
+    /// more often than asked is harmless.
+    fn handle_timeout(&mut self, now: Instant);
+
+    /// The transport could not deliver to `peer` (connection refused, no
+    /// route). Algorithms that wait for `peer` stop waiting; the ring skips
+    /// it.
+    fn peer_unreachable(&mut self, now: Instant, peer: PeerId);
+
+    /// The failure detector suspects the current leader (or there is none):
+    /// start an election now (candidate/ordinary first waits its tie-break
+    /// delay).
+    fn start_election(&mut self, now: Instant);
+
+    /// While leading, this process heard that `other` claims to lead too. The
+    /// default starts an election when `other` outranks this process, which
+    /// resolves the conflict for every rank-based algorithm.
+    fn leader_conflict(&mut self, now: Instant, other: PeerId) {
+        if other > self.id() {
+            self.start_election(now);
+        }
+    }
+
+    /// The next message to send, if any.
+    fn poll_transmit(&mut self) -> Option<(PeerId, Message)>;
+
+    /// When `handle_timeout` should next be called, if ever.
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    /// The next event, if any. Events mirror every change of
+    /// [`leader`](Self::leader).
+    fn poll_event(&mut self) -> Option<Event>;
+
+    /// The leader this process currently follows (possibly itself).
+    fn leader(&self) -> Option<Leader>;
+
+    /// State to persist across a crash; see [`Durable`].
+    fn durable(&self) -> Durable {
+        Durable::default()
+    }
+
+    /// Hands back persisted state after a restart, before `start`.
+    fn restore(&mut self, durable: Durable) {
+        let _ = durable;
+    }
+}
+
+impl<A: ElectionAlgorithm + ?Sized> ElectionAlgorithm for Box<A> {
+    fn config(&self) -> &Config {
+        (**self).config()
+    }
+    fn id(&self) -> PeerId {
+        (**self).id()
+    }
+    fn start(&mut self, now: Instant) {
+        (**self).start(now)
+    }
+    fn handle_message(&mut self, now: Instant, from: PeerId, msg: Message) {
+        (**self).handle_message(now, from, msg)
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        (**self).handle_timeout(now)
+    }
+    fn peer_unreachable(&mut self, now: Instant, peer: PeerId) {
+        (**self).peer_unreachable(now, peer)
+    }
+    fn start_election(&mut self, now: Instant) {
+        (**self).start_election(now)
+    }
+    fn leader_conflict(&mut self, now: Instant, other: PeerId) {
+        (**self).leader_conflict(now, other)
+    }
+    fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
+        (**self).poll_transmit()
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        (**self).poll_timeout()
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        (**self).poll_event()
+    }
+    fn leader(&self) -> Option<Leader> {
+        (**self).leader()
+    }
+    fn durable(&self) -> Durable {
+        (**self).durable()
+    }
+    fn restore(&mut self, durable: Durable) {
+        (**self).restore(durable)
+    }
+}
+
+/// Queued outputs plus the leader view whose changes become events.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    transmits: VecDeque<(PeerId, Message)>,
+    events: VecDeque<Event>,
+    view: Option<Leader>,
+}
+
+impl Outbox {
+    pub(crate) fn send(&mut self, to: PeerId, msg: Message) {
+        self.transmits.push_back((to, msg));
+    }
+
+    pub(crate) fn leader(&self) -> Option<Leader> {
+        self.view
+    }
+
+    /// Changes the view, queueing the event that describes the change.
+    pub(crate) fn set_leader(&mut self, leader: Option<Leader>) {
+        if leader == self.view {
+            return;
+        }
+        match leader {
+            Some(new) => self.events.push_back(Event::LeaderChanged {
+                leader: new.id,
+                epoch: new.epoch,
+            }),
+            None => {
+                if let Some(old) = self.view {
+                    self.events
+                        .push_back(Event::LeaderLost { epoch: old.epoch });
+                }
+            }
+        }
+        self.view = leader;
+    }
+
+    pub(crate) fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
+        self.transmits.pop_front()
+    }
+
+    pub(crate) fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}
+
+/// One optional deadline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Timer(Option<Instant>);
+
+impl Timer {
+    pub(crate) fn set(&mut self, at: Instant) {
+        self.0 = Some(at);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    pub(crate) fn at(self) -> Option<Instant> {
+        self.0
+    }
+
+    pub(crate) fn is_set(self) -> bool {
+        self.0.is_some()
+    }
+
+    /// True (and cleared) when the deadline has passed by `now`.
+    pub(crate) fn fire(&mut self, now: Instant) -> bool {
+        match self.0 {
+            Some(at) if at <= now => {
+                self.0 = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The earliest of several optional deadlines.
+pub(crate) fn earliest(deadlines: impl IntoIterator<Item = Option<Instant>>) -> Option<Instant> {
+    deadlines.into_iter().flatten().min()
+}

@@ -1,0 +1,508 @@
+//! The quorum guard: leadership only with a majority, fenced by epochs.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::machine::{earliest, ElectionAlgorithm, Outbox, Timer};
+use crate::message::Message;
+use crate::types::{Durable, Event, Instant, Leader, PeerId};
+
+#[derive(Debug)]
+enum Role {
+    Follower,
+    Campaigning {
+        epoch: u64,
+        started: Instant,
+        acks: BTreeSet<PeerId>,
+        nacks: BTreeSet<PeerId>,
+    },
+    Leading {
+        epoch: u64,
+        round: u64,
+        round_started: Instant,
+        acks: BTreeSet<PeerId>,
+        lease_expiry: Instant,
+    },
+}
+
+/// Quorum-guarded leadership around any election algorithm.
+///
+/// The wrapped algorithm only proposes: when it says this process leads, the
+/// guard campaigns for an epoch one above any it has seen, sending
+/// `QuorumRequest` to every member. A member acknowledges (`QuorumAck`) only
+/// an epoch above every epoch it has promised, and only when it holds no
+/// unexpired lease for another process; otherwise it refuses (`QuorumNack`
+/// with its promise). With acknowledgements from a majority of the *full*
+/// membership (itself included) the process leads: it emits
+/// [`Event::LeaderChanged`] with the epoch as fencing token and sends
+/// `QuorumRenew` at once and then every `renew_interval`. A member that
+/// accepts a renewal follows the leader until the lease lapses.
+///
+/// Guarantees, for any schedule of crashes, restarts, partitions and message
+/// loss, provided [`durable`](ElectionAlgorithm::durable) state survives
+/// restarts:
+///
+/// * at most one process leads in any epoch (two majorities share a member,
+///   and a member promises each epoch once);
+/// * a later leader has a strictly higher epoch (the shared member refuses
+///   anything not above its promise);
+/// * with one clock for everyone (the simulator) no two processes lead at the
+///   same instant: a leader steps down when `lease` has passed since it sent
+///   the last renewal a majority acknowledged, while each member that
+///   acknowledged refuses others until `lease` after it acknowledged. A
+///   restarted process refuses for one `lease` too. With real clocks the
+///   margin must cover their drift; fencing by epoch covers the rest.
+///
+/// Under a partition only a side holding a majority can elect; a leader cut
+/// off from its majority steps down within one `lease`. The guard also steps
+/// down when the wrapped algorithm stops naming this process, and retries a
+/// failed campaign after a rank-staggered delay. Cost: `2(n − 1)` messages per
+/// campaign and per renewal.
+#[derive(Debug)]
+pub struct QuorumGuard<A> {
+    inner: A,
+    out: Outbox,
+    role: Role,
+    inner_leads: bool,
+    /// Highest epoch promised to anyone (this process included).
+    promised: u64,
+    promised_to: Option<PeerId>,
+    /// No acknowledgement for others before this.
+    locked_until: Instant,
+    max_seen: u64,
+    campaign_timer: Timer,
+    renew_timer: Timer,
+    lease_timer: Timer,
+    retry_timer: Timer,
+    follow_timer: Timer,
+    transmits: VecDeque<(PeerId, Message)>,
+}
+
+impl<A: ElectionAlgorithm> QuorumGuard<A> {
+    /// Wraps `inner`.
+    pub fn new(inner: A) -> Self {
+        QuorumGuard {
+            inner,
+            out: Outbox::default(),
+            role: Role::Follower,
+            inner_leads: false,
+            promised: 0,
+            promised_to: None,
+            locked_until: Instant::ZERO,
+            max_seen: 0,
+            campaign_timer: Timer::default(),
+            renew_timer: Timer::default(),
+            lease_timer: Timer::default(),
+            retry_timer: Timer::default(),
+            follow_timer: Timer::default(),
+            transmits: VecDeque::new(),
+        }
+    }
+
+    /// The wrapped algorithm.
+    pub fn get_ref(&self) -> &A {
+        &self.inner
+    }
+
+    /// Unwraps the algorithm.
+    pub fn into_inner(self) -> A {
+        self.inner
+    }
+
+    /// The current fencing token while this process leads.
+    pub fn fencing_token(&self) -> Option<u64> {
+        match self.role {
+            Role::Leading { epoch, .. } => Some(epoch),
+            _ => None,
+        }
+    }
+
+    /// The highest epoch this process has promised.
+    pub fn promised_epoch(&self) -> u64 {
+        self.promised
+    }
+
+    fn me(&self) -> PeerId {
+        self.inner.id()
+    }
+
+    fn lease(&self) -> Duration {
+        self.inner.config().timing().lease
+    }
+
+    fn send_all(&mut self, msg: &Message) {
+        let others: Vec<PeerId> = self.inner.config().others().collect();
+        for peer in others {
+            self.transmits.push_back((peer, msg.clone()));
+        }
+    }
+
+    fn retry_delay(&self) -> Duration {
+        let config = self.inner.config();
+        let from_top = config
+            .members()
+            .iter()
+            .rev()
+            .position(|p| *p == config.id())
+            .unwrap_or(0);
+        let factor = u32::try_from(from_top).unwrap_or(u32::MAX);
+        config.timing().renew_interval + config.timing().tie_break_step.saturating_mul(factor)
+    }
+
+    /// Follows the wrapped algorithm's proposal after every input.
+    fn sync(&mut self, now: Instant) {
+        while self.inner.poll_event().is_some() {}
+        let me = self.me();
+        self.inner_leads = self.inner.leader().is_some_and(|l| l.id == me);
+        if self.inner_leads {
+            if matches!(self.role, Role::Follower) && !self.retry_timer.is_set() {
+                self.campaign(now);
+            }
+        } else {
+            self.retry_timer.clear();
+            if !matches!(self.role, Role::Follower) {
+                self.step_down();
+            }
+        }
+    }
+
+    fn campaign(&mut self, now: Instant) {
+        let me = self.me();
+        if now < self.locked_until && self.promised_to != Some(me) {
+            // Bound to another leader's lease: wait it out.
+            self.retry_timer.set(self.locked_until);
+            return;
+        }
+        let epoch = self.max_seen.max(self.promised).saturating_add(1);
+        self.promised = epoch;
+        self.promised_to = Some(me);
+        self.max_seen = epoch;
+        self.locked_until = now + self.lease();
+        self.role = Role::Campaigning {
+            epoch,
+            started: now,
+            acks: BTreeSet::from([me]),
+            nacks: BTreeSet::new(),
+        };
+        self.send_all(&Message::QuorumRequest { epoch });
+        self.campaign_timer
+            .set(now + self.inner.config().timing().answer_timeout);
+        self.check_campaign(now);
+    }
+
+    fn check_campaign(&mut self, now: Instant) {
+        let config = self.inner.config();
+        let majority = config.majority();
+        let members = config.members().len();
+        let (epoch, started, won, lost) = match &self.role {
+            Role::Campaigning {
+                epoch,
+                started,
+                acks,
+                nacks,
+            } => (
+                *epoch,
+                *started,
+                acks.len() >= majority,
+                nacks.len() > members - majority,
+            ),
+            _ => return,
+        };
+        if won {
+            self.campaign_timer.clear();
+            self.lead(now, epoch, started);
+        } else if lost {
+            self.give_up(now);
+        }
+    }
+
+    fn give_up(&mut self, now: Instant) {
+        self.campaign_timer.clear();
+        self.role = Role::Follower;
+        self.release_self_lock(now);
+        if self.inner_leads {
+            self.retry_timer.set(now + self.retry_delay());
+        }
+    }
+
+    fn release_self_lock(&mut self, now: Instant) {
+        if self.promised_to == Some(self.me()) {
+            self.locked_until = self.locked_until.min(now);
+        }
+    }
+
+    fn lead(&mut self, now: Instant, epoch: u64, started: Instant) {
+        let lease_expiry = started + self.lease();
+        self.role = Role::Leading {
+            epoch,
+            round: 0,
+            round_started: started,
+            acks: BTreeSet::new(),
+            lease_expiry,
+        };
+        self.lease_timer.set(lease_expiry);
+        self.follow_timer.clear();
+        self.out.set_leader(Some(Leader {
+            id: self.me(),
+            epoch,
+        }));
+        self.renew(now);
+    }
+
+    fn renew(&mut self, now: Instant) {
+        let me = self.me();
+        let majority = self.inner.config().majority();
+        let lease = self.lease();
+        let Role::Leading {
+            epoch,
+            round,
+            round_started,
+            acks,
+            lease_expiry,
+        } = &mut self.role
+        else {
+            return;
+        };
+        *round = round.saturating_add(1);
+        *round_started = now;
+        *acks = BTreeSet::from([me]);
+        if acks.len() >= majority {
+            *lease_expiry = (*lease_expiry).max(now + lease);
+        }
+        let msg = Message::QuorumRenew {
+            epoch: *epoch,
+            round: *round,
+        };
+        let expiry = *lease_expiry;
+        self.lease_timer.set(expiry);
+        self.locked_until = self.locked_until.max(now + lease);
+        self.send_all(&msg);
+        self.renew_timer
+            .set(now + self.inner.config().timing().renew_interval);
+    }
+
+    fn step_down(&mut self) {
+        let was_leading = matches!(self.role, Role::Leading { .. });
+        self.role = Role::Follower;
+        self.campaign_timer.clear();
+        self.renew_timer.clear();
+        self.lease_timer.clear();
+        if was_leading {
+            self.out.set_leader(None);
+        }
+    }
+
+    fn grantable(&self, now: Instant, from: PeerId, epoch: u64) -> bool {
+        epoch > self.promised && (now >= self.locked_until || self.promised_to == Some(from))
+    }
+
+    fn grant(&mut self, now: Instant, from: PeerId, epoch: u64) {
+        if !matches!(self.role, Role::Follower) {
+            self.step_down();
+        }
+        self.promised = epoch;
+        self.promised_to = Some(from);
+        self.locked_until = now + self.lease();
+    }
+
+    fn follow(&mut self, now: Instant, leader: PeerId, epoch: u64) {
+        self.out.set_leader(Some(Leader { id: leader, epoch }));
+        self.follow_timer.set(now + self.lease());
+    }
+
+    fn on_quorum(&mut self, now: Instant, from: PeerId, msg: Message) {
+        match msg {
+            Message::QuorumRequest { epoch } => {
+                self.max_seen = self.max_seen.max(epoch);
+                if self.grantable(now, from, epoch) {
+                    self.grant(now, from, epoch);
+                    self.transmits
+                        .push_back((from, Message::QuorumAck { epoch, round: 0 }));
+                } else {
+                    let promised = self.promised;
+                    self.transmits
+                        .push_back((from, Message::QuorumNack { epoch: promised }));
+                }
+            }
+            Message::QuorumRenew { epoch, round } => {
+                self.max_seen = self.max_seen.max(epoch);
+                let current = epoch == self.promised && self.promised_to == Some(from);
+                if current || self.grantable(now, from, epoch) {
+                    self.grant(now, from, epoch);
+                    self.follow(now, from, epoch);
+                    self.transmits
+                        .push_back((from, Message::QuorumAck { epoch, round }));
+                } else {
+                    let promised = self.promised;
+                    self.transmits
+                        .push_back((from, Message::QuorumNack { epoch: promised }));
+                }
+            }
+            Message::QuorumAck { epoch, round } => self.on_ack(now, from, epoch, round),
+            Message::QuorumNack { epoch } => {
+                self.max_seen = self.max_seen.max(epoch);
+                match &mut self.role {
+                    Role::Campaigning { nacks, acks, .. } => {
+                        if !acks.contains(&from) {
+                            nacks.insert(from);
+                        }
+                        self.check_campaign(now);
+                    }
+                    Role::Leading { epoch: mine, .. } if epoch > *mine => {
+                        // A member promised a later epoch: this leadership is over.
+                        self.step_down();
+                        self.release_self_lock(now);
+                        if self.inner_leads {
+                            self.retry_timer.set(now + self.retry_delay());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_ack(&mut self, now: Instant, from: PeerId, epoch: u64, round: u64) {
+        let majority = self.inner.config().majority();
+        let lease = self.lease();
+        match &mut self.role {
+            Role::Campaigning {
+                epoch: mine, acks, ..
+            } if *mine == epoch && round == 0 => {
+                acks.insert(from);
+                self.check_campaign(now);
+            }
+            Role::Leading {
+                epoch: mine,
+                round: current,
+                round_started,
+                acks,
+                lease_expiry,
+            } if *mine == epoch && *current == round => {
+                acks.insert(from);
+                if acks.len() >= majority {
+                    *lease_expiry = (*lease_expiry).max(*round_started + lease);
+                    let expiry = *lease_expiry;
+                    self.lease_timer.set(expiry);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
+    fn config(&self) -> &Config {
+        self.inner.config()
+    }
+
+    fn start(&mut self, now: Instant) {
+        // A restarted process may have acknowledged someone just before it
+        // crashed: refuse everyone for one lease.
+        self.locked_until = now + self.lease();
+        self.promised_to = None;
+        self.inner.start(now);
+        self.sync(now);
+    }
+
+    fn handle_message(&mut self, now: Instant, from: PeerId, msg: Message) {
+        if !self.inner.config().is_member(from) || from == self.me() {
+            return;
+        }
+        match msg {
+            Message::QuorumRequest { .. }
+            | Message::QuorumRenew { .. }
+            | Message::QuorumAck { .. }
+            | Message::QuorumNack { .. } => self.on_quorum(now, from, msg),
+            other => self.inner.handle_message(now, from, other),
+        }
+        self.sync(now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        // Lease first: a lapsed lease ends leadership before anything else.
+        if self.lease_timer.fire(now) {
+            if let Role::Leading { lease_expiry, .. } = self.role {
+                if now >= lease_expiry {
+                    self.step_down();
+                    self.release_self_lock(now);
+                    if self.inner_leads {
+                        self.retry_timer.set(now + self.retry_delay());
+                    }
+                } else {
+                    self.lease_timer.set(lease_expiry);
+                }
+            }
+        }
+        if self.follow_timer.fire(now) {
+            let following_other = self.out.leader().is_some_and(|l| l.id != self.me());
+            if following_other {
+                self.out.set_leader(None);
+            }
+        }
+        if self.campaign_timer.fire(now) && matches!(self.role, Role::Campaigning { .. }) {
+            self.give_up(now);
+        }
+        if self.renew_timer.fire(now) {
+            self.renew(now);
+        }
+        self.inner.handle_timeout(now);
+        if self.retry_timer.fire(now) && matches!(self.role, Role::Follower) && self.inner_leads {
+            self.campaign(now);
+        }
+        self.sync(now);
+    }
+
+    fn peer_unreachable(&mut self, now: Instant, peer: PeerId) {
+        self.inner.peer_unreachable(now, peer);
+        self.sync(now);
+    }
+
+    fn start_election(&mut self, now: Instant) {
+        self.inner.start_election(now);
+        self.sync(now);
+    }
+
+    fn leader_conflict(&mut self, now: Instant, other: PeerId) {
+        self.inner.leader_conflict(now, other);
+        self.sync(now);
+    }
+
+    fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
+        self.inner
+            .poll_transmit()
+            .or_else(|| self.transmits.pop_front())
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        earliest([
+            self.inner.poll_timeout(),
+            self.campaign_timer.at(),
+            self.renew_timer.at(),
+            self.lease_timer.at(),
+            self.retry_timer.at(),
+            self.follow_timer.at(),
+        ])
+    }
+
+    fn poll_event(&mut self) -> Option<Event> {
+        self.out.poll_event()
+    }
+
+    fn leader(&self) -> Option<Leader> {
+        self.out.leader()
+    }
+
+    fn durable(&self) -> Durable {
+        Durable {
+            epoch: self.promised.max(self.max_seen),
+        }
+    }
+
+    fn restore(&mut self, durable: Durable) {
+        self.promised = self.promised.max(durable.epoch);
+        self.max_seen = self.max_seen.max(durable.epoch);
+    }
+}

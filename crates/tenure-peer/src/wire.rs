@@ -1,0 +1,435 @@
+//! The wire encoding of [`Message`]: versioned, bounded, length-prefixed
+//! frames.
+//!
+//! A frame is
+//!
+//! ```text
+//! +----------------+---------+------+------------------+
+//! | length: u32 BE | version | kind | body             |
+//! +----------------+---------+------+------------------+
+//!   4 bytes          1 byte    1 byte  length − 2 bytes
+//! ```
+//!
+//! where `length` counts every byte after itself, `version` is
+//! [`WIRE_VERSION`], `kind` is [`MessageKind::index`], and the body holds the
+//! message's fields in declaration order: `u64` and `u32` big-endian, a
+//! [`PeerId`] as its `u64`, a list of peers as a `u16` count followed by the
+//! peers. A whole frame is at most [`MAX_FRAME_LEN`] bytes, a list at most
+//! [`MAX_PEERS_PER_LIST`] peers.
+//!
+//! [`decode`] never panics: any byte string either decodes to the message
+//! whose [`encode`] it is, or yields a [`DecodeError`] whose
+//! [`label`](DecodeError::label) a transport can count. A transport reading a
+//! stream calls [`frame_len`] to learn when a whole frame has arrived, and it
+//! rejects an oversized frame from its first four bytes, before buffering it.
+
+use std::fmt;
+
+use crate::config::MAX_MEMBERS;
+use crate::message::{Message, MessageKind};
+use crate::types::PeerId;
+
+/// The version byte this codec writes and accepts.
+pub const WIRE_VERSION: u8 = 1;
+
+/// The largest frame, length prefix included: 64 KiB.
+pub const MAX_FRAME_LEN: usize = 64 * 1024;
+
+/// The most peers one list may hold.
+pub const MAX_PEERS_PER_LIST: usize = MAX_MEMBERS;
+
+const PREFIX_LEN: usize = 4;
+
+/// Why bytes did not decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// The bytes end before the frame or a field does.
+    Truncated,
+    /// The length prefix announces more than [`MAX_FRAME_LEN`] bytes.
+    FrameTooLarge {
+        /// The frame length the prefix announces, prefix included.
+        len: usize,
+    },
+    /// The length prefix disagrees with the number of bytes given.
+    LengthMismatch {
+        /// Bytes after the prefix, as announced.
+        declared: usize,
+        /// Bytes after the prefix, as given.
+        actual: usize,
+    },
+    /// A version byte this codec does not speak.
+    UnsupportedVersion(u8),
+    /// A kind byte that names no message.
+    UnknownKind(u8),
+    /// A list longer than [`MAX_PEERS_PER_LIST`].
+    ListTooLong {
+        /// The announced count.
+        len: usize,
+    },
+    /// Bytes left over after the message's last field.
+    TrailingBytes {
+        /// How many.
+        extra: usize,
+    },
+}
+
+impl DecodeError {
+    /// A short, stable name for counting errors by cause.
+    pub fn label(&self) -> &'static str {
+        match self {
+            DecodeError::Truncated => "truncated",
+            DecodeError::FrameTooLarge { .. } => "frame_too_large",
+            DecodeError::LengthMismatch { .. } => "length_mismatch",
+            DecodeError::UnsupportedVersion(_) => "unsupported_version",
+            DecodeError::UnknownKind(_) => "unknown_kind",
+            DecodeError::ListTooLong { .. } => "list_too_long",
+            DecodeError::TrailingBytes { .. } => "trailing_bytes",
+        }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Truncated => write!(f, "frame truncated"),
+            DecodeError::FrameTooLarge { len } => {
+                write!(f, "frame of {len} bytes exceeds {MAX_FRAME_LEN}")
+            }
+            DecodeError::LengthMismatch { declared, actual } => {
+                write!(f, "frame declares {declared} bytes but has {actual}")
+            }
+            DecodeError::UnsupportedVersion(v) => write!(f, "unsupported wire version {v}"),
+            DecodeError::UnknownKind(k) => write!(f, "unknown message kind {k}"),
+            DecodeError::ListTooLong { len } => {
+                write!(f, "list of {len} peers exceeds {MAX_PEERS_PER_LIST}")
+            }
+            DecodeError::TrailingBytes { extra } => {
+                write!(f, "{extra} bytes after the message")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Why a message could not be encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// A list longer than [`MAX_PEERS_PER_LIST`].
+    ListTooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// The frame would exceed [`MAX_FRAME_LEN`].
+    FrameTooLarge {
+        /// Its length, prefix included.
+        len: usize,
+    },
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::ListTooLong { len } => {
+                write!(f, "list of {len} peers exceeds {MAX_PEERS_PER_LIST}")
+            }
+            EncodeError::FrameTooLarge { len } => {
+                write!(f, "frame of {len} bytes exceeds {MAX_FRAME_LEN}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for EncodeError {}
+
+/// Encodes `msg` as one frame.
+///
+/// Fails only for messages no state machine of this crate builds: a peer
+/// list longer than [`MAX_PEERS_PER_LIST`].
+pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
+    let mut out = Vec::with_capacity(32);
+    out.extend_from_slice(&[0; PREFIX_LEN]);
+    out.push(WIRE_VERSION);
+    out.push(tag(msg.kind()));
+    match msg {
+        Message::Election { epoch }
+        | Message::Alive { epoch }
+        | Message::Nominate { epoch }
+        | Message::Failover { epoch }
+        | Message::Heartbeat { epoch }
+        | Message::QuorumRequest { epoch }
+        | Message::QuorumNack { epoch } => put_u64(&mut out, *epoch),
+        Message::Elected {
+            leader,
+            epoch,
+            alternatives,
+        } => {
+            put_u64(&mut out, leader.get());
+            put_u64(&mut out, *epoch);
+            put_peers(&mut out, alternatives)?;
+        }
+        Message::Invite { epoch, group_size } => {
+            put_u64(&mut out, *epoch);
+            out.extend_from_slice(&group_size.to_be_bytes());
+        }
+        Message::Accept { epoch, members } => {
+            put_u64(&mut out, *epoch);
+            put_peers(&mut out, members)?;
+        }
+        Message::Redirect { leader } => put_u64(&mut out, leader.get()),
+        Message::RingElection {
+            initiator,
+            epoch,
+            hops,
+            live,
+        } => {
+            put_u64(&mut out, initiator.get());
+            put_u64(&mut out, *epoch);
+            out.extend_from_slice(&hops.to_be_bytes());
+            put_peers(&mut out, live)?;
+        }
+        Message::RingElected {
+            initiator,
+            leader,
+            epoch,
+            hops,
+            live,
+        } => {
+            put_u64(&mut out, initiator.get());
+            put_u64(&mut out, leader.get());
+            put_u64(&mut out, *epoch);
+            out.extend_from_slice(&hops.to_be_bytes());
+            put_peers(&mut out, live)?;
+        }
+        Message::QuorumRenew { epoch, round } | Message::QuorumAck { epoch, round } => {
+            put_u64(&mut out, *epoch);
+            put_u64(&mut out, *round);
+        }
+    }
+    if out.len() > MAX_FRAME_LEN {
+        return Err(EncodeError::FrameTooLarge { len: out.len() });
+    }
+    let body = u32::try_from(out.len() - PREFIX_LEN)
+        .map_err(|_| EncodeError::FrameTooLarge { len: out.len() })?;
+    if let Some(prefix) = out.get_mut(..PREFIX_LEN) {
+        prefix.copy_from_slice(&body.to_be_bytes());
+    }
+    Ok(out)
+}
+
+/// How long the frame at the start of `buf` is, prefix included, once all of
+/// it is in `buf`; `Ok(None)` while more bytes are needed.
+///
+/// Fails as soon as the prefix announces more than [`MAX_FRAME_LEN`] bytes.
+pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, DecodeError> {
+    let Some(prefix) = buf.get(..PREFIX_LEN) else {
+        return Ok(None);
+    };
+    let mut bytes = [0u8; PREFIX_LEN];
+    bytes.copy_from_slice(prefix);
+    let declared = usize::try_from(u32::from_be_bytes(bytes)).unwrap_or(usize::MAX);
+    let total = declared.saturating_add(PREFIX_LEN);
+    if total > MAX_FRAME_LEN {
+        return Err(DecodeError::FrameTooLarge { len: total });
+    }
+    Ok((buf.len() >= total).then_some(total))
+}
+
+/// Decodes one whole frame (prefix included, nothing after it).
+pub fn decode(frame: &[u8]) -> Result<Message, DecodeError> {
+    let total = match frame_len(frame)? {
+        Some(total) => total,
+        None => {
+            if frame.len() < PREFIX_LEN {
+                return Err(DecodeError::Truncated);
+            }
+            return Err(DecodeError::LengthMismatch {
+                declared: frame_len_declared(frame),
+                actual: frame.len() - PREFIX_LEN,
+            });
+        }
+    };
+    if frame.len() != total {
+        return Err(DecodeError::LengthMismatch {
+            declared: total - PREFIX_LEN,
+            actual: frame.len() - PREFIX_LEN,
+        });
+    }
+    let mut r = Reader {
+        buf: frame.get(PREFIX_LEN..).unwrap_or(&[]),
+    };
+    let version = r.u8()?;
+    if version != WIRE_VERSION {
+        return Err(DecodeError::UnsupportedVersion(version));
+    }
+    let tag_byte = r.u8()?;
+    let kind = MessageKind::from_index(usize::from(tag_byte))
+        .ok_or(DecodeError::UnknownKind(tag_byte))?;
+    let msg = match kind {
+        MessageKind::Election => Message::Election { epoch: r.u64()? },
+        MessageKind::Alive => Message::Alive { epoch: r.u64()? },
+        MessageKind::Nominate => Message::Nominate { epoch: r.u64()? },
+        MessageKind::Failover => Message::Failover { epoch: r.u64()? },
+        MessageKind::Heartbeat => Message::Heartbeat { epoch: r.u64()? },
+        MessageKind::QuorumRequest => Message::QuorumRequest { epoch: r.u64()? },
+        MessageKind::QuorumNack => Message::QuorumNack { epoch: r.u64()? },
+        MessageKind::Elected => Message::Elected {
+            leader: r.peer()?,
+            epoch: r.u64()?,
+            alternatives: r.peers()?,
+        },
+        MessageKind::Invite => Message::Invite {
+            epoch: r.u64()?,
+            group_size: r.u32()?,
+        },
+        MessageKind::Accept => Message::Accept {
+            epoch: r.u64()?,
+            members: r.peers()?,
+        },
+        MessageKind::Redirect => Message::Redirect { leader: r.peer()? },
+        MessageKind::RingElection => Message::RingElection {
+            initiator: r.peer()?,
+            epoch: r.u64()?,
+            hops: r.u32()?,
+            live: r.peers()?,
+        },
+        MessageKind::RingElected => Message::RingElected {
+            initiator: r.peer()?,
+            leader: r.peer()?,
+            epoch: r.u64()?,
+            hops: r.u32()?,
+            live: r.peers()?,
+        },
+        MessageKind::QuorumRenew => Message::QuorumRenew {
+            epoch: r.u64()?,
+            round: r.u64()?,
+        },
+        MessageKind::QuorumAck => Message::QuorumAck {
+            epoch: r.u64()?,
+            round: r.u64()?,
+        },
+    };
+    if !r.buf.is_empty() {
+        return Err(DecodeError::TrailingBytes {
+            extra: r.buf.len(),
+        });
+    }
+    Ok(msg)
+}
+
+fn frame_len_declared(frame: &[u8]) -> usize {
+    let mut bytes = [0u8; PREFIX_LEN];
+    if let Some(prefix) = frame.get(..PREFIX_LEN) {
+        bytes.copy_from_slice(prefix);
+    }
+    usize::try_from(u32::from_be_bytes(bytes)).unwrap_or(usize::MAX)
+}
+
+fn tag(kind: MessageKind) -> u8 {
+    u8::try_from(kind.index()).unwrap_or(u8::MAX)
+}
+
+fn put_u64(out: &mut Vec<u8>, value: u64) {
+    out.extend_from_slice(&value.to_be_bytes());
+}
+
+fn put_peers(out: &mut Vec<u8>, peers: &[PeerId]) -> Result<(), EncodeError> {
+    if peers.len() > MAX_PEERS_PER_LIST {
+        return Err(EncodeError::ListTooLong { len: peers.len() });
+    }
+    let count =
+        u16::try_from(peers.len()).map_err(|_| EncodeError::ListTooLong { len: peers.len() })?;
+    out.extend_from_slice(&count.to_be_bytes());
+    for peer in peers {
+        put_u64(out, peer.get());
+    }
+    Ok(())
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let (head, rest) = self.buf.split_at_checked(N).ok_or(DecodeError::Truncated)?;
+        let mut bytes = [0u8; N];
+        bytes.copy_from_slice(head);
+        self.buf = rest;
+        Ok(bytes)
+    }
+
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(u8::from_be_bytes(self.take::<1>()?))
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_be_bytes(self.take::<4>()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_be_bytes(self.take::<8>()?))
+    }
+
+    fn peer(&mut self) -> Result<PeerId, DecodeError> {
+        self.u64().map(PeerId)
+    }
+
+    fn peers(&mut self) -> Result<Vec<PeerId>, DecodeError> {
+        let len = usize::from(u16::from_be_bytes(self.take::<2>()?));
+        if len > MAX_PEERS_PER_LIST {
+            return Err(DecodeError::ListTooLong { len });
+        }
+        // The frame bound keeps this allocation small; check the bytes are
+        // there before allocating anyway.
+        if self.buf.len() < len.saturating_mul(8) {
+            return Err(DecodeError::Truncated);
+        }
+        let mut peers = Vec::with_capacity(len);
+        for _ in 0..len {
+            peers.push(self.peer()?);
+        }
+        Ok(peers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_layout_is_as_documented() {
+        let bytes = encode(&Message::Alive { epoch: 7 }).unwrap();
+        assert_eq!(bytes, [0, 0, 0, 10, WIRE_VERSION, 1, 0, 0, 0, 0, 0, 0, 0, 7]);
+        assert_eq!(frame_len(&bytes[..3]), Ok(None));
+        assert_eq!(frame_len(&bytes), Ok(Some(14)));
+        assert_eq!(decode(&bytes), Ok(Message::Alive { epoch: 7 }));
+    }
+
+    #[test]
+    fn rejects_malformed_frames() {
+        assert_eq!(decode(&[]), Err(DecodeError::Truncated));
+        assert_eq!(
+            frame_len(&[0xff, 0xff, 0xff, 0xff]),
+            Err(DecodeError::FrameTooLarge {
+                len: 0xffff_ffff + 4
+            })
+        );
+        let mut bytes = encode(&Message::Alive { epoch: 7 }).unwrap();
+        bytes[4] = 9;
+        assert_eq!(decode(&bytes), Err(DecodeError::UnsupportedVersion(9)));
+        bytes[4] = WIRE_VERSION;
+        bytes[5] = 200;
+        assert_eq!(decode(&bytes), Err(DecodeError::UnknownKind(200)));
+        let too_long = Message::Accept {
+            epoch: 1,
+            members: vec![PeerId(1); MAX_PEERS_PER_LIST + 1],
+        };
+        assert!(matches!(
+            encode(&too_long),
+            Err(EncodeError::ListTooLong { .. })
+        ));
+    }
+}
