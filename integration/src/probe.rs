@@ -6,6 +6,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// How a probe error that timed out begins.
+pub(crate) const NO_ANSWER: &str = "no answer";
+
 /// The most bytes a probe reads from one answer.
 const MAX_ANSWER: usize = 64 * 1024;
 
@@ -43,7 +46,7 @@ pub(crate) async fn exchange(
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(result) => result,
-        Err(_) => Err(format!("no answer within {timeout:?}")),
+        Err(_) => Err(format!("{NO_ANSWER} within {timeout:?}")),
     }
 }
 

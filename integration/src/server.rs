@@ -16,8 +16,13 @@ use crate::probe;
 /// How long a server may take to answer its readiness probe.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How long one readiness probe may wait for its answer.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// How long the first readiness probe may wait for its answer; each probe
+/// that times out doubles it, up to [`MAX_PROBE_TIMEOUT`]. Short at first so
+/// a probe caught in a half-started server does not hold up readiness.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The longest a readiness probe waits (for slow, loaded machines).
+const MAX_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Pause between readiness probes.
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
@@ -73,12 +78,12 @@ impl Kind {
         }
     }
 
-    async fn probe(self, addr: SocketAddr) -> std::result::Result<(), String> {
+    async fn probe(self, addr: SocketAddr, timeout: Duration) -> std::result::Result<(), String> {
         match self {
-            Kind::Etcd => probe::etcd(addr, PROBE_TIMEOUT).await,
-            Kind::ZooKeeper => probe::zookeeper(addr, PROBE_TIMEOUT).await,
-            Kind::Redis => probe::redis(addr, PROBE_TIMEOUT).await,
-            Kind::Azurite => probe::azurite(addr, PROBE_TIMEOUT).await,
+            Kind::Etcd => probe::etcd(addr, timeout).await,
+            Kind::ZooKeeper => probe::zookeeper(addr, timeout).await,
+            Kind::Redis => probe::redis(addr, timeout).await,
+            Kind::Azurite => probe::azurite(addr, timeout).await,
         }
     }
 
@@ -393,6 +398,7 @@ impl Local {
                 )
             })?;
         self.child = Some(child);
+        let mut timeout = PROBE_TIMEOUT;
         loop {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
@@ -404,12 +410,17 @@ impl Local {
                     });
                 }
             }
-            let last_probe = match kind.probe(addr).await {
+            let last_probe = match kind.probe(addr, timeout).await {
                 Ok(()) => {
                     self.startup = started.elapsed();
                     return Ok(());
                 }
-                Err(why) => why,
+                Err(why) => {
+                    if why.starts_with(probe::NO_ANSWER) {
+                        timeout = (timeout * 2).min(MAX_PROBE_TIMEOUT);
+                    }
+                    why
+                }
             };
             if started.elapsed() >= READY_TIMEOUT {
                 self.stop().await;
@@ -500,7 +511,7 @@ impl ServerCore {
             .ok_or_else(|| bad(format!("{host_port} resolves to no address")))?;
         let started = Instant::now();
         loop {
-            match kind.probe(addr).await {
+            match kind.probe(addr, MAX_PROBE_TIMEOUT).await {
                 Ok(()) => break,
                 Err(why) if started.elapsed() >= READY_TIMEOUT => {
                     return Err(HarnessError::NotReady {
