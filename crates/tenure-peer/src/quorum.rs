@@ -47,6 +47,9 @@ enum Role {
 ///   and a member promises each epoch once);
 /// * a later leader has a strictly higher epoch (the shared member refuses
 ///   anything not above its promise);
+/// * a renewal is accepted for any epoch at least as high as the member's
+///   promise: it proves its sender won that epoch, so accepting it cannot
+///   help a second process win it;
 /// * with one clock for everyone (the simulator) no two processes lead at the
 ///   same instant: a leader steps down when `lease` has passed since it sent
 ///   the last renewal a majority acknowledged, while each member that
@@ -327,8 +330,11 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             }
             Message::QuorumRenew { epoch, round } => {
                 self.max_seen = self.max_seen.max(epoch);
-                let current = epoch == self.promised && self.promised_to == Some(from);
-                if current || self.grantable(now, from, epoch) {
+                // A renewal proves its sender won `epoch` with a majority: the
+                // epoch cannot be won by anyone else, and every earlier
+                // leader's lease has run out. So it is accepted whatever this
+                // process promised, as long as it promised nothing later.
+                if epoch >= self.promised {
                     self.grant(now, from, epoch);
                     self.follow(now, from, epoch);
                     self.transmits
@@ -402,7 +408,6 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
         // A restarted process may have acknowledged someone just before it
         // crashed: refuse everyone for one lease.
         self.locked_until = now + self.lease();
-        self.promised_to = None;
         self.inner.start(now);
         self.sync(now);
     }
@@ -497,12 +502,16 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
 
     fn durable(&self) -> Durable {
         Durable {
-            epoch: self.promised.max(self.max_seen),
+            epoch: self.promised,
+            holder: self.promised_to,
         }
     }
 
     fn restore(&mut self, durable: Durable) {
-        self.promised = self.promised.max(durable.epoch);
+        if durable.epoch > self.promised {
+            self.promised = durable.epoch;
+            self.promised_to = durable.holder;
+        }
         self.max_seen = self.max_seen.max(durable.epoch);
     }
 }

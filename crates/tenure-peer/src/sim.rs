@@ -362,6 +362,12 @@ impl<A: ElectionAlgorithm> Simulation<A> {
         self
     }
 
+    /// Replaces the network model from now on (messages in flight keep
+    /// their delays).
+    pub fn set_network(&mut self, network: Network) {
+        self.network = network;
+    }
+
     /// The seed this run was built from.
     pub fn seed(&self) -> u64 {
         self.seed

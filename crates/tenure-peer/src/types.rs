@@ -122,6 +122,8 @@ pub enum Event {
 /// same epoch twice.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Durable {
-    /// The highest epoch this process has promised or used.
+    /// The highest epoch this process has promised (or campaigned for).
     pub epoch: u64,
+    /// The process that promise went to (this process when it campaigned).
+    pub holder: Option<PeerId>,
 }
