@@ -157,8 +157,9 @@ impl CandidateOrdinary {
     }
 
     fn decide(&mut self, now: Instant) {
-        let Phase::Collecting { epoch, mut alive, .. } =
-            std::mem::replace(&mut self.phase, Phase::Idle)
+        let Phase::Collecting {
+            epoch, mut alive, ..
+        } = std::mem::replace(&mut self.phase, Phase::Idle)
         else {
             return;
         };

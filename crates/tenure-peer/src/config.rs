@@ -136,9 +136,7 @@ impl Config {
                 return Err(ConfigError::new(format!("member {member} is listed twice")));
             }
             if seen.len() > MAX_MEMBERS {
-                return Err(ConfigError::new(format!(
-                    "more than {MAX_MEMBERS} members"
-                )));
+                return Err(ConfigError::new(format!("more than {MAX_MEMBERS} members")));
             }
         }
         if !seen.contains(&id) {

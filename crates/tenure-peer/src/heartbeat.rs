@@ -55,7 +55,8 @@ impl<A: ElectionAlgorithm> Heartbeat<A> {
     fn beat(&mut self, now: Instant, epoch: u64) {
         let others: Vec<PeerId> = self.inner.config().others().collect();
         for peer in others {
-            self.transmits.push_back((peer, Message::Heartbeat { epoch }));
+            self.transmits
+                .push_back((peer, Message::Heartbeat { epoch }));
         }
         self.beat_timer
             .set(now + self.inner.config().timing().heartbeat_interval);

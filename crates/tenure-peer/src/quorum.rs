@@ -515,3 +515,110 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
         self.max_seen = self.max_seen.max(durable.epoch);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Bully;
+
+    fn drain<A: ElectionAlgorithm>(m: &mut A) -> Vec<(PeerId, Message)> {
+        std::iter::from_fn(|| m.poll_transmit()).collect()
+    }
+
+    fn events<A: ElectionAlgorithm>(m: &mut A) -> Vec<Event> {
+        std::iter::from_fn(|| m.poll_event()).collect()
+    }
+
+    fn guard(id: u64) -> QuorumGuard<Bully> {
+        let config = Config::new(PeerId(id), [1, 2, 3].map(PeerId)).unwrap();
+        QuorumGuard::new(Bully::new(config))
+    }
+
+    #[test]
+    fn leads_only_with_a_majority_and_steps_down_without_one() {
+        let lease = crate::Timing::default().lease;
+        let mut g = guard(3);
+        g.start(Instant::ZERO);
+        // Bully makes 3 leader at once, but a fresh process waits one lease.
+        let sent = drain(&mut g);
+        assert!(sent
+            .iter()
+            .all(|(_, m)| m.kind() == crate::MessageKind::Elected));
+        assert_eq!(g.poll_timeout(), Some(Instant::ZERO + lease));
+        let t = Instant::ZERO + lease;
+        g.handle_timeout(t);
+        let requests = drain(&mut g);
+        assert_eq!(
+            requests,
+            vec![
+                (PeerId(1), Message::QuorumRequest { epoch: 1 }),
+                (PeerId(2), Message::QuorumRequest { epoch: 1 })
+            ]
+        );
+        assert_eq!(g.leader(), None);
+        g.handle_message(t, PeerId(1), Message::QuorumAck { epoch: 1, round: 0 });
+        assert_eq!(g.fencing_token(), Some(1));
+        assert_eq!(
+            events(&mut g),
+            vec![Event::LeaderChanged {
+                leader: PeerId(3),
+                epoch: 1
+            }]
+        );
+        // Nobody acknowledges the renewals: the lease runs out.
+        let mut now = t;
+        while g.fencing_token().is_some() {
+            now = g.poll_timeout().unwrap();
+            g.handle_timeout(now);
+            drain(&mut g);
+        }
+        assert_eq!(now, t + lease);
+        assert_eq!(events(&mut g), vec![Event::LeaderLost { epoch: 1 }]);
+    }
+
+    #[test]
+    fn members_promise_each_epoch_once_and_honour_leases() {
+        let lease = crate::Timing::default().lease;
+        let mut g = guard(1);
+        g.start(Instant::ZERO);
+        // The wrapped bully follows 3, so this process never campaigns.
+        let elected = Message::Elected {
+            leader: PeerId(3),
+            epoch: 1,
+            alternatives: Vec::new(),
+        };
+        g.handle_message(Instant::ZERO, PeerId(3), elected);
+        drain(&mut g);
+        let t = Instant::ZERO + lease;
+        g.handle_timeout(t);
+        drain(&mut g);
+        g.handle_message(t, PeerId(2), Message::QuorumRequest { epoch: 4 });
+        assert_eq!(
+            drain(&mut g),
+            vec![(PeerId(2), Message::QuorumAck { epoch: 4, round: 0 })]
+        );
+        // The same epoch again, or a later one within the lease: refused.
+        g.handle_message(t, PeerId(3), Message::QuorumRequest { epoch: 4 });
+        g.handle_message(t, PeerId(3), Message::QuorumRequest { epoch: 5 });
+        assert_eq!(
+            drain(&mut g),
+            vec![
+                (PeerId(3), Message::QuorumNack { epoch: 4 }),
+                (PeerId(3), Message::QuorumNack { epoch: 4 })
+            ]
+        );
+        // After the lease, a later epoch is granted.
+        g.handle_message(t + lease, PeerId(3), Message::QuorumRequest { epoch: 5 });
+        assert_eq!(
+            drain(&mut g),
+            vec![(PeerId(3), Message::QuorumAck { epoch: 5, round: 0 })]
+        );
+        assert_eq!(
+            g.durable(),
+            Durable {
+                epoch: 5,
+                holder: Some(PeerId(3))
+            }
+        );
+    }
+}

@@ -212,7 +212,8 @@ impl Ring {
             }
         }
         self.watch_epoch = self.watch_epoch.max(epoch);
-        self.watch_timer.set(now + self.config.timing().round_timeout);
+        self.watch_timer
+            .set(now + self.config.timing().round_timeout);
         let msg = Message::RingElection {
             initiator,
             epoch,

@@ -265,8 +265,8 @@ pub fn decode(frame: &[u8]) -> Result<Message, DecodeError> {
         return Err(DecodeError::UnsupportedVersion(version));
     }
     let tag_byte = r.u8()?;
-    let kind = MessageKind::from_index(usize::from(tag_byte))
-        .ok_or(DecodeError::UnknownKind(tag_byte))?;
+    let kind =
+        MessageKind::from_index(usize::from(tag_byte)).ok_or(DecodeError::UnknownKind(tag_byte))?;
     let msg = match kind {
         MessageKind::Election => Message::Election { epoch: r.u64()? },
         MessageKind::Alive => Message::Alive { epoch: r.u64()? },
@@ -312,9 +312,7 @@ pub fn decode(frame: &[u8]) -> Result<Message, DecodeError> {
         },
     };
     if !r.buf.is_empty() {
-        return Err(DecodeError::TrailingBytes {
-            extra: r.buf.len(),
-        });
+        return Err(DecodeError::TrailingBytes { extra: r.buf.len() });
     }
     Ok(msg)
 }
@@ -402,7 +400,10 @@ mod tests {
     #[test]
     fn frame_layout_is_as_documented() {
         let bytes = encode(&Message::Alive { epoch: 7 }).unwrap();
-        assert_eq!(bytes, [0, 0, 0, 10, WIRE_VERSION, 1, 0, 0, 0, 0, 0, 0, 0, 7]);
+        assert_eq!(
+            bytes,
+            [0, 0, 0, 10, WIRE_VERSION, 1, 0, 0, 0, 0, 0, 0, 0, 7]
+        );
         assert_eq!(frame_len(&bytes[..3]), Ok(None));
         assert_eq!(frame_len(&bytes), Ok(Some(14)));
         assert_eq!(decode(&bytes), Ok(Message::Alive { epoch: 7 }));

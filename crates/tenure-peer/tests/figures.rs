@@ -100,7 +100,10 @@ fn figure_10_2_next_in_line_elects_5() {
 #[test]
 fn figure_10_3_candidate_ordinary_elects_2() {
     let candidates = [PeerId(1), PeerId(2), PeerId(6)];
-    let sim = after_leader_six_fails(move |id| CandidateOrdinary::new(config(id, 6), candidates), 4);
+    let sim = after_leader_six_fails(
+        move |id| CandidateOrdinary::new(config(id, 6), candidates),
+        4,
+    );
     assert_all_follow(&sim, &[1, 2, 3, 4, 5], 2);
     let stats = sim.stats();
     // after its tie-break delay, ordinary 4 contacts the remaining
@@ -127,7 +130,10 @@ fn figure_10_3_tie_break_delays_order_candidates_first() {
 fn figure_10_4_invitation_merges_into_group_led_by_1() {
     let mut sim = Simulation::new(SEED, ids(4), |id| Invitation::new(config(id, 4)));
     sim.start_all();
-    assert!(sim.run_until_idle(), "seed {SEED}: invitations did not settle");
+    assert!(
+        sim.run_until_idle(),
+        "seed {SEED}: invitations did not settle"
+    );
     assert_all_follow(&sim, &[1, 2, 3, 4], 1);
     let one = sim.machine(PeerId(1)).expect("1 is up");
     assert_eq!(one.group().collect::<Vec<_>>(), ids(4));

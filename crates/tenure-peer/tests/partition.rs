@@ -25,9 +25,17 @@ fn plain_bully_elects_two_leaders_across_a_partition() {
     // Split brain: 3 leads the majority side while 5 still leads the minority.
     assert_eq!(leaders, [PeerId(3), PeerId(5)], "seed {SEED}");
     for h in MAJORITY {
-        assert_eq!(sim.leader_of(h).map(|l| l.id), Some(PeerId(3)), "seed {SEED}");
+        assert_eq!(
+            sim.leader_of(h).map(|l| l.id),
+            Some(PeerId(3)),
+            "seed {SEED}"
+        );
     }
-    assert_eq!(sim.leader_of(PeerId(4)).map(|l| l.id), Some(PeerId(5)), "seed {SEED}");
+    assert_eq!(
+        sim.leader_of(PeerId(4)).map(|l| l.id),
+        Some(PeerId(5)),
+        "seed {SEED}"
+    );
 
     // Healing lets the two leaders' heartbeats meet; they settle on 5.
     sim.repair();
@@ -70,9 +78,17 @@ fn quorum_guard_keeps_one_leader_and_increasing_tokens() {
     assert_eq!(leaders.len(), 1, "seed {SEED}: {leaders:?}");
     let (leader, term) = leaders[0];
     assert_eq!(leader, PeerId(3), "seed {SEED}");
-    assert!(term.epoch > before, "seed {SEED}: {} <= {before}", term.epoch);
+    assert!(
+        term.epoch > before,
+        "seed {SEED}: {} <= {before}",
+        term.epoch
+    );
     for h in MAJORITY {
-        assert_eq!(sim.leader_of(h).map(|l| l.id), Some(PeerId(3)), "seed {SEED}");
+        assert_eq!(
+            sim.leader_of(h).map(|l| l.id),
+            Some(PeerId(3)),
+            "seed {SEED}"
+        );
     }
     // The cut-off leader stepped down within one lease (plus one renewal
     // period, the latest its last acknowledged renewal can have been sent).
@@ -86,7 +102,11 @@ fn quorum_guard_keeps_one_leader_and_increasing_tokens() {
         ended <= cut_at + lease + Timing::default().renew_interval,
         "seed {SEED}: 5 stepped down at {ended}, cut at {cut_at}"
     );
-    assert_eq!(sim.leader_of(PeerId(4)), None, "seed {SEED}: 4 still follows");
+    assert_eq!(
+        sim.leader_of(PeerId(4)),
+        None,
+        "seed {SEED}: 4 still follows"
+    );
 
     // After healing there is still one leader at a time, tokens still rise.
     sim.repair();

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{check_agreement, check_terms, guarded, ids, Algo, Machine, ALL};
+use common::{check_agreement, check_terms, detected, guarded, ids, Algo, Machine, ALL};
 use proptest::prelude::*;
 use tenure_peer::sim::{Network, SimRng, Simulation};
 use tenure_peer::PeerId;
@@ -16,8 +16,15 @@ use tenure_peer::PeerId;
 /// Seeds per algorithm in the seeded loop.
 const SEEDS_PER_ALGO: u64 = 24;
 
-/// Builds and runs one random schedule; returns the simulation at the end.
+/// Builds and runs one random schedule of the quorum-guarded `algo`.
 fn run_schedule(algo: Algo, seed: u64) -> Simulation<Machine> {
+    run_schedule_with(seed, |n| Box::new(guarded(algo, n)))
+}
+
+type Factory = Box<dyn FnMut(PeerId) -> Machine>;
+
+/// Builds and runs one random schedule; returns the simulation at the end.
+fn run_schedule_with(seed: u64, factory: impl Fn(u64) -> Factory) -> Simulation<Machine> {
     let mut plan = SimRng::new(seed ^ 0x5EED_5EED);
     let n = 3 + plan.below(3); // 3..=5 hosts
     let hosts = ids(n);
@@ -27,7 +34,7 @@ fn run_schedule(algo: Algo, seed: u64) -> Simulation<Machine> {
         max_delay: Duration::from_millis(1 + plan.below(30)),
         loss_per_million: loss,
     };
-    let mut sim = Simulation::new(seed, hosts.clone(), guarded(algo, n)).with_network(network);
+    let mut sim = Simulation::new(seed, hosts.clone(), factory(n)).with_network(network);
     sim.start_all();
     for _ in 0..30 {
         sim.run_for(Duration::from_millis(50 + plan.below(1500)));
@@ -72,6 +79,36 @@ fn check_run(algo: Algo, seed: u64) -> Result<(), String> {
         return Err(format!("after healing: self-leaders {leaders:?}"));
     }
     Ok(())
+}
+
+/// Plain algorithms promise liveness only: once every host is up and
+/// connected, all agree on one leader.
+fn check_plain_run(algo: Algo, seed: u64) -> Result<(), String> {
+    let mut sim = run_schedule_with(seed, |n| Box::new(detected(algo, n)));
+    sim.repair();
+    sim.set_network(Network::default());
+    let hosts: Vec<PeerId> = sim.hosts().collect();
+    for h in hosts {
+        sim.restart(h);
+    }
+    sim.run_for(Duration::from_secs(30));
+    check_agreement(&sim).map(|_| ())
+}
+
+#[test]
+fn plain_algorithms_agree_once_healed() {
+    let runs = std::env::var("TENURE_SIM_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SEEDS_PER_ALGO);
+    for algo in ALL {
+        for i in 0..runs {
+            let seed = 0xBEEF + i;
+            if let Err(e) = check_plain_run(algo, seed) {
+                panic!("{algo:?}, seed {seed}: {e}");
+            }
+        }
+    }
 }
 
 fn report(algo: Algo, seed: u64) {

@@ -3,8 +3,8 @@
 
 use tenure_peer::sim::{Simulation, Term};
 use tenure_peer::{
-    Bully, CandidateOrdinary, Config, ElectionAlgorithm, Heartbeat, Invitation, NextInLine,
-    PeerId, QuorumGuard, Ring, RingVariant,
+    Bully, CandidateOrdinary, Config, ElectionAlgorithm, Heartbeat, Invitation, NextInLine, PeerId,
+    QuorumGuard, Ring, RingVariant,
 };
 
 /// Every algorithm, for tests that run them all.
@@ -70,7 +70,10 @@ pub fn check_terms(terms: &[Term]) -> Result<(), String> {
     for (i, a) in terms.iter().enumerate() {
         for b in terms.iter().skip(i + 1) {
             if a.epoch == b.epoch {
-                return Err(format!("two leaderships in epoch {}: {a:?} and {b:?}", a.epoch));
+                return Err(format!(
+                    "two leaderships in epoch {}: {a:?} and {b:?}",
+                    a.epoch
+                ));
             }
             if a.overlaps(b) {
                 return Err(format!("overlapping leaderships: {a:?} and {b:?}"));
