@@ -35,3 +35,21 @@ pub use message::{Message, MessageKind};
 pub use quorum::QuorumGuard;
 pub use ring::{Ring, RingVariant};
 pub use types::{Durable, Event, Instant, Leader, PeerId};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync + 'static>() {}
+
+    #[test]
+    fn machines_can_move_across_threads() {
+        assert_send_sync::<Bully>();
+        assert_send_sync::<NextInLine>();
+        assert_send_sync::<CandidateOrdinary>();
+        assert_send_sync::<Invitation>();
+        assert_send_sync::<Ring>();
+        assert_send_sync::<QuorumGuard<Heartbeat<Bully>>>();
+        assert_send_sync::<Message>();
+    }
+}

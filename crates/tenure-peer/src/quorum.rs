@@ -150,7 +150,10 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             .position(|p| *p == config.id())
             .unwrap_or(0);
         let factor = u32::try_from(from_top).unwrap_or(u32::MAX);
-        config.timing().renew_interval + config.timing().tie_break_step.saturating_mul(factor)
+        config
+            .timing()
+            .renew_interval
+            .saturating_add(config.timing().tie_break_step.saturating_mul(factor))
     }
 
     /// Follows the wrapped algorithm's proposal after every input.

@@ -149,8 +149,9 @@ impl Ring {
         }
     }
 
-    fn complete_round(&mut self, now: Instant, epoch: u64, live: Vec<PeerId>) {
+    fn complete_round(&mut self, now: Instant, epoch: u64, mut live: Vec<PeerId>) {
         let me = self.config.id();
+        live.retain(|p| self.config.is_member(*p));
         self.round = None;
         self.round_timer.clear();
         self.watch_timer.clear();
@@ -194,6 +195,7 @@ impl Ring {
         if hops > self.hop_limit() || !self.config.is_member(initiator) {
             return;
         }
+        live.retain(|p| self.config.is_member(*p));
         if let Some(mine) = self.round {
             if (mine, me) > (epoch, initiator) {
                 return;
