@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 
 use crate::error::{HarnessError, Result};
-use crate::os::{monotonic_now_ns, send_signal, signal_group};
+use crate::os::{monotonic_now_ns, send_signal, signal_group, stop_process};
 
 /// How many stderr lines a candidate keeps.
 const STDERR_LINES: usize = 200;
@@ -288,11 +288,12 @@ impl CandidateProcess {
         self.wait_for_event(|e| e.is(kind), timeout).await
     }
 
-    /// Freezes the candidate process (SIGSTOP). Only the process itself is
+    /// Freezes the candidate process (SIGSTOP) and returns once it is
+    /// stopped. Only the process itself is
     /// stopped: a command it started keeps running, like a workload whose
     /// supervisor hangs.
     pub fn pause(&self) -> Result<()> {
-        send_signal(self.running_pid()?, libc::SIGSTOP, &self.label)
+        stop_process(self.running_pid()?, &self.label)
     }
 
     /// Lets a paused candidate run again (SIGCONT).

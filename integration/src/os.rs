@@ -54,6 +54,55 @@ pub(crate) fn send_signal(pid: u32, signal: libc::c_int, what: &str) -> Result<(
     }
 }
 
+/// Stops the process `pid` (SIGSTOP) and returns once every one of its
+/// threads is stopped: the signal is delivered asynchronously, and a thread
+/// running on another core may otherwise still answer a request sent right
+/// after `kill(2)` returned.
+pub(crate) fn stop_process(pid: u32, what: &str) -> Result<()> {
+    send_signal(pid, libc::SIGSTOP, what)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match all_threads_stopped(pid) {
+            Some(true) => return Ok(()),
+            Some(false) => {}
+            None => {
+                return Err(HarnessError::NotRunning {
+                    what: what.to_owned(),
+                })
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(HarnessError::io(
+                format!("waiting for {what} (pid {pid}) to stop after SIGSTOP"),
+                io::Error::new(io::ErrorKind::TimedOut, "still running after 5 s"),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
+/// Whether every thread of `pid` is stopped (or already dead); `None` if the
+/// process does not exist.
+fn all_threads_stopped(pid: u32) -> Option<bool> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut any = false;
+    for task in tasks.flatten() {
+        any = true;
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread ended meanwhile
+        };
+        // The state is the first field after the parenthesised command name,
+        // which may itself contain spaces and parentheses.
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().next());
+        if !matches!(state, Some("T" | "t" | "Z" | "X") | None) {
+            return Some(false);
+        }
+    }
+    Some(any)
+}
+
 /// Sends `signal` to every process in the process group `pgid`; a group that
 /// no longer exists is not an error.
 pub(crate) fn signal_group(pgid: u32, signal: libc::c_int) {
@@ -155,6 +204,23 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2));
         let b = monotonic_now_ns();
         assert!(b > a + 1_000_000, "{a} then {b}");
+    }
+
+    #[test]
+    fn stopping_waits_until_the_process_is_stopped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert_eq!(all_threads_stopped(child.id()), Some(false));
+        stop_process(child.id(), "sleep").unwrap();
+        assert_eq!(all_threads_stopped(child.id()), Some(true));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(matches!(
+            stop_process(child.id(), "sleep"),
+            Err(HarnessError::NotRunning { .. })
+        ));
     }
 
     #[test]

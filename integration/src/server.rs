@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use crate::error::{HarnessError, Result};
-use crate::os::{file_tail, find_in_path, free_port, is_executable, loopback, send_signal};
+use crate::os::{
+    file_tail, find_in_path, free_port, is_executable, loopback, send_signal, stop_process,
+};
 use crate::probe;
 
 /// How long a server may take to answer its readiness probe.
@@ -629,7 +631,7 @@ impl ServerCore {
     pub(crate) fn pause(&self) -> Result<()> {
         let local = self.local_ref()?;
         let pid = local.pid(self.kind)?;
-        send_signal(pid, libc::SIGSTOP, self.kind.name())
+        stop_process(pid, self.kind.name())
     }
 
     pub(crate) fn resume(&self) -> Result<()> {
@@ -720,8 +722,9 @@ macro_rules! server_handle {
                 self.core.pid()
             }
 
-            /// Freezes the server process (SIGSTOP): its port stays open and
-            /// connections are accepted by the kernel, but nothing answers.
+            /// Freezes the server process (SIGSTOP) and returns once all its
+            /// threads are stopped: its port stays open and connections are
+            /// accepted by the kernel, but nothing answers.
             pub fn pause(&self) -> Result<()> {
                 self.core.pause()
             }
