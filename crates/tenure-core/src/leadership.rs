@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
 use crate::name::{Candidate, ElectionName, FencingToken};
-use crate::session::Session;
+use crate::session::{Session, SessionCore};
 
 /// Why a leadership ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,15 +160,16 @@ impl Leadership {
     /// deadline has not passed. No I/O; if the deadline has passed it fires the lost
     /// signal itself.
     pub fn is_leader(&self) -> bool {
-        if self.state.is_lost() {
-            return false;
+        is_valid(&self.state, self.session.deadline())
+    }
+
+    /// A read-only, clonable view of this grant for other tasks: validity, token and
+    /// lost signal. It does not keep the session open nor resign on drop.
+    pub fn watch(&self) -> LeadershipWatch {
+        LeadershipWatch {
+            state: self.state.clone(),
+            core: self.session.core().clone(),
         }
-        let deadline = self.session.deadline();
-        if Instant::now() >= deadline {
-            self.state.fire(LossReason::DeadlineExceeded, deadline);
-            return false;
-        }
-        true
     }
 
     /// The instant until which this grant is valid unless renewed.
@@ -226,5 +227,75 @@ impl Drop for Leadership {
     fn drop(&mut self) {
         // The session's watcher for this grant releases the seat once the signal fires.
         self.state.fire(LossReason::Resigned, Instant::now());
+    }
+}
+
+fn is_valid(state: &GrantState, deadline: Instant) -> bool {
+    if state.is_lost() {
+        return false;
+    }
+    if Instant::now() >= deadline {
+        state.fire(LossReason::DeadlineExceeded, deadline);
+        return false;
+    }
+    true
+}
+
+/// A clonable, read-only view of a [`Leadership`] (see [`Leadership::watch`]).
+#[derive(Clone)]
+pub struct LeadershipWatch {
+    state: Arc<GrantState>,
+    core: Arc<SessionCore>,
+}
+
+impl fmt::Debug for LeadershipWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeadershipWatch")
+            .field("election", &self.state.election)
+            .field("token", &self.state.token.0)
+            .field("lost", &self.state.is_lost())
+            .finish()
+    }
+}
+
+impl LeadershipWatch {
+    /// Same as [`Leadership::is_leader`].
+    pub fn is_leader(&self) -> bool {
+        is_valid(&self.state, self.core.deadline())
+    }
+
+    /// The election.
+    pub fn election(&self) -> &ElectionName {
+        &self.state.election
+    }
+
+    /// The holder.
+    pub fn candidate(&self) -> &Candidate {
+        &self.state.candidate
+    }
+
+    /// The grant's fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.state.token
+    }
+
+    /// When the grant was received.
+    pub fn granted_at(&self) -> Instant {
+        self.state.granted_at
+    }
+
+    /// A child of the lost signal.
+    pub fn lost(&self) -> CancellationToken {
+        self.state.lost_token().child_token()
+    }
+
+    /// Why leadership ended, once it has.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.state.reason().map(|(r, _)| r.clone())
+    }
+
+    /// When leadership ended, once it has.
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.state.reason().map(|(_, at)| *at)
     }
 }

@@ -21,7 +21,7 @@ pub use backend::{
     SessionEvents,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
-pub use leadership::{Leadership, LossReason};
+pub use leadership::{Leadership, LeadershipWatch, LossReason};
 pub use memory::{MemoryBackend, MEM_SCHEME};
 pub use name::{
     Candidate, ElectionName, FencingToken, LeaderInfo, MAX_CANDIDATE_ID_LEN,

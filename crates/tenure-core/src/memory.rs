@@ -45,6 +45,9 @@ struct MemStore {
 struct MemState {
     next_session: u64,
     sessions: HashMap<u64, SessionEntry>,
+    /// Fault gates by session; they outlive an expired session so that a partitioned
+    /// client stays cut off until the test heals it.
+    gates: HashMap<u64, watch::Sender<Gate>>,
     elections: HashMap<ElectionName, ElectionEntry>,
 }
 
@@ -52,7 +55,6 @@ struct SessionEntry {
     expires_at: Instant,
     ttl: Duration,
     events: SessionEvents,
-    gate: watch::Sender<Gate>,
     elections: HashSet<ElectionName>,
 }
 
@@ -190,11 +192,12 @@ impl MemoryBackend {
 
     /// Parse `mem://` or `mem://NAME` (NAME: letters, digits, `-`, `_`, `.`).
     pub fn from_url(url: &str) -> Result<Self> {
-        let rest = url.strip_prefix("mem://").ok_or_else(|| {
-            Error::invalid(format!(
+        let (scheme, rest) = crate::url::split_scheme(url)?;
+        if scheme != MEM_SCHEME {
+            return Err(Error::invalid(format!(
                 "url {url:?}: a memory backend URL starts with mem://"
-            ))
-        })?;
+            )));
+        }
         let name = rest.trim_end_matches('/');
         if name.is_empty() {
             return Ok(MemoryBackend::new());
@@ -252,12 +255,21 @@ impl MemoryBackend {
     }
 
     fn set_gate(&self, id: &str, gate: Gate) -> bool {
-        self.with_session(id, |st, n| {
-            if let Some(s) = st.sessions.get(&n) {
-                s.gate.send_replace(gate);
+        let Some(n) = parse_session_id(id) else {
+            return false;
+        };
+        let mut st = self.lock();
+        let live = st.sessions.contains_key(&n);
+        match st.gates.get(&n) {
+            Some(g) => {
+                g.send_replace(gate);
             }
-        })
-        .is_some()
+            None => return false,
+        }
+        if gate == Gate::Open && !live {
+            st.gates.remove(&n);
+        }
+        true
     }
 
     /// Ids of the sessions the store currently keeps.
@@ -283,11 +295,12 @@ fn expire(st: &mut MemState, n: u64, reason: &str) {
         return;
     };
     release_all(st, n, &entry.elections);
-    if *entry.gate.borrow() == Gate::Open {
+    // A cut-off client hears of the expiry only when its requests get through again.
+    let open = st.gates.get(&n).is_none_or(|g| *g.borrow() == Gate::Open);
+    if open {
         entry.events.expired(reason);
+        st.gates.remove(&n);
     }
-    // Wake requests parked at the gate so they see the session is gone.
-    entry.gate.send_replace(Gate::Open);
 }
 
 fn release_all(st: &mut MemState, n: u64, elections: &HashSet<ElectionName>) {
@@ -338,10 +351,10 @@ impl Backend for MemoryBackend {
                     expires_at: Instant::now() + ttl,
                     ttl,
                     events,
-                    gate: watch::Sender::new(Gate::Open),
                     elections: HashSet::new(),
                 },
             );
+            st.gates.insert(n, watch::Sender::new(Gate::Open));
             n
         };
         // The store's own expiry timer for this session.
@@ -442,9 +455,9 @@ impl MemSession {
     async fn pass_gate(&self) -> Result<()> {
         let mut gate = {
             let st = self.backend.lock();
-            match st.sessions.get(&self.n) {
-                Some(s) => s.gate.subscribe(),
-                None => return Err(expired_error()),
+            match st.gates.get(&self.n) {
+                Some(g) => g.subscribe(),
+                None => return Ok(()),
             }
         };
         loop {
@@ -561,8 +574,8 @@ impl BackendSession for MemSession {
         let mut guard = self.backend.lock();
         if let Some(entry) = guard.sessions.remove(&self.n) {
             release_all(&mut guard, self.n, &entry.elections);
-            entry.gate.send_replace(Gate::Open);
         }
+        guard.gates.remove(&self.n);
         Ok(())
     }
 }

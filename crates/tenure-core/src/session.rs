@@ -121,7 +121,7 @@ impl Session {
         })
     }
 
-    fn core(&self) -> &Arc<SessionCore> {
+    pub(crate) fn core(&self) -> &Arc<SessionCore> {
         &self.handle.core
     }
 
@@ -321,6 +321,17 @@ impl Session {
     pub(crate) async fn release(&self, state: &GrantState) -> Result<()> {
         self.core().release(state).await
     }
+}
+
+/// The next backend event, or never once the backend dropped its sender.
+async fn recv_event(
+    events: &mut mpsc::UnboundedReceiver<SessionEvent>,
+    open: &mut bool,
+) -> Option<SessionEvent> {
+    if !*open {
+        return std::future::pending().await;
+    }
+    events.recv().await
 }
 
 fn closed_error() -> Error {
@@ -562,11 +573,12 @@ impl SessionCore {
         let mut next = Instant::now() + timing.renew_interval;
         let mut attempt = 0u32;
         let request_limit = timing.connect_timeout.min(timing.renew_interval);
+        let mut events_open = true;
         loop {
             let mut expired = false;
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
-                ev = events.recv() => match ev {
+                ev = recv_event(&mut events, &mut events_open) => match ev {
                     Some(SessionEvent::ElectionLost { election, token, reason }) => {
                         if let Some(g) = self.held_grant(&election) {
                             if g.token == token {
@@ -581,7 +593,7 @@ impl SessionCore {
                     }
                     None => {
                         // The backend dropped its sender; renewals alone tell us now.
-                        events = mpsc::unbounded_channel().1;
+                        events_open = false;
                         continue;
                     }
                 },
@@ -619,6 +631,7 @@ impl SessionCore {
                 self.fire_all(LossReason::SessionExpired, Instant::now());
                 match self.reopen(&mut events).await {
                     Some(()) => {
+                        events_open = true;
                         attempt = 0;
                         next = Instant::now() + timing.renew_interval;
                     }

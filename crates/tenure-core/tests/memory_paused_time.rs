@@ -1,0 +1,161 @@
+//! In-memory backend behaviour on a paused tokio clock: exact timings of expiry,
+//! stalls and crashes, without waiting in real time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tenure_core::{Candidate, ElectionName, ErrorKind, LossReason, MemoryBackend, Session, Timing};
+use tokio::time::Instant;
+
+fn timing() -> Timing {
+    let mut t = Timing::from_ttl(Duration::from_secs(10));
+    t.renew_interval = Duration::from_secs(2);
+    t.renew_deadline = Duration::from_secs(6);
+    t
+}
+
+fn name(s: &str) -> ElectionName {
+    ElectionName::new(s).unwrap()
+}
+
+fn cand(s: &str) -> Candidate {
+    Candidate::new(s).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn crashed_holder_is_replaced_one_ttl_after_its_last_renewal() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (
+        Session::open(Arc::new(mem.clone()), timing())
+            .await
+            .unwrap(),
+        Session::open(Arc::new(mem.clone()), timing())
+            .await
+            .unwrap(),
+    );
+    let e = name("crash");
+    let la = a.campaign(&e, &cand("a")).await.unwrap();
+    // Let a few renewals happen, then crash right after one.
+    tokio::time::sleep(Duration::from_millis(4_100)).await;
+    let last_renewal = Instant::now() - Duration::from_millis(100);
+    assert!(mem.crash_session(&a.id()));
+    let waiter = tokio::spawn(async move { b.campaign(&name("crash"), &cand("b")).await });
+    let lb = waiter.await.unwrap().unwrap();
+    let took = lb.granted_at() - last_renewal;
+    // The store frees the seat exactly one TTL after the last renewal it received.
+    assert_eq!(took, Duration::from_secs(10), "took {took:?}");
+    // The crashed holder's signal fired at its deadline: last renewal + renew deadline.
+    assert_eq!(la.loss_reason(), Some(LossReason::DeadlineExceeded));
+    assert_eq!(la.lost_at(), Some(last_renewal + Duration::from_secs(6)));
+    assert!(la.lost_at().unwrap() < lb.granted_at());
+    assert_eq!(lb.token().get(), la.token().get() + 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stall_shorter_than_the_deadline_keeps_leadership() {
+    let mem = MemoryBackend::new();
+    let s = Session::open(Arc::new(mem.clone()), timing())
+        .await
+        .unwrap();
+    let l = s.campaign(&name("stall"), &cand("a")).await.unwrap();
+    assert!(mem.stall_session(&s.id()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(l.is_leader());
+    assert!(mem.unstall_session(&s.id()));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(l.is_leader(), "{:?}", l.loss_reason());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_stall_loses_at_the_deadline_and_the_session_recovers() {
+    let mem = MemoryBackend::new();
+    let s = Session::open(Arc::new(mem.clone()), timing())
+        .await
+        .unwrap();
+    let e = name("long-stall");
+    let l = s.campaign(&e, &cand("a")).await.unwrap();
+    let stalled_at = Instant::now();
+    assert!(mem.stall_session(&s.id()));
+    let reason = l.lost_wait().await;
+    assert_eq!(reason, LossReason::DeadlineExceeded);
+    // Deadline: last confirmed renewal (at open) + 6 s.
+    assert!(l.lost_at().unwrap() <= stalled_at + Duration::from_secs(6));
+    // The store expires the session after the TTL; the core re-opens a new one once
+    // requests get through again.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(mem.session_ids().is_empty());
+    let gen = s.generation();
+    mem.unstall_session(&s.id());
+    let l2 = s.campaign(&e, &cand("a")).await.unwrap();
+    assert!(s.generation() > gen);
+    assert!(l2.token() > l.token());
+    assert!(!l.is_leader());
+}
+
+#[tokio::test(start_paused = true)]
+async fn expiry_hook_fires_session_expired_and_campaigns_resume() {
+    let mem = MemoryBackend::new();
+    let s = Session::open(Arc::new(mem.clone()), timing())
+        .await
+        .unwrap();
+    let e = name("expire");
+    let l = s.campaign(&e, &cand("a")).await.unwrap();
+    assert!(mem.expire_session(&s.id()));
+    assert_eq!(l.lost_wait().await, LossReason::SessionExpired);
+    let l2 = s.campaign(&e, &cand("a")).await.unwrap();
+    assert_eq!(s.generation(), 1);
+    assert!(l2.is_leader());
+}
+
+#[tokio::test(start_paused = true)]
+async fn closed_session_refuses_campaigns_and_frees_seats() {
+    let mem = Arc::new(MemoryBackend::new());
+    let s = Session::open(mem.clone(), timing()).await.unwrap();
+    let e = name("close");
+    let l = s.campaign(&e, &cand("a")).await.unwrap();
+    s.close().await.unwrap();
+    assert_eq!(l.loss_reason(), Some(LossReason::SessionClosed));
+    let err = s.campaign(&e, &cand("a")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SessionExpired);
+    assert_eq!(s.leader(&e).await.unwrap(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_a_campaign_withdraws_the_candidacy() {
+    let mem = Arc::new(MemoryBackend::new());
+    let (a, b, c) = (
+        Session::open(mem.clone(), timing()).await.unwrap(),
+        Session::open(mem.clone(), timing()).await.unwrap(),
+        Session::open(mem.clone(), timing()).await.unwrap(),
+    );
+    let e = name("withdraw");
+    let la = a.campaign(&e, &cand("a")).await.unwrap();
+    // b queues, then gives up.
+    let r = tokio::time::timeout(Duration::from_millis(100), b.campaign(&e, &cand("b"))).await;
+    assert!(r.is_err());
+    let waiter = {
+        let e = e.clone();
+        tokio::spawn(async move { c.campaign(&e, &cand("c")).await.map(|l| (l, c)) })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    la.resign().await.unwrap();
+    let (lc, _c) = waiter.await.unwrap().unwrap();
+    // c, not the departed b, got the seat.
+    assert_eq!(lc.candidate().id(), "c");
+    assert_eq!(b.leader(&e).await.unwrap().unwrap().id, "c");
+}
+
+#[tokio::test(start_paused = true)]
+async fn observers_see_each_change_in_order() {
+    let mem = Arc::new(MemoryBackend::new());
+    let s = Session::open(mem.clone(), timing()).await.unwrap();
+    let e = name("observe");
+    let mut stream = s.observe(&e).await.unwrap();
+    assert_eq!(stream.next().await.unwrap().unwrap(), None);
+    let l = s.campaign(&e, &cand("a")).await.unwrap();
+    let seen = stream.next().await.unwrap().unwrap().unwrap();
+    assert_eq!((seen.id.as_str(), seen.token), ("a", l.token()));
+    l.resign().await.unwrap();
+    assert_eq!(stream.next().await.unwrap().unwrap(), None);
+}
