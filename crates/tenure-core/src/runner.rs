@@ -249,9 +249,16 @@ impl LeaderRunner {
                     heartbeat: heartbeat.clone(),
                 };
                 let mut handle = tokio::spawn(task(ctx));
-                let outcome = self
+                let mut outcome = self
                     .watch(&leadership, &mut handle, &heartbeat, &shutdown)
                     .await;
+                // The task may end because its cancellation (a child of the lost signal)
+                // fired: that is a loss, not a task that finished.
+                if !matches!(outcome, Outcome::Lost(_)) && !leadership.is_leader() {
+                    if let Some(reason) = leadership.loss_reason() {
+                        outcome = Outcome::Lost(reason);
+                    }
+                }
                 let task_done = matches!(outcome, Outcome::TaskDone(_));
                 let cause = match outcome {
                     Outcome::Lost(reason) => {

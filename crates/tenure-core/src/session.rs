@@ -528,11 +528,29 @@ impl SessionCore {
         }
         let bs = self.current();
         let mut attempt = 0;
+        // One request may take connect_timeout; retries stop after twice that in all.
+        let give_up = Instant::now() + self.timing.connect_timeout * 2;
         loop {
-            match with_timeout(&self.timing, bs.resign(&state.election, Some(state.token))).await {
+            let left = give_up.saturating_duration_since(Instant::now());
+            let attempt_result =
+                match tokio::time::timeout(left, bs.resign(&state.election, Some(state.token)))
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(_) => Err(Error::new(
+                        ErrorKind::Timeout,
+                        "could not release the seat in time; it is freed when the session ends",
+                    )
+                    .with_backend(self.scheme)),
+                };
+            match attempt_result {
                 Ok(()) => return Ok(()),
                 Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
-                Err(e) if e.is_retryable() && attempt < 5 && !self.stop_all.is_cancelled() => {
+                Err(e)
+                    if e.is_retryable()
+                        && Instant::now() < give_up
+                        && !self.stop_all.is_cancelled() =>
+                {
                     tokio::time::sleep(self.timing.retry.delay(attempt)).await;
                     attempt += 1;
                 }

@@ -191,6 +191,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::field_reassign_with_default)]
     fn bad_timings_name_the_field() {
         let mut t = Timing::default();
         t.ttl = Duration::ZERO;

@@ -28,7 +28,7 @@ pub fn split_scheme(url: &str) -> Result<(String, &str)> {
 
 /// Open the backend named by `url`. The core knows only `mem://`; the `tenure` facade's
 /// `connect` adds every backend enabled by cargo features.
-pub fn connect(url: &str) -> Result<DynBackend> {
+pub async fn connect(url: &str) -> Result<DynBackend> {
     let (scheme, _) = split_scheme(url)?;
     if scheme == MEM_SCHEME {
         return Ok(Arc::new(MemoryBackend::from_url(url)?));
@@ -43,10 +43,10 @@ mod tests {
     use super::*;
     use crate::ErrorKind;
 
-    #[test]
-    fn urls() {
-        assert_eq!(connect("mem://").unwrap().scheme(), "mem");
-        assert_eq!(connect("MEM://shared-1").unwrap().scheme(), "mem");
+    #[tokio::test]
+    async fn urls() {
+        assert_eq!(connect("mem://").await.unwrap().scheme(), "mem");
+        assert_eq!(connect("MEM://shared-1").await.unwrap().scheme(), "mem");
         for bad in [
             "",
             "mem",
@@ -56,7 +56,7 @@ mod tests {
             "mem://a b",
             "m m://x",
         ] {
-            let e = connect(bad).unwrap_err();
+            let e = connect(bad).await.unwrap_err();
             assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}");
             assert!(e.message().contains("url"), "{e}");
         }
