@@ -1,1 +1,110 @@
-fn main() {}
+//! The `tenure` command.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use tenure::{Error, ErrorKind};
+use tenure_cli::args::{Cli, Command};
+use tenure_cli::{campaign, observe, StdoutSink};
+use tokio_util::sync::CancellationToken;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind as Clap;
+            if matches!(
+                e.kind(),
+                Clap::DisplayHelp
+                    | Clap::DisplayVersion
+                    | Clap::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // One line, like every other bad input.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("tenure: invalid_argument: {first} (see tenure --help)");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tenure: could not start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tenure: {}", one_line(&e));
+            if e.kind() == ErrorKind::InvalidArgument {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+/// The error and its sources on one line.
+fn one_line(e: &Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s.replace('\n', " ")
+}
+
+/// Cancelled on SIGINT or SIGTERM.
+fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            tracing::warn!("could not install signal handlers");
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        t.cancel();
+    });
+    token
+}
+
+async fn run(cli: Cli) -> tenure::Result<()> {
+    let shutdown = shutdown_on_signals();
+    match cli.command {
+        Command::Campaign(args) => {
+            let backend = tenure::connect(&args.backend.backend).await?;
+            campaign::run_campaign(backend, &args, Arc::new(StdoutSink), shutdown).await
+        }
+        Command::Observe(args) => {
+            let backend = tenure::connect(&args.backend.backend).await?;
+            observe::run_observe(backend, &args, Arc::new(StdoutSink), shutdown).await
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Command-line arguments.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tenure::{Error, Result, Timing};
+
+/// Leader election over interchangeable coordination stores.
+#[derive(Debug, Parser)]
+#[command(name = "tenure", version, about, long_about = None, allow_negative_numbers = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Campaign for an election; print one JSON line per event; optionally run a command
+    /// while leader (killed the moment leadership is lost).
+    Campaign(CampaignArgs),
+    /// Print one JSON line per leader change of an election.
+    Observe(ObserveArgs),
+}
+
+/// Which store to use.
+#[derive(Debug, Clone, Args)]
+pub struct BackendArgs {
+    /// Backend URL: mem://[NAME] (in this process), or a store enabled at build time.
+    #[arg(long, env = "TENURE_BACKEND", default_value = "mem://")]
+    pub backend: String,
+}
+
+/// Session timing, in seconds (fractions allowed).
+#[derive(Debug, Clone, Args)]
+pub struct TimingArgs {
+    /// Session TTL in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub ttl: f64,
+    /// Renew interval in seconds [default: TTL/4].
+    #[arg(long)]
+    pub renew_interval: Option<f64>,
+    /// Renew deadline in seconds [default: TTL×2/3].
+    #[arg(long)]
+    pub renew_deadline: Option<f64>,
+    /// Connect and request timeout in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub connect_timeout: f64,
+}
+
+/// Convert a number of seconds given for `field` into a duration.
+pub fn seconds(field: &str, secs: f64) -> Result<Duration> {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(Error::invalid(format!(
+            "{field}: {secs} is not a number of seconds between 0 and 1e9"
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl TimingArgs {
+    /// The validated timing.
+    pub fn timing(&self) -> Result<Timing> {
+        let mut t = Timing::from_ttl(seconds("ttl", self.ttl)?);
+        if let Some(s) = self.renew_interval {
+            t.renew_interval = seconds("renew_interval", s)?;
+        }
+        if let Some(s) = self.renew_deadline {
+            t.renew_deadline = seconds("renew_deadline", s)?;
+        }
+        t.connect_timeout = seconds("connect_timeout", self.connect_timeout)?;
+        t.validate()?;
+        Ok(t)
+    }
+}
+
+/// `tenure campaign`.
+#[derive(Debug, Clone, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct CampaignArgs {
+    /// The store.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Election name, e.g. billing/shard-0042.
+    #[arg(long)]
+    pub election: String,
+    /// Candidate id, unique per process.
+    #[arg(long)]
+    pub id: String,
+    /// A small value observers see with the id (e.g. an address).
+    #[arg(long, default_value = "")]
+    pub value: String,
+    /// Session timing.
+    #[command(flatten)]
+    pub timing: TimingArgs,
+    /// Seconds the command gets to exit after SIGTERM before SIGKILL.
+    #[arg(long, default_value_t = 5.0)]
+    pub grace: f64,
+    /// The command to run while leader (after `--`). It gets TENURE_TOKEN,
+    /// TENURE_ELECTION and TENURE_ID in its environment.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+/// `tenure observe`.
+#[derive(Debug, Clone, Args)]
+pub struct ObserveArgs {
+    /// The store.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Election name.
+    #[arg(long)]
+    pub election: String,
+    /// Connect timeout in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub connect_timeout: f64,
+}

@@ -1,0 +1,11 @@
+//! The `tenure` command's logic, as a library so tests can run several commands in one
+//! process (e.g. two campaigns on one in-memory store).
+#![deny(missing_docs)]
+
+pub mod args;
+pub mod campaign;
+pub mod clock;
+pub mod events;
+pub mod observe;
+
+pub use events::{EventSink, MemorySink, StdoutSink};
