@@ -1,0 +1,399 @@
+//! The backend: connection, leader reads and observation.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Certificate, Client, ConnectOptions, GetOptions, Identity, KeyValue, SortOrder, SortTarget,
+    TlsOptions, WatchOptions,
+};
+use tenure_core::{
+    Backend, BackendSession, Capabilities, ElectionName, Error, ErrorKind, LeaderInfo,
+    LeaderStream, Result, Retry, SessionEvents, Timing,
+};
+use tokio::sync::watch;
+
+use crate::config::EtcdConfig;
+use crate::error::{map, own, timed_out};
+use crate::keys::{decode_leader, election_range, parse_lease_hex};
+use crate::session::EtcdSession;
+use crate::SCHEME;
+
+/// How often the client pings an idle HTTP/2 connection. etcd refuses pings more often
+/// than every 5 s (`--grpc-keepalive-min-time`), so stay above that.
+const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(10);
+
+/// etcd's shortest lease.
+const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// An etcd v3 store as a tenure backend.
+///
+/// Each [`Session`](tenure_core::Session) is one etcd lease, kept alive over one
+/// keep-alive stream whatever the number of elections it holds; each candidacy is a key
+/// `<prefix>/<election>/@<lease-id>` attached to the lease; the key with the lowest
+/// create revision leads and its create revision is the fencing token. A waiter watches
+/// only the key just before its own, so a resign wakes exactly one waiter.
+///
+/// Cheap to clone: clones share the connection.
+#[derive(Clone)]
+pub struct EtcdBackend {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What the backend and its sessions share.
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) config: EtcdConfig,
+    requests: AtomicU64,
+}
+
+impl fmt::Debug for EtcdBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdBackend")
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl Shared {
+    /// Count one election request (campaign, resign, read, watch, wake-up).
+    pub(crate) fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Run one etcd request with the request timeout and map its error.
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        let limit = self.config.get_request_timeout();
+        match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r.map_err(|e| map(what, e)),
+            Err(_) => Err(timed_out(what, limit)),
+        }
+    }
+
+    /// The first candidate of an election (the leader) and the store revision read at.
+    pub(crate) async fn first_candidate(&self, range: &str) -> Result<(Option<KeyValue>, i64)> {
+        self.count();
+        let mut kv = self.client.kv_client();
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let mut resp = self
+            .call("read leader", kv.get(range, Some(options)))
+            .await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        Ok((resp.take_kvs().into_iter().next(), revision))
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        self.config.key_prefix()
+    }
+}
+
+impl EtcdBackend {
+    /// Connect to etcd and check that it answers (and that the credentials are good)
+    /// within the configured connect timeout: an unreachable endpoint gives
+    /// `Unavailable` or `Timeout`, bad credentials `Unauthorized`, never a hang.
+    pub async fn connect(config: EtcdConfig) -> Result<Self> {
+        config.validate()?;
+        let options = connect_options(&config)?;
+        let limit = config.get_connect_timeout();
+        let urls = config.endpoint_urls();
+        let probe_key = format!("{}/", config.key_prefix());
+        let connecting = async {
+            let client = Client::connect(urls, Some(options))
+                .await
+                .map_err(|e| map("connect", e))?;
+            // A read under the prefix: proves the server answers and that the user may
+            // read there.
+            let mut kv = client.kv_client();
+            kv.get(
+                probe_key,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only()
+                        .with_limit(1),
+                ),
+            )
+            .await
+            .map_err(|e| map("connect", e))?;
+            Ok::<_, Error>(client)
+        };
+        let client = match tokio::time::timeout(limit, connecting).await {
+            Ok(r) => r?,
+            Err(_) => return Err(timed_out("connect", limit)),
+        };
+        tracing::debug!(%config, "connected to etcd");
+        Ok(EtcdBackend {
+            shared: Arc::new(Shared {
+                client,
+                config,
+                requests: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Parse `url` with [`EtcdConfig::from_url`] and connect.
+    pub async fn from_url(url: &str) -> Result<Self> {
+        EtcdConfig::from_url(url)?.connect().await
+    }
+
+    /// Read the settings with [`EtcdConfig::from_env`] and connect.
+    pub async fn from_env() -> Result<Self> {
+        EtcdConfig::from_env()?.connect().await
+    }
+
+    /// The settings this backend was connected with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.shared.config
+    }
+
+    /// Revoke the lease of the session with id `session_id` (see
+    /// [`Session::id`](tenure_core::Session::id)) now, as etcd does when its TTL passes
+    /// without a keep-alive: its keys are deleted and its holder learns of the loss. For
+    /// operators and fault tests. An unknown lease is `SessionExpired`.
+    pub async fn revoke_session(&self, session_id: &str) -> Result<()> {
+        let lease = parse_lease_hex(session_id).ok_or_else(|| {
+            Error::invalid(format!(
+                "session id {session_id:?}: expected the 16 hex digits of an etcd lease id"
+            ))
+        })?;
+        let mut lease_client = self.shared.client.lease_client();
+        self.shared
+            .call("revoke session", lease_client.revoke(lease))
+            .await
+            .map(|_| ())
+    }
+}
+
+fn connect_options(config: &EtcdConfig) -> Result<ConnectOptions> {
+    let mut options = ConnectOptions::new()
+        .with_connect_timeout(config.get_connect_timeout())
+        .with_timeout(config.get_request_timeout())
+        .with_keep_alive(HTTP2_PING_INTERVAL, config.get_request_timeout())
+        .with_keep_alive_while_idle(false);
+    if let (Some(user), Some(password)) = (config.username(), config.password()) {
+        options = options
+            .with_user(user, password)
+            .with_auto_token_refresh(true);
+    } else if let Some(user) = config.username() {
+        options = options.with_user(user, "").with_auto_token_refresh(true);
+    }
+    if config.is_tls() {
+        let read = |what: &str, path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|e| Error::invalid(format!("{what}: cannot read {}: {e}", path.display())))
+        };
+        let mut tls = TlsOptions::new();
+        let (ca, identity) = config.tls_files();
+        if let Some(ca) = ca {
+            tls = tls.ca_certificate(Certificate::from_pem(read("ca", ca)?));
+        }
+        if let Some((cert, key)) = identity {
+            tls = tls.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
+        }
+        if let Some(domain) = config.tls_domain() {
+            tls = tls.domain_name(domain);
+        }
+        options = options.with_tls(tls);
+    }
+    Ok(options)
+}
+
+/// The whole seconds of an etcd lease for `ttl`: rounded up, so the store never keeps a
+/// session shorter than the core assumes.
+pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
+    let secs = ttl
+        .as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
+    i64::try_from(secs).unwrap_or(i64::MAX)
+}
+
+/// One observed state, or an error kept as kind and message so it can be cloned.
+type Observed = std::result::Result<Option<LeaderInfo>, (ErrorKind, String)>;
+
+#[async_trait]
+impl Backend for EtcdBackend {
+    fn scheme(&self) -> &'static str {
+        SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
+    }
+
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        if timing.ttl < MIN_TTL {
+            return Err(Error::invalid(format!(
+                "ttl: {:?} is below etcd's shortest lease of 1 s",
+                timing.ttl
+            )));
+        }
+        if timing.ttl.as_secs() > i64::MAX as u64 / 2 {
+            return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
+        }
+        Ok(())
+    }
+
+    async fn open_session(
+        &self,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> Result<Arc<dyn BackendSession>> {
+        let session = EtcdSession::open(self.shared.clone(), ttl, events).await?;
+        Ok(Arc::new(session))
+    }
+
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        let range = election_range(self.shared.prefix(), election);
+        let (first, _) = self.shared.first_candidate(&range).await?;
+        Ok(first.map(|kv| decode_leader(kv.value(), kv.create_revision())))
+    }
+
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        let range = election_range(self.shared.prefix(), election);
+        let (first, revision) = self.shared.first_candidate(&range).await?;
+        let first = first.map(|kv| decode_leader(kv.value(), kv.create_revision()));
+        let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
+        tokio::spawn(observe_task(
+            self.shared.clone(),
+            range,
+            first,
+            revision,
+            tx,
+        ));
+        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let item = rx
+                .borrow_and_update()
+                .clone()
+                .map_err(|(kind, message)| own(kind, message));
+            Some((item, (rx, false)))
+        });
+        Ok(Box::pin(stream))
+    }
+
+    fn election_requests(&self) -> Option<u64> {
+        Some(self.shared.requests.load(Ordering::Relaxed))
+    }
+}
+
+/// Follows one election for its observers: a watch on the election's range; after every
+/// event (and after the watch breaks or is compacted) it re-reads the first key and
+/// publishes it when it changed. Ends when every observer is gone.
+async fn observe_task(
+    shared: Arc<Shared>,
+    range: String,
+    mut last: Option<LeaderInfo>,
+    revision: i64,
+    tx: watch::Sender<Observed>,
+) {
+    let retry = Retry::default();
+    let mut attempt = 0u32;
+    let mut from = revision + 1;
+    let mut failed = false;
+    let publish = |state: Observed| {
+        let _ = tx.send_replace(state);
+    };
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        shared.count();
+        let mut client = shared.client.watch_client();
+        let options = WatchOptions::new().with_prefix().with_start_revision(from);
+        let opened = shared
+            .call("observe", client.watch(range.as_str(), Some(options)))
+            .await;
+        let mut stream = match opened {
+            Ok(s) => {
+                attempt = 0;
+                Some(s)
+            }
+            Err(e) => {
+                if !failed {
+                    publish(Err((e.kind(), e.message().to_string())));
+                    failed = true;
+                }
+                None
+            }
+        };
+        // Follow the stream until it breaks.
+        while let Some(s) = stream.as_mut() {
+            let message = tokio::select! {
+                _ = tx.closed() => return,
+                m = s.message() => m,
+            };
+            match message {
+                Ok(Some(response)) if response.canceled() => stream = None,
+                Ok(Some(response)) if response.events().is_empty() => {}
+                Ok(Some(_)) => {
+                    shared.count();
+                    match shared.first_candidate(&range).await {
+                        Ok((kv, at)) => {
+                            let state =
+                                kv.map(|kv| decode_leader(kv.value(), kv.create_revision()));
+                            from = from.max(at + 1);
+                            if state != last || failed {
+                                last = state.clone();
+                                failed = false;
+                                publish(Ok(state));
+                            }
+                        }
+                        Err(_) => stream = None,
+                    }
+                }
+                Ok(None) | Err(_) => stream = None,
+            }
+        }
+        // The watch broke, was cancelled (compaction) or never opened: read the state
+        // again and watch from there.
+        let delay = retry.delay(attempt);
+        attempt = attempt.saturating_add(1);
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = tokio::time::sleep(if attempt > 1 { delay } else { Duration::ZERO }) => {}
+        }
+        match shared.first_candidate(&range).await {
+            Ok((kv, at)) => {
+                let state = kv.map(|kv| decode_leader(kv.value(), kv.create_revision()));
+                from = at + 1;
+                if state != last || failed {
+                    last = state.clone();
+                    failed = false;
+                    publish(Ok(state));
+                }
+            }
+            Err(e) => {
+                if !failed {
+                    publish(Err((e.kind(), e.message().to_string())));
+                    failed = true;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_round_up_to_whole_seconds() {
+        assert_eq!(lease_seconds(Duration::from_secs(2)), 2);
+        assert_eq!(lease_seconds(Duration::from_millis(2001)), 3);
+        assert_eq!(lease_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(lease_seconds(Duration::MAX), i64::MAX);
+    }
+}

@@ -1,0 +1,607 @@
+//! Connection settings: builder, URL and environment parsing. The password never
+//! appears in `Debug`, `Display`, error messages or logs.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tenure_core::{Error, Result};
+
+use crate::keys::{validate_prefix, DEFAULT_PREFIX};
+use crate::{EtcdBackend, SCHEME};
+
+/// The URL scheme of etcd with TLS.
+pub(crate) const TLS_SCHEME: &str = "etcds";
+
+/// Default for [`EtcdConfig::connect_timeout`] and [`EtcdConfig::request_timeout`].
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How to reach etcd and where tenure keeps its keys there.
+///
+/// | setting | default | URL (`etcd://…?`) | environment |
+/// |---|---|---|---|
+/// | endpoints (`host:port`, several for a cluster) | required | `etcd://h1:2379,h2:2379` | `TENURE_ETCD_ENDPOINTS` (comma separated; `https://` entries turn TLS on) |
+/// | key prefix | `tenure` | `prefix=` | `TENURE_ETCD_PREFIX` |
+/// | username and password | none | `username=`, `password=` (or `user:pass@` before the hosts) | `TENURE_ETCD_USERNAME`, `TENURE_ETCD_PASSWORD` |
+/// | TLS | off | scheme `etcds://` | `TENURE_ETCD_TLS=true` |
+/// | CA certificate (PEM file, required with TLS) | none | `ca=` | `TENURE_ETCD_CA_FILE` |
+/// | client certificate and key (PEM files) | none | `cert=`, `key=` | `TENURE_ETCD_CERT_FILE`, `TENURE_ETCD_KEY_FILE` |
+/// | TLS server name | the endpoint's host | `domain=` | `TENURE_ETCD_DOMAIN` |
+/// | connect timeout | 5 s | `connect_timeout_ms=` | `TENURE_ETCD_CONNECT_TIMEOUT_MS` |
+/// | request timeout | 5 s | `request_timeout_ms=` | `TENURE_ETCD_REQUEST_TIMEOUT_MS` |
+///
+/// URL values are percent-decoded. Unknown parameters, empty hosts, bad ports and bad
+/// prefixes are [`ErrorKind::InvalidArgument`](tenure_core::ErrorKind) naming the
+/// problem; messages never repeat the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    endpoints: Vec<String>,
+    prefix: String,
+    username: Option<String>,
+    password: Option<String>,
+    tls: bool,
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+    domain: Option<String>,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.prefix)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("domain", &self.domain)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+/// The URL form without the password: `etcd://[user@]h1:2379,h2:2379?prefix=…`.
+impl fmt::Display for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
+        write!(f, "{scheme}://")?;
+        if let Some(user) = &self.username {
+            write!(f, "{}@", encode(user))?;
+        }
+        write!(f, "{}?prefix={}", self.endpoints.join(","), self.prefix)
+    }
+}
+
+impl EtcdConfig {
+    /// Settings for the given `host:port` endpoints with every default.
+    pub fn new<I, S>(endpoints: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        EtcdConfig {
+            endpoints: endpoints.into_iter().map(Into::into).collect(),
+            prefix: DEFAULT_PREFIX.to_string(),
+            username: None,
+            password: None,
+            tls: false,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            domain: None,
+            connect_timeout: DEFAULT_TIMEOUT,
+            request_timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Parse `etcd://host:port[,host:port…][?prefix=…&username=…&password=…]` or
+    /// `etcds://…` (TLS; `ca=`, `cert=`, `key=`, `domain=`); see the table above.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let (scheme, rest) = tenure_core::split_scheme(url)?;
+        let tls = match scheme.as_str() {
+            SCHEME => false,
+            TLS_SCHEME => true,
+            other => {
+                return Err(Error::invalid(format!(
+                    "etcd url: scheme {other:?} is not etcd:// or etcds://"
+                )))
+            }
+        };
+        let (authority, query) = match rest.split_once('?') {
+            Some((a, q)) => (a, Some(q)),
+            None => (rest, None),
+        };
+        let authority = authority.strip_suffix('/').unwrap_or(authority);
+        if authority.contains('/') {
+            return Err(Error::invalid(
+                "etcd url: no path allowed after the hosts; set the key prefix with ?prefix=…",
+            ));
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let mut config = EtcdConfig::new(hosts.split(',').map(str::to_string));
+        config.tls = tls;
+        if let Some(userinfo) = userinfo {
+            let (user, pass) = match userinfo.split_once(':') {
+                Some((u, p)) => (u, Some(p)),
+                None => (userinfo, None),
+            };
+            config.username = Some(decode("username", user)?);
+            config.password = pass.map(|p| decode("password", p)).transpose()?;
+        }
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
+            let name = decode("parameter name", name)?;
+            let value = decode(&name, raw)?;
+            config.set(&name, value)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Read `TENURE_ETCD_ENDPOINTS` (required), `TENURE_ETCD_PREFIX`,
+    /// `TENURE_ETCD_USERNAME`, `TENURE_ETCD_PASSWORD`, `TENURE_ETCD_TLS`,
+    /// `TENURE_ETCD_CA_FILE`, `TENURE_ETCD_CERT_FILE`, `TENURE_ETCD_KEY_FILE`,
+    /// `TENURE_ETCD_DOMAIN`, `TENURE_ETCD_CONNECT_TIMEOUT_MS` and
+    /// `TENURE_ETCD_REQUEST_TIMEOUT_MS`.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let endpoints = var("TENURE_ETCD_ENDPOINTS").ok_or_else(|| {
+            Error::invalid("TENURE_ETCD_ENDPOINTS: not set (e.g. 127.0.0.1:2379)")
+        })?;
+        let mut tls = false;
+        let mut hosts = Vec::new();
+        for e in endpoints.split(',').map(str::trim) {
+            if let Some(h) = e.strip_prefix("https://") {
+                tls = true;
+                hosts.push(h.trim_end_matches('/').to_string());
+            } else {
+                hosts.push(
+                    e.strip_prefix("http://")
+                        .unwrap_or(e)
+                        .trim_end_matches('/')
+                        .to_string(),
+                );
+            }
+        }
+        let mut config = EtcdConfig::new(hosts);
+        config.tls = tls;
+        for (var_name, param) in [
+            ("TENURE_ETCD_PREFIX", "prefix"),
+            ("TENURE_ETCD_USERNAME", "username"),
+            ("TENURE_ETCD_PASSWORD", "password"),
+            ("TENURE_ETCD_CA_FILE", "ca"),
+            ("TENURE_ETCD_CERT_FILE", "cert"),
+            ("TENURE_ETCD_KEY_FILE", "key"),
+            ("TENURE_ETCD_DOMAIN", "domain"),
+            ("TENURE_ETCD_CONNECT_TIMEOUT_MS", "connect_timeout_ms"),
+            ("TENURE_ETCD_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+        ] {
+            if let Some(v) = var(var_name) {
+                config
+                    .set(param, v)
+                    .map_err(|e| Error::invalid(format!("{var_name}: {}", e.message())))?;
+            }
+        }
+        if let Some(v) = var("TENURE_ETCD_TLS") {
+            config.tls = match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => tls,
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "TENURE_ETCD_TLS: {v:?} is not true or false"
+                    )))
+                }
+            };
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn set(&mut self, name: &str, value: String) -> Result<()> {
+        let millis = |value: &str| -> Result<Duration> {
+            match value.parse::<u64>() {
+                Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+                _ => Err(Error::invalid(format!(
+                    "{name}: {value:?} is not a positive number of milliseconds"
+                ))),
+            }
+        };
+        match name {
+            "prefix" => self.prefix = value,
+            "username" | "user" => self.username = Some(value),
+            "password" => self.password = Some(value),
+            "ca" => self.ca_file = Some(value.into()),
+            "cert" => self.cert_file = Some(value.into()),
+            "key" => self.key_file = Some(value.into()),
+            "domain" => self.domain = Some(value),
+            "connect_timeout_ms" => self.connect_timeout = millis(&value)?,
+            "request_timeout_ms" => self.request_timeout = millis(&value)?,
+            other => {
+                return Err(Error::invalid(format!(
+                    "etcd url: unknown parameter {other:?} (known: prefix, username, password, \
+                     ca, cert, key, domain, connect_timeout_ms, request_timeout_ms)"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Check every setting; the error names the offending one.
+    pub fn validate(&self) -> Result<()> {
+        if self.endpoints.is_empty() {
+            return Err(Error::invalid(
+                "endpoints: at least one host:port is needed",
+            ));
+        }
+        for e in &self.endpoints {
+            validate_endpoint(e)?;
+        }
+        validate_prefix(&self.prefix)?;
+        if self.username.as_deref() == Some("") {
+            return Err(Error::invalid("username: must not be empty"));
+        }
+        if self.password.is_some() && self.username.is_none() {
+            return Err(Error::invalid("password: given without a username"));
+        }
+        if self.tls && self.ca_file.is_none() {
+            return Err(Error::invalid(
+                "ca: TLS (etcds://) needs the CA certificate file that signed the server's \
+                 certificate (ca=/path/ca.pem)",
+            ));
+        }
+        if !self.tls && (self.ca_file.is_some() || self.cert_file.is_some()) {
+            return Err(Error::invalid(
+                "ca/cert: TLS files given for a plain etcd:// connection; use etcds://",
+            ));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err(Error::invalid(
+                "cert/key: a client certificate needs both cert= and key=",
+            ));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(Error::invalid("connect_timeout: must be greater than zero"));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(Error::invalid("request_timeout: must be greater than zero"));
+        }
+        Ok(())
+    }
+
+    /// Keep tenure's keys under `prefix` (default `tenure`): an election `E` lives at
+    /// `<prefix>/E/@<lease>`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Authenticate as `username` with `password`.
+    pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.username = Some(username.into());
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Use TLS, verifying the server with the CA certificate in `ca_file` (PEM).
+    pub fn tls(mut self, ca_file: impl Into<PathBuf>) -> Self {
+        self.tls = true;
+        self.ca_file = Some(ca_file.into());
+        self
+    }
+
+    /// Present a client certificate (PEM files) over TLS.
+    pub fn client_identity(
+        mut self,
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+    ) -> Self {
+        self.cert_file = Some(cert_file.into());
+        self.key_file = Some(key_file.into());
+        self
+    }
+
+    /// The name to verify the server's certificate against, if not the endpoint's host.
+    pub fn domain(mut self, domain: impl Into<String>) -> Self {
+        self.domain = Some(domain.into());
+        self
+    }
+
+    /// The longest connecting (and the first request) may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest any single request may wait for its answer (default 5 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Connect; see [`EtcdBackend::connect`].
+    pub async fn connect(self) -> Result<EtcdBackend> {
+        EtcdBackend::connect(self).await
+    }
+
+    /// The endpoints, `host:port`.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The username, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
+    /// Whether TLS is on.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The request timeout.
+    pub fn get_request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    pub(crate) fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    pub(crate) fn tls_files(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
+        let identity = match (&self.cert_file, &self.key_file) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        };
+        (self.ca_file.as_ref(), identity)
+    }
+
+    pub(crate) fn tls_domain(&self) -> Option<&str> {
+        self.domain.as_deref()
+    }
+
+    /// The endpoint URLs for etcd-client.
+    pub(crate) fn endpoint_urls(&self) -> Vec<String> {
+        let scheme = if self.tls { "https" } else { "http" };
+        self.endpoints
+            .iter()
+            .map(|e| format!("{scheme}://{e}"))
+            .collect()
+    }
+}
+
+fn validate_endpoint(endpoint: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("endpoint {endpoint:?}: {why}")));
+    let Some((host, port)) = endpoint.rsplit_once(':') else {
+        return bad("expected host:port");
+    };
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.is_empty() {
+        return bad("the host is empty");
+    }
+    if let Some(c) = host
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':' | '_')))
+    {
+        return bad(&format!("character {c:?} is not allowed in a host"));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => bad(&format!("port {port:?} is not a number from 1 to 65535")),
+    }
+}
+
+/// Percent-decode a URL component; `what` names it in errors (never its value, which
+/// may be a password).
+fn decode(what: &str, s: &str) -> Result<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => out.push(b),
+                    None => {
+                        return Err(Error::invalid(format!(
+                            "etcd url: {what}: bad percent-encoding"
+                        )))
+                    }
+                }
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out)
+        .map_err(|_| Error::invalid(format!("etcd url: {what}: not UTF-8 after decoding")))
+}
+
+/// Percent-encode what is not unreserved, for `Display`.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use tenure_core::ErrorKind;
+
+    #[test]
+    fn plain_urls() {
+        let c = EtcdConfig::from_url("etcd://127.0.0.1:2379").unwrap();
+        assert_eq!(c.endpoints(), ["127.0.0.1:2379"]);
+        assert_eq!(c.key_prefix(), "tenure");
+        assert!(!c.is_tls());
+        assert_eq!(c.endpoint_urls(), ["http://127.0.0.1:2379"]);
+        let c = EtcdConfig::from_url(
+            "ETCD://a:1,b:2/?prefix=app%2Fprod&username=root&password=p%40ss%26w&connect_timeout_ms=700",
+        )
+        .unwrap();
+        assert_eq!(c.endpoints(), ["a:1", "b:2"]);
+        assert_eq!(c.key_prefix(), "app/prod");
+        assert_eq!(c.username(), Some("root"));
+        assert_eq!(c.password(), Some("p@ss&w"));
+        assert_eq!(c.get_connect_timeout(), Duration::from_millis(700));
+        let c = EtcdConfig::from_url("etcd://u:s3cr%3At@[::1]:2379").unwrap();
+        assert_eq!(c.username(), Some("u"));
+        assert_eq!(c.password(), Some("s3cr:t"));
+        assert_eq!(c.endpoints(), ["[::1]:2379"]);
+    }
+
+    #[test]
+    fn tls_urls() {
+        let c =
+            EtcdConfig::from_url("etcds://h:2379?ca=/ca.pem&cert=/c.pem&key=/k.pem&domain=etcd")
+                .unwrap();
+        assert!(c.is_tls());
+        assert_eq!(c.endpoint_urls(), ["https://h:2379"]);
+        let (ca, id) = c.tls_files();
+        assert_eq!(ca, Some(&PathBuf::from("/ca.pem")));
+        assert!(id.is_some());
+        assert_eq!(c.tls_domain(), Some("etcd"));
+    }
+
+    #[test]
+    fn bad_urls_name_the_problem() {
+        for (url, needle) in [
+            ("etcd://", "endpoint"),
+            ("etcd://host", "host:port"),
+            ("etcd://:2379", "host is empty"),
+            ("etcd://h:notaport", "port"),
+            ("etcd://h:0", "port"),
+            ("etcd://h:2379,", "endpoint"),
+            ("etcd://h:2379/path", "path"),
+            ("etcd://h:2379?prefix=/x", "prefix"),
+            ("etcd://h:2379?colour=red", "unknown parameter"),
+            ("etcd://h:2379?password=x", "without a username"),
+            ("etcd://h:2379?connect_timeout_ms=0", "connect_timeout_ms"),
+            ("etcd://h:2379?prefix=%zz", "percent"),
+            ("etcds://h:2379", "ca"),
+            ("etcd://h:2379?ca=/x", "etcds"),
+            ("etcds://h:2379?ca=/x&cert=/c", "key"),
+            ("redis://h:1", "scheme"),
+            ("h:2379", "scheme"),
+        ] {
+            let e = EtcdConfig::from_url(url).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{url}");
+            assert!(e.message().contains(needle), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        let secret = "hunter2-S3CRET";
+        let urls = [
+            format!("etcd://root:{secret}@127.0.0.1:2379"),
+            format!("etcd://127.0.0.1:2379?username=root&password={secret}"),
+        ];
+        for url in urls {
+            let c = EtcdConfig::from_url(&url).unwrap();
+            assert_eq!(c.password(), Some(secret));
+            let debug = format!("{c:?} {c:#?}");
+            let display = c.to_string();
+            assert!(!debug.contains(secret), "{debug}");
+            assert!(!display.contains(secret), "{display}");
+            assert!(debug.contains("<redacted>"));
+            assert_eq!(display, "etcd://root@127.0.0.1:2379?prefix=tenure");
+        }
+        // Errors about a URL with a password do not repeat it.
+        for url in [
+            format!("etcd://root:{secret}@h:bad"),
+            format!("etcd://h:1?username=root&password={secret}&bogus=1"),
+            format!("etcd://h:1?username=root&password={secret}%zz"),
+        ] {
+            let e = EtcdConfig::from_url(&url).unwrap_err();
+            assert!(!format!("{e} {e:?}").contains(secret), "{e}");
+        }
+    }
+
+    #[test]
+    fn environment() {
+        let env: HashMap<&str, &str> = [
+            ("TENURE_ETCD_ENDPOINTS", "http://a:1, b:2"),
+            ("TENURE_ETCD_PREFIX", "svc"),
+            ("TENURE_ETCD_USERNAME", "root"),
+            ("TENURE_ETCD_PASSWORD", "pw"),
+        ]
+        .into();
+        let c = EtcdConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(c.endpoints(), ["a:1", "b:2"]);
+        assert_eq!(c.key_prefix(), "svc");
+        assert_eq!(c.password(), Some("pw"));
+        assert!(!format!("{c:?}").contains("\"pw\""));
+        let e = EtcdConfig::from_lookup(|_| None).unwrap_err();
+        assert!(e.message().contains("TENURE_ETCD_ENDPOINTS"), "{e}");
+        let env: HashMap<&str, &str> = [
+            ("TENURE_ETCD_ENDPOINTS", "a:1"),
+            ("TENURE_ETCD_REQUEST_TIMEOUT_MS", "soon"),
+        ]
+        .into();
+        let e = EtcdConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap_err();
+        assert!(
+            e.message().contains("TENURE_ETCD_REQUEST_TIMEOUT_MS"),
+            "{e}"
+        );
+        let env: HashMap<&str, &str> = [("TENURE_ETCD_ENDPOINTS", "https://a:1")].into();
+        let e = EtcdConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap_err();
+        assert!(e.message().starts_with("ca"), "{e}");
+    }
+
+    #[test]
+    fn builder() {
+        let c = EtcdConfig::new(["h:1"])
+            .prefix("p")
+            .credentials("u", "secret-pw")
+            .connect_timeout(Duration::from_millis(300))
+            .request_timeout(Duration::from_secs(2));
+        c.validate().unwrap();
+        assert!(!c.to_string().contains("secret-pw"));
+        assert!(EtcdConfig::new(Vec::<String>::new()).validate().is_err());
+    }
+}

@@ -1,0 +1,167 @@
+//! Where elections live in the etcd key space, and what a candidate key holds.
+//!
+//! Sans-IO: only strings and bytes, so the layout is tested without a server.
+
+use serde::{Deserialize, Serialize};
+use tenure_core::{Candidate, ElectionName, Error, FencingToken, LeaderInfo, Result};
+
+/// Separates an election's name from its candidates' lease ids. It cannot appear in an
+/// election name, so no election's candidate range contains another election's keys
+/// (with a plain `/`, the range of `a` would contain the candidates of `a/b`).
+const CANDIDATE_MARK: &str = "@";
+
+/// The default key prefix.
+pub(crate) const DEFAULT_PREFIX: &str = "tenure";
+
+/// The longest key prefix accepted, in bytes.
+const MAX_PREFIX_LEN: usize = 200;
+
+/// Check a key prefix: the characters of an election name (ASCII letters, digits, `-`,
+/// `_`, `.`, `/`), no leading, trailing or doubled `/`.
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("prefix {prefix:?}: {why}")));
+    if prefix.is_empty() {
+        return bad("must not be empty");
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return bad(&format!("longer than {MAX_PREFIX_LEN} bytes"));
+    }
+    if let Some(c) = prefix
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')))
+    {
+        return bad(&format!(
+            "character {c:?} is not allowed (use ASCII letters, digits, '-', '_', '.', '/')"
+        ));
+    }
+    if prefix.split('/').any(str::is_empty) {
+        return bad("must not start or end with '/' nor contain '//'");
+    }
+    Ok(())
+}
+
+/// The key range of one election: `<prefix>/<election>/@`. Every candidate key of the
+/// election starts with it.
+pub(crate) fn election_range(prefix: &str, election: &ElectionName) -> String {
+    format!("{prefix}/{election}/{CANDIDATE_MARK}")
+}
+
+/// The key of a session's candidacy in an election: the election range followed by the
+/// lease id in 16 hex digits.
+pub(crate) fn candidate_key(prefix: &str, election: &ElectionName, lease: i64) -> String {
+    format!("{}{}", election_range(prefix, election), lease_hex(lease))
+}
+
+/// A lease id as 16 lowercase hex digits (the session id).
+pub(crate) fn lease_hex(lease: i64) -> String {
+    format!("{:016x}", lease as u64)
+}
+
+/// Parse a session id back into a lease id.
+pub(crate) fn parse_lease_hex(id: &str) -> Option<i64> {
+    if id.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(id, 16).ok().map(|v| v as i64)
+}
+
+#[derive(Serialize)]
+struct Record<'a> {
+    id: &'a str,
+    value: &'a str,
+}
+
+#[derive(Deserialize)]
+struct OwnedRecord {
+    id: String,
+    #[serde(default)]
+    value: String,
+}
+
+/// The value stored under a candidate key: `{"id":…,"value":…}`.
+pub(crate) fn encode_candidate(candidate: &Candidate) -> Vec<u8> {
+    let record = Record {
+        id: candidate.id(),
+        value: candidate.value(),
+    };
+    // Serialising two strings cannot fail; fall back to the bare id all the same.
+    serde_json::to_vec(&record).unwrap_or_else(|_| candidate.id().as_bytes().to_vec())
+}
+
+/// The leader record of a candidate key. Anything that is not our JSON (a key written
+/// by another tool) shows as its raw text in `id`, never as an error.
+pub(crate) fn decode_leader(value: &[u8], create_revision: i64) -> LeaderInfo {
+    let token = FencingToken(u64::try_from(create_revision).unwrap_or(0));
+    match serde_json::from_slice::<OwnedRecord>(value) {
+        Ok(r) => LeaderInfo {
+            id: r.id,
+            value: r.value,
+            token,
+        },
+        Err(_) => LeaderInfo {
+            id: String::from_utf8_lossy(value).into_owned(),
+            value: String::new(),
+            token,
+        },
+    }
+}
+
+/// The fencing token of a grant: the candidate key's create revision.
+pub(crate) fn token_of(create_revision: i64) -> FencingToken {
+    FencingToken(u64::try_from(create_revision).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> ElectionName {
+        ElectionName::new(s).unwrap()
+    }
+
+    #[test]
+    fn election_ranges_do_not_nest() {
+        let a = election_range("tenure", &name("a"));
+        let ab = candidate_key("tenure", &name("a/b"), 7);
+        assert_eq!(a, "tenure/a/@");
+        assert_eq!(ab, "tenure/a/b/@0000000000000007");
+        assert!(!ab.starts_with(&a));
+        let own = candidate_key("tenure", &name("a"), 0x1234);
+        assert!(own.starts_with(&a));
+    }
+
+    #[test]
+    fn lease_ids_round_trip() {
+        for lease in [1i64, 0x7fff_ffff_ffff_ffff, 0x694d_8a1b_2c3d_4e5f] {
+            assert_eq!(parse_lease_hex(&lease_hex(lease)), Some(lease));
+        }
+        assert_eq!(parse_lease_hex("xyz"), None);
+        assert_eq!(parse_lease_hex("mem-1"), None);
+        assert_eq!(parse_lease_hex("zzzzzzzzzzzzzzzz"), None);
+    }
+
+    #[test]
+    fn candidate_records_round_trip_and_tolerate_foreign_values() {
+        let c = Candidate::with_value("node-1", "10.0.0.1:80 \"quoted\"").unwrap();
+        let info = decode_leader(&encode_candidate(&c), 42);
+        assert_eq!(info.id, "node-1");
+        assert_eq!(info.value, "10.0.0.1:80 \"quoted\"");
+        assert_eq!(info.token, FencingToken(42));
+        let foreign = decode_leader(b"\xffplain", 3);
+        assert_eq!(foreign.id, "\u{fffd}plain");
+        assert_eq!(foreign.value, "");
+        assert_eq!(decode_leader(b"{}", -1).token, FencingToken(0));
+        assert_eq!(decode_leader(br#"{"id":"x"}"#, 5).id, "x");
+    }
+
+    #[test]
+    fn prefixes_are_checked() {
+        for ok in ["tenure", "app/prod", "a.b-c_d"] {
+            validate_prefix(ok).unwrap();
+        }
+        for bad in ["", "/x", "x/", "a//b", "a b", "a@b", "ü"] {
+            let e = validate_prefix(bad).unwrap_err();
+            assert!(e.message().starts_with("prefix"), "{e}");
+        }
+    }
+}

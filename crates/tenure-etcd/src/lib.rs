@@ -1,0 +1,20 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod backend;
+mod config;
+mod error;
+mod keys;
+mod session;
+mod watcher;
+
+pub use backend::EtcdBackend;
+pub use config::EtcdConfig;
+
+/// The URL scheme of this backend: `etcd://host:port[,host:port…][?prefix=…]`
+/// (`etcds://` for TLS).
+pub const SCHEME: &str = "etcd";
+
+/// Both URL schemes this backend answers to.
+pub const SCHEMES: [&str; 2] = [SCHEME, config::TLS_SCHEME];

@@ -1,0 +1,547 @@
+//! A session: one etcd lease, its keep-alive stream, and the candidacies held through it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Compare, CompareOp, GetOptions, KeyValue, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
+use tenure_core::{
+    BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Result, Retry, SessionEvents,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{lease_seconds, Shared};
+use crate::error::{map, own};
+use crate::keys::{candidate_key, election_range, encode_candidate, lease_hex, token_of};
+use crate::watcher::{Fired, KeyWatch, KeyWatcher};
+
+/// The session handed to the core. Dropping it stops its background tasks.
+pub(crate) struct EtcdSession {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    lease: i64,
+    id: String,
+    /// The keep-alive stream, taken out while a keep-alive is in flight: if that call is
+    /// dropped half-way, the next one opens a fresh stream rather than reading a stale
+    /// answer.
+    keeper: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+    watcher: KeyWatcher,
+    candidacies: Mutex<HashMap<ElectionName, Candidacy>>,
+    events: SessionEvents,
+    stop: CancellationToken,
+    closed: AtomicBool,
+}
+
+/// This session's key in one election.
+struct Candidacy {
+    /// The key's create revision (the token once granted).
+    revision: i64,
+    /// Whether the core was handed this key's token.
+    granted: bool,
+    /// Stops the task that reports the key's deletion while held.
+    monitor: Option<CancellationToken>,
+}
+
+impl fmt::Debug for EtcdSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdSession")
+            .field("lease", &self.inner.id)
+            .finish()
+    }
+}
+
+impl Drop for EtcdSession {
+    fn drop(&mut self) {
+        self.inner.stop.cancel();
+    }
+}
+
+/// What one look at the queue found.
+struct QueueState {
+    own_present: bool,
+    predecessor: Option<String>,
+    revision: i64,
+}
+
+impl EtcdSession {
+    /// Grant a lease of `ttl` (rounded up to whole seconds).
+    pub(crate) async fn open(
+        shared: Arc<Shared>,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> Result<Self> {
+        let seconds = lease_seconds(ttl);
+        let mut lease_client = shared.client.lease_client();
+        let granted = shared
+            .call("open session", lease_client.grant(seconds, None))
+            .await?;
+        if !granted.error().is_empty() {
+            return Err(own(
+                ErrorKind::Backend,
+                format!("open session: etcd refused the lease: {}", granted.error()),
+            ));
+        }
+        if granted.ttl() > seconds {
+            tracing::warn!(
+                requested = seconds,
+                granted = granted.ttl(),
+                "etcd raised the lease TTL to its minimum; failover takes that long"
+            );
+        }
+        let lease = granted.id();
+        let stop = CancellationToken::new();
+        let watcher = KeyWatcher::spawn(
+            shared.client.watch_client(),
+            shared.config.get_request_timeout(),
+            stop.clone(),
+        );
+        Ok(EtcdSession {
+            inner: Arc::new(Inner {
+                shared,
+                lease,
+                id: lease_hex(lease),
+                keeper: tokio::sync::Mutex::new(None),
+                watcher,
+                candidacies: Mutex::new(HashMap::new()),
+                events,
+                stop,
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+fn closed_error() -> tenure_core::Error {
+    own(ErrorKind::SessionExpired, "session closed")
+}
+
+fn txn_revision(resp: &TxnResponse) -> i64 {
+    resp.header().map_or(0, |h| h.revision())
+}
+
+/// The key-values of the `n`-th get in a transaction's answer.
+fn get_result(resp: &TxnResponse, n: usize) -> Vec<KeyValue> {
+    resp.op_responses()
+        .into_iter()
+        .filter_map(|r| match r {
+            TxnOpResponse::Get(mut g) => Some(g.take_kvs()),
+            _ => None,
+        })
+        .nth(n)
+        .unwrap_or_default()
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ElectionName, Candidacy>> {
+        self.candidacies.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(closed_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn key(&self, election: &ElectionName) -> String {
+        candidate_key(self.shared.prefix(), election, self.lease)
+    }
+
+    async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
+        self.shared.count();
+        let mut kv = self.shared.client.kv_client();
+        self.shared.call(what, kv.txn(txn)).await
+    }
+
+    /// Make sure this session's key exists for a new (or continuing) candidacy and return
+    /// its create revision. A key left from an earlier grant or candidacy is replaced, so
+    /// every candidacy gets a new, higher token.
+    async fn ensure_candidacy(
+        &self,
+        election: &ElectionName,
+        key: &str,
+        value: &[u8],
+        with_first: bool,
+    ) -> Result<(i64, Vec<KeyValue>)> {
+        let range = election_range(self.shared.prefix(), election);
+        let first = || {
+            TxnOp::get(
+                range.as_str(),
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend)
+                        .with_limit(1),
+                ),
+            )
+        };
+        for _ in 0..4 {
+            let mut then = vec![TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(self.lease)),
+            )];
+            if with_first {
+                then.push(first());
+            }
+            let txn = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+                .and_then(then)
+                .or_else([TxnOp::get(key, None)]);
+            let resp = self.txn("campaign", txn).await?;
+            if resp.succeeded() {
+                let revision = txn_revision(&resp);
+                self.lock().insert(
+                    election.clone(),
+                    Candidacy {
+                        revision,
+                        granted: false,
+                        monitor: None,
+                    },
+                );
+                let first = if with_first {
+                    get_result(&resp, 0)
+                } else {
+                    Vec::new()
+                };
+                return Ok((revision, first));
+            }
+            let existing = get_result(&resp, 0)
+                .first()
+                .map_or(0, KeyValue::create_revision);
+            if existing == 0 {
+                continue; // deleted in between: try again
+            }
+            let reusable = !with_first
+                && self
+                    .lock()
+                    .get(election)
+                    .is_some_and(|c| c.revision == existing && !c.granted);
+            if reusable {
+                return Ok((existing, Vec::new()));
+            }
+            let txn = Txn::new()
+                .when([Compare::create_revision(key, CompareOp::Equal, existing)])
+                .and_then([TxnOp::delete(key, None)]);
+            self.txn("campaign: replace an old key", txn).await?;
+        }
+        Err(own(
+            ErrorKind::Backend,
+            format!("campaign {election}: the candidate key keeps changing under us"),
+        ))
+    }
+
+    /// Is our key still there, and which key (if any) is just before it?
+    async fn look_at_queue(&self, range: &str, key: &str, revision: i64) -> Result<QueueState> {
+        let predecessor = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_max_create_revision(revision - 1)
+            .with_keys_only()
+            .with_limit(1);
+        let txn = Txn::new().and_then([
+            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
+            TxnOp::get(range, Some(predecessor)),
+        ]);
+        let resp = self.txn("campaign: look at the queue", txn).await?;
+        let own_present = get_result(&resp, 0)
+            .first()
+            .is_some_and(|kv| kv.create_revision() == revision);
+        let predecessor = get_result(&resp, 1)
+            .into_iter()
+            .find(|kv| kv.create_revision() < revision && kv.key() != key.as_bytes())
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+        Ok(QueueState {
+            own_present,
+            predecessor,
+            revision: txn_revision(&resp),
+        })
+    }
+
+    fn watch_own(&self, key: &str, revision: i64) -> KeyWatch {
+        self.shared.count();
+        self.watcher.watch_deletes(key, revision + 1)
+    }
+
+    /// Record the grant and watch the key while it is held.
+    fn granted(self: &Arc<Self>, election: &ElectionName, revision: i64, own_watch: KeyWatch) {
+        let stop = self.stop.child_token();
+        self.lock().insert(
+            election.clone(),
+            Candidacy {
+                revision,
+                granted: true,
+                monitor: Some(stop.clone()),
+            },
+        );
+        tokio::spawn(
+            self.clone()
+                .monitor(election.clone(), revision, own_watch, stop),
+        );
+    }
+
+    fn still_held(&self, election: &ElectionName, revision: i64) -> bool {
+        self.lock()
+            .get(election)
+            .is_some_and(|c| c.granted && c.revision == revision)
+    }
+
+    /// Report the held key's deletion by anyone (an operator, lease expiry) as a loss.
+    async fn monitor(
+        self: Arc<Self>,
+        election: ElectionName,
+        revision: i64,
+        mut watch: KeyWatch,
+        stop: CancellationToken,
+    ) {
+        let key = self.key(&election);
+        let retry = Retry::default();
+        let mut attempt = 0u32;
+        loop {
+            let fired = tokio::select! {
+                _ = stop.cancelled() => return,
+                f = watch.fired() => f,
+            };
+            let gone = match fired {
+                Fired::Deleted => true,
+                Fired::Compacted => {
+                    self.shared.count();
+                    let mut kv = self.shared.client.kv_client();
+                    match self
+                        .shared
+                        .call("check held key", kv.get(key.as_str(), None))
+                        .await
+                    {
+                        Ok(resp) => resp
+                            .kvs()
+                            .first()
+                            .is_none_or(|kv| kv.create_revision() != revision),
+                        Err(_) => false,
+                    }
+                }
+                Fired::Broken(_) => {
+                    let delay = retry.delay(attempt);
+                    attempt = attempt.saturating_add(1);
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    false
+                }
+            };
+            if gone {
+                if self.still_held(&election, revision) {
+                    self.lock().remove(&election);
+                    self.events.election_lost(
+                        &election,
+                        token_of(revision),
+                        "the candidate key was deleted in etcd",
+                    );
+                }
+                return;
+            }
+            // Watch again from the key's creation: a delete meanwhile is replayed.
+            watch = self.watch_own(&key, revision);
+        }
+    }
+
+    fn forget(&self, election: &ElectionName, token: Option<FencingToken>) {
+        let mut candidacies = self.lock();
+        let matches = candidacies
+            .get(election)
+            .is_some_and(|c| token.is_none_or(|t| token_of(c.revision) == t));
+        if matches {
+            if let Some(c) = candidacies.remove(election) {
+                if let Some(m) = c.monitor {
+                    m.cancel();
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl BackendSession for EtcdSession {
+    fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    async fn keep_alive(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let mut slot = inner.keeper.lock().await;
+        let limit = inner.shared.config.get_request_timeout();
+        let Some((mut keeper, mut stream)) = slot.take() else {
+            // Opening the stream sends the first keep-alive and checks its answer.
+            let mut lease_client = inner.shared.client.lease_client();
+            let pair = inner
+                .shared
+                .call("keep-alive", lease_client.keep_alive(inner.lease))
+                .await?;
+            *slot = Some(pair);
+            return Ok(());
+        };
+        keeper
+            .keep_alive()
+            .await
+            .map_err(|e| map("keep-alive", e))?;
+        let answer = match tokio::time::timeout(limit, stream.message()).await {
+            Ok(Ok(Some(answer))) => answer,
+            Ok(Ok(None)) => {
+                return Err(own(ErrorKind::Unavailable, "keep-alive: the stream ended"))
+            }
+            Ok(Err(e)) => return Err(map("keep-alive", e)),
+            Err(_) => return Err(crate::error::timed_out("keep-alive", limit)),
+        };
+        if answer.ttl() <= 0 {
+            return Err(own(
+                ErrorKind::SessionExpired,
+                format!("keep-alive: etcd no longer has lease {}", inner.id),
+            ));
+        }
+        *slot = Some((keeper, stream));
+        Ok(())
+    }
+
+    async fn campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<FencingToken> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let key = inner.key(election);
+        let range = election_range(inner.shared.prefix(), election);
+        let value = encode_candidate(candidate);
+        let (mut revision, _) = inner
+            .ensure_candidacy(election, &key, &value, false)
+            .await?;
+        let mut own_watch = inner.watch_own(&key, revision);
+        loop {
+            inner.check_open()?;
+            let queue = inner.look_at_queue(&range, &key, revision).await?;
+            if !queue.own_present {
+                // Our key is gone (lease expired, or deleted by someone): queue again.
+                // With the lease gone this fails with SessionExpired.
+                revision = inner
+                    .ensure_candidacy(election, &key, &value, false)
+                    .await?
+                    .0;
+                own_watch = inner.watch_own(&key, revision);
+                continue;
+            }
+            let Some(predecessor) = queue.predecessor else {
+                inner.granted(election, revision, own_watch);
+                return Ok(token_of(revision));
+            };
+            inner.shared.count();
+            let mut before = inner
+                .watcher
+                .watch_deletes(&predecessor, queue.revision + 1);
+            tokio::select! {
+                fired = before.fired() => {
+                    inner.shared.count();
+                    if let Fired::Broken(e) = fired {
+                        return Err(e);
+                    }
+                }
+                fired = own_watch.fired() => {
+                    inner.shared.count();
+                    if let Fired::Broken(e) = fired {
+                        return Err(e);
+                    }
+                    // Look again; the key may be gone.
+                    own_watch = inner.watch_own(&key, revision);
+                }
+                _ = inner.stop.cancelled() => return Err(closed_error()),
+            }
+        }
+    }
+
+    async fn try_campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Option<FencingToken>> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let key = inner.key(election);
+        let value = encode_candidate(candidate);
+        let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
+        let leads = first
+            .first()
+            .is_some_and(|kv| kv.key() == key.as_bytes() && kv.create_revision() == revision);
+        if leads {
+            let own_watch = inner.watch_own(&key, revision);
+            inner.granted(election, revision, own_watch);
+            return Ok(Some(token_of(revision)));
+        }
+        inner.forget(election, None);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([TxnOp::delete(key.as_str(), None)]);
+        inner.txn("try_campaign: withdraw", txn).await?;
+        Ok(None)
+    }
+
+    async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        let inner = &self.inner;
+        let key = inner.key(election);
+        inner.forget(election, token);
+        match token {
+            Some(t) => {
+                let revision = i64::try_from(t.0).unwrap_or(i64::MAX);
+                let txn = Txn::new()
+                    .when([Compare::create_revision(
+                        key.as_str(),
+                        CompareOp::Equal,
+                        revision,
+                    )])
+                    .and_then([TxnOp::delete(key.as_str(), None)]);
+                inner.txn("resign", txn).await?;
+            }
+            None => {
+                inner.shared.count();
+                let mut kv = inner.shared.client.kv_client();
+                inner
+                    .shared
+                    .call("resign", kv.delete(key.as_str(), None))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn close(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        inner.stop.cancel();
+        inner.lock().clear();
+        let mut lease_client = inner.shared.client.lease_client();
+        match inner
+            .shared
+            .call("close session", lease_client.revoke(inner.lease))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::SessionExpired => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
