@@ -3,12 +3,15 @@
 #![forbid(unsafe_code)]
 
 pub use tenure_core::*;
+#[cfg(feature = "etcd")]
+pub use tenure_etcd::{EtcdBackend, EtcdConfig};
 
 /// Open the backend named by `url`, among those enabled by cargo features:
 ///
 /// | scheme | feature | backend |
 /// |---|---|---|
 /// | `mem://[NAME]` | always | in-memory store of this process ([`MemoryBackend`]) |
+/// | `etcd://host:port[,…][?prefix=…]`, `etcds://…` (TLS) | `etcd` | etcd v3 (`EtcdBackend`) |
 ///
 /// An unknown or disabled scheme is [`ErrorKind::InvalidArgument`] naming the schemes
 /// this build knows.
@@ -16,6 +19,10 @@ pub async fn connect(url: &str) -> Result<DynBackend> {
     let (scheme, _) = split_scheme(url)?;
     match scheme.as_str() {
         MEM_SCHEME => tenure_core::connect(url).await,
+        #[cfg(feature = "etcd")]
+        "etcd" | "etcds" => Ok(std::sync::Arc::new(
+            tenure_etcd::EtcdBackend::from_url(url).await?,
+        )),
         other => Err(Error::invalid(format!(
             "backend url {url:?}: unknown scheme {other:?}; this build knows: {}",
             schemes().join(", ")
@@ -27,5 +34,7 @@ pub async fn connect(url: &str) -> Result<DynBackend> {
 pub fn schemes() -> Vec<&'static str> {
     #[allow(unused_mut)]
     let mut s = vec![MEM_SCHEME];
+    #[cfg(feature = "etcd")]
+    s.extend(tenure_etcd::SCHEMES);
     s
 }
