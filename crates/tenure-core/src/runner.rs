@@ -252,6 +252,8 @@ impl LeaderRunner {
                 let mut outcome = self
                     .watch(&leadership, &mut handle, &heartbeat, &shutdown)
                     .await;
+                // Whether `handle` has completed (and so must not be polled again).
+                let task_done = matches!(outcome, Outcome::TaskDone(_));
                 // The task may end because its cancellation (a child of the lost signal)
                 // fired: that is a loss, not a task that finished.
                 if !matches!(outcome, Outcome::Lost(_)) && !leadership.is_leader() {
@@ -259,7 +261,6 @@ impl LeaderRunner {
                         outcome = Outcome::Lost(reason);
                     }
                 }
-                let task_done = matches!(outcome, Outcome::TaskDone(_));
                 let cause = match outcome {
                     Outcome::Lost(reason) => {
                         cancel.cancel();
@@ -270,7 +271,9 @@ impl LeaderRunner {
                             at: leadership.lost_at().unwrap_or_else(Instant::now),
                         });
                         drop(leadership);
-                        self.finish_task(handle).await;
+                        if !task_done {
+                            self.finish_task(handle).await;
+                        }
                         continue;
                     }
                     Outcome::TaskDone(Ok(())) => {
