@@ -1,0 +1,140 @@
+//! The whole election contract against a real etcd: one server for this test binary
+//! (or the one named by `TENURE_TEST_ETCD`), a random election prefix per test, a TTL of
+//! 2 s, and faults injected through a TCP proxy (disconnect) and lease revocation
+//! (expiry).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::testing::{Env, Faults};
+use tenure_core::{DynBackend, Session, Timing};
+use tenure_etcd::EtcdBackend;
+use tenure_integration::{EtcdServer, TcpProxy};
+
+/// The server shared by every test of this binary, stopped when the binary exits.
+static SERVER: Mutex<Option<EtcdServer>> = Mutex::new(None);
+static ADDR: OnceLock<Result<SocketAddr, String>> = OnceLock::new();
+
+extern "C" fn stop_server() {
+    if let Ok(mut server) = SERVER.lock() {
+        drop(server.take());
+    }
+}
+
+/// Start the shared server once, on a thread of its own so that no test's runtime owns
+/// it.
+fn server_addr() -> SocketAddr {
+    let addr = ADDR.get_or_init(|| {
+        std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            let server = rt
+                .block_on(EtcdServer::start())
+                .map_err(|e| e.to_string())?;
+            let addr = server.addr();
+            *SERVER.lock().map_err(|e| e.to_string())? = Some(server);
+            // SAFETY: registers a plain function without arguments to run at exit.
+            unsafe {
+                libc::atexit(stop_server);
+            }
+            Ok(addr)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread starting etcd panicked".into()))
+    });
+    match addr {
+        Ok(a) => *a,
+        Err(e) => panic!("starting etcd: {e}"),
+    }
+}
+
+fn url(addr: SocketAddr) -> String {
+    format!("etcd://{addr}?prefix=tenure-test&connect_timeout_ms=1000&request_timeout_ms=1000")
+}
+
+/// TTL 2 s (etcd leases are whole seconds), renew every 300 ms, leadership valid for
+/// 1.2 s after the last confirmed renewal was sent.
+fn etcd_timing() -> Timing {
+    let mut t = Timing::from_ttl(Duration::from_secs(2));
+    t.renew_interval = Duration::from_millis(300);
+    t.renew_deadline = Duration::from_millis(1200);
+    t.connect_timeout = Duration::from_secs(1);
+    t
+}
+
+/// Disconnects cut a victim backend's link through a proxy; expiry revokes the lease
+/// through the main backend.
+struct EtcdFaults {
+    server: SocketAddr,
+    admin: EtcdBackend,
+    proxy: tokio::sync::Mutex<Option<TcpProxy>>,
+}
+
+#[async_trait]
+impl Faults for EtcdFaults {
+    async fn victim_backend(&self, _env: &Env) -> Result<DynBackend, String> {
+        let proxy = TcpProxy::start(self.server)
+            .await
+            .map_err(|e| e.to_string())?;
+        let backend = EtcdBackend::from_url(&url(proxy.addr()))
+            .await
+            .map_err(|e| e.to_string())?;
+        *self.proxy.lock().await = Some(proxy);
+        Ok(Arc::new(backend))
+    }
+
+    async fn disconnect(&self, _session: &Session) -> Result<(), String> {
+        match self.proxy.lock().await.as_ref() {
+            Some(p) => p.blackhole().await.map_err(|e| e.to_string()),
+            None => Err("no victim backend behind a proxy".into()),
+        }
+    }
+
+    async fn reconnect(&self, _session: &Session) -> Result<(), String> {
+        match self.proxy.lock().await.as_ref() {
+            Some(p) => p.heal().await.map_err(|e| e.to_string()),
+            None => Err("no victim backend behind a proxy".into()),
+        }
+    }
+
+    async fn expire(&self, session: &Session) -> Result<(), String> {
+        self.admin
+            .revoke_session(&session.id())
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+async fn etcd_env() -> Env {
+    let server = server_addr();
+    let backend = match EtcdBackend::from_url(&url(server)).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to etcd at {server}: {e}"),
+    };
+    let mut env = Env::new(Arc::new(backend.clone()), etcd_timing());
+    env.slack = Duration::from_millis(500);
+    env.faults = Arc::new(EtcdFaults {
+        server,
+        admin: backend,
+        proxy: tokio::sync::Mutex::new(None),
+    });
+    env
+}
+
+tenure_core::conformance_tests!(etcd_env());
+
+/// Not in the shared suite: sub-second TTLs are refused, naming the field.
+#[tokio::test]
+async fn sub_second_ttl_is_rejected() {
+    let env = etcd_env().await;
+    let timing = Timing::from_ttl(Duration::from_millis(900));
+    let err = Session::open(env.backend.clone(), timing)
+        .await
+        .expect_err("900 ms TTL");
+    assert_eq!(err.kind(), tenure_core::ErrorKind::InvalidArgument);
+    assert!(err.message().starts_with("ttl"), "{err}");
+}
