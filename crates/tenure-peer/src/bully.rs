@@ -239,6 +239,17 @@ impl BullyCore {
                 self.see_epoch(epoch);
                 if !self.leads_at_least(epoch) {
                     self.announce(epoch);
+                } else if let Some(view) = self.out.leader() {
+                    // Already leading: the nominator missed the announcement
+                    // (it joined late, or stood by); repeat it to it alone.
+                    self.out.send(
+                        from,
+                        Message::Elected {
+                            leader: view.id,
+                            epoch: view.epoch,
+                            alternatives: self.alternatives.clone(),
+                        },
+                    );
                 }
             }
             Message::Failover { epoch } => {

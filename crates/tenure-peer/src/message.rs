@@ -125,6 +125,20 @@ pub enum Message {
         /// The sender's promised epoch.
         epoch: u64,
     },
+    /// Quorum mode: the sender stopped leading (or campaigning) in `epoch` of
+    /// its own accord; members bound to it for `epoch` are free at once.
+    QuorumRelease {
+        /// The epoch given up.
+        epoch: u64,
+    },
+    /// Candidacy gate: whether the sender takes part in elections. Sent to
+    /// every member when it changes, and by a process that stands by as the
+    /// answer to election traffic, which the receiver then treats as if the
+    /// sender were unreachable.
+    Candidacy {
+        /// True while the sender is a candidate.
+        active: bool,
+    },
 }
 
 impl Message {
@@ -146,6 +160,8 @@ impl Message {
             Message::QuorumRenew { .. } => MessageKind::QuorumRenew,
             Message::QuorumAck { .. } => MessageKind::QuorumAck,
             Message::QuorumNack { .. } => MessageKind::QuorumNack,
+            Message::QuorumRelease { .. } => MessageKind::QuorumRelease,
+            Message::Candidacy { .. } => MessageKind::Candidacy,
         }
     }
 }
@@ -183,11 +199,15 @@ pub enum MessageKind {
     QuorumAck,
     /// [`Message::QuorumNack`]
     QuorumNack,
+    /// [`Message::QuorumRelease`]
+    QuorumRelease,
+    /// [`Message::Candidacy`]
+    Candidacy,
 }
 
 impl MessageKind {
     /// Every kind, in tag order.
-    pub const ALL: [MessageKind; 15] = [
+    pub const ALL: [MessageKind; 17] = [
         MessageKind::Election,
         MessageKind::Alive,
         MessageKind::Nominate,
@@ -203,6 +223,8 @@ impl MessageKind {
         MessageKind::QuorumRenew,
         MessageKind::QuorumAck,
         MessageKind::QuorumNack,
+        MessageKind::QuorumRelease,
+        MessageKind::Candidacy,
     ];
 
     /// A dense index in `0..ALL.len()`, also the wire tag.
@@ -233,6 +255,8 @@ impl MessageKind {
             MessageKind::QuorumRenew => "QuorumRenew",
             MessageKind::QuorumAck => "QuorumAck",
             MessageKind::QuorumNack => "QuorumNack",
+            MessageKind::QuorumRelease => "QuorumRelease",
+            MessageKind::Candidacy => "Candidacy",
         }
     }
 }

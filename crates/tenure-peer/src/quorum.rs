@@ -59,9 +59,27 @@ enum Role {
 ///
 /// Under a partition only a side holding a majority can elect; a leader cut
 /// off from its majority steps down within one `lease`. The guard also steps
-/// down when the wrapped algorithm stops naming this process, and retries a
-/// failed campaign after a rank-staggered delay. Cost: `2(n − 1)` messages per
-/// campaign and per renewal.
+/// down when the wrapped algorithm stops naming this process (unless
+/// leadership is [sticky](Self::with_sticky_leadership)), and retries a
+/// failed campaign after a rank-staggered delay. Whenever it stops leading or
+/// campaigning it sends `QuorumRelease` for its epoch, which frees the
+/// members bound to it at once instead of after their lease. Cost: `2(n − 1)`
+/// messages per campaign and per renewal, `n − 1` per release.
+///
+/// # Candidacy
+///
+/// A process takes part in elections only while it is a candidate
+/// ([`set_candidate`](Self::set_candidate); every process is one unless built
+/// [`standing_by`](Self::standing_by)). Standing by, it still acknowledges
+/// and follows leaders (it is a member of every majority), but the wrapped
+/// algorithm is frozen: it gets no input and its timers do not run, and the
+/// process answers election traffic with `Candidacy { active: false }`, which
+/// the receiving guard hands to its algorithm as
+/// [`peer_unreachable`](ElectionAlgorithm::peer_unreachable). So every
+/// algorithm elects among the candidates only, the way it skips crashed
+/// processes. Changes of candidacy are sent to every member; a process
+/// coming back re-runs an election through
+/// [`start_election`](ElectionAlgorithm::start_election).
 #[derive(Debug)]
 pub struct QuorumGuard<A> {
     inner: A,
@@ -80,6 +98,11 @@ pub struct QuorumGuard<A> {
     retry_timer: Timer,
     follow_timer: Timer,
     transmits: VecDeque<(PeerId, Message)>,
+    candidate: bool,
+    inner_started: bool,
+    sticky: bool,
+    /// Other members known to be candidates.
+    candidates: BTreeSet<PeerId>,
 }
 
 impl<A: ElectionAlgorithm> QuorumGuard<A> {
@@ -100,7 +123,99 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             retry_timer: Timer::default(),
             follow_timer: Timer::default(),
             transmits: VecDeque::new(),
+            candidate: true,
+            inner_started: false,
+            sticky: false,
+            candidates: BTreeSet::new(),
         }
+    }
+
+    /// Builds the guard standing by: not a candidate until
+    /// [`set_candidate`](Self::set_candidate) makes it one.
+    pub fn standing_by(mut self) -> Self {
+        self.candidate = false;
+        self
+    }
+
+    /// Once this process leads, it keeps leading while it is a candidate and
+    /// holds its majority, whatever the wrapped algorithm proposes later: a
+    /// higher rank that becomes a candidate waits instead of taking over.
+    /// Others stay bound to the leader's lease, so they do not campaign
+    /// meanwhile. Off by default.
+    pub fn with_sticky_leadership(mut self) -> Self {
+        self.sticky = true;
+        self
+    }
+
+    /// Whether this process takes part in elections.
+    pub fn is_candidate(&self) -> bool {
+        self.candidate
+    }
+
+    /// Makes this process a candidate or makes it stand by (see the type's
+    /// docs). Standing by ends any leadership or campaign (with a release);
+    /// becoming a candidate starts an election. Every member is told.
+    pub fn set_candidate(&mut self, now: Instant, active: bool) {
+        if active == self.candidate {
+            return;
+        }
+        self.candidate = active;
+        self.send_all(&Message::Candidacy { active });
+        if active {
+            if self.inner_started {
+                self.inner.start_election(now);
+            } else {
+                self.inner_started = true;
+                self.inner.start(now);
+            }
+        } else {
+            // Whatever the frozen algorithm still wanted to say is void.
+            while self.inner.poll_transmit().is_some() {}
+            while self.inner.poll_event().is_some() {}
+        }
+        self.sync(now);
+    }
+
+    /// Other members that announced themselves as candidates (or sent
+    /// election traffic) and have not withdrawn since.
+    pub fn known_candidates(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.candidates.iter().copied()
+    }
+
+    /// Gives up the current leadership (or campaign) of this process's own
+    /// accord: it steps down and releases its members at once. If it is still
+    /// a candidate that its algorithm names, it campaigns again right away,
+    /// for a higher epoch.
+    pub fn relinquish(&mut self, now: Instant) {
+        if !matches!(self.role, Role::Follower) {
+            self.step_down();
+            self.release_self_lock(now);
+        }
+        self.retry_timer.clear();
+        self.sync(now);
+    }
+
+    /// While leading, starts a renewal round now rather than at the next
+    /// `renew_interval`.
+    pub fn renew_now(&mut self, now: Instant) {
+        if matches!(self.role, Role::Leading { .. }) {
+            self.renew(now);
+        }
+    }
+
+    /// While leading: the instant this leadership ends unless renewed, i.e.
+    /// the send time of the last renewal round a majority acknowledged (or of
+    /// the winning campaign) plus `lease`. No member acknowledges anyone else
+    /// before it.
+    pub fn lease_expiry(&self) -> Option<Instant> {
+        match self.role {
+            Role::Leading { lease_expiry, .. } => Some(lease_expiry),
+            _ => None,
+        }
+    }
+
+    fn participating(&self) -> bool {
+        self.candidate && self.inner_started
     }
 
     /// The wrapped algorithm.
@@ -160,15 +275,17 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
     fn sync(&mut self, now: Instant) {
         while self.inner.poll_event().is_some() {}
         let me = self.me();
-        self.inner_leads = self.inner.leader().is_some_and(|l| l.id == me);
+        self.inner_leads = self.participating() && self.inner.leader().is_some_and(|l| l.id == me);
         if self.inner_leads {
             if matches!(self.role, Role::Follower) && !self.retry_timer.is_set() {
                 self.campaign(now);
             }
         } else {
             self.retry_timer.clear();
-            if !matches!(self.role, Role::Follower) {
+            let keep = matches!(self.role, Role::Leading { .. }) && self.sticky && self.candidate;
+            if !matches!(self.role, Role::Follower) && !keep {
                 self.step_down();
+                self.release_self_lock(now);
             }
         }
     }
@@ -224,8 +341,7 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
     }
 
     fn give_up(&mut self, now: Instant) {
-        self.campaign_timer.clear();
-        self.role = Role::Follower;
+        self.step_down();
         self.release_self_lock(now);
         if self.inner_leads {
             self.retry_timer.set(now + self.retry_delay());
@@ -288,8 +404,17 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             .set(now + self.inner.config().timing().renew_interval);
     }
 
+    /// Ends leading or campaigning and releases the members bound to this
+    /// process for that epoch.
     fn step_down(&mut self) {
         let was_leading = matches!(self.role, Role::Leading { .. });
+        let released = match self.role {
+            Role::Leading { epoch, .. } | Role::Campaigning { epoch, .. } => Some(epoch),
+            Role::Follower => None,
+        };
+        if let Some(epoch) = released {
+            self.send_all(&Message::QuorumRelease { epoch });
+        }
         self.role = Role::Follower;
         self.campaign_timer.clear();
         self.renew_timer.clear();
@@ -349,6 +474,7 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
                 }
             }
             Message::QuorumAck { epoch, round } => self.on_ack(now, from, epoch, round),
+            Message::QuorumRelease { epoch } => self.on_release(now, from, epoch),
             Message::QuorumNack { epoch } => {
                 self.max_seen = self.max_seen.max(epoch);
                 match &mut self.role {
@@ -370,6 +496,32 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
                 }
             }
             _ => {}
+        }
+    }
+
+    fn on_release(&mut self, now: Instant, from: PeerId, epoch: u64) {
+        let mut freed = false;
+        if self.promised_to == Some(from) && self.promised == epoch && now < self.locked_until {
+            // The promise stays (the epoch is never granted twice); only the
+            // lease bound to `from` ends.
+            self.locked_until = now;
+            freed = true;
+        }
+        let followed = self
+            .out
+            .leader()
+            .is_some_and(|l| l.id == from && l.epoch <= epoch);
+        if followed {
+            self.follow_timer.clear();
+            self.out.set_leader(None);
+        }
+        if !(freed || followed) {
+            return;
+        }
+        // Campaign now rather than at a retry set to wait out that lease.
+        self.retry_timer.clear();
+        if self.participating() && self.inner.leader().is_some_and(|l| l.id == from) {
+            self.inner.start_election(now);
         }
     }
 
@@ -411,7 +563,10 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
         // A restarted process may have acknowledged someone just before it
         // crashed: refuse everyone for one lease.
         self.locked_until = now + self.lease();
-        self.inner.start(now);
+        if self.candidate {
+            self.inner_started = true;
+            self.inner.start(now);
+        }
         self.sync(now);
     }
 
@@ -423,8 +578,27 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
             Message::QuorumRequest { .. }
             | Message::QuorumRenew { .. }
             | Message::QuorumAck { .. }
-            | Message::QuorumNack { .. } => self.on_quorum(now, from, msg),
-            other => self.inner.handle_message(now, from, other),
+            | Message::QuorumNack { .. }
+            | Message::QuorumRelease { .. } => self.on_quorum(now, from, msg),
+            Message::Candidacy { active } => {
+                if active {
+                    self.candidates.insert(from);
+                } else {
+                    self.candidates.remove(&from);
+                    if self.participating() {
+                        self.inner.peer_unreachable(now, from);
+                    }
+                }
+            }
+            other if self.participating() => {
+                // Only candidates send election traffic.
+                self.candidates.insert(from);
+                self.inner.handle_message(now, from, other);
+            }
+            Message::Heartbeat { .. } => {}
+            _ => self
+                .transmits
+                .push_back((from, Message::Candidacy { active: false })),
         }
         self.sync(now);
     }
@@ -456,7 +630,9 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
         if self.renew_timer.fire(now) {
             self.renew(now);
         }
-        self.inner.handle_timeout(now);
+        if self.participating() {
+            self.inner.handle_timeout(now);
+        }
         if self.retry_timer.fire(now) && matches!(self.role, Role::Follower) && self.inner_leads {
             self.campaign(now);
         }
@@ -464,17 +640,23 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
     }
 
     fn peer_unreachable(&mut self, now: Instant, peer: PeerId) {
-        self.inner.peer_unreachable(now, peer);
+        if self.participating() {
+            self.inner.peer_unreachable(now, peer);
+        }
         self.sync(now);
     }
 
     fn start_election(&mut self, now: Instant) {
-        self.inner.start_election(now);
+        if self.participating() {
+            self.inner.start_election(now);
+        }
         self.sync(now);
     }
 
     fn leader_conflict(&mut self, now: Instant, other: PeerId) {
-        self.inner.leader_conflict(now, other);
+        if self.participating() {
+            self.inner.leader_conflict(now, other);
+        }
         self.sync(now);
     }
 
@@ -486,7 +668,7 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
 
     fn poll_timeout(&self) -> Option<Instant> {
         earliest([
-            self.inner.poll_timeout(),
+            self.inner.poll_timeout().filter(|_| self.participating()),
             self.campaign_timer.at(),
             self.renew_timer.at(),
             self.lease_timer.at(),

@@ -540,6 +540,19 @@ impl<A: ElectionAlgorithm> Simulation<A> {
         }
     }
 
+    /// Hands `host`'s machine (if it is up) to `input` with the current time,
+    /// then sends what it produced, as after any other input: for inputs
+    /// beyond the [`ElectionAlgorithm`] trait, such as
+    /// [`QuorumGuard::set_candidate`](crate::QuorumGuard::set_candidate).
+    pub fn input(&mut self, host: PeerId, input: impl FnOnce(&mut A, Instant)) {
+        let now = self.now;
+        if let Some(machine) = self.hosts.get_mut(&host).and_then(|h| h.machine.as_mut()) {
+            input(machine, now);
+            self.mix(&[8, now.as_nanos(), host.get()]);
+            self.after_input(host);
+        }
+    }
+
     /// Runs until nothing is left to do (no message in flight, no timer set).
     /// Returns false if that did not happen within [`MAX_IDLE_STEPS`] steps,
     /// as with algorithms that keep periodic timers.

@@ -14,11 +14,15 @@
 //! [`WIRE_VERSION`], `kind` is [`MessageKind::index`], and the body holds the
 //! message's fields in declaration order: `u64` and `u32` big-endian, a
 //! [`PeerId`] as its `u64`, a list of peers as a `u16` count followed by the
-//! peers. A whole frame is at most [`MAX_FRAME_LEN`] bytes, a list at most
-//! [`MAX_PEERS_PER_LIST`] peers.
+//! peers, a flag as one byte 0 or 1. A whole frame is at most
+//! [`MAX_FRAME_LEN`] bytes, a list at most [`MAX_PEERS_PER_LIST`] peers.
 //!
-//! [`decode`] never panics: any byte string either decodes to the message
-//! whose [`encode`] it is, or yields a [`DecodeError`] whose
+//! The TCP transport sends [`Envelope`]s: the same frames with kind bytes
+//! from `0x40` on, which add a handshake, a channel (election) name in front
+//! of a message, and the seat holder's identity for observers.
+//!
+//! [`decode`] and [`decode_envelope`] never panic: any byte string either
+//! decodes to the value whose encoding it is, or yields a [`DecodeError`] whose
 //! [`label`](DecodeError::label) a transport can count. A transport reading a
 //! stream calls [`frame_len`] to learn when a whole frame has arrived, and it
 //! rejects an oversized frame from its first four bytes, before buffering it.
@@ -29,8 +33,9 @@ use crate::config::MAX_MEMBERS;
 use crate::message::{Message, MessageKind};
 use crate::types::PeerId;
 
-/// The version byte this codec writes and accepts.
-pub const WIRE_VERSION: u8 = 1;
+/// The version byte this codec writes and accepts. Version 2 added
+/// `QuorumRelease`, `Candidacy` and the transport [`Envelope`]s.
+pub const WIRE_VERSION: u8 = 2;
 
 /// The largest frame, length prefix included: 64 KiB.
 pub const MAX_FRAME_LEN: usize = 64 * 1024;
@@ -72,6 +77,13 @@ pub enum DecodeError {
         /// How many.
         extra: usize,
     },
+    /// A flag byte other than 0 or 1.
+    InvalidFlag(u8),
+    /// A text field that is not UTF-8 or is longer than its bound.
+    InvalidText {
+        /// Which field.
+        field: &'static str,
+    },
 }
 
 impl DecodeError {
@@ -85,6 +97,8 @@ impl DecodeError {
             DecodeError::UnknownKind(_) => "unknown_kind",
             DecodeError::ListTooLong { .. } => "list_too_long",
             DecodeError::TrailingBytes { .. } => "trailing_bytes",
+            DecodeError::InvalidFlag(_) => "invalid_flag",
+            DecodeError::InvalidText { .. } => "invalid_text",
         }
     }
 }
@@ -107,6 +121,10 @@ impl fmt::Display for DecodeError {
             DecodeError::TrailingBytes { extra } => {
                 write!(f, "{extra} bytes after the message")
             }
+            DecodeError::InvalidFlag(b) => write!(f, "flag byte {b} is neither 0 nor 1"),
+            DecodeError::InvalidText { field } => {
+                write!(f, "{field} is not UTF-8 text within its bound")
+            }
         }
     }
 }
@@ -127,6 +145,11 @@ pub enum EncodeError {
         /// Its length, prefix included.
         len: usize,
     },
+    /// A text field longer than its bound.
+    TextTooLong {
+        /// Which field.
+        field: &'static str,
+    },
 }
 
 impl fmt::Display for EncodeError {
@@ -138,6 +161,7 @@ impl fmt::Display for EncodeError {
             EncodeError::FrameTooLarge { len } => {
                 write!(f, "frame of {len} bytes exceeds {MAX_FRAME_LEN}")
             }
+            EncodeError::TextTooLong { field } => write!(f, "{field} exceeds its bound"),
         }
     }
 }
@@ -149,65 +173,20 @@ impl std::error::Error for EncodeError {}
 /// Fails only for messages no state machine of this crate builds: a peer
 /// list longer than [`MAX_PEERS_PER_LIST`].
 pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
+    let mut out = start_frame(tag(msg.kind()));
+    put_message_body(&mut out, msg)?;
+    finish_frame(out)
+}
+
+fn start_frame(kind: u8) -> Vec<u8> {
     let mut out = Vec::with_capacity(32);
     out.extend_from_slice(&[0; PREFIX_LEN]);
     out.push(WIRE_VERSION);
-    out.push(tag(msg.kind()));
-    match msg {
-        Message::Election { epoch }
-        | Message::Alive { epoch }
-        | Message::Nominate { epoch }
-        | Message::Failover { epoch }
-        | Message::Heartbeat { epoch }
-        | Message::QuorumRequest { epoch }
-        | Message::QuorumNack { epoch } => put_u64(&mut out, *epoch),
-        Message::Elected {
-            leader,
-            epoch,
-            alternatives,
-        } => {
-            put_u64(&mut out, leader.get());
-            put_u64(&mut out, *epoch);
-            put_peers(&mut out, alternatives)?;
-        }
-        Message::Invite { epoch, group_size } => {
-            put_u64(&mut out, *epoch);
-            out.extend_from_slice(&group_size.to_be_bytes());
-        }
-        Message::Accept { epoch, members } => {
-            put_u64(&mut out, *epoch);
-            put_peers(&mut out, members)?;
-        }
-        Message::Redirect { leader } => put_u64(&mut out, leader.get()),
-        Message::RingElection {
-            initiator,
-            epoch,
-            hops,
-            live,
-        } => {
-            put_u64(&mut out, initiator.get());
-            put_u64(&mut out, *epoch);
-            out.extend_from_slice(&hops.to_be_bytes());
-            put_peers(&mut out, live)?;
-        }
-        Message::RingElected {
-            initiator,
-            leader,
-            epoch,
-            hops,
-            live,
-        } => {
-            put_u64(&mut out, initiator.get());
-            put_u64(&mut out, leader.get());
-            put_u64(&mut out, *epoch);
-            out.extend_from_slice(&hops.to_be_bytes());
-            put_peers(&mut out, live)?;
-        }
-        Message::QuorumRenew { epoch, round } | Message::QuorumAck { epoch, round } => {
-            put_u64(&mut out, *epoch);
-            put_u64(&mut out, *round);
-        }
-    }
+    out.push(kind);
+    out
+}
+
+fn finish_frame(mut out: Vec<u8>) -> Result<Vec<u8>, EncodeError> {
     if out.len() > MAX_FRAME_LEN {
         return Err(EncodeError::FrameTooLarge { len: out.len() });
     }
@@ -217,6 +196,67 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, EncodeError> {
         prefix.copy_from_slice(&body.to_be_bytes());
     }
     Ok(out)
+}
+
+fn put_message_body(out: &mut Vec<u8>, msg: &Message) -> Result<(), EncodeError> {
+    match msg {
+        Message::Election { epoch }
+        | Message::Alive { epoch }
+        | Message::Nominate { epoch }
+        | Message::Failover { epoch }
+        | Message::Heartbeat { epoch }
+        | Message::QuorumRequest { epoch }
+        | Message::QuorumNack { epoch }
+        | Message::QuorumRelease { epoch } => put_u64(out, *epoch),
+        Message::Elected {
+            leader,
+            epoch,
+            alternatives,
+        } => {
+            put_u64(out, leader.get());
+            put_u64(out, *epoch);
+            put_peers(out, alternatives)?;
+        }
+        Message::Invite { epoch, group_size } => {
+            put_u64(out, *epoch);
+            out.extend_from_slice(&group_size.to_be_bytes());
+        }
+        Message::Accept { epoch, members } => {
+            put_u64(out, *epoch);
+            put_peers(out, members)?;
+        }
+        Message::Redirect { leader } => put_u64(out, leader.get()),
+        Message::RingElection {
+            initiator,
+            epoch,
+            hops,
+            live,
+        } => {
+            put_u64(out, initiator.get());
+            put_u64(out, *epoch);
+            out.extend_from_slice(&hops.to_be_bytes());
+            put_peers(out, live)?;
+        }
+        Message::RingElected {
+            initiator,
+            leader,
+            epoch,
+            hops,
+            live,
+        } => {
+            put_u64(out, initiator.get());
+            put_u64(out, leader.get());
+            put_u64(out, *epoch);
+            out.extend_from_slice(&hops.to_be_bytes());
+            put_peers(out, live)?;
+        }
+        Message::QuorumRenew { epoch, round } | Message::QuorumAck { epoch, round } => {
+            put_u64(out, *epoch);
+            put_u64(out, *round);
+        }
+        Message::Candidacy { active } => out.push(u8::from(*active)),
+    }
+    Ok(())
 }
 
 /// How long the frame at the start of `buf` is, prefix included, once all of
@@ -239,6 +279,15 @@ pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, DecodeError> {
 
 /// Decodes one whole frame (prefix included, nothing after it).
 pub fn decode(frame: &[u8]) -> Result<Message, DecodeError> {
+    let (mut r, tag_byte) = open_frame(frame)?;
+    let msg = read_message_body(&mut r, tag_byte)?;
+    r.finish()?;
+    Ok(msg)
+}
+
+/// Checks the prefix and the version; returns a reader over the body and the
+/// kind byte.
+fn open_frame(frame: &[u8]) -> Result<(Reader<'_>, u8), DecodeError> {
     let total = match frame_len(frame)? {
         Some(total) => total,
         None => {
@@ -265,9 +314,149 @@ pub fn decode(frame: &[u8]) -> Result<Message, DecodeError> {
         return Err(DecodeError::UnsupportedVersion(version));
     }
     let tag_byte = r.u8()?;
+    Ok((r, tag_byte))
+}
+
+/// The longest channel name an [`Envelope`] carries, in bytes.
+pub const MAX_CHANNEL_LEN: usize = 256;
+
+/// The longest holder id a [`Envelope::Seat`] carries, in bytes.
+pub const MAX_HOLDER_LEN: usize = 1024;
+
+/// The longest holder value a [`Envelope::Seat`] carries, in bytes.
+pub const MAX_VALUE_LEN: usize = 4096;
+
+const HELLO_TAG: u8 = 0x40;
+const ROUTED_TAG: u8 = 0x41;
+const SEAT_TAG: u8 = 0x42;
+
+/// What a stream transport sends: the frames of [`encode`] with a few more
+/// kinds. Same header (length, [`WIRE_VERSION`], kind byte), kind bytes from
+/// `0x40` on, so they never collide with a [`MessageKind`]:
+///
+/// | kind | body |
+/// |---|---|
+/// | `0x40` `Hello` | `from: u64`, `cluster: u64` |
+/// | `0x41` `Routed` | `channel: text`, message kind byte, message body as in [`encode`] |
+/// | `0x42` `Seat` | `channel: text`, `epoch: u64`, `holder: text`, `value: text` |
+///
+/// where `text` is a `u16` byte count and UTF-8 bytes, at most
+/// [`MAX_CHANNEL_LEN`], [`MAX_HOLDER_LEN`] and [`MAX_VALUE_LEN`] bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Envelope {
+    /// The first frame on every connection: who is calling, and a digest of
+    /// the membership it was configured with, so that processes of different
+    /// clusters refuse each other.
+    Hello {
+        /// The calling process.
+        from: PeerId,
+        /// Digest of the caller's membership.
+        cluster: u64,
+    },
+    /// A message for the state machine of `channel` (one per election).
+    Routed {
+        /// Which state machine, e.g. the election name; empty for a process
+        /// with a single machine.
+        channel: String,
+        /// The message.
+        msg: Message,
+    },
+    /// The sender leads `channel` in `epoch` and its seat is held by
+    /// `holder` with `value` (what observers report).
+    Seat {
+        /// The election.
+        channel: String,
+        /// The sender's epoch (fencing token).
+        epoch: u64,
+        /// The holding candidate's id.
+        holder: String,
+        /// The holding candidate's value.
+        value: String,
+    },
+}
+
+/// Encodes an [`Envelope`] as one frame.
+pub fn encode_envelope(envelope: &Envelope) -> Result<Vec<u8>, EncodeError> {
+    match envelope {
+        Envelope::Hello { from, cluster } => {
+            let mut out = start_frame(HELLO_TAG);
+            put_u64(&mut out, from.get());
+            put_u64(&mut out, *cluster);
+            finish_frame(out)
+        }
+        Envelope::Routed { channel, msg } => {
+            let mut out = start_frame(ROUTED_TAG);
+            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+            out.push(tag(msg.kind()));
+            put_message_body(&mut out, msg)?;
+            finish_frame(out)
+        }
+        Envelope::Seat {
+            channel,
+            epoch,
+            holder,
+            value,
+        } => {
+            let mut out = start_frame(SEAT_TAG);
+            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+            put_u64(&mut out, *epoch);
+            put_text(&mut out, holder, "holder", MAX_HOLDER_LEN)?;
+            put_text(&mut out, value, "value", MAX_VALUE_LEN)?;
+            finish_frame(out)
+        }
+    }
+}
+
+/// Decodes one whole envelope frame (prefix included, nothing after it).
+/// Never panics; a frame of a bare [`Message`] is
+/// [`DecodeError::UnknownKind`] here.
+pub fn decode_envelope(frame: &[u8]) -> Result<Envelope, DecodeError> {
+    let (mut r, tag_byte) = open_frame(frame)?;
+    let envelope = match tag_byte {
+        HELLO_TAG => Envelope::Hello {
+            from: r.peer()?,
+            cluster: r.u64()?,
+        },
+        ROUTED_TAG => {
+            let channel = r.text("channel", MAX_CHANNEL_LEN)?;
+            let kind = r.u8()?;
+            Envelope::Routed {
+                channel,
+                msg: read_message_body(&mut r, kind)?,
+            }
+        }
+        SEAT_TAG => Envelope::Seat {
+            channel: r.text("channel", MAX_CHANNEL_LEN)?,
+            epoch: r.u64()?,
+            holder: r.text("holder", MAX_HOLDER_LEN)?,
+            value: r.text("value", MAX_VALUE_LEN)?,
+        },
+        other => return Err(DecodeError::UnknownKind(other)),
+    };
+    r.finish()?;
+    Ok(envelope)
+}
+
+fn put_text(
+    out: &mut Vec<u8>,
+    text: &str,
+    field: &'static str,
+    max: usize,
+) -> Result<(), EncodeError> {
+    let bytes = text.as_bytes();
+    if bytes.len() > max {
+        return Err(EncodeError::TextTooLong { field });
+    }
+    let len = u16::try_from(bytes.len()).map_err(|_| EncodeError::TextTooLong { field })?;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(bytes);
+    Ok(())
+}
+
+fn read_message_body(r: &mut Reader<'_>, tag_byte: u8) -> Result<Message, DecodeError> {
     let kind =
         MessageKind::from_index(usize::from(tag_byte)).ok_or(DecodeError::UnknownKind(tag_byte))?;
-    let msg = match kind {
+    Ok(match kind {
         MessageKind::Election => Message::Election { epoch: r.u64()? },
         MessageKind::Alive => Message::Alive { epoch: r.u64()? },
         MessageKind::Nominate => Message::Nominate { epoch: r.u64()? },
@@ -275,6 +464,7 @@ pub fn decode(frame: &[u8]) -> Result<Message, DecodeError> {
         MessageKind::Heartbeat => Message::Heartbeat { epoch: r.u64()? },
         MessageKind::QuorumRequest => Message::QuorumRequest { epoch: r.u64()? },
         MessageKind::QuorumNack => Message::QuorumNack { epoch: r.u64()? },
+        MessageKind::QuorumRelease => Message::QuorumRelease { epoch: r.u64()? },
         MessageKind::Elected => Message::Elected {
             leader: r.peer()?,
             epoch: r.u64()?,
@@ -310,11 +500,8 @@ pub fn decode(frame: &[u8]) -> Result<Message, DecodeError> {
             epoch: r.u64()?,
             round: r.u64()?,
         },
-    };
-    if !r.buf.is_empty() {
-        return Err(DecodeError::TrailingBytes { extra: r.buf.len() });
-    }
-    Ok(msg)
+        MessageKind::Candidacy => Message::Candidacy { active: r.flag()? },
+    })
 }
 
 fn frame_len_declared(frame: &[u8]) -> usize {
@@ -371,6 +558,38 @@ impl<'a> Reader<'a> {
         Ok(u64::from_be_bytes(self.take::<8>()?))
     }
 
+    fn flag(&mut self) -> Result<bool, DecodeError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(DecodeError::InvalidFlag(other)),
+        }
+    }
+
+    fn text(&mut self, field: &'static str, max: usize) -> Result<String, DecodeError> {
+        let len = usize::from(u16::from_be_bytes(self.take::<2>()?));
+        if len > max {
+            return Err(DecodeError::InvalidText { field });
+        }
+        let (head, rest) = self
+            .buf
+            .split_at_checked(len)
+            .ok_or(DecodeError::Truncated)?;
+        let text = std::str::from_utf8(head).map_err(|_| DecodeError::InvalidText { field })?;
+        self.buf = rest;
+        Ok(text.to_owned())
+    }
+
+    fn finish(&self) -> Result<(), DecodeError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(DecodeError::TrailingBytes {
+                extra: self.buf.len(),
+            })
+        }
+    }
+
     fn peer(&mut self) -> Result<PeerId, DecodeError> {
         self.u64().map(PeerId)
     }
@@ -403,6 +622,34 @@ mod tests {
         assert_eq!(
             bytes,
             [0, 0, 0, 10, WIRE_VERSION, 1, 0, 0, 0, 0, 0, 0, 0, 7]
+        );
+        let routed = encode_envelope(&Envelope::Routed {
+            channel: "e".into(),
+            msg: Message::Alive { epoch: 7 },
+        })
+        .unwrap();
+        assert_eq!(
+            routed,
+            [
+                0,
+                0,
+                0,
+                14,
+                WIRE_VERSION,
+                0x41,
+                0,
+                1,
+                b'e',
+                1,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                0,
+                7
+            ]
         );
         assert_eq!(frame_len(&bytes[..3]), Ok(None));
         assert_eq!(frame_len(&bytes), Ok(Some(14)));

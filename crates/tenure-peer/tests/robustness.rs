@@ -26,7 +26,7 @@ fn peers(rng: &mut SimRng) -> Vec<PeerId> {
 
 fn message(rng: &mut SimRng) -> Message {
     let epoch = small(rng);
-    match rng.below(15) {
+    match rng.below(17) {
         0 => Message::Election { epoch },
         1 => Message::Alive { epoch },
         2 => Message::Nominate { epoch },
@@ -68,7 +68,11 @@ fn message(rng: &mut SimRng) -> Message {
             epoch,
             round: small(rng),
         },
-        _ => Message::QuorumNack { epoch },
+        14 => Message::QuorumNack { epoch },
+        15 => Message::QuorumRelease { epoch },
+        _ => Message::Candidacy {
+            active: rng.below(2) == 1,
+        },
     }
 }
 

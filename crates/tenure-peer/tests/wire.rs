@@ -55,6 +55,8 @@ fn message() -> impl Strategy<Value = Message> {
             .prop_map(|(epoch, round)| Message::QuorumRenew { epoch, round }),
         (any::<u64>(), any::<u64>()).prop_map(|(epoch, round)| Message::QuorumAck { epoch, round }),
         any::<u64>().prop_map(|epoch| Message::QuorumNack { epoch }),
+        any::<u64>().prop_map(|epoch| Message::QuorumRelease { epoch }),
+        any::<bool>().prop_map(|active| Message::Candidacy { active }),
     ]
 }
 
