@@ -1,0 +1,501 @@
+//! Fault tests against a real etcd with real candidate processes (the `tenure` CLI):
+//! SIGKILL and SIGSTOP of the holder, SIGSTOP and restart of etcd, a cut connection,
+//! and bad input (unreachable endpoint, wrong password). Each test starts its own etcd
+//! (they pause and restart it) and checks the fencing of every candidate's event log.
+//!
+//! Run with `--test-threads=2` or fewer on small machines: every test runs an etcd and
+//! two or three candidate processes.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tenure_core::ErrorKind;
+use tenure_etcd::EtcdBackend;
+use tenure_integration::{
+    check_fencing, monotonic_now_ns, CandidateProcess, EtcdServer, Event, GuardedResource, TcpProxy,
+};
+
+/// The candidates' session TTL.
+const TTL: Duration = Duration::from_secs(2);
+/// The CLI's default renew deadline for that TTL (TTL × 2/3).
+const RENEW_DEADLINE: Duration = Duration::from_millis(1333);
+/// How often a leader's command writes its token to the guarded resource.
+const WRITE_EVERY: Duration = Duration::from_millis(100);
+
+/// The `tenure` binary: `TENURE_BIN` if set, else built with cargo into the target
+/// directory this test runs from.
+fn tenure_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        if let Some(b) = std::env::var_os("TENURE_BIN") {
+            return Ok(PathBuf::from(b));
+        }
+        // <target>/<profile>/deps/etcd_faults-… → <target>/<profile>
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .ok_or("cannot locate the target directory")?;
+        let target_dir = profile_dir.parent().ok_or("cannot locate the target dir")?;
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "-q", "-p", "tenure-cli", "--bin", "tenure"])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .current_dir(tenure_integration::workspace_root());
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().map_err(|e| format!("running cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!("cargo build -p tenure-cli failed: {status}"));
+        }
+        Ok(profile_dir.join("tenure"))
+    });
+    match bin {
+        Ok(b) => b.clone(),
+        Err(e) => panic!("building the tenure CLI: {e}"),
+    }
+}
+
+fn url(endpoint: &str) -> String {
+    let host = endpoint.trim_start_matches("http://");
+    format!("etcd://{host}?prefix=faults&connect_timeout_ms=1000&request_timeout_ms=1000")
+}
+
+/// A candidate that, while leader, writes its token to `resource` every 100 ms. The
+/// command is bounded by `timeout` because a SIGKILLed CLI cannot stop it.
+fn candidate(
+    backend_url: &str,
+    election: &str,
+    id: &str,
+    resource: &GuardedResource,
+) -> CandidateProcess {
+    let args: Vec<String> = [
+        "campaign",
+        "--backend",
+        backend_url,
+        "--election",
+        election,
+        "--id",
+        id,
+        "--ttl",
+        &TTL.as_secs().to_string(),
+        "--connect-timeout",
+        "1",
+        "--grace",
+        "1",
+        "--",
+        "timeout",
+        "60",
+        "bash",
+        "-c",
+        &resource.write_loop_command(WRITE_EVERY),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    match CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]) {
+        Ok(c) => c,
+        Err(e) => panic!("starting candidate {id}: {e}"),
+    }
+}
+
+fn is(kind: &'static str) -> impl Fn(&Event) -> bool {
+    move |e| e.is(kind)
+}
+
+async fn wait(c: &CandidateProcess, pred: impl Fn(&Event) -> bool, within: Duration) -> Event {
+    match c.wait_for_event(pred, within).await {
+        Ok(e) => e,
+        Err(e) => panic!("{e}\nstderr:\n{}", c.stderr_tail()),
+    }
+}
+
+/// The first `elected` after `after_ns` among `candidates`, with its candidate index.
+async fn next_leader(
+    candidates: &[&CandidateProcess],
+    after_ns: u64,
+    within: Duration,
+) -> (usize, Event) {
+    let deadline = Instant::now() + within;
+    loop {
+        for (i, c) in candidates.iter().enumerate() {
+            if let Some(e) = c
+                .events()
+                .into_iter()
+                .find(|e| e.is(Event::ELECTED) && e.mono_ns > after_ns)
+            {
+                return (i, e);
+            }
+        }
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = candidates
+                .iter()
+                .map(|c| {
+                    let events: Vec<String> = c.events().iter().map(|e| e.to_string()).collect();
+                    format!(
+                        "{}:\n  {}\n{}",
+                        c.label(),
+                        events.join("\n  "),
+                        c.stderr_tail()
+                    )
+                })
+                .collect();
+            panic!("nobody elected within {within:?}:\n{}", logs.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn assert_fenced(candidates: &[&CandidateProcess]) {
+    let logs: Vec<Vec<Event>> = candidates.iter().map(|c| c.events()).collect();
+    let violations = check_fencing(&logs);
+    assert!(
+        violations.is_empty(),
+        "fencing violations: {violations:?}\nlogs: {logs:#?}"
+    );
+}
+
+async fn stop_all(candidates: Vec<CandidateProcess>) {
+    for mut c in candidates {
+        if c.try_exit_status().is_none() {
+            let _ = c.terminate().await;
+        }
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The refused writes of `writer` with `token`.
+fn refused(resource: &GuardedResource, writer: &str, token: u64) -> usize {
+    resource
+        .refused()
+        .iter()
+        .filter(|w| w.writer == writer && w.token == token)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_the_holder_fails_over_within_ttl() {
+    let etcd = EtcdServer::start().await.expect("etcd");
+    let resource = GuardedResource::start().await.expect("resource");
+    let url = url(etcd.endpoint());
+    let election = "faults/sigkill";
+    let mut a = candidate(&url, election, "a", &resource);
+    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
+    let b = candidate(&url, election, "b", &resource);
+    let c = candidate(&url, election, "c", &resource);
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
+    wait(&c, is("campaigning"), Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = a.kill().await.expect("kill a");
+    let (_, successor) = next_leader(&[&b, &c], killed, TTL + Duration::from_secs(1)).await;
+    let gap = successor.mono_ns - killed;
+    eprintln!("SIGKILL failover: {:.0} ms (TTL {TTL:?})", ms(gap));
+    assert!(gap <= (TTL + Duration::from_secs(1)).as_nanos() as u64);
+    let new_token = successor.token.expect("token");
+    assert!(new_token > a_elected.token.expect("token"));
+    // The killed holder's command still writes with the old token: refused.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        refused(&resource, "a", a_elected.token.unwrap_or(0)) > 0,
+        "the dead holder's writes were not refused: {:?}",
+        resource.writes()
+    );
+    assert_fenced(&[&a, &b, &c]);
+    stop_all(vec![a, b, c]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_of_the_holder_for_two_ttls() {
+    let etcd = EtcdServer::start().await.expect("etcd");
+    let resource = GuardedResource::start().await.expect("resource");
+    let url = url(etcd.endpoint());
+    let election = "faults/sigstop-holder";
+    let a = candidate(&url, election, "a", &resource);
+    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
+    let a_token = a_elected.token.expect("token");
+    let b = candidate(&url, election, "b", &resource);
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let paused = monotonic_now_ns();
+    a.pause().expect("pause a");
+    let b_elected = wait(&b, is(Event::ELECTED), TTL * 2).await;
+    tokio::time::sleep((TTL * 2).saturating_sub(Duration::from_nanos(
+        monotonic_now_ns().saturating_sub(paused),
+    )))
+    .await;
+    a.resume().expect("resume a");
+    let lost = wait(&a, is(Event::LOST), Duration::from_secs(5)).await;
+    eprintln!(
+        "paused holder: lost stamped {:.0} ms after the pause, successor elected {:.0} ms after it",
+        ms(lost.mono_ns.saturating_sub(paused)),
+        ms(b_elected.mono_ns - paused)
+    );
+    assert_eq!(lost.token, Some(a_token));
+    assert!(
+        lost.mono_ns <= b_elected.mono_ns,
+        "lost after the successor"
+    );
+    assert!(b_elected.token.expect("token") > a_token);
+    // While the holder's process was stopped its command kept writing with the old
+    // token: once the successor wrote, those writes were refused.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        refused(&resource, "a", a_token) > 0,
+        "stale writes were not refused: {:?}",
+        resource.writes()
+    );
+    let b_token = b_elected.token.unwrap_or(0);
+    let first_b = resource
+        .accepted()
+        .iter()
+        .find(|w| w.token == b_token)
+        .map(|w| w.mono_ns)
+        .expect("the successor wrote");
+    assert!(
+        resource
+            .accepted()
+            .iter()
+            .all(|w| w.token != a_token || w.mono_ns < first_b),
+        "a stale write was accepted after the successor's"
+    );
+    assert_fenced(&[&a, &b]);
+    stop_all(vec![a, b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_of_etcd_fires_lost_before_the_lease_could_expire() {
+    let etcd = EtcdServer::start().await.expect("etcd");
+    let resource = GuardedResource::start().await.expect("resource");
+    let url = url(etcd.endpoint());
+    let election = "faults/sigstop-etcd";
+    let a = candidate(&url, election, "a", &resource);
+    let b = candidate(&url, election, "b", &resource);
+    let (first, elected) = next_leader(&[&a, &b], 0, Duration::from_secs(10)).await;
+    let holder = [&a, &b][first];
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let paused = monotonic_now_ns();
+    etcd.pause().expect("pause etcd");
+    // While etcd is stopped, the holder's lost signal fires at its local deadline.
+    let lost = wait(holder, is(Event::LOST), TTL + Duration::from_secs(1)).await;
+    let lost_read = monotonic_now_ns();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    etcd.resume().expect("resume etcd");
+    eprintln!(
+        "etcd paused: lost stamped {:.0} ms after the pause (deadline {RENEW_DEADLINE:?}, TTL {TTL:?})",
+        ms(lost.mono_ns - paused)
+    );
+    assert_eq!(lost.token, elected.token);
+    // The deadline counts from the last confirmed renewal, sent before the pause.
+    assert!(lost.mono_ns <= paused + RENEW_DEADLINE.as_nanos() as u64);
+    assert!(
+        lost_read < paused + TTL.as_nanos() as u64,
+        "lost reported late"
+    );
+    // Campaigns resume by themselves once etcd is back.
+    next_leader(&[&a, &b], lost.mono_ns, TTL * 4).await;
+    assert_fenced(&[&a, &b]);
+    stop_all(vec![a, b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_restart_campaigns_resume() {
+    let mut etcd = EtcdServer::start().await.expect("etcd");
+    let resource = GuardedResource::start().await.expect("resource");
+    let url = url(etcd.endpoint());
+    let election = "faults/restart";
+    let a = candidate(&url, election, "a", &resource);
+    let b = candidate(&url, election, "b", &resource);
+    let (_, first) = next_leader(&[&a, &b], 0, Duration::from_secs(10)).await;
+    etcd.kill().await.expect("kill etcd");
+    let down = monotonic_now_ns();
+    // Down longer than the TTL: the holder must give up at its deadline.
+    tokio::time::sleep(TTL + Duration::from_millis(500)).await;
+    etcd.restart().await.expect("restart etcd");
+    let (_, again) = next_leader(&[&a, &b], down, TTL * 5).await;
+    eprintln!(
+        "etcd restart: leader again {:.0} ms after etcd came back",
+        ms(again.mono_ns.saturating_sub(down)) - (TTL.as_millis() + 500) as f64
+    );
+    assert!(again.token > first.token, "tokens continue after a restart");
+    assert_fenced(&[&a, &b]);
+    stop_all(vec![a, b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_connection_campaigns_resume() {
+    let etcd = EtcdServer::start().await.expect("etcd");
+    let resource = GuardedResource::start().await.expect("resource");
+    let proxy = TcpProxy::start(etcd.addr()).await.expect("proxy");
+    let direct = url(etcd.endpoint());
+    let through_proxy = url(&proxy.addr().to_string());
+    let election = "faults/cut";
+    let a = candidate(&through_proxy, election, "a", &resource);
+    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
+    let mut b = candidate(&direct, election, "b", &resource);
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cut = monotonic_now_ns();
+    proxy.cut().await.expect("cut");
+    let lost = wait(&a, is(Event::LOST), TTL + Duration::from_secs(1)).await;
+    let b_elected = wait(&b, is(Event::ELECTED), TTL * 2).await;
+    assert!(lost.mono_ns <= b_elected.mono_ns);
+    assert!(lost.mono_ns <= cut + RENEW_DEADLINE.as_nanos() as u64);
+    proxy.heal().await.expect("heal");
+    // a campaigns again by itself; once b leaves, a leads with a new token.
+    tokio::time::sleep(TTL).await;
+    b.terminate().await.expect("terminate b");
+    let again = wait(
+        &a,
+        |e| e.is(Event::ELECTED) && e.mono_ns > lost.mono_ns,
+        TTL * 3,
+    )
+    .await;
+    eprintln!(
+        "cut: lost {:.0} ms after the cut, b elected {:.0} ms after it",
+        ms(lost.mono_ns - cut),
+        ms(b_elected.mono_ns - cut)
+    );
+    assert!(again.token > b_elected.token);
+    assert!(b_elected.token > a_elected.token);
+    assert_fenced(&[&a, &b]);
+    stop_all(vec![a, b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_endpoint_fails_within_the_connect_timeout() {
+    let limit = Duration::from_millis(700);
+    // Nothing listens: refused.
+    let port = tenure_integration::free_port().expect("port");
+    let started = Instant::now();
+    let err = EtcdBackend::from_url(&format!(
+        "etcd://127.0.0.1:{port}?connect_timeout_ms={}",
+        limit.as_millis()
+    ))
+    .await
+    .expect_err("nothing listens");
+    let took = started.elapsed();
+    assert!(
+        matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
+        "{err}"
+    );
+    assert!(took <= limit + Duration::from_millis(300), "took {took:?}");
+    // Something accepts but never answers (a black hole): a timeout, not a hang.
+    let etcd = EtcdServer::start().await.expect("etcd");
+    let proxy = TcpProxy::start(etcd.addr()).await.expect("proxy");
+    proxy.blackhole().await.expect("blackhole");
+    let started = Instant::now();
+    let err = EtcdBackend::from_url(&format!(
+        "etcd://{}?connect_timeout_ms={}",
+        proxy.addr(),
+        limit.as_millis()
+    ))
+    .await
+    .expect_err("black hole");
+    let took = started.elapsed();
+    assert!(
+        matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
+        "{err}"
+    );
+    assert!(took <= limit + Duration::from_millis(300), "took {took:?}");
+    // The CLI reports it on one line and exits 1.
+    let started = Instant::now();
+    let out = Command::new(tenure_bin())
+        .args([
+            "campaign",
+            "--backend",
+            &format!("etcd://127.0.0.1:{port}?connect_timeout_ms=700"),
+            "--election",
+            "x",
+            "--id",
+            "a",
+        ])
+        .output()
+        .expect("run tenure");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("tenure: unavailable") || stderr.starts_with("tenure: timeout"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+/// Turn on authentication with a root user through etcdctl.
+fn enable_auth(endpoint: &str, password: &str) {
+    for args in [
+        vec!["user", "add", &format!("root:{password}")],
+        vec!["auth", "enable"],
+    ] {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={endpoint}"))
+            .args(&args)
+            .output()
+            .expect("run etcdctl (apt package etcd-client)");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_password_is_unauthorized() {
+    let etcd = EtcdServer::start().await.expect("etcd");
+    let password = "right-Pa55word";
+    enable_auth(etcd.endpoint(), password);
+    let host = etcd.addr();
+    let err = EtcdBackend::from_url(&format!("etcd://root:wrong-pw@{host}"))
+        .await
+        .expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    assert!(!err.to_string().contains("wrong-pw"), "{err}");
+    let err = EtcdBackend::from_url(&format!("etcd://{host}"))
+        .await
+        .expect_err("no credentials");
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    // The right password works end to end.
+    let backend =
+        EtcdBackend::from_url(&format!("etcd://{host}?username=root&password={password}"))
+            .await
+            .expect("right password");
+    let session = tenure_core::Session::open(
+        std::sync::Arc::new(backend),
+        tenure_core::Timing::from_ttl(TTL),
+    )
+    .await
+    .expect("session");
+    let election = tenure_core::ElectionName::new("auth/check").expect("name");
+    let l = session
+        .campaign(&election, &tenure_core::Candidate::new("a").expect("id"))
+        .await
+        .expect("campaign");
+    l.resign().await.expect("resign");
+    session.close().await.expect("close");
+    // The CLI says so on one line and exits 1.
+    let out = Command::new(tenure_bin())
+        .args([
+            "campaign",
+            "--backend",
+            &format!("etcd://root:wrong-pw@{host}"),
+            "--election",
+            "x",
+            "--id",
+            "a",
+        ])
+        .output()
+        .expect("run tenure");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with("tenure: unauthorized"), "{stderr}");
+    assert!(!stderr.contains("wrong-pw"), "{stderr}");
+}
