@@ -23,6 +23,9 @@ mod ring;
 mod types;
 
 pub mod sim;
+pub mod transport;
+
+mod node;
 pub mod wire;
 
 pub use bully::{Bully, NextInLine, DEFAULT_ALTERNATIVES};
@@ -32,6 +35,7 @@ pub use heartbeat::Heartbeat;
 pub use invitation::Invitation;
 pub use machine::ElectionAlgorithm;
 pub use message::{Message, MessageKind};
+pub use node::PeerNode;
 pub use quorum::QuorumGuard;
 pub use ring::{Ring, RingVariant};
 pub use types::{Durable, Event, Instant, Leader, PeerId};

@@ -101,6 +101,8 @@ pub struct QuorumGuard<A> {
     candidate: bool,
     inner_started: bool,
     sticky: bool,
+    /// When the process started, if not when this machine did.
+    process_start: Option<Instant>,
     /// Other members known to be candidates.
     candidates: BTreeSet<PeerId>,
 }
@@ -126,8 +128,20 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             candidate: true,
             inner_started: false,
             sticky: false,
+            process_start: None,
             candidates: BTreeSet::new(),
         }
+    }
+
+    /// The process hosting this machine started at `at` (a driver that
+    /// creates machines later, one per election, says so): the guard then
+    /// refuses others until `at + lease` rather than for one lease after
+    /// [`start`](ElectionAlgorithm::start). That restart protection is about
+    /// leases acknowledged before a crash, which cannot outlive the process's
+    /// start by more than a lease.
+    pub fn with_process_start(mut self, at: Instant) -> Self {
+        self.process_start = Some(at);
+        self
     }
 
     /// Builds the guard standing by: not a candidate until
@@ -562,7 +576,7 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
     fn start(&mut self, now: Instant) {
         // A restarted process may have acknowledged someone just before it
         // crashed: refuse everyone for one lease.
-        self.locked_until = now + self.lease();
+        self.locked_until = self.process_start.unwrap_or(now) + self.lease();
         if self.candidate {
             self.inner_started = true;
             self.inner.start(now);
