@@ -23,6 +23,9 @@
 //!   command that writes a candidate's token to it in a loop;
 //!   [`check_fencing`] finds overlapping tenures and non-increasing tokens in
 //!   the event logs of many candidates.
+//! - **Benchmarks.** [`bench_etcd`] and [`bench_backend`] measure graceful handover
+//!   and crash failover latency and return a [`BenchTable`] (min/median/max per
+//!   figure).
 //!
 //! Everything here needs a Tokio runtime with the `net`, `process`, `time`
 //! and `io-util` drivers (any `#[tokio::test]`).
@@ -44,6 +47,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod bench;
 mod candidate;
 mod error;
 mod fencing;
@@ -52,6 +56,9 @@ mod probe;
 mod proxy;
 mod server;
 
+pub use bench::{
+    bench_backend, bench_etcd, measure_failover, measure_handover, BenchOptions, BenchTable, Figure,
+};
 pub use candidate::{CandidateProcess, Event, TERMINATE_TIMEOUT};
 pub use error::{HarnessError, Result};
 pub use fencing::{
