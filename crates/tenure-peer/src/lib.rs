@@ -11,6 +11,7 @@
     )
 )]
 
+mod backend;
 mod bully;
 mod candidate;
 mod config;
@@ -28,6 +29,7 @@ pub mod transport;
 mod node;
 pub mod wire;
 
+pub use backend::{PeerAlgorithm, PeerBackend, PeerConfig, PEER_SCHEME};
 pub use bully::{Bully, NextInLine, DEFAULT_ALTERNATIVES};
 pub use candidate::CandidateOrdinary;
 pub use config::{Config, ConfigError, Timing, MAX_MEMBERS};

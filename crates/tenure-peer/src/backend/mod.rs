@@ -1,0 +1,345 @@
+//! The `peer://` backend: tenure's election traits on a cluster of peer
+//! nodes, without a store.
+
+mod config;
+mod engine;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::{
+    Backend, BackendSession, Candidate, Capabilities, Clause, ElectionName, Error, ErrorKind,
+    FencingToken, LeaderInfo, LeaderStream, Result, SessionEvents, Timing,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+pub use config::{PeerAlgorithm, PeerConfig, PEER_SCHEME};
+use engine::{Command, Engine};
+
+use crate::transport::{Transport, TransportStats};
+use crate::types::PeerId;
+
+/// A node of a `peer://` cluster, implementing tenure's [`Backend`].
+///
+/// One process (one `PeerBackend`) is one node. Every election name gets its
+/// own quorum-guarded state machine on every node, created on first use and
+/// sharing the node's TCP transport. A node is a candidate in an election
+/// while one of its sessions campaigns for it or holds it; the seat is held
+/// by the node the algorithm elects *and* a majority of the whole membership
+/// acknowledges, and within that node by its first waiting session; the
+/// fencing token is the quorum epoch. See the crate docs for the semantics
+/// and the contract table.
+///
+/// Clones share the node; it stops when the last clone is dropped (or on
+/// [`shutdown`](Self::shutdown)), as if the process had crashed: nothing is
+/// released, the others fail over.
+#[derive(Clone)]
+pub struct PeerBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: PeerId,
+    config: PeerConfig,
+    commands: mpsc::UnboundedSender<Command>,
+    transport: Arc<Transport>,
+    stop: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl fmt::Debug for PeerBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerBackend")
+            .field("id", &self.inner.id)
+            .field("listen", &self.inner.transport.local_addr())
+            .field("algorithm", &self.inner.config.algorithm)
+            .finish()
+    }
+}
+
+fn stopped() -> Error {
+    Error::new(ErrorKind::Unavailable, "this peer node has stopped").with_backend(PEER_SCHEME)
+}
+
+impl PeerBackend {
+    /// Parses `url` ([`PeerConfig::from_url`]) and starts the node.
+    pub async fn connect(url: &str) -> Result<PeerBackend> {
+        PeerBackend::start(PeerConfig::from_url(url)?).await
+    }
+
+    /// Starts a node: binds its listen address and begins taking part in
+    /// elections (as a voter, until a session campaigns). Must be called
+    /// inside a Tokio runtime. A listen address in use is `Unavailable`.
+    pub async fn start(config: PeerConfig) -> Result<PeerBackend> {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "peer node {}: cannot listen on {}",
+                        config.id, config.listen
+                    ),
+                )
+                .with_source(e)
+                .with_backend(PEER_SCHEME)
+            })?;
+        PeerBackend::with_listener(config, listener)
+    }
+
+    /// Like [`start`](Self::start) with a listener bound already (tests bind
+    /// port 0 for every node first, then build the member list).
+    pub fn with_listener(
+        config: PeerConfig,
+        listener: tokio::net::TcpListener,
+    ) -> Result<PeerBackend> {
+        config.validate()?;
+        let machine_config = config.machine_config()?;
+        let (transport, events) = Transport::with_listener(
+            config.id,
+            listener,
+            &config.members,
+            config.transport.clone(),
+        )
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "peer node: cannot start the transport",
+            )
+            .with_source(e)
+            .with_backend(PEER_SCHEME)
+        })?;
+        let transport = Arc::new(transport);
+        let (commands, commands_rx) = mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let engine = Engine::new(config.clone(), machine_config, transport.clone());
+        tokio::spawn(engine.run(commands_rx, events, stop.clone()));
+        Ok(PeerBackend {
+            inner: Arc::new(Inner {
+                id: config.id,
+                config,
+                commands,
+                transport,
+                stop,
+            }),
+        })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> PeerId {
+        self.inner.id
+    }
+
+    /// The address this node listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.transport.local_addr()
+    }
+
+    /// The configuration this node runs with.
+    pub fn config(&self) -> &PeerConfig {
+        &self.inner.config
+    }
+
+    /// The transport's counters (frames, malformed frames by cause, …).
+    pub fn transport_stats(&self) -> TransportStats {
+        self.inner.transport.stats()
+    }
+
+    /// A fault for tests: drop every frame in and out (a blackholing
+    /// partition) until called with `false`.
+    pub fn set_isolated(&self, isolated: bool) {
+        self.inner.transport.set_isolated(isolated);
+    }
+
+    /// A fault for tests: expire the session with id `session` (as
+    /// [`Session::id`](tenure_core::Session::id) shows it) now. False if
+    /// there is no such session on this node.
+    pub async fn expire_session(&self, session: &str) -> bool {
+        let Some(n) = self.session_number(session) else {
+            return false;
+        };
+        self.ask(|reply| Command::Expire { session: n, reply })
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Stops the node as a crash would: nothing is released; the other nodes
+    /// fail over once the quorum lease runs out.
+    pub fn shutdown(&self) {
+        self.inner.stop.cancel();
+    }
+
+    fn session_number(&self, session: &str) -> Option<u64> {
+        let prefix = format!("peer-{}-", self.inner.id);
+        session.strip_prefix(&prefix)?.parse().ok()
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T> {
+        ask(&self.inner.commands, make).await
+    }
+}
+
+async fn ask<T>(
+    commands: &mpsc::UnboundedSender<Command>,
+    make: impl FnOnce(oneshot::Sender<T>) -> Command,
+) -> Result<T> {
+    let (tx, rx) = oneshot::channel();
+    commands.send(make(tx)).map_err(|_| stopped())?;
+    rx.await.map_err(|_| stopped())
+}
+
+const CRASH_FAILOVER: &str = "a crashed *session* on a live node is replaced within its TTL, but a crashed or cut-off *node* is replaced only once its quorum lease (the URL's `lease`, at least the TTL) has run out and the failure detector (`leader_timeout`) has noticed";
+const NO_HERD: &str = "there is no store to count requests in: waiters on one node queue locally and only the first campaigns; across nodes, the election algorithm's own messages decide (see the algorithm table)";
+
+#[async_trait]
+impl Backend for PeerBackend {
+    fn scheme(&self) -> &'static str {
+        PEER_SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
+            .except(Clause::CrashFailover, CRASH_FAILOVER)
+            .except(Clause::NoHerd, NO_HERD)
+    }
+
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        let lease = self.inner.config.timing.lease;
+        if timing.ttl > lease {
+            return Err(Error::invalid(format!(
+                "ttl: {:?} exceeds the quorum lease {lease:?} of this peer:// cluster; use a TTL of at most the lease (or a longer lease= in the URL)",
+                timing.ttl
+            ))
+            .with_backend(PEER_SCHEME));
+        }
+        Ok(())
+    }
+
+    async fn open_session(
+        &self,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> Result<Arc<dyn BackendSession>> {
+        let n = self
+            .ask(|reply| Command::OpenSession { ttl, events, reply })
+            .await?;
+        Ok(Arc::new(PeerSession {
+            id: format!("peer-{}-{n}", self.inner.id),
+            n,
+            commands: self.inner.commands.clone(),
+        }))
+    }
+
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        let election = election.clone();
+        self.ask(|reply| Command::Leader { election, reply }).await
+    }
+
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        let election = election.clone();
+        let rx = self
+            .ask(|reply| Command::Observe { election, reply })
+            .await??;
+        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let v = rx.borrow_and_update().clone();
+            Some((Ok(v), (rx, false)))
+        });
+        Ok(Box::pin(stream))
+    }
+}
+
+/// A session on one node: local to it, kept alive by the core's renewals,
+/// expired by the node when renewals stop for a TTL.
+struct PeerSession {
+    id: String,
+    n: u64,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl fmt::Debug for PeerSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerSession").field("id", &self.id).finish()
+    }
+}
+
+#[async_trait]
+impl BackendSession for PeerSession {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn keep_alive(&self) -> Result<()> {
+        let session = self.n;
+        ask(&self.commands, |reply| Command::KeepAlive {
+            session,
+            reply,
+        })
+        .await?
+    }
+
+    async fn campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<FencingToken> {
+        let (session, election, candidate) = (self.n, election.clone(), candidate.clone());
+        let granted = ask(&self.commands, |reply| Command::Campaign {
+            session,
+            election,
+            candidate,
+            wait: true,
+            reply,
+        })
+        .await??;
+        granted.ok_or_else(|| {
+            Error::new(ErrorKind::Backend, "campaign ended without a grant")
+                .with_backend(PEER_SCHEME)
+        })
+    }
+
+    async fn try_campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Option<FencingToken>> {
+        let (session, election, candidate) = (self.n, election.clone(), candidate.clone());
+        ask(&self.commands, |reply| Command::Campaign {
+            session,
+            election,
+            candidate,
+            wait: false,
+            reply,
+        })
+        .await?
+    }
+
+    async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        let (session, election) = (self.n, election.clone());
+        ask(&self.commands, |reply| Command::Resign {
+            session,
+            election,
+            token,
+            reply,
+        })
+        .await
+    }
+
+    async fn close(&self) -> Result<()> {
+        let session = self.n;
+        // A stopped node has nothing left to release.
+        let _ = ask(&self.commands, |reply| Command::Close { session, reply }).await;
+        Ok(())
+    }
+}

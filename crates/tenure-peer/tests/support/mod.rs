@@ -1,0 +1,55 @@
+//! Clusters of `peer://` nodes in one process, over real TCP on loopback.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tenure_peer::{PeerAlgorithm, PeerBackend, PeerConfig, PeerId, Timing};
+use tokio::net::TcpListener;
+
+/// Short periods so that tests are quick: a 1.5 s quorum lease (sessions of
+/// up to 1.5 s TTL fit), heartbeats every 50 ms, failure detection after
+/// 250 ms.
+pub fn fast_timing() -> Timing {
+    Timing {
+        lease: Duration::from_millis(1500),
+        renew_interval: Duration::from_millis(250),
+        heartbeat_interval: Duration::from_millis(50),
+        leader_timeout: Duration::from_millis(250),
+        answer_timeout: Duration::from_millis(100),
+        announce_timeout: Duration::from_millis(300),
+        tie_break_step: Duration::from_millis(50),
+        invite_interval: Duration::from_millis(200),
+        round_timeout: Duration::from_millis(300),
+    }
+}
+
+/// `n` nodes running `algorithm`, started on free ports, past their start:
+/// a node acknowledges nobody for one lease after it starts (it may have
+/// acknowledged someone just before a crash), so this waits that out.
+pub async fn cluster(n: u64, algorithm: PeerAlgorithm) -> Vec<PeerBackend> {
+    let nodes = cluster_now(n, algorithm).await;
+    tokio::time::sleep(fast_timing().lease).await;
+    nodes
+}
+
+/// Like [`cluster`] without waiting.
+pub async fn cluster_now(n: u64, algorithm: PeerAlgorithm) -> Vec<PeerBackend> {
+    let mut listeners = Vec::new();
+    let mut members = BTreeMap::new();
+    for id in 1..=n {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        members.insert(PeerId(id), l.local_addr().expect("addr"));
+        listeners.push(l);
+    }
+    let mut nodes = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let id = PeerId(i as u64 + 1);
+        let mut config = PeerConfig::new(id, members[&id], members.clone());
+        config.algorithm = algorithm;
+        config.timing = fast_timing();
+        config.hold_off = Duration::from_millis(500);
+        nodes.push(PeerBackend::with_listener(config, l).expect("node"));
+    }
+    nodes
+}
