@@ -1,0 +1,251 @@
+//! `peer://` across nodes: sessions on different nodes of one cluster (in
+//! this process, over real TCP on loopback) hand over, fail over and observe
+//! each other.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tenure_core::testing::memory_timing;
+use tenure_core::{
+    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, Session, Timing,
+};
+use tenure_peer::{PeerAlgorithm, PeerBackend};
+use tokio::time::Instant;
+
+fn cand(id: &str) -> Candidate {
+    Candidate::with_value(id, format!("value-of-{id}")).expect("candidate")
+}
+
+fn election(name: &str) -> ElectionName {
+    ElectionName::new(name).expect("name")
+}
+
+async fn session(node: &PeerBackend) -> Session {
+    let backend: DynBackend = Arc::new(node.clone());
+    Session::open(backend, memory_timing())
+        .await
+        .expect("session")
+}
+
+async fn campaign(s: &Session, e: &ElectionName, c: &str) -> Leadership {
+    s.campaign(e, &cand(c)).await.expect("campaign")
+}
+
+async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_on_different_nodes_hand_over_and_every_node_observes() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election("handover/across-nodes");
+    let (s1, s3) = (session(&nodes[0]).await, session(&nodes[2]).await);
+    let observer = session(&nodes[1]).await;
+    let mut seen = observer.observe(&e).await.expect("observe");
+    assert_eq!(seen.next().await.expect("item").expect("ok"), None);
+
+    let a = within(
+        Duration::from_secs(2),
+        "node 1 elected",
+        campaign(&s1, &e, "a"),
+    )
+    .await;
+    let waiter = {
+        let (s3, e) = (s3.clone(), e.clone());
+        tokio::spawn(async move { campaign(&s3, &e, "c").await })
+    };
+    // Node 3 outranks node 1 but does not take a held seat.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!waiter.is_finished(), "node 3 took over a held seat");
+    assert!(a.is_leader());
+    let info = within(Duration::from_secs(2), "observer sees a", async {
+        loop {
+            if let Some(info) = seen.next().await.expect("item").expect("ok") {
+                break info;
+            }
+        }
+    })
+    .await;
+    assert_eq!((info.id.as_str(), info.token), ("a", a.token()));
+    assert_eq!(
+        Backend::leader(&nodes[2], &e)
+            .await
+            .expect("leader")
+            .map(|i| i.token),
+        Some(a.token())
+    );
+
+    let t0 = Instant::now();
+    let a_token = a.token();
+    a.resign().await.expect("resign");
+    let c = within(Duration::from_millis(500), "handover to node 3", waiter)
+        .await
+        .expect("waiter");
+    eprintln!("handover across nodes: {:?}", t0.elapsed());
+    assert!(c.token() > a_token);
+    within(Duration::from_secs(2), "observer sees c", async {
+        loop {
+            let item = seen.next().await.expect("item").expect("ok");
+            if item
+                .as_ref()
+                .is_some_and(|i| i.id == "c" && i.token == c.token())
+            {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_node_is_replaced_after_its_lease_and_loses_first() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election("crash/node");
+    let (s3, s1) = (session(&nodes[2]).await, session(&nodes[0]).await);
+    let c = campaign(&s3, &e, "c").await;
+    let waiter = {
+        let (s1, e) = (s1.clone(), e.clone());
+        tokio::spawn(async move { campaign(&s1, &e, "a").await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = Instant::now();
+    nodes[2].shutdown();
+    let lease = support::fast_timing().lease;
+    let a = within(lease * 2, "failover after a node crash", waiter)
+        .await
+        .expect("waiter");
+    eprintln!("failover after a node crash: {:?}", t0.elapsed());
+    assert!(a.token() > c.token());
+    assert!(!c.is_leader());
+    let lost = c.lost_at().expect("the crashed node's grant is lost");
+    assert!(
+        lost <= a.granted_at(),
+        "successor granted before the crashed holder's deadline"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_elects_and_hands_over() {
+    let runs = PeerAlgorithm::ALL.map(|algorithm| async move {
+        let nodes = support::cluster(3, algorithm).await;
+        let e = election(&format!("algo/{}", algorithm.name()));
+        let sessions = [
+            session(&nodes[0]).await,
+            session(&nodes[1]).await,
+            session(&nodes[2]).await,
+        ];
+        let mut tasks = Vec::new();
+        for (i, s) in sessions.iter().enumerate() {
+            let (s, e) = (s.clone(), e.clone());
+            tasks.push(tokio::spawn(async move {
+                let l = campaign(&s, &e, &format!("n{}", i + 1)).await;
+                (i, l)
+            }));
+        }
+        let mut tokens = Vec::new();
+        // Three terms: the winner resigns, the next wins, and so on.
+        for _ in 0..3 {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let (i, l) = loop {
+                if let Some(k) = tasks.iter().position(|t| t.is_finished()) {
+                    break tasks.swap_remove(k).await.expect("task");
+                }
+                assert!(Instant::now() < deadline, "{algorithm:?}: nobody elected");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            assert!(
+                tasks.iter().all(|t| !t.is_finished()),
+                "{algorithm:?}: two granted at once"
+            );
+            tokens.push(l.token());
+            let seen = Backend::leader(&nodes[(i + 1) % 3], &e)
+                .await
+                .expect("leader");
+            if let Some(info) = seen {
+                assert!(info.token <= l.token(), "{algorithm:?}: {info:?}");
+            }
+            l.resign().await.expect("resign");
+        }
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "{algorithm:?}: {tokens:?}"
+        );
+        algorithm
+    });
+    for done in futures::future::join_all(runs).await {
+        eprintln!("{done:?}: three terms");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resigning_node_lets_a_waiting_node_win_before_trying_again() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election("hold-off");
+    let (s3, s1) = (session(&nodes[2]).await, session(&nodes[0]).await);
+    let c = campaign(&s3, &e, "c").await;
+    let waiter = {
+        let (s1, e) = (s1.clone(), e.clone());
+        tokio::spawn(async move { campaign(&s1, &e, "a").await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Node 3 outranks node 1; resigning and campaigning again at once must
+    // still hand the seat over.
+    c.resign().await.expect("resign");
+    let again = {
+        let (s3, e) = (s3.clone(), e.clone());
+        tokio::spawn(async move { campaign(&s3, &e, "c").await })
+    };
+    let a = within(Duration::from_secs(1), "node 1 wins", waiter)
+        .await
+        .expect("waiter");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!again.is_finished(), "node 3 took the seat back");
+    assert!(a.is_leader());
+    let a_token = a.token();
+    a.resign().await.expect("resign");
+    let c2 = within(Duration::from_secs(2), "node 3 again", again)
+        .await
+        .expect("again");
+    assert!(c2.token() > a_token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_urls_and_timings_are_invalid_arguments() {
+    for url in [
+        "peer://127.0.0.1:7001",
+        "peer://127.0.0.1:7001?id=1&peers=1@127.0.0.1:7001&algorithm=raft",
+        "peer://nowhere?id=1&peers=1@127.0.0.1:7001",
+    ] {
+        let e = PeerBackend::connect(url).await.expect_err(url);
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{url}: {e}");
+    }
+    let nodes = support::cluster_now(1, PeerAlgorithm::Bully).await;
+    // The listen address is taken by the node above.
+    let taken = format!("peer://{0}?id=1&peers=1@{0}", nodes[0].local_addr());
+    let e = PeerBackend::connect(&taken).await.expect_err("in use");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    // A TTL longer than the quorum lease cannot be kept.
+    let backend: DynBackend = Arc::new(nodes[0].clone());
+    let e = Session::open(backend, Timing::from_ttl(Duration::from_secs(10)))
+        .await
+        .expect_err("ttl over the lease");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(e.message().contains("ttl"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_node_cluster_works_alone() {
+    let nodes = support::cluster(1, PeerAlgorithm::Ring).await;
+    let e = election("alone");
+    let s = session(&nodes[0]).await;
+    let first = campaign(&s, &e, "a").await;
+    let t = first.token();
+    first.resign().await.expect("resign");
+    let second = campaign(&s, &e, "a").await;
+    assert!(second.token() > t);
+}
