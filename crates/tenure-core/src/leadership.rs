@@ -284,6 +284,11 @@ impl LeadershipWatch {
         self.state.granted_at
     }
 
+    /// The instant until which the grant is valid unless renewed.
+    pub fn deadline(&self) -> Instant {
+        self.core.deadline()
+    }
+
     /// A child of the lost signal.
     pub fn lost(&self) -> CancellationToken {
         self.state.lost_token().child_token()

@@ -229,8 +229,12 @@ impl MemoryBackend {
         Some(f(&mut st, n))
     }
 
-    /// Expire the session now, as the store would after its TTL: its seats are freed,
-    /// its waiters dropped, and the holder is told. Returns false if no such session.
+    /// Expire the session now, as an operator revoking it would: its seats are freed at
+    /// once, its waiters dropped, and the client is told by notification (when its
+    /// requests get through). This is earlier than the TTL promises, so the holder may
+    /// still believe it leads while the next waiter is granted — the case fencing
+    /// tokens exist for; tests of clause 1 use [`stall_session`](Self::stall_session) or
+    /// [`crash_session`](Self::crash_session) instead. Returns false if no such session.
     pub fn expire_session(&self, id: &str) -> bool {
         self.with_session(id, |st, n| expire(st, n, "expired by a test hook"))
             .is_some()

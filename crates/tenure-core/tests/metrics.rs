@@ -49,7 +49,9 @@ fn find<'a>(
 async fn leadership_renewal_and_campaign_metrics_are_recorded() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    recorder.install().expect("only this test installs a recorder");
+    recorder
+        .install()
+        .expect("only this test installs a recorder");
 
     let mut timing = Timing::from_ttl(Duration::from_secs(1));
     timing.renew_interval = Duration::from_millis(50);

@@ -103,7 +103,12 @@ async fn run(ops: Vec<Op>) {
                 mem.unstall_session(&nodes[i].session.id());
             }
             Op::Expire(i) => {
-                mem.expire_session(&nodes[i].session.id());
+                // An early expiry breaks the TTL promise clause 1 rests on (the holder
+                // learns of it only by notification), so it hits only sessions that hold
+                // nothing: it exercises re-opening and campaigns that go on.
+                if nodes[i].holding.is_none() {
+                    mem.expire_session(&nodes[i].session.id());
+                }
             }
             Op::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
         }
@@ -122,8 +127,17 @@ async fn run(ops: Vec<Op>) {
             }
         }
         // Clause 1: at most one valid holder right now.
-        let valid = grants.iter().filter(|g| g.is_leader()).count();
-        assert!(valid <= 1, "{valid} valid holders at once");
+        let valid: Vec<_> = grants.iter().filter(|g| g.is_leader()).collect();
+        assert!(
+            valid.len() <= 1,
+            "{} valid holders at once at {:?}: {:?}",
+            valid.len(),
+            Instant::now(),
+            valid
+                .iter()
+                .map(|g| (g.candidate().id(), g.token(), g.granted_at(), g.deadline()))
+                .collect::<Vec<_>>()
+        );
         // Clause 3: lost stays lost.
         for g in &grants {
             if g.loss_reason().is_some() {
@@ -165,4 +179,40 @@ proptest! {
             .unwrap();
         rt.block_on(run(ops));
     }
+}
+
+fn run_blocking(ops: Vec<Op>) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap()
+        .block_on(run(ops));
+}
+
+#[test]
+fn expiring_a_waiting_session_keeps_one_holder() {
+    use Op::*;
+    run_blocking(vec![
+        Campaign(1),
+        Campaign(2),
+        Stall(2),
+        Expire(2),
+        Sleep(100),
+        Campaign(2),
+        Resign(1),
+        Sleep(3000),
+    ]);
+}
+
+#[test]
+fn stalled_holder_is_not_overlapped_by_its_successor() {
+    use Op::*;
+    run_blocking(vec![
+        Campaign(3),
+        Stall(3),
+        Campaign(0),
+        Stall(1),
+        Sleep(1996),
+    ]);
 }
