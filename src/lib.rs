@@ -5,6 +5,10 @@
 pub use tenure_core::*;
 #[cfg(feature = "etcd")]
 pub use tenure_etcd::{EtcdBackend, EtcdConfig};
+/// The peer-to-peer backend (`peer://`): election algorithms, quorum guard,
+/// simulator, TCP transport.
+#[cfg(feature = "peer")]
+pub use tenure_peer as peer;
 
 /// Open the backend named by `url`, among those enabled by cargo features:
 ///
@@ -12,6 +16,7 @@ pub use tenure_etcd::{EtcdBackend, EtcdConfig};
 /// |---|---|---|
 /// | `mem://[NAME]` | always | in-memory store of this process ([`MemoryBackend`]) |
 /// | `etcd://host:port[,…][?prefix=…]`, `etcds://…` (TLS) | `etcd` | etcd v3 (`EtcdBackend`) |
+/// | `peer://host:port?id=…&peers=…[&algorithm=…]` | `peer` | this process as one node of a peer cluster, no store (`peer::PeerBackend`) |
 ///
 /// An unknown or disabled scheme is [`ErrorKind::InvalidArgument`] naming the schemes
 /// this build knows.
@@ -22,6 +27,10 @@ pub async fn connect(url: &str) -> Result<DynBackend> {
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => Ok(std::sync::Arc::new(
             tenure_etcd::EtcdBackend::from_url(url).await?,
+        )),
+        #[cfg(feature = "peer")]
+        tenure_peer::PEER_SCHEME => Ok(std::sync::Arc::new(
+            tenure_peer::PeerBackend::connect(url).await?,
         )),
         other => Err(Error::invalid(format!(
             "backend url {url:?}: unknown scheme {other:?}; this build knows: {}",
@@ -36,5 +45,7 @@ pub fn schemes() -> Vec<&'static str> {
     let mut s = vec![MEM_SCHEME];
     #[cfg(feature = "etcd")]
     s.extend(tenure_etcd::SCHEMES);
+    #[cfg(feature = "peer")]
+    s.push(tenure_peer::PEER_SCHEME);
     s
 }
