@@ -4,7 +4,8 @@
 //! (they pause and restart it) and checks the fencing of every candidate's event log.
 //!
 //! Run with `--test-threads=2` or fewer on small machines: every test runs an etcd and
-//! two or three candidate processes.
+//! two or three candidate processes. The tests that pause, restart or reconfigure etcd
+//! need a local server and say so if `TENURE_TEST_ETCD` names an external one.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -451,6 +452,11 @@ fn enable_auth(endpoint: &str, password: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_password_is_unauthorized() {
     let etcd = EtcdServer::start().await.expect("etcd");
+    assert!(
+        !etcd.is_external(),
+        "this test turns authentication on, so it needs a local etcd: unset {}",
+        EtcdServer::ENV
+    );
     let password = "right-Pa55word";
     enable_auth(etcd.endpoint(), password);
     let host = etcd.addr();
