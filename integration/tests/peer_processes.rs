@@ -1,0 +1,210 @@
+//! `peer://` with no store: three `tenure campaign` processes form a cluster
+//! on loopback. Exactly one is elected; SIGKILL it and one of the two others
+//! is elected with a higher token; the event logs and a guarded resource show
+//! no fencing violation.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tenure_integration::{check_fencing, free_port, CandidateProcess, Event, GuardedResource};
+
+/// Session TTL of the candidates (seconds), within the cluster's lease.
+const TTL: &str = "1";
+/// The cluster's timing: a 1.5 s quorum lease, quick failure detection.
+const TIMING: &str = "lease=1.5s&heartbeat=50ms&leader_timeout=300ms";
+
+/// The `tenure` binary: `TENURE_BIN`, or built with cargo into the target
+/// directory this test binary lives in.
+fn tenure_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = BIN.get_or_init(|| {
+        if let Some(path) = std::env::var_os("TENURE_BIN") {
+            return Ok(PathBuf::from(path));
+        }
+        // <target>/<profile>/deps/peer_processes-… → <target>/<profile>
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let profile = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .ok_or("no target directory above the test binary")?;
+        let target = profile.parent().ok_or("no target directory")?;
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cargo
+            .args(["build", "-q", "-p", "tenure-cli", "--bin", "tenure"])
+            .env("CARGO_TARGET_DIR", target)
+            .current_dir(tenure_integration::workspace_root());
+        if profile.file_name().is_some_and(|p| p == "release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().map_err(|e| format!("running cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!("cargo build -p tenure-cli: {status}"));
+        }
+        Ok(profile.join("tenure"))
+    });
+    match found {
+        Ok(path) => path.clone(),
+        Err(e) => panic!("the tenure CLI: {e}"),
+    }
+}
+
+/// Starts node `id` of the cluster on `ports`; while leader it writes its
+/// token to `resource`.
+fn node(id: usize, ports: &[u16], election: &str, resource: &GuardedResource) -> CandidateProcess {
+    let peers: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+        .collect();
+    let url = format!(
+        "peer://127.0.0.1:{}?id={id}&peers={}&algorithm=bully&{TIMING}",
+        ports[id - 1],
+        peers.join(",")
+    );
+    let name = format!("node{id}");
+    let args: Vec<String> = [
+        "campaign",
+        "--backend",
+        &url,
+        "--election",
+        election,
+        "--id",
+        &name,
+        "--ttl",
+        TTL,
+        "--grace",
+        "1",
+        "--",
+        "timeout",
+        "60",
+        "bash",
+        "-c",
+        &resource.write_loop_command(Duration::from_millis(50)),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")])
+        .unwrap_or_else(|e| panic!("starting {name}: {e}"))
+}
+
+/// Index and event of the first `elected` after `after_ns`.
+async fn next_elected(
+    nodes: &[CandidateProcess],
+    after_ns: u64,
+    limit: Duration,
+) -> (usize, Event) {
+    let deadline = Instant::now() + limit;
+    loop {
+        for (i, n) in nodes.iter().enumerate() {
+            let first = n
+                .events()
+                .into_iter()
+                .find(|e| e.is(Event::ELECTED) && e.mono_ns > after_ns);
+            if let Some(e) = first {
+                return (i, e);
+            }
+        }
+        if Instant::now() > deadline {
+            panic!("nobody elected within {limit:?}:\n{}", dump(nodes));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn dump(nodes: &[CandidateProcess]) -> String {
+    nodes
+        .iter()
+        .map(|n| {
+            let events: Vec<String> = n.events().iter().map(|e| e.to_string()).collect();
+            format!(
+                "{}:\n  {}\n  stderr: {}",
+                n.label(),
+                events.join("\n  "),
+                n.stderr_tail()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// How many of `nodes` hold the seat now (their last elected is not followed
+/// by a lost, resigned or the kill).
+fn holders(nodes: &[CandidateProcess]) -> usize {
+    nodes
+        .iter()
+        .filter(|n| {
+            n.events()
+                .iter()
+                .rev()
+                .find(|e| {
+                    e.is(Event::ELECTED)
+                        || e.is(Event::LOST)
+                        || e.is(Event::RESIGNED)
+                        || e.is(Event::KILLED)
+                })
+                .is_some_and(|e| e.is(Event::ELECTED))
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_elect_one_and_fail_over_after_a_kill() {
+    let resource = GuardedResource::start().await.expect("resource");
+    let ports: Vec<u16> = (0..3).map(|_| free_port().expect("port")).collect();
+    let election = "peer/processes";
+    let mut nodes: Vec<CandidateProcess> = (1..=3)
+        .map(|id| node(id, &ports, election, &resource))
+        .collect();
+
+    let (first, elected) = next_elected(&nodes, 0, Duration::from_secs(15)).await;
+    let first_token = elected.token.expect("token");
+    // Settled: one holder, and it keeps the seat.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(holders(&nodes), 1, "{}", dump(&nodes));
+    let elected_events: usize = nodes
+        .iter()
+        .map(|n| n.events().iter().filter(|e| e.is(Event::ELECTED)).count())
+        .sum();
+    assert_eq!(elected_events, 1, "more than one election:\n{}", dump(&nodes));
+
+    // SIGKILL the holder (its command keeps writing its stale token).
+    let killed_ns = nodes[first].kill().await.expect("kill");
+    let (second, successor) = next_elected(&nodes, killed_ns, Duration::from_secs(10)).await;
+    assert_ne!(second, first);
+    let second_token = successor.token.expect("token");
+    assert!(second_token > first_token, "{second_token} after {first_token}");
+    eprintln!(
+        "peer:// failover after SIGKILL: {:.0} ms",
+        (successor.mono_ns - killed_ns) as f64 / 1e6
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(holders(&nodes), 1, "{}", dump(&nodes));
+
+    let logs: Vec<Vec<Event>> = nodes.iter().map(|n| n.events()).collect();
+    let violations = check_fencing(&logs);
+    assert!(violations.is_empty(), "{violations:?}\n{}", dump(&nodes));
+    // The resource saw the successor's token, and accepted nothing older
+    // once it had (the killed holder's command keeps trying).
+    assert!(resource.highest(election) >= Some(second_token));
+    let stale_accepted: Vec<_> = resource
+        .accepted()
+        .into_iter()
+        .filter(|w| w.highest_before.is_some_and(|h| w.token < h))
+        .collect();
+    assert!(stale_accepted.is_empty(), "{stale_accepted:?}");
+    let refused_stale = resource
+        .refused()
+        .iter()
+        .filter(|w| w.token == first_token)
+        .count();
+    eprintln!("writes with the killed holder's token refused: {refused_stale}");
+
+    for mut n in nodes {
+        if n.try_exit_status().is_none() {
+            let _ = n.terminate().await;
+        }
+    }
+}
