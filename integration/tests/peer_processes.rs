@@ -168,14 +168,22 @@ async fn three_processes_elect_one_and_fail_over_after_a_kill() {
         .iter()
         .map(|n| n.events().iter().filter(|e| e.is(Event::ELECTED)).count())
         .sum();
-    assert_eq!(elected_events, 1, "more than one election:\n{}", dump(&nodes));
+    assert_eq!(
+        elected_events,
+        1,
+        "more than one election:\n{}",
+        dump(&nodes)
+    );
 
     // SIGKILL the holder (its command keeps writing its stale token).
     let killed_ns = nodes[first].kill().await.expect("kill");
     let (second, successor) = next_elected(&nodes, killed_ns, Duration::from_secs(10)).await;
     assert_ne!(second, first);
     let second_token = successor.token.expect("token");
-    assert!(second_token > first_token, "{second_token} after {first_token}");
+    assert!(
+        second_token > first_token,
+        "{second_token} after {first_token}"
+    );
     eprintln!(
         "peer:// failover after SIGKILL: {:.0} ms",
         (successor.mono_ns - killed_ns) as f64 / 1e6
