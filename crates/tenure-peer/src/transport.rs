@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -238,7 +238,7 @@ impl Shared {
 /// Dropping the transport stops its tasks and closes its connections.
 pub struct Transport {
     shared: Arc<Shared>,
-    queues: HashMap<PeerId, mpsc::Sender<Envelope>>,
+    queues: HashMap<PeerId, mpsc::Sender<Outgoing>>,
     local_addr: SocketAddr,
 }
 
@@ -333,12 +333,32 @@ impl Transport {
         let Some(queue) = self.queues.get(&to) else {
             return Err(envelope);
         };
-        match queue.try_send(envelope) {
+        match queue.try_send(Outgoing::Envelope(envelope)) {
             Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(e) | mpsc::error::TrySendError::Closed(e)) => {
+            Err(
+                mpsc::error::TrySendError::Full(Outgoing::Envelope(e))
+                | mpsc::error::TrySendError::Closed(Outgoing::Envelope(e)),
+            ) => {
                 Counters::bump(&self.shared.counters.undelivered);
                 Err(e)
             }
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Waits until everything queued so far has been written to its
+    /// connection (or given up as undelivered). A process about to exit
+    /// calls it so that its last words (a release) leave.
+    pub async fn flush(&self) {
+        let mut waits = Vec::new();
+        for queue in self.queues.values() {
+            let (tx, rx) = oneshot::channel();
+            if queue.send(Outgoing::Flush(tx)).await.is_ok() {
+                waits.push(rx);
+            }
+        }
+        for rx in waits {
+            let _ = rx.await;
         }
     }
 
@@ -353,6 +373,13 @@ impl Transport {
     pub fn set_isolated(&self, isolated: bool) {
         self.shared.isolated.store(isolated, Ordering::SeqCst);
     }
+}
+
+/// What waits in a peer's queue.
+enum Outgoing {
+    Envelope(Envelope),
+    /// Answered once everything queued before it was written or given up.
+    Flush(oneshot::Sender<()>),
 }
 
 /// The back-off between connection attempts to one peer.
@@ -425,7 +452,7 @@ async fn write_loop(
     shared: Arc<Shared>,
     peer: PeerId,
     addr: SocketAddr,
-    mut queue: mpsc::Receiver<Envelope>,
+    mut queue: mpsc::Receiver<Outgoing>,
 ) {
     let mut stream: Option<TcpStream> = None;
     let mut backoff = Backoff::new(&shared.options);
@@ -442,83 +469,112 @@ async fn write_loop(
             }
             _ = shared.stop.cancelled() => return,
         };
-        // Take what else is queued, to write it in one go.
-        let mut batch = vec![first];
-        while batch.len() < 256 {
+        // Take what else is queued (up to a flush), to write it in one go.
+        let mut batch = Vec::new();
+        let mut flushes = Vec::new();
+        match first {
+            Outgoing::Envelope(e) => batch.push(e),
+            Outgoing::Flush(tx) => flushes.push(tx),
+        }
+        while batch.len() < 256 && flushes.is_empty() {
             match queue.try_recv() {
-                Ok(e) => batch.push(e),
+                Ok(Outgoing::Envelope(e)) => batch.push(e),
+                Ok(Outgoing::Flush(tx)) => flushes.push(tx),
                 Err(_) => break,
             }
         }
-        if shared.isolated() {
-            for _ in &batch {
-                Counters::bump(&shared.counters.dropped_isolated);
-            }
-            continue;
+        if !batch.is_empty()
+            && !deliver(&shared, peer, addr, &mut stream, &mut backoff, batch).await
+        {
+            return;
         }
-        if stream.is_none() {
-            if backoff.waiting() {
+        for tx in flushes {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// Writes `batch` to the peer, connecting first if needed; false when the
+/// transport stops meanwhile.
+async fn deliver(
+    shared: &Shared,
+    peer: PeerId,
+    addr: SocketAddr,
+    stream: &mut Option<TcpStream>,
+    backoff: &mut Backoff,
+    batch: Vec<Envelope>,
+) -> bool {
+    if shared.isolated() {
+        for _ in &batch {
+            Counters::bump(&shared.counters.dropped_isolated);
+        }
+        return true;
+    }
+    if stream.is_none() {
+        if backoff.waiting() {
+            for e in batch {
+                shared.undelivered(peer, e).await;
+            }
+            return true;
+        }
+        let attempt = tokio::select! {
+            r = connect(shared, addr) => r,
+            _ = shared.stop.cancelled() => return false,
+        };
+        match attempt {
+            Ok(s) => {
+                backoff.succeeded();
+                *stream = Some(s);
+            }
+            Err(e) => {
+                tracing::debug!(%peer, %addr, error = %e, "could not connect");
+                Counters::bump(&shared.counters.connect_failures);
+                backoff.failed();
                 for e in batch {
                     shared.undelivered(peer, e).await;
                 }
-                continue;
-            }
-            let attempt = tokio::select! {
-                r = connect(&shared, addr) => r,
-                _ = shared.stop.cancelled() => return,
-            };
-            match attempt {
-                Ok(s) => {
-                    backoff.succeeded();
-                    stream = Some(s);
-                }
-                Err(e) => {
-                    tracing::debug!(%peer, %addr, error = %e, "could not connect");
-                    Counters::bump(&shared.counters.connect_failures);
-                    backoff.failed();
-                    for e in batch {
-                        shared.undelivered(peer, e).await;
-                    }
-                    continue;
-                }
-            }
-        }
-        let mut bytes = Vec::new();
-        let mut written = Vec::new();
-        for e in batch {
-            match wire::encode_envelope(&e) {
-                Ok(frame) => {
-                    bytes.extend_from_slice(&frame);
-                    written.push(e);
-                }
-                Err(err) => {
-                    tracing::warn!(%peer, error = %err, "envelope not encodable; dropped");
-                    Counters::bump(&shared.counters.encode_failures);
-                }
-            }
-        }
-        let Some(s) = stream.as_mut() else { continue };
-        let result = tokio::select! {
-            r = s.write_all(&bytes) => r,
-            _ = shared.stop.cancelled() => return,
-        };
-        match result {
-            Ok(()) => {
-                shared
-                    .counters
-                    .frames_sent
-                    .fetch_add(written.len() as u64, Ordering::Relaxed);
-            }
-            Err(e) => {
-                tracing::debug!(%peer, error = %e, "connection broke while writing");
-                stream = None;
-                backoff.failed();
-                for e in written {
-                    shared.undelivered(peer, e).await;
-                }
+                return true;
             }
         }
     }
+    let mut bytes = Vec::new();
+    let mut written = Vec::new();
+    for e in batch {
+        match wire::encode_envelope(&e) {
+            Ok(frame) => {
+                bytes.extend_from_slice(&frame);
+                written.push(e);
+            }
+            Err(err) => {
+                tracing::warn!(%peer, error = %err, "envelope not encodable; dropped");
+                Counters::bump(&shared.counters.encode_failures);
+            }
+        }
+    }
+    let Some(s) = stream.as_mut() else {
+        return true;
+    };
+    let result = tokio::select! {
+        r = s.write_all(&bytes) => r,
+        _ = shared.stop.cancelled() => return false,
+    };
+    match result {
+        Ok(()) => {
+            shared
+                .counters
+                .frames_sent
+                .fetch_add(written.len() as u64, Ordering::Relaxed);
+        }
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "connection broke while writing");
+            *stream = None;
+            backoff.failed();
+            for e in written {
+                shared.undelivered(peer, e).await;
+            }
+        }
+    }
+    true
 }
 
 async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {

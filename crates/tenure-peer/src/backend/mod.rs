@@ -236,6 +236,7 @@ impl Backend for PeerBackend {
             id: format!("peer-{}-{n}", self.inner.id),
             n,
             commands: self.inner.commands.clone(),
+            transport: self.inner.transport.clone(),
         }))
     }
 
@@ -266,6 +267,19 @@ struct PeerSession {
     id: String,
     n: u64,
     commands: mpsc::UnboundedSender<Command>,
+    transport: Arc<Transport>,
+}
+
+/// How long a resign or close waits for its release to leave the node.
+const FLUSH_LIMIT: Duration = Duration::from_millis(250);
+
+impl PeerSession {
+    /// Lets what a resign or close sent (the release that hands the seat
+    /// over) leave before the caller goes on, as a process about to exit
+    /// would need.
+    async fn flush(&self) {
+        let _ = tokio::time::timeout(FLUSH_LIMIT, self.transport.flush()).await;
+    }
 }
 
 impl fmt::Debug for PeerSession {
@@ -333,13 +347,20 @@ impl BackendSession for PeerSession {
             token,
             reply,
         })
-        .await
+        .await?;
+        self.flush().await;
+        Ok(())
     }
 
     async fn close(&self) -> Result<()> {
         let session = self.n;
         // A stopped node has nothing left to release.
-        let _ = ask(&self.commands, |reply| Command::Close { session, reply }).await;
+        if ask(&self.commands, |reply| Command::Close { session, reply })
+            .await
+            .is_ok()
+        {
+            self.flush().await;
+        }
         Ok(())
     }
 }
