@@ -249,3 +249,42 @@ async fn a_single_node_cluster_works_alone() {
     let second = campaign(&s, &e, "a").await;
     assert!(second.token() > t);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_across_a_restart_of_every_node_with_state_files() {
+    let dir = std::env::temp_dir().join(format!(
+        "tenure-peer-restart-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let with_state = |c: &mut tenure_peer::PeerConfig| {
+        c.state = Some(dir.join(format!("node-{}.state", c.id)));
+    };
+    let e = election("restart/all");
+    let mut last = 0;
+    for round in 0..2 {
+        let nodes = support::cluster_with(3, PeerAlgorithm::Bully, with_state).await;
+        tokio::time::sleep(support::fast_timing().lease).await;
+        let s = session(&nodes[round]).await;
+        for _ in 0..2 {
+            let l = campaign(&s, &e, "a").await;
+            assert!(
+                l.token().get() > last,
+                "round {round}: {} after {last}",
+                l.token().get()
+            );
+            last = l.token().get();
+            l.resign().await.expect("resign");
+        }
+        s.close().await.expect("close");
+        for n in &nodes {
+            n.shutdown();
+        }
+        // Let the listeners close before the next round binds new ports.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

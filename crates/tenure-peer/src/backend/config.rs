@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::{Error, Result};
@@ -89,6 +90,11 @@ pub struct PeerConfig {
     pub hold_off: Duration,
     /// The transport's connection settings.
     pub transport: TransportOptions,
+    /// Where to keep this node's promises (the highest epoch acknowledged
+    /// per election) across restarts. Without it a restarted node forgets
+    /// them: epochs stay unique and increasing only while a majority of the
+    /// nodes keeps running. Default: none.
+    pub state: Option<PathBuf>,
 }
 
 impl PeerConfig {
@@ -105,6 +111,7 @@ impl PeerConfig {
             hold_off: timing.lease,
             timing,
             transport: TransportOptions::default(),
+            state: None,
         }
     }
 
@@ -159,6 +166,7 @@ impl PeerConfig {
     /// | `answer_timeout`, `announce_timeout`, `tie_break`, `invite_interval`, `round_timeout` | the algorithms' periods ([`Timing`]) | as in [`Timing`] |
     /// | `hold_off` | see [`PeerConfig::hold_off`] | the lease |
     /// | `connect_timeout` | one TCP connection attempt | `1s` |
+    /// | `state` | file keeping this node's promises across restarts ([`PeerConfig::state`]) | none |
     ///
     /// Durations are a number with `ms`, `s` or `m`, or a bare number of
     /// seconds. `LISTEN` is the address to bind, `HOST:PORT` (an IP address
@@ -273,10 +281,16 @@ impl PeerConfig {
         if let Some(d) = duration("connect_timeout")? {
             config.transport.connect_timeout = d;
         }
+        if let Some(path) = params.remove("state") {
+            if path.is_empty() {
+                return Err(bad("state", "empty path".into()));
+            }
+            config.state = Some(PathBuf::from(path));
+        }
         config.timing = t;
         if let Some(key) = params.keys().next() {
             return Err(Error::invalid(format!(
-                "url {url:?}: unknown parameter {key:?} (known: id, peers, algorithm, candidates, lease, renew, heartbeat, leader_timeout, answer_timeout, announce_timeout, tie_break, invite_interval, round_timeout, hold_off, connect_timeout)"
+                "url {url:?}: unknown parameter {key:?} (known: id, peers, algorithm, candidates, lease, renew, heartbeat, leader_timeout, answer_timeout, announce_timeout, tie_break, invite_interval, round_timeout, hold_off, connect_timeout, state)"
             )));
         }
         config

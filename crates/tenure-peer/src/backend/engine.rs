@@ -13,6 +13,7 @@ use tokio::time::Instant as TokioInstant;
 use tokio_util::sync::CancellationToken;
 
 use super::config::{PeerAlgorithm, PeerConfig, PEER_SCHEME};
+use super::state::StateFile;
 use crate::bully::{Bully, NextInLine};
 use crate::candidate::CandidateOrdinary;
 use crate::config::Config;
@@ -131,6 +132,7 @@ pub(crate) struct Engine {
     wake_of: HashMap<ElectionName, TokioInstant>,
     sessions: HashMap<u64, SessionEntry>,
     next_session: u64,
+    state: Option<StateFile>,
 }
 
 fn expired_error() -> Error {
@@ -146,6 +148,7 @@ impl Engine {
         config: PeerConfig,
         machine_config: Config,
         transport: Arc<Transport>,
+        state: Option<StateFile>,
     ) -> Self {
         let clock = Clock::new();
         let process_start = clock.now();
@@ -160,6 +163,7 @@ impl Engine {
             wake_of: HashMap::new(),
             sessions: HashMap::new(),
             next_session: 0,
+            state,
         }
     }
 
@@ -195,7 +199,7 @@ impl Engine {
         self.config.id
     }
 
-    fn new_machine(&self, now: Instant) -> Machine {
+    fn new_machine(&self, name: &ElectionName, now: Instant) -> Machine {
         let config = self.machine_config.clone();
         let algorithm: Box<dyn ElectionAlgorithm + Send> = match self.config.algorithm {
             PeerAlgorithm::Bully => Box::new(Bully::new(config)),
@@ -216,6 +220,9 @@ impl Engine {
             .standing_by()
             .with_sticky_leadership()
             .with_process_start(self.process_start);
+        if let Some(saved) = self.state.as_ref().and_then(|s| s.get(name)) {
+            machine.restore(saved);
+        }
         machine.start(now);
         machine
     }
@@ -230,7 +237,7 @@ impl Engine {
             tracing::warn!(election = %name, "too many elections on this node; ignored");
             return false;
         }
-        let machine = self.new_machine(self.clock.now());
+        let machine = self.new_machine(name, self.clock.now());
         self.seats.insert(
             name.clone(),
             Seat {
@@ -568,6 +575,13 @@ impl Engine {
         let Some(seat) = self.seats.get_mut(name) else {
             return;
         };
+        if let Some(state) = self.state.as_mut() {
+            // A promise is on disk before the acknowledgement carrying it
+            // leaves.
+            if let Err(e) = state.save(name, seat.machine.durable()) {
+                tracing::error!(election = %name, error = %e, "could not save the promise; a restart of this node could acknowledge an epoch twice");
+            }
+        }
         for _ in 0..64 {
             let mut failed = Vec::new();
             while let Some((to, msg)) = seat.machine.poll_transmit() {

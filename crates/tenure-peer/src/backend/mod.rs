@@ -3,6 +3,7 @@
 
 mod config;
 mod engine;
+mod state;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -104,6 +105,12 @@ impl PeerBackend {
     ) -> Result<PeerBackend> {
         config.validate()?;
         let machine_config = config.machine_config()?;
+        let state = match &config.state {
+            Some(path) => Some(state::StateFile::open(path).map_err(|why| {
+                Error::invalid(format!("peer config: state: {why}")).with_backend(PEER_SCHEME)
+            })?),
+            None => None,
+        };
         let (transport, events) = Transport::with_listener(
             config.id,
             listener,
@@ -121,7 +128,7 @@ impl PeerBackend {
         let transport = Arc::new(transport);
         let (commands, commands_rx) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
-        let engine = Engine::new(config.clone(), machine_config, transport.clone());
+        let engine = Engine::new(config.clone(), machine_config, transport.clone(), state);
         tokio::spawn(engine.run(commands_rx, events, stop.clone()));
         Ok(PeerBackend {
             inner: Arc::new(Inner {

@@ -35,6 +35,15 @@ pub async fn cluster(n: u64, algorithm: PeerAlgorithm) -> Vec<PeerBackend> {
 
 /// Like [`cluster`] without waiting.
 pub async fn cluster_now(n: u64, algorithm: PeerAlgorithm) -> Vec<PeerBackend> {
+    cluster_with(n, algorithm, |_| {}).await
+}
+
+/// Like [`cluster_now`], with `adjust` applied to every node's configuration.
+pub async fn cluster_with(
+    n: u64,
+    algorithm: PeerAlgorithm,
+    adjust: impl Fn(&mut PeerConfig),
+) -> Vec<PeerBackend> {
     let mut listeners = Vec::new();
     let mut members = BTreeMap::new();
     for id in 1..=n {
@@ -49,6 +58,7 @@ pub async fn cluster_now(n: u64, algorithm: PeerAlgorithm) -> Vec<PeerBackend> {
         config.algorithm = algorithm;
         config.timing = fast_timing();
         config.hold_off = Duration::from_millis(500);
+        adjust(&mut config);
         nodes.push(PeerBackend::with_listener(config, l).expect("node"));
     }
     nodes
