@@ -1,0 +1,456 @@
+//! The backend: connection, leader reads and observation.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
+    RedisConnectionInfo, TlsCertificates, Value,
+};
+use tenure_core::{
+    Backend, BackendSession, Capabilities, Clause, ElectionName, Error, ErrorKind, LeaderInfo,
+    LeaderStream, Result, Retry, SessionEvents, Timing,
+};
+use tokio::sync::watch;
+
+use crate::config::RedisConfig;
+use crate::conn::Conn;
+use crate::error::{map, own, timed_out, unexpected};
+use crate::hub::{Hub, Registration};
+use crate::keys::{
+    jittered, millis_up, parse_seat, seat_pattern, session_key_prefix, ElectionKeys, Seat,
+};
+use crate::scripts::{READ_SCRIPT, RELEASE_SCRIPT};
+use crate::session::RedisSession;
+use crate::SCHEME;
+
+/// The longest TTL accepted (about 34 years), far below what Redis can store.
+const MAX_TTL: Duration = Duration::from_millis(1 << 40);
+
+/// Why clause 1 is declared with a condition.
+const DATA_LOSS: &str = "holds while Redis keeps its data; after a restart without \
+    persistence or a failover to a replica that missed writes, the seat can be granted again \
+    before the old holder's deadline passes (fencing tokens keep increasing, so a guarded \
+    resource refuses the old holder)";
+
+/// A Redis server as a tenure backend.
+///
+/// Each [`Session`](tenure_core::Session) is a key with the session TTL; each seat is a
+/// key set with `SET NX PX` by a Lua script that also mints the fencing token; one
+/// script call renews a session and every seat it holds; releases publish on the
+/// election's channel so the next waiter is woken at once. See the crate docs.
+///
+/// Cheap to clone: clones share the connections.
+#[derive(Clone)]
+pub struct RedisBackend {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What the backend and its sessions share.
+pub(crate) struct Shared {
+    pub(crate) config: RedisConfig,
+    pub(crate) conn: Conn,
+    pub(crate) hub: Hub,
+    requests: Arc<AtomicU64>,
+    pub(crate) sessions: String,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl Shared {
+    /// Count one election request (campaign, resign, read, subscription, wake-up).
+    pub(crate) fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn keys(&self, election: &ElectionName) -> ElectionKeys {
+        ElectionKeys::new(self.config.key_prefix(), self.config.database(), election)
+    }
+
+    /// Read a seat: its remaining TTL in ms (negative if none) and its holder.
+    pub(crate) async fn read(&self, seat: &str) -> Result<(i64, Option<Seat>)> {
+        self.count();
+        let invocation = READ_SCRIPT.key(seat);
+        let reply = self.conn.script("read leader", &invocation).await?;
+        parse_read(&reply)
+    }
+
+    /// How long a waiter or observer waits before looking again, given the seat's
+    /// remaining TTL: until it would expire (if sooner), never longer than the poll
+    /// interval.
+    pub(crate) fn next_look(&self, pttl: i64) -> Duration {
+        let poll = jittered(self.config.get_poll_interval());
+        match u64::try_from(pttl) {
+            Ok(ms) => poll.min(Duration::from_millis(ms.saturating_add(1))),
+            Err(_) => poll,
+        }
+    }
+}
+
+fn parse_read(reply: &Value) -> Result<(i64, Option<Seat>)> {
+    let Value::Array(items) = reply else {
+        return Err(unexpected("read leader", format!("{reply:?}")));
+    };
+    let pttl = items.first().and_then(as_int).unwrap_or(-2);
+    match items.get(1) {
+        None | Some(Value::Nil) => Ok((pttl, None)),
+        Some(Value::BulkString(raw)) => match parse_seat(raw) {
+            Some(seat) => Ok((pttl, Some(seat))),
+            None => Err(own(
+                ErrorKind::Backend,
+                "read leader: the seat key holds a value tenure did not write",
+            )),
+        },
+        Some(other) => Err(unexpected("read leader", format!("{other:?}"))),
+    }
+}
+
+/// An integer reply (or a string holding one).
+pub(crate) fn as_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+impl RedisBackend {
+    /// Connect to Redis and check, within the configured connect timeout, that it
+    /// answers, that the credentials are good and that the user may run tenure's
+    /// scripts on keys under the prefix: an unreachable server gives `Unavailable` or
+    /// `Timeout`, bad credentials or missing permissions `Unauthorized`, never a hang.
+    pub async fn connect(config: RedisConfig) -> Result<Self> {
+        config.validate()?;
+        let client = client(&config)?;
+        let limit = config.get_connect_timeout();
+        let probe_key = format!("{}:probe", config.key_prefix());
+        let address = config.address();
+        let probe = async {
+            let options = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(limit))
+                .set_response_timeout(Some(config.get_request_timeout()));
+            let mut connection = client
+                .get_multiplexed_async_connection_with_config(&options)
+                .await
+                .map_err(|e| map(&format!("connect to {address}"), e))?;
+            READ_SCRIPT
+                .key(&probe_key)
+                .invoke_async::<Value>(&mut connection)
+                .await
+                .map_err(|e| map(&format!("connect to {address}"), e))?;
+            Ok::<_, Error>(())
+        };
+        match tokio::time::timeout(limit, probe).await {
+            Ok(r) => r?,
+            Err(_) => return Err(timed_out(&format!("connect to {address}"), limit)),
+        }
+        tracing::debug!(%config, "connected to Redis");
+        let requests = Arc::new(AtomicU64::new(0));
+        let conn = Conn::new(client.clone(), limit, config.get_request_timeout());
+        let hub = Hub::new(
+            client,
+            limit,
+            config.get_request_timeout(),
+            requests.clone(),
+        );
+        Ok(RedisBackend {
+            shared: Arc::new(Shared {
+                sessions: session_key_prefix(config.key_prefix()),
+                config,
+                conn,
+                hub,
+                requests,
+            }),
+        })
+    }
+
+    /// Parse `url` with [`RedisConfig::from_url`] and connect.
+    pub async fn from_url(url: &str) -> Result<Self> {
+        RedisConfig::from_url(url)?.connect().await
+    }
+
+    /// Read the settings with [`RedisConfig::from_env`] and connect.
+    pub async fn from_env() -> Result<Self> {
+        RedisConfig::from_env()?.connect().await
+    }
+
+    /// The settings this backend was connected with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.shared.config
+    }
+
+    /// End the session with id `session_id` (see
+    /// [`Session::id`](tenure_core::Session::id)) now, as Redis does when its TTL passes
+    /// without a renewal: its key is deleted and every seat it holds is freed (the next
+    /// waiter is woken). Its holder learns of the loss at its next renewal. For
+    /// operators and fault tests; scans the seats under the prefix. Returns how many
+    /// seats were freed.
+    pub async fn expire_session(&self, session_id: &str) -> Result<usize> {
+        if session_id.is_empty() || !session_id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(Error::invalid(format!(
+                "session id {session_id:?}: expected the hex digits of a tenure session"
+            )));
+        }
+        let shared = &self.shared;
+        let session_key = format!("{}{session_id}", shared.sessions);
+        shared
+            .conn
+            .run("expire session", |mut c| async move {
+                redis::cmd("DEL")
+                    .arg(&session_key)
+                    .query_async::<Value>(&mut c)
+                    .await
+            })
+            .await?;
+        let pattern = seat_pattern(shared.config.key_prefix());
+        let seat_prefix = format!("{}:seat:", shared.config.key_prefix());
+        let mut cursor = 0u64;
+        let mut freed = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = shared
+                .conn
+                .run("expire session: scan seats", |mut c| {
+                    let pattern = pattern.clone();
+                    async move {
+                        redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(pattern)
+                            .arg("COUNT")
+                            .arg(1000)
+                            .query_async(&mut c)
+                            .await
+                    }
+                })
+                .await?;
+            for key in keys {
+                let Some(name) = key
+                    .strip_prefix(&seat_prefix)
+                    .and_then(|n| ElectionName::new(n).ok())
+                else {
+                    continue;
+                };
+                let election = shared.keys(&name);
+                let mut invocation = RELEASE_SCRIPT.key(&election.seat);
+                invocation
+                    .key(&election.queue)
+                    .arg(session_id)
+                    .arg("")
+                    .arg(&election.channel)
+                    .arg(&shared.sessions);
+                let reply = shared
+                    .conn
+                    .script("expire session: free a seat", &invocation)
+                    .await?;
+                if as_int(&reply) == Some(1) {
+                    freed += 1;
+                }
+            }
+            if next == 0 {
+                return Ok(freed);
+            }
+            cursor = next;
+        }
+    }
+}
+
+/// The redis client for `config`: address, credentials, database, TLS.
+fn client(config: &RedisConfig) -> Result<Client> {
+    let addr = if config.is_tls() {
+        // rustls needs a process-wide crypto provider; keep one that is already there.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        ConnectionAddr::TcpTls {
+            host: config.host().to_string(),
+            port: config.port(),
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(config.host().to_string(), config.port())
+    };
+    let mut redis_info = RedisConnectionInfo::default().set_db(config.database());
+    if let Some(user) = config.username() {
+        redis_info = redis_info.set_username(user);
+    }
+    if let Some(password) = config.secret() {
+        redis_info = redis_info.set_password(password);
+    }
+    let info = addr
+        .into_connection_info()
+        .map_err(|e| map("redis url", e))?
+        .set_redis_settings(redis_info);
+    let (ca, identity) = config.tls_files();
+    if config.is_tls() && (ca.is_some() || identity.is_some()) {
+        let read = |what: &str, path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|e| Error::invalid(format!("{what}: cannot read {}: {e}", path.display())))
+        };
+        let root_cert = ca.map(|p| read("ca", p)).transpose()?;
+        let client_tls = match identity {
+            Some((cert, key)) => Some(ClientTlsConfig {
+                client_cert: read("cert", cert)?,
+                client_key: read("key", key)?,
+            }),
+            None => None,
+        };
+        return Client::build_with_tls(
+            info,
+            TlsCertificates {
+                client_tls,
+                root_cert,
+            },
+        )
+        .map_err(|e| map("TLS settings", e));
+    }
+    Client::open(info).map_err(|e| map("redis url", e))
+}
+
+/// One observed state, or an error kept as kind and message so it can be cloned.
+type Observed = std::result::Result<Option<LeaderInfo>, (ErrorKind, String)>;
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn scheme(&self) -> &'static str {
+        SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full().except(Clause::AtMostOneHolder, DATA_LOSS)
+    }
+
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        if timing.ttl > MAX_TTL {
+            return Err(Error::invalid(format!(
+                "ttl: {:?} is too long (at most {MAX_TTL:?})",
+                timing.ttl
+            )));
+        }
+        Ok(())
+    }
+
+    async fn open_session(
+        &self,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> Result<Arc<dyn BackendSession>> {
+        let session = RedisSession::open(self.shared.clone(), millis_up(ttl), events).await?;
+        Ok(Arc::new(session))
+    }
+
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        let keys = self.shared.keys(election);
+        let (_, seat) = self.shared.read(&keys.seat).await?;
+        Ok(seat.map(|s| s.info))
+    }
+
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        let keys = self.shared.keys(election);
+        let shared = self.shared.clone();
+        self.shared.count();
+        let registration = shared.hub.observer(&keys.channel);
+        let (pttl, seat) = shared.read(&keys.seat).await?;
+        let first = seat.map(|s| s.info);
+        let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
+        let next = shared.next_look(pttl);
+        tokio::spawn(observe_task(
+            shared,
+            keys.seat,
+            registration,
+            first,
+            next,
+            tx,
+        ));
+        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let item = rx
+                .borrow_and_update()
+                .clone()
+                .map_err(|(kind, message)| own(kind, message));
+            Some((item, (rx, false)))
+        });
+        Ok(Box::pin(stream))
+    }
+
+    fn election_requests(&self) -> Option<u64> {
+        Some(self.shared.requests.load(Ordering::Relaxed))
+    }
+}
+
+/// Follows one election for its observers: reads the seat again after every message on
+/// its channel, when the holder's TTL would run out, and at least every poll interval
+/// (messages can be lost); publishes each state that differs from the last. Ends when
+/// every observer is gone.
+async fn observe_task(
+    shared: Arc<Shared>,
+    seat: String,
+    registration: Registration,
+    mut last: Option<LeaderInfo>,
+    mut next: Duration,
+    tx: watch::Sender<Observed>,
+) {
+    let retry = Retry::default();
+    let mut failures = 0u32;
+    let mut failed = false;
+    loop {
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = registration.woken() => {}
+            _ = tokio::time::sleep(next) => {}
+        }
+        match shared.read(&seat).await {
+            Ok((pttl, holder)) => {
+                failures = 0;
+                next = shared.next_look(pttl);
+                let state = holder.map(|s| s.info);
+                if state != last || failed {
+                    last = state.clone();
+                    failed = false;
+                    let _ = tx.send_replace(Ok(state));
+                }
+            }
+            Err(e) => {
+                next = retry.delay(failures).min(shared.config.get_poll_interval());
+                failures = failures.saturating_add(1);
+                if !failed {
+                    failed = true;
+                    let _ = tx.send_replace(Err((e.kind(), e.message().to_string())));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_replies() {
+        let free = Value::Array(vec![Value::Int(-2)]);
+        assert_eq!(parse_read(&free).unwrap(), (-2, None));
+        let free = Value::Array(vec![Value::Int(-2), Value::Nil]);
+        assert_eq!(parse_read(&free).unwrap(), (-2, None));
+        let held = Value::Array(vec![
+            Value::Int(900),
+            Value::BulkString(b"abc\n7\nnode\nval".to_vec()),
+        ]);
+        let (pttl, seat) = parse_read(&held).unwrap();
+        assert_eq!(pttl, 900);
+        assert_eq!(seat.unwrap().info.token.0, 7);
+        let foreign = Value::Array(vec![Value::Int(-1), Value::BulkString(b"hello".to_vec())]);
+        assert_eq!(parse_read(&foreign).unwrap_err().kind(), ErrorKind::Backend);
+        assert!(parse_read(&Value::Okay).is_err());
+    }
+}

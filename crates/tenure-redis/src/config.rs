@@ -1,0 +1,622 @@
+//! Connection settings: builder, URL and environment parsing. The password never
+//! appears in `Debug`, `Display`, error messages or logs.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use percent_encoding::percent_decode_str;
+use tenure_core::{Error, Result};
+
+use crate::{RedisBackend, SCHEME, TLS_SCHEME};
+
+/// The port Redis listens on unless told otherwise.
+const DEFAULT_PORT: u16 = 6379;
+/// The key prefix unless told otherwise.
+const DEFAULT_PREFIX: &str = "tenure";
+/// Default for [`RedisConfig::connect_timeout`] and [`RedisConfig::request_timeout`].
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default for [`RedisConfig::poll_interval`].
+const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// The longest key prefix accepted, in bytes.
+const MAX_PREFIX_LEN: usize = 100;
+/// The highest database number accepted.
+const MAX_DB: i64 = i32::MAX as i64;
+
+/// How to reach Redis and where tenure keeps its keys there.
+///
+/// | setting | default | URL | environment |
+/// |---|---|---|---|
+/// | host and port | required; port 6379 | `redis://host:port` | `TENURE_REDIS_URL` (required) |
+/// | TLS | off | scheme `rediss://` | the scheme of `TENURE_REDIS_URL` |
+/// | username (ACL) and password | none (the default user, no `AUTH`) | `redis://user:password@host`, or `redis://:password@host` for the default user | `TENURE_REDIS_USERNAME`, `TENURE_REDIS_PASSWORD` (override the URL) |
+/// | database number | 0 | `redis://host/2` | in the URL |
+/// | key prefix | `tenure` | `?prefix=` | `TENURE_REDIS_PREFIX` |
+/// | connect timeout | 5 s | `?connect_timeout_ms=` | in the URL |
+/// | request timeout | 5 s | `?request_timeout_ms=` | in the URL |
+/// | poll interval: the longest a waiter or observer goes without looking at the seat itself | 1 s | `?poll_interval_ms=` | in the URL |
+/// | CA certificate (PEM) to verify the server with TLS | the system's roots | `?ca=/path` | in the URL |
+/// | client certificate and key (PEM) for TLS | none | `?cert=/path&key=/path` | in the URL |
+///
+/// URL components are percent-decoded (`%40` for `@` in a password). A bad URL, an
+/// unknown parameter, a bad port, database or prefix is
+/// [`ErrorKind::InvalidArgument`](tenure_core::ErrorKind) naming the problem; messages
+/// never repeat the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    host: String,
+    port: u16,
+    tls: bool,
+    username: Option<String>,
+    password: Option<String>,
+    db: i64,
+    prefix: String,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    poll_interval: Duration,
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("db", &self.db)
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("poll_interval", &self.poll_interval)
+            .field("ca_file", &self.ca_file)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .finish()
+    }
+}
+
+/// The URL without the password: `redis://[user@]host:port/db?prefix=…`.
+impl fmt::Display for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
+        write!(f, "{scheme}://")?;
+        if let Some(user) = &self.username {
+            write!(f, "{}@", escape(user))?;
+        }
+        if self.host.contains(':') {
+            write!(f, "[{}]", self.host)?;
+        } else {
+            f.write_str(&self.host)?;
+        }
+        write!(
+            f,
+            ":{}/{}?prefix={}",
+            self.port,
+            self.db,
+            escape(&self.prefix)
+        )
+    }
+}
+
+impl RedisConfig {
+    /// Settings for the server at `host` (a name, an IPv4 or an IPv6 address without
+    /// brackets) and `port`, with every default.
+    pub fn new(host: impl Into<String>, port: u16) -> Self {
+        RedisConfig {
+            host: host.into(),
+            port,
+            tls: false,
+            username: None,
+            password: None,
+            db: 0,
+            prefix: DEFAULT_PREFIX.to_string(),
+            connect_timeout: DEFAULT_TIMEOUT,
+            request_timeout: DEFAULT_TIMEOUT,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+        }
+    }
+
+    /// Parse `redis://[[user][:password]@]host[:port][/db][?param=value&…]` or
+    /// `rediss://…` (TLS); see the table above for the parameters.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let (scheme, _) = tenure_core::split_scheme(url)?;
+        let tls = match scheme.as_str() {
+            SCHEME => false,
+            TLS_SCHEME => true,
+            other => {
+                return Err(Error::invalid(format!(
+                    "redis url: scheme {other:?} is not redis:// or rediss://"
+                )))
+            }
+        };
+        // url::ParseError never repeats the input, so the password stays out of it.
+        let parsed = url::Url::parse(url)
+            .map_err(|e| Error::invalid(format!("redis url: cannot parse it: {e}")))?;
+        if parsed.fragment().is_some() {
+            return Err(Error::invalid(
+                "redis url: a #fragment (such as #insecure) is not supported",
+            ));
+        }
+        let host = match parsed.host() {
+            Some(url::Host::Domain(d)) => decode("host", d)?,
+            Some(url::Host::Ipv4(a)) => a.to_string(),
+            Some(url::Host::Ipv6(a)) => a.to_string(),
+            None => return Err(Error::invalid("redis url: the host is missing")),
+        };
+        let mut config = RedisConfig::new(host, parsed.port().unwrap_or(DEFAULT_PORT));
+        config.tls = tls;
+        if !parsed.username().is_empty() {
+            config.username = Some(decode("username", parsed.username())?);
+        }
+        if let Some(p) = parsed.password() {
+            config.password = Some(decode("password", p)?);
+        }
+        let path = parsed.path().trim_matches('/');
+        if !path.is_empty() {
+            config.db = parse_db(&decode("database", path)?)?;
+        }
+        for (name, value) in parsed.query_pairs() {
+            config.set(&name, value.into_owned())?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Read `TENURE_REDIS_URL` (required; any URL [`from_url`](Self::from_url) takes),
+    /// then let `TENURE_REDIS_USERNAME`, `TENURE_REDIS_PASSWORD` and
+    /// `TENURE_REDIS_PREFIX` override the URL's values (so the password need not sit in
+    /// the URL).
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let url = var("TENURE_REDIS_URL").ok_or_else(|| {
+            Error::invalid("TENURE_REDIS_URL: not set (e.g. redis://127.0.0.1:6379)")
+        })?;
+        let mut config = Self::from_url(url.trim())
+            .map_err(|e| Error::invalid(format!("TENURE_REDIS_URL: {}", e.message())))?;
+        if let Some(user) = var("TENURE_REDIS_USERNAME") {
+            config.username = Some(user);
+        }
+        if let Some(password) = get("TENURE_REDIS_PASSWORD").filter(|p| !p.is_empty()) {
+            config.password = Some(password);
+        }
+        if let Some(prefix) = var("TENURE_REDIS_PREFIX") {
+            config.prefix = prefix;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn set(&mut self, name: &str, value: String) -> Result<()> {
+        let millis = |value: &str| -> Result<Duration> {
+            match value.parse::<u64>() {
+                Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+                _ => Err(Error::invalid(format!(
+                    "{name}: {value:?} is not a positive number of milliseconds"
+                ))),
+            }
+        };
+        match name {
+            "prefix" => self.prefix = value,
+            "connect_timeout_ms" => self.connect_timeout = millis(&value)?,
+            "request_timeout_ms" => self.request_timeout = millis(&value)?,
+            "poll_interval_ms" => self.poll_interval = millis(&value)?,
+            "ca" => self.ca_file = Some(value.into()),
+            "cert" => self.cert_file = Some(value.into()),
+            "key" => self.key_file = Some(value.into()),
+            other => {
+                return Err(Error::invalid(format!(
+                    "redis url: unknown parameter {other:?} (known: prefix, connect_timeout_ms, \
+                     request_timeout_ms, poll_interval_ms, ca, cert, key)"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Check every setting; the error names the offending one.
+    pub fn validate(&self) -> Result<()> {
+        validate_host(&self.host)?;
+        if self.port == 0 {
+            return Err(Error::invalid("port: must be from 1 to 65535"));
+        }
+        if !(0..=MAX_DB).contains(&self.db) {
+            return Err(Error::invalid(format!(
+                "database: {} is not a number from 0 to {MAX_DB}",
+                self.db
+            )));
+        }
+        validate_prefix(&self.prefix)?;
+        if self.username.as_deref() == Some("") {
+            return Err(Error::invalid("username: must not be empty"));
+        }
+        if self.username.is_some() && self.password.is_none() {
+            return Err(Error::invalid(
+                "password: a username needs a password (redis://user:password@host)",
+            ));
+        }
+        if !self.tls && (self.ca_file.is_some() || self.cert_file.is_some()) {
+            return Err(Error::invalid(
+                "ca/cert: TLS files given for a plain redis:// connection; use rediss://",
+            ));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err(Error::invalid(
+                "cert/key: a client certificate needs both cert= and key=",
+            ));
+        }
+        for (name, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
+            ("poll_interval", self.poll_interval),
+        ] {
+            if d.is_zero() {
+                return Err(Error::invalid(format!("{name}: must be greater than zero")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Keep tenure's keys under `prefix` (default `tenure`): `<prefix>:seat:<election>`
+    /// and so on (see the crate docs).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Authenticate as the ACL user `username` with `password`.
+    pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.username = Some(username.into());
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Authenticate as the default user with `password` (`requirepass`).
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.username = None;
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Use database `db` (default 0).
+    pub fn db(mut self, db: i64) -> Self {
+        self.db = db;
+        self
+    }
+
+    /// Connect with TLS (`rediss://`), verifying the server with the system's roots
+    /// unless [`ca_file`](Self::ca_file) names a CA.
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+
+    /// Verify the server's TLS certificate with the CA certificate in `path` (PEM).
+    pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// Present a client certificate (PEM files) over TLS.
+    pub fn client_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        self.cert_file = Some(cert.into());
+        self.key_file = Some(key.into());
+        self
+    }
+
+    /// The longest connecting may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The longest any single request may wait for its answer (default 5 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The longest a waiting candidate or an observer goes without reading the seat
+    /// itself, in case a pub/sub message was lost (default 1 s). Waiters look again
+    /// after a random 80–100 % of it.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Connect; see [`RedisBackend::connect`].
+    pub async fn connect(self) -> Result<RedisBackend> {
+        RedisBackend::connect(self).await
+    }
+
+    /// The host.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Whether TLS is on.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The ACL username, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
+    /// Whether a password is set (the password itself is not readable).
+    pub fn has_password(&self) -> bool {
+        self.password.is_some()
+    }
+
+    /// The database number.
+    pub fn database(&self) -> i64 {
+        self.db
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The request timeout.
+    pub fn get_request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The poll interval.
+    pub fn get_poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    pub(crate) fn secret(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+
+    pub(crate) fn tls_files(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
+        let identity = match (&self.cert_file, &self.key_file) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        };
+        (self.ca_file.as_ref(), identity)
+    }
+
+    /// `host:port` for messages (IPv6 in brackets).
+    pub(crate) fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+fn parse_db(s: &str) -> Result<i64> {
+    match s.parse::<i64>() {
+        Ok(db) if (0..=MAX_DB).contains(&db) => Ok(db),
+        _ => Err(Error::invalid(format!(
+            "database: {s:?} is not a number from 0 to {MAX_DB} (the URL path is the database)"
+        ))),
+    }
+}
+
+fn validate_host(host: &str) -> Result<()> {
+    if host.is_empty() {
+        return Err(Error::invalid("host: must not be empty"));
+    }
+    if let Some(c) = host
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':' | '_')))
+    {
+        return Err(Error::invalid(format!(
+            "host {host:?}: character {c:?} is not allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// A prefix is 1 to 100 bytes of printable ASCII without spaces.
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::invalid(format!(
+            "prefix {prefix:?}: must be 1 to {MAX_PREFIX_LEN} bytes"
+        )));
+    }
+    if let Some(c) = prefix.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(Error::invalid(format!(
+            "prefix {prefix:?}: character {c:?} is not allowed (printable ASCII, no spaces)"
+        )));
+    }
+    Ok(())
+}
+
+/// Percent-decode a URL component; `what` names it in errors (never its value, which
+/// may be a password).
+fn decode(what: &str, s: &str) -> Result<String> {
+    percent_decode_str(s)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| Error::invalid(format!("redis url: {what}: not UTF-8 after decoding")))
+}
+
+/// Percent-encode everything but unreserved characters, for `Display`.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use tenure_core::ErrorKind;
+
+    #[test]
+    fn plain_urls() {
+        let c = RedisConfig::from_url("redis://127.0.0.1").unwrap();
+        assert_eq!((c.host(), c.port(), c.database()), ("127.0.0.1", 6379, 0));
+        assert_eq!(c.key_prefix(), "tenure");
+        assert!(!c.is_tls());
+        assert!(c.username().is_none() && !c.has_password());
+        let c = RedisConfig::from_url(
+            "REDIS://app:p%40ss%3Aw@cache.local:6380/3?prefix=svc%2Fa&connect_timeout_ms=700&request_timeout_ms=800&poll_interval_ms=250",
+        )
+        .unwrap();
+        assert_eq!(c.host(), "cache.local");
+        assert_eq!(c.port(), 6380);
+        assert_eq!(c.database(), 3);
+        assert_eq!(c.username(), Some("app"));
+        assert_eq!(c.secret(), Some("p@ss:w"));
+        assert_eq!(c.key_prefix(), "svc/a");
+        assert_eq!(c.get_connect_timeout(), Duration::from_millis(700));
+        assert_eq!(c.get_request_timeout(), Duration::from_millis(800));
+        assert_eq!(c.get_poll_interval(), Duration::from_millis(250));
+        // The default user with a password (requirepass).
+        let c = RedisConfig::from_url("redis://:secret@[::1]:7000/").unwrap();
+        assert_eq!(c.username(), None);
+        assert_eq!(c.secret(), Some("secret"));
+        assert_eq!(c.host(), "::1");
+        assert_eq!(c.address(), "[::1]:7000");
+    }
+
+    #[test]
+    fn tls_urls() {
+        let c = RedisConfig::from_url("rediss://h:6380?ca=/ca.pem&cert=/c.pem&key=/k.pem").unwrap();
+        assert!(c.is_tls());
+        let (ca, id) = c.tls_files();
+        assert_eq!(ca, Some(&PathBuf::from("/ca.pem")));
+        assert!(id.is_some());
+        let c = RedisConfig::from_url("rediss://h").unwrap();
+        assert!(c.is_tls());
+        assert_eq!(c.tls_files().0, None);
+    }
+
+    #[test]
+    fn bad_urls_name_the_problem() {
+        for (url, needle) in [
+            ("redis://", "host"),
+            ("redis://:6379", "host"),
+            ("redis://h:notaport", "parse"),
+            ("redis://h:0", "port"),
+            ("redis://h:70000", "parse"),
+            ("redis://h/x", "database"),
+            ("redis://h/-1", "database"),
+            ("redis://h/1/2", "database"),
+            ("redis://h?prefix=", "prefix"),
+            ("redis://h?prefix=a%20b", "prefix"),
+            ("redis://h?colour=red", "unknown parameter"),
+            ("redis://user@h", "password"),
+            ("redis://h?connect_timeout_ms=0", "connect_timeout_ms"),
+            ("redis://h?poll_interval_ms=soon", "poll_interval_ms"),
+            ("redis://h?ca=/x", "rediss"),
+            ("rediss://h?cert=/c", "key"),
+            ("redis://h/#insecure", "fragment"),
+            ("etcd://h:1", "scheme"),
+            ("h:6379", "scheme"),
+        ] {
+            let e = RedisConfig::from_url(url).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{url}");
+            assert!(e.message().contains(needle), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        let secret = "hunter2-S3CRET";
+        for url in [
+            format!("redis://app:{secret}@127.0.0.1:6379"),
+            format!("redis://:{secret}@127.0.0.1"),
+        ] {
+            let c = RedisConfig::from_url(&url).unwrap();
+            assert_eq!(c.secret(), Some(secret));
+            let text = format!("{c:?} {c:#?} {c}");
+            assert!(!text.contains(secret), "{text}");
+            assert!(text.contains("<redacted>"), "{text}");
+        }
+        let c = RedisConfig::from_url(&format!("redis://app:{secret}@h:1/2?prefix=p")).unwrap();
+        assert_eq!(c.to_string(), "redis://app@h:1/2?prefix=p");
+        // Errors about a URL with a password do not repeat it.
+        for url in [
+            format!("redis://app:{secret}@h:bad"),
+            format!("redis://app:{secret}@h:1?bogus=1"),
+            format!("redis://app:{secret}@h:1/x"),
+            format!("redis://app:{secret}%ff@h:1"),
+            format!("redis://app:{secret}@h:1?prefix=a%20b"),
+        ] {
+            let e = RedisConfig::from_url(&url).unwrap_err();
+            assert!(!format!("{e} {e:?}").contains(secret), "{e}");
+        }
+    }
+
+    #[test]
+    fn environment() {
+        let env: HashMap<&str, &str> = [
+            ("TENURE_REDIS_URL", " rediss://h:1/4 "),
+            ("TENURE_REDIS_USERNAME", "svc"),
+            ("TENURE_REDIS_PASSWORD", "pw"),
+            ("TENURE_REDIS_PREFIX", "app"),
+        ]
+        .into();
+        let c = RedisConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert!(c.is_tls());
+        assert_eq!((c.port(), c.database()), (1, 4));
+        assert_eq!(c.username(), Some("svc"));
+        assert_eq!(c.secret(), Some("pw"));
+        assert_eq!(c.key_prefix(), "app");
+        let e = RedisConfig::from_lookup(|_| None).unwrap_err();
+        assert!(e.message().contains("TENURE_REDIS_URL"), "{e}");
+        let env: HashMap<&str, &str> = [("TENURE_REDIS_URL", "redis://h?x=1")].into();
+        let e = RedisConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap_err();
+        assert!(e.message().starts_with("TENURE_REDIS_URL"), "{e}");
+    }
+
+    #[test]
+    fn builder() {
+        let c = RedisConfig::new("h", 1)
+            .prefix("p")
+            .credentials("u", "secret-pw")
+            .db(2)
+            .connect_timeout(Duration::from_millis(300))
+            .request_timeout(Duration::from_secs(2))
+            .poll_interval(Duration::from_millis(500));
+        c.validate().unwrap();
+        assert!(!c.to_string().contains("secret-pw"));
+        let c = c.password("other");
+        assert_eq!(c.username(), None);
+        assert!(RedisConfig::new("", 1).validate().is_err());
+        assert!(RedisConfig::new("h", 1).db(-1).validate().is_err());
+        assert!(RedisConfig::new("h", 1)
+            .poll_interval(Duration::ZERO)
+            .validate()
+            .unwrap_err()
+            .message()
+            .starts_with("poll_interval"));
+    }
+}

@@ -1,0 +1,185 @@
+//! The one place where redis client errors become `tenure_core::Error`s.
+
+use std::time::Duration;
+
+use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
+use tenure_core::{Error, ErrorKind};
+
+use crate::SCHEME;
+
+/// Map a redis client error; `what` says which operation failed (e.g. `"campaign"`).
+pub(crate) fn map(what: &str, err: RedisError) -> Error {
+    let kind = kind_of(&err);
+    Error::new(kind, format!("{what}: {err}"))
+        .with_backend(SCHEME)
+        .with_source(err)
+}
+
+/// An error of `kind` raised by this crate itself.
+pub(crate) fn own(kind: ErrorKind, message: impl Into<String>) -> Error {
+    Error::new(kind, message).with_backend(SCHEME)
+}
+
+/// The error for a request that got no answer within `limit`.
+pub(crate) fn timed_out(what: &str, limit: Duration) -> Error {
+    own(
+        ErrorKind::Timeout,
+        format!("{what}: no answer from Redis within {limit:?}"),
+    )
+}
+
+/// The error for a session the store no longer has.
+pub(crate) fn session_gone(what: &str, id: &str) -> Error {
+    own(
+        ErrorKind::SessionExpired,
+        format!("{what}: Redis no longer has session {id}"),
+    )
+}
+
+/// An answer of a shape this crate does not expect (a foreign value in one of its keys,
+/// or a script of another version).
+pub(crate) fn unexpected(what: &str, detail: impl std::fmt::Display) -> Error {
+    own(
+        ErrorKind::Backend,
+        format!("{what}: unexpected answer from Redis: {detail}"),
+    )
+}
+
+/// Server error codes that mean the credentials or the permissions are wrong.
+const AUTH_CODES: [&str; 3] = ["NOAUTH", "WRONGPASS", "NOPERM"];
+
+/// Server error codes that pass: the server is loading, busy, a replica or failing over.
+const TRANSIENT_CODES: [&str; 6] = [
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "READONLY",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+];
+
+fn kind_of(err: &RedisError) -> ErrorKind {
+    if err.is_timeout() {
+        return ErrorKind::Timeout;
+    }
+    if let Some(code) = err.code() {
+        if AUTH_CODES.contains(&code) {
+            return ErrorKind::Unauthorized;
+        }
+        if TRANSIENT_CODES.contains(&code) {
+            return ErrorKind::Unavailable;
+        }
+    }
+    match err.kind() {
+        RedisKind::AuthenticationFailed | RedisKind::Server(ServerErrorKind::NoPerm) => {
+            ErrorKind::Unauthorized
+        }
+        RedisKind::Io => ErrorKind::Unavailable,
+        RedisKind::Server(
+            ServerErrorKind::BusyLoading
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::MasterDown
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::ReadOnly,
+        ) => ErrorKind::Unavailable,
+        RedisKind::InvalidClientConfig => ErrorKind::InvalidArgument,
+        _ => {
+            // The handshake reports a refused AUTH or SELECT as a plain response error.
+            let text = err.to_string().to_ascii_lowercase();
+            if text.contains("authentication") || text.contains("noauth") {
+                ErrorKind::Unauthorized
+            } else {
+                ErrorKind::Backend
+            }
+        }
+    }
+}
+
+/// Whether the connection that produced `err` may be out of step with the server (its
+/// answer may still arrive and be taken for the answer to a later request), so it must
+/// not be used again.
+pub(crate) fn poisons_connection(err: &RedisError) -> bool {
+    match err.kind() {
+        RedisKind::Io | RedisKind::Parse | RedisKind::AuthenticationFailed | RedisKind::Client => {
+            true
+        }
+        RedisKind::Server(_) | RedisKind::Extension => false,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io(kind: std::io::ErrorKind) -> RedisError {
+        RedisError::from(std::io::Error::new(kind, "x"))
+    }
+
+    #[test]
+    fn client_errors_map_to_kinds() {
+        assert_eq!(
+            map("op", io(std::io::ErrorKind::ConnectionRefused)).kind(),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            map("op", io(std::io::ErrorKind::ConnectionReset)).kind(),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            map("op", io(std::io::ErrorKind::TimedOut)).kind(),
+            ErrorKind::Timeout
+        );
+        let e = map(
+            "connect",
+            RedisError::from((
+                RedisKind::AuthenticationFailed,
+                "Password authentication failed",
+            )),
+        );
+        assert_eq!(e.kind(), ErrorKind::Unauthorized);
+        assert_eq!(e.backend(), Some("redis"));
+        assert!(e.message().starts_with("connect: "), "{e}");
+        let e = map(
+            "x",
+            RedisError::from((RedisKind::InvalidClientConfig, "bad")),
+        );
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        let e = map("x", RedisError::from((RedisKind::Parse, "garbage")));
+        assert_eq!(e.kind(), ErrorKind::Backend);
+        assert!(poisons_connection(&io(std::io::ErrorKind::TimedOut)));
+        assert!(!poisons_connection(&RedisError::from((
+            RedisKind::Server(ServerErrorKind::NoPerm),
+            "no"
+        ))));
+    }
+
+    #[test]
+    fn server_errors_map_to_kinds() {
+        for (code, kind) in [
+            ("NOAUTH", ErrorKind::Unauthorized),
+            ("WRONGPASS", ErrorKind::Unauthorized),
+            ("NOPERM", ErrorKind::Unauthorized),
+            ("LOADING", ErrorKind::Unavailable),
+            ("READONLY", ErrorKind::Unavailable),
+            ("BUSY", ErrorKind::Unavailable),
+            ("OOM", ErrorKind::Backend),
+            ("ERR", ErrorKind::Backend),
+        ] {
+            let err = redis::make_extension_error(code.to_string(), Some("detail".into()));
+            // Codes redis knows become their own kind; the mapping looks at the code.
+            assert_eq!(err.code(), Some(code));
+            assert_eq!(map("x", err).kind(), kind, "{code}");
+        }
+        for (server, kind) in [
+            (ServerErrorKind::NoPerm, ErrorKind::Unauthorized),
+            (ServerErrorKind::BusyLoading, ErrorKind::Unavailable),
+            (ServerErrorKind::ReadOnly, ErrorKind::Unavailable),
+            (ServerErrorKind::ResponseError, ErrorKind::Backend),
+            (ServerErrorKind::NoScript, ErrorKind::Backend),
+        ] {
+            let err = RedisError::from((RedisKind::Server(server), "detail"));
+            assert_eq!(map("x", err).kind(), kind, "{server:?}");
+        }
+    }
+}

@@ -1,0 +1,464 @@
+//! One pub/sub connection per backend, shared by every waiter and observer of the
+//! process, with fan-out in-process: a message on an election's channel wakes only the
+//! registrations of that election, and a `free <session>` message only the waiter of
+//! that session.
+//!
+//! The connection is opened on first use, pinged every [`PING_INTERVAL`], and re-opened
+//! (with back-off) when it breaks; after re-subscribing it wakes every registration,
+//! since messages may have been missed meanwhile.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
+use redis::Client;
+use tenure_core::Retry;
+use tokio::sync::{mpsc, watch, Notify};
+
+/// How often the subscriber connection is checked with a `PING`.
+const PING_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How many channels one `SUBSCRIBE` names when re-subscribing.
+const SUBSCRIBE_BATCH: usize = 500;
+
+/// The shared subscriber of a backend. Dropping the last handle stops its task.
+pub(crate) struct Hub {
+    state: Arc<Mutex<HubState>>,
+    commands: mpsc::UnboundedSender<Command>,
+    start: Mutex<Option<Starter>>,
+    started: AtomicBool,
+}
+
+/// What the task needs, kept until the first registration starts it.
+struct Starter {
+    commands: mpsc::UnboundedReceiver<Command>,
+    client: Client,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+    requests: Arc<AtomicU64>,
+}
+
+#[derive(Default)]
+struct HubState {
+    channels: HashMap<String, Channel>,
+    next_id: u64,
+}
+
+struct Channel {
+    /// Waiting candidates by session id, with their registration id.
+    waiters: HashMap<String, (u64, Arc<Notify>)>,
+    observers: HashMap<u64, Arc<Notify>>,
+    /// Whether the current connection has confirmed the subscription.
+    subscribed: watch::Sender<bool>,
+}
+
+impl Channel {
+    fn is_empty(&self) -> bool {
+        self.waiters.is_empty() && self.observers.is_empty()
+    }
+
+    fn wake_all(&self) {
+        for (_, n) in self.waiters.values() {
+            n.notify_one();
+        }
+        for n in self.observers.values() {
+            n.notify_one();
+        }
+    }
+}
+
+enum Command {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+fn lock(state: &Mutex<HubState>) -> MutexGuard<'_, HubState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Who a registration is.
+enum Role {
+    Waiter(String),
+    Observer,
+}
+
+/// A waiter or observer registered on a channel; unregisters on drop.
+pub(crate) struct Registration {
+    state: Arc<Mutex<HubState>>,
+    commands: mpsc::UnboundedSender<Command>,
+    channel: String,
+    id: u64,
+    role: Role,
+    notify: Arc<Notify>,
+    subscribed: watch::Receiver<bool>,
+}
+
+impl Registration {
+    /// Wait for a wake-up (a message for this registration, or a re-subscription).
+    /// A wake-up that came while nobody waited is kept for the next call.
+    pub(crate) async fn woken(&self) {
+        self.notify.notified().await
+    }
+
+    /// Whether the channel's subscription is confirmed on the current connection.
+    pub(crate) fn is_subscribed(&self) -> bool {
+        *self.subscribed.borrow()
+    }
+
+    /// Wait until the subscription is confirmed.
+    pub(crate) async fn subscribed(&self) {
+        let mut rx = self.subscribed.clone();
+        if rx.wait_for(|s| *s).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut st = lock(&self.state);
+        let Some(ch) = st.channels.get_mut(&self.channel) else {
+            return;
+        };
+        match &self.role {
+            Role::Waiter(session) => {
+                if ch
+                    .waiters
+                    .get(session)
+                    .is_some_and(|(id, _)| *id == self.id)
+                {
+                    ch.waiters.remove(session);
+                }
+            }
+            Role::Observer => {
+                ch.observers.remove(&self.id);
+            }
+        }
+        if ch.is_empty() {
+            st.channels.remove(&self.channel);
+            let _ = self
+                .commands
+                .send(Command::Unsubscribe(self.channel.clone()));
+        }
+    }
+}
+
+impl Hub {
+    pub(crate) fn new(
+        client: Client,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        requests: Arc<AtomicU64>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Hub {
+            state: Arc::new(Mutex::new(HubState::default())),
+            commands: tx,
+            start: Mutex::new(Some(Starter {
+                commands: rx,
+                client,
+                connect_timeout,
+                request_timeout,
+                requests,
+            })),
+            started: AtomicBool::new(false),
+        }
+    }
+
+    /// Register the waiter of `session` on `channel`.
+    pub(crate) fn waiter(&self, channel: &str, session: &str) -> Registration {
+        self.register(channel, Role::Waiter(session.to_string()))
+    }
+
+    /// Register an observer on `channel`.
+    pub(crate) fn observer(&self, channel: &str) -> Registration {
+        self.register(channel, Role::Observer)
+    }
+
+    fn register(&self, channel: &str, role: Role) -> Registration {
+        self.ensure_started();
+        let notify = Arc::new(Notify::new());
+        let mut st = lock(&self.state);
+        st.next_id += 1;
+        let id = st.next_id;
+        let ch = match st.channels.get_mut(channel) {
+            Some(ch) => ch,
+            None => {
+                let _ = self.commands.send(Command::Subscribe(channel.to_string()));
+                st.channels.entry(channel.to_string()).or_insert(Channel {
+                    waiters: HashMap::new(),
+                    observers: HashMap::new(),
+                    subscribed: watch::Sender::new(false),
+                })
+            }
+        };
+        match &role {
+            Role::Waiter(session) => {
+                ch.waiters.insert(session.clone(), (id, notify.clone()));
+            }
+            Role::Observer => {
+                ch.observers.insert(id, notify.clone());
+            }
+        }
+        let subscribed = ch.subscribed.subscribe();
+        drop(st);
+        Registration {
+            state: self.state.clone(),
+            commands: self.commands.clone(),
+            channel: channel.to_string(),
+            id,
+            role,
+            notify,
+            subscribed,
+        }
+    }
+
+    fn ensure_started(&self) {
+        if self.started.load(Ordering::Acquire) {
+            return;
+        }
+        let starter = self.start.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(s) = starter {
+            self.started.store(true, Ordering::Release);
+            tokio::spawn(run(self.state.clone(), s));
+        }
+    }
+}
+
+/// The subscriber task: connect, subscribe, dispatch, ping; reconnect when broken.
+async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
+    let retry = Retry::default();
+    let mut attempt = 0u32;
+    loop {
+        if attempt > 0 {
+            let delay = retry.delay(attempt - 1);
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                c = s.commands.recv() => if c.is_none() { return },
+            }
+        }
+        attempt = attempt.saturating_add(1);
+        let connecting = tokio::select! {
+            r = tokio::time::timeout(s.connect_timeout, s.client.get_async_pubsub()) => r,
+            c = s.commands.recv() => { if c.is_none() { return } continue }
+        };
+        let pubsub = match connecting {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "Redis subscriber: cannot connect");
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!("Redis subscriber: connecting timed out");
+                continue;
+            }
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        // Commands that came while disconnected are covered by subscribing to every
+        // channel registered now.
+        while s.commands.try_recv().is_ok() {}
+        let channels: Vec<String> = lock(&state).channels.keys().cloned().collect();
+        let mut ok = true;
+        for batch in channels.chunks(SUBSCRIBE_BATCH) {
+            s.requests.fetch_add(1, Ordering::Relaxed);
+            if !matches!(
+                tokio::time::timeout(s.request_timeout, sink.subscribe(batch)).await,
+                Ok(Ok(()))
+            ) {
+                ok = false;
+                break;
+            }
+        }
+        if !ok {
+            tracing::debug!("Redis subscriber: subscribing failed; reconnecting");
+            continue;
+        }
+        {
+            let st = lock(&state);
+            for name in &channels {
+                if let Some(ch) = st.channels.get(name) {
+                    ch.subscribed.send_replace(true);
+                }
+            }
+            // Messages may have been missed while not subscribed.
+            for ch in st.channels.values() {
+                ch.wake_all();
+            }
+        }
+        let stop = serve(&state, &mut s, &mut sink, &mut stream).await;
+        for ch in lock(&state).channels.values() {
+            ch.subscribed.send_replace(false);
+        }
+        if stop {
+            return;
+        }
+        // Broken after working: reconnect at once, then back off.
+        attempt = 0;
+    }
+}
+
+/// Dispatch messages and handle commands until the connection breaks (returns false)
+/// or the hub is gone (returns true).
+async fn serve(
+    state: &Mutex<HubState>,
+    s: &mut Starter,
+    sink: &mut PubSubSink,
+    stream: &mut PubSubStream,
+) -> bool {
+    let mut ping = tokio::time::interval(PING_INTERVAL);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    loop {
+        tokio::select! {
+            msg = stream.next() => {
+                let Some(msg) = msg else {
+                    tracing::debug!("Redis subscriber: connection closed; reconnecting");
+                    return false;
+                };
+                dispatch(state, &s.requests, msg.get_channel_name(), msg.get_payload_bytes());
+            }
+            cmd = s.commands.recv() => match cmd {
+                None => return true,
+                Some(Command::Subscribe(channel)) => {
+                    if !lock(state).channels.contains_key(&channel) {
+                        continue;
+                    }
+                    s.requests.fetch_add(1, Ordering::Relaxed);
+                    match tokio::time::timeout(s.request_timeout, sink.subscribe(&channel)).await {
+                        Ok(Ok(())) => {
+                            if let Some(ch) = lock(state).channels.get(&channel) {
+                                ch.subscribed.send_replace(true);
+                            }
+                        }
+                        _ => return false,
+                    }
+                }
+                Some(Command::Unsubscribe(channel)) => {
+                    if lock(state).channels.contains_key(&channel) {
+                        continue;
+                    }
+                    s.requests.fetch_add(1, Ordering::Relaxed);
+                    if !matches!(
+                        tokio::time::timeout(s.request_timeout, sink.unsubscribe(&channel)).await,
+                        Ok(Ok(()))
+                    ) {
+                        return false;
+                    }
+                }
+            },
+            _ = ping.tick() => {
+                let answered = tokio::time::timeout(s.request_timeout, sink.ping::<String>()).await;
+                if !matches!(answered, Ok(Ok(_))) {
+                    tracing::debug!("Redis subscriber: no answer to PING; reconnecting");
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Wake the registrations a message is for: `free <session>` wakes that session's
+/// waiter, a bare `free` every waiter; every message wakes the observers.
+fn dispatch(state: &Mutex<HubState>, requests: &AtomicU64, channel: &str, payload: &[u8]) {
+    let st = lock(state);
+    let Some(ch) = st.channels.get(channel) else {
+        return;
+    };
+    for n in ch.observers.values() {
+        n.notify_one();
+    }
+    let text = std::str::from_utf8(payload).unwrap_or("");
+    let mut words = text.split(' ');
+    match (words.next(), words.next()) {
+        (Some("free"), Some(session)) => {
+            if let Some((_, n)) = ch.waiters.get(session) {
+                requests.fetch_add(1, Ordering::Relaxed);
+                n.notify_one();
+            }
+        }
+        (Some("taken"), _) => {}
+        _ => {
+            for (_, n) in ch.waiters.values() {
+                requests.fetch_add(1, Ordering::Relaxed);
+                n.notify_one();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub_state() -> Arc<Mutex<HubState>> {
+        Arc::new(Mutex::new(HubState::default()))
+    }
+
+    fn add(
+        state: &Arc<Mutex<HubState>>,
+        channel: &str,
+        waiters: &[&str],
+        observers: usize,
+    ) -> (Vec<Arc<Notify>>, Vec<Arc<Notify>>) {
+        let mut st = lock(state);
+        let ch = st.channels.entry(channel.into()).or_insert(Channel {
+            waiters: HashMap::new(),
+            observers: HashMap::new(),
+            subscribed: watch::Sender::new(true),
+        });
+        let w: Vec<_> = waiters
+            .iter()
+            .map(|s| {
+                let n = Arc::new(Notify::new());
+                ch.waiters.insert(s.to_string(), (1, n.clone()));
+                n
+            })
+            .collect();
+        let o: Vec<_> = (0..observers)
+            .map(|i| {
+                let n = Arc::new(Notify::new());
+                ch.observers.insert(i as u64, n.clone());
+                n
+            })
+            .collect();
+        (w, o)
+    }
+
+    async fn was_woken(n: &Notify) -> bool {
+        tokio::time::timeout(Duration::from_millis(10), n.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_release_wakes_only_the_named_waiter() {
+        let state = hub_state();
+        let (w, o) = add(&state, "c1", &["s1", "s2", "s3"], 1);
+        let (other, _) = add(&state, "c2", &["s2"], 0);
+        let requests = AtomicU64::new(0);
+        dispatch(&state, &requests, "c1", b"free s2");
+        assert!(!was_woken(&w[0]).await);
+        assert!(was_woken(&w[1]).await);
+        assert!(!was_woken(&w[2]).await);
+        assert!(was_woken(&o[0]).await);
+        assert!(!was_woken(&other[0]).await);
+        assert_eq!(requests.load(Ordering::Relaxed), 1);
+        // A grant wakes observers only.
+        dispatch(&state, &requests, "c1", b"taken 17");
+        for n in &w {
+            assert!(!was_woken(n).await);
+        }
+        assert!(was_woken(&o[0]).await);
+        // A bare `free` (no live waiter was known) wakes every waiter of the channel.
+        dispatch(&state, &requests, "c1", b"free");
+        for n in &w {
+            assert!(was_woken(n).await);
+        }
+        // Unknown channels and payloads do not panic.
+        dispatch(&state, &requests, "nope", b"free s1");
+        dispatch(&state, &requests, "c1", b"\xff\xfe");
+    }
+}

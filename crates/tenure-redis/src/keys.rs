@@ -1,0 +1,199 @@
+//! Key and channel names, the seat value, session ids and jitter.
+//!
+//! For an election `E` under prefix `P` in database `D`:
+//!
+//! | name | what |
+//! |---|---|
+//! | `P:seat:E` | the seat: a string `<session id>\n<token>\n<candidate id>\n<value>` with the holder session's TTL |
+//! | `P:token:E` | the fencing counter (no TTL) |
+//! | `P:queue:E` | waiting sessions, a sorted set by arrival |
+//! | `P:chan:D:E` | the pub/sub channel (channels are not per database, so `D` is in it) |
+//! | `P:session:<id>` | a session, with the session TTL |
+//!
+//! Election names cannot contain `:`, so no two elections share a key.
+
+use std::cell::Cell;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tenure_core::{ElectionName, FencingToken, LeaderInfo};
+
+/// The keys and channel of one election.
+#[derive(Clone, Debug)]
+pub(crate) struct ElectionKeys {
+    pub(crate) seat: String,
+    pub(crate) counter: String,
+    pub(crate) queue: String,
+    pub(crate) channel: String,
+}
+
+impl ElectionKeys {
+    pub(crate) fn new(prefix: &str, db: i64, election: &ElectionName) -> Self {
+        ElectionKeys {
+            seat: format!("{prefix}:seat:{election}"),
+            counter: format!("{prefix}:token:{election}"),
+            queue: format!("{prefix}:queue:{election}"),
+            channel: format!("{prefix}:chan:{db}:{election}"),
+        }
+    }
+}
+
+/// The key of session `id`.
+pub(crate) fn session_key(prefix: &str, id: &str) -> String {
+    format!("{}{id}", session_key_prefix(prefix))
+}
+
+/// What every session key starts with (the scripts append the id).
+pub(crate) fn session_key_prefix(prefix: &str) -> String {
+    format!("{prefix}:session:")
+}
+
+/// A `SCAN MATCH` pattern for every seat under `prefix`, with glob characters of the
+/// prefix escaped.
+pub(crate) fn seat_pattern(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + 8);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push_str(":seat:*");
+    out
+}
+
+/// A seat value as stored: who holds it, with which token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Seat {
+    pub(crate) session: String,
+    pub(crate) info: LeaderInfo,
+}
+
+/// Parse a seat value; `None` if it is not one of ours.
+pub(crate) fn parse_seat(raw: &[u8]) -> Option<Seat> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let mut parts = text.splitn(4, '\n');
+    let session = parts.next()?;
+    let token = parts.next()?.parse::<u64>().ok()?;
+    let id = parts.next()?;
+    let value = parts.next()?;
+    if session.is_empty() || id.is_empty() {
+        return None;
+    }
+    Some(Seat {
+        session: session.to_string(),
+        info: LeaderInfo {
+            id: id.to_string(),
+            value: value.to_string(),
+            token: FencingToken(token),
+        },
+    })
+}
+
+/// A new session id: 32 hex digits from the operating system's randomness (through
+/// std's hash keys), the time and a process-wide counter.
+pub(crate) fn new_session_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let seed = (std::process::id(), n, now);
+    let a = RandomState::new().hash_one(seed);
+    let b = RandomState::new().hash_one((seed, a));
+    format!("{a:016x}{b:016x}")
+}
+
+/// A pseudo-random number in [0, 1) for jitter; not for anything secret.
+fn random_unit() -> f64 {
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(RandomState::new().hash_one(new_session_id()) | 1);
+    }
+    STATE.with(|s| {
+        // xorshift64*
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
+/// A random duration between 80 % and 100 % of `d`: waiters spread out and never wait
+/// longer than `d`.
+pub(crate) fn jittered(d: Duration) -> Duration {
+    d.mul_f64(0.8 + 0.2 * random_unit())
+}
+
+/// Milliseconds for Redis, rounded up so the store never keeps something shorter than
+/// asked, at least 1.
+pub(crate) fn millis_up(d: Duration) -> u64 {
+    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 > 0);
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_an_election() {
+        let e = ElectionName::new("billing/shard-1").unwrap();
+        let k = ElectionKeys::new("app", 2, &e);
+        assert_eq!(k.seat, "app:seat:billing/shard-1");
+        assert_eq!(k.counter, "app:token:billing/shard-1");
+        assert_eq!(k.queue, "app:queue:billing/shard-1");
+        assert_eq!(k.channel, "app:chan:2:billing/shard-1");
+        assert_eq!(session_key("app", "ab"), "app:session:ab");
+        assert_eq!(seat_pattern("a*[b]"), "a\\*\\[b\\]:seat:*");
+    }
+
+    #[test]
+    fn seat_values() {
+        let s = parse_seat(b"0123\n42\nnode-1\n10.0.0.1:80 with\nno newline").unwrap();
+        assert_eq!(s.session, "0123");
+        assert_eq!(s.info.token, FencingToken(42));
+        assert_eq!(s.info.id, "node-1");
+        assert_eq!(s.info.value, "10.0.0.1:80 with\nno newline");
+        assert_eq!(parse_seat(b"s\n1\nid\n").unwrap().info.value, "");
+        for bad in [
+            &b""[..],
+            b"s",
+            b"s\n1",
+            b"s\nx\nid\nv",
+            b"\n1\nid\nv",
+            b"s\n1\n\nv",
+            b"\xff\n1\nid\nv",
+        ] {
+            assert!(parse_seat(bad).is_none(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ids_are_distinct_and_hex() {
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| new_session_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids
+            .iter()
+            .all(|id| id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit())));
+    }
+
+    #[test]
+    fn jitter_stays_within_bounds() {
+        let d = Duration::from_millis(1000);
+        for _ in 0..1000 {
+            let j = jittered(d);
+            assert!(j >= Duration::from_millis(800) && j <= d, "{j:?}");
+        }
+    }
+
+    #[test]
+    fn milliseconds_round_up() {
+        assert_eq!(millis_up(Duration::from_millis(1500)), 1500);
+        assert_eq!(millis_up(Duration::from_micros(1500_001)), 1501);
+        assert_eq!(millis_up(Duration::from_micros(10)), 1);
+        assert_eq!(millis_up(Duration::MAX), u64::MAX);
+    }
+}

@@ -1,0 +1,422 @@
+//! A session: a key with the session TTL, the seats held through it, and its waiting
+//! campaigns.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use redis::Value;
+use tenure_core::{
+    BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Result, SessionEvents,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{as_int, Shared};
+use crate::error::{own, session_gone, unexpected};
+use crate::keys::{millis_up, new_session_id, session_key, ElectionKeys};
+use crate::scripts::{ACQUIRE_SCRIPT, CLOSE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
+
+/// How many seats one renewal script call covers; more are renewed by further calls
+/// sent at the same time on the same connection (still one round trip).
+const RENEW_BATCH: usize = 20_000;
+
+/// The session handed to the core. Dropping it ends its waiting campaigns.
+pub(crate) struct RedisSession {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    id: String,
+    key: String,
+    ttl_ms: u64,
+    /// Seats handed to the core and not given back, with their tokens.
+    held: Mutex<HashMap<ElectionName, FencingToken>>,
+    /// Elections this session is waiting for.
+    waiting: Mutex<HashSet<ElectionName>>,
+    events: SessionEvents,
+    stop: CancellationToken,
+    closed: AtomicBool,
+}
+
+impl fmt::Debug for RedisSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSession")
+            .field("id", &self.inner.id)
+            .finish()
+    }
+}
+
+impl Drop for RedisSession {
+    fn drop(&mut self) {
+        self.inner.stop.cancel();
+    }
+}
+
+/// The answer of the acquire script.
+enum Acquired {
+    Granted(FencingToken),
+    /// Someone else holds the seat: its remaining TTL (ms) and this session's place in
+    /// the queue (0 = next; -1 = not queued).
+    Held {
+        pttl: i64,
+        rank: i64,
+    },
+    SessionGone,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl RedisSession {
+    /// Create the session key with a TTL of `ttl_ms`.
+    pub(crate) async fn open(
+        shared: Arc<Shared>,
+        ttl_ms: u64,
+        events: SessionEvents,
+    ) -> Result<Self> {
+        for _ in 0..3 {
+            let id = new_session_id();
+            let key = session_key(shared.config.key_prefix(), &id);
+            let created = shared
+                .conn
+                .run("open session", |mut c| {
+                    let key = key.clone();
+                    async move {
+                        redis::cmd("SET")
+                            .arg(&key)
+                            .arg(format!("ttl_ms={ttl_ms}"))
+                            .arg("PX")
+                            .arg(ttl_ms)
+                            .arg("NX")
+                            .query_async::<Value>(&mut c)
+                            .await
+                    }
+                })
+                .await?;
+            match created {
+                Value::Okay | Value::SimpleString(_) => {
+                    return Ok(RedisSession {
+                        inner: Arc::new(Inner {
+                            shared,
+                            id,
+                            key,
+                            ttl_ms,
+                            held: Mutex::new(HashMap::new()),
+                            waiting: Mutex::new(HashSet::new()),
+                            events,
+                            stop: CancellationToken::new(),
+                            closed: AtomicBool::new(false),
+                        }),
+                    })
+                }
+                // The id is taken (never expected with 128 random bits): draw again.
+                Value::Nil => continue,
+                other => return Err(unexpected("open session", format!("{other:?}"))),
+            }
+        }
+        Err(own(
+            ErrorKind::Backend,
+            "open session: could not find a free session id",
+        ))
+    }
+}
+
+fn closed_error() -> tenure_core::Error {
+    own(ErrorKind::SessionExpired, "session closed")
+}
+
+/// Removes an election from the waiting set when its campaign ends in any way.
+struct Waiting<'a> {
+    inner: &'a Inner,
+    election: ElectionName,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        lock(&self.inner.waiting).remove(&self.election);
+    }
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(closed_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Run the acquire script once; `wait` joins the queue if the seat is taken.
+    async fn acquire(
+        &self,
+        keys: &ElectionKeys,
+        candidate: &Candidate,
+        wait: bool,
+    ) -> Result<Acquired> {
+        let shared = &self.shared;
+        shared.count();
+        let keep_ms = millis_up(shared.config.get_poll_interval() * 2).saturating_add(self.ttl_ms);
+        let mut invocation = ACQUIRE_SCRIPT.key(&keys.seat);
+        invocation
+            .key(&keys.counter)
+            .key(&keys.queue)
+            .key(&self.key)
+            .arg(&self.id)
+            .arg(self.ttl_ms)
+            .arg(candidate.id())
+            .arg(candidate.value())
+            .arg(if wait { "1" } else { "0" })
+            .arg(&keys.channel)
+            .arg(&shared.sessions)
+            .arg(keep_ms);
+        let reply = shared.conn.script("campaign", &invocation).await?;
+        parse_acquire(&reply)
+    }
+
+    fn granted(&self, election: &ElectionName, token: FencingToken) {
+        lock(&self.held).insert(election.clone(), token);
+    }
+
+    /// Report the seats a renewal found gone or taken.
+    fn report_lost(&self, lost: &[(ElectionName, FencingToken)]) {
+        for (election, token) in lost {
+            let mut held = lock(&self.held);
+            if held.get(election) == Some(token) {
+                held.remove(election);
+                drop(held);
+                self.events.election_lost(
+                    election,
+                    *token,
+                    "the seat is gone from Redis or held by another session",
+                );
+            }
+        }
+    }
+
+    async fn renew_batch(&self, batch: &[(ElectionName, FencingToken)]) -> Result<Vec<usize>> {
+        let shared = &self.shared;
+        let mut invocation = RENEW_SCRIPT.key(&self.key);
+        invocation.arg(self.ttl_ms).arg(&self.id);
+        for (election, token) in batch {
+            invocation
+                .key(shared.keys(election).seat)
+                .arg(token.0.to_string());
+        }
+        let reply = shared.conn.script("keep-alive", &invocation).await?;
+        match reply {
+            Value::Int(-1) => Err(session_gone("keep-alive", &self.id)),
+            Value::Array(items) => items
+                .iter()
+                .map(|v| {
+                    as_int(v)
+                        .and_then(|i| usize::try_from(i).ok())
+                        .filter(|i| (1..=batch.len()).contains(i))
+                        .map(|i| i - 1)
+                        .ok_or_else(|| unexpected("keep-alive", format!("{v:?}")))
+                })
+                .collect(),
+            other => Err(unexpected("keep-alive", format!("{other:?}"))),
+        }
+    }
+}
+
+fn parse_acquire(reply: &Value) -> Result<Acquired> {
+    let bad = || unexpected("campaign", format!("{reply:?}"));
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    match items.first().and_then(as_int) {
+        Some(-1) => Ok(Acquired::SessionGone),
+        Some(1) => {
+            let token = items
+                .get(1)
+                .and_then(as_int)
+                .and_then(|t| u64::try_from(t).ok())
+                .ok_or_else(bad)?;
+            Ok(Acquired::Granted(FencingToken(token)))
+        }
+        Some(0) => Ok(Acquired::Held {
+            pttl: items.get(1).and_then(as_int).unwrap_or(-1),
+            rank: items.get(2).and_then(as_int).unwrap_or(-1),
+        }),
+        _ => Err(bad()),
+    }
+}
+
+#[async_trait]
+impl BackendSession for RedisSession {
+    fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    async fn keep_alive(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let snapshot: Vec<(ElectionName, FencingToken)> = lock(&inner.held)
+            .iter()
+            .map(|(e, t)| (e.clone(), *t))
+            .collect();
+        let batches: Vec<&[(ElectionName, FencingToken)]> = if snapshot.is_empty() {
+            vec![&[]]
+        } else {
+            snapshot.chunks(RENEW_BATCH).collect()
+        };
+        // Sent together on the multiplexed connection: one round trip for all.
+        let answers = futures::future::join_all(batches.iter().map(|b| inner.renew_batch(b))).await;
+        let mut lost = Vec::new();
+        for (batch, answer) in batches.iter().zip(answers) {
+            for i in answer? {
+                if let Some(entry) = batch.get(i) {
+                    lost.push(entry.clone());
+                }
+            }
+        }
+        inner.report_lost(&lost);
+        Ok(())
+    }
+
+    async fn campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<FencingToken> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let keys = inner.shared.keys(election);
+        let registration = inner.shared.hub.waiter(&keys.channel, &inner.id);
+        lock(&inner.waiting).insert(election.clone());
+        let _waiting = Waiting {
+            inner,
+            election: election.clone(),
+        };
+        loop {
+            inner.check_open()?;
+            let was_subscribed = registration.is_subscribed();
+            let next = match inner.acquire(&keys, candidate, true).await? {
+                Acquired::Granted(token) => {
+                    inner.granted(election, token);
+                    return Ok(token);
+                }
+                Acquired::SessionGone => return Err(session_gone("campaign", &inner.id)),
+                // Next in line: look again when the holder's TTL would run out.
+                Acquired::Held { pttl, rank: 0 } => inner.shared.next_look(pttl),
+                Acquired::Held { .. } => inner.shared.next_look(-1),
+            };
+            tokio::select! {
+                _ = registration.woken() => {}
+                _ = tokio::time::sleep(next) => {}
+                // A release published before the subscription was confirmed was missed.
+                _ = registration.subscribed(), if !was_subscribed => {}
+                _ = inner.stop.cancelled() => return Err(closed_error()),
+            }
+        }
+    }
+
+    async fn try_campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Option<FencingToken>> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let keys = inner.shared.keys(election);
+        match inner.acquire(&keys, candidate, false).await? {
+            Acquired::Granted(token) => {
+                inner.granted(election, token);
+                Ok(Some(token))
+            }
+            Acquired::Held { .. } => Ok(None),
+            Acquired::SessionGone => Err(session_gone("try_campaign", &inner.id)),
+        }
+    }
+
+    async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        let inner = &self.inner;
+        {
+            let mut held = lock(&inner.held);
+            if held
+                .get(election)
+                .is_some_and(|t| token.is_none_or(|want| *t == want))
+            {
+                held.remove(election);
+            }
+        }
+        let shared = &inner.shared;
+        shared.count();
+        let keys = shared.keys(election);
+        let token = token.map(|t| t.0.to_string()).unwrap_or_default();
+        let mut invocation = RELEASE_SCRIPT.key(&keys.seat);
+        invocation
+            .key(&keys.queue)
+            .arg(&inner.id)
+            .arg(token)
+            .arg(&keys.channel)
+            .arg(&shared.sessions);
+        shared.conn.script("resign", &invocation).await?;
+        Ok(())
+    }
+
+    async fn close(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        inner.stop.cancel();
+        let mut elections: Vec<ElectionName> = lock(&inner.held).drain().map(|(e, _)| e).collect();
+        elections.extend(lock(&inner.waiting).iter().cloned());
+        let shared = &inner.shared;
+        let mut invocation = CLOSE_SCRIPT.key(&inner.key);
+        invocation.arg(&inner.id).arg(&shared.sessions);
+        for election in &elections {
+            let keys = shared.keys(election);
+            invocation.key(keys.seat).key(keys.queue).arg(keys.channel);
+        }
+        shared.conn.script("close session", &invocation).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn acquire_replies() {
+        let granted = Value::Array(vec![Value::Int(1), bulk("1780000000000001")]);
+        assert!(matches!(
+            parse_acquire(&granted).unwrap(),
+            Acquired::Granted(FencingToken(1_780_000_000_000_001))
+        ));
+        let held = Value::Array(vec![Value::Int(0), Value::Int(850), Value::Int(0)]);
+        assert!(matches!(
+            parse_acquire(&held).unwrap(),
+            Acquired::Held { pttl: 850, rank: 0 }
+        ));
+        let gone = Value::Array(vec![Value::Int(-1)]);
+        assert!(matches!(
+            parse_acquire(&gone).unwrap(),
+            Acquired::SessionGone
+        ));
+        for bad in [
+            Value::Nil,
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(1)]),
+            Value::Array(vec![Value::Int(1), bulk("-5")]),
+            Value::Array(vec![Value::Int(7)]),
+        ] {
+            assert_eq!(
+                parse_acquire(&bad).err().map(|e| e.kind()),
+                Some(ErrorKind::Backend),
+                "{bad:?}"
+            );
+        }
+    }
+}
