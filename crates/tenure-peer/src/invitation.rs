@@ -265,14 +265,48 @@ impl ElectionAlgorithm for Invitation {
             {
                 self.invite(leader);
             }
+            Message::Redirect { leader }
+                if self.is_group_leader()
+                    && leader != from
+                    && self.members.contains(&leader)
+                    && !self.members.contains(&from) =>
+            {
+                // `from` still follows a leader that has joined this group
+                // (the news missed it): take it in directly, with an epoch
+                // above anything this process has seen.
+                self.epoch = self.max_epoch.max(self.epoch).saturating_add(1);
+                self.max_epoch = self.epoch;
+                self.members.insert(from);
+                self.out.send(
+                    from,
+                    Message::Elected {
+                        leader: me,
+                        epoch: self.epoch,
+                        alternatives: Vec::new(),
+                    },
+                );
+                self.out.set_leader(Some(Leader {
+                    id: me,
+                    epoch: self.epoch,
+                }));
+                if self.complete() {
+                    self.invite_timer.clear();
+                }
+            }
             Message::Elected { leader, epoch, .. } => {
                 self.max_epoch = self.max_epoch.max(epoch);
-                if !self.config.is_member(leader) || epoch < self.epoch {
+                if !self.config.is_member(leader) || leader == me {
                     return;
                 }
-                if leader != me {
-                    self.follow(leader, epoch);
+                // This process's own leader telling where its group went is
+                // authoritative whatever the epochs: it may have joined the
+                // other group at a lower epoch than the one this process
+                // took when it joined it.
+                let from_own_leader = !self.is_group_leader() && from == self.group_leader;
+                if epoch < self.epoch && !from_own_leader {
+                    return;
                 }
+                self.follow(leader, epoch.max(self.epoch));
             }
             _ => {}
         }
