@@ -288,3 +288,33 @@ async fn tokens_keep_increasing_across_a_restart_of_every_node_with_state_files(
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_session_is_replaced_within_its_ttl_on_any_node() {
+    // Clause 6 for a crashed *session* (the node lives on): the node expires
+    // it after its TTL, as a store would. The waiter is on the same node and
+    // on another.
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    for (i, waiter_node) in [0usize, 2].into_iter().enumerate() {
+        let e = election(&format!("abandon/{i}"));
+        let sa = session(&nodes[0]).await;
+        let sb = session(&nodes[waiter_node]).await;
+        let a = campaign(&sa, &e, "a").await;
+        let waiter = {
+            let e = e.clone();
+            tokio::spawn(async move { campaign(&sb, &e, "b").await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t0 = Instant::now();
+        sa.abandon();
+        let timing = memory_timing();
+        let bound = timing.ttl + timing.retry.max + Duration::from_millis(200);
+        let b = within(bound, "failover after an abandoned session", waiter)
+            .await
+            .expect("waiter");
+        eprintln!("abandoned session replaced after {:?}", t0.elapsed());
+        assert!(!a.is_leader());
+        assert!(a.lost_at().is_some_and(|at| at <= b.granted_at()));
+        assert!(b.token() > a.token());
+    }
+}
