@@ -5,6 +5,8 @@
 pub use tenure_core::*;
 #[cfg(feature = "etcd")]
 pub use tenure_etcd::{EtcdBackend, EtcdConfig};
+#[cfg(feature = "redis")]
+pub use tenure_redis::{RedisBackend, RedisConfig};
 /// The peer-to-peer backend (`peer://`): election algorithms, quorum guard,
 /// simulator, TCP transport.
 #[cfg(feature = "peer")]
@@ -16,6 +18,7 @@ pub use tenure_peer as peer;
 /// |---|---|---|
 /// | `mem://[NAME]` | always | in-memory store of this process ([`MemoryBackend`]) |
 /// | `etcd://host:port[,…][?prefix=…]`, `etcds://…` (TLS) | `etcd` | etcd v3 (`EtcdBackend`) |
+/// | `redis://[user:password@]host[:port][/db][?prefix=…]`, `rediss://…` (TLS) | `redis` | a Redis primary (`RedisBackend`) |
 /// | `peer://host:port?id=…&peers=…[&algorithm=…]` | `peer` | this process as one node of a peer cluster, no store (`peer::PeerBackend`) |
 ///
 /// An unknown or disabled scheme is [`ErrorKind::InvalidArgument`] naming the schemes
@@ -27,6 +30,10 @@ pub async fn connect(url: &str) -> Result<DynBackend> {
         #[cfg(feature = "etcd")]
         "etcd" | "etcds" => Ok(std::sync::Arc::new(
             tenure_etcd::EtcdBackend::from_url(url).await?,
+        )),
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => Ok(std::sync::Arc::new(
+            tenure_redis::RedisBackend::from_url(url).await?,
         )),
         #[cfg(feature = "peer")]
         tenure_peer::PEER_SCHEME => Ok(std::sync::Arc::new(
@@ -45,6 +52,8 @@ pub fn schemes() -> Vec<&'static str> {
     let mut s = vec![MEM_SCHEME];
     #[cfg(feature = "etcd")]
     s.extend(tenure_etcd::SCHEMES);
+    #[cfg(feature = "redis")]
+    s.extend(tenure_redis::SCHEMES);
     #[cfg(feature = "peer")]
     s.push(tenure_peer::PEER_SCHEME);
     s
