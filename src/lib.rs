@@ -5,12 +5,12 @@
 pub use tenure_core::*;
 #[cfg(feature = "etcd")]
 pub use tenure_etcd::{EtcdBackend, EtcdConfig};
-#[cfg(feature = "redis")]
-pub use tenure_redis::{RedisBackend, RedisConfig};
 /// The peer-to-peer backend (`peer://`): election algorithms, quorum guard,
 /// simulator, TCP transport.
 #[cfg(feature = "peer")]
 pub use tenure_peer as peer;
+#[cfg(feature = "redis")]
+pub use tenure_redis::{RedisBackend, RedisConfig};
 
 /// Open the backend named by `url`, among those enabled by cargo features:
 ///
