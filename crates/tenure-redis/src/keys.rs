@@ -130,7 +130,7 @@ pub(crate) fn jittered(d: Duration) -> Duration {
 /// Milliseconds for Redis, rounded up so the store never keeps something shorter than
 /// asked, at least 1.
 pub(crate) fn millis_up(d: Duration) -> u64 {
-    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 > 0);
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
     u64::try_from(ms).unwrap_or(u64::MAX).max(1)
 }
 
@@ -192,7 +192,7 @@ mod tests {
     #[test]
     fn milliseconds_round_up() {
         assert_eq!(millis_up(Duration::from_millis(1500)), 1500);
-        assert_eq!(millis_up(Duration::from_micros(1500_001)), 1501);
+        assert_eq!(millis_up(Duration::from_micros(1_500_001)), 1501);
         assert_eq!(millis_up(Duration::from_micros(10)), 1);
         assert_eq!(millis_up(Duration::MAX), u64::MAX);
     }
