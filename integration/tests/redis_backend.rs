@@ -1,0 +1,442 @@
+//! What the Redis backend promises beyond the shared suite, against a real Redis (one
+//! server per test, or the one named by `TENURE_TEST_REDIS`): answers stay in step after
+//! a connection lost bytes, one renewal call for many elections, tokens above a lost or
+//! lagging counter, failover at the TTL without keyspace notifications, waiters and
+//! observers that converge without pub/sub messages, one wake-up per release across
+//! processes, and passwords kept out of logs.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
+use tenure_integration::{RedisServer, TcpProxy};
+use tenure_redis::RedisBackend;
+
+fn url(endpoint: &str, extra: &str) -> String {
+    let sep = if endpoint.contains('?') { '&' } else { '?' };
+    format!("{endpoint}{sep}prefix=tb&connect_timeout_ms=1000&request_timeout_ms=500{extra}")
+}
+
+async fn backend(endpoint: &str, extra: &str) -> RedisBackend {
+    match RedisBackend::from_url(&url(endpoint, extra)).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to {endpoint}: {e}"),
+    }
+}
+
+/// A plain client for setting things up and looking at the server.
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(server.endpoint()).expect("client");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection")
+}
+
+fn timing(ttl: Duration) -> Timing {
+    let mut t = Timing::from_ttl(ttl);
+    t.connect_timeout = Duration::from_secs(1);
+    t
+}
+
+fn name(s: &str) -> ElectionName {
+    ElectionName::new(s).expect("name")
+}
+
+fn cand(id: &str) -> Candidate {
+    Candidate::with_value(id, format!("value-of-{id}")).expect("candidate")
+}
+
+async fn session(b: &RedisBackend, t: &Timing) -> Session {
+    Session::open(Arc::new(b.clone()) as DynBackend, t.clone())
+        .await
+        .expect("session")
+}
+
+/// How often the server ran `EVALSHA` since the last `CONFIG RESETSTAT`.
+async fn evalsha_calls(c: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_stay_in_step_after_the_link_lost_bytes() {
+    let server = RedisServer::start().await.expect("redis");
+    let direct = backend(server.endpoint(), "").await;
+    let t = timing(Duration::from_secs(10));
+    let holders = session(&direct, &t).await;
+    let mut held = Vec::new();
+    for i in 0..6 {
+        let e = name(&format!("step/{i}"));
+        held.push(
+            holders
+                .campaign(&e, &cand(&format!("holder-{i}")))
+                .await
+                .expect("campaign"),
+        );
+    }
+    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
+    let endpoint =
+        server
+            .endpoint()
+            .replacen(&server.addr().to_string(), &proxy.addr().to_string(), 1);
+    let victim = backend(&endpoint, "").await;
+    assert_eq!(
+        victim
+            .leader(&name("step/0"))
+            .await
+            .expect("read")
+            .map(|l| l.id),
+        Some("holder-0".to_string())
+    );
+    // Requests sent into the black hole get no answer...
+    proxy.blackhole().await.expect("blackhole");
+    for i in 0..3 {
+        let err = victim
+            .leader(&name(&format!("step/{i}")))
+            .await
+            .expect_err("no answer through a black hole");
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    }
+    proxy.heal().await.expect("heal");
+    // ...and once the link heals, every answer belongs to its own request.
+    for round in 0..3 {
+        for i in (0..6).rev() {
+            let got = victim
+                .leader(&name(&format!("step/{i}")))
+                .await
+                .expect("read after heal");
+            assert_eq!(
+                got.map(|l| l.id),
+                Some(format!("holder-{i}")),
+                "round {round}: the answer to another request"
+            );
+        }
+    }
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_renewal_call_per_interval_whatever_the_number_of_elections() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint(), "&poll_interval_ms=60000").await;
+    let mut raw = raw(&server).await;
+    let mut t = timing(Duration::from_secs(4));
+    t.renew_interval = Duration::from_millis(200);
+    for n in [1usize, 100, 2000] {
+        let s = session(&b, &t).await;
+        let me = cand("many");
+        let mut held = Vec::with_capacity(n);
+        for i in 0..n {
+            held.push(
+                s.campaign(&name(&format!("renew-{n}/{i:05}")), &me)
+                    .await
+                    .expect("campaign"),
+            );
+        }
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut raw)
+            .await
+            .expect("RESETSTAT");
+        let window = Duration::from_millis(1000);
+        tokio::time::sleep(window).await;
+        let calls = evalsha_calls(&mut raw).await;
+        let intervals = (window.as_millis() / t.renew_interval.as_millis()) as u64;
+        eprintln!("{n} elections: {calls} renewal calls in {window:?} ({intervals} intervals)");
+        assert!(
+            (intervals.saturating_sub(1)..=intervals + 1).contains(&calls),
+            "{n} elections: {calls} calls in {intervals} renew intervals"
+        );
+        assert!(held.iter().all(|l| l.is_leader()));
+        s.close().await.expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_continue_above_a_lost_or_lagging_counter() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint(), "").await;
+    let mut raw = raw(&server).await;
+    let t = timing(Duration::from_secs(10));
+    let s = session(&b, &t).await;
+    let e = name("reborn");
+    let mut last = 0u64;
+    for round in 0..4 {
+        let l = s.campaign(&e, &cand("a")).await.expect("campaign");
+        let token = l.token().get();
+        assert!(token > last, "round {round}: {token} after {last}");
+        // Tokens follow the server clock: about milliseconds since 1970 × 1000.
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as u64;
+        assert!(
+            token / 1000 <= now_ms + 1000,
+            "{token} is ahead of the clock"
+        );
+        last = token;
+        l.resign().await.expect("resign");
+        match round {
+            // The counter is lost, as after a restart without persistence.
+            0 => {
+                let _: () = redis::cmd("DEL")
+                    .arg("tb:token:reborn")
+                    .query_async(&mut raw)
+                    .await
+                    .expect("DEL");
+            }
+            // The counter lags, as on a replica that missed the last writes.
+            1 => {
+                let _: () = redis::cmd("SET")
+                    .arg("tb:token:reborn")
+                    .arg(last - 5)
+                    .query_async(&mut raw)
+                    .await
+                    .expect("SET");
+            }
+            _ => {}
+        }
+    }
+    // Many grants within one millisecond still increase by one.
+    let mut tokens = Vec::new();
+    for _ in 0..20 {
+        let l = s
+            .try_campaign(&e, &cand("a"))
+            .await
+            .expect("try")
+            .expect("free");
+        tokens.push(l.token().get());
+        l.resign().await.expect("resign");
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    assert!(tokens[0] > last);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_failover_follows_the_ttl_not_the_poll_interval() {
+    let server = RedisServer::start().await.expect("redis");
+    // Waiters look at least every 5 s; the seat expires after 1 s.
+    let b = backend(server.endpoint(), "&poll_interval_ms=5000").await;
+    let t = timing(Duration::from_secs(1));
+    let e = name("crash/ttl");
+    let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
+    let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
+    let waiter = {
+        let e = e.clone();
+        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let crashed = tokio::time::Instant::now();
+    sa.abandon();
+    let (granted, _sb) = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("failover within 3 s")
+        .expect("task");
+    let granted = granted.expect("campaign");
+    let gap = granted.granted_at() - crashed;
+    eprintln!("crash failover with TTL {:?}: {gap:?}", t.ttl);
+    assert!(gap <= t.ttl + Duration::from_millis(150), "{gap:?}");
+    assert!(a.lost_at().is_some_and(|at| at <= granted.granted_at()));
+    assert!(granted.token() > a.token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_and_observers_converge_when_no_message_comes() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint(), "&poll_interval_ms=300").await;
+    let mut raw = raw(&server).await;
+    let t = timing(Duration::from_secs(20));
+    let e = name("silent");
+    let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
+    let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
+    let mut observed = b.observe(&e).await.expect("observe");
+    let first = observed.next().await.expect("item").expect("state");
+    assert_eq!(first.map(|l| l.id), Some("a".into()));
+    let waiter = {
+        let e = e.clone();
+        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The seat disappears without a message (as when a message is lost).
+    let removed = Instant::now();
+    let _: () = redis::cmd("DEL")
+        .arg("tb:seat:silent")
+        .query_async(&mut raw)
+        .await
+        .expect("DEL");
+    let (granted, _sb) = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter looked again by itself")
+        .expect("task");
+    let granted = granted.expect("campaign");
+    eprintln!(
+        "waiter granted {:?} after a silent delete",
+        removed.elapsed()
+    );
+    assert!(removed.elapsed() < Duration::from_millis(300 + 500));
+    // The observer converges on the new holder (it may or may not see the gap).
+    tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            let state = observed.next().await.expect("item").expect("state");
+            if state.is_some_and(|l| l.id == "b" && l.token == granted.token()) {
+                break;
+            }
+        }
+    })
+    .await
+    .expect("observer converged");
+    // The old holder learns of the loss at its next renewal.
+    let reason = tokio::time::timeout(t.renew_interval + Duration::from_secs(1), a.lost_wait())
+        .await
+        .expect("old holder told");
+    assert!(
+        matches!(reason, tenure_core::LossReason::Revoked(_)),
+        "{reason:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_waiter_across_processes() {
+    let server = RedisServer::start().await.expect("redis");
+    let t = timing(Duration::from_secs(10));
+    let e = name("herd");
+    // Each backend has its own connections and subscriber, like a separate process.
+    let holder_backend = backend(server.endpoint(), "&poll_interval_ms=30000").await;
+    let holder = session(&holder_backend, &t).await;
+    let a = holder.campaign(&e, &cand("a")).await.expect("campaign");
+    let mut backends = Vec::new();
+    let (granted_tx, mut granted_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let b = backend(server.endpoint(), "&poll_interval_ms=30000").await;
+        let s = session(&b, &t).await;
+        backends.push(b);
+        let (e, tx) = (e.clone(), granted_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let l = s
+                .campaign(&e, &cand(&format!("w{i}")))
+                .await
+                .expect("campaign");
+            let _ = tx.send(i);
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            drop((l, s));
+        }));
+        // Queue in a known order.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let count = |bs: &[RedisBackend]| -> u64 {
+        bs.iter().map(|b| b.election_requests().unwrap_or(0)).sum()
+    };
+    let before = count(&backends);
+    let t0 = Instant::now();
+    a.resign().await.expect("resign");
+    let first = tokio::time::timeout(Duration::from_secs(2), granted_rx.recv())
+        .await
+        .expect("a waiter granted")
+        .expect("sender");
+    let handover = t0.elapsed();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = count(&backends);
+    eprintln!(
+        "handover to waiter {first} of 6 (separate backends): {handover:?}, {} waiter requests",
+        after - before
+    );
+    assert_eq!(first, 0, "the first in line is woken");
+    assert!(
+        granted_rx.try_recv().is_err(),
+        "a second waiter was granted"
+    );
+    // The woken waiter only: its wake-up, its acquire, and its unsubscribe.
+    assert!(
+        after - before <= 3,
+        "{} requests by waiters",
+        after - before
+    );
+    for task in tasks {
+        task.abort();
+    }
+}
+
+/// A writer that keeps everything written to it.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn passwords_never_reach_logs_debug_or_errors() {
+    let server = RedisServer::start().await.expect("redis");
+    let secret = "Sup3r-S3cret-pw";
+    let mut raw = raw(&server).await;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let base = server.endpoint().trim_start_matches("redis://").to_string();
+    let right = format!("redis://:{secret}@{base}?prefix=pw");
+    // Without a password, then with the wrong and the right one.
+    let unauthenticated = format!("redis://{base}?prefix=pw");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(secret)
+        .query_async(&mut raw)
+        .await
+        .expect("requirepass");
+    let err = RedisBackend::from_url(&unauthenticated)
+        .await
+        .expect_err("no password");
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    let wrong = format!("redis://:{secret}-wrong@{base}");
+    let err = RedisBackend::from_url(&wrong)
+        .await
+        .expect_err("wrong password");
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    let ok = RedisBackend::from_url(&right)
+        .await
+        .expect("right password");
+    let s = session(&ok, &timing(Duration::from_secs(2))).await;
+    let l = s
+        .campaign(&name("pw/e"), &cand("a"))
+        .await
+        .expect("campaign");
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+    let text = format!(
+        "{}\n{err}\n{err:?}\n{ok:?}\n{}\n{:?}",
+        String::from_utf8_lossy(&captured.0.lock().unwrap_or_else(|p| p.into_inner())),
+        ok.config(),
+        ok.config()
+    );
+    assert!(
+        text.contains("connected to Redis"),
+        "nothing was logged: {text}"
+    );
+    assert!(!text.contains(secret), "the password leaked:\n{text}");
+}

@@ -1,0 +1,203 @@
+//! The whole election contract against a real Redis: one server for this test binary
+//! (or the one named by `TENURE_TEST_REDIS`), a random election prefix per test, a TTL
+//! of 1 s, and faults injected through a TCP proxy (disconnect: black hole) and by
+//! ending the session's keys through a second backend (expiry).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::testing::{Env, Faults};
+use tenure_core::{
+    Backend, BackendSession, Capabilities, Clause, DynBackend, ElectionName, LeaderInfo,
+    LeaderStream, Session, SessionEvents, Timing,
+};
+use tenure_integration::{RedisServer, TcpProxy};
+use tenure_redis::RedisBackend;
+
+/// The server shared by every test of this binary, stopped when the binary exits.
+static SERVER: Mutex<Option<RedisServer>> = Mutex::new(None);
+static ENDPOINT: OnceLock<Result<(String, SocketAddr), String>> = OnceLock::new();
+
+extern "C" fn stop_server() {
+    if let Ok(mut server) = SERVER.lock() {
+        drop(server.take());
+    }
+}
+
+/// Start the shared server once, on a thread of its own so that no test's runtime owns
+/// it. Returns its URL (with credentials if external) and address.
+fn server() -> (String, SocketAddr) {
+    let endpoint = ENDPOINT.get_or_init(|| {
+        std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            let server = rt
+                .block_on(RedisServer::start())
+                .map_err(|e| e.to_string())?;
+            let found = (server.endpoint().to_string(), server.addr());
+            *SERVER.lock().map_err(|e| e.to_string())? = Some(server);
+            // SAFETY: registers a plain function without arguments to run at exit.
+            unsafe {
+                libc::atexit(stop_server);
+            }
+            Ok(found)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread starting Redis panicked".into()))
+    });
+    match endpoint {
+        Ok(e) => e.clone(),
+        Err(e) => panic!("starting Redis: {e}"),
+    }
+}
+
+/// The test settings appended to a `redis://…` endpoint.
+fn url(endpoint: &str) -> String {
+    let sep = if endpoint.contains('?') { '&' } else { '?' };
+    format!(
+        "{endpoint}{sep}prefix=tenure-test&connect_timeout_ms=1000&request_timeout_ms=1000&poll_interval_ms=1000"
+    )
+}
+
+/// The same server reached through `proxy`.
+fn url_via(endpoint: &str, server: SocketAddr, proxy: SocketAddr) -> String {
+    url(&endpoint.replacen(&server.to_string(), &proxy.to_string(), 1))
+}
+
+/// TTL 1 s, renew every 100 ms, leadership valid for 600 ms after the last confirmed
+/// renewal was sent.
+fn redis_timing() -> Timing {
+    let mut t = Timing::from_ttl(Duration::from_secs(1));
+    t.renew_interval = Duration::from_millis(100);
+    t.renew_deadline = Duration::from_millis(600);
+    t.connect_timeout = Duration::from_secs(1);
+    t
+}
+
+/// Disconnects black-hole a victim backend's link through a proxy; expiry ends the
+/// session's keys through the main backend.
+struct RedisFaults {
+    endpoint: String,
+    server: SocketAddr,
+    admin: RedisBackend,
+    proxy: tokio::sync::Mutex<Option<TcpProxy>>,
+}
+
+#[async_trait]
+impl Faults for RedisFaults {
+    async fn victim_backend(&self, _env: &Env) -> Result<DynBackend, String> {
+        let proxy = TcpProxy::start(self.server)
+            .await
+            .map_err(|e| e.to_string())?;
+        let backend = RedisBackend::from_url(&url_via(&self.endpoint, self.server, proxy.addr()))
+            .await
+            .map_err(|e| e.to_string())?;
+        *self.proxy.lock().await = Some(proxy);
+        Ok(Arc::new(backend))
+    }
+
+    async fn disconnect(&self, _session: &Session) -> Result<(), String> {
+        match self.proxy.lock().await.as_ref() {
+            Some(p) => p.blackhole().await.map_err(|e| e.to_string()),
+            None => Err("no victim backend behind a proxy".into()),
+        }
+    }
+
+    async fn reconnect(&self, _session: &Session) -> Result<(), String> {
+        match self.proxy.lock().await.as_ref() {
+            Some(p) => p.heal().await.map_err(|e| e.to_string()),
+            None => Err("no victim backend behind a proxy".into()),
+        }
+    }
+
+    async fn expire(&self, session: &Session) -> Result<(), String> {
+        self.admin
+            .expire_session(&session.id())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+async fn redis_env() -> Env {
+    let (endpoint, server) = server();
+    let backend = match RedisBackend::from_url(&url(&endpoint)).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to Redis at {server}: {e}"),
+    };
+    let mut env = Env::new(Arc::new(backend.clone()), redis_timing());
+    env.slack = Duration::from_millis(500);
+    env.faults = Arc::new(RedisFaults {
+        endpoint,
+        server,
+        admin: backend,
+        proxy: tokio::sync::Mutex::new(None),
+    });
+    env
+}
+
+tenure_core::conformance_tests!(redis_env());
+
+/// The Redis backend declares clause 1 conditional (it holds while Redis keeps its
+/// data), so the shared suite skips it; this wrapper declares every clause so the check
+/// still runs against a Redis that keeps its data.
+#[derive(Debug)]
+struct EveryClause(RedisBackend);
+
+#[async_trait]
+impl Backend for EveryClause {
+    fn scheme(&self) -> &'static str {
+        self.0.scheme()
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
+    }
+    fn check_timing(&self, timing: &Timing) -> tenure_core::Result<()> {
+        self.0.check_timing(timing)
+    }
+    async fn open_session(
+        &self,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> tenure_core::Result<Arc<dyn BackendSession>> {
+        self.0.open_session(ttl, events).await
+    }
+    async fn leader(&self, election: &ElectionName) -> tenure_core::Result<Option<LeaderInfo>> {
+        self.0.leader(election).await
+    }
+    async fn observe(&self, election: &ElectionName) -> tenure_core::Result<LeaderStream> {
+        self.0.observe(election).await
+    }
+    fn election_requests(&self) -> Option<u64> {
+        self.0.election_requests()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clause_01_at_most_one_holder_while_redis_keeps_its_data() {
+    let mut env = redis_env().await;
+    let why = env.backend.capabilities().supports(Clause::AtMostOneHolder);
+    assert!(why.is_err_and(|w| w.contains("keeps its data")));
+    let (endpoint, _) = server();
+    let backend = RedisBackend::from_url(&url(&endpoint))
+        .await
+        .expect("connect");
+    env.backend = Arc::new(EveryClause(backend));
+    tenure_core::testing::check_at_most_one_holder(&env).await;
+}
+
+/// Not in the shared suite: a TTL Redis cannot store is refused, naming the field.
+#[tokio::test]
+async fn absurd_ttl_is_rejected() {
+    let env = redis_env().await;
+    let timing = Timing::from_ttl(Duration::from_secs(100 * 365 * 24 * 3600));
+    let err = Session::open(env.backend.clone(), timing)
+        .await
+        .expect_err("a century");
+    assert_eq!(err.kind(), tenure_core::ErrorKind::InvalidArgument);
+    assert!(err.message().starts_with("ttl"), "{err}");
+}
