@@ -98,7 +98,10 @@ pub struct CampaignArgs {
     #[arg(long, default_value_t = 5.0)]
     pub grace: f64,
     /// The command to run while leader (after `--`). It gets TENURE_TOKEN,
-    /// TENURE_ELECTION and TENURE_ID in its environment.
+    /// TENURE_ELECTION and TENURE_ID in its environment, runs in its own process
+    /// group (SIGTERM, then SIGKILL, on loss), and is SIGKILLed by the kernel if this
+    /// process dies (only the command itself: a wrapper such as `timeout` must pass
+    /// that on to its own children).
     #[arg(last = true)]
     pub command: Vec<String>,
 }

@@ -89,13 +89,25 @@ async fn run_command(
     let Some((program, args)) = command.split_first() else {
         return Ok(());
     };
-    let mut child = Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .env("TENURE_TOKEN", ctx.token().get().to_string())
         .env("TENURE_ELECTION", ctx.election().as_str())
         .env("TENURE_ID", id)
         .process_group(0)
-        .kill_on_drop(true)
+        .kill_on_drop(true);
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl,
+    // which is async-signal-safe; it asks the kernel to SIGKILL the command if this
+    // process dies (e.g. is SIGKILLed), so a dead supervisor leaves no leader running.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .spawn()
         .map_err(|e| format!("could not start {program:?}: {e}"))?;
     let pid = child.id();

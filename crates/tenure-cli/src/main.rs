@@ -2,10 +2,11 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use tenure::{Error, ErrorKind};
-use tenure_cli::args::{Cli, Command};
+use tenure_cli::args::{seconds, Cli, Command};
 use tenure_cli::{campaign, observe, StdoutSink};
 use tokio_util::sync::CancellationToken;
 
@@ -95,15 +96,30 @@ fn shutdown_on_signals() -> CancellationToken {
     token
 }
 
+/// Connect to the backend named by `url`, giving up after `limit`.
+async fn connect(url: &str, limit: Duration) -> tenure::Result<tenure::DynBackend> {
+    match tokio::time::timeout(limit, tenure::connect(url)).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("could not connect within connect_timeout {limit:?}"),
+        )),
+    }
+}
+
 async fn run(cli: Cli) -> tenure::Result<()> {
     let shutdown = shutdown_on_signals();
     match cli.command {
         Command::Campaign(args) => {
-            let backend = tenure::connect(&args.backend.backend).await?;
+            let limit = seconds("connect_timeout", args.timing.connect_timeout)?;
+            // Reject bad timings before touching the network.
+            args.timing.timing()?;
+            let backend = connect(&args.backend.backend, limit).await?;
             campaign::run_campaign(backend, &args, Arc::new(StdoutSink), shutdown).await
         }
         Command::Observe(args) => {
-            let backend = tenure::connect(&args.backend.backend).await?;
+            let limit = seconds("connect_timeout", args.connect_timeout)?;
+            let backend = connect(&args.backend.backend, limit).await?;
             observe::run_observe(backend, &args, Arc::new(StdoutSink), shutdown).await
         }
     }

@@ -283,3 +283,54 @@ fn sigterm_resigns_and_exits_0() {
     assert_eq!(kinds, ["campaigning", "elected", "resigned"]);
     assert_eq!(seen[2]["cause"], "shutdown");
 }
+
+#[test]
+fn a_killed_supervisor_takes_its_command_with_it() {
+    let dir = std::env::temp_dir().join(format!("tenure-cli-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pidfile = dir.join("pid");
+    let script = format!("echo $$ > {}; exec sleep 1000", pidfile.display());
+    let mut child = tenure()
+        .args([
+            "campaign",
+            "--election",
+            "e",
+            "--id",
+            "k",
+            "--ttl",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut pid = None;
+    for _ in 0..300 {
+        if let Some(p) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            pid = Some(p);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = pid.expect("the command started");
+    assert!(alive(pid));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut gone = false;
+    for _ in 0..300 {
+        if !alive(pid) {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(gone, "the command outlived its SIGKILLed supervisor");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -253,6 +253,14 @@ impl Session {
                             )
                             .with_backend(core.scheme));
                         }
+                        // Give the renewal a chance before asking again, or a store
+                        // that grants at once would be asked in a tight loop.
+                        let delay = core.timing.retry.delay(attempt);
+                        attempt = attempt.saturating_add(1);
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => {}
+                            _ = core.stop_all.cancelled() => return Err(closed_error()),
+                        }
                         continue;
                     }
                     let leadership = core.register(self, election, candidate, token);
