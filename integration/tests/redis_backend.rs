@@ -369,6 +369,35 @@ async fn a_release_wakes_one_waiter_across_processes() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_handover_of_a_new_backend_is_prompt() {
+    let server = RedisServer::start().await.expect("redis");
+    let t = timing(Duration::from_secs(10));
+    let mut gaps = Vec::new();
+    for round in 0..3 {
+        // A new backend opens its subscriber connection for the first waiter.
+        let b = backend(server.endpoint(), "&poll_interval_ms=30000").await;
+        let e = name(&format!("first/{round}"));
+        let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
+        let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
+        let waiter = {
+            let e = e.clone();
+            tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
+        };
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let t0 = tokio::time::Instant::now();
+        a.resign().await.expect("resign");
+        let (granted, _sb) = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("granted")
+            .expect("task");
+        gaps.push(granted.expect("campaign").granted_at() - t0);
+    }
+    gaps.sort();
+    eprintln!("first handovers: {gaps:?}");
+    assert!(gaps[1] < Duration::from_millis(25), "{gaps:?}");
+}
+
 /// A writer that keeps everything written to it.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);

@@ -233,17 +233,27 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
     let retry = Retry::default();
     let mut attempt = 0u32;
     loop {
+        // Commands that come meanwhile need no action: every channel registered once
+        // connected is subscribed then. Only the end of the hub stops the wait.
         if attempt > 0 {
-            let delay = retry.delay(attempt - 1);
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                c = s.commands.recv() => if c.is_none() { return },
+            let pause = tokio::time::sleep(retry.delay(attempt - 1));
+            tokio::pin!(pause);
+            loop {
+                tokio::select! {
+                    _ = &mut pause => break,
+                    c = s.commands.recv() => if c.is_none() { return },
+                }
             }
         }
         attempt = attempt.saturating_add(1);
-        let connecting = tokio::select! {
-            r = tokio::time::timeout(s.connect_timeout, s.client.get_async_pubsub()) => r,
-            c = s.commands.recv() => { if c.is_none() { return } continue }
+        let client = s.client.clone();
+        let connect = tokio::time::timeout(s.connect_timeout, client.get_async_pubsub());
+        tokio::pin!(connect);
+        let connecting = loop {
+            tokio::select! {
+                r = &mut connect => break r,
+                c = s.commands.recv() => if c.is_none() { return },
+            }
         };
         let pubsub = match connecting {
             Ok(Ok(p)) => p,
