@@ -23,9 +23,10 @@
 //!   command that writes a candidate's token to it in a loop;
 //!   [`check_fencing`] finds overlapping tenures and non-increasing tokens in
 //!   the event logs of many candidates.
-//! - **Benchmarks.** [`bench_etcd`] and [`bench_backend`] measure graceful handover
-//!   and crash failover latency and return a [`BenchTable`] (min/median/max per
-//!   figure).
+//! - **Benchmarks.** [`bench_etcd`], [`bench_redis`] and [`bench_backend`]
+//!   measure graceful handover and crash failover latency and return a
+//!   [`BenchTable`] (min/median/max per figure); [`bench_redis`] adds the cost
+//!   of one renewal for 1, 100 and 10,000 held elections.
 //!
 //! Everything here needs a Tokio runtime with the `net`, `process`, `time`
 //! and `io-util` drivers (any `#[tokio::test]`).
@@ -48,6 +49,7 @@
 #![deny(missing_docs)]
 
 mod bench;
+mod bench_redis;
 mod candidate;
 mod error;
 mod fencing;
@@ -59,6 +61,7 @@ mod server;
 pub use bench::{
     bench_backend, bench_etcd, measure_failover, measure_handover, BenchOptions, BenchTable, Figure,
 };
+pub use bench_redis::{bench_redis, RENEW_ELECTIONS};
 pub use candidate::{CandidateProcess, Event, TERMINATE_TIMEOUT};
 pub use error::{HarnessError, Result};
 pub use fencing::{

@@ -1,0 +1,145 @@
+//! Redis figures for the bench table: graceful handover and crash failover through
+//! [`bench_backend`], plus the cost of one renewal for a session holding 1, 100 and
+//! 10,000 elections (the client's latency per renewal, and the server's count of script
+//! calls per renewal, which is the number of round trips).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::{BackendSession, Candidate, ElectionName, SessionEvents};
+use tenure_redis::RedisBackend;
+use tokio::time::Instant;
+
+use crate::bench::{bench_backend, BenchOptions, BenchTable, Figure};
+use crate::RedisServer;
+
+/// Held-election counts for the renewal figures.
+pub const RENEW_ELECTIONS: [usize; 3] = [1, 100, 10_000];
+
+/// Renewals measured per held-election count.
+const RENEWALS: usize = 20;
+
+/// Campaigns sent at once while filling a session with elections.
+const CAMPAIGN_BATCH: usize = 200;
+
+/// Measure Redis: on `endpoint` (a `redis://` URL) if given, else on a local Redis
+/// started by the harness (or the one in `TENURE_TEST_REDIS`), stopped afterwards. The
+/// renewal figures read `INFO commandstats`, so the server should be otherwise idle.
+pub async fn bench_redis(
+    endpoint: Option<&str>,
+    options: &BenchOptions,
+    renew_elections: &[usize],
+) -> Result<BenchTable, String> {
+    let (server, endpoint) = match endpoint {
+        Some(e) => (None, e.to_string()),
+        None => {
+            let server = RedisServer::start().await.map_err(|e| e.to_string())?;
+            let e = server.endpoint().to_string();
+            (Some(server), e)
+        }
+    };
+    let sep = if endpoint.contains('?') { '&' } else { '?' };
+    let url = format!("{endpoint}{sep}prefix=tenure-bench");
+    let backend = RedisBackend::from_url(&url)
+        .await
+        .map_err(|e| format!("connect to Redis: {e}"))?;
+    let where_ = match &server {
+        Some(_) => "a local Redis started by the harness (loopback)",
+        None => "the given Redis",
+    };
+    let shown = backend.config().to_string();
+    let mut table = bench_backend(
+        Arc::new(backend.clone()),
+        &format!("Redis at {shown}, {where_}"),
+        options,
+    )
+    .await?;
+    let client =
+        redis::Client::open(endpoint.as_str()).map_err(|e| format!("stats client: {e}"))?;
+    let mut stats = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("stats connection: {e}"))?;
+    for &n in renew_elections {
+        table
+            .figures
+            .push(measure_renewal(&backend, &mut stats, n, options).await?);
+    }
+    drop(server);
+    Ok(table)
+}
+
+/// One renewal of a session holding `n` elections: latency samples, and script calls
+/// per renewal counted by the server.
+async fn measure_renewal(
+    backend: &RedisBackend,
+    stats: &mut redis::aio::MultiplexedConnection,
+    n: usize,
+    options: &BenchOptions,
+) -> Result<Figure, String> {
+    use tenure_core::Backend;
+    let (events, _rx) = SessionEvents::channel();
+    // The backend session itself, so that nothing renews it but this measurement.
+    let session: Arc<dyn BackendSession> = backend
+        .open_session(options.timing.ttl.max(Duration::from_secs(60)), events)
+        .await
+        .map_err(|e| format!("open session: {e}"))?;
+    let me = Candidate::new("renewer").map_err(|e| e.to_string())?;
+    let names: Vec<ElectionName> = (0..n)
+        .map(|i| ElectionName::new(format!("{}/renew-{n}/{i:05}", options.prefix)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    for batch in names.chunks(CAMPAIGN_BATCH) {
+        let grants = futures::future::join_all(batch.iter().map(|e| session.campaign(e, &me)));
+        for g in grants.await {
+            g.map_err(|e| format!("campaign: {e}"))?;
+        }
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(stats)
+        .await
+        .map_err(|e| format!("CONFIG RESETSTAT: {e}"))?;
+    let mut samples = Vec::with_capacity(RENEWALS);
+    for _ in 0..RENEWALS {
+        let t0 = Instant::now();
+        session
+            .keep_alive()
+            .await
+            .map_err(|e| format!("renewal: {e}"))?;
+        samples.push(t0.elapsed());
+    }
+    let (calls, usec) = script_calls(stats).await?;
+    session
+        .close()
+        .await
+        .map_err(|e| format!("close session: {e}"))?;
+    Ok(Figure {
+        name: format!("renewal of a session holding {n} election(s)"),
+        note: format!(
+            "{:.2} round trips (script calls) per renewal, {usec:.0} µs of server time each",
+            calls as f64 / RENEWALS as f64
+        ),
+        samples,
+    })
+}
+
+/// `EVALSHA` calls and microseconds per call since the last `CONFIG RESETSTAT`.
+async fn script_calls(stats: &mut redis::aio::MultiplexedConnection) -> Result<(u64, f64), String> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(stats)
+        .await
+        .map_err(|e| format!("INFO commandstats: {e}"))?;
+    let line = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .unwrap_or("");
+    let field = |name: &str| {
+        line.split(',')
+            .find_map(|kv| kv.strip_prefix(name))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok((field("calls=") as u64, field("usec_per_call=")))
+}
