@@ -1,0 +1,427 @@
+//! The backend: connection, the reader session, leader reads and observation.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::{
+    Backend, BackendSession, Capabilities, ElectionName, Error, ErrorKind, LeaderInfo,
+    LeaderStream, Result, Retry, SessionEvents, Timing,
+};
+use tokio::sync::watch;
+use zookeeper_client::{Acls, Client, CreateMode, SessionInfo};
+
+use crate::config::ZooKeeperConfig;
+use crate::error::{map, own, timed_out};
+use crate::nodes::{decode, election_dir, sorted_latches};
+use crate::session::ZkSession;
+use crate::SCHEME;
+
+/// ZooKeeper (an ensemble or one server) as a tenure backend.
+///
+/// Each [`Session`](tenure_core::Session) is one ZooKeeper session whose timeout is the
+/// session's TTL; each candidacy is an ephemeral sequential node
+/// `<chroot>/<election>/_c_<uuid>-latch-<sequence>` as Curator's `LeaderLatch` names
+/// them; the lowest sequence leads and its creation zxid (`czxid`) is the fencing token.
+/// A waiter watches only the node just before its own, so a resign wakes exactly one
+/// waiter. Leader reads and observers use one extra reader session per backend.
+///
+/// Cheap to clone: clones share the reader session.
+#[derive(Clone)]
+pub struct ZooKeeperBackend {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What the backend and its sessions share.
+pub(crate) struct Shared {
+    pub(crate) config: ZooKeeperConfig,
+    reader: tokio::sync::Mutex<Client>,
+    requests: AtomicU64,
+    /// Open sessions by id, for [`ZooKeeperBackend::expire_session`].
+    sessions: Mutex<HashMap<String, SessionInfo>>,
+}
+
+impl fmt::Debug for ZooKeeperBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperBackend")
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl Shared {
+    /// Count one election request (campaign, resign, read, watch, wake-up).
+    pub(crate) fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Run one request with the request timeout and map its error.
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+    ) -> Result<T> {
+        let limit = self.config.get_request_timeout();
+        match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r.map_err(|e| map(what, e)),
+            Err(_) => Err(timed_out(what, limit)),
+        }
+    }
+
+    pub(crate) fn register(&self, id: &str, info: SessionInfo) {
+        if let Ok(mut s) = self.sessions.lock() {
+            s.insert(id.to_string(), info);
+        }
+    }
+
+    pub(crate) fn unregister(&self, id: &str) {
+        if let Ok(mut s) = self.sessions.lock() {
+            s.remove(id);
+        }
+    }
+
+    /// The reader client, reconnected if its session ended.
+    async fn reader(&self) -> Result<Client> {
+        let mut reader = self.reader.lock().await;
+        if reader.state().is_terminated() {
+            *reader = connect_client(&self.config, self.config.get_session_timeout(), None, false)
+                .await?;
+        }
+        Ok(reader.clone())
+    }
+
+    /// The current leader of the election in `dir` (one list plus one read).
+    async fn read_leader(&self, client: &Client, dir: &str) -> Result<Option<LeaderInfo>> {
+        loop {
+            self.count();
+            let children = match self.call("read leader", client.list_children(dir)).await {
+                Ok(c) => c,
+                Err(e) if is_no_node(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let Some(first) = sorted_latches(children).into_iter().next() else {
+                return Ok(None);
+            };
+            self.count();
+            match self
+                .call("read leader", client.get_data(&format!("{dir}/{first}")))
+                .await
+            {
+                Ok((data, stat)) => return Ok(Some(decode(&data, stat.czxid))),
+                // The leader just left: read again.
+                Err(e) if is_no_node(&e) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Whether `e` came from ZooKeeper's `NoNode`.
+pub(crate) fn is_no_node(e: &Error) -> bool {
+    source_is(e, &zookeeper_client::Error::NoNode)
+}
+
+/// Whether `e` came from ZooKeeper's `NodeExists`.
+pub(crate) fn is_node_exists(e: &Error) -> bool {
+    source_is(e, &zookeeper_client::Error::NodeExists)
+}
+
+fn source_is(e: &Error, want: &zookeeper_client::Error) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<zookeeper_client::Error>())
+        .is_some_and(|z| z == want)
+}
+
+/// Connect one client with `session_timeout`, authenticated and chrooted, within the
+/// connect timeout. `session` re-attaches to an existing session.
+pub(crate) async fn connect_client(
+    config: &ZooKeeperConfig,
+    session_timeout: Duration,
+    session: Option<SessionInfo>,
+    detached: bool,
+) -> Result<Client> {
+    let limit = config.get_connect_timeout();
+    let mut connector = Client::connector().with_session_timeout(session_timeout);
+    if let Some(digest) = config.digest() {
+        connector = connector.with_auth("digest", &digest);
+    }
+    if let Some(session) = session {
+        connector = connector.with_session(session);
+    }
+    if detached {
+        connector = connector.with_detached();
+    }
+    let hosts = config.connect_string();
+    let client = match tokio::time::timeout(limit, connector.connect(&hosts)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(zookeeper_client::Error::Timeout)) => {
+            return Err(own(
+                ErrorKind::Unavailable,
+                format!("connect: no ZooKeeper server at {hosts} answered"),
+            ))
+        }
+        Ok(Err(e)) => return Err(map("connect", e)),
+        Err(_) => {
+            return Err(own(
+                ErrorKind::Timeout,
+                format!("connect: no ZooKeeper session with {hosts} within {limit:?}"),
+            ))
+        }
+    };
+    let chroot = config.chroot_or_root();
+    if chroot == "/" {
+        return Ok(client);
+    }
+    client
+        .chroot(chroot.to_string())
+        .map_err(|_| Error::invalid(format!("chroot: {chroot:?} is not a valid ZooKeeper path")))
+}
+
+impl ZooKeeperBackend {
+    /// Connect to ZooKeeper, create the chroot if it is missing and check that it can be
+    /// read, all within the configured connect timeout: an unreachable ensemble gives
+    /// `Unavailable` or `Timeout`, a chroot the credentials may not use `Unauthorized`,
+    /// never a hang.
+    pub async fn connect(config: ZooKeeperConfig) -> Result<Self> {
+        config.validate()?;
+        let limit = config.get_connect_timeout();
+        let setup = async {
+            let chroot = config.chroot_or_root();
+            if chroot != "/" {
+                let root = connect_client(
+                    &config.clone().chroot("/"),
+                    config.get_session_timeout(),
+                    None,
+                    false,
+                )
+                .await?;
+                let missing = tokio::time::timeout(limit, root.check_stat(chroot))
+                    .await
+                    .map_err(|_| timed_out("connect", limit))?
+                    .map_err(|e| map("connect: check chroot", e))?
+                    .is_none();
+                if missing {
+                    let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                    tokio::time::timeout(limit, root.mkdir(chroot, &options))
+                        .await
+                        .map_err(|_| timed_out("connect", limit))?
+                        .map_err(|e| map(&format!("connect: create chroot {chroot}"), e))?;
+                }
+            }
+            let reader = connect_client(&config, config.get_session_timeout(), None, false).await?;
+            tokio::time::timeout(limit, reader.list_children("/"))
+                .await
+                .map_err(|_| timed_out("connect", limit))?
+                .map_err(|e| map(&format!("connect: read chroot {chroot}"), e))?;
+            Ok::<_, Error>(reader)
+        };
+        let reader = match tokio::time::timeout(limit, setup).await {
+            Ok(r) => r?,
+            Err(_) => return Err(timed_out("connect", limit)),
+        };
+        tracing::debug!(%config, "connected to ZooKeeper");
+        Ok(ZooKeeperBackend {
+            shared: Arc::new(Shared {
+                config,
+                reader: tokio::sync::Mutex::new(reader),
+                requests: AtomicU64::new(0),
+                sessions: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Parse `url` with [`ZooKeeperConfig::from_url`] and connect.
+    pub async fn from_url(url: &str) -> Result<Self> {
+        ZooKeeperConfig::from_url(url)?.connect().await
+    }
+
+    /// Read the settings with [`ZooKeeperConfig::from_env`] and connect.
+    pub async fn from_env() -> Result<Self> {
+        ZooKeeperConfig::from_env()?.connect().await
+    }
+
+    /// The settings this backend was connected with.
+    pub fn config(&self) -> &ZooKeeperConfig {
+        &self.shared.config
+    }
+
+    /// The session timeout the server granted the reader session (the configured one,
+    /// clamped by the server to its `[minSessionTimeout, maxSessionTimeout]`).
+    pub async fn negotiated_session_timeout(&self) -> Duration {
+        self.shared.reader.lock().await.session_timeout()
+    }
+
+    /// End the ZooKeeper session with id `session_id` (see
+    /// [`Session::id`](tenure_core::Session::id), 16 hex digits) now, from a second
+    /// connection to the same session, as the server does when its timeout passes: its
+    /// ephemeral nodes go and its holder learns that the session expired. Only sessions
+    /// opened through this backend (or its clones) are known. For operators and fault
+    /// tests.
+    pub async fn expire_session(&self, session_id: &str) -> Result<()> {
+        let info = self
+            .shared
+            .sessions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(session_id).cloned())
+            .ok_or_else(|| {
+                own(
+                    ErrorKind::SessionExpired,
+                    format!("session {session_id}: not open through this backend"),
+                )
+            })?;
+        close_session(&self.shared.config, info).await
+    }
+}
+
+/// Close the session `info` from a new connection: dropping the only clone of a
+/// non-detached client sends the close request.
+pub(crate) async fn close_session(config: &ZooKeeperConfig, info: SessionInfo) -> Result<()> {
+    let other = connect_client(config, Duration::from_secs(10), Some(info), false).await?;
+    drop(other);
+    // Give the close request a moment to leave.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(())
+}
+
+/// One observed state, or an error kept as kind and message so it can be cloned.
+type Observed = std::result::Result<Option<LeaderInfo>, (ErrorKind, String)>;
+
+#[async_trait]
+impl Backend for ZooKeeperBackend {
+    fn scheme(&self) -> &'static str {
+        SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
+    }
+
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        if timing.ttl.as_millis() > i32::MAX as u128 {
+            return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
+        }
+        if timing.renew_interval * 2 >= timing.ttl {
+            return Err(Error::invalid(format!(
+                "renew_interval: {:?} must be below half the ttl ({:?}): a ZooKeeper session \
+                 whose renewals stop for half its ttl is treated as abandoned and left to expire",
+                timing.renew_interval, timing.ttl
+            )));
+        }
+        if timing.ttl < Duration::from_millis(100) {
+            return Err(Error::invalid(format!(
+                "ttl: {:?} is below any ZooKeeper session timeout (the server's minimum is 2 × tickTime)",
+                timing.ttl
+            )));
+        }
+        Ok(())
+    }
+
+    async fn open_session(
+        &self,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> Result<Arc<dyn BackendSession>> {
+        let session = ZkSession::open(self.shared.clone(), ttl, events).await?;
+        Ok(Arc::new(session))
+    }
+
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        let client = self.shared.reader().await?;
+        self.shared
+            .read_leader(&client, &election_dir(election))
+            .await
+    }
+
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        let client = self.shared.reader().await?;
+        let dir = election_dir(election);
+        let first = self.shared.read_leader(&client, &dir).await?;
+        let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
+        tokio::spawn(observe_task(self.shared.clone(), dir, first, tx));
+        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
+            if !first && rx.changed().await.is_err() {
+                return None;
+            }
+            let item = rx
+                .borrow_and_update()
+                .clone()
+                .map_err(|(kind, message)| own(kind, message));
+            Some((item, (rx, false)))
+        });
+        Ok(Box::pin(stream))
+    }
+
+    fn election_requests(&self) -> Option<u64> {
+        Some(self.shared.requests.load(Ordering::Relaxed))
+    }
+}
+
+/// Follows one election for its observers: a child watch on the election's node (an
+/// existence watch while it does not exist); after each trigger, re-read the leader and
+/// publish it when it changed. Ends when every observer is gone.
+async fn observe_task(
+    shared: Arc<Shared>,
+    dir: String,
+    mut last: Option<LeaderInfo>,
+    tx: watch::Sender<Observed>,
+) {
+    let retry = Retry::default();
+    let mut attempt = 0u32;
+    let mut failed = false;
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        let step = async {
+            let client = shared.reader().await?;
+            shared.count();
+            // Arm the watch first, then read, so no change falls between.
+            let watcher = match shared
+                .call("observe", client.list_and_watch_children(&dir))
+                .await
+            {
+                Ok((_, w)) => w,
+                Err(e) if is_no_node(&e) => {
+                    let (_, w) = shared
+                        .call("observe", client.check_and_watch_stat(&dir))
+                        .await?;
+                    w
+                }
+                Err(e) => return Err(e),
+            };
+            let state = shared.read_leader(&client, &dir).await?;
+            Ok::<_, Error>((state, watcher))
+        };
+        match step.await {
+            Ok((state, watcher)) => {
+                attempt = 0;
+                if state != last || failed {
+                    last = state.clone();
+                    failed = false;
+                    let _ = tx.send_replace(Ok(state));
+                }
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = watcher.changed() => {}
+                }
+            }
+            Err(e) => {
+                if !failed {
+                    let _ = tx.send_replace(Err((e.kind(), e.message().to_string())));
+                    failed = true;
+                }
+                let delay = retry.delay(attempt);
+                attempt = attempt.saturating_add(1);
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}

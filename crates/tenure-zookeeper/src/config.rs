@@ -1,0 +1,442 @@
+//! Connection settings, from code, a URL or the environment.
+
+use std::fmt;
+use std::time::Duration;
+
+use tenure_core::{Error, Result};
+
+use crate::backend::ZooKeeperBackend;
+use crate::SCHEME;
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_CHROOT: &str = "/tenure";
+
+/// How to reach ZooKeeper.
+///
+/// | setting | default | URL (`zk://…`) | environment |
+/// |---|---|---|---|
+/// | hosts (`host:port`, several for an ensemble) | required | `zk://h1:2181,h2:2181` | `TENURE_ZK_HOSTS` (comma separated) |
+/// | chroot (created if missing) | `/tenure` | path: `zk://h:2181/apps/tenure` (`/` for none) | `TENURE_ZK_CHROOT` |
+/// | digest user and password | none | `user:password@` before the hosts | `TENURE_ZK_USERNAME`, `TENURE_ZK_PASSWORD` |
+/// | session timeout of the backend's reader session (leader reads, observers) | 10 s | `session_timeout=10s` | `TENURE_ZK_SESSION_TIMEOUT_MS` |
+/// | connect timeout | 5 s | `connect_timeout=5s` | `TENURE_ZK_CONNECT_TIMEOUT_MS` |
+/// | request timeout | 5 s | `request_timeout=5s` | `TENURE_ZK_REQUEST_TIMEOUT_MS` |
+///
+/// Durations in URLs take `ms` or `s` (`1500ms`, `10s`); `…_ms=` forms take plain
+/// milliseconds. The session timeout of a tenure session is its TTL, not this setting.
+/// URL values are percent-decoded. Unknown parameters, empty hosts, bad ports and bad
+/// chroots are `InvalidArgument` naming the problem; messages never repeat the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ZooKeeperConfig {
+    hosts: Vec<String>,
+    chroot: String,
+    username: Option<String>,
+    password: Option<String>,
+    session_timeout: Duration,
+    connect_timeout: Duration,
+    request_timeout: Duration,
+}
+
+impl fmt::Debug for ZooKeeperConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperConfig")
+            .field("hosts", &self.hosts)
+            .field("chroot", &self.chroot)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+/// The URL form without the password: `zk://[user@]h1:2181,h2:2181/chroot`.
+impl fmt::Display for ZooKeeperConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{SCHEME}://")?;
+        if let Some(user) = &self.username {
+            write!(f, "{user}@")?;
+        }
+        write!(f, "{}{}", self.hosts.join(","), self.chroot_or_root())
+    }
+}
+
+impl ZooKeeperConfig {
+    /// Settings for `hosts` (`host:port`) with every other setting at its default.
+    pub fn new<I, S>(hosts: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ZooKeeperConfig {
+            hosts: hosts.into_iter().map(Into::into).collect(),
+            chroot: DEFAULT_CHROOT.to_string(),
+            username: None,
+            password: None,
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            connect_timeout: DEFAULT_TIMEOUT,
+            request_timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Parse `zk://[user:password@]host:port[,host:port…][/chroot][?param=value&…]`
+    /// (see the table on [`ZooKeeperConfig`]).
+    pub fn from_url(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("zk://")
+            .ok_or_else(|| Error::invalid("url: expected zk://host:port[,host:port…]/chroot"))?;
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], Some(&rest[i..])),
+            None => (rest, None),
+        };
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let mut config = ZooKeeperConfig::new(hosts.split(',').map(str::trim));
+        if let Some(userinfo) = userinfo {
+            let (user, password) = match userinfo.split_once(':') {
+                Some((u, p)) => (decode(u)?, Some(decode(p)?)),
+                None => (decode(userinfo)?, None),
+            };
+            if user.is_empty() {
+                return Err(Error::invalid("url: empty user name before @"));
+            }
+            config.username = Some(user);
+            config.password = password;
+        }
+        if let Some(path) = path {
+            config.chroot = decode(path)?;
+        }
+        if let Some(query) = query {
+            for pair in query.split('&').filter(|p| !p.is_empty()) {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                config.set(&decode(k)?, decode(v)?)?;
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Read `TENURE_ZK_HOSTS` (required), `TENURE_ZK_CHROOT`, `TENURE_ZK_USERNAME`,
+    /// `TENURE_ZK_PASSWORD`, `TENURE_ZK_SESSION_TIMEOUT_MS`, `TENURE_ZK_CONNECT_TIMEOUT_MS`
+    /// and `TENURE_ZK_REQUEST_TIMEOUT_MS`.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
+        let hosts = var("TENURE_ZK_HOSTS")
+            .ok_or_else(|| Error::invalid("TENURE_ZK_HOSTS: not set (e.g. 127.0.0.1:2181)"))?;
+        let mut config = ZooKeeperConfig::new(hosts.split(',').map(str::trim));
+        for (var_name, param) in [
+            ("TENURE_ZK_CHROOT", "chroot"),
+            ("TENURE_ZK_USERNAME", "username"),
+            ("TENURE_ZK_PASSWORD", "password"),
+            ("TENURE_ZK_SESSION_TIMEOUT_MS", "session_timeout_ms"),
+            ("TENURE_ZK_CONNECT_TIMEOUT_MS", "connect_timeout_ms"),
+            ("TENURE_ZK_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+        ] {
+            if let Some(v) = var(var_name) {
+                config
+                    .set(param, v)
+                    .map_err(|e| Error::invalid(format!("{var_name}: {}", e.message())))?;
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn set(&mut self, param: &str, value: String) -> Result<()> {
+        match param {
+            "chroot" => self.chroot = value,
+            "username" | "user" => self.username = Some(value),
+            "password" => self.password = Some(value),
+            "session_timeout" => self.session_timeout = duration(param, &value)?,
+            "connect_timeout" => self.connect_timeout = duration(param, &value)?,
+            "request_timeout" => self.request_timeout = duration(param, &value)?,
+            "session_timeout_ms" => self.session_timeout = millis(param, &value)?,
+            "connect_timeout_ms" => self.connect_timeout = millis(param, &value)?,
+            "request_timeout_ms" => self.request_timeout = millis(param, &value)?,
+            other => {
+                return Err(Error::invalid(format!(
+                    "url: unknown parameter {other:?} (known: session_timeout, connect_timeout, request_timeout)"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Check the settings: at least one `host:port` with a valid port, an absolute
+    /// chroot without empty, `.` or `..` segments, timeouts > 0.
+    pub fn validate(&self) -> Result<()> {
+        if self.hosts.is_empty() || self.hosts.iter().any(|h| h.is_empty()) {
+            return Err(Error::invalid(
+                "hosts: empty host (expected host:port[,host:port…])",
+            ));
+        }
+        for h in &self.hosts {
+            let (host, port) = h
+                .rsplit_once(':')
+                .ok_or_else(|| Error::invalid(format!("hosts: {h:?} has no port (host:port)")))?;
+            if host.is_empty() || host.contains(['/', '@', '?', ' ']) {
+                return Err(Error::invalid(format!("hosts: bad host in {h:?}")));
+            }
+            match port.parse::<u16>() {
+                Ok(p) if p > 0 => {}
+                _ => return Err(Error::invalid(format!("hosts: bad port in {h:?}"))),
+            }
+        }
+        if self.chroot != "/" {
+            let bad = !self.chroot.starts_with('/')
+                || self.chroot.ends_with('/')
+                || self.chroot[1..]
+                    .split('/')
+                    .any(|s| s.is_empty() || s == "." || s == "..")
+                || self.chroot.chars().any(|c| c.is_control());
+            if bad {
+                return Err(Error::invalid(format!(
+                    "chroot: {:?} is not an absolute ZooKeeper path like /apps/tenure",
+                    self.chroot
+                )));
+            }
+        }
+        if self.username.is_none() && self.password.is_some() {
+            return Err(Error::invalid("password: set without a user name"));
+        }
+        for (name, d) in [
+            ("session_timeout", self.session_timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(Error::invalid(format!("{name}: must be > 0")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Use `chroot` (an absolute path, created if missing; `/` for none).
+    pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
+        self.chroot = chroot.into();
+        self
+    }
+
+    /// Authenticate with ZooKeeper's `digest` scheme as `user:password`.
+    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.username = Some(user.into());
+        self.password = Some(password.into());
+        self
+    }
+
+    /// Session timeout of the backend's own reader session.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.session_timeout = timeout;
+        self
+    }
+
+    /// Limit for connecting (a session established).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Limit for any single request.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Connect with these settings (see [`ZooKeeperBackend::connect`]).
+    pub async fn connect(self) -> Result<ZooKeeperBackend> {
+        ZooKeeperBackend::connect(self).await
+    }
+
+    /// The `host:port` list.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// The chroot, `/` for none.
+    pub fn chroot_or_root(&self) -> &str {
+        &self.chroot
+    }
+
+    /// The digest user, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
+    pub(crate) fn digest(&self) -> Option<Vec<u8>> {
+        let user = self.username.as_deref()?;
+        let password = self.password.as_deref().unwrap_or("");
+        Some(format!("{user}:{password}").into_bytes())
+    }
+
+    /// The reader session's timeout.
+    pub fn get_session_timeout(&self) -> Duration {
+        self.session_timeout
+    }
+
+    /// The connect timeout.
+    pub fn get_connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The request timeout.
+    pub fn get_request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// The connect string for zookeeper-client (no chroot: the backend applies it).
+    pub(crate) fn connect_string(&self) -> String {
+        self.hosts.join(",")
+    }
+}
+
+fn duration(param: &str, v: &str) -> Result<Duration> {
+    let v = v.trim();
+    let parsed = if let Some(ms) = v.strip_suffix("ms") {
+        ms.trim().parse::<u64>().ok().map(Duration::from_millis)
+    } else if let Some(s) = v.strip_suffix('s') {
+        s.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
+            .map(Duration::from_secs_f64)
+    } else {
+        None
+    };
+    parsed.ok_or_else(|| {
+        Error::invalid(format!(
+            "{param}: {v:?} is not a duration like 1500ms or 10s"
+        ))
+    })
+}
+
+fn millis(param: &str, v: &str) -> Result<Duration> {
+    v.trim()
+        .parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| Error::invalid(format!("{param}: {v:?} is not a number of milliseconds")))
+}
+
+/// Percent-decode a URL part.
+fn decode(s: &str) -> Result<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| Error::invalid("url: bad percent escape"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| Error::invalid("url: percent escapes are not UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenure_core::ErrorKind;
+
+    #[test]
+    fn parses_urls() {
+        let c = ZooKeeperConfig::from_url(
+            "zk://bob:s%40cret@h1:2181,h2:2182/apps/t?session_timeout=4s&connect_timeout=1500ms&request_timeout_ms=700",
+        )
+        .unwrap();
+        assert_eq!(c.hosts(), ["h1:2181", "h2:2182"]);
+        assert_eq!(c.chroot_or_root(), "/apps/t");
+        assert_eq!(c.username(), Some("bob"));
+        assert_eq!(c.digest().unwrap(), b"bob:s@cret");
+        assert_eq!(c.get_session_timeout(), Duration::from_secs(4));
+        assert_eq!(c.get_connect_timeout(), Duration::from_millis(1500));
+        assert_eq!(c.get_request_timeout(), Duration::from_millis(700));
+        let c = ZooKeeperConfig::from_url("zk://127.0.0.1:2181").unwrap();
+        assert_eq!(c.chroot_or_root(), "/tenure");
+        assert_eq!(c.digest(), None);
+        let c = ZooKeeperConfig::from_url("zk://127.0.0.1:2181/").unwrap();
+        assert_eq!(c.chroot_or_root(), "/");
+    }
+
+    #[test]
+    fn password_never_shown() {
+        let c = ZooKeeperConfig::from_url("zk://bob:hunter2@h:2181/x").unwrap();
+        for s in [format!("{c}"), format!("{c:?}")] {
+            assert!(!s.contains("hunter2"), "{s}");
+            assert!(s.contains("bob"), "{s}");
+        }
+        assert_eq!(c.to_string(), "zk://bob@h:2181/x");
+        let e = ZooKeeperConfig::from_url("zk://bob:hunter2@h:99999/x").unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_argument() {
+        for u in [
+            "etcd://h:1",
+            "zk://",
+            "zk://h",
+            "zk://h:0",
+            "zk://h:x",
+            "zk://h:1,,h:2",
+            "zk://h:1/a/",
+            "zk://h:1/a//b",
+            "zk://h:1/a/../b",
+            "zk://h:1/a?nope=1",
+            "zk://h:1/a?session_timeout=10",
+            "zk://h:1/a?connect_timeout_ms=x",
+            "zk://h:1/a?request_timeout=0s",
+            "zk://:pw@h:1/a",
+            "zk://h:1/%zz",
+        ] {
+            let e = ZooKeeperConfig::from_url(u).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{u}: {e}");
+        }
+    }
+
+    #[test]
+    fn env() {
+        let vars = [
+            ("TENURE_ZK_HOSTS", "a:1, b:2"),
+            ("TENURE_ZK_CHROOT", "/x"),
+            ("TENURE_ZK_USERNAME", "u"),
+            ("TENURE_ZK_PASSWORD", "p"),
+            ("TENURE_ZK_CONNECT_TIMEOUT_MS", "250"),
+        ];
+        let get = |n: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| v.to_string())
+        };
+        let c = ZooKeeperConfig::from_lookup(get).unwrap();
+        assert_eq!(c.hosts(), ["a:1", "b:2"]);
+        assert_eq!(c.chroot_or_root(), "/x");
+        assert_eq!(c.digest().unwrap(), b"u:p");
+        assert_eq!(c.get_connect_timeout(), Duration::from_millis(250));
+        let e = ZooKeeperConfig::from_lookup(|_| None).unwrap_err();
+        assert!(e.message().contains("TENURE_ZK_HOSTS"));
+        let e = ZooKeeperConfig::from_lookup(|n| {
+            (n == "TENURE_ZK_HOSTS")
+                .then(|| "h:1".into())
+                .or_else(|| (n == "TENURE_ZK_SESSION_TIMEOUT_MS").then(|| "soon".into()))
+        })
+        .unwrap_err();
+        assert!(e.message().contains("TENURE_ZK_SESSION_TIMEOUT_MS"), "{e}");
+    }
+}

@@ -1,0 +1,16 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod backend;
+mod config;
+mod error;
+mod nodes;
+mod session;
+
+pub use backend::ZooKeeperBackend;
+pub use config::ZooKeeperConfig;
+
+/// The URL scheme of this backend:
+/// `zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout=…]`.
+pub const SCHEME: &str = "zk";

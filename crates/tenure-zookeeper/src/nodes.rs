@@ -1,0 +1,162 @@
+//! Node names and contents: Curator LeaderLatch-compatible candidate nodes.
+//!
+//! A candidacy is an ephemeral sequential node
+//! `<chroot>/<election>/_c_<session-uuid>-latch-<10-digit sequence>`, the name Curator's
+//! `LeaderLatch` gives its participants (the `_c_<uuid>-` part is Curator's "protected"
+//! prefix, which lets a candidate find its own node again after a lost create answer).
+//! The lowest sequence leads; other children (sub-elections, foreign nodes) are ignored.
+
+use serde::{Deserialize, Serialize};
+use tenure_core::{Candidate, ElectionName, FencingToken, LeaderInfo};
+
+/// The lock name Curator's `LeaderLatch` uses.
+pub(crate) const LATCH: &str = "latch-";
+
+/// The ZooKeeper path (under the chroot) of an election's directory.
+pub(crate) fn election_dir(election: &ElectionName) -> String {
+    format!("/{}", election.as_str())
+}
+
+/// The name prefix of this session's candidate nodes, `_c_<uuid>-latch-`.
+pub(crate) fn protected_prefix(uuid: &str) -> String {
+    format!("_c_{uuid}-{LATCH}")
+}
+
+/// The sequence number of a latch node name, `None` for other children.
+pub(crate) fn sequence_of(name: &str) -> Option<u64> {
+    let at = name.rfind(LATCH)?;
+    let digits = &name[at + LATCH.len()..];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Latch children sorted by sequence (ties by name), others dropped.
+pub(crate) fn sorted_latches(children: Vec<String>) -> Vec<String> {
+    let mut latches: Vec<(u64, String)> = children
+        .into_iter()
+        .filter_map(|c| sequence_of(&c).map(|s| (s, c)))
+        .collect();
+    latches.sort();
+    latches.into_iter().map(|(_, c)| c).collect()
+}
+
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    id: String,
+    #[serde(default)]
+    value: String,
+}
+
+/// The data stored in a candidate node: JSON `{"id":…,"value":…}`.
+pub(crate) fn encode(candidate: &Candidate) -> Vec<u8> {
+    serde_json::to_vec(&Stored {
+        id: candidate.id().to_string(),
+        value: candidate.value().to_string(),
+    })
+    .unwrap_or_default()
+}
+
+/// The leader described by a node's data and creation zxid. Data that is not ours (a
+/// Curator participant id, say) becomes the id with an empty value.
+pub(crate) fn decode(data: &[u8], czxid: i64) -> LeaderInfo {
+    let token = token_of(czxid);
+    match serde_json::from_slice::<Stored>(data) {
+        Ok(s) => LeaderInfo {
+            id: s.id,
+            value: s.value,
+            token,
+        },
+        Err(_) => LeaderInfo {
+            id: String::from_utf8_lossy(data).into_owned(),
+            value: String::new(),
+            token,
+        },
+    }
+}
+
+/// A fencing token from a creation zxid (always positive for real nodes).
+pub(crate) fn token_of(czxid: i64) -> FencingToken {
+    FencingToken(u64::try_from(czxid).unwrap_or(0))
+}
+
+/// A random id in the UUID text form Curator uses for protected names.
+pub(crate) fn random_uuid() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut words = [0u64; 2];
+    for (i, w) in words.iter_mut().enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(i as u64);
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write_u32(std::process::id());
+        *w = h.finish();
+    }
+    let x = (u128::from(words[0]) << 64) | u128::from(words[1]);
+    let hex = format!("{x:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sort_by_sequence() {
+        let p = protected_prefix("0f0f");
+        assert_eq!(p, "_c_0f0f-latch-");
+        assert_eq!(sequence_of("_c_ab-latch-0000000012"), Some(12));
+        assert_eq!(sequence_of("latch-0000000003"), Some(3));
+        assert_eq!(sequence_of("sub"), None);
+        assert_eq!(sequence_of("_c_ab-latch-"), None);
+        let sorted = sorted_latches(vec![
+            "_c_b-latch-0000000010".into(),
+            "child".into(),
+            "_c_a-latch-0000000002".into(),
+            "_c_c-latch-0000000100".into(),
+        ]);
+        assert_eq!(
+            sorted,
+            [
+                "_c_a-latch-0000000002",
+                "_c_b-latch-0000000010",
+                "_c_c-latch-0000000100"
+            ]
+        );
+    }
+
+    #[test]
+    fn data_round_trips_and_foreign_data_is_an_id() {
+        let c = Candidate::with_value("n1", "10.0.0.1:80").unwrap();
+        let l = decode(&encode(&c), 42);
+        assert_eq!(
+            (l.id.as_str(), l.value.as_str(), l.token),
+            ("n1", "10.0.0.1:80", FencingToken(42))
+        );
+        let l = decode(b"curator-participant", 7);
+        assert_eq!(
+            (l.id.as_str(), l.value.as_str()),
+            ("curator-participant", "")
+        );
+        assert_eq!(token_of(-1), FencingToken(0));
+    }
+
+    #[test]
+    fn uuids_look_like_uuids_and_differ() {
+        let (a, b) = (random_uuid(), random_uuid());
+        assert_eq!(a.len(), 36);
+        assert_ne!(a, b);
+        assert_eq!(election_dir(&ElectionName::new("a/b").unwrap()), "/a/b");
+    }
+}
