@@ -1,0 +1,200 @@
+//! The whole election contract against a real ZooKeeper: one server for this test binary
+//! (or the one named by `TENURE_TEST_ZOOKEEPER`), a random election prefix per test, a
+//! TTL (session timeout) of 2 s (the server's tickTime is 1000 ms, so 2 s is its
+//! shortest), and faults injected through a TCP proxy (disconnect) and by closing the
+//! session from a second connection with the same session id (expiry).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::testing::{Env, Faults};
+use tenure_core::{Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
+use tenure_integration::{TcpProxy, ZooKeeperServer};
+use tenure_zookeeper::ZooKeeperBackend;
+
+/// The server shared by every test of this binary, stopped when the binary exits.
+static SERVER: Mutex<Option<ZooKeeperServer>> = Mutex::new(None);
+static ADDR: OnceLock<Result<SocketAddr, String>> = OnceLock::new();
+
+extern "C" fn stop_server() {
+    if let Ok(mut server) = SERVER.lock() {
+        drop(server.take());
+    }
+}
+
+/// Start the shared server once, on a thread of its own so that no test's runtime owns
+/// it.
+fn server_addr() -> SocketAddr {
+    let addr = ADDR.get_or_init(|| {
+        std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            let server = rt
+                .block_on(ZooKeeperServer::start())
+                .map_err(|e| e.to_string())?;
+            let addr = server.addr();
+            *SERVER.lock().map_err(|e| e.to_string())? = Some(server);
+            // SAFETY: registers a plain function without arguments to run at exit.
+            unsafe {
+                libc::atexit(stop_server);
+            }
+            Ok(addr)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread starting ZooKeeper panicked".into()))
+    });
+    match addr {
+        Ok(a) => *a,
+        Err(e) => panic!("starting ZooKeeper: {e}"),
+    }
+}
+
+fn url(addr: SocketAddr) -> String {
+    format!("zk://{addr}/tenure-test?connect_timeout=2s&request_timeout=1s&session_timeout=4s")
+}
+
+/// TTL 2 s (the shortest session timeout at tickTime 1000 ms), renew every 300 ms,
+/// leadership valid for 1.2 s after the last confirmed renewal was sent.
+fn zk_timing() -> Timing {
+    let mut t = Timing::from_ttl(Duration::from_secs(2));
+    t.renew_interval = Duration::from_millis(300);
+    t.renew_deadline = Duration::from_millis(1200);
+    t.connect_timeout = Duration::from_secs(2);
+    t
+}
+
+/// Disconnects cut a victim backend's link through a proxy; expiry closes the session
+/// from a second connection with its id and password.
+struct ZkFaults {
+    server: SocketAddr,
+    backends: Mutex<Vec<ZooKeeperBackend>>,
+    proxy: tokio::sync::Mutex<Option<TcpProxy>>,
+}
+
+#[async_trait]
+impl Faults for ZkFaults {
+    async fn victim_backend(&self, _env: &Env) -> Result<DynBackend, String> {
+        let proxy = TcpProxy::start(self.server)
+            .await
+            .map_err(|e| e.to_string())?;
+        let backend = ZooKeeperBackend::from_url(&url(proxy.addr()))
+            .await
+            .map_err(|e| e.to_string())?;
+        *self.proxy.lock().await = Some(proxy);
+        if let Ok(mut b) = self.backends.lock() {
+            b.push(backend.clone());
+        }
+        Ok(Arc::new(backend))
+    }
+
+    async fn disconnect(&self, _session: &Session) -> Result<(), String> {
+        match self.proxy.lock().await.as_ref() {
+            Some(p) => p.blackhole().await.map_err(|e| e.to_string()),
+            None => Err("no victim backend behind a proxy".into()),
+        }
+    }
+
+    async fn reconnect(&self, _session: &Session) -> Result<(), String> {
+        match self.proxy.lock().await.as_ref() {
+            Some(p) => p.heal().await.map_err(|e| e.to_string()),
+            None => Err("no victim backend behind a proxy".into()),
+        }
+    }
+
+    async fn expire(&self, session: &Session) -> Result<(), String> {
+        let backends = self.backends.lock().map_err(|e| e.to_string())?.clone();
+        let mut last = "no backend".to_string();
+        for b in backends {
+            match b.expire_session(&session.id()).await {
+                Ok(()) => return Ok(()),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(last)
+    }
+}
+
+async fn zk_env() -> Env {
+    let server = server_addr();
+    let backend = match ZooKeeperBackend::from_url(&url(server)).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to ZooKeeper at {server}: {e}"),
+    };
+    let mut env = Env::new(Arc::new(backend.clone()), zk_timing());
+    // The server expires sessions in tickTime buckets (up to 1 s late here), and an
+    // abandoned session is dropped once renewals stop for twice their interval.
+    env.slack = Duration::from_millis(1500);
+    env.faults = Arc::new(ZkFaults {
+        server,
+        backends: Mutex::new(vec![backend]),
+        proxy: tokio::sync::Mutex::new(None),
+    });
+    env
+}
+
+tenure_core::conformance_tests!(zk_env());
+
+/// Not in the shared suite: a TTL the server would clamp is refused, naming the field.
+#[tokio::test]
+async fn ttl_outside_the_session_timeout_range_is_rejected() {
+    let env = zk_env().await;
+    for ttl in [Duration::from_millis(1500), Duration::from_secs(25)] {
+        let err = Session::open(env.backend.clone(), Timing::from_ttl(ttl))
+            .await
+            .expect_err("clamped TTL");
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        assert!(err.message().starts_with("ttl"), "{err}");
+    }
+}
+
+/// Tokens are creation zxids: a session closed with `close()` hands over at once and
+/// the next token is higher; nodes follow the Curator latch naming.
+#[tokio::test]
+async fn close_hands_over_and_nodes_use_curator_names() {
+    let env = zk_env().await;
+    let election = ElectionName::new(format!("{}/curator", env.prefix)).unwrap();
+    let (sa, sb) = (env.session().await, env.session().await);
+    let a = sa
+        .campaign(&election, &Candidate::new("a").unwrap())
+        .await
+        .unwrap();
+    let waiter = {
+        let election = election.clone();
+        tokio::spawn(async move {
+            let l = sb
+                .campaign(&election, &Candidate::new("b").unwrap())
+                .await
+                .unwrap();
+            (l, sb)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = std::time::Instant::now();
+    sa.close().await.unwrap();
+    let (b, _sb) = tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("handover after close")
+        .unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    assert!(b.token() > a.token());
+    let leader = env.backend.leader(&election).await.unwrap().unwrap();
+    assert_eq!((leader.id.as_str(), leader.token), ("b", b.token()));
+}
+
+/// An unreachable server is `Unavailable`/`Timeout` within the connect timeout.
+#[tokio::test]
+async fn unreachable_server_fails_fast() {
+    let t0 = std::time::Instant::now();
+    let err = ZooKeeperBackend::from_url("zk://127.0.0.1:9/x?connect_timeout=500ms")
+        .await
+        .expect_err("nothing listens on port 9");
+    assert!(
+        matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
+        "{err}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}
