@@ -398,6 +398,48 @@ async fn the_first_handover_of_a_new_backend_is_prompt() {
     assert!(gaps[1] < Duration::from_millis(25), "{gaps:?}");
 }
 
+/// Connections the server has accepted since it started.
+async fn connections_received(c: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(c)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_connections_received")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_backend_keeps_its_connections() {
+    let server = RedisServer::start().await.expect("redis");
+    if server.is_external() {
+        return eprintln!("not run: it counts the connections of the whole server");
+    }
+    let mut raw = raw(&server).await;
+    let b = backend(server.endpoint(), "").await;
+    let t = timing(Duration::from_secs(1));
+    let e = name("idle");
+    let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
+    let _a = sa.campaign(&e, &cand("a")).await.expect("campaign");
+    let waiter = {
+        let e = e.clone();
+        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
+    };
+    let _observed = b.observe(&e).await.expect("observe");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = connections_received(&mut raw).await;
+    // Renewals, pings of the subscriber, polls of the waiter and the observer.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let after = connections_received(&mut raw).await;
+    assert_eq!(
+        after, before,
+        "the backend opened new connections while idle"
+    );
+    waiter.abort();
+}
+
 /// A writer that keeps everything written to it.
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);

@@ -359,8 +359,9 @@ async fn serve(
                     }
                 }
             },
+            // Subscribed, Redis answers `PING` with `["pong", ""]`: any answer will do.
             _ = ping.tick() => {
-                let answered = tokio::time::timeout(s.request_timeout, sink.ping::<String>()).await;
+                let answered = tokio::time::timeout(s.request_timeout, sink.ping::<redis::Value>()).await;
                 if !matches!(answered, Ok(Ok(_))) {
                     tracing::debug!("Redis subscriber: no answer to PING; reconnecting");
                     return false;
