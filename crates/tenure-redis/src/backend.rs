@@ -358,6 +358,7 @@ impl Backend for RedisBackend {
         let shared = self.shared.clone();
         self.shared.count();
         let registration = shared.hub.observer(&keys.channel);
+        let subscribed = registration.is_subscribed();
         let (pttl, seat) = shared.read(&keys.seat).await?;
         let first = seat.map(|s| s.info);
         let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
@@ -367,7 +368,7 @@ impl Backend for RedisBackend {
             keys.seat,
             registration,
             first,
-            next,
+            (next, subscribed),
             tx,
         ));
         let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
@@ -397,7 +398,7 @@ async fn observe_task(
     seat: String,
     registration: Registration,
     mut last: Option<LeaderInfo>,
-    mut next: Duration,
+    (mut next, mut subscribed): (Duration, bool),
     tx: watch::Sender<Observed>,
 ) {
     let retry = Retry::default();
@@ -408,7 +409,10 @@ async fn observe_task(
             _ = tx.closed() => return,
             _ = registration.woken() => {}
             _ = tokio::time::sleep(next) => {}
+            // A change published before the subscription was confirmed was missed.
+            _ = registration.subscribed(), if !subscribed => {}
         }
+        subscribed = registration.is_subscribed();
         match shared.read(&seat).await {
             Ok((pttl, holder)) => {
                 failures = 0;

@@ -232,6 +232,7 @@ impl Hub {
 async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
     let retry = Retry::default();
     let mut attempt = 0u32;
+    let mut reconnected = false;
     loop {
         // Commands that come meanwhile need no action: every channel registered once
         // connected is subscribed then. Only the end of the hub stops the wait.
@@ -271,20 +272,39 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
         // channel registered now.
         while s.commands.try_recv().is_ok() {}
         let channels: Vec<String> = lock(&state).channels.keys().cloned().collect();
-        let mut ok = true;
+        let mut failure = None;
         for batch in channels.chunks(SUBSCRIBE_BATCH) {
             s.requests.fetch_add(1, Ordering::Relaxed);
-            if !matches!(
-                tokio::time::timeout(s.request_timeout, sink.subscribe(batch)).await,
-                Ok(Ok(()))
-            ) {
-                ok = false;
+            match tokio::time::timeout(s.request_timeout, sink.subscribe(batch)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failure = Some(e.to_string()),
+                Err(_) => failure = Some(format!("no answer within {:?}", s.request_timeout)),
+            }
+            if failure.is_some() {
                 break;
             }
         }
-        if !ok {
-            tracing::debug!("Redis subscriber: subscribing failed; reconnecting");
+        if let Some(why) = failure {
+            tracing::warn!(error = %why, "Redis subscriber: subscribing failed; reconnecting");
             continue;
+        }
+        // Channels whose last registration left while subscribing.
+        let gone: Vec<String> = {
+            let st = lock(&state);
+            channels
+                .iter()
+                .filter(|c| !st.channels.contains_key(*c))
+                .cloned()
+                .collect()
+        };
+        if !gone.is_empty() {
+            s.requests.fetch_add(1, Ordering::Relaxed);
+            if !matches!(
+                tokio::time::timeout(s.request_timeout, sink.unsubscribe(&gone)).await,
+                Ok(Ok(()))
+            ) {
+                continue;
+            }
         }
         {
             let st = lock(&state);
@@ -293,11 +313,16 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
                     ch.subscribed.send_replace(true);
                 }
             }
-            // Messages may have been missed while not subscribed.
-            for ch in st.channels.values() {
-                ch.wake_all();
+            // After a break, messages may have been missed. (On the first connection,
+            // waiters that registered before it look again once it is confirmed.)
+            if reconnected {
+                for ch in st.channels.values() {
+                    ch.wake_all();
+                }
             }
         }
+        let served = tokio::time::Instant::now();
+        reconnected = true;
         let stop = serve(&state, &mut s, &mut sink, &mut stream).await;
         for ch in lock(&state).channels.values() {
             ch.subscribed.send_replace(false);
@@ -305,8 +330,10 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
         if stop {
             return;
         }
-        // Broken after working: reconnect at once, then back off.
-        attempt = 0;
+        // Broken after working for a while: reconnect at once; else keep backing off.
+        if served.elapsed() > PING_INTERVAL * 2 {
+            attempt = 0;
+        }
     }
 }
 
