@@ -218,7 +218,7 @@ impl Leadership {
         // Drop runs next and only fires the signal; we do the release ourselves.
         state.release_claimed.store(true, Ordering::SeqCst);
         drop(self);
-        state.fire(LossReason::Resigned, Instant::now());
+        state.fire(LossReason::Resigned, session.core().loss_instant());
         session.release(&state).await
     }
 }
@@ -226,7 +226,8 @@ impl Leadership {
 impl Drop for Leadership {
     fn drop(&mut self) {
         // The session's watcher for this grant releases the seat once the signal fires.
-        self.state.fire(LossReason::Resigned, Instant::now());
+        self.state
+            .fire(LossReason::Resigned, self.session.core().loss_instant());
     }
 }
 

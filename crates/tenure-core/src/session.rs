@@ -567,6 +567,13 @@ impl SessionCore {
         }
     }
 
+    /// When a loss noticed now took effect: now, or the deadline if that passed first
+    /// (a process that was paused learns of its loss late, but its grant was never
+    /// valid past the deadline).
+    pub(crate) fn loss_instant(&self) -> Instant {
+        Instant::now().min(self.deadline())
+    }
+
     fn fire_all(&self, reason: LossReason, at: Instant) {
         // Entries leave `held` once released in the store.
         let grants: Vec<_> = self.lock_held().values().cloned().collect();
@@ -584,7 +591,7 @@ impl SessionCore {
     async fn close(&self) -> Result<()> {
         let first = !self.closed.swap(true, Ordering::SeqCst);
         let abandoned = self.abandoned.load(Ordering::SeqCst);
-        self.fire_all(LossReason::SessionClosed, Instant::now());
+        self.fire_all(LossReason::SessionClosed, self.loss_instant());
         self.stop_tasks();
         if first && !abandoned {
             let bs = self.current();
@@ -608,7 +615,7 @@ impl SessionCore {
                     Some(SessionEvent::ElectionLost { election, token, reason }) => {
                         if let Some(g) = self.held_grant(&election) {
                             if g.token == token {
-                                g.fire(LossReason::Revoked(reason), Instant::now());
+                                g.fire(LossReason::Revoked(reason), self.loss_instant());
                             }
                         }
                         continue;
@@ -654,7 +661,7 @@ impl SessionCore {
                 }
             }
             if expired {
-                self.fire_all(LossReason::SessionExpired, Instant::now());
+                self.fire_all(LossReason::SessionExpired, self.loss_instant());
                 match self.reopen(&mut events).await {
                     Some(()) => {
                         events_open = true;

@@ -159,3 +159,22 @@ async fn observers_see_each_change_in_order() {
     l.resign().await.unwrap();
     assert_eq!(stream.next().await.unwrap().unwrap(), None);
 }
+
+/// A holder that was paused past its deadline and then hears of the loss by a store
+/// notification still dates its loss to the deadline: its grant was never valid later.
+#[tokio::test(flavor = "current_thread")]
+async fn a_loss_learned_late_is_dated_to_the_deadline() {
+    let mem = MemoryBackend::new();
+    let mut t = Timing::from_ttl(Duration::from_millis(600));
+    t.renew_interval = Duration::from_millis(100);
+    t.renew_deadline = Duration::from_millis(300);
+    let s = Session::open(Arc::new(mem.clone()), t).await.unwrap();
+    let l = s.campaign(&name("late"), &cand("a")).await.unwrap();
+    let deadline = l.deadline();
+    // A pause of the whole thread: no renewal, no timer.
+    std::thread::sleep(Duration::from_millis(400));
+    // The store's notice arrives first when the thread resumes.
+    assert!(mem.expire_session(&s.id()));
+    l.lost_wait().await;
+    assert_eq!(l.lost_at(), Some(deadline));
+}
