@@ -74,6 +74,8 @@ fn kind_of(err: &RedisError) -> ErrorKind {
         RedisKind::AuthenticationFailed | RedisKind::Server(ServerErrorKind::NoPerm) => {
             ErrorKind::Unauthorized
         }
+        // A server certificate that does not verify fails the same way every time.
+        RedisKind::Io if err.to_string().contains("certificate") => ErrorKind::Unauthorized,
         RedisKind::Io => ErrorKind::Unavailable,
         RedisKind::Server(
             ServerErrorKind::BusyLoading
@@ -145,6 +147,14 @@ mod tests {
             RedisError::from((RedisKind::InvalidClientConfig, "bad")),
         );
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        let e = map(
+            "x",
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "invalid peer certificate: UnknownIssuer",
+            )),
+        );
+        assert_eq!(e.kind(), ErrorKind::Unauthorized);
         let e = map("x", RedisError::from((RedisKind::Parse, "garbage")));
         assert_eq!(e.kind(), ErrorKind::Backend);
         assert!(poisons_connection(&io(std::io::ErrorKind::TimedOut)));
