@@ -23,7 +23,7 @@
 //!   command that writes a candidate's token to it in a loop;
 //!   [`check_fencing`] finds overlapping tenures and non-increasing tokens in
 //!   the event logs of many candidates.
-//! - **Benchmarks.** [`bench_etcd`], [`bench_redis`] and [`bench_backend`]
+//! - **Benchmarks.** [`bench_etcd`], [`bench_redis`], [`bench_zookeeper`] and [`bench_backend`]
 //!   measure graceful handover and crash failover latency and return a
 //!   [`BenchTable`] (min/median/max per figure); [`bench_redis`] adds the cost
 //!   of one renewal for 1, 100 and 10,000 held elections.
@@ -50,6 +50,7 @@
 
 mod bench;
 mod bench_redis;
+mod bench_zookeeper;
 mod candidate;
 mod error;
 mod fencing;
@@ -62,6 +63,7 @@ pub use bench::{
     bench_backend, bench_etcd, measure_failover, measure_handover, BenchOptions, BenchTable, Figure,
 };
 pub use bench_redis::{bench_redis, RENEW_ELECTIONS};
+pub use bench_zookeeper::bench_zookeeper;
 pub use candidate::{CandidateProcess, Event, TERMINATE_TIMEOUT};
 pub use error::{HarnessError, Result};
 pub use fencing::{
