@@ -11,6 +11,8 @@ pub use tenure_etcd::{EtcdBackend, EtcdConfig};
 pub use tenure_peer as peer;
 #[cfg(feature = "redis")]
 pub use tenure_redis::{RedisBackend, RedisConfig};
+#[cfg(feature = "zookeeper")]
+pub use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 
 /// Open the backend named by `url`, among those enabled by cargo features:
 ///
@@ -19,6 +21,7 @@ pub use tenure_redis::{RedisBackend, RedisConfig};
 /// | `mem://[NAME]` | always | in-memory store of this process ([`MemoryBackend`]) |
 /// | `etcd://host:port[,…][?prefix=…]`, `etcds://…` (TLS) | `etcd` | etcd v3 (`EtcdBackend`) |
 /// | `redis://[user:password@]host[:port][/db][?prefix=…]`, `rediss://…` (TLS) | `redis` | a Redis primary (`RedisBackend`) |
+/// | `zk://[user:password@]host:port[,…][/chroot][?session_timeout=…]` | `zookeeper` | ZooKeeper, Curator LeaderLatch-style nodes (`ZooKeeperBackend`) |
 /// | `peer://host:port?id=…&peers=…[&algorithm=…]` | `peer` | this process as one node of a peer cluster, no store (`peer::PeerBackend`) |
 ///
 /// An unknown or disabled scheme is [`ErrorKind::InvalidArgument`] naming the schemes
@@ -34,6 +37,10 @@ pub async fn connect(url: &str) -> Result<DynBackend> {
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(std::sync::Arc::new(
             tenure_redis::RedisBackend::from_url(url).await?,
+        )),
+        #[cfg(feature = "zookeeper")]
+        tenure_zookeeper::SCHEME => Ok(std::sync::Arc::new(
+            tenure_zookeeper::ZooKeeperBackend::from_url(url).await?,
         )),
         #[cfg(feature = "peer")]
         tenure_peer::PEER_SCHEME => Ok(std::sync::Arc::new(
@@ -54,6 +61,8 @@ pub fn schemes() -> Vec<&'static str> {
     s.extend(tenure_etcd::SCHEMES);
     #[cfg(feature = "redis")]
     s.extend(tenure_redis::SCHEMES);
+    #[cfg(feature = "zookeeper")]
+    s.push(tenure_zookeeper::SCHEME);
     #[cfg(feature = "peer")]
     s.push(tenure_peer::PEER_SCHEME);
     s
