@@ -35,10 +35,11 @@ end
 /// Returns `{-1}` if the session is gone, `{1, token}` on a grant, `{0, seat PTTL,
 /// queue rank or -1}` if someone else holds it.
 ///
-/// The token is `max(counter + 1, now_ms × 1000)` with `now` from the server's `TIME`:
-/// a counter that Redis lost (restart without persistence) or that lags (failover to a
-/// replica that missed writes) still continues above every token handed out before, as
-/// long as the server's clock is later than it was at the last grant.
+/// The token is `max(counter + 1, now)` with `now` the server's `TIME` in microseconds
+/// since 1970: a counter that Redis lost (restart without persistence) or that lags
+/// (failover to a replica that missed writes) still continues above every token handed
+/// out before, as long as the server's clock is later than it was at the last grant. (A
+/// grant takes more than a microsecond, so tokens never run ahead of the clock.)
 const ACQUIRE: &str = r#"
 local sid = ARGV[1]
 if redis.call('EXISTS', KEYS[4]) == 0 then
@@ -66,7 +67,7 @@ if cur and string.sub(cur, 1, #sid + 1) ~= sid .. '\n' then
   return {0, redis.call('PTTL', KEYS[1]), rank}
 end
 local t = redis.call('TIME')
-local now_s = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000)) .. '000'
+local now_s = t[1] .. string.format('%06d', tonumber(t[2]))
 local now = tonumber(now_s)
 local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local token
