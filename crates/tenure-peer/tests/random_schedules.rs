@@ -14,7 +14,7 @@ use tenure_peer::sim::{Network, SimRng, Simulation};
 use tenure_peer::PeerId;
 
 /// Seeds per algorithm in the seeded loop.
-const SEEDS_PER_ALGO: u64 = 24;
+const SEEDS_PER_ALGO: u64 = 200;
 
 /// Builds and runs one random schedule of the quorum-guarded `algo`.
 fn run_schedule(algo: Algo, seed: u64) -> Simulation<Machine> {
