@@ -426,6 +426,51 @@ async fn the_first_handover_of_a_new_backend_is_prompt() {
     assert!(gaps[1] < Duration::from_millis(25), "{gaps:?}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_session_that_stopped_waiting_is_skipped() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint(), "&poll_interval_ms=30000").await;
+    let mut raw = raw(&server).await;
+    let t = timing(Duration::from_secs(10));
+    let e = name("ghost");
+    let (sa, sb, ghost) = (
+        session(&b, &t).await,
+        session(&b, &t).await,
+        session(&b, &t).await,
+    );
+    let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
+    let waiter = {
+        let e = e.clone();
+        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A live session first in line that no longer waits (its withdrawal was lost).
+    let _: () = redis::cmd("ZADD")
+        .arg(format!("{}:queue:ghost", prefix()))
+        .arg(0)
+        .arg(ghost.id())
+        .query_async(&mut raw)
+        .await
+        .expect("ZADD");
+    let t0 = tokio::time::Instant::now();
+    a.resign().await.expect("resign");
+    let (granted, _sb) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the live waiter was woken, not the ghost")
+        .expect("task");
+    let gap = granted.expect("campaign").granted_at() - t0;
+    assert!(gap < Duration::from_secs(1), "{gap:?}");
+    let left: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{}:queue:ghost", prefix()))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .expect("ZRANGE");
+    assert!(left.is_empty(), "{left:?}");
+    drop(ghost);
+}
+
 /// Connections the server has accepted since it started.
 async fn connections_received(c: &mut redis::aio::MultiplexedConnection) -> u64 {
     let info: String = redis::cmd("INFO")

@@ -247,7 +247,7 @@ impl RedisBackend {
                     .arg(session_id)
                     .arg("")
                     .arg(&election.channel)
-                    .arg(&shared.sessions);
+                    .arg(&election.waits);
                 let reply = shared
                     .conn
                     .script("expire session: free a seat", &invocation)

@@ -7,6 +7,7 @@
 //! | `P:seat:E` | the seat: a string `<session id>\n<token>\n<candidate id>\n<value>` with the holder session's TTL |
 //! | `P:token:E` | the fencing counter (no TTL) |
 //! | `P:queue:E` | waiting sessions, a sorted set by arrival |
+//! | `P:wait:E:<id>` | session `<id>` is still waiting for `E` (renewed by each of its attempts) |
 //! | `P:chan:D:E` | the pub/sub channel (channels are not per database, so `D` is in it) |
 //! | `P:session:<id>` | a session, with the session TTL |
 //!
@@ -25,6 +26,8 @@ pub(crate) struct ElectionKeys {
     pub(crate) seat: String,
     pub(crate) counter: String,
     pub(crate) queue: String,
+    /// What the liveness key of each waiting session starts with (the id follows).
+    pub(crate) waits: String,
     pub(crate) channel: String,
 }
 
@@ -34,6 +37,7 @@ impl ElectionKeys {
             seat: format!("{prefix}:seat:{election}"),
             counter: format!("{prefix}:token:{election}"),
             queue: format!("{prefix}:queue:{election}"),
+            waits: format!("{prefix}:wait:{election}:"),
             channel: format!("{prefix}:chan:{db}:{election}"),
         }
     }
@@ -145,6 +149,7 @@ mod tests {
         assert_eq!(k.seat, "app:seat:billing/shard-1");
         assert_eq!(k.counter, "app:token:billing/shard-1");
         assert_eq!(k.queue, "app:queue:billing/shard-1");
+        assert_eq!(k.waits, "app:wait:billing/shard-1:");
         assert_eq!(k.channel, "app:chan:2:billing/shard-1");
         assert_eq!(session_key("app", "ab"), "app:session:ab");
         assert_eq!(seat_pattern("a*[b]"), "a\\*\\[b\\]:seat:*");

@@ -1,7 +1,7 @@
 //! The Lua scripts. Each runs atomically in Redis, so every decision about a seat is
 //! made and applied in one round trip.
 //!
-//! Scripts name session keys that are not passed in `KEYS` (the sessions of queued
+//! Scripts name keys that are not passed in `KEYS` (the liveness keys of queued
 //! waiters), so they need a single Redis primary (not Redis Cluster).
 
 use std::sync::LazyLock;
@@ -11,12 +11,13 @@ use redis::Script;
 /// Helpers shared by the scripts that free a seat.
 const COMMON: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
--- Wake the first waiter whose session is alive, forgetting dead ones on the way.
-local function wake_next(queue, channel, sessions)
+-- Wake the first waiter still waiting (its liveness key `waits .. session` is renewed
+-- by each of its attempts), forgetting the others on the way.
+local function wake_next(queue, channel, waits)
   for _ = 1, 16 do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then break end
-    if redis.call('EXISTS', sessions .. head) == 1 then
+    if redis.call('EXISTS', waits .. head) == 1 then
       redis.call('PUBLISH', channel, 'free ' .. head)
       return
     end
@@ -30,7 +31,8 @@ end
 /// else, when waiting, join the queue.
 ///
 /// KEYS: seat, counter, queue, session. ARGV: session id, TTL ms, candidate id, value,
-/// wait ("1"/"0"), channel, session key prefix, queue keep-alive ms.
+/// wait ("1"/"0"), channel, waiter liveness key prefix, how long a waiter's place is kept
+/// without an attempt (ms).
 ///
 /// Returns `{-1}` if the session is gone, `{1, token}` on a grant, `{0, seat PTTL,
 /// queue rank or -1}` if someone else holds it.
@@ -44,6 +46,7 @@ const ACQUIRE: &str = r#"
 local sid = ARGV[1]
 if redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('ZREM', KEYS[3], sid)
+  redis.call('DEL', ARGV[7] .. sid)
   return {-1}
 end
 local cur = redis.call('GET', KEYS[1])
@@ -52,6 +55,7 @@ if cur and string.sub(cur, 1, #sid + 1) ~= sid .. '\n' then
   if ARGV[5] == '1' then
     local t = redis.call('TIME')
     redis.call('ZADD', KEYS[3], 'NX', t[1] .. string.format('%06d', tonumber(t[2])), sid)
+    redis.call('SET', ARGV[7] .. sid, '1', 'PX', ARGV[8])
     for _, other in ipairs(redis.call('ZRANGE', KEYS[3], 0, 7)) do
       if other == sid then break end
       if redis.call('EXISTS', ARGV[7] .. other) == 0 then
@@ -80,6 +84,7 @@ end
 local token_s = string.format('%.0f', token)
 redis.call('SET', KEYS[1], sid .. '\n' .. token_s .. '\n' .. ARGV[3] .. '\n' .. ARGV[4], 'PX', ARGV[2])
 redis.call('ZREM', KEYS[3], sid)
+redis.call('DEL', ARGV[7] .. sid)
 redis.call('PUBLISH', ARGV[6], 'taken ' .. token_s)
 return {1, token_s}
 "#;
@@ -87,11 +92,12 @@ return {1, token_s}
 /// Delete the seat if this session holds it (with the given token, or any if empty),
 /// leave the queue, and wake the next live waiter.
 ///
-/// KEYS: seat, queue. ARGV: session id, token or "", channel, session key prefix.
+/// KEYS: seat, queue. ARGV: session id, token or "", channel, waiter liveness key prefix.
 /// Returns 1 if the seat was freed, else 0.
 const RELEASE: &str = r#"
 local sid = ARGV[1]
 redis.call('ZREM', KEYS[2], sid)
+redis.call('DEL', ARGV[4] .. sid)
 local p = sid .. '\n'
 if ARGV[2] ~= '' then p = p .. ARGV[2] .. '\n' end
 local cur = redis.call('GET', KEYS[1])
@@ -126,18 +132,20 @@ return lost
 /// End a session: delete its key, free every listed seat it holds (waking the next
 /// waiter) and leave every listed queue.
 ///
-/// KEYS: session, then seat and queue of each election. ARGV: session id, session key
-/// prefix, then the channel of each election.
+/// KEYS: session, then seat and queue of each election. ARGV: session id, then the
+/// channel and the waiter liveness key prefix of each election.
 const CLOSE: &str = r#"
 redis.call('DEL', KEYS[1])
 local sid = ARGV[1]
 for i = 1, (#KEYS - 1) / 2 do
   local seat, queue = KEYS[2 * i], KEYS[2 * i + 1]
+  local channel, waits = ARGV[2 * i], ARGV[2 * i + 1]
   redis.call('ZREM', queue, sid)
+  redis.call('DEL', waits .. sid)
   local cur = redis.call('GET', seat)
   if cur and string.sub(cur, 1, #sid + 1) == sid .. '\n' then
     redis.call('DEL', seat)
-    wake_next(queue, ARGV[2 + i], ARGV[2])
+    wake_next(queue, channel, waits)
   end
 end
 return 1

@@ -171,7 +171,7 @@ impl Inner {
             .arg(candidate.value())
             .arg(if wait { "1" } else { "0" })
             .arg(&keys.channel)
-            .arg(&shared.sessions)
+            .arg(&keys.waits)
             .arg(keep_ms);
         let reply = shared.conn.script("campaign", &invocation).await?;
         parse_acquire(&reply)
@@ -355,7 +355,7 @@ impl BackendSession for RedisSession {
             .arg(&inner.id)
             .arg(token)
             .arg(&keys.channel)
-            .arg(&shared.sessions);
+            .arg(&keys.waits);
         shared.conn.script("resign", &invocation).await?;
         Ok(())
     }
@@ -370,10 +370,14 @@ impl BackendSession for RedisSession {
         elections.extend(lock(&inner.waiting).iter().cloned());
         let shared = &inner.shared;
         let mut invocation = CLOSE_SCRIPT.key(&inner.key);
-        invocation.arg(&inner.id).arg(&shared.sessions);
+        invocation.arg(&inner.id);
         for election in &elections {
             let keys = shared.keys(election);
-            invocation.key(keys.seat).key(keys.queue).arg(keys.channel);
+            invocation
+                .key(keys.seat)
+                .key(keys.queue)
+                .arg(keys.channel)
+                .arg(keys.waits);
         }
         shared.conn.script("close session", &invocation).await?;
         Ok(())
