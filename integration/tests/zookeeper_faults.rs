@@ -1,0 +1,502 @@
+//! Fault tests against a real ZooKeeper (tickTime 1000 ms) with real candidate processes
+//! (the `tenure` CLI on `zk://`): SIGKILL and SIGSTOP of the holder, SIGSTOP of the
+//! server longer than the deadline, a server restart with the same data directory within
+//! the session timeout (leadership survives), a cut connection, and bad input
+//! (unreachable server, a chroot the client may not use). Each test starts its own
+//! ZooKeeper (they pause and restart it) and checks the fencing of every candidate's
+//! event log.
+//!
+//! Run with `--test-threads=2` or fewer on small machines: every test runs a ZooKeeper
+//! and two or three candidate processes. The tests that pause or restart the server need
+//! a local one and say so if `TENURE_TEST_ZOOKEEPER` names an external one.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tenure_core::ErrorKind;
+use tenure_integration::{
+    check_fencing, monotonic_now_ns, CandidateProcess, Event, GuardedResource, TcpProxy,
+    ZooKeeperServer,
+};
+use tenure_zookeeper::ZooKeeperBackend;
+
+/// The candidates' session TTL (= ZooKeeper session timeout; 2 s is the shortest at
+/// tickTime 1000 ms).
+const TTL: Duration = Duration::from_secs(2);
+/// The CLI's default renew deadline for that TTL (TTL × 2/3).
+const RENEW_DEADLINE: Duration = Duration::from_millis(1333);
+/// How often a leader's command writes its token to the guarded resource.
+const WRITE_EVERY: Duration = Duration::from_millis(100);
+/// The `tenure` binary: `TENURE_BIN` if set, else built with cargo into the target
+/// directory this test runs from.
+fn tenure_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        if let Some(b) = std::env::var_os("TENURE_BIN") {
+            return Ok(PathBuf::from(b));
+        }
+        // <target>/<profile>/deps/zookeeper_faults-… → <target>/<profile>
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .ok_or("cannot locate the target directory")?;
+        let target_dir = profile_dir.parent().ok_or("cannot locate the target dir")?;
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "-q", "-p", "tenure-cli", "--bin", "tenure"])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .current_dir(tenure_integration::workspace_root());
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().map_err(|e| format!("running cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!("cargo build -p tenure-cli failed: {status}"));
+        }
+        Ok(profile_dir.join("tenure"))
+    });
+    match bin {
+        Ok(b) => b.clone(),
+        Err(e) => panic!("building the tenure CLI: {e}"),
+    }
+}
+
+fn url(endpoint: &str) -> String {
+    format!("zk://{endpoint}/faults?connect_timeout=1s&request_timeout=1s")
+}
+
+/// A candidate that, while leader, writes its token to `resource` every 100 ms. The
+/// command is bounded by `timeout` because a SIGKILLed CLI cannot stop it.
+fn candidate(
+    backend_url: &str,
+    election: &str,
+    id: &str,
+    resource: &GuardedResource,
+) -> CandidateProcess {
+    candidate_with_ttl(backend_url, election, id, resource, TTL)
+}
+
+fn candidate_with_ttl(
+    backend_url: &str,
+    election: &str,
+    id: &str,
+    resource: &GuardedResource,
+    ttl: Duration,
+) -> CandidateProcess {
+    let args: Vec<String> = [
+        "campaign",
+        "--backend",
+        backend_url,
+        "--election",
+        election,
+        "--id",
+        id,
+        "--ttl",
+        &ttl.as_secs().to_string(),
+        "--connect-timeout",
+        "1",
+        "--grace",
+        "1",
+        "--",
+        "timeout",
+        "60",
+        "bash",
+        "-c",
+        &resource.write_loop_command(WRITE_EVERY),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    match CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]) {
+        Ok(c) => c,
+        Err(e) => panic!("starting candidate {id}: {e}"),
+    }
+}
+
+fn is(kind: &'static str) -> impl Fn(&Event) -> bool {
+    move |e| e.is(kind)
+}
+
+async fn wait(c: &CandidateProcess, pred: impl Fn(&Event) -> bool, within: Duration) -> Event {
+    match c.wait_for_event(pred, within).await {
+        Ok(e) => e,
+        Err(e) => panic!("{e}\nstderr:\n{}", c.stderr_tail()),
+    }
+}
+
+/// The first `elected` after `after_ns` among `candidates`, with its candidate index.
+async fn next_leader(
+    candidates: &[&CandidateProcess],
+    after_ns: u64,
+    within: Duration,
+) -> (usize, Event) {
+    let deadline = Instant::now() + within;
+    loop {
+        for (i, c) in candidates.iter().enumerate() {
+            if let Some(e) = c
+                .events()
+                .into_iter()
+                .find(|e| e.is(Event::ELECTED) && e.mono_ns > after_ns)
+            {
+                return (i, e);
+            }
+        }
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = candidates
+                .iter()
+                .map(|c| {
+                    let events: Vec<String> = c.events().iter().map(|e| e.to_string()).collect();
+                    format!(
+                        "{}:\n  {}\n{}",
+                        c.label(),
+                        events.join("\n  "),
+                        c.stderr_tail()
+                    )
+                })
+                .collect();
+            panic!("nobody elected within {within:?}:\n{}", logs.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn assert_fenced(candidates: &[&CandidateProcess]) {
+    let logs: Vec<Vec<Event>> = candidates.iter().map(|c| c.events()).collect();
+    let violations = check_fencing(&logs);
+    assert!(
+        violations.is_empty(),
+        "fencing violations: {violations:?}\nlogs: {logs:#?}"
+    );
+}
+
+async fn stop_all(candidates: Vec<CandidateProcess>) {
+    for mut c in candidates {
+        if c.try_exit_status().is_none() {
+            let _ = c.terminate().await;
+        }
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The refused writes of `writer` with `token`.
+fn refused(resource: &GuardedResource, writer: &str, token: u64) -> usize {
+    resource
+        .refused()
+        .iter()
+        .filter(|w| w.writer == writer && w.token == token)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_the_holder_fails_over_within_the_session_timeout() {
+    let zk = ZooKeeperServer::start().await.expect("zookeeper");
+    let resource = GuardedResource::start().await.expect("resource");
+    let url = url(zk.endpoint());
+    let election = "faults/sigkill";
+    let mut a = candidate(&url, election, "a", &resource);
+    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
+    let b = candidate(&url, election, "b", &resource);
+    let c = candidate(&url, election, "c", &resource);
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
+    wait(&c, is("campaigning"), Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = a.kill().await.expect("kill a");
+    // The server expires sessions in tickTime buckets: up to 1 s after the timeout.
+    let bound = TTL + Duration::from_millis(1500);
+    let (_, successor) = next_leader(&[&b, &c], killed, bound).await;
+    let gap = successor.mono_ns - killed;
+    eprintln!(
+        "SIGKILL failover: {:.0} ms (session timeout {TTL:?})",
+        ms(gap)
+    );
+    assert!(gap <= bound.as_nanos() as u64);
+    let new_token = successor.token.expect("token");
+    assert!(new_token > a_elected.token.expect("token"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        refused(&resource, "a", a_elected.token.unwrap_or(0)) > 0,
+        "the dead holder's writes were not refused: {:?}",
+        resource.writes()
+    );
+    assert_fenced(&[&a, &b, &c]);
+    stop_all(vec![a, b, c]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_of_the_holder_for_two_session_timeouts() {
+    let zk = ZooKeeperServer::start().await.expect("zookeeper");
+    let resource = GuardedResource::start().await.expect("resource");
+    let url = url(zk.endpoint());
+    let election = "faults/sigstop-holder";
+    let a = candidate(&url, election, "a", &resource);
+    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
+    let a_token = a_elected.token.expect("token");
+    let b = candidate(&url, election, "b", &resource);
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let paused = monotonic_now_ns();
+    a.pause().expect("pause a");
+    let b_elected = wait(&b, is(Event::ELECTED), TTL * 2).await;
+    tokio::time::sleep((TTL * 2).saturating_sub(Duration::from_nanos(
+        monotonic_now_ns().saturating_sub(paused),
+    )))
+    .await;
+    a.resume().expect("resume a");
+    let lost = wait(&a, is(Event::LOST), Duration::from_secs(5)).await;
+    eprintln!(
+        "paused holder: lost stamped {:.0} ms after the pause, successor elected {:.0} ms after it",
+        ms(lost.mono_ns.saturating_sub(paused)),
+        ms(b_elected.mono_ns - paused)
+    );
+    assert_eq!(lost.token, Some(a_token));
+    assert!(
+        lost.mono_ns <= b_elected.mono_ns,
+        "lost after the successor"
+    );
+    assert!(b_elected.token.expect("token") > a_token);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        refused(&resource, "a", a_token) > 0,
+        "stale writes were not refused: {:?}",
+        resource.writes()
+    );
+    assert_fenced(&[&a, &b]);
+    stop_all(vec![a, b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_of_zookeeper_fires_lost_before_the_session_could_expire() {
+    let zk = ZooKeeperServer::start().await.expect("zookeeper");
+    assert!(
+        !zk.is_external(),
+        "this test pauses the server: unset {}",
+        ZooKeeperServer::ENV
+    );
+    let resource = GuardedResource::start().await.expect("resource");
+    let url = url(zk.endpoint());
+    let election = "faults/sigstop-zk";
+    let a = candidate(&url, election, "a", &resource);
+    let b = candidate(&url, election, "b", &resource);
+    let (first, elected) = next_leader(&[&a, &b], 0, Duration::from_secs(10)).await;
+    let holder = [&a, &b][first];
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let paused = monotonic_now_ns();
+    zk.pause().expect("pause zookeeper");
+    let lost = wait(holder, is(Event::LOST), TTL + Duration::from_secs(1)).await;
+    let lost_read = monotonic_now_ns();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    zk.resume().expect("resume zookeeper");
+    eprintln!(
+        "ZooKeeper paused: lost stamped {:.0} ms after the pause (deadline {RENEW_DEADLINE:?}, session timeout {TTL:?})",
+        ms(lost.mono_ns - paused)
+    );
+    assert_eq!(lost.token, elected.token);
+    assert!(lost.mono_ns <= paused + RENEW_DEADLINE.as_nanos() as u64);
+    assert!(
+        lost_read < paused + TTL.as_nanos() as u64,
+        "lost reported late"
+    );
+    // Campaigns resume by themselves once the server is back.
+    let (_, again) = next_leader(&[&a, &b], lost.mono_ns, TTL * 5).await;
+    assert!(again.token > elected.token);
+    assert_fenced(&[&a, &b]);
+    stop_all(vec![a, b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_within_the_session_timeout_keeps_leadership() {
+    let mut zk = ZooKeeperServer::start().await.expect("zookeeper");
+    assert!(
+        !zk.is_external(),
+        "this test restarts the server: unset {}",
+        ZooKeeperServer::ENV
+    );
+    let resource = GuardedResource::start().await.expect("resource");
+    let url = url(zk.endpoint());
+    let election = "faults/restart";
+    // A 10 s session (deadline 6.7 s) outlives a restart of about a second.
+    let ttl = Duration::from_secs(10);
+    let a = candidate_with_ttl(&url, election, "a", &resource, ttl);
+    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
+    let b = candidate_with_ttl(&url, election, "b", &resource, ttl);
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
+    let t0 = Instant::now();
+    zk.kill().await.expect("kill zookeeper");
+    zk.restart().await.expect("restart zookeeper");
+    let down = t0.elapsed();
+    // Well past reconnecting, still within the deadline had the renewals failed.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    eprintln!("ZooKeeper restart: down for {down:?}");
+    assert!(
+        !a.events().iter().any(|e| e.is(Event::LOST)),
+        "the holder lost leadership across a {down:?} restart: {:?}\n{}",
+        a.events(),
+        a.stderr_tail()
+    );
+    assert!(
+        !b.events().iter().any(|e| e.is(Event::ELECTED)),
+        "the waiter was elected"
+    );
+    let backend = ZooKeeperBackend::from_url(&url).await.expect("connect");
+    let leader = tenure_core::Backend::leader(
+        &backend,
+        &tenure_core::ElectionName::new(election).expect("name"),
+    )
+    .await
+    .expect("leader")
+    .expect("a leader");
+    assert_eq!(
+        (leader.id.as_str(), Some(leader.token.get())),
+        ("a", a_elected.token)
+    );
+    assert_fenced(&[&a, &b]);
+    stop_all(vec![a, b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_connection_fires_lost_and_campaigns_resume() {
+    let zk = ZooKeeperServer::start().await.expect("zookeeper");
+    let resource = GuardedResource::start().await.expect("resource");
+    let proxy = TcpProxy::start(zk.addr()).await.expect("proxy");
+    let direct = url(zk.endpoint());
+    let through_proxy = url(&proxy.addr().to_string());
+    let election = "faults/cut";
+    let a = candidate(&through_proxy, election, "a", &resource);
+    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
+    let mut b = candidate(&direct, election, "b", &resource);
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cut = monotonic_now_ns();
+    proxy.cut().await.expect("cut");
+    let lost = wait(&a, is(Event::LOST), TTL + Duration::from_secs(1)).await;
+    let b_elected = wait(&b, is(Event::ELECTED), TTL * 2).await;
+    assert!(lost.mono_ns <= b_elected.mono_ns);
+    assert!(lost.mono_ns <= cut + RENEW_DEADLINE.as_nanos() as u64);
+    proxy.heal().await.expect("heal");
+    tokio::time::sleep(TTL).await;
+    b.terminate().await.expect("terminate b");
+    let again = wait(
+        &a,
+        |e| e.is(Event::ELECTED) && e.mono_ns > lost.mono_ns,
+        TTL * 3,
+    )
+    .await;
+    eprintln!(
+        "cut: lost {:.0} ms after the cut, b elected {:.0} ms after it",
+        ms(lost.mono_ns - cut),
+        ms(b_elected.mono_ns - cut)
+    );
+    assert!(again.token > b_elected.token);
+    assert!(b_elected.token > a_elected.token);
+    assert_fenced(&[&a, &b]);
+    stop_all(vec![a, b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_fails_fast_with_the_right_kind() {
+    let limit = Duration::from_millis(700);
+    // Nothing listens: refused.
+    let port = tenure_integration::free_port().expect("port");
+    let started = Instant::now();
+    let err = ZooKeeperBackend::from_url(&format!(
+        "zk://127.0.0.1:{port}/x?connect_timeout={}ms",
+        limit.as_millis()
+    ))
+    .await
+    .expect_err("nothing listens");
+    let took = started.elapsed();
+    assert!(
+        matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
+        "{err}"
+    );
+    assert!(took <= limit + Duration::from_millis(300), "took {took:?}");
+    // Something accepts but never answers: a timeout, not a hang.
+    let zk = ZooKeeperServer::start().await.expect("zookeeper");
+    let proxy = TcpProxy::start(zk.addr()).await.expect("proxy");
+    proxy.blackhole().await.expect("blackhole");
+    let started = Instant::now();
+    let err = ZooKeeperBackend::from_url(&format!(
+        "zk://{}/x?connect_timeout={}ms",
+        proxy.addr(),
+        limit.as_millis()
+    ))
+    .await
+    .expect_err("black hole");
+    let took = started.elapsed();
+    assert!(
+        matches!(err.kind(), ErrorKind::Unavailable | ErrorKind::Timeout),
+        "{err}"
+    );
+    assert!(took <= limit + Duration::from_millis(300), "took {took:?}");
+    // A node anyone may read but nobody may write: a chroot below it cannot be created,
+    // and an election under it cannot be joined.
+    let admin = zookeeper_client::Client::connect(zk.endpoint())
+        .await
+        .expect("admin client");
+    admin
+        .create(
+            "/locked",
+            b"",
+            &zookeeper_client::CreateMode::Persistent
+                .with_acls(zookeeper_client::Acls::anyone_read()),
+        )
+        .await
+        .expect("create /locked");
+    let err =
+        ZooKeeperBackend::from_url(&format!("zk://user:s3cret-pw@{}/locked/sub", zk.endpoint()))
+            .await
+            .expect_err("chroot under a read-only node");
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    assert!(!err.to_string().contains("s3cret-pw"), "{err}");
+    let backend = ZooKeeperBackend::from_url(&format!("zk://{}/locked", zk.endpoint()))
+        .await
+        .expect("a readable chroot connects");
+    let session = tenure_core::Session::open(
+        std::sync::Arc::new(backend),
+        tenure_core::Timing::from_ttl(TTL),
+    )
+    .await
+    .expect("session");
+    let err = session
+        .campaign(
+            &tenure_core::ElectionName::new("e").expect("name"),
+            &tenure_core::Candidate::new("a").expect("id"),
+        )
+        .await
+        .expect_err("campaign under a read-only node");
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    // A malformed chroot is invalid, before any connection.
+    let err = ZooKeeperBackend::from_url("zk://127.0.0.1:1/a//b")
+        .await
+        .expect_err("bad chroot");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    // The CLI reports an unreachable server on one line and exits 1.
+    let bin = tenure_bin();
+    let started = Instant::now();
+    let out = Command::new(bin)
+        .args([
+            "campaign",
+            "--backend",
+            &format!("zk://127.0.0.1:{port}/x?connect_timeout=700ms"),
+            "--election",
+            "x",
+            "--id",
+            "a",
+        ])
+        .output()
+        .expect("run tenure");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("tenure: unavailable") || stderr.starts_with("tenure: timeout"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
