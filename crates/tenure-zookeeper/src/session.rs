@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use tenure_core::{
     BackendSession, Candidate, ElectionName, Error, ErrorKind, FencingToken, Result, SessionEvents,
 };
-use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState};
+use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
 use crate::backend::{close_session, connect_client, is_no_node, is_node_exists, Shared};
 use crate::error::{closed, own};
@@ -337,15 +337,8 @@ impl ZkSession {
             if stat.is_none() {
                 continue;
             }
-            // Sequences only grow, so once the first node goes, the second leads: no
-            // need to list the children again.
-            let second = position == 1;
             tokio::select! {
-                event = watcher.changed() => {
-                    if second && event.event_type == EventType::NodeDeleted {
-                        return Ok(Some(token_of(node.czxid)));
-                    }
-                }
+                _ = watcher.changed() => {}
                 state = states.changed() => {
                     if state.is_terminated() {
                         return Err(match state {
