@@ -52,6 +52,7 @@ mod bench;
 mod bench_redis;
 mod bench_zookeeper;
 mod candidate;
+pub mod cli_faults;
 mod error;
 mod fencing;
 mod os;

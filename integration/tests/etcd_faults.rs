@@ -7,15 +7,16 @@
 //! two or three candidate processes. The tests that pause, restart or reconfigure etcd
 //! need a local server and say so if `TENURE_TEST_ETCD` names an external one.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tenure_core::ErrorKind;
 use tenure_etcd::EtcdBackend;
+use tenure_integration::cli_faults::{
+    assert_fenced, is, ms, next_leader, refused, spawn_writer, stop_all, tenure_bin, wait,
+};
 use tenure_integration::{
-    check_fencing, monotonic_now_ns, CandidateProcess, EtcdServer, Event, GuardedResource, TcpProxy,
+    monotonic_now_ns, CandidateProcess, EtcdServer, Event, GuardedResource, TcpProxy,
 };
 
 /// The candidates' session TTL.
@@ -25,160 +26,18 @@ const RENEW_DEADLINE: Duration = Duration::from_millis(1333);
 /// How often a leader's command writes its token to the guarded resource.
 const WRITE_EVERY: Duration = Duration::from_millis(100);
 
-/// The `tenure` binary: `TENURE_BIN` if set, else built with cargo into the target
-/// directory this test runs from.
-fn tenure_bin() -> PathBuf {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let bin = BIN.get_or_init(|| {
-        if let Some(b) = std::env::var_os("TENURE_BIN") {
-            return Ok(PathBuf::from(b));
-        }
-        // <target>/<profile>/deps/etcd_faults-… → <target>/<profile>
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let profile_dir = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .ok_or("cannot locate the target directory")?;
-        let target_dir = profile_dir.parent().ok_or("cannot locate the target dir")?;
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "-q", "-p", "tenure-cli", "--bin", "tenure"])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .current_dir(tenure_integration::workspace_root());
-        if profile_dir.file_name().is_some_and(|p| p == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().map_err(|e| format!("running cargo: {e}"))?;
-        if !status.success() {
-            return Err(format!("cargo build -p tenure-cli failed: {status}"));
-        }
-        Ok(profile_dir.join("tenure"))
-    });
-    match bin {
-        Ok(b) => b.clone(),
-        Err(e) => panic!("building the tenure CLI: {e}"),
-    }
-}
-
-fn url(endpoint: &str) -> String {
-    let host = endpoint.trim_start_matches("http://");
-    format!("etcd://{host}?prefix=faults&connect_timeout_ms=1000&request_timeout_ms=1000")
-}
-
-/// A candidate that, while leader, writes its token to `resource` every 100 ms. The
-/// command is bounded by `timeout` because a SIGKILLed CLI cannot stop it.
 fn candidate(
     backend_url: &str,
     election: &str,
     id: &str,
     resource: &GuardedResource,
 ) -> CandidateProcess {
-    let args: Vec<String> = [
-        "campaign",
-        "--backend",
-        backend_url,
-        "--election",
-        election,
-        "--id",
-        id,
-        "--ttl",
-        &TTL.as_secs().to_string(),
-        "--connect-timeout",
-        "1",
-        "--grace",
-        "1",
-        "--",
-        "timeout",
-        "60",
-        "bash",
-        "-c",
-        &resource.write_loop_command(WRITE_EVERY),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    match CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]) {
-        Ok(c) => c,
-        Err(e) => panic!("starting candidate {id}: {e}"),
-    }
+    spawn_writer(backend_url, election, id, TTL, resource, WRITE_EVERY)
 }
 
-fn is(kind: &'static str) -> impl Fn(&Event) -> bool {
-    move |e| e.is(kind)
-}
-
-async fn wait(c: &CandidateProcess, pred: impl Fn(&Event) -> bool, within: Duration) -> Event {
-    match c.wait_for_event(pred, within).await {
-        Ok(e) => e,
-        Err(e) => panic!("{e}\nstderr:\n{}", c.stderr_tail()),
-    }
-}
-
-/// The first `elected` after `after_ns` among `candidates`, with its candidate index.
-async fn next_leader(
-    candidates: &[&CandidateProcess],
-    after_ns: u64,
-    within: Duration,
-) -> (usize, Event) {
-    let deadline = Instant::now() + within;
-    loop {
-        for (i, c) in candidates.iter().enumerate() {
-            if let Some(e) = c
-                .events()
-                .into_iter()
-                .find(|e| e.is(Event::ELECTED) && e.mono_ns > after_ns)
-            {
-                return (i, e);
-            }
-        }
-        if Instant::now() >= deadline {
-            let logs: Vec<String> = candidates
-                .iter()
-                .map(|c| {
-                    let events: Vec<String> = c.events().iter().map(|e| e.to_string()).collect();
-                    format!(
-                        "{}:\n  {}\n{}",
-                        c.label(),
-                        events.join("\n  "),
-                        c.stderr_tail()
-                    )
-                })
-                .collect();
-            panic!("nobody elected within {within:?}:\n{}", logs.join("\n"));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn assert_fenced(candidates: &[&CandidateProcess]) {
-    let logs: Vec<Vec<Event>> = candidates.iter().map(|c| c.events()).collect();
-    let violations = check_fencing(&logs);
-    assert!(
-        violations.is_empty(),
-        "fencing violations: {violations:?}\nlogs: {logs:#?}"
-    );
-}
-
-async fn stop_all(candidates: Vec<CandidateProcess>) {
-    for mut c in candidates {
-        if c.try_exit_status().is_none() {
-            let _ = c.terminate().await;
-        }
-    }
-}
-
-fn ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
-}
-
-/// The refused writes of `writer` with `token`.
-fn refused(resource: &GuardedResource, writer: &str, token: u64) -> usize {
-    resource
-        .refused()
-        .iter()
-        .filter(|w| w.writer == writer && w.token == token)
-        .count()
+fn url(endpoint: &str) -> String {
+    let host = endpoint.trim_start_matches("http://");
+    format!("etcd://{host}?prefix=faults&connect_timeout_ms=1000&request_timeout_ms=1000")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

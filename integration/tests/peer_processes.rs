@@ -3,52 +3,15 @@
 //! is elected with a higher token; the event logs and a guarded resource show
 //! no fencing violation.
 
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use tenure_integration::cli_faults::tenure_bin;
 use tenure_integration::{check_fencing, free_port, CandidateProcess, Event, GuardedResource};
 
 /// Session TTL of the candidates (seconds), within the cluster's lease.
 const TTL: &str = "1";
 /// The cluster's timing: a 1.5 s quorum lease, quick failure detection.
 const TIMING: &str = "lease=1.5s&heartbeat=50ms&leader_timeout=300ms";
-
-/// The `tenure` binary: `TENURE_BIN`, or built with cargo into the target
-/// directory this test binary lives in.
-fn tenure_bin() -> PathBuf {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = BIN.get_or_init(|| {
-        if let Some(path) = std::env::var_os("TENURE_BIN") {
-            return Ok(PathBuf::from(path));
-        }
-        // <target>/<profile>/deps/peer_processes-… → <target>/<profile>
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let profile = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .ok_or("no target directory above the test binary")?;
-        let target = profile.parent().ok_or("no target directory")?;
-        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cargo
-            .args(["build", "-q", "-p", "tenure-cli", "--bin", "tenure"])
-            .env("CARGO_TARGET_DIR", target)
-            .current_dir(tenure_integration::workspace_root());
-        if profile.file_name().is_some_and(|p| p == "release") {
-            cargo.arg("--release");
-        }
-        let status = cargo.status().map_err(|e| format!("running cargo: {e}"))?;
-        if !status.success() {
-            return Err(format!("cargo build -p tenure-cli: {status}"));
-        }
-        Ok(profile.join("tenure"))
-    });
-    match found {
-        Ok(path) => path.clone(),
-        Err(e) => panic!("the tenure CLI: {e}"),
-    }
-}
 
 /// Starts node `id` of the cluster on `ports`; while leader it writes its
 /// token to `resource`.

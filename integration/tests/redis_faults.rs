@@ -8,12 +8,14 @@
 //! `TENURE_TEST_REDIS` set they say so and stop. Run with `--test-threads=2` or fewer on
 //! small machines.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tenure_core::ErrorKind;
+use tenure_integration::cli_faults::{
+    assert_fenced, assert_no_stale_write_accepted, is, ms, next_leader, refused, spawn_writer,
+    stop_all, tenure_bin, wait,
+};
 use tenure_integration::{
     check_fencing, monotonic_now_ns, CandidateProcess, Event, FencingViolation, GuardedResource,
     RedisServer, TcpProxy,
@@ -29,44 +31,16 @@ const RENEW_DEADLINE: Duration = Duration::from_millis(1334);
 /// How often a leader's command writes its token.
 const WRITE_EVERY: Duration = Duration::from_millis(100);
 
-/// The `tenure` binary: `TENURE_BIN`, or built by cargo next to this test binary.
-fn tenure_bin() -> PathBuf {
-    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = BIN.get_or_init(|| {
-        if let Some(bin) = std::env::var_os("TENURE_BIN") {
-            return Ok(PathBuf::from(bin));
-        }
-        // This binary is <target>/<profile>/deps/redis_faults-<hash>.
-        let exe = std::env::current_exe().map_err(|e| format!("current exe: {e}"))?;
-        let profile = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .ok_or("no profile directory above the test binary")?
-            .to_path_buf();
-        let target = profile
-            .parent()
-            .ok_or("no target directory above the profile directory")?;
-        let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        cargo
-            .args(["build", "--quiet", "-p", "tenure-cli", "--bin", "tenure"])
-            .env("CARGO_TARGET_DIR", target)
-            .current_dir(tenure_integration::workspace_root());
-        if profile.ends_with("release") {
-            cargo.arg("--release");
-        }
-        match cargo.status() {
-            Ok(s) if s.success() => Ok(profile.join("tenure")),
-            Ok(s) => Err(format!("cargo build -p tenure-cli: {s}")),
-            Err(e) => Err(format!("running cargo: {e}")),
-        }
-    });
-    match found {
-        Ok(bin) => bin.clone(),
-        Err(e) => panic!("the tenure CLI: {e}"),
-    }
+/// The backend URL for candidates: 1 s timeouts, a prefix per test.
+fn candidate(
+    backend_url: &str,
+    election: &str,
+    id: &str,
+    resource: &GuardedResource,
+) -> CandidateProcess {
+    spawn_writer(backend_url, election, id, TTL, resource, WRITE_EVERY)
 }
 
-/// The backend URL for candidates: 1 s timeouts, a prefix per test.
 fn url(endpoint: &str, prefix: &str) -> String {
     let sep = if endpoint.contains('?') { '&' } else { '?' };
     format!("{endpoint}{sep}prefix={prefix}&connect_timeout_ms=1000&request_timeout_ms=1000")
@@ -75,125 +49,6 @@ fn url(endpoint: &str, prefix: &str) -> String {
 /// `endpoint` with the server's address replaced by `proxy`.
 fn via(endpoint: &str, server: &RedisServer, proxy: &TcpProxy) -> String {
     endpoint.replacen(&server.addr().to_string(), &proxy.addr().to_string(), 1)
-}
-
-/// A candidate whose command, while it leads, writes its token to `resource` every
-/// 100 ms (bounded by `timeout 60`, since a SIGKILLed CLI cannot stop it).
-fn candidate(
-    backend: &str,
-    election: &str,
-    id: &str,
-    resource: &GuardedResource,
-) -> CandidateProcess {
-    let ttl = TTL.as_secs_f64().to_string();
-    let writes = resource.write_loop_command(WRITE_EVERY);
-    let args: Vec<String> = [
-        "campaign",
-        "--backend",
-        backend,
-        "--election",
-        election,
-        "--id",
-        id,
-        "--ttl",
-        &ttl,
-        "--connect-timeout",
-        "1",
-        "--grace",
-        "1",
-        "--",
-        "timeout",
-        "60",
-        "bash",
-        "-c",
-        &writes,
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
-    CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")])
-        .unwrap_or_else(|e| panic!("starting candidate {id}: {e}"))
-}
-
-fn kind(k: &'static str) -> impl Fn(&Event) -> bool {
-    move |e| e.is(k)
-}
-
-async fn wait(c: &CandidateProcess, pred: impl Fn(&Event) -> bool, within: Duration) -> Event {
-    c.wait_for_event(pred, within)
-        .await
-        .unwrap_or_else(|e| panic!("{e}\nstderr:\n{}", c.stderr_tail()))
-}
-
-/// The first `elected` after `after_ns` among `candidates`, with the candidate's index.
-async fn next_leader(cs: &[&CandidateProcess], after_ns: u64, within: Duration) -> (usize, Event) {
-    let deadline = Instant::now() + within;
-    loop {
-        let found = cs.iter().enumerate().find_map(|(i, c)| {
-            c.events()
-                .into_iter()
-                .find(|e| e.is(Event::ELECTED) && e.mono_ns > after_ns)
-                .map(|e| (i, e))
-        });
-        if let Some(f) = found {
-            return f;
-        }
-        if Instant::now() > deadline {
-            let logs: Vec<String> = cs
-                .iter()
-                .map(|c| {
-                    let events: Vec<String> = c.events().iter().map(Event::to_string).collect();
-                    format!(
-                        "{}:\n  {}\n{}",
-                        c.label(),
-                        events.join("\n  "),
-                        c.stderr_tail()
-                    )
-                })
-                .collect();
-            panic!("nobody elected within {within:?}:\n{}", logs.join("\n"));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// No violation at all: no overlapping tenures, tokens increasing.
-fn assert_fenced(cs: &[&CandidateProcess]) {
-    let logs: Vec<Vec<Event>> = cs.iter().map(|c| c.events()).collect();
-    let violations = check_fencing(&logs);
-    assert!(violations.is_empty(), "{violations:#?}\n{logs:#?}");
-}
-
-/// The resource never accepted a write with a token below one it had accepted before.
-fn assert_no_stale_write_accepted(resource: &GuardedResource) {
-    let mut highest = 0;
-    for w in resource.accepted() {
-        assert!(
-            w.token >= highest,
-            "a stale write was accepted: {w:?} after token {highest}"
-        );
-        highest = w.token;
-    }
-}
-
-fn refused_writes(resource: &GuardedResource, writer: &str, token: u64) -> usize {
-    resource
-        .refused()
-        .iter()
-        .filter(|w| w.writer == writer && w.token == token)
-        .count()
-}
-
-async fn stop(cs: Vec<CandidateProcess>) {
-    for mut c in cs {
-        if c.try_exit_status().is_none() {
-            let _ = c.terminate().await;
-        }
-    }
-}
-
-fn ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
 }
 
 /// Whether `server` can be stopped and reconfigured; says why not otherwise.
@@ -215,14 +70,14 @@ async fn sigkill_of_the_holder_fails_over_within_the_ttl() {
     let url = url(redis.endpoint(), "faults-kill");
     let election = "faults/sigkill";
     let mut a = candidate(&url, election, "a", &resource);
-    let a_token = wait(&a, kind(Event::ELECTED), Duration::from_secs(10))
+    let a_token = wait(&a, is(Event::ELECTED), Duration::from_secs(10))
         .await
         .token
         .expect("token");
     let b = candidate(&url, election, "b", &resource);
     let c = candidate(&url, election, "c", &resource);
-    wait(&b, kind("campaigning"), Duration::from_secs(10)).await;
-    wait(&c, kind("campaigning"), Duration::from_secs(10)).await;
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
+    wait(&c, is("campaigning"), Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed = a.kill().await.expect("kill a");
     let (_, next) = next_leader(&[&b, &c], killed, TTL + Duration::from_secs(1)).await;
@@ -236,13 +91,13 @@ async fn sigkill_of_the_holder_fails_over_within_the_ttl() {
     // The dead holder's command goes on writing with its old token: refused.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
-        refused_writes(&resource, "a", a_token) > 0,
+        refused(&resource, "a", a_token) > 0,
         "{:?}",
         resource.writes()
     );
     assert_no_stale_write_accepted(&resource);
     assert_fenced(&[&a, &b, &c]);
-    stop(vec![a, b, c]).await;
+    stop_all(vec![a, b, c]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,20 +107,20 @@ async fn sigstop_of_the_holder_for_two_ttls() {
     let url = url(redis.endpoint(), "faults-stop-holder");
     let election = "faults/sigstop-holder";
     let a = candidate(&url, election, "a", &resource);
-    let a_token = wait(&a, kind(Event::ELECTED), Duration::from_secs(10))
+    let a_token = wait(&a, is(Event::ELECTED), Duration::from_secs(10))
         .await
         .token
         .expect("token");
     let b = candidate(&url, election, "b", &resource);
-    wait(&b, kind("campaigning"), Duration::from_secs(10)).await;
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let paused = monotonic_now_ns();
     a.pause().expect("pause a");
-    let b_elected = wait(&b, kind(Event::ELECTED), TTL * 2).await;
+    let b_elected = wait(&b, is(Event::ELECTED), TTL * 2).await;
     let left = (TTL * 2).saturating_sub(Duration::from_nanos(monotonic_now_ns() - paused));
     tokio::time::sleep(left).await;
     a.resume().expect("resume a");
-    let lost = wait(&a, kind(Event::LOST), Duration::from_secs(5)).await;
+    let lost = wait(&a, is(Event::LOST), Duration::from_secs(5)).await;
     eprintln!(
         "paused holder: lost stamped {:.0} ms after the pause, successor elected after {:.0} ms",
         ms(lost.mono_ns.saturating_sub(paused)),
@@ -282,13 +137,13 @@ async fn sigstop_of_the_holder_for_two_ttls() {
     // successor wrote, those writes were refused.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        refused_writes(&resource, "a", a_token) > 0,
+        refused(&resource, "a", a_token) > 0,
         "{:?}",
         resource.writes()
     );
     assert_no_stale_write_accepted(&resource);
     assert_fenced(&[&a, &b]);
-    stop(vec![a, b]).await;
+    stop_all(vec![a, b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,7 +162,7 @@ async fn sigstop_of_redis_fires_lost_before_the_ttl() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     let paused = monotonic_now_ns();
     redis.pause().expect("pause redis");
-    let lost = wait(holder, kind(Event::LOST), TTL + Duration::from_secs(1)).await;
+    let lost = wait(holder, is(Event::LOST), TTL + Duration::from_secs(1)).await;
     let noticed = monotonic_now_ns();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     redis.resume().expect("resume redis");
@@ -327,7 +182,7 @@ async fn sigstop_of_redis_fires_lost_before_the_ttl() {
     assert!(again.token > elected.token);
     assert_no_stale_write_accepted(&resource);
     assert_fenced(&[&a, &b]);
-    stop(vec![a, b]).await;
+    stop_all(vec![a, b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,7 +239,7 @@ async fn restart_without_persistence_keeps_tokens_increasing() {
             other => panic!("fencing violation: {other}\n{logs:#?}"),
         }
     }
-    stop(vec![a, b]).await;
+    stop_all(vec![a, b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,14 +251,14 @@ async fn cut_connection_then_the_campaign_goes_on() {
     let through_proxy = url(&via(redis.endpoint(), &redis, &proxy), "faults-cut");
     let election = "faults/cut";
     let a = candidate(&through_proxy, election, "a", &resource);
-    let a_elected = wait(&a, kind(Event::ELECTED), Duration::from_secs(10)).await;
+    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
     let mut b = candidate(&direct, election, "b", &resource);
-    wait(&b, kind("campaigning"), Duration::from_secs(10)).await;
+    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let cut = monotonic_now_ns();
     proxy.cut().await.expect("cut");
-    let lost = wait(&a, kind(Event::LOST), TTL + Duration::from_secs(1)).await;
-    let b_elected = wait(&b, kind(Event::ELECTED), TTL * 2).await;
+    let lost = wait(&a, is(Event::LOST), TTL + Duration::from_secs(1)).await;
+    let b_elected = wait(&b, is(Event::ELECTED), TTL * 2).await;
     assert!(lost.mono_ns <= b_elected.mono_ns);
     assert!(lost.mono_ns <= cut + RENEW_DEADLINE.as_nanos() as u64);
     proxy.heal().await.expect("heal");
@@ -425,7 +280,7 @@ async fn cut_connection_then_the_campaign_goes_on() {
     assert!(again.token > b_elected.token);
     assert_no_stale_write_accepted(&resource);
     assert_fenced(&[&a, &b]);
-    stop(vec![a, b]).await;
+    stop_all(vec![a, b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

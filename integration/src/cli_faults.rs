@@ -1,0 +1,186 @@
+//! Helpers for fault tests that run the `tenure` CLI as candidate processes. They are
+//! test code: they panic with the candidates' logs when something does not happen.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::{check_fencing, CandidateProcess, Event, GuardedResource};
+
+/// The `tenure` binary: `TENURE_BIN` if set, else built with cargo into the target
+/// directory the running test binary lives in (same profile).
+pub fn tenure_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let bin = BIN.get_or_init(|| {
+        if let Some(b) = std::env::var_os("TENURE_BIN") {
+            return Ok(PathBuf::from(b));
+        }
+        // <target>/<profile>/deps/<test>-… → <target>/<profile>
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let profile_dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .ok_or("cannot locate the target directory")?;
+        let target_dir = profile_dir
+            .parent()
+            .ok_or("cannot locate the target directory")?;
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "-q", "-p", "tenure-cli", "--bin", "tenure"])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .current_dir(crate::workspace_root());
+        if profile_dir.file_name().is_some_and(|p| p == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().map_err(|e| format!("running cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!("cargo build -p tenure-cli failed: {status}"));
+        }
+        Ok(profile_dir.join("tenure"))
+    });
+    match bin {
+        Ok(b) => b.clone(),
+        Err(e) => panic!("building the tenure CLI: {e}"),
+    }
+}
+
+/// Start `tenure campaign` for `id` in `election` on `backend_url` with session TTL
+/// `ttl`; while it leads, its command writes its token to `resource` every
+/// `write_every`. The command is bounded by `timeout 60` so that a write loop orphaned
+/// by a SIGKILLed candidate cannot outlive the test for long.
+pub fn spawn_writer(
+    backend_url: &str,
+    election: &str,
+    id: &str,
+    ttl: Duration,
+    resource: &GuardedResource,
+    write_every: Duration,
+) -> CandidateProcess {
+    let ttl = ttl.as_secs_f64().to_string();
+    let writes = resource.write_loop_command(write_every);
+    let args: Vec<String> = [
+        "campaign",
+        "--backend",
+        backend_url,
+        "--election",
+        election,
+        "--id",
+        id,
+        "--ttl",
+        &ttl,
+        "--connect-timeout",
+        "1",
+        "--grace",
+        "1",
+        "--",
+        "timeout",
+        "60",
+        "bash",
+        "-c",
+        &writes,
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    match CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]) {
+        Ok(c) => c,
+        Err(e) => panic!("starting candidate {id}: {e}"),
+    }
+}
+
+/// A predicate matching events of `kind`.
+pub fn is(kind: &'static str) -> impl Fn(&Event) -> bool {
+    move |e| e.is(kind)
+}
+
+/// The first event of `c` matching `pred` within `within`, or a panic with its stderr.
+pub async fn wait(c: &CandidateProcess, pred: impl Fn(&Event) -> bool, within: Duration) -> Event {
+    match c.wait_for_event(pred, within).await {
+        Ok(e) => e,
+        Err(e) => panic!("{e}\nstderr:\n{}", c.stderr_tail()),
+    }
+}
+
+/// The first `elected` after `after_ns` among `candidates`, with the candidate's index.
+pub async fn next_leader(
+    candidates: &[&CandidateProcess],
+    after_ns: u64,
+    within: Duration,
+) -> (usize, Event) {
+    let deadline = Instant::now() + within;
+    loop {
+        let found = candidates.iter().enumerate().find_map(|(i, c)| {
+            c.events()
+                .into_iter()
+                .find(|e| e.is(Event::ELECTED) && e.mono_ns > after_ns)
+                .map(|e| (i, e))
+        });
+        if let Some(f) = found {
+            return f;
+        }
+        if Instant::now() >= deadline {
+            let logs: Vec<String> = candidates
+                .iter()
+                .map(|c| {
+                    let events: Vec<String> = c.events().iter().map(Event::to_string).collect();
+                    format!(
+                        "{}:\n  {}\n{}",
+                        c.label(),
+                        events.join("\n  "),
+                        c.stderr_tail()
+                    )
+                })
+                .collect();
+            panic!("nobody elected within {within:?}:\n{}", logs.join("\n"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// No fencing violation in the candidates' logs: no overlapping tenures, tokens
+/// strictly increasing.
+pub fn assert_fenced(candidates: &[&CandidateProcess]) {
+    let logs: Vec<Vec<Event>> = candidates.iter().map(|c| c.events()).collect();
+    let violations = check_fencing(&logs);
+    assert!(
+        violations.is_empty(),
+        "fencing violations: {violations:#?}\nlogs: {logs:#?}"
+    );
+}
+
+/// The resource never accepted a write with a token below one it had accepted before.
+pub fn assert_no_stale_write_accepted(resource: &GuardedResource) {
+    let mut highest = 0;
+    for w in resource.accepted() {
+        assert!(
+            w.token >= highest,
+            "a stale write was accepted: {w:?} after token {highest}"
+        );
+        highest = w.token;
+    }
+}
+
+/// How many writes of `writer` with `token` the resource refused.
+pub fn refused(resource: &GuardedResource, writer: &str, token: u64) -> usize {
+    resource
+        .refused()
+        .iter()
+        .filter(|w| w.writer == writer && w.token == token)
+        .count()
+}
+
+/// Terminate every candidate still running (SIGTERM, then wait).
+pub async fn stop_all(candidates: Vec<CandidateProcess>) {
+    for mut c in candidates {
+        if c.try_exit_status().is_none() {
+            let _ = c.terminate().await;
+        }
+    }
+}
+
+/// Nanoseconds as milliseconds, for messages.
+pub fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
