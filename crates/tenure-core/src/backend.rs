@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_core::Stream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::error::Result;
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo};
@@ -16,6 +16,31 @@ use crate::timing::Timing;
 
 /// A stream of leader states of one election: `None` while the seat is free.
 pub type LeaderStream = Pin<Box<dyn Stream<Item = Result<Option<LeaderInfo>>> + Send + 'static>>;
+
+/// A [`LeaderStream`] over a watch channel that a backend keeps up to date: the current
+/// value first, then each change (a slow reader sees the latest value, never a stale
+/// one). `map` turns the channel's value into a stream item. The stream ends when the
+/// sender is dropped.
+pub fn watch_leader_stream<T, F>(rx: watch::Receiver<T>, map: F) -> LeaderStream
+where
+    T: Clone + Send + Sync + 'static,
+    F: Fn(T) -> Result<Option<LeaderInfo>> + Send + Sync + 'static,
+{
+    let map = Arc::new(map);
+    Box::pin(futures::stream::unfold(
+        (rx, true),
+        move |(mut rx, first)| {
+            let map = map.clone();
+            async move {
+                if !first && rx.changed().await.is_err() {
+                    return None;
+                }
+                let value = rx.borrow_and_update().clone();
+                Some((map(value), (rx, false)))
+            }
+        },
+    ))
+}
 
 /// A backend behind an `Arc`, as services hold it.
 pub type DynBackend = Arc<dyn Backend>;

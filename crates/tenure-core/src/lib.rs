@@ -17,8 +17,8 @@ mod url;
 pub mod testing;
 
 pub use backend::{
-    Backend, BackendSession, Capabilities, Clause, DynBackend, LeaderStream, SessionEvent,
-    SessionEvents,
+    watch_leader_stream, Backend, BackendSession, Capabilities, Clause, DynBackend, LeaderStream,
+    SessionEvent, SessionEvents,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use leadership::{Leadership, LeadershipWatch, LossReason};

@@ -418,14 +418,7 @@ impl Backend for MemoryBackend {
                 .watch
                 .subscribe()
         };
-        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
-            if !first && rx.changed().await.is_err() {
-                return None;
-            }
-            let v = rx.borrow_and_update().clone();
-            Some((Ok(v), (rx, false)))
-        });
-        Ok(Box::pin(stream))
+        Ok(crate::watch_leader_stream(rx, Ok))
     }
 
     fn election_requests(&self) -> Option<u64> {

@@ -371,17 +371,9 @@ impl Backend for RedisBackend {
             (next, subscribed),
             tx,
         ));
-        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
-            if !first && rx.changed().await.is_err() {
-                return None;
-            }
-            let item = rx
-                .borrow_and_update()
-                .clone()
-                .map_err(|(kind, message)| own(kind, message));
-            Some((item, (rx, false)))
-        });
-        Ok(Box::pin(stream))
+        Ok(tenure_core::watch_leader_stream(rx, |v| {
+            v.map_err(|(kind, message)| own(kind, message))
+        }))
     }
 
     fn election_requests(&self) -> Option<u64> {

@@ -257,14 +257,7 @@ impl Backend for PeerBackend {
         let rx = self
             .ask(|reply| Command::Observe { election, reply })
             .await??;
-        let stream = futures::stream::unfold((rx, true), |(mut rx, first)| async move {
-            if !first && rx.changed().await.is_err() {
-                return None;
-            }
-            let v = rx.borrow_and_update().clone();
-            Some((Ok(v), (rx, false)))
-        });
-        Ok(Box::pin(stream))
+        Ok(tenure_core::watch_leader_stream(rx, Ok))
     }
 }
 
