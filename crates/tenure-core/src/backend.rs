@@ -11,11 +11,48 @@ use futures_core::Stream;
 use tokio::sync::{mpsc, watch};
 
 use crate::error::Result;
-use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo};
+use crate::error::{Error, ErrorKind};
+use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 use crate::timing::Timing;
 
 /// A stream of leader states of one election: `None` while the seat is free.
 pub type LeaderStream = Pin<Box<dyn Stream<Item = Result<Option<LeaderInfo>>> + Send + 'static>>;
+
+/// A stream of member lists of one namespace (sorted by id): the current list first,
+/// then the list after changes (coalescing allowed, never a stale final state).
+pub type MemberStream = Pin<Box<dyn Stream<Item = Result<Vec<Member>>> + Send + 'static>>;
+
+/// A [`MemberStream`] over a watch channel that a backend keeps up to date (the same
+/// shape as [`watch_leader_stream`]).
+pub fn watch_member_stream<T, F>(rx: watch::Receiver<T>, map: F) -> MemberStream
+where
+    T: Clone + Send + Sync + 'static,
+    F: Fn(T) -> Result<Vec<Member>> + Send + Sync + 'static,
+{
+    let map = Arc::new(map);
+    Box::pin(futures::stream::unfold(
+        (rx, true),
+        move |(mut rx, first)| {
+            let map = map.clone();
+            async move {
+                if !first && rx.changed().await.is_err() {
+                    return None;
+                }
+                let value = rx.borrow_and_update().clone();
+                Some((map(value), (rx, false)))
+            }
+        },
+    ))
+}
+
+/// The error a backend without membership returns (the default of the membership
+/// methods).
+pub fn membership_unsupported(scheme: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("membership is not supported by the {scheme} backend"),
+    )
+}
 
 /// A [`LeaderStream`] over a watch channel that a backend keeps up to date: the current
 /// value first, then each change (a slow reader sees the latest value, never a stale
@@ -86,6 +123,23 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     fn election_requests(&self) -> Option<u64> {
         None
     }
+
+    /// The members registered under `namespace` right now, sorted by id, one entry per
+    /// id (the latest registration wins). Namespaces are separate from elections: a
+    /// namespace and an election may have the same name.
+    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        let _ = namespace;
+        Err(membership_unsupported(self.scheme()))
+    }
+
+    /// The member list of `namespace`: the current list first, then the list after
+    /// every change (coalescing allowed, never a stale final state). A member whose
+    /// session ends or expires disappears within the TTL plus the store's own expiry
+    /// granularity.
+    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        let _ = namespace;
+        Err(membership_unsupported(self.scheme()))
+    }
 }
 
 /// A session in the store. At most one candidacy per election per session.
@@ -123,6 +177,27 @@ pub trait BackendSession: Send + Sync + fmt::Debug + 'static {
     /// End the session in the store, releasing everything it holds (e.g. revoke the
     /// etcd lease). Idempotent.
     async fn close(&self) -> Result<()>;
+
+    /// Register `member` under `namespace` for as long as this session lives, or
+    /// replace the value of this session's registration with the same id. The entry
+    /// goes when the session is closed or expires, or on
+    /// [`unregister_member`](Self::unregister_member).
+    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        let _ = (namespace, member);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "membership is not supported by this backend",
+        ))
+    }
+
+    /// Remove this session's registration `id` under `namespace`. Idempotent.
+    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        let _ = (namespace, id);
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "membership is not supported by this backend",
+        ))
+    }
 }
 
 /// What a backend learned about its session by itself (watch events, failed pushes).
@@ -200,11 +275,14 @@ pub enum Clause {
     StallDetection,
     /// 12. Errors and bad input.
     Errors,
+    /// 13. Membership (a tenure extension for the shard manager): register through a
+    /// session, list and watch a namespace's members; a member goes with its session.
+    Membership,
 }
 
 impl Clause {
     /// Every clause, in contract order.
-    pub const ALL: [Clause; 12] = [
+    pub const ALL: [Clause; 13] = [
         Clause::AtMostOneHolder,
         Clause::MonotonicTokens,
         Clause::LostIsFinal,
@@ -217,6 +295,7 @@ impl Clause {
         Clause::RunWhenLeader,
         Clause::StallDetection,
         Clause::Errors,
+        Clause::Membership,
     ];
 
     /// The clause's number in CONTRACT.md.

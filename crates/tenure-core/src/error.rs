@@ -26,6 +26,9 @@ pub enum ErrorKind {
     NotLeader,
     /// The store rejected the credentials or the caller lacks permission.
     Unauthorized,
+    /// The backend does not offer this operation (its README and capability table say
+    /// why). Retrying fails the same way.
+    Unsupported,
     /// Any other failure reported by the store or its client.
     Backend,
 }
@@ -40,6 +43,7 @@ impl ErrorKind {
             ErrorKind::SessionExpired => "session_expired",
             ErrorKind::NotLeader => "not_leader",
             ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::Unsupported => "unsupported",
             ErrorKind::Backend => "backend",
         }
     }

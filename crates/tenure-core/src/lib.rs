@@ -17,15 +17,15 @@ mod url;
 pub mod testing;
 
 pub use backend::{
-    watch_leader_stream, Backend, BackendSession, Capabilities, Clause, DynBackend, LeaderStream,
-    SessionEvent, SessionEvents,
+    membership_unsupported, watch_leader_stream, watch_member_stream, Backend, BackendSession,
+    Capabilities, Clause, DynBackend, LeaderStream, MemberStream, SessionEvent, SessionEvents,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use leadership::{Leadership, LeadershipWatch, LossReason};
 pub use memory::{MemoryBackend, MEM_SCHEME};
 pub use name::{
-    Candidate, ElectionName, FencingToken, LeaderInfo, MAX_CANDIDATE_ID_LEN,
-    MAX_CANDIDATE_VALUE_LEN, MAX_ELECTION_NAME_LEN,
+    Candidate, ElectionName, FencingToken, LeaderInfo, Member, MAX_CANDIDATE_ID_LEN,
+    MAX_CANDIDATE_VALUE_LEN, MAX_ELECTION_NAME_LEN, MAX_MEMBER_ID_LEN, MAX_MEMBER_VALUE_LEN,
 };
 pub use runner::{LeaderContext, LeaderRunner, LeadershipEvent, ResignCause};
 pub use session::Session;

@@ -11,6 +11,10 @@ pub const MAX_ELECTION_NAME_LEN: usize = 200;
 pub const MAX_CANDIDATE_ID_LEN: usize = 128;
 /// The largest candidate value accepted, in bytes.
 pub const MAX_CANDIDATE_VALUE_LEN: usize = 1024;
+/// The longest member id accepted, in bytes.
+pub const MAX_MEMBER_ID_LEN: usize = 128;
+/// The largest member value accepted, in bytes.
+pub const MAX_MEMBER_VALUE_LEN: usize = 128 * 1024;
 
 /// A validated election name, e.g. `billing/shard-0042`.
 ///
@@ -175,6 +179,84 @@ impl fmt::Debug for Candidate {
     }
 }
 
+/// A member of a namespace, as the shard manager registers nodes: an id and a value
+/// (the node's published state) that every watcher of the namespace sees.
+///
+/// The id is 1 to [`MAX_MEMBER_ID_LEN`] bytes of ASCII letters, digits, `-`, `_` and `.`
+/// (not `.` or `..`), so it is one path segment on every store; the value is at most
+/// [`MAX_MEMBER_VALUE_LEN`] bytes of UTF-8 without control characters.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Member {
+    id: Arc<str>,
+    value: Arc<str>,
+}
+
+impl Member {
+    /// Validate `id` and `value`; bad input is
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind) naming the field.
+    pub fn new(id: impl AsRef<str>, value: impl AsRef<str>) -> Result<Self> {
+        let (id, value) = (id.as_ref(), value.as_ref());
+        Member::check_id(id)?;
+        if value.len() > MAX_MEMBER_VALUE_LEN {
+            return Err(Error::invalid(format!(
+                "member value: {} bytes, the limit is {MAX_MEMBER_VALUE_LEN}",
+                value.len()
+            )));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "member value: control characters are not allowed",
+            ));
+        }
+        Ok(Member {
+            id: Arc::from(id),
+            value: Arc::from(value),
+        })
+    }
+
+    /// Check a member id without building a member.
+    pub fn check_id(id: &str) -> Result<()> {
+        if id.is_empty() || id.len() > MAX_MEMBER_ID_LEN {
+            return Err(Error::invalid(format!(
+                "member id {id:?}: must be 1 to {MAX_MEMBER_ID_LEN} bytes"
+            )));
+        }
+        if let Some(c) = id
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+        {
+            return Err(Error::invalid(format!(
+                "member id {id:?}: character {c:?} is not allowed (ASCII letters, digits, '-', '_', '.')"
+            )));
+        }
+        if id == "." || id == ".." {
+            return Err(Error::invalid(format!(
+                "member id {id:?}: not a valid path segment"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The member's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The member's value.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+impl fmt::Debug for Member {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Member")
+            .field("id", &&*self.id)
+            .field("value_len", &self.value.len())
+            .finish()
+    }
+}
+
 /// A number that strictly increases with every grant of the same election, across
 /// processes, sessions and store restarts that keep data. Pass it with every write to a
 /// guarded resource, which refuses writes carrying a token lower than the highest it has
@@ -255,5 +337,27 @@ mod tests {
         assert!(Candidate::new("x".repeat(MAX_CANDIDATE_ID_LEN + 1)).is_err());
         assert!(Candidate::with_value("a", "x".repeat(MAX_CANDIDATE_VALUE_LEN + 1)).is_err());
         assert!(Candidate::with_value("a", "line\nbreak").is_err());
+    }
+
+    #[test]
+    fn members() {
+        let m = Member::new("node-1.a_b", "state").unwrap();
+        assert_eq!((m.id(), m.value()), ("node-1.a_b", "state"));
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "a b",
+            "ä",
+            &"x".repeat(MAX_MEMBER_ID_LEN + 1),
+        ] {
+            let e = Member::new(bad, "").unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}");
+            assert!(e.message().contains("member id"), "{e}");
+        }
+        assert!(Member::new("a", "x".repeat(MAX_MEMBER_VALUE_LEN + 1)).is_err());
+        assert!(Member::new("a", "tab\there").is_err());
+        assert!(!format!("{m:?}").contains("state"));
     }
 }
