@@ -275,8 +275,9 @@ pub enum Clause {
     StallDetection,
     /// 12. Errors and bad input.
     Errors,
-    /// 13. Membership (a tenure extension for the shard manager): register through a
-    /// session, list and watch a namespace's members; a member goes with its session.
+    /// Clause 13, membership (a tenure extension for the shard manager): register
+    /// through a session, list and watch a namespace's members; a member goes with its
+    /// session.
     Membership,
 }
 

@@ -1,7 +1,7 @@
 //! The in-memory backend: the reference implementation of the contract and the embedded
 //! default. Driven by tokio time, so tests can `tokio::time::pause()`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -11,9 +11,11 @@ use async_trait::async_trait;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, BackendSession, Capabilities, LeaderStream, SessionEvents};
+use crate::backend::{
+    Backend, BackendSession, Capabilities, LeaderStream, MemberStream, SessionEvents,
+};
 use crate::error::{Error, ErrorKind, Result};
-use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo};
+use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 
 /// The URL scheme of the in-memory backend: `mem://` (a private store) or `mem://NAME`
 /// (a store shared by every `connect("mem://NAME")` in this process).
@@ -49,6 +51,48 @@ struct MemState {
     /// client stays cut off until the test heals it.
     gates: HashMap<u64, watch::Sender<Gate>>,
     elections: HashMap<ElectionName, ElectionEntry>,
+    namespaces: HashMap<ElectionName, NamespaceEntry>,
+    /// Orders registrations so that the latest one of an id wins.
+    next_registration: u64,
+}
+
+/// The members of one namespace: registrations by (id, session), and the published list.
+struct NamespaceEntry {
+    registrations: BTreeMap<(String, u64), (u64, Member)>,
+    watch: watch::Sender<Arc<Vec<Member>>>,
+}
+
+impl NamespaceEntry {
+    fn new() -> Self {
+        NamespaceEntry {
+            registrations: BTreeMap::new(),
+            watch: watch::Sender::new(Arc::new(Vec::new())),
+        }
+    }
+
+    /// The list by id, the latest registration of each id winning.
+    fn list(&self) -> Vec<Member> {
+        let mut by_id: BTreeMap<&str, (u64, &Member)> = BTreeMap::new();
+        for ((id, _), (seq, m)) in &self.registrations {
+            let e = by_id.entry(id.as_str()).or_insert((*seq, m));
+            if *seq > e.0 {
+                *e = (*seq, m);
+            }
+        }
+        by_id.into_values().map(|(_, m)| m.clone()).collect()
+    }
+
+    fn publish(&self) {
+        let list = self.list();
+        self.watch.send_if_modified(|cur| {
+            if **cur == list {
+                false
+            } else {
+                *cur = Arc::new(list);
+                true
+            }
+        });
+    }
 }
 
 struct SessionEntry {
@@ -56,6 +100,7 @@ struct SessionEntry {
     ttl: Duration,
     events: SessionEvents,
     elections: HashSet<ElectionName>,
+    namespaces: HashSet<ElectionName>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -299,11 +344,21 @@ fn expire(st: &mut MemState, n: u64, reason: &str) {
         return;
     };
     release_all(st, n, &entry.elections);
+    unregister_all(st, n, &entry.namespaces);
     // A cut-off client hears of the expiry only when its requests get through again.
     let open = st.gates.get(&n).is_none_or(|g| *g.borrow() == Gate::Open);
     if open {
         entry.events.expired(reason);
         st.gates.remove(&n);
+    }
+}
+
+fn unregister_all(st: &mut MemState, n: u64, namespaces: &HashSet<ElectionName>) {
+    for ns in namespaces {
+        if let Some(entry) = st.namespaces.get_mut(ns) {
+            entry.registrations.retain(|(_, s), _| *s != n);
+            entry.publish();
+        }
     }
 }
 
@@ -356,6 +411,7 @@ impl Backend for MemoryBackend {
                     ttl,
                     events,
                     elections: HashSet::new(),
+                    namespaces: HashSet::new(),
                 },
             );
             st.gates.insert(n, watch::Sender::new(Gate::Open));
@@ -423,6 +479,29 @@ impl Backend for MemoryBackend {
 
     fn election_requests(&self) -> Option<u64> {
         Some(self.store.requests.load(Ordering::Relaxed))
+    }
+
+    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        let st = self.lock();
+        Ok(st
+            .namespaces
+            .get(namespace)
+            .map(NamespaceEntry::list)
+            .unwrap_or_default())
+    }
+
+    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        let rx = {
+            let mut st = self.lock();
+            st.namespaces
+                .entry(namespace.clone())
+                .or_insert_with(NamespaceEntry::new)
+                .watch
+                .subscribe()
+        };
+        Ok(crate::watch_member_stream(rx, |list: Arc<Vec<Member>>| {
+            Ok(list.as_ref().clone())
+        }))
     }
 }
 
@@ -567,10 +646,45 @@ impl BackendSession for MemSession {
         Ok(())
     }
 
+    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        self.pass_gate().await?;
+        let mut guard = self.backend.lock();
+        let st = &mut *guard;
+        let s = st.sessions.get_mut(&self.n).ok_or_else(expired_error)?;
+        s.namespaces.insert(namespace.clone());
+        st.next_registration += 1;
+        let seq = st.next_registration;
+        let entry = st
+            .namespaces
+            .entry(namespace.clone())
+            .or_insert_with(NamespaceEntry::new);
+        entry
+            .registrations
+            .insert((member.id().to_string(), self.n), (seq, member.clone()));
+        entry.publish();
+        Ok(())
+    }
+
+    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        self.pass_gate().await?;
+        let mut st = self.backend.lock();
+        if let Some(entry) = st.namespaces.get_mut(namespace) {
+            if entry
+                .registrations
+                .remove(&(id.to_string(), self.n))
+                .is_some()
+            {
+                entry.publish();
+            }
+        }
+        Ok(())
+    }
+
     async fn close(&self) -> Result<()> {
         let mut guard = self.backend.lock();
         if let Some(entry) = guard.sessions.remove(&self.n) {
             release_all(&mut guard, self.n, &entry.elections);
+            unregister_all(&mut guard, self.n, &entry.namespaces);
         }
         guard.gates.remove(&self.n);
         Ok(())

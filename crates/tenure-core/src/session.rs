@@ -12,10 +12,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::backend::{BackendSession, DynBackend, LeaderStream, SessionEvent, SessionEvents};
+use crate::backend::{
+    BackendSession, DynBackend, LeaderStream, MemberStream, SessionEvent, SessionEvents,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::leadership::{GrantState, Leadership, LossReason};
-use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo};
+use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 use crate::timing::Timing;
 
 /// A liveness scope in a store. Everything held through a session is lost when it
@@ -69,6 +71,9 @@ pub(crate) struct SessionCore {
     deadline_moved: Notify,
     held: Mutex<HashMap<ElectionName, Arc<GrantState>>>,
     locks: Mutex<HashMap<ElectionName, Arc<tokio::sync::Mutex<()>>>>,
+    /// Member registrations made through this session, by (namespace, id); re-made in
+    /// the store when an expired session is re-opened.
+    registrations: Mutex<HashMap<(ElectionName, String), Member>>,
     /// Stops the renewal task (cancelled on close and on abandon).
     stop_renewal: CancellationToken,
     /// Stops every background task (cancelled on close).
@@ -103,6 +108,7 @@ impl Session {
             deadline_moved: Notify::new(),
             held: Mutex::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
+            registrations: Mutex::new(HashMap::new()),
             stop_renewal: CancellationToken::new(),
             stop_all: CancellationToken::new(),
             closed: AtomicBool::new(false),
@@ -309,6 +315,54 @@ impl Session {
         with_timeout(&core.timing, core.backend.observe(election)).await
     }
 
+    /// Register `member` under `namespace` for as long as this session lives (the store
+    /// drops it when the session ends or expires). Registering the same id again
+    /// replaces its value. If the session expires and is re-opened, the registration is
+    /// made again in the new session.
+    pub async fn register(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        let core = self.core();
+        core.check_open()?;
+        core.lock_registrations()
+            .insert((namespace.clone(), member.id().to_string()), member.clone());
+        with_timeout(
+            &core.timing,
+            core.current().register_member(namespace, member),
+        )
+        .await
+        .map_err(|e| core.tag(e))
+    }
+
+    /// Remove this session's registration `id` under `namespace`. Idempotent.
+    pub async fn unregister(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        let core = self.core();
+        core.lock_registrations()
+            .remove(&(namespace.clone(), id.to_string()));
+        core.check_open()?;
+        with_timeout(
+            &core.timing,
+            core.current().unregister_member(namespace, id),
+        )
+        .await
+        .map_err(|e| core.tag(e))
+    }
+
+    /// The members of `namespace` right now (see [`Backend::members`](crate::Backend::members)).
+    pub async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        let core = self.core();
+        with_timeout(&core.timing, core.backend.members(namespace))
+            .await
+            .map_err(|e| core.tag(e))
+    }
+
+    /// Member lists of `namespace` as they change (see
+    /// [`Backend::watch_members`](crate::Backend::watch_members)).
+    pub async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        let core = self.core();
+        with_timeout(&core.timing, core.backend.watch_members(namespace))
+            .await
+            .map_err(|e| core.tag(e))
+    }
+
     /// Close the session: every leadership fires its lost signal
     /// ([`LossReason::SessionClosed`]) and the store releases everything the session
     /// held. Idempotent.
@@ -412,6 +466,61 @@ impl Drop for PendingCandidacy {
 }
 
 impl SessionCore {
+    fn lock_registrations(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(ElectionName, String), Member>> {
+        match self.registrations.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Name the backend in an error that does not yet.
+    fn tag(&self, e: Error) -> Error {
+        if e.backend().is_none() {
+            e.with_backend(self.scheme)
+        } else {
+            e
+        }
+    }
+
+    /// Make every registration again in the current backend session (after a re-open),
+    /// retrying until each is in or the session closes.
+    async fn reregister(self: Arc<Self>) {
+        let regs: Vec<_> = self
+            .lock_registrations()
+            .iter()
+            .map(|((ns, _), m)| (ns.clone(), m.clone()))
+            .collect();
+        for (ns, member) in regs {
+            let mut attempt = 0u32;
+            loop {
+                if self.stop_renewal.is_cancelled() {
+                    return;
+                }
+                // Skip registrations withdrawn meanwhile.
+                let wanted = self
+                    .lock_registrations()
+                    .get(&(ns.clone(), member.id().to_string()))
+                    .cloned();
+                let Some(member) = wanted else { break };
+                let bs = self.current();
+                match with_timeout(&self.timing, bs.register_member(&ns, &member)).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        let delay = self.timing.retry.delay(attempt);
+                        attempt = attempt.saturating_add(1);
+                        tracing::warn!(namespace = %ns, member = member.id(), error = %e, ?delay, "could not register again after re-opening the session");
+                        tokio::select! {
+                            _ = tokio::time::sleep(delay) => {}
+                            _ = self.stop_renewal.cancelled() => return,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     fn current(&self) -> Arc<dyn BackendSession> {
         match self.current.read() {
             Ok(g) => g.clone(),
@@ -664,6 +773,9 @@ impl SessionCore {
                 self.fire_all(LossReason::SessionExpired, self.loss_instant());
                 match self.reopen(&mut events).await {
                     Some(()) => {
+                        if !self.lock_registrations().is_empty() {
+                            tokio::spawn(self.clone().reregister().instrument(self.span.clone()));
+                        }
                         events_open = true;
                         attempt = 0;
                         next = Instant::now() + timing.renew_interval;

@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     Candidate, Capabilities, Clause, DynBackend, ElectionName, ErrorKind, FencingToken,
-    LeaderRunner, Leadership, LeadershipEvent, LossReason, MemoryBackend, ResignCause, Session,
-    Timing,
+    LeaderRunner, Leadership, LeadershipEvent, LossReason, Member, MemberStream, MemoryBackend,
+    ResignCause, Session, Timing,
 };
 
 /// What a check needs: the backend, the timing to use, a random election prefix so
@@ -932,6 +932,164 @@ pub async fn check_many_elections_one_session(env: &Env) {
     assert_eq!(tokens.len(), 100);
 }
 
+fn member(id: &str, value: &str) -> Member {
+    match Member::new(id, value) {
+        Ok(m) => m,
+        Err(e) => panic!("member: {e}"),
+    }
+}
+
+fn ids_values(list: &[Member]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|m| (m.id().to_string(), m.value().to_string()))
+        .collect()
+}
+
+/// Read `stream` until a list equals `want` (as (id, value) pairs, sorted by id).
+async fn watch_until(
+    stream: &mut MemberStream,
+    want: &[(&str, &str)],
+    bound: Duration,
+    what: &str,
+) {
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(i, v)| (i.to_string(), v.to_string()))
+        .collect();
+    let mut last = None;
+    let found = tokio::time::timeout(bound, async {
+        while let Some(item) = stream.next().await {
+            let list = match item {
+                Ok(l) => l,
+                Err(e) => panic!("{what}: member stream error: {e}"),
+            };
+            let got = ids_values(&list);
+            if got == want {
+                return true;
+            }
+            last = Some(got);
+        }
+        false
+    })
+    .await;
+    match found {
+        Ok(true) => {}
+        Ok(false) => panic!("{what}: member stream ended; last list {last:?}, wanted {want:?}"),
+        Err(_) => panic!("{what}: not seen within {bound:?}; last list {last:?}, wanted {want:?}"),
+    }
+}
+
+/// Poll `members` until it equals `want` (reads may lag a watch for a moment).
+async fn members_until(s: &Session, ns: &ElectionName, want: &[(&str, &str)], bound: Duration) {
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(i, v)| (i.to_string(), v.to_string()))
+        .collect();
+    let t0 = Instant::now();
+    loop {
+        let got = ids_values(&s.members(ns).await.expect("members"));
+        if got == want {
+            return;
+        }
+        assert!(
+            t0.elapsed() <= bound,
+            "members() is {got:?} after {bound:?}, wanted {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Clause 13 (membership): members registered through sessions are listed and watched
+/// (joins, value changes, unregistering, a closed session, a crashed session), the
+/// latest registration of an id wins, namespaces are separate from each other and from
+/// elections, and a session re-opened after expiry registers its members again.
+pub async fn check_membership(env: &Env) {
+    if env.not_applicable(Clause::Membership) {
+        return;
+    }
+    let ns = env.election("ns");
+    let other = env.election("ns/other");
+    let (sa, sb) = (env.session().await, env.session().await);
+    let quick = env.caps().observe_poll.unwrap_or_default() * 2 + env.timing.ttl / 2 + env.slack;
+    let crash = env.timing.ttl
+        + env.timing.retry.max
+        + env.caps().observe_poll.unwrap_or_default()
+        + env.slack;
+    assert!(sa.members(&ns).await.expect("members").is_empty());
+    let mut w = sa.watch_members(&ns).await.expect("watch_members");
+    watch_until(&mut w, &[], quick, "empty namespace").await;
+
+    sa.register(&ns, &member("a", "1"))
+        .await
+        .expect("register a");
+    sb.register(&ns, &member("b", "1"))
+        .await
+        .expect("register b");
+    watch_until(&mut w, &[("a", "1"), ("b", "1")], quick, "two joins").await;
+    members_until(&sa, &ns, &[("a", "1"), ("b", "1")], quick).await;
+
+    // Separate from another namespace and from an election of the same name.
+    assert!(sa.members(&other).await.expect("members").is_empty());
+    let l = campaign(&sa, &ns, &cand("a")).await;
+    assert_eq!(
+        sb.leader(&ns).await.expect("leader").map(|i| i.id),
+        Some("a".to_string())
+    );
+    l.resign().await.expect("resign");
+    members_until(&sa, &ns, &[("a", "1"), ("b", "1")], quick).await;
+
+    sa.register(&ns, &member("a", "2"))
+        .await
+        .expect("re-register a");
+    watch_until(&mut w, &[("a", "2"), ("b", "1")], quick, "value change").await;
+
+    sb.unregister(&ns, "b").await.expect("unregister b");
+    sb.unregister(&ns, "b")
+        .await
+        .expect("unregister is idempotent");
+    watch_until(&mut w, &[("a", "2")], quick, "unregister").await;
+
+    sb.register(&ns, &member("b", "3"))
+        .await
+        .expect("register b again");
+    watch_until(&mut w, &[("a", "2"), ("b", "3")], quick, "join again").await;
+    sb.close().await.expect("close b");
+    watch_until(&mut w, &[("a", "2")], quick, "closed session").await;
+
+    let sc = env.session().await;
+    sc.register(&ns, &member("c", "1"))
+        .await
+        .expect("register c");
+    watch_until(&mut w, &[("a", "2"), ("c", "1")], quick, "third join").await;
+    let t0 = Instant::now();
+    sc.abandon();
+    watch_until(&mut w, &[("a", "2")], crash, "crashed session").await;
+    eprintln!("crashed member gone after {:?}", t0.elapsed());
+
+    // Expiry: the core re-opens the session and registers again.
+    let sd = env.session().await;
+    sd.register(&ns, &member("d", "1"))
+        .await
+        .expect("register d");
+    watch_until(&mut w, &[("a", "2"), ("d", "1")], quick, "fourth join").await;
+    match env.faults.expire(&sd).await {
+        Ok(()) => {
+            watch_until(&mut w, &[("a", "2")], crash, "expired session").await;
+            watch_until(
+                &mut w,
+                &[("a", "2"), ("d", "1")],
+                crash + quick,
+                "registered again after re-open",
+            )
+            .await;
+        }
+        Err(why) => eprintln!("membership after expiry not checked: {why}"),
+    }
+    sd.close().await.expect("close d");
+    sa.close().await.expect("close a");
+    watch_until(&mut w, &[], quick, "all gone").await;
+}
+
 /// Run every check against `env`'s backend, one `#[tokio::test]` per clause.
 ///
 /// `$make_env` is an async expression evaluating to an [`Env`]. The calling crate needs
@@ -951,6 +1109,7 @@ macro_rules! conformance_tests {
             clause_10_run_when_leader => check_run_when_leader,
             clause_11_stall_detection => check_stall_detection,
             clause_12_bad_input => check_bad_input,
+            clause_13_membership => check_membership,
             session_holds_many_elections => check_many_elections_one_session
         );
         #[tokio::test(flavor = "current_thread")]

@@ -205,6 +205,7 @@ async fn ask<T>(
 }
 
 const CRASH_FAILOVER: &str = "a crashed *session* on a live node is replaced within its TTL, but a crashed or cut-off *node* is replaced only once its quorum lease (the URL's `lease`, at least the TTL) has run out and the failure detector (`leader_timeout`) has noticed";
+const MEMBERSHIP: &str = "there is no store to keep a namespace's member list in, and the peer cluster's own membership is the static list in the URL; the shard manager needs a store backend";
 const NO_HERD: &str = "there is no store to count requests in: waiters on one node queue locally and only the first campaigns; across nodes, the election algorithm's own messages decide (see the algorithm table)";
 
 #[async_trait]
@@ -217,6 +218,7 @@ impl Backend for PeerBackend {
         Capabilities::full()
             .except(Clause::CrashFailover, CRASH_FAILOVER)
             .except(Clause::NoHerd, NO_HERD)
+            .except(Clause::Membership, MEMBERSHIP)
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {
