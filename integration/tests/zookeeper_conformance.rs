@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::StreamExt;
 use tenure_core::testing::{Env, Faults};
-use tenure_core::{Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
+use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
 use tenure_integration::{TcpProxy, ZooKeeperServer};
 use tenure_zookeeper::ZooKeeperBackend;
 
@@ -197,4 +198,196 @@ async fn unreachable_server_fails_fast() {
         "{err}"
     );
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}
+
+/// The next list from `stream` that `want` accepts, within 5 s.
+async fn next_list(
+    stream: &mut tenure_core::MemberStream,
+    what: &str,
+    want: impl Fn(&[(String, String)]) -> bool,
+) -> Vec<(String, String)> {
+    let wait = async {
+        loop {
+            let list = stream
+                .next()
+                .await
+                .expect("member stream ended")
+                .expect("member stream error");
+            let list: Vec<(String, String)> = list
+                .iter()
+                .map(|m| (m.id().to_string(), m.value().to_string()))
+                .collect();
+            if want(&list) {
+                return list;
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(5), wait).await {
+        Ok(l) => l,
+        Err(_) => panic!("no member list where {what} within 5 s"),
+    }
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+async fn listed(env: &Env, ns: &ElectionName) -> Vec<(String, String)> {
+    env.backend
+        .members(ns)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| (m.id().to_string(), m.value().to_string()))
+        .collect()
+}
+
+/// Membership through backend sessions: register, replace (one node per registration,
+/// read back at once), the latest registration of an id wins across sessions and the
+/// older one shows again when the latest goes, unregister, 128 KiB values, and an
+/// election of the same name as the namespace living beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_register_replace_unregister_and_watch() {
+    use tenure_core::{Member, SessionEvents};
+    let env = zk_env().await;
+    let ns = ElectionName::new(format!("{}/members/shards", env.prefix)).unwrap();
+    let ttl = env.timing.ttl;
+    let (a, b) = (
+        env.backend
+            .open_session(ttl, SessionEvents::channel().0)
+            .await
+            .unwrap(),
+        env.backend
+            .open_session(ttl, SessionEvents::channel().0)
+            .await
+            .unwrap(),
+    );
+    let mut stream = env.backend.watch_members(&ns).await.unwrap();
+    next_list(&mut stream, "empty at first", |l| l.is_empty()).await;
+
+    a.register_member(&ns, &Member::new("x", "1").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(listed(&env, &ns).await, pairs(&[("x", "1")]));
+    next_list(&mut stream, "x=1", |l| l == pairs(&[("x", "1")])).await;
+
+    a.register_member(&ns, &Member::new("x", "2").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(listed(&env, &ns).await, pairs(&[("x", "2")]));
+    next_list(&mut stream, "x=2", |l| l == pairs(&[("x", "2")])).await;
+
+    // Another session registers the same id later: it wins; when it goes, a's shows.
+    b.register_member(&ns, &Member::new("x", "3").unwrap())
+        .await
+        .unwrap();
+    a.register_member(&ns, &Member::new("y", "").unwrap())
+        .await
+        .unwrap();
+    next_list(&mut stream, "x=3, y", |l| {
+        l == pairs(&[("x", "3"), ("y", "")])
+    })
+    .await;
+    b.unregister_member(&ns, "x").await.unwrap();
+    b.unregister_member(&ns, "x").await.unwrap();
+    next_list(&mut stream, "x=2 again", |l| {
+        l == pairs(&[("x", "2"), ("y", "")])
+    })
+    .await;
+    // Re-registering makes a's registration the latest again.
+    b.register_member(&ns, &Member::new("x", "5").unwrap())
+        .await
+        .unwrap();
+    a.register_member(&ns, &Member::new("x", "6").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(listed(&env, &ns).await, pairs(&[("x", "6"), ("y", "")]));
+
+    // A value at the limit.
+    let big = "v".repeat(tenure_core::MAX_MEMBER_VALUE_LEN);
+    a.register_member(&ns, &Member::new("z", &big).unwrap())
+        .await
+        .unwrap();
+    next_list(&mut stream, "z with 128 KiB", |l| {
+        l.iter().any(|(id, v)| id == "z" && v.len() == big.len())
+    })
+    .await;
+
+    // An election of the same name, and one named like the namespace's directory,
+    // live beside the namespace without seeing its nodes.
+    let session = env.session().await;
+    for name in [ns.as_str().to_string(), format!("{}/x", ns.as_str())] {
+        let election = ElectionName::new(name).unwrap();
+        assert_eq!(env.backend.leader(&election).await.unwrap(), None);
+        let l = session
+            .campaign(&election, &Candidate::new("leader").unwrap())
+            .await
+            .unwrap();
+        let info = env.backend.leader(&election).await.unwrap().unwrap();
+        assert_eq!((info.id.as_str(), info.token), ("leader", l.token()));
+    }
+    assert_eq!(listed(&env, &ns).await.len(), 3);
+
+    // Unregistering leaves the others; closing removes the session's registrations.
+    a.unregister_member(&ns, "y").await.unwrap();
+    a.unregister_member(&ns, "never").await.unwrap();
+    next_list(&mut stream, "x=6, z", |l| {
+        l.iter().map(|(id, _)| id.as_str()).eq(["x", "z"]) && l[0].1 == "6"
+    })
+    .await;
+    a.close().await.unwrap();
+    next_list(&mut stream, "x=5 from b after a closed", |l| {
+        l == pairs(&[("x", "5")])
+    })
+    .await;
+    b.close().await.unwrap();
+    next_list(&mut stream, "empty", |l| l.is_empty()).await;
+}
+
+/// A member whose ZooKeeper session expires disappears (the server deletes its node);
+/// a session that was cut off from the server keeps its registration while the session
+/// lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_go_when_their_session_expires() {
+    use tenure_core::{Member, SessionEvents};
+    let env = zk_env().await;
+    let ns = ElectionName::new(format!("{}/expiry", env.prefix)).unwrap();
+    let backend = ZooKeeperBackend::from_url(&url(server_addr()))
+        .await
+        .unwrap();
+    let (events, mut rx) = SessionEvents::channel();
+    let a = backend.open_session(env.timing.ttl, events).await.unwrap();
+    let b = backend
+        .open_session(env.timing.ttl, SessionEvents::channel().0)
+        .await
+        .unwrap();
+    a.register_member(&ns, &Member::new("a", "1").unwrap())
+        .await
+        .unwrap();
+    b.register_member(&ns, &Member::new("b", "2").unwrap())
+        .await
+        .unwrap();
+    let mut stream = env.backend.watch_members(&ns).await.unwrap();
+    next_list(&mut stream, "a and b", |l| l.len() == 2).await;
+    backend.expire_session(a.id()).await.unwrap();
+    next_list(&mut stream, "only b", |l| l == pairs(&[("b", "2")])).await;
+    let event = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("expiry reported")
+        .expect("events open");
+    assert!(
+        matches!(event, tenure_core::SessionEvent::Expired { .. }),
+        "{event:?}"
+    );
+    // The expired session cannot register any more.
+    let err = a
+        .register_member(&ns, &Member::new("a", "again").unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SessionExpired, "{err}");
+    a.unregister_member(&ns, "a").await.unwrap();
+    assert_eq!(listed(&env, &ns).await, pairs(&[("b", "2")]));
+    b.close().await.unwrap();
 }

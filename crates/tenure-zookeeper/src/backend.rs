@@ -10,13 +10,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_core::{
     Backend, BackendSession, Capabilities, ElectionName, Error, ErrorKind, LeaderInfo,
-    LeaderStream, Result, Retry, SessionEvents, Timing,
+    LeaderStream, Member, MemberStream, Result, Retry, SessionEvents, Timing,
 };
 use tokio::sync::watch;
 use zookeeper_client::{Acls, Client, CreateMode, SessionInfo};
 
 use crate::config::ZooKeeperConfig;
 use crate::error::{map, own, timed_out};
+use crate::members::{self, namespace_dir, MemberCache};
 use crate::nodes::{decode, election_dir, sorted_latches};
 use crate::session::ZkSession;
 use crate::SCHEME;
@@ -28,7 +29,8 @@ use crate::SCHEME;
 /// `<chroot>/<election>/_c_<uuid>-latch-<sequence>` as Curator's `LeaderLatch` names
 /// them; the lowest sequence leads and its creation zxid (`czxid`) is the fencing token.
 /// A waiter watches only the node just before its own, so a resign wakes exactly one
-/// waiter. Leader reads and observers use one extra reader session per backend.
+/// waiter. Leader reads, observers and member lists use one extra reader session per
+/// backend; members are ephemeral sequential nodes under `<chroot>/:members`.
 ///
 /// Cheap to clone: clones share the reader session.
 #[derive(Clone)]
@@ -85,7 +87,7 @@ impl Shared {
     }
 
     /// The reader client, reconnected if its session ended.
-    async fn reader(&self) -> Result<Client> {
+    pub(crate) async fn reader(&self) -> Result<Client> {
         let mut reader = self.reader.lock().await;
         if reader.state().is_terminated() {
             *reader = connect_client(&self.config, self.config.get_session_timeout(), None, false)
@@ -350,6 +352,35 @@ impl Backend for ZooKeeperBackend {
 
     fn election_requests(&self) -> Option<u64> {
         Some(self.shared.requests.load(Ordering::Relaxed))
+    }
+
+    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        let client = self.shared.reader().await?;
+        // The reader may be on a server behind the one a registration went to: catch up
+        // first, so a registration that returned is seen.
+        self.shared.call("read members", client.sync("/")).await?;
+        let dir = namespace_dir(namespace);
+        members::read_members(&self.shared, &client, &dir, &mut MemberCache::new()).await
+    }
+
+    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        let client = self.shared.reader().await?;
+        self.shared.call("watch members", client.sync("/")).await?;
+        let dir = namespace_dir(namespace);
+        let mut cache = MemberCache::new();
+        let first = Arc::new(members::read_members(&self.shared, &client, &dir, &mut cache).await?);
+        let (tx, rx) = watch::channel::<members::Observed>(Ok(first.clone()));
+        tokio::spawn(members::watch_task(
+            self.shared.clone(),
+            dir,
+            first,
+            cache,
+            tx,
+        ));
+        Ok(tenure_core::watch_member_stream(rx, |v| {
+            v.map(|list| list.as_ref().clone())
+                .map_err(members::observed_error)
+        }))
     }
 }
 

@@ -5,6 +5,7 @@
 mod backend;
 mod config;
 mod error;
+mod members;
 mod nodes;
 mod session;
 

@@ -8,12 +8,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tenure_core::{
-    BackendSession, Candidate, ElectionName, Error, ErrorKind, FencingToken, Result, SessionEvents,
+    BackendSession, Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result,
+    SessionEvents,
 };
 use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
 use crate::backend::{close_session, connect_client, is_no_node, is_node_exists, Shared};
 use crate::error::{closed, own};
+use crate::members::{namespace_dir, parse_registration, registration_prefix};
 use crate::nodes::{
     election_dir, encode, protected_prefix, random_uuid, sequence_of, sorted_latches, token_of,
 };
@@ -42,6 +44,12 @@ pub(crate) struct ZkSession {
     prefix: String,
     nodes: Mutex<HashMap<ElectionName, Node>>,
     state_task: tokio::task::JoinHandle<()>,
+    /// The ZooKeeper session id, the `ephemeralOwner` of this session's nodes.
+    owner: i64,
+    /// Member registrations by namespace and id: the node's name, `None` while unsure
+    /// (a request in flight, failed or dropped). Held across requests, so registrations
+    /// of one session are made one at a time.
+    registrations: tokio::sync::Mutex<HashMap<(ElectionName, String), Option<String>>>,
 }
 
 impl fmt::Debug for ZkSession {
@@ -101,7 +109,8 @@ impl ZkSession {
             ))
             .with_backend(crate::SCHEME));
         }
-        let id = format!("{:016x}", client.session_id().0);
+        let owner = client.session_id().0;
+        let id = format!("{owner:016x}");
         shared.register(&id, client.session().clone());
         let mut states = client.state_watcher();
         let session_id = id.clone();
@@ -144,6 +153,8 @@ impl ZkSession {
             prefix: protected_prefix(&random_uuid()),
             nodes: Mutex::new(HashMap::new()),
             state_task,
+            owner,
+            registrations: tokio::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -351,6 +362,107 @@ impl ZkSession {
         }
     }
 
+    /// This session's registration nodes of `id` in the namespace directory `dir`, as
+    /// the server has them (after a request whose answer was lost or dropped).
+    async fn find_own_registrations(
+        &self,
+        client: &Client,
+        dir: &str,
+        id: &str,
+    ) -> Result<Vec<String>> {
+        let children = match self
+            .shared
+            .call("register member", client.list_children(dir))
+            .await
+        {
+            Ok(c) => c,
+            Err(e) if is_no_node(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut own_nodes = Vec::new();
+        for name in children {
+            if parse_registration(&name).map(|(i, _)| i) != Some(id) {
+                continue;
+            }
+            let stat = self
+                .shared
+                .call(
+                    "register member",
+                    client.check_stat(&format!("{dir}/{name}")),
+                )
+                .await?;
+            if stat.is_some_and(|s| s.ephemeral_owner == self.owner) {
+                own_nodes.push(name);
+            }
+        }
+        Ok(own_nodes)
+    }
+
+    /// Create a registration node for `member` in `dir` and delete `old` (this session's
+    /// previous nodes of the id) in the same transaction; the new node's name.
+    async fn replace_registration(
+        &self,
+        client: &Client,
+        dir: &str,
+        member: &Member,
+        old: &[String],
+    ) -> Result<String> {
+        let prefix = registration_prefix(dir, member.id());
+        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let data = member.value().as_bytes();
+        if old.is_empty() {
+            let mut made_parents = false;
+            loop {
+                match self
+                    .shared
+                    .call("register member", client.create(&prefix, data, &options))
+                    .await
+                {
+                    Ok((_, sequence)) => return Ok(format!("{}:{sequence}", member.id())),
+                    Err(e) if is_no_node(&e) && !made_parents => {
+                        let parents = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                        match self
+                            .shared
+                            .call("register member", client.mkdir(dir, &parents))
+                            .await
+                        {
+                            Ok(()) => {}
+                            Err(e) if is_node_exists(&e) => {}
+                            Err(e) => return Err(e),
+                        }
+                        made_parents = true;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let mut multi = client.new_multi_writer();
+        let bad = |e| crate::error::map("register member", e);
+        multi.add_create(&prefix, data, &options).map_err(bad)?;
+        for name in old {
+            multi
+                .add_delete(&format!("{dir}/{name}"), None)
+                .map_err(bad)?;
+        }
+        let results = self
+            .shared
+            .call("register member", async {
+                multi.commit().await.map_err(zookeeper_client::Error::from)
+            })
+            .await?;
+        for result in results {
+            if let zookeeper_client::MultiWriteResult::Create { path, .. } = result {
+                if let Some(name) = path.rsplit('/').next() {
+                    return Ok(name.to_string());
+                }
+            }
+        }
+        Err(own(
+            ErrorKind::Backend,
+            "register member: the transaction answered without the created node",
+        ))
+    }
+
     async fn delete(
         &self,
         client: &Client,
@@ -438,6 +550,77 @@ impl BackendSession for ZkSession {
                 }
             }
         }
+    }
+
+    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        let client = self.client()?;
+        let dir = namespace_dir(namespace);
+        let mut registrations = self.registrations.lock().await;
+        let key = (namespace.clone(), member.id().to_string());
+        // Unsure until the answer is in: a dropped or failed request may have applied.
+        let known = registrations.insert(key.clone(), None);
+        let mut old = match known {
+            // Never registered in this session: nothing to replace.
+            None => Vec::new(),
+            Some(Some(name)) => vec![name],
+            Some(None) => {
+                self.find_own_registrations(&client, &dir, member.id())
+                    .await?
+            }
+        };
+        let mut attempt = 0;
+        loop {
+            match self.replace_registration(&client, &dir, member, &old).await {
+                Ok(name) => {
+                    registrations.insert(key, Some(name));
+                    return Ok(());
+                }
+                // The old node is gone (deleted by hand): look again, then replace.
+                Err(e) if is_no_node(&e) && !old.is_empty() && attempt < 3 => {
+                    attempt += 1;
+                    old = self
+                        .find_own_registrations(&client, &dir, member.id())
+                        .await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        let client = match self.client() {
+            Ok(c) => c,
+            // Nothing is registered in a session that is gone.
+            Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let dir = namespace_dir(namespace);
+        let mut registrations = self.registrations.lock().await;
+        let key = (namespace.clone(), id.to_string());
+        let names = match registrations.insert(key.clone(), None) {
+            None => {
+                registrations.remove(&key);
+                return Ok(());
+            }
+            Some(Some(name)) => vec![name],
+            Some(None) => self.find_own_registrations(&client, &dir, id).await?,
+        };
+        for name in names {
+            match self
+                .shared
+                .call(
+                    "unregister member",
+                    client.delete(&format!("{dir}/{name}"), None),
+                )
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if is_no_node(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        registrations.remove(&key);
+        Ok(())
     }
 
     async fn close(&self) -> Result<()> {

@@ -1,0 +1,296 @@
+//! Membership: one ephemeral sequential node per registration.
+//!
+//! A namespace's members live in `<chroot>/:members/<namespace>` with each `/` of the
+//! namespace written as `:` (`billing/shards` → `/:members/billing:shards`). Election
+//! names and member ids never contain `:`, so no election directory (`/<election>`) can
+//! be or contain a namespace directory, no two namespaces share one, and member nodes
+//! cannot be taken for candidates.
+//!
+//! A registration is the node `<id>:<10-digit sequence>`, owned by the registering
+//! session's ZooKeeper session and holding the member value as UTF-8. Node data is never
+//! changed: registering again creates a new node and deletes the old one in one `multi`,
+//! so a child watch sees every change and a node's value, once read, can be cached by
+//! its name. Of several live registrations of one id (from different sessions) the
+//! highest sequence, the latest, wins.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use tenure_core::{ElectionName, Error, ErrorKind, Member, Result, Retry};
+use tokio::sync::watch;
+use zookeeper_client::Client;
+
+use crate::backend::{is_no_node, Shared};
+use crate::error::own;
+
+/// The directory (under the chroot) holding every namespace.
+pub(crate) const MEMBERS_ROOT: &str = "/:members";
+
+/// The directory of `namespace`'s members.
+pub(crate) fn namespace_dir(namespace: &ElectionName) -> String {
+    format!("{MEMBERS_ROOT}/{}", namespace.as_str().replace('/', ":"))
+}
+
+/// The path to create (sequentially) for a registration of `id` in `dir`.
+pub(crate) fn registration_prefix(dir: &str, id: &str) -> String {
+    format!("{dir}/{id}:")
+}
+
+/// The member id and sequence of a registration node name, `None` for anything else.
+pub(crate) fn parse_registration(name: &str) -> Option<(&str, u64)> {
+    let (id, digits) = name.rsplit_once(':')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Member::check_id(id).ok()?;
+    Some((id, digits.parse().ok()?))
+}
+
+/// The winning registration node of each id (highest sequence), by id.
+fn winners(children: &[String]) -> BTreeMap<&str, (u64, &str)> {
+    let mut by_id: BTreeMap<&str, (u64, &str)> = BTreeMap::new();
+    for name in children {
+        let Some((id, seq)) = parse_registration(name) else {
+            continue;
+        };
+        let e = by_id.entry(id).or_insert((seq, name.as_str()));
+        if seq > e.0 {
+            *e = (seq, name.as_str());
+        }
+    }
+    by_id
+}
+
+/// The member a registration node describes; `None` (logged) for data that is not a
+/// valid member value, written by something other than tenure.
+fn decode_member(id: &str, data: Vec<u8>) -> Option<Member> {
+    let member = String::from_utf8(data)
+        .map_err(|_| Error::invalid("member value: not UTF-8"))
+        .and_then(|value| Member::new(id, value));
+    match member {
+        Ok(m) => Some(m),
+        Err(e) => {
+            tracing::warn!(member = id, error = %e, "ignoring a member node with foreign data");
+            None
+        }
+    }
+}
+
+/// Members already read, by node name (node data never changes); `None` for nodes whose
+/// data is not a member value.
+pub(crate) type MemberCache = HashMap<String, Option<Member>>;
+
+/// The member list for the children `children` of `dir`: the winner of each id, its
+/// value from `cache` or read (all missing ones at once). `Ok(None)` if a winner was
+/// deleted meanwhile, so the list must be read again.
+async fn resolve(
+    shared: &Shared,
+    client: &Client,
+    dir: &str,
+    children: &[String],
+    cache: &mut MemberCache,
+) -> Result<Option<Vec<Member>>> {
+    let winners = winners(children);
+    let missing: Vec<(&str, &str)> = winners
+        .iter()
+        .filter(|(_, (_, name))| !cache.contains_key(*name))
+        .map(|(id, (_, name))| (*id, *name))
+        .collect();
+    let paths: Vec<String> = missing
+        .iter()
+        .map(|(_, name)| format!("{dir}/{name}"))
+        .collect();
+    // Pipelined on the one connection: about one round trip for all of them.
+    let reads = paths
+        .iter()
+        .map(|path| shared.call("read members", client.get_data(path)));
+    let results = futures::future::join_all(reads).await;
+    let mut vanished = false;
+    for ((id, name), result) in missing.into_iter().zip(results) {
+        match result {
+            Ok((data, _)) => {
+                cache.insert(name.to_string(), decode_member(id, data));
+            }
+            Err(e) if is_no_node(&e) => vanished = true,
+            Err(e) => return Err(e),
+        }
+    }
+    cache.retain(|name, _| children.contains(name));
+    if vanished {
+        return Ok(None);
+    }
+    Ok(Some(
+        winners
+            .values()
+            .filter_map(|(_, name)| cache.get(*name).cloned().flatten())
+            .collect(),
+    ))
+}
+
+/// The members of the namespace in `dir` as `client` sees them.
+pub(crate) async fn read_members(
+    shared: &Shared,
+    client: &Client,
+    dir: &str,
+    cache: &mut MemberCache,
+) -> Result<Vec<Member>> {
+    loop {
+        let children = match shared.call("read members", client.list_children(dir)).await {
+            Ok(c) => c,
+            Err(e) if is_no_node(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        if let Some(list) = resolve(shared, client, dir, &children, cache).await? {
+            return Ok(list);
+        }
+    }
+}
+
+/// One published member list, or an error kept as kind and message so it can be cloned.
+pub(crate) type Observed = std::result::Result<Arc<Vec<Member>>, (ErrorKind, String)>;
+
+/// Follows one namespace for its watchers: a child watch on its directory (an existence
+/// watch while it does not exist); after each trigger, list again, read only the new
+/// nodes and publish the list when it changed. Ends when every watcher is gone.
+pub(crate) async fn watch_task(
+    shared: Arc<Shared>,
+    dir: String,
+    mut last: Arc<Vec<Member>>,
+    mut cache: MemberCache,
+    tx: watch::Sender<Observed>,
+) {
+    let retry = Retry::default();
+    let mut attempt = 0u32;
+    let mut failed = false;
+    loop {
+        if tx.is_closed() {
+            return;
+        }
+        let step = async {
+            let client = shared.reader().await?;
+            // Arm the watch with the list, so no change falls between.
+            let (children, watcher) = match shared
+                .call("watch members", client.list_and_watch_children(&dir))
+                .await
+            {
+                Ok(r) => r,
+                Err(e) if is_no_node(&e) => {
+                    let (stat, w) = shared
+                        .call("watch members", client.check_and_watch_stat(&dir))
+                        .await?;
+                    if stat.is_some() {
+                        // Created meanwhile: list it.
+                        return Ok((None, None));
+                    }
+                    (Vec::new(), w)
+                }
+                Err(e) => return Err(e),
+            };
+            // A winner deleted meanwhile fires the watch: publish nothing until then.
+            let list = resolve(&shared, &client, &dir, &children, &mut cache).await?;
+            Ok::<_, Error>((list, Some(watcher)))
+        };
+        match step.await {
+            Ok((list, watcher)) => {
+                attempt = 0;
+                if let Some(list) = list {
+                    if *list != *last || failed {
+                        last = Arc::new(list);
+                        failed = false;
+                        let _ = tx.send_replace(Ok(last.clone()));
+                    }
+                }
+                if let Some(watcher) = watcher {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        _ = watcher.changed() => {}
+                    }
+                }
+            }
+            Err(e) => {
+                if !failed {
+                    let _ = tx.send_replace(Err((e.kind(), e.message().to_string())));
+                    failed = true;
+                }
+                let delay = retry.delay(attempt);
+                attempt = attempt.saturating_add(1);
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+/// The error of a published failure.
+pub(crate) fn observed_error((kind, message): (ErrorKind, String)) -> Error {
+    own(kind, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespaces_never_meet_elections_or_each_other() {
+        let ns = |s: &str| namespace_dir(&ElectionName::new(s).unwrap());
+        assert_eq!(ns("billing/shards"), "/:members/billing:shards");
+        assert_ne!(ns("a/b"), format!("{}/b", ns("a")));
+        // No election name contains ':', so no election directory is under the root.
+        assert!(ElectionName::new(":members").is_err());
+        assert!(Member::check_id("a:1").is_err());
+        assert_eq!(
+            registration_prefix(&ns("x"), "node-1"),
+            "/:members/x/node-1:"
+        );
+    }
+
+    #[test]
+    fn registrations_parse_and_the_latest_wins() {
+        assert_eq!(
+            parse_registration("node-1.a_b:0000000012"),
+            Some(("node-1.a_b", 12))
+        );
+        for bad in [
+            "node-1",
+            "node-1:",
+            "node-1:12x",
+            ":0000000001",
+            "..:0000000001",
+            "_c_x-latch-0000000001",
+        ] {
+            assert_eq!(parse_registration(bad), None, "{bad}");
+        }
+        let children: Vec<String> = [
+            "b:0000000003",
+            "a:0000000007",
+            "a:0000000002",
+            "junk",
+            "c:0000000001",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        let w = winners(&children);
+        let got: Vec<(&str, &str)> = w.iter().map(|(id, (_, n))| (*id, *n)).collect();
+        assert_eq!(
+            got,
+            [
+                ("a", "a:0000000007"),
+                ("b", "b:0000000003"),
+                ("c", "c:0000000001")
+            ]
+        );
+    }
+
+    #[test]
+    fn foreign_data_is_skipped() {
+        assert_eq!(
+            decode_member("a", b"v".to_vec()),
+            Some(Member::new("a", "v").unwrap())
+        );
+        assert_eq!(decode_member("a", vec![0xff, 0xfe]), None);
+        assert_eq!(decode_member("a", b"tab\there".to_vec()), None);
+    }
+}
