@@ -11,6 +11,10 @@ pub use tenure_etcd::{EtcdBackend, EtcdConfig};
 pub use tenure_peer as peer;
 #[cfg(feature = "redis")]
 pub use tenure_redis::{RedisBackend, RedisConfig};
+#[cfg(feature = "shard")]
+pub use tenure_shard as shard;
+#[cfg(feature = "shard")]
+pub use tenure_shard::{Layout, ShardEvent, ShardManager, ShardMap};
 #[cfg(feature = "zookeeper")]
 pub use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 

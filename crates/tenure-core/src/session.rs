@@ -370,6 +370,11 @@ impl Session {
         self.core().close().await
     }
 
+    /// True once the session was closed or abandoned (it will not be re-opened).
+    pub fn is_closed(&self) -> bool {
+        self.core().closed.load(Ordering::SeqCst)
+    }
+
     /// Stop renewing without releasing anything, as if this process had crashed: the
     /// store expires the session after its TTL. Local leaderships still fire their lost
     /// signal at the deadline. For fault tests and demos.

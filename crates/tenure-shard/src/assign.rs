@@ -1,0 +1,533 @@
+//! The assignment: which nodes replicate each shard and which one should lead it,
+//! computed by every node alike from the same view (the members, their weights and
+//! drain flags, and who holds which shard now). No node coordinates the others.
+//!
+//! 1. **Replica sets**: a shard's replicas are the `R` active nodes with the highest
+//!    [`rendezvous_score`] for it. A join or leave changes the replica sets of about
+//!    `R·P/N` shards and no others.
+//! 2. **Targets**: node `n` should lead `P·wₙ/W` shards, rounded by largest remainder
+//!    (ties go to the node that holds more now, then by hash), so targets sum to `P`
+//!    and, with equal weights, are ⌊P/N⌋ or ⌈P/N⌉.
+//! 3. **Keep**: a holder that is still an active replica keeps its shard, up to its
+//!    target; a node above its target gives up first the shards that another replica
+//!    with room can take, and among those the ones where it ranks lowest.
+//! 4. **Place**: every other shard goes to its best-ranked replica below target; if all
+//!    its replicas are full, a shortest chain of moves through replica sets makes room
+//!    (augmenting path); only if none exists does a replica exceed its target.
+//!
+//! Keeping holders is what makes the plan stable: with the holdings it produced, it
+//! produces itself again (a balanced cluster makes no moves); after a crash only the
+//! dead node's shards move; after a join about the newcomer's target moves.
+
+use std::cmp::Reverse;
+use std::collections::VecDeque;
+
+use crate::hash::{key_hash, rendezvous_score};
+
+/// Marks "no node".
+const NONE: u32 = u32::MAX;
+
+/// A member as the assignment sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// The member id.
+    pub id: String,
+    /// Relative share of leaderships (1 = normal); 0 counts as draining.
+    pub weight: u32,
+    /// A draining node replicates and leads nothing.
+    pub draining: bool,
+}
+
+impl NodeSpec {
+    /// A node of weight 1, not draining.
+    pub fn new(id: impl Into<String>) -> Self {
+        NodeSpec {
+            id: id.into(),
+            weight: 1,
+            draining: false,
+        }
+    }
+
+    fn active(&self) -> bool {
+        !self.draining && self.weight > 0
+    }
+}
+
+/// The computed assignment. Node numbers index the `nodes` slice given to [`plan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    r: usize,
+    replicas: Vec<u32>,
+    preferred: Vec<u32>,
+    targets: Vec<u32>,
+    loads: Vec<u32>,
+}
+
+impl Plan {
+    /// Number of shards.
+    pub fn shards(&self) -> usize {
+        self.preferred.len()
+    }
+
+    /// The replicas of `shard`, best rank first (empty if no node is active).
+    pub fn replicas(&self, shard: usize) -> &[u32] {
+        if self.r == 0 {
+            return &[];
+        }
+        &self.replicas[shard * self.r..(shard + 1) * self.r]
+    }
+
+    /// The node that should lead `shard`, if any node is active.
+    pub fn preferred(&self, shard: usize) -> Option<u32> {
+        self.preferred.get(shard).copied().filter(|n| *n != NONE)
+    }
+
+    /// How many leaderships `node` should have.
+    pub fn target(&self, node: u32) -> u32 {
+        self.targets.get(node as usize).copied().unwrap_or(0)
+    }
+
+    /// How many leaderships the plan gives `node`.
+    pub fn load(&self, node: u32) -> u32 {
+        self.loads.get(node as usize).copied().unwrap_or(0)
+    }
+
+    /// Planned leaderships per node (indexed like the `nodes` slice).
+    pub fn loads(&self) -> &[u32] {
+        &self.loads
+    }
+
+    /// Shards whose planned leader differs from their current holder (shards without
+    /// a holder are not counted).
+    pub fn moves_from(&self, holders: &[Option<u32>]) -> usize {
+        holders
+            .iter()
+            .enumerate()
+            .filter(|(s, h)| h.is_some_and(|h| self.preferred(*s) != Some(h)))
+            .count()
+    }
+}
+
+/// Compute the assignment of `shard_hashes.len()` shards (hashes from
+/// [`key_hash`](crate::hash::key_hash) of the shard names) over `nodes`, which every
+/// caller must list in the same order (the shard manager sorts them by id), with
+/// `replication` replicas per shard and `holders[s]` the node that holds shard `s` now.
+pub fn plan(
+    shard_hashes: &[u64],
+    nodes: &[NodeSpec],
+    replication: usize,
+    holders: &[Option<u32>],
+) -> Plan {
+    let p = shard_hashes.len();
+    let active: Vec<u32> = (0..nodes.len() as u32)
+        .filter(|n| nodes[*n as usize].active())
+        .collect();
+    let r = replication.max(1).min(active.len());
+    let node_hash: Vec<u64> = nodes.iter().map(|n| key_hash(&n.id)).collect();
+    let holder = |s: usize| -> Option<u32> {
+        holders
+            .get(s)
+            .copied()
+            .flatten()
+            .filter(|h| (*h as usize) < nodes.len())
+    };
+
+    // 1. Replica sets.
+    let mut replicas = vec![NONE; p * r];
+    if r > 0 {
+        let mut best: Vec<(u64, Reverse<u32>)> = Vec::with_capacity(r + 1);
+        for (s, sh) in shard_hashes.iter().enumerate() {
+            best.clear();
+            for &n in &active {
+                let key = (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n));
+                if best.len() < r || key > best[best.len() - 1] {
+                    let at = best.partition_point(|b| *b > key);
+                    best.insert(at, key);
+                    best.truncate(r);
+                }
+            }
+            for (i, (_, Reverse(n))) in best.iter().enumerate() {
+                replicas[s * r + i] = *n;
+            }
+        }
+    }
+    let reps = |s: usize| &replicas[s * r..(s + 1) * r];
+
+    // 2. Targets by largest remainder.
+    let mut targets = vec![0u32; nodes.len()];
+    let mut held = vec![0u32; nodes.len()];
+    for s in 0..p {
+        if let Some(h) = holder(s) {
+            held[h as usize] += 1;
+        }
+    }
+    if !active.is_empty() {
+        let total: u128 = active
+            .iter()
+            .map(|n| u128::from(nodes[*n as usize].weight))
+            .sum();
+        let mut rems = Vec::with_capacity(active.len());
+        let mut given = 0u128;
+        for &n in &active {
+            let q = p as u128 * u128::from(nodes[n as usize].weight);
+            targets[n as usize] = (q / total) as u32;
+            given += q / total;
+            rems.push((
+                Reverse(q % total),
+                Reverse(held[n as usize]),
+                node_hash[n as usize],
+                n,
+            ));
+        }
+        rems.sort_unstable();
+        for (_, _, _, n) in rems.iter().take((p as u128 - given) as usize) {
+            targets[*n as usize] += 1;
+        }
+    }
+
+    // 3. Keep holders that are still replicas, up to their targets.
+    let mut preferred = vec![NONE; p];
+    let mut loads = vec![0u32; nodes.len()];
+    let mut kept: Vec<Vec<u32>> = vec![Vec::new(); nodes.len()];
+    if r > 0 {
+        for (s, pref) in preferred.iter_mut().enumerate() {
+            if let Some(h) = holder(s) {
+                if reps(s).contains(&h) {
+                    *pref = h;
+                    loads[h as usize] += 1;
+                    kept[h as usize].push(s as u32);
+                }
+            }
+        }
+    }
+    for &n in &active {
+        let (load, target) = (loads[n as usize], targets[n as usize]);
+        if load <= target {
+            continue;
+        }
+        let mut mine: Vec<(bool, Reverse<usize>, u64, u32)> = kept[n as usize]
+            .iter()
+            .map(|&s| {
+                let su = s as usize;
+                let room_elsewhere = reps(su)
+                    .iter()
+                    .any(|&m| m != n && loads[m as usize] < targets[m as usize]);
+                let rank = reps(su).iter().position(|&m| m == n).unwrap_or(r);
+                (
+                    !room_elsewhere,
+                    Reverse(rank),
+                    rendezvous_score(shard_hashes[su], node_hash[n as usize]),
+                    s,
+                )
+            })
+            .collect();
+        mine.sort_unstable();
+        for (_, _, _, s) in mine.iter().take((load - target) as usize) {
+            preferred[*s as usize] = NONE;
+            loads[n as usize] -= 1;
+        }
+    }
+
+    // 4. Place the rest.
+    if r > 0 {
+        let mut assigned: Vec<Vec<u32>> = vec![Vec::new(); nodes.len()];
+        for (s, n) in preferred.iter().enumerate() {
+            if *n != NONE {
+                assigned[*n as usize].push(s as u32);
+            }
+        }
+        let sticky: Vec<bool> = preferred.iter().map(|n| *n != NONE).collect();
+        let mut placer = Placer {
+            sticky,
+            replicas: &replicas,
+            r,
+            preferred: &mut preferred,
+            loads: &mut loads,
+            targets: &targets,
+            assigned,
+        };
+        for s in 0..p {
+            if placer.preferred[s] == NONE {
+                placer.place(s as u32);
+            }
+        }
+    }
+
+    Plan {
+        r,
+        replicas,
+        preferred,
+        targets,
+        loads,
+    }
+}
+
+struct Placer<'a> {
+    /// Shards kept by their holder: chains move them only if nothing else works.
+    sticky: Vec<bool>,
+    replicas: &'a [u32],
+    r: usize,
+    preferred: &'a mut [u32],
+    loads: &'a mut [u32],
+    targets: &'a [u32],
+    assigned: Vec<Vec<u32>>,
+}
+
+impl Placer<'_> {
+    fn reps(&self, s: u32) -> &[u32] {
+        let s = s as usize;
+        &self.replicas[s * self.r..(s + 1) * self.r]
+    }
+
+    fn has_room(&self, n: u32) -> bool {
+        self.loads[n as usize] < self.targets[n as usize]
+    }
+
+    fn put(&mut self, s: u32, n: u32) {
+        self.preferred[s as usize] = n;
+        self.loads[n as usize] += 1;
+        self.assigned[n as usize].push(s);
+    }
+
+    fn take(&mut self, s: u32, n: u32) {
+        let list = &mut self.assigned[n as usize];
+        if let Some(i) = list.iter().position(|x| *x == s) {
+            list.swap_remove(i);
+        }
+        self.loads[n as usize] -= 1;
+    }
+
+    fn place(&mut self, s: u32) {
+        if let Some(&n) = self.reps(s).iter().find(|n| self.has_room(**n)) {
+            self.put(s, n);
+            return;
+        }
+        if self.augment(s, false) || self.augment(s, true) {
+            return;
+        }
+        // No chain of moves frees a replica: the least loaded one goes over target.
+        let reps = self.reps(s);
+        let n = reps
+            .iter()
+            .enumerate()
+            .min_by_key(|(rank, n)| (self.loads[**n as usize], *rank))
+            .map(|(_, n)| *n)
+            .unwrap_or(reps[0]);
+        self.put(s, n);
+    }
+
+    /// Breadth-first search for the shortest chain `s → x₀, t₁: x₀ → x₁, …` ending at a
+    /// node below target; applies it and returns true if found. Unless `move_kept`,
+    /// the chain moves only shards placed in this round, not ones kept by a holder.
+    fn augment(&mut self, s: u32, move_kept: bool) -> bool {
+        let n = self.loads.len();
+        // parent[x] = (shard that would move into x, node it comes from or NONE for s).
+        let mut parent: Vec<Option<(u32, u32)>> = vec![None; n];
+        let mut queue = VecDeque::new();
+        for &x in self.reps(s) {
+            parent[x as usize] = Some((s, NONE));
+            queue.push_back(x);
+        }
+        let mut end = None;
+        while let Some(x) = queue.pop_front() {
+            if self.has_room(x) {
+                end = Some(x);
+                break;
+            }
+            for &t in &self.assigned[x as usize] {
+                if !move_kept && self.sticky[t as usize] {
+                    continue;
+                }
+                for &y in self.reps(t) {
+                    if y != x && parent[y as usize].is_none() {
+                        parent[y as usize] = Some((t, x));
+                        queue.push_back(y);
+                    }
+                }
+            }
+        }
+        let Some(mut cur) = end else {
+            return false;
+        };
+        while let Some((t, from)) = parent[cur as usize] {
+            if from == NONE {
+                self.put(t, cur);
+                break;
+            }
+            self.take(t, from);
+            self.put(t, cur);
+            cur = from;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shards(p: usize) -> Vec<u64> {
+        (0..p).map(|i| key_hash(&format!("ns/{i:05}"))).collect()
+    }
+
+    fn nodes(n: usize) -> Vec<NodeSpec> {
+        let mut v: Vec<_> = (0..n)
+            .map(|i| NodeSpec::new(format!("node-{i:02}")))
+            .collect();
+        v.sort_by(|a, b| a.id.cmp(&b.id));
+        v
+    }
+
+    /// The plan's leader of every shard, by node id.
+    fn leaders(plan: &Plan, nodes: &[NodeSpec]) -> Vec<Option<String>> {
+        (0..plan.shards())
+            .map(|s| plan.preferred(s).map(|n| nodes[n as usize].id.clone()))
+            .collect()
+    }
+
+    /// `leaders` as holder indices into `nodes` (ids not in `nodes` hold nothing).
+    fn holders(leaders: &[Option<String>], nodes: &[NodeSpec]) -> Vec<Option<u32>> {
+        leaders
+            .iter()
+            .map(|l| {
+                l.as_ref()
+                    .and_then(|id| nodes.iter().position(|n| &n.id == id))
+                    .map(|i| i as u32)
+            })
+            .collect()
+    }
+
+    fn assert_balanced(plan: &Plan, nodes: &[NodeSpec]) {
+        let p = plan.shards();
+        let active: Vec<usize> = (0..nodes.len()).filter(|n| nodes[*n].active()).collect();
+        let (lo, hi) = (p / active.len(), p.div_ceil(active.len()));
+        for &n in &active {
+            let l = plan.load(n as u32) as usize;
+            assert!(
+                lo <= l && l <= hi,
+                "node {} leads {l}, not in [{lo}, {hi}]",
+                nodes[n].id
+            );
+        }
+        for s in 0..p {
+            let lead = plan.preferred(s).expect("every shard has a leader");
+            assert!(
+                plan.replicas(s).contains(&lead),
+                "leader outside the replica set"
+            );
+            assert!(nodes[lead as usize].active());
+        }
+    }
+
+    #[test]
+    fn cold_start_is_balanced_and_deterministic() {
+        for (p, n) in [
+            (256, 5),
+            (64, 4),
+            (1000, 10),
+            (10, 4),
+            (7, 7),
+            (3, 5),
+            (1024, 3),
+        ] {
+            let (sh, ns) = (shards(p), nodes(n));
+            let a = plan(&sh, &ns, 3, &[]);
+            assert_eq!(a, plan(&sh, &ns, 3, &[]));
+            if p >= n {
+                assert_balanced(&a, &ns);
+            }
+            for s in 0..p {
+                let reps = a.replicas(s);
+                assert_eq!(reps.len(), 3.min(n));
+                let mut d = reps.to_vec();
+                d.dedup();
+                assert_eq!(d.len(), reps.len());
+            }
+        }
+    }
+
+    #[test]
+    fn plan_with_its_own_holdings_is_a_fixpoint() {
+        for (p, n) in [(256, 5), (1000, 10), (64, 4)] {
+            let (sh, ns) = (shards(p), nodes(n));
+            let a = plan(&sh, &ns, 3, &[]);
+            let h = holders(&leaders(&a, &ns), &ns);
+            let b = plan(&sh, &ns, 3, &h);
+            assert_eq!(b.moves_from(&h), 0);
+            assert_eq!(leaders(&a, &ns), leaders(&b, &ns));
+        }
+    }
+
+    #[test]
+    fn a_crash_moves_only_the_dead_nodes_shards() {
+        for (p, n) in [(256, 5), (1000, 10), (64, 4), (10_000, 10)] {
+            let (sh, ns) = (shards(p), nodes(n));
+            let before = leaders(&plan(&sh, &ns, 3, &[]), &ns);
+            for dead in 0..n {
+                let survivors: Vec<NodeSpec> =
+                    ns.iter().filter(|x| x.id != ns[dead].id).cloned().collect();
+                let h = holders(&before, &survivors);
+                let after = plan(&sh, &survivors, 3, &h);
+                assert_balanced(&after, &survivors);
+                let moved = after.moves_from(&h);
+                assert_eq!(moved, 0, "P={p} N={n}: {moved} live shards moved");
+            }
+        }
+    }
+
+    #[test]
+    fn a_join_moves_about_the_newcomers_target() {
+        for (p, n) in [(256, 5), (1000, 10), (64, 4), (10_000, 10)] {
+            let (sh, ns) = (shards(p), nodes(n));
+            let before = leaders(&plan(&sh, &ns, 3, &[]), &ns);
+            let mut grown = ns.clone();
+            grown.push(NodeSpec::new("node-new"));
+            grown.sort_by(|a, b| a.id.cmp(&b.id));
+            let h = holders(&before, &grown);
+            let after = plan(&sh, &grown, 3, &h);
+            assert_balanced(&after, &grown);
+            let new = grown.iter().position(|x| x.id == "node-new").unwrap() as u32;
+            let optimum = after.target(new) as usize;
+            let moved = after.moves_from(&h);
+            assert!(
+                moved as f64 <= optimum as f64 * 1.1,
+                "P={p} N={n}: {moved} moves, optimum {optimum}"
+            );
+        }
+    }
+
+    #[test]
+    fn drain_moves_only_the_draining_nodes_shards() {
+        let (sh, mut ns) = (shards(256), nodes(5));
+        let before = leaders(&plan(&sh, &ns, 3, &[]), &ns);
+        ns[2].draining = true;
+        let h = holders(&before, &ns);
+        let after = plan(&sh, &ns, 3, &h);
+        assert_eq!(after.load(2), 0);
+        assert_balanced(&after, &ns);
+        let theirs = h.iter().filter(|x| **x == Some(2)).count();
+        assert_eq!(after.moves_from(&h), theirs);
+    }
+
+    #[test]
+    fn weights_share_leaderships() {
+        let (sh, mut ns) = (shards(1000), nodes(4));
+        ns[0].weight = 2;
+        let a = plan(&sh, &ns, 3, &[]);
+        assert_eq!(a.load(0), 400);
+        for n in 1..4 {
+            assert_eq!(a.load(n), 200);
+        }
+    }
+
+    #[test]
+    fn no_active_node_means_no_leader() {
+        let sh = shards(8);
+        let mut ns = nodes(2);
+        ns.iter_mut().for_each(|n| n.draining = true);
+        let a = plan(&sh, &ns, 3, &[]);
+        assert!((0..8).all(|s| a.preferred(s).is_none() && a.replicas(s).is_empty()));
+        let empty = plan(&sh, &[], 3, &[Some(7)]);
+        assert!(empty.preferred(0).is_none());
+    }
+}

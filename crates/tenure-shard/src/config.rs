@@ -1,0 +1,345 @@
+//! The shard manager's configuration and its builder.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::{DynBackend, ElectionName, Error, Member, Result, Timing};
+
+use crate::hash::key_hash;
+
+/// The most shards one namespace may have.
+pub const MAX_SHARDS: usize = 1_000_000;
+/// The largest replication factor accepted.
+pub const MAX_REPLICATION: usize = 16;
+/// The largest node weight accepted.
+pub const MAX_WEIGHT: u32 = 1000;
+
+/// A shard of the namespace: its index (0-based, in the configured order) and name.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Shard {
+    index: usize,
+    name: Arc<str>,
+}
+
+impl Shard {
+    /// The shard's index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The shard's name (the election is `<namespace>/<name>`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Debug for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Shard({}, {:?})", self.index, &*self.name)
+    }
+}
+
+impl fmt::Display for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+/// Which shards a namespace has.
+#[derive(Clone, Debug)]
+enum ShardNames {
+    Count(usize),
+    Names(Vec<String>),
+}
+
+/// The layout every node and router of a namespace must agree on: the namespace, the
+/// shards and the replication factor.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub(crate) namespace: ElectionName,
+    pub(crate) shards: Vec<Shard>,
+    pub(crate) elections: Vec<ElectionName>,
+    pub(crate) hashes: Vec<u64>,
+    pub(crate) replication: usize,
+}
+
+impl Layout {
+    /// `count` shards named `0000`, `0001`, … (at least four digits) in `namespace`,
+    /// each replicated on `replication` nodes.
+    pub fn new(namespace: &str, count: usize, replication: usize) -> Result<Layout> {
+        Layout::build(namespace, ShardNames::Count(count), replication)
+    }
+
+    /// Shards with the given names (each a valid election name suffix, no duplicates).
+    pub fn with_names(namespace: &str, names: Vec<String>, replication: usize) -> Result<Layout> {
+        Layout::build(namespace, ShardNames::Names(names), replication)
+    }
+
+    fn build(namespace: &str, names: ShardNames, replication: usize) -> Result<Layout> {
+        let ns = ElectionName::new(namespace)
+            .map_err(|e| Error::invalid(format!("namespace: {}", e.message())))?;
+        let names: Vec<String> = match names {
+            ShardNames::Count(n) => {
+                if n == 0 || n > MAX_SHARDS {
+                    return Err(Error::invalid(format!(
+                        "shards: {n}; a namespace has 1 to {MAX_SHARDS} shards"
+                    )));
+                }
+                let width = (n - 1).to_string().len().max(4);
+                (0..n).map(|i| format!("{i:0width$}")).collect()
+            }
+            ShardNames::Names(v) => {
+                if v.is_empty() || v.len() > MAX_SHARDS {
+                    return Err(Error::invalid(format!(
+                        "shard names: {} given; a namespace has 1 to {MAX_SHARDS} shards",
+                        v.len()
+                    )));
+                }
+                let mut seen = std::collections::HashSet::new();
+                if let Some(d) = v.iter().find(|n| !seen.insert(n.as_str())) {
+                    return Err(Error::invalid(format!("shard name {d:?} appears twice")));
+                }
+                v
+            }
+        };
+        if replication == 0 || replication > MAX_REPLICATION {
+            return Err(Error::invalid(format!(
+                "replication: {replication}; use 1 to {MAX_REPLICATION}"
+            )));
+        }
+        let mut shards = Vec::with_capacity(names.len());
+        let mut elections = Vec::with_capacity(names.len());
+        let mut hashes = Vec::with_capacity(names.len());
+        for (index, name) in names.into_iter().enumerate() {
+            let election = ElectionName::new(format!("{ns}/{name}"))
+                .map_err(|e| Error::invalid(format!("shard name {name:?}: {}", e.message())))?;
+            hashes.push(key_hash(election.as_str()));
+            elections.push(election);
+            shards.push(Shard {
+                index,
+                name: Arc::from(name),
+            });
+        }
+        Ok(Layout {
+            namespace: ns,
+            shards,
+            elections,
+            hashes,
+            replication,
+        })
+    }
+
+    /// The namespace (also the membership namespace).
+    pub fn namespace(&self) -> &ElectionName {
+        &self.namespace
+    }
+
+    /// The shards in order.
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// The election of `shard`.
+    pub fn election(&self, shard: &Shard) -> &ElectionName {
+        &self.elections[shard.index]
+    }
+
+    /// The replication factor.
+    pub fn replication(&self) -> usize {
+        self.replication
+    }
+}
+
+/// Builds a [`ShardManager`](crate::ShardManager).
+///
+/// | setting | default | meaning |
+/// |---|---|---|
+/// | `layout` | required | namespace, shards, replication ([`Layout`]) |
+/// | `node_id` | required | this node's member id (letters, digits, `-_.`) |
+/// | `weight` | 1 | relative share of leaderships (1 to 1000) |
+/// | `timing` | [`Timing::default`] | session TTL, renewal, deadlines |
+/// | `handoff_rate` | 200 per second | graceful handoffs this node starts per second |
+/// | `handoff_burst` | 20 | handoffs it may start at once |
+/// | `publish_interval` | 10 ms | least time between two updates of this node's member value |
+#[derive(Clone)]
+pub struct ShardManagerBuilder {
+    pub(crate) backend: DynBackend,
+    pub(crate) layout: Option<Layout>,
+    pub(crate) node_id: Option<String>,
+    pub(crate) weight: u32,
+    pub(crate) timing: Timing,
+    pub(crate) handoff_rate: f64,
+    pub(crate) handoff_burst: u32,
+    pub(crate) publish_interval: Duration,
+}
+
+impl fmt::Debug for ShardManagerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardManagerBuilder")
+            .field("backend", &self.backend.scheme())
+            .field(
+                "layout",
+                &self.layout.as_ref().map(|l| l.namespace.as_str()),
+            )
+            .field("node_id", &self.node_id)
+            .field("weight", &self.weight)
+            .finish()
+    }
+}
+
+impl ShardManagerBuilder {
+    pub(crate) fn new(backend: DynBackend) -> Self {
+        ShardManagerBuilder {
+            backend,
+            layout: None,
+            node_id: None,
+            weight: 1,
+            timing: Timing::default(),
+            handoff_rate: 200.0,
+            handoff_burst: 20,
+            publish_interval: Duration::from_millis(10),
+        }
+    }
+
+    /// The namespace, shards and replication factor.
+    pub fn layout(mut self, layout: Layout) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+
+    /// This node's id.
+    pub fn node_id(mut self, id: impl Into<String>) -> Self {
+        self.node_id = Some(id.into());
+        self
+    }
+
+    /// This node's weight.
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = weight;
+        self
+    }
+
+    /// Session timing.
+    pub fn timing(mut self, timing: Timing) -> Self {
+        self.timing = timing;
+        self
+    }
+
+    /// Graceful handoffs per second and burst.
+    pub fn handoff_rate(mut self, per_second: f64, burst: u32) -> Self {
+        self.handoff_rate = per_second;
+        self.handoff_burst = burst;
+        self
+    }
+
+    /// Least time between two publications of this node's state.
+    pub fn publish_interval(mut self, interval: Duration) -> Self {
+        self.publish_interval = interval;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(Layout, String)> {
+        let layout = self
+            .layout
+            .clone()
+            .ok_or_else(|| Error::invalid("layout: not set (namespace, shards, replication)"))?;
+        let id = self
+            .node_id
+            .clone()
+            .ok_or_else(|| Error::invalid("node_id: not set"))?;
+        Member::check_id(&id).map_err(|e| Error::invalid(format!("node_id: {}", e.message())))?;
+        if self.weight == 0 || self.weight > MAX_WEIGHT {
+            return Err(Error::invalid(format!(
+                "weight: {}; use 1 to {MAX_WEIGHT} (drain a node to give it nothing)",
+                self.weight
+            )));
+        }
+        if !(self.handoff_rate.is_finite() && self.handoff_rate > 0.0) || self.handoff_burst == 0 {
+            return Err(Error::invalid(format!(
+                "handoff_rate: {} per second, burst {}; both must be positive",
+                self.handoff_rate, self.handoff_burst
+            )));
+        }
+        if self.publish_interval > self.timing.ttl {
+            return Err(Error::invalid(format!(
+                "publish_interval: {:?} is longer than the TTL {:?}",
+                self.publish_interval, self.timing.ttl
+            )));
+        }
+        self.timing.validate()?;
+        Ok((layout, id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tenure_core::{ErrorKind, MemoryBackend};
+
+    #[test]
+    fn layouts() {
+        let l = Layout::new("orders", 256, 3).unwrap();
+        assert_eq!(l.shards().len(), 256);
+        assert_eq!(l.shards()[7].name(), "0007");
+        assert_eq!(l.election(&l.shards()[255]).as_str(), "orders/0255");
+        assert_eq!(
+            Layout::new("x", 100_000, 1).unwrap().shards()[5].name(),
+            "00005"
+        );
+        let named = Layout::with_names("eu", vec!["de".into(), "fr".into()], 2).unwrap();
+        assert_eq!(named.election(&named.shards()[1]).as_str(), "eu/fr");
+    }
+
+    #[test]
+    fn bad_layouts_and_builders_name_the_field() {
+        let cases: Vec<(Result<Layout>, &str)> = vec![
+            (Layout::new("", 4, 1), "namespace"),
+            (Layout::new("a b", 4, 1), "namespace"),
+            (Layout::new("ns", 0, 1), "shards"),
+            (Layout::new("ns", MAX_SHARDS + 1, 1), "shards"),
+            (Layout::new("ns", 4, 0), "replication"),
+            (Layout::new("ns", 4, 17), "replication"),
+            (Layout::with_names("ns", vec![], 1), "shard names"),
+            (
+                Layout::with_names("ns", vec!["a".into(), "a".into()], 1),
+                "twice",
+            ),
+            (
+                Layout::with_names("ns", vec!["a//b".into()], 1),
+                "shard name",
+            ),
+        ];
+        for (r, field) in cases {
+            let e = r.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+            assert!(e.message().contains(field), "{e} should name {field}");
+        }
+        let b = ShardManagerBuilder::new(std::sync::Arc::new(MemoryBackend::new()));
+        let l = Layout::new("ns", 4, 1).unwrap();
+        for (builder, field) in [
+            (b.clone(), "layout"),
+            (b.clone().layout(l.clone()), "node_id"),
+            (b.clone().layout(l.clone()).node_id("a/b"), "node_id"),
+            (b.clone().layout(l.clone()).node_id("a").weight(0), "weight"),
+            (
+                b.clone()
+                    .layout(l.clone())
+                    .node_id("a")
+                    .handoff_rate(0.0, 1),
+                "handoff_rate",
+            ),
+            (
+                b.clone()
+                    .layout(l.clone())
+                    .node_id("a")
+                    .publish_interval(Duration::from_secs(60)),
+                "publish_interval",
+            ),
+        ] {
+            let e = builder.validate().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+            assert!(e.message().contains(field), "{e} should name {field}");
+        }
+    }
+}

@@ -1,0 +1,18 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod assign;
+mod config;
+pub mod hash;
+mod manager;
+mod map;
+pub mod metrics;
+mod state;
+mod view;
+
+pub use assign::{plan, NodeSpec, Plan};
+pub use config::{Layout, Shard, ShardManagerBuilder, MAX_REPLICATION, MAX_SHARDS, MAX_WEIGHT};
+pub use manager::{ShardEvent, ShardEvents, ShardManager, ShardStatus};
+pub use map::ShardMap;
+pub use view::{NodeInfo, ShardInfo, ShardView};

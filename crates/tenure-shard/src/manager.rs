@@ -1,0 +1,776 @@
+//! The shard manager of one node: registers the node, follows the member list,
+//! campaigns for the shards the assignment gives it, hands off the ones it no longer
+//! should lead, and reports what it holds.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use tenure_core::{
+    Candidate, DynBackend, Error, ErrorKind, FencingToken, Leadership, LeadershipWatch, LossReason,
+    Member, MemberStream, Result, Session,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::assign::Plan;
+use crate::config::{Layout, Shard, ShardManagerBuilder};
+use crate::state::{NodeState, View};
+use crate::view::{plan_for, ShardView};
+
+/// What happens to this node's shards.
+#[derive(Clone, Debug)]
+pub enum ShardEvent {
+    /// This node now leads `shard`. Do the shard's work while `cancellation` is not
+    /// cancelled, passing `token` with every write to a guarded resource.
+    Acquired {
+        /// The shard.
+        shard: Shard,
+        /// The grant's fencing token.
+        token: FencingToken,
+        /// Cancelled when this leadership ends for any reason.
+        cancellation: CancellationToken,
+    },
+    /// Leadership of `shard` ended without a handoff (deadline passed, session
+    /// expired, seat taken away, manager closed).
+    Lost {
+        /// The shard.
+        shard: Shard,
+        /// The grant that ended.
+        token: FencingToken,
+        /// Why.
+        reason: LossReason,
+    },
+    /// This node gave `shard` up on purpose: the preferred node `to` was campaigning
+    /// for it (rebalancing or drain), or `to` is `None` when a drain found no other
+    /// node to take it.
+    HandedOff {
+        /// The shard.
+        shard: Shard,
+        /// The grant that ended.
+        token: FencingToken,
+        /// The node that campaigns for it.
+        to: Option<String>,
+    },
+}
+
+/// Counters of one node's manager, updated as it works.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardStatus {
+    /// Members in this node's view.
+    pub members: usize,
+    /// Shards this node holds.
+    pub held: usize,
+    /// Shards this node campaigns for without holding them yet.
+    pub campaigning: usize,
+    /// Shards the assignment gives this node.
+    pub target: usize,
+    /// Shards this node holds but should hand off.
+    pub pending_handoffs: usize,
+    /// Whether this node is draining.
+    pub draining: bool,
+    /// Whether, in this node's view, every shard is led by its preferred node.
+    pub settled: bool,
+    /// Incremented on every recomputation.
+    pub version: u64,
+}
+
+enum Internal {
+    Granted(usize, Result<Leadership>),
+    Lost(usize, FencingToken, LossReason),
+}
+
+enum Command {
+    Drain,
+    Close(oneshot::Sender<()>),
+}
+
+struct Held {
+    watch: LeadershipWatch,
+    leadership: Option<Leadership>,
+}
+
+/// The last view and plan, for [`ShardManager::view`].
+type Picture = Option<(Arc<View>, Arc<Plan>)>;
+
+/// One node of a sharded service: leads the shards the assignment gives it.
+///
+/// Build it with [`ShardManager::builder`]; events arrive on the receiver returned by
+/// [`start`](ShardManagerBuilder::start).
+pub struct ShardManager {
+    layout: Arc<Layout>,
+    node_id: String,
+    session: Session,
+    commands: mpsc::UnboundedSender<Command>,
+    status: watch::Receiver<ShardStatus>,
+    picture: Arc<Mutex<Picture>>,
+    held: Arc<Mutex<HashMap<usize, LeadershipWatch>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for ShardManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShardManager")
+            .field("namespace", &self.layout.namespace.as_str())
+            .field("node_id", &self.node_id)
+            .field("status", &*self.status.borrow())
+            .finish()
+    }
+}
+
+/// The receiving end of a manager's [`ShardEvent`]s.
+pub type ShardEvents = mpsc::UnboundedReceiver<ShardEvent>;
+
+impl ShardManager {
+    /// A builder over `backend`.
+    pub fn builder(backend: DynBackend) -> ShardManagerBuilder {
+        ShardManagerBuilder::new(backend)
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The session this node's registration and leaderships live in.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The current counters; `status().changed()` wakes on every recomputation.
+    pub fn status(&self) -> watch::Receiver<ShardStatus> {
+        self.status.clone()
+    }
+
+    /// The shards this node holds, with a read-only handle on each leadership (check
+    /// `is_leader()` before a write; pass `token()` to guarded resources).
+    pub fn held(&self) -> Vec<(Shard, LeadershipWatch)> {
+        let held = lock(&self.held);
+        let mut v: Vec<_> = held
+            .iter()
+            .map(|(s, w)| (self.layout.shards[*s].clone(), w.clone()))
+            .collect();
+        v.sort_by_key(|(s, _)| s.index());
+        v
+    }
+
+    /// The whole map as this node sees it from the member list (no store reads;
+    /// tokens only for this node's own shards).
+    pub fn view(&self) -> ShardView {
+        let picture = lock(&self.picture).clone();
+        let mut v = match picture {
+            Some((view, plan)) => ShardView::build(&self.layout, &view, &plan),
+            None => ShardView::build(
+                &self.layout,
+                &View::build(&[], self.layout.shards.len()),
+                &plan_for(&self.layout, &View::build(&[], self.layout.shards.len())),
+            ),
+        };
+        for (s, w) in lock(&self.held).iter() {
+            if w.is_leader() {
+                v.shards[*s].token = Some(w.token());
+            }
+        }
+        v
+    }
+
+    /// The whole map with every shard's leader and token read from the store (one
+    /// read per shard, 64 at a time), replicas and preferred leaders from this node's
+    /// view.
+    pub async fn snapshot(&self) -> Result<ShardView> {
+        snapshot_from_store(&self.session, &self.layout, self.view()).await
+    }
+
+    /// Hand every leadership of this node to the next in line and return when it
+    /// leads nothing (campaigns included). Other nodes take each shard over gracefully:
+    /// this node resigns a shard only once its new preferred node is campaigning for
+    /// it. If no other node is active, the shards are resigned without a successor.
+    pub async fn drain(&self) -> Result<()> {
+        if self.commands.send(Command::Drain).is_err() {
+            return Err(closed());
+        }
+        let mut status = self.status.clone();
+        loop {
+            {
+                let s = status.borrow_and_update();
+                if s.draining && s.held == 0 && s.campaigning == 0 {
+                    return Ok(());
+                }
+            }
+            if status.changed().await.is_err() {
+                return Err(closed());
+            }
+        }
+    }
+
+    /// Leave: stop campaigning, resign everything held, unregister and close the
+    /// session. Call [`drain`](Self::drain) first for a graceful exit.
+    pub async fn close(&self) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::Close(tx)).is_ok() {
+            let _ = rx.await;
+        }
+        let task = lock(&self.task).take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+        self.session.close().await
+    }
+
+    /// Stop as a crashed process would: no resigns, no unregistering; the store frees
+    /// everything after the TTL. For tests and demos.
+    pub fn abandon(&self) {
+        self.session.abandon();
+        if let Some(t) = lock(&self.task).take() {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for ShardManager {
+    fn drop(&mut self) {
+        if let Some(t) = lock(&self.task).take() {
+            t.abort();
+        }
+    }
+}
+
+impl ShardManagerBuilder {
+    /// Validate, open a session, register this node and start following the
+    /// namespace. Returns the manager and its event receiver.
+    pub async fn start(self) -> Result<(ShardManager, ShardEvents)> {
+        let (layout, node_id) = self.validate()?;
+        let layout = Arc::new(layout);
+        let candidate = Candidate::new(&node_id)?;
+        let session = Session::open(self.backend.clone(), self.timing.clone()).await?;
+        let shards = layout.shards.len();
+        let initial = NodeState::new(shards, self.weight);
+        let member = Member::new(&node_id, initial.encode())?;
+        session.register(&layout.namespace, &member).await?;
+        let members = session.watch_members(&layout.namespace).await?;
+
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (commands_tx, commands_rx) = mpsc::unbounded_channel();
+        let (status_tx, status_rx) = watch::channel(ShardStatus::default());
+        let (internal_tx, internal_rx) = mpsc::unbounded_channel();
+        let (publish_tx, publish_rx) = watch::channel(initial.encode());
+        let picture = Arc::new(Mutex::new(None));
+        let held_watches = Arc::new(Mutex::new(HashMap::new()));
+        let span =
+            tracing::info_span!("tenure.shard", namespace = %layout.namespace, node = %node_id);
+
+        tokio::spawn(
+            publisher(
+                session.clone(),
+                layout.namespace.clone(),
+                node_id.clone(),
+                publish_rx,
+                self.publish_interval,
+            )
+            .instrument(span.clone()),
+        );
+        let controller = Controller {
+            layout: layout.clone(),
+            node_id: node_id.clone(),
+            session: session.clone(),
+            candidate,
+            weight: self.weight,
+            draining: false,
+            view: Arc::new(View::build(&[], shards)),
+            plan: None,
+            held: HashMap::new(),
+            campaigning: HashMap::new(),
+            failures: HashMap::new(),
+            retry_at: None,
+            pending: VecDeque::new(),
+            bucket: Bucket::new(self.handoff_rate, self.handoff_burst),
+            internal_tx,
+            events: events_tx,
+            publish: publish_tx,
+            status: status_tx,
+            picture: picture.clone(),
+            held_watches: held_watches.clone(),
+            version: 0,
+        };
+        let task = tokio::spawn(
+            controller
+                .run(members, internal_rx, commands_rx)
+                .instrument(span),
+        );
+        Ok((
+            ShardManager {
+                layout,
+                node_id,
+                session,
+                commands: commands_tx,
+                status: status_rx,
+                picture,
+                held: held_watches,
+                task: Mutex::new(Some(task)),
+            },
+            events_rx,
+        ))
+    }
+}
+
+fn closed() -> Error {
+    Error::new(ErrorKind::SessionExpired, "shard manager closed")
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// Fill leaders and tokens of `view` from the store.
+pub(crate) async fn snapshot_from_store(
+    session: &Session,
+    layout: &Layout,
+    mut view: ShardView,
+) -> Result<ShardView> {
+    let reads = futures::stream::iter(
+        layout
+            .elections
+            .iter()
+            .enumerate()
+            .map(|(i, e)| async move { (i, session.leader(e).await) }),
+    )
+    .buffer_unordered(64)
+    .collect::<Vec<_>>()
+    .await;
+    for (i, r) in reads {
+        let info = r?;
+        view.shards[i].leader = info.as_ref().map(|l| l.id.clone());
+        view.shards[i].token = info.map(|l| l.token);
+    }
+    let mut leads: HashMap<&str, usize> = HashMap::new();
+    for s in &view.shards {
+        if let Some(l) = &s.leader {
+            *leads.entry(l.as_str()).or_default() += 1;
+        }
+    }
+    let counts: Vec<usize> = view
+        .nodes
+        .iter()
+        .map(|n| leads.get(n.id.as_str()).copied().unwrap_or(0))
+        .collect();
+    for (n, c) in view.nodes.iter_mut().zip(counts) {
+        n.leads = c;
+    }
+    Ok(view)
+}
+
+/// Publishes this node's latest state as its member value, at most once per
+/// `interval`, retrying failures.
+async fn publisher(
+    session: Session,
+    namespace: tenure_core::ElectionName,
+    node_id: String,
+    mut rx: watch::Receiver<String>,
+    interval: Duration,
+) {
+    let mut last_sent = rx.borrow_and_update().clone();
+    loop {
+        if rx.changed().await.is_err() {
+            return;
+        }
+        let mut attempt = 0u32;
+        loop {
+            let value = rx.borrow_and_update().clone();
+            if value == last_sent {
+                break;
+            }
+            let member = match Member::new(&node_id, &value) {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot publish this node's state");
+                    break;
+                }
+            };
+            match session.register(&namespace, &member).await {
+                Ok(()) => {
+                    last_sent = value;
+                    tokio::time::sleep(interval).await;
+                }
+                Err(e) if e.kind() == ErrorKind::SessionExpired && session.is_closed() => return,
+                Err(e) => {
+                    let delay = session.timing().retry.delay(attempt);
+                    attempt = attempt.saturating_add(1);
+                    tracing::warn!(error = %e, ?delay, "could not publish this node's state");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+}
+
+/// A token bucket for handoffs.
+struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(rate: f64, burst: u32) -> Self {
+        Bucket {
+            rate,
+            burst: f64::from(burst),
+            tokens: f64::from(burst),
+            at: Instant::now(),
+        }
+    }
+
+    fn refill(&mut self) {
+        let now = Instant::now();
+        self.tokens = (self.tokens + (now - self.at).as_secs_f64() * self.rate).min(self.burst);
+        self.at = now;
+    }
+
+    fn take(&mut self) -> bool {
+        self.refill();
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// When the next token is there.
+    fn next(&self) -> Instant {
+        let missing = (1.0 - self.tokens).max(0.0);
+        self.at + Duration::from_secs_f64(missing / self.rate)
+    }
+}
+
+struct Controller {
+    layout: Arc<Layout>,
+    node_id: String,
+    session: Session,
+    candidate: Candidate,
+    weight: u32,
+    draining: bool,
+    view: Arc<View>,
+    plan: Option<Arc<Plan>>,
+    held: HashMap<usize, Held>,
+    campaigning: HashMap<usize, JoinHandle<()>>,
+    /// Failed campaigns: shard → (attempts, not before).
+    failures: HashMap<usize, (u32, Instant)>,
+    retry_at: Option<Instant>,
+    /// Shards to hand off, with the node that campaigns for each.
+    pending: VecDeque<(usize, Option<String>)>,
+    bucket: Bucket,
+    internal_tx: mpsc::UnboundedSender<Internal>,
+    events: mpsc::UnboundedSender<ShardEvent>,
+    publish: watch::Sender<String>,
+    status: watch::Sender<ShardStatus>,
+    picture: Arc<Mutex<Picture>>,
+    held_watches: Arc<Mutex<HashMap<usize, LeadershipWatch>>>,
+    version: u64,
+}
+
+impl Controller {
+    async fn run(
+        mut self,
+        mut members: MemberStream,
+        mut internal: mpsc::UnboundedReceiver<Internal>,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+    ) {
+        let mut members_open = true;
+        loop {
+            let wake = match (self.retry_at, self.pending.is_empty()) {
+                (Some(r), true) => Some(r),
+                (None, false) => Some(self.bucket.next()),
+                (Some(r), false) => Some(r.min(self.bucket.next())),
+                (None, true) => None,
+            };
+            let sleep = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                m = members.next(), if members_open => match m {
+                    Some(Ok(list)) => self.set_members(&list),
+                    Some(Err(e)) => tracing::warn!(error = %e, "member watch error"),
+                    None => {
+                        // The watch ended (store gone?): try to open a new one.
+                        match self.session.watch_members(&self.layout.namespace).await {
+                            Ok(s) => members = s,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "could not watch members again");
+                                members_open = false;
+                                self.retry_at = Some(Instant::now() + self.session.timing().retry.max);
+                            }
+                        }
+                    }
+                },
+                msg = internal.recv() => match msg {
+                    Some(m) => self.handle(m),
+                    None => return,
+                },
+                cmd = commands.recv() => match cmd {
+                    Some(Command::Drain) => {
+                        self.draining = true;
+                    }
+                    Some(Command::Close(done)) => {
+                        self.shutdown().await;
+                        let _ = done.send(());
+                        return;
+                    }
+                    None => {
+                        self.shutdown().await;
+                        return;
+                    }
+                },
+                _ = sleep => {
+                    if !members_open {
+                        if let Ok(s) = self.session.watch_members(&self.layout.namespace).await {
+                            members = s;
+                            members_open = true;
+                        }
+                    }
+                    self.retry_at = None;
+                }
+            }
+            // Take whatever else is ready before recomputing once.
+            while let Ok(m) = internal.try_recv() {
+                self.handle(m);
+            }
+            while let Some(Some(Ok(list))) = members.next().now_or_never() {
+                self.set_members(&list);
+            }
+            self.reconcile();
+        }
+    }
+
+    fn set_members(&mut self, list: &[Member]) {
+        self.view = Arc::new(View::build(list, self.layout.shards.len()));
+        self.plan = None;
+    }
+
+    fn handle(&mut self, msg: Internal) {
+        match msg {
+            Internal::Granted(s, Ok(leadership)) => {
+                self.campaigning.remove(&s);
+                self.failures.remove(&s);
+                let watch = leadership.watch();
+                let token = leadership.token();
+                let cancellation = leadership.lost();
+                let tx = self.internal_tx.clone();
+                let w = watch.clone();
+                tokio::spawn(async move {
+                    w.lost().cancelled().await;
+                    let reason = w.loss_reason().unwrap_or(LossReason::SessionClosed);
+                    let _ = tx.send(Internal::Lost(s, token, reason));
+                });
+                lock(&self.held_watches).insert(s, watch.clone());
+                self.held.insert(
+                    s,
+                    Held {
+                        watch,
+                        leadership: Some(leadership),
+                    },
+                );
+                tracing::debug!(shard = s, %token, "acquired");
+                let _ = self.events.send(ShardEvent::Acquired {
+                    shard: self.layout.shards[s].clone(),
+                    token,
+                    cancellation,
+                });
+            }
+            Internal::Granted(s, Err(e)) => {
+                self.campaigning.remove(&s);
+                let (attempt, _) = self
+                    .failures
+                    .get(&s)
+                    .copied()
+                    .unwrap_or((0, Instant::now()));
+                let at = Instant::now() + self.session.timing().retry.delay(attempt);
+                self.failures.insert(s, (attempt.saturating_add(1), at));
+                self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+                tracing::warn!(shard = s, error = %e, "campaign failed");
+            }
+            Internal::Lost(s, token, reason) => {
+                let ours = self.held.get(&s).is_some_and(|h| h.watch.token() == token);
+                if ours {
+                    self.held.remove(&s);
+                    lock(&self.held_watches).remove(&s);
+                    tracing::info!(shard = s, %token, %reason, "leadership lost");
+                    let _ = self.events.send(ShardEvent::Lost {
+                        shard: self.layout.shards[s].clone(),
+                        token,
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+
+    fn reconcile(&mut self) {
+        let plan = match &self.plan {
+            Some(p) => p.clone(),
+            None => {
+                let p = plan_for(&self.layout, &self.view);
+                self.plan = Some(p.clone());
+                p
+            }
+        };
+        *lock(&self.picture) = Some((self.view.clone(), plan.clone()));
+        let me = self.view.index_of(&self.node_id);
+        let now = Instant::now();
+        let mut pending = VecDeque::new();
+        let mut settled = true;
+        for s in 0..self.layout.shards.len() {
+            let pref = plan.preferred(s);
+            if self.view.holders[s].is_none() || self.view.holders[s] != pref {
+                settled = false;
+            }
+            let mine = !self.draining && me.is_some() && pref == me;
+            let holding = self.held.contains_key(&s);
+            if mine {
+                let blocked = self.failures.get(&s).is_some_and(|(_, at)| *at > now);
+                if !holding && !self.campaigning.contains_key(&s) && !blocked {
+                    self.start_campaign(s);
+                }
+                continue;
+            }
+            if let Some(task) = self.campaigning.remove(&s) {
+                task.abort();
+            }
+            if holding {
+                match pref {
+                    // The preferred node campaigns for it: hand it over now.
+                    Some(t)
+                        if Some(t) != me
+                            && self.view.states[t as usize].campaigning.contains(s) =>
+                    {
+                        pending.push_back((s, Some(self.view.nodes[t as usize].id.clone())));
+                    }
+                    // Draining, and the assignment (which already sees this node
+                    // draining) has nobody else for it.
+                    None if self.draining => pending.push_back((s, None)),
+                    _ => {}
+                }
+            }
+        }
+        let misplaced = self.held.keys().filter(|s| {
+            let pref = plan.preferred(**s);
+            self.draining || me.is_none() || pref != me
+        });
+        let waiting = misplaced.count();
+        self.pending = pending;
+        self.run_handoffs();
+        self.publish_state();
+        self.version += 1;
+        let target = me.map_or(0, |m| plan.target(m) as usize);
+        let status = ShardStatus {
+            members: self.view.nodes.len(),
+            held: self.held.len(),
+            campaigning: self.campaigning.len(),
+            target: if self.draining { 0 } else { target },
+            pending_handoffs: waiting,
+            draining: self.draining,
+            settled,
+            version: self.version,
+        };
+        crate::metrics::record(&self.layout, &self.node_id, &status, &self.view);
+        self.status.send_replace(status);
+    }
+
+    fn start_campaign(&mut self, s: usize) {
+        let session = self.session.clone();
+        let election = self.layout.elections[s].clone();
+        let candidate = self.candidate.clone();
+        let tx = self.internal_tx.clone();
+        let task = tokio::spawn(async move {
+            let r = session.campaign(&election, &candidate).await;
+            let _ = tx.send(Internal::Granted(s, r));
+        });
+        self.campaigning.insert(s, task);
+    }
+
+    fn run_handoffs(&mut self) {
+        while let Some((s, to)) = self.pending.front().cloned() {
+            if !self.bucket.take() {
+                return;
+            }
+            self.pending.pop_front();
+            let Some(mut held) = self.held.remove(&s) else {
+                continue;
+            };
+            lock(&self.held_watches).remove(&s);
+            let token = held.watch.token();
+            tracing::debug!(shard = s, %token, to = ?to, "handing off");
+            let _ = self.events.send(ShardEvent::HandedOff {
+                shard: self.layout.shards[s].clone(),
+                token,
+                to,
+            });
+            if let Some(l) = held.leadership.take() {
+                tokio::spawn(async move {
+                    if let Err(e) = l.resign().await {
+                        tracing::warn!(shard = s, error = %e, "resign during handoff failed; the seat frees at the TTL");
+                    }
+                });
+            }
+        }
+    }
+
+    fn publish_state(&mut self) {
+        let mut st = NodeState::new(self.layout.shards.len(), self.weight);
+        st.draining = self.draining;
+        for s in self.held.keys() {
+            st.held.set(*s, true);
+        }
+        for s in self.campaigning.keys() {
+            st.campaigning.set(*s, true);
+        }
+        let value = st.encode();
+        self.publish.send_if_modified(|cur| {
+            if *cur == value {
+                false
+            } else {
+                *cur = value;
+                true
+            }
+        });
+    }
+
+    async fn shutdown(&mut self) {
+        for (_, t) in self.campaigning.drain() {
+            t.abort();
+        }
+        let held: Vec<_> = self.held.drain().collect();
+        lock(&self.held_watches).clear();
+        for (s, mut h) in held {
+            let _ = self.events.send(ShardEvent::Lost {
+                shard: self.layout.shards[s].clone(),
+                token: h.watch.token(),
+                reason: LossReason::Resigned,
+            });
+            if let Some(l) = h.leadership.take() {
+                let _ = l.resign().await;
+            }
+        }
+        let _ = self
+            .session
+            .unregister(&self.layout.namespace, &self.node_id)
+            .await;
+    }
+}

@@ -1,0 +1,63 @@
+//! Metrics of the shard manager, through the `metrics` facade.
+//!
+//! | name | kind | labels | meaning |
+//! |---|---|---|---|
+//! | `tenure_shard_leaders` | gauge | `namespace`, `node` | shards this node leads |
+//! | `tenure_shard_imbalance_ratio` | gauge | `namespace`, `node` | in this node's view: most leaderships of an active node / mean over active nodes |
+//! | `tenure_shard_pending_handoffs` | gauge | `namespace`, `node` | shards this node leads but should hand off |
+//! | `tenure_shard_drain_remaining` | gauge | `namespace`, `node` | while draining: shards still held or campaigned for, else 0 |
+//! | `tenure_shard_members` | gauge | `namespace`, `node` | members in this node's view |
+
+use crate::config::Layout;
+use crate::manager::ShardStatus;
+use crate::state::View;
+
+/// Gauge: shards this node leads.
+pub const LEADERS: &str = "tenure_shard_leaders";
+/// Gauge: max/mean leaderships over active nodes.
+pub const IMBALANCE: &str = "tenure_shard_imbalance_ratio";
+/// Gauge: handoffs this node still has to make.
+pub const PENDING_HANDOFFS: &str = "tenure_shard_pending_handoffs";
+/// Gauge: shards left to drain.
+pub const DRAIN_REMAINING: &str = "tenure_shard_drain_remaining";
+/// Gauge: members in view.
+pub const MEMBERS: &str = "tenure_shard_members";
+
+/// Max over mean of leaderships of the active nodes in `view` (0 if none lead).
+pub(crate) fn imbalance(view: &View) -> f64 {
+    let mut leads = vec![0usize; view.nodes.len()];
+    for h in view.holders.iter().flatten() {
+        leads[*h as usize] += 1;
+    }
+    let active: Vec<usize> = view
+        .nodes
+        .iter()
+        .zip(&leads)
+        .filter(|(n, _)| !n.draining)
+        .map(|(_, l)| *l)
+        .collect();
+    let total: usize = active.iter().sum();
+    match active.iter().max() {
+        Some(max) if total > 0 => *max as f64 * active.len() as f64 / total as f64,
+        _ => 0.0,
+    }
+}
+
+pub(crate) fn record(layout: &Layout, node: &str, status: &ShardStatus, view: &View) {
+    let ns = layout.namespace.as_str().to_string();
+    let node = node.to_string();
+    metrics::gauge!(LEADERS, "namespace" => ns.clone(), "node" => node.clone())
+        .set(status.held as f64);
+    metrics::gauge!(IMBALANCE, "namespace" => ns.clone(), "node" => node.clone())
+        .set(imbalance(view));
+    metrics::gauge!(PENDING_HANDOFFS, "namespace" => ns.clone(), "node" => node.clone())
+        .set(status.pending_handoffs as f64);
+    let remaining = if status.draining {
+        status.held + status.campaigning
+    } else {
+        0
+    };
+    metrics::gauge!(DRAIN_REMAINING, "namespace" => ns.clone(), "node" => node.clone())
+        .set(remaining as f64);
+    metrics::gauge!(MEMBERS, "namespace" => ns, "node" => node).set(status.members as f64);
+}

@@ -1,0 +1,271 @@
+//! What a node publishes in its member value, and the view every node builds from the
+//! member list: who is a member, with which weight and drain flag, who holds which
+//! shard and who campaigns for which.
+//!
+//! The value is one line of text:
+//! `tenure-shard/1 p=<shards> w=<weight> d=<0|1> h=<held> c=<campaigning>`, where the
+//! two sets are bitmaps over the shard indices in URL-safe base64 without padding
+//! (bit `i` is bit `i % 8` of byte `i / 8`), or `-` when empty. 10,000 shards cost
+//! about 1.7 KB per set.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+
+use tenure_core::Member;
+
+use crate::assign::NodeSpec;
+
+const TAG: &str = "tenure-shard/1";
+
+/// A set of shard indices.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ShardSet {
+    bits: Vec<u8>,
+}
+
+impl ShardSet {
+    pub(crate) fn new(shards: usize) -> Self {
+        ShardSet {
+            bits: vec![0; shards.div_ceil(8)],
+        }
+    }
+
+    pub(crate) fn contains(&self, i: usize) -> bool {
+        self.bits
+            .get(i / 8)
+            .is_some_and(|b| b & (1 << (i % 8)) != 0)
+    }
+
+    pub(crate) fn set(&mut self, i: usize, on: bool) {
+        if let Some(b) = self.bits.get_mut(i / 8) {
+            if on {
+                *b |= 1 << (i % 8);
+            } else {
+                *b &= !(1 << (i % 8));
+            }
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.bits.iter().enumerate().flat_map(|(i, b)| {
+            (0..8)
+                .filter(move |k| b & (1 << k) != 0)
+                .map(move |k| i * 8 + k)
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.bits.iter().all(|b| *b == 0)
+    }
+
+    fn encode(&self) -> String {
+        if self.is_empty() {
+            "-".to_string()
+        } else {
+            URL_SAFE_NO_PAD.encode(&self.bits)
+        }
+    }
+
+    fn decode(s: &str, shards: usize) -> Result<Self, String> {
+        if s == "-" {
+            return Ok(ShardSet::new(shards));
+        }
+        let bits = URL_SAFE_NO_PAD
+            .decode(s)
+            .map_err(|e| format!("bad bitmap: {e}"))?;
+        if bits.len() != shards.div_ceil(8) {
+            return Err(format!(
+                "bitmap of {} bytes for {shards} shards",
+                bits.len()
+            ));
+        }
+        let mut set = ShardSet { bits };
+        // Bits past the last shard are ignored.
+        for i in shards..set.bits.len() * 8 {
+            set.set(i, false);
+        }
+        Ok(set)
+    }
+}
+
+/// One node's published state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NodeState {
+    pub(crate) shards: usize,
+    pub(crate) weight: u32,
+    pub(crate) draining: bool,
+    pub(crate) held: ShardSet,
+    pub(crate) campaigning: ShardSet,
+}
+
+impl NodeState {
+    pub(crate) fn new(shards: usize, weight: u32) -> Self {
+        NodeState {
+            shards,
+            weight,
+            draining: false,
+            held: ShardSet::new(shards),
+            campaigning: ShardSet::new(shards),
+        }
+    }
+
+    pub(crate) fn encode(&self) -> String {
+        format!(
+            "{TAG} p={} w={} d={} h={} c={}",
+            self.shards,
+            self.weight,
+            u8::from(self.draining),
+            self.held.encode(),
+            self.campaigning.encode()
+        )
+    }
+
+    pub(crate) fn decode(value: &str) -> Result<Self, String> {
+        let mut parts = value.split(' ');
+        if parts.next() != Some(TAG) {
+            return Err(format!("not a {TAG} value"));
+        }
+        let (mut p, mut w, mut d, mut h, mut c) = (None, None, None, None, None);
+        for part in parts {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("field {part:?} has no '='"))?;
+            match k {
+                "p" => p = Some(v.parse::<usize>().map_err(|e| format!("p: {e}"))?),
+                "w" => w = Some(v.parse::<u32>().map_err(|e| format!("w: {e}"))?),
+                "d" => d = Some(v == "1"),
+                "h" => h = Some(v),
+                "c" => c = Some(v),
+                _ => {} // later versions may add fields
+            }
+        }
+        let shards = p.ok_or("missing p")?;
+        Ok(NodeState {
+            shards,
+            weight: w.ok_or("missing w")?,
+            draining: d.unwrap_or(false),
+            held: ShardSet::decode(h.ok_or("missing h")?, shards)?,
+            campaigning: ShardSet::decode(c.ok_or("missing c")?, shards)?,
+        })
+    }
+}
+
+/// The namespace as every node sees it from the same member list.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct View {
+    /// Members taking part, sorted by id.
+    pub(crate) nodes: Vec<NodeSpec>,
+    pub(crate) states: Vec<NodeState>,
+    /// Who holds each shard by the published claims (the lowest node index wins a
+    /// momentary double claim; safety never depends on this).
+    pub(crate) holders: Vec<Option<u32>>,
+    /// Members whose value could not be used, with the reason.
+    pub(crate) ignored: Vec<(String, String)>,
+}
+
+impl View {
+    pub(crate) fn build(members: &[Member], shards: usize) -> View {
+        let mut sorted: Vec<&Member> = members.iter().collect();
+        sorted.sort_by(|a, b| a.id().cmp(b.id()));
+        let mut view = View {
+            holders: vec![None; shards],
+            ..View::default()
+        };
+        for m in sorted {
+            match NodeState::decode(m.value()) {
+                Ok(st) if st.shards == shards => {
+                    let n = view.nodes.len() as u32;
+                    for s in st.held.iter() {
+                        if view.holders[s].is_none() {
+                            view.holders[s] = Some(n);
+                        }
+                    }
+                    view.nodes.push(NodeSpec {
+                        id: m.id().to_string(),
+                        weight: st.weight,
+                        draining: st.draining,
+                    });
+                    view.states.push(st);
+                }
+                Ok(st) => view.ignored.push((
+                    m.id().to_string(),
+                    format!(
+                        "configured for {} shards, this namespace has {shards}",
+                        st.shards
+                    ),
+                )),
+                Err(e) => view.ignored.push((m.id().to_string(), e)),
+            }
+        }
+        view
+    }
+
+    pub(crate) fn index_of(&self, id: &str) -> Option<u32> {
+        self.nodes
+            .binary_search_by(|n| n.id.as_str().cmp(id))
+            .ok()
+            .map(|i| i as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips() {
+        let mut st = NodeState::new(13, 2);
+        st.held.set(0, true);
+        st.held.set(12, true);
+        st.campaigning.set(5, true);
+        st.draining = true;
+        let text = st.encode();
+        assert!(text.starts_with("tenure-shard/1 p=13 w=2 d=1 h="));
+        assert_eq!(NodeState::decode(&text).unwrap(), st);
+        assert_eq!(st.held.iter().collect::<Vec<_>>(), vec![0, 12]);
+        let empty = NodeState::new(10_000, 1).encode();
+        assert!(empty.ends_with("h=- c=-"), "{empty}");
+    }
+
+    #[test]
+    fn bad_values_are_reported_not_used() {
+        for bad in [
+            "",
+            "hello",
+            "tenure-shard/1 p=x w=1 d=0 h=- c=-",
+            "tenure-shard/1 p=8 w=1 d=0 h=!! c=-",
+            "tenure-shard/1 p=8 w=1 d=0 h=AAAA c=-",
+            "tenure-shard/1 p=8 w=1 d=0 c=-",
+            "tenure-shard/1 p=8 w=1 d=0 h",
+        ] {
+            assert!(NodeState::decode(bad).is_err(), "{bad:?}");
+        }
+        let members = vec![
+            Member::new("b", NodeState::new(8, 1).encode()).unwrap(),
+            Member::new("a", "garbage").unwrap(),
+            Member::new("c", NodeState::new(9, 1).encode()).unwrap(),
+        ];
+        let v = View::build(&members, 8);
+        assert_eq!(v.nodes.len(), 1);
+        assert_eq!(v.nodes[0].id, "b");
+        assert_eq!(v.ignored.len(), 2);
+    }
+
+    #[test]
+    fn first_claim_wins_a_double_claim() {
+        let mut a = NodeState::new(4, 1);
+        a.held.set(1, true);
+        let mut b = NodeState::new(4, 1);
+        b.held.set(1, true);
+        b.held.set(2, true);
+        let v = View::build(
+            &[
+                Member::new("b", b.encode()).unwrap(),
+                Member::new("a", a.encode()).unwrap(),
+            ],
+            4,
+        );
+        assert_eq!(v.holders, vec![None, Some(0), Some(1), None]);
+        assert_eq!(v.index_of("b"), Some(1));
+    }
+}

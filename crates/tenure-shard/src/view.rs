@@ -1,0 +1,136 @@
+//! The public picture of a namespace: who leads each shard, its replicas, and the
+//! balance across nodes.
+
+use std::sync::Arc;
+
+use tenure_core::FencingToken;
+
+use crate::assign::{self, Plan};
+use crate::config::{Layout, Shard};
+use crate::state::View;
+
+/// One shard in a [`ShardView`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardInfo {
+    /// The shard.
+    pub shard: Shard,
+    /// The node that holds it by the members' published state (or by the store, in a
+    /// [`snapshot`](crate::ShardManager::snapshot)).
+    pub leader: Option<String>,
+    /// The node that should hold it by the assignment.
+    pub preferred: Option<String>,
+    /// Its replica set, best rank first.
+    pub replicas: Vec<String>,
+    /// The fencing token of the current grant, where known (a node knows its own;
+    /// a snapshot reads every shard's from the store).
+    pub token: Option<FencingToken>,
+}
+
+/// One member in a [`ShardView`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// Member id.
+    pub id: String,
+    /// Weight.
+    pub weight: u32,
+    /// Whether it is draining.
+    pub draining: bool,
+    /// Shards it holds (by its published state).
+    pub leads: usize,
+    /// Shards the assignment gives it.
+    pub target: usize,
+}
+
+/// The whole map of a namespace at one moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardView {
+    /// Every shard, in order.
+    pub shards: Vec<ShardInfo>,
+    /// The members taking part, by id.
+    pub nodes: Vec<NodeInfo>,
+    /// Members whose published value could not be used, with the reason.
+    pub ignored: Vec<(String, String)>,
+}
+
+impl ShardView {
+    pub(crate) fn build(layout: &Layout, view: &View, plan: &Plan) -> ShardView {
+        let name = |n: u32| view.nodes[n as usize].id.clone();
+        let shards = layout
+            .shards
+            .iter()
+            .map(|s| ShardInfo {
+                shard: s.clone(),
+                leader: view.holders[s.index()].map(name),
+                preferred: plan.preferred(s.index()).map(name),
+                replicas: plan.replicas(s.index()).iter().map(|n| name(*n)).collect(),
+                token: None,
+            })
+            .collect();
+        let mut leads = vec![0usize; view.nodes.len()];
+        for h in view.holders.iter().flatten() {
+            leads[*h as usize] += 1;
+        }
+        let nodes = view
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeInfo {
+                id: n.id.clone(),
+                weight: n.weight,
+                draining: n.draining,
+                leads: leads[i],
+                target: plan.target(i as u32) as usize,
+            })
+            .collect();
+        ShardView {
+            shards,
+            nodes,
+            ignored: view.ignored.clone(),
+        }
+    }
+
+    /// Shards without a leader.
+    pub fn leaderless(&self) -> usize {
+        self.shards.iter().filter(|s| s.leader.is_none()).count()
+    }
+
+    /// Shards whose leader is not the preferred node (handoffs still to happen).
+    pub fn misplaced(&self) -> usize {
+        self.shards
+            .iter()
+            .filter(|s| s.leader.is_some() && s.leader != s.preferred)
+            .count()
+    }
+
+    /// True when every shard is led by its preferred node.
+    pub fn settled(&self) -> bool {
+        self.shards
+            .iter()
+            .all(|s| s.leader.is_some() && s.leader == s.preferred)
+    }
+
+    /// The most leaderships of any active node divided by the mean over active nodes
+    /// (1.0 is perfect balance; 0.0 if no node is active).
+    pub fn imbalance(&self) -> f64 {
+        let active: Vec<&NodeInfo> = self.nodes.iter().filter(|n| !n.draining).collect();
+        if active.is_empty() {
+            return 0.0;
+        }
+        let total: usize = active.iter().map(|n| n.leads).sum();
+        let max = active.iter().map(|n| n.leads).max().unwrap_or(0);
+        if total == 0 {
+            return 0.0;
+        }
+        max as f64 * active.len() as f64 / total as f64
+    }
+}
+
+/// Compute the plan for a view (shared by the manager and the read-only map).
+pub(crate) fn plan_for(layout: &Layout, view: &View) -> Arc<Plan> {
+    Arc::new(assign::plan(
+        &layout.hashes,
+        &view.nodes,
+        layout.replication,
+        &view.holders,
+    ))
+}
