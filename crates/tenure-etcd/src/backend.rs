@@ -13,13 +13,14 @@ use etcd_client::{
 };
 use tenure_core::{
     Backend, BackendSession, Capabilities, ElectionName, Error, ErrorKind, LeaderInfo,
-    LeaderStream, Result, Retry, SessionEvents, Timing,
+    LeaderStream, Member, MemberStream, Result, Retry, SessionEvents, Timing,
 };
 use tokio::sync::watch;
 
 use crate::config::EtcdConfig;
 use crate::error::{map, own, timed_out};
-use crate::keys::{decode_leader, election_range, parse_lease_hex};
+use crate::keys::{decode_leader, election_range, member_range, parse_lease_hex};
+use crate::members::{self, Listed};
 use crate::session::EtcdSession;
 use crate::SCHEME;
 
@@ -278,6 +279,29 @@ impl Backend for EtcdBackend {
 
     fn election_requests(&self) -> Option<u64> {
         Some(self.shared.requests.load(Ordering::Relaxed))
+    }
+
+    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        let range = member_range(self.shared.prefix(), namespace);
+        let (members, _) = members::list(&self.shared, &range).await?;
+        Ok(members.into_values().collect())
+    }
+
+    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        let range = member_range(self.shared.prefix(), namespace);
+        let (members, revision) = members::list(&self.shared, &range).await?;
+        let first: Vec<Member> = members.values().cloned().collect();
+        let (tx, rx) = watch::channel::<Listed>(Ok(first));
+        tokio::spawn(members::watch_task(
+            self.shared.clone(),
+            range,
+            members,
+            revision,
+            tx,
+        ));
+        Ok(tenure_core::watch_member_stream(rx, |v| {
+            v.map_err(|(kind, message)| own(kind, message))
+        }))
     }
 }
 

@@ -6,6 +6,7 @@ mod backend;
 mod config;
 mod error;
 mod keys;
+mod members;
 mod session;
 mod watcher;
 

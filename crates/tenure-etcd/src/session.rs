@@ -12,13 +12,16 @@ use etcd_client::{
     SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use tenure_core::{
-    BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Result, Retry, SessionEvents,
+    BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry,
+    SessionEvents,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{lease_seconds, Shared};
 use crate::error::{map, own};
-use crate::keys::{candidate_key, election_range, encode_candidate, lease_hex, token_of};
+use crate::keys::{
+    candidate_key, election_range, encode_candidate, lease_hex, member_key, token_of,
+};
 use crate::watcher::{Fired, KeyWatch, KeyWatcher};
 
 /// The session handed to the core. Dropping it stops its background tasks.
@@ -523,6 +526,40 @@ impl BackendSession for EtcdSession {
                     .await?;
             }
         }
+        Ok(())
+    }
+
+    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let key = member_key(inner.shared.prefix(), namespace, member.id());
+        let mut kv = inner.shared.client.kv_client();
+        // A put on a revoked or expired lease fails with "lease not found":
+        // SessionExpired.
+        inner
+            .shared
+            .call(
+                "register member",
+                kv.put(
+                    key,
+                    member.value(),
+                    Some(PutOptions::new().with_lease(inner.lease)),
+                ),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        Member::check_id(id)?;
+        let inner = &self.inner;
+        let key = member_key(inner.shared.prefix(), namespace, id);
+        // Only this session's registration: a later one by another session stays.
+        let txn = Txn::new()
+            .when([Compare::lease(key.as_str(), CompareOp::Equal, inner.lease)])
+            .and_then([TxnOp::delete(key.as_str(), None)]);
+        let mut kv = inner.shared.client.kv_client();
+        inner.shared.call("unregister member", kv.txn(txn)).await?;
         Ok(())
     }
 

@@ -37,8 +37,11 @@ pub struct NodeInfo {
     pub draining: bool,
     /// Shards it holds (by its published state).
     pub leads: usize,
-    /// Shards the assignment gives it.
+    /// Its fair share: ⌊P·w/W⌋ or one more (targets sum to P).
     pub target: usize,
+    /// Shards the assignment gives it: its target, unless the replica sets make
+    /// that impossible (e.g. replication 1, or very few shards per node).
+    pub planned: usize,
 }
 
 /// The whole map of a namespace at one moment.
@@ -80,6 +83,7 @@ impl ShardView {
                 draining: n.draining,
                 leads: leads[i],
                 target: plan.target(i as u32) as usize,
+                planned: plan.load(i as u32) as usize,
             })
             .collect();
         ShardView {

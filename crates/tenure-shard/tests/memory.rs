@@ -33,7 +33,7 @@ async fn started(p: usize, n: usize) -> Cluster {
 #[tokio::test(start_paused = true)]
 async fn cold_start_converges_balanced() {
     let c = started(P, 5).await;
-    let per_node = c.check().await;
+    let per_node = c.check_balanced().await;
     assert_eq!(per_node.values().sum::<usize>(), P);
     // Each node's own counters agree with the store.
     for (id, m) in &c.nodes {
@@ -48,7 +48,7 @@ async fn a_join_moves_about_the_optimum() {
     let before = c.leaders().await;
     c.add("node-new").await;
     c.settle(Duration::from_secs(10)).await;
-    let per_node = c.check().await;
+    let per_node = c.check_balanced().await;
     let after = c.leaders().await;
     let moved = before
         .iter()
@@ -73,7 +73,7 @@ async fn a_crash_moves_only_the_dead_nodes_shards_within_ttl() {
     let t0 = Instant::now();
     c.crash("node-2");
     c.settle(Duration::from_secs(10)).await;
-    c.check().await;
+    c.check_balanced().await;
     let after = c.leaders().await;
     let bound = c.timing.ttl + c.timing.renew_interval;
     let acquired: HashMap<usize, Instant> = c
@@ -122,7 +122,7 @@ async fn drain_hands_everything_over_with_short_gaps() {
     c.nodes["node-1"].drain().await.expect("drain");
     assert_eq!(c.nodes["node-1"].held().len(), 0);
     c.settle(Duration::from_secs(10)).await;
-    let per_node = c.check().await;
+    let per_node = c.check_balanced().await;
     assert_eq!(per_node["node-1"], 0);
     // Every handoff: the successor was already campaigning, so the seat was free only
     // between the resign and the grant.
@@ -151,7 +151,7 @@ async fn drain_hands_everything_over_with_short_gaps() {
     assert!(worst <= Duration::from_millis(50), "handoff gap {worst:?}");
     c.close("node-1").await;
     c.settle(Duration::from_secs(10)).await;
-    c.check().await;
+    c.check_balanced().await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -24,6 +24,9 @@ pub struct Cluster {
     pub timing: Timing,
     pub nodes: BTreeMap<String, ShardManager>,
     pub log: Arc<Mutex<Vec<Logged>>>,
+    /// Whether the last [`check`](Self::check) found the replica sets allow perfect
+    /// balance (it then checked it).
+    pub feasible: Arc<std::sync::atomic::AtomicBool>,
 }
 
 pub fn timing() -> Timing {
@@ -42,6 +45,7 @@ impl Cluster {
             timing,
             nodes: BTreeMap::new(),
             log: Arc::new(Mutex::new(Vec::new())),
+            feasible: Arc::default(),
         }
     }
 
@@ -146,9 +150,25 @@ impl Cluster {
     }
 
     /// Check the invariants against the store: every shard has exactly one leader, a
-    /// live node in the shard's replica set, and every live node leads ⌊P/N⌋ or ⌈P/N⌉
-    /// shards (equal weights). Returns leaders per node.
+    /// live node in the shard's replica set, every node leads what the plan gives it,
+    /// and, where the replica sets allow perfect balance, every active node leads
+    /// ⌊P/N⌋ or ⌈P/N⌉ shards (equal weights). Returns leaders per node.
     pub async fn check(&self) -> BTreeMap<String, usize> {
+        let per_node = self.check_plan().await;
+        per_node
+    }
+
+    /// [`check`](Self::check), and require that perfect balance was possible.
+    pub async fn check_balanced(&self) -> BTreeMap<String, usize> {
+        let per_node = self.check_plan().await;
+        assert!(
+            self.feasible.load(std::sync::atomic::Ordering::SeqCst),
+            "the replica sets did not allow perfect balance"
+        );
+        per_node
+    }
+
+    async fn check_plan(&self) -> BTreeMap<String, usize> {
         let leaders = self.leaders().await;
         let any = self.nodes.values().next().expect("a node");
         let view = any.view();
@@ -184,21 +204,33 @@ impl Cluster {
             );
             *per_node.get_mut(id).unwrap() += 1;
         }
-        let active: Vec<_> = self
-            .nodes
-            .iter()
-            .filter(|(_, m)| !m.status().borrow().draining)
-            .map(|(k, _)| k.clone())
-            .collect();
-        let p = leaders.len();
-        let (lo, hi) = (p / active.len(), p.div_ceil(active.len()));
-        for id in &active {
-            let c = per_node[id];
-            assert!(
-                lo <= c && c <= hi,
-                "{id} leads {c}, not in [{lo}, {hi}]: {per_node:?}"
+        // Converged to the plan every node computes.
+        for n in &view.nodes {
+            assert_eq!(
+                per_node.get(&n.id).copied(),
+                Some(n.planned),
+                "{} leads {:?}, its plan says {}: {per_node:?}",
+                n.id,
+                per_node.get(&n.id),
+                n.planned
             );
         }
+        let feasible = view.nodes.iter().all(|n| n.planned == n.target);
+        if feasible {
+            let active: Vec<_> = view.nodes.iter().filter(|n| !n.draining).collect();
+            let p = leaders.len();
+            let (lo, hi) = (p / active.len(), p.div_ceil(active.len()));
+            for n in &active {
+                let c = per_node[&n.id];
+                assert!(
+                    lo <= c && c <= hi,
+                    "{} leads {c}, not in [{lo}, {hi}]: {per_node:?}",
+                    n.id
+                );
+            }
+        }
+        self.feasible
+            .store(feasible, std::sync::atomic::Ordering::SeqCst);
         per_node
     }
 }

@@ -1,0 +1,95 @@
+//! Random joins, leaves, crashes and drains on the in-memory backend (paused time):
+//! after each step settles, every shard has exactly one leader, a live node of its
+//! replica set, every node leads what the common plan gives it, and where the replica
+//! sets make it possible (always with replication ≥ 2 and enough shards per node)
+//! every node leads ⌊P/N⌋ or ⌈P/N⌉ shards.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use support::{timing, Cluster};
+use tenure_core::MemoryBackend;
+use tenure_shard::Layout;
+
+#[derive(Clone, Debug)]
+enum Step {
+    Join,
+    Leave(usize),
+    Crash(usize),
+    Drain(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        2 => Just(Step::Join),
+        1 => (0usize..8).prop_map(Step::Leave),
+        1 => (0usize..8).prop_map(Step::Crash),
+        1 => (0usize..8).prop_map(Step::Drain),
+    ]
+}
+
+async fn run(shards: usize, replication: usize, steps: Vec<Step>) {
+    let mut c = Cluster::new(
+        Arc::new(MemoryBackend::new()),
+        Layout::new("prop", shards, replication).unwrap(),
+        timing(),
+    );
+    let mut next = 0;
+    for _ in 0..3 {
+        c.add(&format!("n{next}")).await;
+        next += 1;
+    }
+    let bound = Duration::from_secs(30);
+    c.settle(bound).await;
+    c.check().await;
+    for s in steps {
+        let ids: Vec<String> = c.nodes.keys().cloned().collect();
+        match s {
+            Step::Join => {
+                c.add(&format!("n{next}")).await;
+                next += 1;
+            }
+            // Keep at least one node.
+            _ if ids.len() == 1 => continue,
+            Step::Leave(i) => c.close(&ids[i % ids.len()]).await,
+            Step::Crash(i) => c.crash(&ids[i % ids.len()]),
+            Step::Drain(i) => {
+                let id = &ids[i % ids.len()];
+                c.nodes[id].drain().await.expect("drain");
+                assert!(c.nodes[id].held().is_empty());
+                c.close(id).await;
+            }
+        }
+        c.settle(bound).await;
+        c.check().await;
+        // With two or more replicas and at least 8 shards per node, the replica sets
+        // have always allowed perfect balance; require it there.
+        if replication >= 2 && shards >= 8 * c.nodes.len() {
+            assert!(
+                c.feasible.load(std::sync::atomic::Ordering::SeqCst),
+                "no perfect balance with P={shards}, N={}, R={replication}",
+                c.nodes.len()
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn membership_changes_keep_one_leader_in_the_replica_set_and_balance(
+        shards in 8usize..80,
+        replication in 1usize..4,
+        steps in proptest::collection::vec(step(), 1..7),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(run(shards, replication, steps));
+    }
+}
