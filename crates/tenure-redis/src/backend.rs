@@ -12,7 +12,7 @@ use redis::{
 };
 use tenure_core::{
     Backend, BackendSession, Capabilities, Clause, ElectionName, Error, ErrorKind, LeaderInfo,
-    LeaderStream, Result, Retry, SessionEvents, Timing,
+    LeaderStream, Member, MemberStream, Result, Retry, SessionEvents, Timing,
 };
 use tokio::sync::watch;
 
@@ -21,9 +21,11 @@ use crate::conn::Conn;
 use crate::error::{map, own, timed_out, unexpected};
 use crate::hub::{Hub, Registration};
 use crate::keys::{
-    jittered, millis_up, parse_seat, seat_pattern, session_key_prefix, ElectionKeys, Seat,
+    jittered, members_key_prefix, members_pattern, millis_up, parse_seat, seat_pattern,
+    session_key_prefix, ElectionKeys, MemberKeys, Seat,
 };
-use crate::scripts::{READ_SCRIPT, RELEASE_SCRIPT};
+use crate::members::{self, Listed};
+use crate::scripts::{READ_SCRIPT, RELEASE_SCRIPT, UNREGISTER_SCRIPT};
 use crate::session::RedisSession;
 use crate::SCHEME;
 
@@ -74,6 +76,10 @@ impl Shared {
 
     pub(crate) fn keys(&self, election: &ElectionName) -> ElectionKeys {
         ElectionKeys::new(self.config.key_prefix(), self.config.database(), election)
+    }
+
+    pub(crate) fn member_keys(&self, namespace: &ElectionName) -> MemberKeys {
+        MemberKeys::new(self.config.key_prefix(), self.config.database(), namespace)
     }
 
     /// Read a seat: its remaining TTL in ms (negative if none) and its holder.
@@ -193,8 +199,9 @@ impl RedisBackend {
     /// [`Session::id`](tenure_core::Session::id)) now, as Redis does when its TTL passes
     /// without a renewal: its key is deleted and every seat it holds is freed (the next
     /// waiter is woken). Its holder learns of the loss at its next renewal. For
-    /// operators and fault tests; scans the seats under the prefix. Returns how many
-    /// seats were freed.
+    /// operators and fault tests; scans the seats under the prefix. Its members are
+    /// removed too (scanning the namespaces under the prefix) and their watchers told.
+    /// Returns how many seats were freed.
     pub async fn expire_session(&self, session_id: &str) -> Result<usize> {
         if session_id.is_empty() || !session_id.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(Error::invalid(format!(
@@ -257,7 +264,55 @@ impl RedisBackend {
                 }
             }
             if next == 0 {
-                return Ok(freed);
+                break;
+            }
+            cursor = next;
+        }
+        self.drop_members_of(session_id).await?;
+        Ok(freed)
+    }
+
+    /// Remove every member entry of session `session_id` under the prefix, telling the
+    /// watchers of each namespace that had one.
+    async fn drop_members_of(&self, session_id: &str) -> Result<()> {
+        let shared = &self.shared;
+        let pattern = members_pattern(shared.config.key_prefix());
+        let hash_prefix = members_key_prefix(shared.config.key_prefix());
+        let mut cursor = 0u64;
+        loop {
+            let (next, keys): (u64, Vec<String>) = shared
+                .conn
+                .run("expire session: scan namespaces", |mut c| {
+                    let pattern = pattern.clone();
+                    async move {
+                        redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(pattern)
+                            .arg("COUNT")
+                            .arg(1000)
+                            .query_async(&mut c)
+                            .await
+                    }
+                })
+                .await?;
+            for key in keys {
+                let Some(namespace) = key
+                    .strip_prefix(&hash_prefix)
+                    .and_then(|n| ElectionName::new(n).ok())
+                else {
+                    continue;
+                };
+                let keys = shared.member_keys(&namespace);
+                let mut invocation = UNREGISTER_SCRIPT.key(&keys.hash);
+                invocation.arg(session_id).arg(&keys.channel);
+                shared
+                    .conn
+                    .script("expire session: remove members", &invocation)
+                    .await?;
+            }
+            if next == 0 {
+                return Ok(());
             }
             cursor = next;
         }
@@ -378,6 +433,33 @@ impl Backend for RedisBackend {
 
     fn election_requests(&self) -> Option<u64> {
         Some(self.shared.requests.load(Ordering::Relaxed))
+    }
+
+    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        let keys = self.shared.member_keys(namespace);
+        let (members, _) = members::list(&self.shared, &keys.hash).await?;
+        Ok(members)
+    }
+
+    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        let keys = self.shared.member_keys(namespace);
+        let shared = self.shared.clone();
+        // Subscribe before the first list, so no change after it goes unheard.
+        let registration = shared.hub.observer(&keys.channel);
+        let subscribed = registration.is_subscribed();
+        let (first, earliest) = members::list(&shared, &keys.hash).await?;
+        let (tx, rx) = watch::channel::<Listed>(Ok(first.clone()));
+        tokio::spawn(members::watch_task(
+            shared,
+            keys.hash,
+            registration,
+            first,
+            (members::next_look(earliest), subscribed),
+            tx,
+        ));
+        Ok(tenure_core::watch_member_stream(rx, |v| {
+            v.map_err(|(kind, message)| own(kind, message))
+        }))
     }
 }
 

@@ -11,7 +11,15 @@
 //! | `P:chan:D:E` | the pub/sub channel (channels are not per database, so `D` is in it) |
 //! | `P:session:<id>` | a session, with the session TTL |
 //!
-//! Election names cannot contain `:`, so no two elections share a key.
+//! For a membership namespace `N`:
+//!
+//! | name | what |
+//! |---|---|
+//! | `P:members:N` | a hash: member id → `<session id>\n<value>` (live while that session's key lives) |
+//! | `P:mchan:D:N` | the pub/sub channel of the namespace's changes |
+//!
+//! Election and namespace names cannot contain `:`, so no two elections or namespaces
+//! share a key.
 
 use std::cell::Cell;
 use std::hash::{BuildHasher, RandomState};
@@ -43,6 +51,27 @@ impl ElectionKeys {
     }
 }
 
+/// The keys and channel of one membership namespace.
+#[derive(Clone, Debug)]
+pub(crate) struct MemberKeys {
+    pub(crate) hash: String,
+    pub(crate) channel: String,
+}
+
+impl MemberKeys {
+    pub(crate) fn new(prefix: &str, db: i64, namespace: &ElectionName) -> Self {
+        MemberKeys {
+            hash: format!("{}{namespace}", members_key_prefix(prefix)),
+            channel: format!("{prefix}:mchan:{db}:{namespace}"),
+        }
+    }
+}
+
+/// What every membership hash starts with (the namespace follows).
+pub(crate) fn members_key_prefix(prefix: &str) -> String {
+    format!("{prefix}:members:")
+}
+
 /// The key of session `id`.
 pub(crate) fn session_key(prefix: &str, id: &str) -> String {
     format!("{}{id}", session_key_prefix(prefix))
@@ -56,14 +85,23 @@ pub(crate) fn session_key_prefix(prefix: &str) -> String {
 /// A `SCAN MATCH` pattern for every seat under `prefix`, with glob characters of the
 /// prefix escaped.
 pub(crate) fn seat_pattern(prefix: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + 8);
+    pattern(prefix, ":seat:*")
+}
+
+/// A `SCAN MATCH` pattern for every membership hash under `prefix`.
+pub(crate) fn members_pattern(prefix: &str) -> String {
+    pattern(prefix, ":members:*")
+}
+
+fn pattern(prefix: &str, tail: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + tail.len() + 4);
     for c in prefix.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
             out.push('\\');
         }
         out.push(c);
     }
-    out.push_str(":seat:*");
+    out.push_str(tail);
     out
 }
 
@@ -153,6 +191,11 @@ mod tests {
         assert_eq!(k.channel, "app:chan:2:billing/shard-1");
         assert_eq!(session_key("app", "ab"), "app:session:ab");
         assert_eq!(seat_pattern("a*[b]"), "a\\*\\[b\\]:seat:*");
+        assert_eq!(members_pattern("a?"), "a\\?:members:*");
+        let m = MemberKeys::new("app", 2, &e);
+        assert_eq!(m.hash, "app:members:billing/shard-1");
+        assert_eq!(m.channel, "app:mchan:2:billing/shard-1");
+        assert_ne!(m.channel, k.channel);
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod conn;
 mod error;
 mod hub;
 mod keys;
+mod members;
 mod scripts;
 mod session;
 

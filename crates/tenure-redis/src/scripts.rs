@@ -156,6 +156,81 @@ const READ: &str = r#"
 return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 "#;
 
+/// Register (or replace) a member of a namespace for a session, if the session lives;
+/// publish on the namespace's channel when the entry changed.
+///
+/// KEYS: session, members hash. ARGV: session id, member id, value, channel.
+/// Returns -1 if the session is gone, 1 if the entry changed, 0 if it was already so.
+const REGISTER: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local v = ARGV[1] .. '\n' .. ARGV[3]
+if redis.call('HGET', KEYS[2], ARGV[2]) == v then return 0 end
+redis.call('HSET', KEYS[2], ARGV[2], v)
+redis.call('PUBLISH', ARGV[4], 'members')
+return 1
+"#;
+
+/// Remove a session's members of a namespace (entries another session registered
+/// later under the same id stay); publish if any went.
+///
+/// KEYS: members hash. ARGV: session id, channel, then the member ids, or none for every
+/// member of the session. Returns how many entries went.
+const UNREGISTER: &str = r#"
+local p = ARGV[1] .. '\n'
+local ids = {}
+if #ARGV > 2 then
+  for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do ids[#ids + 1] = all[i] end
+end
+local n = 0
+for _, id in ipairs(ids) do
+  local cur = redis.call('HGET', KEYS[1], id)
+  if cur and string.sub(cur, 1, #p) == p then
+    redis.call('HDEL', KEYS[1], id)
+    n = n + 1
+  end
+end
+if n > 0 then redis.call('PUBLISH', ARGV[2], 'members') end
+return n
+"#;
+
+/// List a namespace's live members: those whose session key still exists. Entries of
+/// sessions that are gone are deleted on the way (nobody is told: watchers look again
+/// at the expiry they were given).
+///
+/// KEYS: members hash. ARGV: the session key prefix.
+/// Returns `{earliest PTTL of a live member's session in ms or -1, id1, value1, …}`.
+const LIST: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local all = redis.call('HGETALL', KEYS[1])
+local ttls = {}
+local out = {-1}
+local earliest = -1
+for i = 1, #all, 2 do
+  local id, v = all[i], all[i + 1]
+  local nl = string.find(v, '\n', 1, true)
+  if nl then
+    local sid = string.sub(v, 1, nl - 1)
+    local ttl = ttls[sid]
+    if ttl == nil then
+      ttl = redis.call('PTTL', ARGV[1] .. sid)
+      ttls[sid] = ttl
+    end
+    if ttl == -2 then
+      redis.call('HDEL', KEYS[1], id)
+    else
+      if ttl >= 0 and (earliest < 0 or ttl < earliest) then earliest = ttl end
+      out[#out + 1] = id
+      out[#out + 1] = string.sub(v, nl + 1)
+    end
+  end
+end
+out[1] = earliest
+return out
+"#;
+
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{COMMON}{ACQUIRE}")));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> =
@@ -164,3 +239,6 @@ pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(
 pub(crate) static CLOSE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{COMMON}{CLOSE}")));
 pub(crate) static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ));
+pub(crate) static REGISTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REGISTER));
+pub(crate) static UNREGISTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(UNREGISTER));
+pub(crate) static LIST_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LIST));

@@ -9,14 +9,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use redis::Value;
 use tenure_core::{
-    BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Result, SessionEvents,
+    BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, SessionEvents,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{as_int, Shared};
 use crate::error::{own, session_gone, unexpected};
 use crate::keys::{millis_up, new_session_id, session_key, ElectionKeys};
-use crate::scripts::{ACQUIRE_SCRIPT, CLOSE_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT};
+use crate::scripts::{
+    ACQUIRE_SCRIPT, CLOSE_SCRIPT, REGISTER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, UNREGISTER_SCRIPT,
+};
 
 /// How many seats one renewal script call covers; more are renewed by further calls
 /// sent at the same time on the same connection (still one round trip).
@@ -36,6 +38,8 @@ struct Inner {
     held: Mutex<HashMap<ElectionName, FencingToken>>,
     /// Elections this session is waiting for.
     waiting: Mutex<HashSet<ElectionName>>,
+    /// The member ids this session registered, by namespace (removed on close).
+    members: Mutex<HashMap<ElectionName, HashSet<String>>>,
     events: SessionEvents,
     stop: CancellationToken,
     closed: AtomicBool,
@@ -107,6 +111,7 @@ impl RedisSession {
                             ttl_ms,
                             held: Mutex::new(HashMap::new()),
                             waiting: Mutex::new(HashSet::new()),
+                            members: Mutex::new(HashMap::new()),
                             events,
                             stop: CancellationToken::new(),
                             closed: AtomicBool::new(false),
@@ -175,6 +180,22 @@ impl Inner {
             .arg(keep_ms);
         let reply = shared.conn.script("campaign", &invocation).await?;
         parse_acquire(&reply)
+    }
+
+    /// Remove this session's entries `ids` of `namespace` (all of them if `ids` is
+    /// empty).
+    async fn unregister(&self, namespace: &ElectionName, ids: &[String]) -> Result<()> {
+        let keys = self.shared.member_keys(namespace);
+        let mut invocation = UNREGISTER_SCRIPT.key(&keys.hash);
+        invocation.arg(&self.id).arg(&keys.channel);
+        for id in ids {
+            invocation.arg(id);
+        }
+        self.shared
+            .conn
+            .script("unregister member", &invocation)
+            .await?;
+        Ok(())
     }
 
     fn granted(&self, election: &ElectionName, token: FencingToken) {
@@ -360,12 +381,58 @@ impl BackendSession for RedisSession {
         Ok(())
     }
 
+    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let keys = inner.shared.member_keys(namespace);
+        lock(&inner.members)
+            .entry(namespace.clone())
+            .or_default()
+            .insert(member.id().to_string());
+        let mut invocation = REGISTER_SCRIPT.key(&inner.key);
+        invocation
+            .key(&keys.hash)
+            .arg(&inner.id)
+            .arg(member.id())
+            .arg(member.value())
+            .arg(&keys.channel);
+        let reply = inner
+            .shared
+            .conn
+            .script("register member", &invocation)
+            .await?;
+        match as_int(&reply) {
+            Some(-1) => Err(session_gone("register member", &inner.id)),
+            Some(0 | 1) => Ok(()),
+            _ => Err(unexpected("register member", format!("{reply:?}"))),
+        }
+    }
+
+    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        Member::check_id(id)?;
+        let inner = &self.inner;
+        {
+            let mut members = lock(&inner.members);
+            if let Some(ids) = members.get_mut(namespace) {
+                ids.remove(id);
+                if ids.is_empty() {
+                    members.remove(namespace);
+                }
+            }
+        }
+        inner.unregister(namespace, &[id.to_string()]).await
+    }
+
     async fn close(&self) -> Result<()> {
         let inner = &self.inner;
         if inner.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         inner.stop.cancel();
+        let registered: Vec<(ElectionName, Vec<String>)> = lock(&inner.members)
+            .drain()
+            .map(|(ns, ids)| (ns, ids.into_iter().collect()))
+            .collect();
         let mut elections: Vec<ElectionName> = lock(&inner.held).drain().map(|(e, _)| e).collect();
         elections.extend(lock(&inner.waiting).iter().cloned());
         let shared = &inner.shared;
@@ -379,7 +446,15 @@ impl BackendSession for RedisSession {
                 .arg(keys.channel)
                 .arg(keys.waits);
         }
-        shared.conn.script("close session", &invocation).await?;
+        // Sent together on the multiplexed connection: one round trip for all. Watchers
+        // hear of the members that went; the session key's deletion ends any the list
+        // missed.
+        let unregistering =
+            futures::future::join_all(registered.iter().map(|(ns, ids)| inner.unregister(ns, ids)));
+        let closing = shared.conn.script("close session", &invocation);
+        let (unregistered, closed) = futures::join!(unregistering, closing);
+        closed?;
+        unregistered.into_iter().collect::<Result<Vec<()>>>()?;
         Ok(())
     }
 }
