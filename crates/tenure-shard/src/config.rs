@@ -162,6 +162,7 @@ impl Layout {
 /// | `handoff_rate` | 200 per second | graceful handoffs this node starts per second |
 /// | `handoff_burst` | 20 | handoffs it may start at once |
 /// | `publish_interval` | 10 ms | least time between two updates of this node's member value |
+/// | `startup_quiet` | 100 ms | at start, campaign only once the member list has not changed for this long |
 #[derive(Clone)]
 pub struct ShardManagerBuilder {
     pub(crate) backend: DynBackend,
@@ -172,6 +173,7 @@ pub struct ShardManagerBuilder {
     pub(crate) handoff_rate: f64,
     pub(crate) handoff_burst: u32,
     pub(crate) publish_interval: Duration,
+    pub(crate) startup_quiet: Duration,
 }
 
 impl fmt::Debug for ShardManagerBuilder {
@@ -199,6 +201,7 @@ impl ShardManagerBuilder {
             handoff_rate: 200.0,
             handoff_burst: 20,
             publish_interval: Duration::from_millis(10),
+            startup_quiet: Duration::from_millis(100),
         }
     }
 
@@ -236,6 +239,13 @@ impl ShardManagerBuilder {
     /// Least time between two publications of this node's state.
     pub fn publish_interval(mut self, interval: Duration) -> Self {
         self.publish_interval = interval;
+        self
+    }
+
+    /// At start, wait until the member list has held still this long before
+    /// campaigning.
+    pub fn startup_quiet(mut self, quiet: Duration) -> Self {
+        self.startup_quiet = quiet;
         self
     }
 

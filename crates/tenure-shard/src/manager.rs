@@ -291,7 +291,12 @@ impl ShardManagerBuilder {
             held: HashMap::new(),
             campaigning: HashMap::new(),
             failures: HashMap::new(),
-            retry_at: None,
+            retry_at: Some(Instant::now() + self.startup_quiet),
+            startup: Some(Startup {
+                ids: Vec::new(),
+                since: Instant::now(),
+                quiet: self.startup_quiet,
+            }),
             pending: VecDeque::new(),
             bucket: Bucket::new(self.handoff_rate, self.handoff_burst),
             internal_tx,
@@ -457,6 +462,12 @@ impl Bucket {
     }
 }
 
+struct Startup {
+    ids: Vec<String>,
+    since: Instant,
+    quiet: Duration,
+}
+
 struct Controller {
     layout: Arc<Layout>,
     node_id: String,
@@ -471,6 +482,10 @@ struct Controller {
     /// Failed campaigns: shard → (attempts, not before).
     failures: HashMap<usize, (u32, Instant)>,
     retry_at: Option<Instant>,
+    /// Until the member list first holds still, no campaigns start (so that nodes
+    /// started together do not all grab shards from partial views and hand them
+    /// back a moment later).
+    startup: Option<Startup>,
     /// Shards to hand off, with the node that campaigns for each.
     pending: VecDeque<(usize, Option<String>)>,
     bucket: Bucket,
@@ -560,6 +575,15 @@ impl Controller {
     }
 
     fn set_members(&mut self, list: &[Member]) {
+        if let Some(st) = &mut self.startup {
+            let ids: Vec<String> = list.iter().map(|m| m.id().to_string()).collect();
+            if ids != st.ids {
+                st.ids = ids;
+                st.since = Instant::now();
+                let at = st.since + st.quiet;
+                self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+            }
+        }
         self.view = Arc::new(View::build(list, self.layout.shards.len()));
         self.plan = None;
     }
@@ -634,6 +658,15 @@ impl Controller {
         *lock(&self.picture) = Some((self.view.clone(), plan.clone()));
         let me = self.view.index_of(&self.node_id);
         let now = Instant::now();
+        if let Some(st) = &self.startup {
+            if me.is_some() && now >= st.since + st.quiet {
+                self.startup = None;
+            } else {
+                let at = st.since + st.quiet;
+                self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+            }
+        }
+        let starting = self.startup.is_some();
         let mut pending = VecDeque::new();
         let mut settled = true;
         for s in 0..self.layout.shards.len() {
@@ -645,7 +678,7 @@ impl Controller {
             let holding = self.held.contains_key(&s);
             if mine {
                 let blocked = self.failures.get(&s).is_some_and(|(_, at)| *at > now);
-                if !holding && !self.campaigning.contains_key(&s) && !blocked {
+                if !holding && !self.campaigning.contains_key(&s) && !blocked && !starting {
                     self.start_campaign(s);
                 }
                 continue;

@@ -1,0 +1,414 @@
+//! The shard manager's benchmark, shared by the examples and `tenure bench`: a cluster
+//! of managers in one process (each with its own connection), measured through a cold
+//! start, a crash, a join and a quiet stretch, plus the time to compute an assignment.
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::{
+    Backend, BackendSession, Candidate, Capabilities, DynBackend, ElectionName, FencingToken,
+    LeaderInfo, LeaderStream, Member, MemberStream, Result, SessionEvents, Timing,
+};
+use tokio::time::Instant;
+
+use crate::assign::{plan, NodeSpec};
+use crate::config::Layout;
+use crate::hash::key_hash;
+use crate::manager::ShardManager;
+
+/// Counts every request a backend and its sessions make (each is at least one round
+/// trip to the store; streams count once when opened).
+#[derive(Debug)]
+pub struct CountingBackend {
+    inner: DynBackend,
+    count: Arc<AtomicU64>,
+}
+
+impl CountingBackend {
+    /// Wrap `inner`, adding to `count`.
+    pub fn new(inner: DynBackend, count: Arc<AtomicU64>) -> Self {
+        CountingBackend { inner, count }
+    }
+
+    fn tick(&self) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl Backend for CountingBackend {
+    fn scheme(&self) -> &'static str {
+        self.inner.scheme()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        self.inner.check_timing(timing)
+    }
+    async fn open_session(
+        &self,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> Result<Arc<dyn BackendSession>> {
+        self.tick();
+        let inner = self.inner.open_session(ttl, events).await?;
+        Ok(Arc::new(CountingSession {
+            inner,
+            count: self.count.clone(),
+        }))
+    }
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        self.tick();
+        self.inner.leader(election).await
+    }
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        self.tick();
+        self.inner.observe(election).await
+    }
+    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        self.tick();
+        self.inner.members(namespace).await
+    }
+    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        self.tick();
+        self.inner.watch_members(namespace).await
+    }
+}
+
+#[derive(Debug)]
+struct CountingSession {
+    inner: Arc<dyn BackendSession>,
+    count: Arc<AtomicU64>,
+}
+
+impl CountingSession {
+    fn tick(&self) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl BackendSession for CountingSession {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    async fn keep_alive(&self) -> Result<()> {
+        self.tick();
+        self.inner.keep_alive().await
+    }
+    async fn campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<FencingToken> {
+        self.tick();
+        self.inner.campaign(election, candidate).await
+    }
+    async fn try_campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Option<FencingToken>> {
+        self.tick();
+        self.inner.try_campaign(election, candidate).await
+    }
+    async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        self.tick();
+        self.inner.resign(election, token).await
+    }
+    async fn close(&self) -> Result<()> {
+        self.tick();
+        self.inner.close().await
+    }
+    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        self.tick();
+        self.inner.register_member(namespace, member).await
+    }
+    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        self.tick();
+        self.inner.unregister_member(namespace, id).await
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Shards.
+    pub shards: usize,
+    /// Nodes (each its own session and connection).
+    pub nodes: usize,
+    /// Replication factor.
+    pub replication: usize,
+    /// Session timing of every node.
+    pub timing: Timing,
+    /// How long to count requests in the quiet stretch.
+    pub steady_window: Duration,
+    /// Give up waiting for convergence after this long.
+    pub settle_timeout: Duration,
+}
+
+impl BenchConfig {
+    /// `shards` shards on 10 nodes, replication 3, TTL 2 s, a 5 s quiet stretch.
+    pub fn new(shards: usize) -> Self {
+        BenchConfig {
+            shards,
+            nodes: 10,
+            replication: 3,
+            timing: Timing::from_ttl(Duration::from_secs(2)),
+            steady_window: Duration::from_secs(5),
+            settle_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// The figures of one run.
+#[derive(Clone, Debug)]
+pub struct BenchResult {
+    /// Backend name.
+    pub backend: String,
+    /// Shards, nodes, replication.
+    pub shards: usize,
+    /// Nodes at the start.
+    pub nodes: usize,
+    /// Replication factor.
+    pub replication: usize,
+    /// Session TTL.
+    pub ttl: Duration,
+    /// From starting every node to every shard led by its preferred node.
+    pub cold: Duration,
+    /// From a node's crash to convergence again (includes the TTL).
+    pub crash: Duration,
+    /// From a node's start to convergence again.
+    pub join: Duration,
+    /// Shards whose leader changed on the join.
+    pub join_moves: usize,
+    /// The newcomer's share, the fewest moves a join can take.
+    pub join_optimum: usize,
+    /// Most leaderships of a node over the mean, after the join.
+    pub imbalance: f64,
+    /// Requests to the store per second in the quiet stretch, all nodes together.
+    pub steady_requests_per_sec: f64,
+    /// Heap bytes per held shard after the cold start, if an allocation probe was given.
+    pub bytes_per_shard: Option<f64>,
+}
+
+async fn start_node<F, Fut>(
+    connect: &F,
+    layout: &Layout,
+    id: &str,
+    timing: &Timing,
+    count: &Arc<AtomicU64>,
+) -> Result<ShardManager>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<DynBackend>>,
+{
+    let backend: DynBackend = Arc::new(CountingBackend::new(connect().await?, count.clone()));
+    let (m, events) = ShardManager::builder(backend)
+        .layout(layout.clone())
+        .node_id(id)
+        .timing(timing.clone())
+        .handoff_rate(100_000.0, 100_000)
+        .publish_interval(Duration::from_millis(20))
+        .start()
+        .await?;
+    drop(events);
+    Ok(m)
+}
+
+fn quiet(nodes: &[ShardManager]) -> bool {
+    nodes.iter().all(|m| {
+        let s = m.status().borrow().clone();
+        s.members == nodes.len()
+            && s.settled
+            && s.campaigning == 0
+            && s.pending_handoffs == 0
+            && s.held == s.target
+    })
+}
+
+/// Wait until quiet for 200 ms; returns the time from `t0` to the start of the quiet.
+async fn settle(nodes: &[ShardManager], t0: Instant, limit: Duration) -> Result<Duration> {
+    let mut since: Option<Instant> = None;
+    loop {
+        if quiet(nodes) {
+            let s = *since.get_or_insert_with(Instant::now);
+            if s.elapsed() >= Duration::from_millis(200) {
+                return Ok(s - t0);
+            }
+        } else {
+            since = None;
+        }
+        if t0.elapsed() > limit {
+            return Err(tenure_core::Error::new(
+                tenure_core::ErrorKind::Timeout,
+                format!("the cluster did not converge within {limit:?}"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn leaders(m: &ShardManager) -> Vec<Option<String>> {
+    m.view().shards.into_iter().map(|s| s.leader).collect()
+}
+
+/// Run the benchmark on the backend `connect` opens (called once per node).
+/// `allocated` reports the process's live heap bytes, if the caller counts them.
+pub async fn run<F, Fut>(
+    name: &str,
+    connect: F,
+    cfg: &BenchConfig,
+    allocated: Option<&(dyn Fn() -> usize + Sync)>,
+) -> Result<BenchResult>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<DynBackend>>,
+{
+    let ns = format!(
+        "bench-{:x}",
+        key_hash(&format!("{name}{:?}", Instant::now())) >> 16
+    );
+    let layout = Layout::new(&ns, cfg.shards, cfg.replication)?;
+    let count = Arc::new(AtomicU64::new(0));
+    let heap0 = allocated.map(|f| f());
+
+    // Cold start: every node at once.
+    let t0 = Instant::now();
+    let ids: Vec<String> = (0..cfg.nodes).map(|i| format!("node-{i:02}")).collect();
+    let mut starts = Vec::new();
+    for id in &ids {
+        starts.push(start_node(&connect, &layout, id, &cfg.timing, &count));
+    }
+    let mut nodes = Vec::new();
+    for r in futures::future::join_all(starts).await {
+        nodes.push(r?);
+    }
+    let cold = settle(&nodes, t0, cfg.settle_timeout).await?;
+    let bytes_per_shard = match (allocated, heap0) {
+        (Some(f), Some(h0)) => Some(f().saturating_sub(h0) as f64 / cfg.shards as f64),
+        _ => None,
+    };
+
+    // Quiet stretch: requests per second.
+    let c0 = count.load(Ordering::Relaxed);
+    let s0 = Instant::now();
+    tokio::time::sleep(cfg.steady_window).await;
+    let steady = (count.load(Ordering::Relaxed) - c0) as f64 / s0.elapsed().as_secs_f64();
+
+    // Crash one node.
+    let victim = nodes.remove(cfg.nodes / 2);
+    let t1 = Instant::now();
+    victim.abandon();
+    let crash = settle(&nodes, t1, cfg.settle_timeout).await?;
+
+    // Join a node.
+    let before = leaders(&nodes[0]);
+    let t2 = Instant::now();
+    let newcomer = start_node(&connect, &layout, "node-new", &cfg.timing, &count).await?;
+    nodes.push(newcomer);
+    let join = settle(&nodes, t2, cfg.settle_timeout).await?;
+    let after = leaders(&nodes[0]);
+    let join_moves = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+    let view = nodes[0].view();
+    let join_optimum = view
+        .nodes
+        .iter()
+        .find(|n| n.id == "node-new")
+        .map_or(0, |n| n.target);
+    let imbalance = view.imbalance();
+
+    for m in &nodes {
+        let _ = m.close().await;
+    }
+    Ok(BenchResult {
+        backend: name.to_string(),
+        shards: cfg.shards,
+        nodes: cfg.nodes,
+        replication: cfg.replication,
+        ttl: cfg.timing.ttl,
+        cold,
+        crash,
+        join,
+        join_moves,
+        join_optimum,
+        imbalance,
+        steady_requests_per_sec: steady,
+        bytes_per_shard,
+    })
+}
+
+/// Time to compute an assignment of `shards` shards over `nodes` nodes with
+/// replication 3: from scratch, and again with the holders it produced. `runs` each.
+pub fn assignment_times(
+    shards: usize,
+    nodes: usize,
+    runs: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let hashes: Vec<u64> = (0..shards)
+        .map(|i| key_hash(&format!("bench/{i:06}")))
+        .collect();
+    let specs: Vec<NodeSpec> = (0..nodes)
+        .map(|i| NodeSpec::new(format!("node-{i:03}")))
+        .collect();
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let t = std::time::Instant::now();
+        let p = plan(&hashes, &specs, 3, &[]);
+        cold.push(t.elapsed());
+        let holders: Vec<Option<u32>> = (0..shards).map(|s| p.preferred(s)).collect();
+        let t = std::time::Instant::now();
+        let again = plan(&hashes, &specs, 3, &holders);
+        warm.push(t.elapsed());
+        debug_assert_eq!(again.moves_from(&holders), 0);
+    }
+    (cold, warm)
+}
+
+/// Min / median / max of `v` as "a / b / c ms".
+pub fn min_med_max_ms(v: &[Duration]) -> String {
+    let mut v = v.to_vec();
+    v.sort();
+    match (v.first(), v.get(v.len() / 2), v.last()) {
+        (Some(a), Some(b), Some(c)) => format!(
+            "{:.1} / {:.1} / {:.1} ms",
+            a.as_secs_f64() * 1e3,
+            b.as_secs_f64() * 1e3,
+            c.as_secs_f64() * 1e3
+        ),
+        _ => "-".to_string(),
+    }
+}
+
+/// The results as one markdown table.
+pub fn markdown(results: &[BenchResult]) -> String {
+    let mut out = String::from(
+        "| backend | shards | nodes | R | TTL | cold start | re-converge after crash | re-converge after join | join moves / optimum | max/mean leaders | store requests/s (steady) | heap per shard |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in results {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:?} | {:.2} s | {:.2} s | {:.2} s | {} / {} | {:.3} | {:.1} | {} |",
+            r.backend,
+            r.shards,
+            r.nodes,
+            r.replication,
+            r.ttl,
+            r.cold.as_secs_f64(),
+            r.crash.as_secs_f64(),
+            r.join.as_secs_f64(),
+            r.join_moves,
+            r.join_optimum,
+            r.imbalance,
+            r.steady_requests_per_sec,
+            r.bytes_per_shard
+                .map_or("-".to_string(), |b| format!("{:.0} B", b)),
+        );
+    }
+    out
+}
