@@ -10,6 +10,8 @@ mod manager;
 mod map;
 pub mod metrics;
 mod state;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 mod view;
 
 pub use assign::{plan, NodeSpec, Plan};

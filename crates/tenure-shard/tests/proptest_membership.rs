@@ -4,14 +4,12 @@
 //! sets make it possible (always with replication ≥ 2 and enough shards per node)
 //! every node leads ⌊P/N⌋ or ⌈P/N⌉ shards.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use support::{timing, Cluster};
 use tenure_core::MemoryBackend;
+use tenure_shard::testing::{same_backend, timing, Cluster};
 use tenure_shard::Layout;
 
 #[derive(Clone, Debug)]
@@ -33,10 +31,11 @@ fn step() -> impl Strategy<Value = Step> {
 
 async fn run(shards: usize, replication: usize, steps: Vec<Step>) {
     let mut c = Cluster::new(
-        Arc::new(MemoryBackend::new()),
+        same_backend(Arc::new(MemoryBackend::new())),
         Layout::new("prop", shards, replication).unwrap(),
         timing(),
-    );
+    )
+    .await;
     let mut next = 0;
     for _ in 0..3 {
         c.add(&format!("n{next}")).await;

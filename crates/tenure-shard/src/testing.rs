@@ -1,0 +1,453 @@
+//! Shard-manager scenarios for tests, shared by the in-memory tests and the tests
+//! against real stores (behind the `testing` feature): a [`Cluster`] of managers in
+//! one process, each with its own connection, checked against the store; the
+//! scenario functions panic on failure (they are test code).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tenure_core::{DynBackend, FencingToken, Result, Timing};
+
+use crate::{Layout, ShardEvent, ShardManager};
+
+/// Opens a new connection to the store under test (one per node).
+pub type Connect = Arc<dyn Fn() -> BoxFuture<'static, Result<DynBackend>> + Send + Sync>;
+
+/// A [`Connect`] that hands out clones of one backend (the in-memory store).
+pub fn same_backend(backend: DynBackend) -> Connect {
+    Arc::new(move || {
+        let b = backend.clone();
+        Box::pin(async move { Ok(b) })
+    })
+}
+
+use tokio::time::Instant;
+
+/// What happened, when, on which node.
+#[derive(Clone, Debug)]
+pub struct Logged {
+    pub at: Instant,
+    pub node: String,
+    pub event: ShardEvent,
+}
+
+pub struct Cluster {
+    pub connect: Connect,
+    /// A connection for reading leaders from the store.
+    pub backend: DynBackend,
+    pub layout: Layout,
+    pub timing: Timing,
+    pub nodes: BTreeMap<String, ShardManager>,
+    pub log: Arc<Mutex<Vec<Logged>>>,
+    /// Whether the last [`check`](Self::check) found the replica sets allow perfect
+    /// balance (it then checked it).
+    pub feasible: Arc<std::sync::atomic::AtomicBool>,
+}
+
+pub fn timing() -> Timing {
+    let mut t = Timing::from_ttl(Duration::from_secs(1));
+    t.renew_interval = Duration::from_millis(100);
+    t.renew_deadline = Duration::from_millis(600);
+    t.connect_timeout = Duration::from_secs(1);
+    t
+}
+
+impl Cluster {
+    pub async fn new(connect: Connect, layout: Layout, timing: Timing) -> Self {
+        let backend = connect().await.expect("connect");
+        Cluster {
+            connect,
+            backend,
+            layout,
+            timing,
+            nodes: BTreeMap::new(),
+            log: Arc::new(Mutex::new(Vec::new())),
+            feasible: Arc::default(),
+        }
+    }
+
+    pub async fn add(&mut self, id: &str) {
+        self.add_weighted(id, 1).await;
+    }
+
+    pub async fn add_weighted(&mut self, id: &str, weight: u32) {
+        let backend = (self.connect)().await.expect("connect");
+        let (m, mut events) = ShardManager::builder(backend)
+            .layout(self.layout.clone())
+            .node_id(id)
+            .weight(weight)
+            .timing(self.timing.clone())
+            .handoff_rate(10_000.0, 1_000)
+            .start()
+            .await
+            .expect("start shard manager");
+        let log = self.log.clone();
+        let node = id.to_string();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                log.lock().unwrap().push(Logged {
+                    at: Instant::now(),
+                    node: node.clone(),
+                    event,
+                });
+            }
+        });
+        self.nodes.insert(id.to_string(), m);
+    }
+
+    /// Crash a node: no resigns, the store frees its seats after the TTL.
+    pub fn crash(&mut self, id: &str) {
+        let m = self.nodes.remove(id).expect("node");
+        m.abandon();
+    }
+
+    /// Close every node.
+    pub async fn close_all(mut self) {
+        let ids: Vec<String> = self.nodes.keys().cloned().collect();
+        for id in ids {
+            self.close(&id).await;
+        }
+    }
+
+    pub async fn close(&mut self, id: &str) {
+        let m = self.nodes.remove(id).expect("node");
+        m.close().await.expect("close");
+    }
+
+    pub fn events_since(&self, t: Instant) -> Vec<Logged> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.at >= t)
+            .cloned()
+            .collect()
+    }
+
+    /// Leader id and token of every shard, read from the store.
+    pub async fn leaders(&self) -> Vec<Option<(String, FencingToken)>> {
+        let mut v = Vec::new();
+        for s in self.layout.shards() {
+            let info = self
+                .backend
+                .leader(self.layout.election(s))
+                .await
+                .expect("leader");
+            v.push(info.map(|i| (i.id, i.token)));
+        }
+        v
+    }
+
+    /// True when every node's view has all live nodes, nothing pending, and every
+    /// shard led by its preferred node.
+    fn quiet(&self) -> bool {
+        let n = self.nodes.len();
+        self.nodes.values().all(|m| {
+            let s = m.status().borrow().clone();
+            s.members == n && s.settled && s.campaigning == 0 && s.pending_handoffs == 0
+        })
+    }
+
+    /// Wait until the cluster is quiet and stays so for 100 ms (statuses may be from
+    /// before the last change reached every node); returns how long it took until
+    /// the quiet began. Panics after `bound`.
+    pub async fn settle(&self, bound: Duration) -> Duration {
+        let t0 = Instant::now();
+        let mut quiet_since: Option<Instant> = None;
+        loop {
+            if self.quiet() {
+                let since = *quiet_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= Duration::from_millis(100) {
+                    return since - t0;
+                }
+            } else {
+                quiet_since = None;
+            }
+            assert!(
+                t0.elapsed() <= bound,
+                "not settled within {bound:?}: {:?}",
+                self.nodes
+                    .iter()
+                    .map(|(k, m)| (k.clone(), m.status().borrow().clone()))
+                    .collect::<Vec<_>>()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Check the invariants against the store: every shard has exactly one leader, a
+    /// live node in the shard's replica set, every node leads what the plan gives it,
+    /// and, where the replica sets allow perfect balance, every active node leads
+    /// ⌊P/N⌋ or ⌈P/N⌉ shards (equal weights). Returns leaders per node.
+    pub async fn check(&self) -> BTreeMap<String, usize> {
+        let per_node = self.check_plan().await;
+        per_node
+    }
+
+    /// [`check`](Self::check), and require that perfect balance was possible.
+    pub async fn check_balanced(&self) -> BTreeMap<String, usize> {
+        let per_node = self.check_plan().await;
+        assert!(
+            self.feasible.load(std::sync::atomic::Ordering::SeqCst),
+            "the replica sets did not allow perfect balance"
+        );
+        per_node
+    }
+
+    async fn check_plan(&self) -> BTreeMap<String, usize> {
+        let leaders = self.leaders().await;
+        let any = self.nodes.values().next().expect("a node");
+        let view = any.view();
+        let mut per_node: BTreeMap<String, usize> =
+            self.nodes.keys().map(|k| (k.clone(), 0)).collect();
+        for (s, l) in leaders.iter().enumerate() {
+            let (id, _) = l.as_ref().unwrap_or_else(|| {
+                let events: Vec<_> = self
+                    .log
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|l| match &l.event {
+                        ShardEvent::Acquired { shard, .. }
+                        | ShardEvent::Lost { shard, .. }
+                        | ShardEvent::HandedOff { shard, .. } => shard.index() == s,
+                    })
+                    .cloned()
+                    .collect();
+                panic!(
+                    "shard {s} has no leader; view says {:?}; its events: {events:#?}",
+                    view.shards[s]
+                )
+            });
+            assert!(
+                self.nodes.contains_key(id),
+                "shard {s} led by {id}, not a live node"
+            );
+            assert!(
+                view.shards[s].replicas.contains(id),
+                "shard {s} led by {id}, outside its replica set {:?}",
+                view.shards[s].replicas
+            );
+            *per_node.get_mut(id).unwrap() += 1;
+        }
+        // Converged to the plan every node computes.
+        for n in &view.nodes {
+            assert_eq!(
+                per_node.get(&n.id).copied(),
+                Some(n.planned),
+                "{} leads {:?}, its plan says {}: {per_node:?}",
+                n.id,
+                per_node.get(&n.id),
+                n.planned
+            );
+        }
+        let feasible = view.nodes.iter().all(|n| n.planned == n.target);
+        if feasible {
+            let active: Vec<_> = view.nodes.iter().filter(|n| !n.draining).collect();
+            let p = leaders.len();
+            let (lo, hi) = (p / active.len(), p.div_ceil(active.len()));
+            for n in &active {
+                let c = per_node[&n.id];
+                assert!(
+                    lo <= c && c <= hi,
+                    "{} leads {c}, not in [{lo}, {hi}]: {per_node:?}",
+                    n.id
+                );
+            }
+        }
+        self.feasible
+            .store(feasible, std::sync::atomic::Ordering::SeqCst);
+        per_node
+    }
+}
+
+/// What a scenario runs on.
+#[derive(Clone)]
+pub struct ShardEnv {
+    /// Opens one connection per node.
+    pub connect: Connect,
+    /// Session timing of every node.
+    pub timing: Timing,
+    /// Shards and nodes of the scenarios.
+    pub shards: usize,
+    /// Nodes at the start.
+    pub nodes: usize,
+    /// Extra time allowed on time bounds (server latency, expiry granularity).
+    pub slack: Duration,
+    /// How long the scenarios wait for convergence before failing.
+    pub settle: Duration,
+}
+
+impl ShardEnv {
+    /// The in-memory store: 256 shards on 5 nodes, the short test timing.
+    pub fn memory() -> Self {
+        ShardEnv {
+            connect: same_backend(Arc::new(tenure_core::MemoryBackend::new())),
+            timing: timing(),
+            shards: 256,
+            nodes: 5,
+            slack: Duration::ZERO,
+            settle: Duration::from_secs(10),
+        }
+    }
+
+    fn namespace(&self) -> String {
+        format!("shard-{}", tenure_core::testing::random_prefix())
+    }
+
+    /// A cluster of `self.nodes` nodes, settled and checked.
+    pub async fn started(&self) -> Cluster {
+        let layout = Layout::new(&self.namespace(), self.shards, 3).expect("layout");
+        let mut c = Cluster::new(self.connect.clone(), layout, self.timing.clone()).await;
+        for i in 0..self.nodes {
+            c.add(&format!("node-{i}")).await;
+        }
+        c.settle(self.settle).await;
+        c
+    }
+}
+
+/// Cold start: every shard led once, by a node of its replica set, ⌊P/N⌋ or ⌈P/N⌉
+/// each; every node's own counters agree with the store.
+pub async fn check_cold_start(env: &ShardEnv) {
+    let c = env.started().await;
+    let per_node = c.check_balanced().await;
+    assert_eq!(per_node.values().sum::<usize>(), env.shards);
+    for (id, m) in &c.nodes {
+        assert_eq!(m.held().len(), per_node[id]);
+        assert_eq!(m.status().borrow().target, per_node[id]);
+    }
+    c.close_all().await;
+}
+
+/// A join moves at most 1.1 × the optimum, the newcomer's share (⌊P/(N+1)⌋ or
+/// ⌈P/(N+1)⌉: each of its shards must move once and nothing else needs to).
+pub async fn check_join(env: &ShardEnv) {
+    let mut c = env.started().await;
+    let before = c.leaders().await;
+    c.add("node-new").await;
+    c.settle(env.settle).await;
+    let per_node = c.check_balanced().await;
+    let after = c.leaders().await;
+    let moved = before
+        .iter()
+        .zip(&after)
+        .filter(|(b, a)| b.as_ref().map(|x| &x.0) != a.as_ref().map(|x| &x.0))
+        .count();
+    let n = env.nodes + 1;
+    let optimum = per_node["node-new"];
+    assert!(optimum == env.shards / n || optimum == env.shards.div_ceil(n));
+    assert!(
+        moved as f64 <= 1.1 * optimum as f64,
+        "{moved} moves for an optimum of {optimum}"
+    );
+    eprintln!("join: {moved} moves, optimum {optimum}");
+    c.close_all().await;
+}
+
+/// A crash moves only the dead node's shards (the others keep leader and token), and
+/// each of them is led again within TTL + one renew interval (+ slack).
+pub async fn check_crash(env: &ShardEnv) {
+    let mut c = env.started().await;
+    let before = c.leaders().await;
+    let victim = c.nodes.keys().nth(env.nodes / 2).cloned().expect("a node");
+    let t0 = Instant::now();
+    c.crash(&victim);
+    c.settle(env.settle).await;
+    c.check_balanced().await;
+    let after = c.leaders().await;
+    let bound = c.timing.ttl + c.timing.renew_interval + env.slack;
+    let acquired: std::collections::HashMap<usize, Instant> = c
+        .events_since(t0)
+        .into_iter()
+        .filter_map(|l| match l.event {
+            ShardEvent::Acquired { shard, .. } => Some((shard.index(), l.at)),
+            _ => None,
+        })
+        .collect();
+    let mut dead = 0;
+    let mut worst = Duration::ZERO;
+    for (s, (b, a)) in before.iter().zip(&after).enumerate() {
+        let (b, a) = (b.as_ref().unwrap(), a.as_ref().unwrap());
+        if b.0 == victim {
+            dead += 1;
+            let took = acquired[&s] - t0;
+            worst = worst.max(took);
+            assert!(
+                took <= bound,
+                "shard {s} led again after {took:?} > {bound:?}"
+            );
+            assert!(a.1 > b.1);
+        } else {
+            assert_eq!(a, b, "shard {s} of a live node moved or was re-granted");
+        }
+    }
+    assert!(dead > 0);
+    assert_eq!(
+        acquired.len(),
+        dead,
+        "acquisitions other than the dead node's shards"
+    );
+    eprintln!("crash: {dead} shards led again, the last after {worst:?} (bound {bound:?})");
+    c.close_all().await;
+}
+
+/// A balanced cluster without membership changes makes no moves over `stretch`.
+pub async fn check_quiet(env: &ShardEnv, stretch: Duration) {
+    let c = env.started().await;
+    let before = c.leaders().await;
+    let t0 = Instant::now();
+    tokio::time::sleep(stretch).await;
+    assert!(c.events_since(t0).is_empty(), "{:?}", c.events_since(t0));
+    assert_eq!(c.leaders().await, before);
+    c.close_all().await;
+}
+
+/// Drain hands every shard of a node to the next in line: no losses, every handoff's
+/// seat free for at most `max_gap`, the node leads nothing after, the rest balanced.
+pub async fn check_drain(env: &ShardEnv, max_gap: Duration) {
+    let mut c = env.started().await;
+    let t0 = Instant::now();
+    let node = c.nodes.keys().nth(1).cloned().expect("a node");
+    let theirs = c.nodes[&node].held().len();
+    c.nodes[&node].drain().await.expect("drain");
+    assert_eq!(c.nodes[&node].held().len(), 0);
+    c.settle(env.settle).await;
+    let per_node = c.check_balanced().await;
+    assert_eq!(per_node[&node], 0);
+    let log = c.events_since(t0);
+    let mut handed = std::collections::HashMap::new();
+    let mut gaps = Vec::new();
+    for l in &log {
+        match &l.event {
+            ShardEvent::HandedOff { shard, to, .. } => {
+                assert_eq!(l.node, node);
+                assert!(to.is_some());
+                handed.insert(shard.index(), l.at);
+            }
+            ShardEvent::Acquired { shard, .. } => {
+                let h = handed
+                    .get(&shard.index())
+                    .expect("acquired a shard nobody handed off");
+                gaps.push(l.at - *h);
+            }
+            ShardEvent::Lost { .. } => panic!("a loss during drain: {l:?}"),
+        }
+    }
+    assert_eq!(handed.len(), theirs);
+    assert_eq!(gaps.len(), theirs);
+    gaps.sort();
+    let worst = gaps.last().copied().unwrap_or_default();
+    eprintln!(
+        "drain: {theirs} handoffs, gap median {:?}, max {worst:?}",
+        gaps.get(gaps.len() / 2).copied().unwrap_or_default()
+    );
+    assert!(worst <= max_gap, "handoff gap {worst:?} > {max_gap:?}");
+    c.close(&node).await;
+    c.settle(env.settle).await;
+    c.check_balanced().await;
+    c.close_all().await;
+}
