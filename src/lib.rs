@@ -3,6 +3,8 @@
 #![forbid(unsafe_code)]
 
 pub use tenure_core::*;
+#[cfg(feature = "azure")]
+pub use tenure_azure::{AzureBackend, AzureConfig};
 #[cfg(feature = "etcd")]
 pub use tenure_etcd::{EtcdBackend, EtcdConfig};
 /// The peer-to-peer backend (`peer://`): election algorithms, quorum guard,
@@ -26,6 +28,7 @@ pub use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 /// | `etcd://host:port[,…][?prefix=…]`, `etcds://…` (TLS) | `etcd` | etcd v3 (`EtcdBackend`) |
 /// | `redis://[user:password@]host[:port][/db][?prefix=…]`, `rediss://…` (TLS) | `redis` | a Redis primary (`RedisBackend`) |
 /// | `zk://[user:password@]host:port[,…][/chroot][?session_timeout=…]` | `zookeeper` | ZooKeeper, Curator LeaderLatch-style nodes (`ZooKeeperBackend`) |
+/// | `azblob://account/container[/prefix][?endpoint=…&poll_interval_ms=…]` (credentials from `AZURE_STORAGE_*`) | `azure` | Azure Blob leases (`AzureBackend`) |
 /// | `peer://host:port?id=…&peers=…[&algorithm=…]` | `peer` | this process as one node of a peer cluster, no store (`peer::PeerBackend`) |
 ///
 /// An unknown or disabled scheme is [`ErrorKind::InvalidArgument`] naming the schemes
@@ -41,6 +44,10 @@ pub async fn connect(url: &str) -> Result<DynBackend> {
         #[cfg(feature = "redis")]
         "redis" | "rediss" => Ok(std::sync::Arc::new(
             tenure_redis::RedisBackend::from_url(url).await?,
+        )),
+        #[cfg(feature = "azure")]
+        tenure_azure::SCHEME => Ok(std::sync::Arc::new(
+            tenure_azure::AzureBackend::from_url(url).await?,
         )),
         #[cfg(feature = "zookeeper")]
         tenure_zookeeper::SCHEME => Ok(std::sync::Arc::new(
@@ -69,5 +76,7 @@ pub fn schemes() -> Vec<&'static str> {
     s.push(tenure_zookeeper::SCHEME);
     #[cfg(feature = "peer")]
     s.push(tenure_peer::PEER_SCHEME);
+    #[cfg(feature = "azure")]
+    s.push(tenure_azure::SCHEME);
     s
 }

@@ -1,0 +1,334 @@
+//! The backend: connecting, leader reads, observation and member listings.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::{
+    watch_leader_stream, watch_member_stream, Backend, BackendSession, Capabilities, Clause,
+    ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream, Result,
+    SessionEvents, Timing,
+};
+use tokio::sync::watch;
+
+use crate::config::AzureConfig;
+use crate::error::{own, timed_out};
+use crate::names::{leader_of, Layout};
+use crate::session::AzureSession;
+use crate::store::Store;
+use crate::SCHEME;
+
+/// The shortest lease Azure grants, in seconds.
+pub const MIN_LEASE_SECS: u64 = 15;
+/// The longest finite lease Azure grants, in seconds.
+pub const MAX_LEASE_SECS: u64 = 60;
+
+const NO_HERD: &str = "Azure Blob Storage cannot notify: every waiter tries to acquire the \
+    lease once per poll interval, so the request rate grows with the number of waiters \
+    (waiters / poll interval), though it does not burst when the seat frees up";
+
+/// Azure Blob Storage as a tenure backend: an election is a blob, the seat its lease,
+/// the fencing token a counter in its metadata. See the crate docs.
+///
+/// Cheap to clone: clones share the HTTP client.
+#[derive(Clone)]
+pub struct AzureBackend {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// What the backend and its sessions share.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<Store>,
+    pub(crate) layout: Layout,
+    /// Requests sent to renew leases (excluded from `election_requests`).
+    pub(crate) renewals: AtomicU64,
+    /// Member values by blob name and etag, so a listing downloads only changed bodies.
+    values: Mutex<HashMap<String, (String, String)>>,
+}
+
+impl fmt::Debug for AzureBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AzureBackend")
+            .field("config", &self.shared.store.config)
+            .finish()
+    }
+}
+
+impl AzureBackend {
+    /// Check, within the connect timeout, that the container can be reached with the
+    /// credentials (creating it if missing and allowed): an unreachable endpoint gives
+    /// `Unavailable` or `Timeout`, rejected credentials `Unauthorized`, a missing
+    /// container that may not be created `InvalidArgument`.
+    pub async fn connect(config: AzureConfig) -> Result<Self> {
+        config.validate()?;
+        let limit = config.get_connect_timeout();
+        let store = Store::new(config.clone())?;
+        let endpoint = config.blob_endpoint();
+        let what = format!("connect to {endpoint}/{}", config.container());
+        let probe = async {
+            let exists = store
+                .container_exists()
+                .await
+                .map_err(|f| f.into_error(&what))?;
+            if !exists {
+                if config.creates_container() {
+                    store
+                        .create_container()
+                        .await
+                        .map_err(|f| f.into_error(&what))?;
+                } else {
+                    return Err(own(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "{what}: container {:?} does not exist and create_container is false",
+                            config.container()
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(limit, probe).await {
+            Ok(r) => r?,
+            Err(_) => return Err(timed_out(&what, limit)),
+        }
+        tracing::debug!(%config, "connected to Azure Blob Storage");
+        Ok(AzureBackend {
+            shared: Arc::new(Shared {
+                layout: Layout::new(config.blob_prefix()),
+                store,
+                renewals: AtomicU64::new(0),
+                values: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Parse `url` with [`AzureConfig::from_url`] and connect.
+    pub async fn from_url(url: &str) -> Result<Self> {
+        AzureConfig::from_url(url)?.connect().await
+    }
+
+    /// Read the settings with [`AzureConfig::from_env`] and connect.
+    pub async fn from_env() -> Result<Self> {
+        AzureConfig::from_env()?.connect().await
+    }
+
+    /// The settings this backend was connected with.
+    pub fn config(&self) -> &AzureConfig {
+        &self.shared.store.config
+    }
+
+    /// Break the lease of `election` now (as an operator would with `az storage blob
+    /// lease break`): the seat is free at once and its holder learns of the loss at its
+    /// next renewal. For operators and fault tests.
+    pub async fn break_lease(&self, election: &ElectionName) -> Result<()> {
+        let name = self.shared.layout.election(election);
+        match self.shared.store.break_lease(&name).await {
+            Ok(()) => Ok(()),
+            Err(f) if f.status == Some(404) || f.code_is("LeaseNotPresentWithLeaseOperation") => {
+                Ok(())
+            }
+            Err(f) => Err(f.into_error("break lease")),
+        }
+    }
+
+    /// Every request sent so far, renewals included.
+    pub fn requests(&self) -> u64 {
+        self.shared.store.requests()
+    }
+}
+
+impl Shared {
+    pub(crate) async fn read_leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        let name = self.layout.election(election);
+        match self.store.properties(&name).await {
+            Ok(Some(p)) if p.leased => Ok(leader_of(&p.metadata)),
+            Ok(_) => Ok(None),
+            Err(f) => Err(f.into_error("read leader")),
+        }
+    }
+
+    pub(crate) async fn read_members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        let prefix = self.layout.members(namespace);
+        let listed = self
+            .store
+            .list(&prefix)
+            .await
+            .map_err(|f| f.into_error("list members"))?;
+        let mut out = Vec::new();
+        for blob in listed {
+            let Some(id) = blob.name.strip_prefix(&prefix) else {
+                continue;
+            };
+            // Deeper names belong to a nested namespace.
+            if id.contains('/') || !blob.leased {
+                continue;
+            }
+            let cached = {
+                let values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+                values
+                    .get(&blob.name)
+                    .filter(|(etag, _)| *etag == blob.etag)
+                    .map(|(_, v)| v.clone())
+            };
+            let value = match cached {
+                Some(v) => v,
+                None => {
+                    let Some(body) = self
+                        .store
+                        .download(&blob.name)
+                        .await
+                        .map_err(|f| f.into_error("read member"))?
+                    else {
+                        continue;
+                    };
+                    let Ok(v) = String::from_utf8(body) else {
+                        tracing::warn!(blob = %blob.name, "member value is not UTF-8; skipped");
+                        continue;
+                    };
+                    let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+                    if values.len() > 100_000 {
+                        values.clear();
+                    }
+                    values.insert(blob.name.clone(), (blob.etag.clone(), v.clone()));
+                    v
+                }
+            };
+            match Member::new(id, &value) {
+                Ok(m) => out.push(m),
+                Err(e) => tracing::warn!(blob = %blob.name, error = %e, "not a member; skipped"),
+            }
+        }
+        out.sort_by(|a, b| a.id().cmp(b.id()));
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Backend for AzureBackend {
+    fn scheme(&self) -> &'static str {
+        SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let poll = self.shared.store.config.get_poll_interval();
+        let mut caps = Capabilities::full().except(Clause::NoHerd, NO_HERD);
+        caps.handover_poll = Some(poll);
+        caps.observe_poll = Some(poll);
+        caps
+    }
+
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        let ttl = timing.ttl;
+        let whole = ttl.subsec_nanos() == 0;
+        if !whole || !(MIN_LEASE_SECS..=MAX_LEASE_SECS).contains(&ttl.as_secs()) {
+            return Err(Error::invalid(format!(
+                "ttl: {ttl:?} is not a lease Azure grants; blob leases last a whole number of \
+                 seconds from {MIN_LEASE_SECS} to {MAX_LEASE_SECS}"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn open_session(
+        &self,
+        ttl: Duration,
+        events: SessionEvents,
+    ) -> Result<Arc<dyn BackendSession>> {
+        let secs = ttl.as_secs();
+        if !(MIN_LEASE_SECS..=MAX_LEASE_SECS).contains(&secs) || ttl.subsec_nanos() != 0 {
+            return Err(Error::invalid(format!(
+                "ttl: {ttl:?} is not a whole number of seconds from {MIN_LEASE_SECS} to {MAX_LEASE_SECS}"
+            )));
+        }
+        Ok(Arc::new(AzureSession::new(
+            self.shared.clone(),
+            secs as i32,
+            events,
+        )))
+    }
+
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        self.shared.read_leader(election).await
+    }
+
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        let first = self.shared.read_leader(election).await?;
+        let (tx, rx) = watch::channel(first);
+        let shared = self.shared.clone();
+        let election = election.clone();
+        let poll = shared.store.config.get_poll_interval();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = tx.closed() => return,
+                }
+                match shared.read_leader(&election).await {
+                    Ok(now) => {
+                        tx.send_if_modified(|cur| {
+                            if *cur != now {
+                                *cur = now;
+                                true
+                            } else {
+                                false
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        tracing::debug!(election = %election, error = %e, "observe: read failed; trying again")
+                    }
+                }
+            }
+        });
+        Ok(watch_leader_stream(rx, Ok))
+    }
+
+    fn election_requests(&self) -> Option<u64> {
+        Some(
+            self.shared
+                .store
+                .requests()
+                .saturating_sub(self.shared.renewals.load(Ordering::Relaxed)),
+        )
+    }
+
+    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        self.shared.read_members(namespace).await
+    }
+
+    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        let first = self.shared.read_members(namespace).await?;
+        let (tx, rx) = watch::channel(first);
+        let shared = self.shared.clone();
+        let namespace = namespace.clone();
+        let poll = shared.store.config.get_poll_interval();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(poll) => {}
+                    _ = tx.closed() => return,
+                }
+                match shared.read_members(&namespace).await {
+                    Ok(now) => {
+                        tx.send_if_modified(|cur| {
+                            if *cur != now {
+                                *cur = now;
+                                true
+                            } else {
+                                false
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        tracing::debug!(namespace = %namespace, error = %e, "watch members: list failed; trying again")
+                    }
+                }
+            }
+        });
+        Ok(watch_member_stream(rx, Ok))
+    }
+}

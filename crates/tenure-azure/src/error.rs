@@ -1,0 +1,228 @@
+//! The one place where Azure client errors become `tenure_core::Error`s.
+
+use std::time::Duration;
+
+use azure_core::error::ErrorKind as AzureKind;
+use azure_core::http::StatusCode;
+use tenure_core::{Error, ErrorKind};
+
+use crate::SCHEME;
+
+/// What a failed request was, as the backend's logic needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Failure {
+    /// The HTTP status, if the service answered.
+    pub(crate) status: Option<u16>,
+    /// The service's error code (`x-ms-error-code`), if any.
+    pub(crate) code: Option<String>,
+    /// The error, ready for the caller.
+    pub(crate) error: ErrorKindAndText,
+}
+
+/// An error kind and a text without secrets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ErrorKindAndText {
+    pub(crate) kind: ErrorKind,
+    pub(crate) text: String,
+}
+
+impl Failure {
+    pub(crate) fn code_is(&self, code: &str) -> bool {
+        self.code.as_deref() == Some(code)
+    }
+
+    /// The tenure error for this failure of `what`.
+    pub(crate) fn into_error(self, what: &str) -> Error {
+        own(self.error.kind, format!("{what}: {}", self.error.text))
+    }
+}
+
+/// Classify an Azure client error.
+pub(crate) fn classify(err: &azure_core::Error) -> Failure {
+    match err.kind() {
+        AzureKind::HttpResponse {
+            status, error_code, ..
+        } => {
+            let status_n = u16::from(*status);
+            let kind = match *status {
+                StatusCode::Forbidden | StatusCode::Unauthorized => ErrorKind::Unauthorized,
+                StatusCode::RequestTimeout => ErrorKind::Timeout,
+                StatusCode::TooManyRequests
+                | StatusCode::InternalServerError
+                | StatusCode::BadGateway
+                | StatusCode::ServiceUnavailable
+                | StatusCode::GatewayTimeout => ErrorKind::Unavailable,
+                StatusCode::BadRequest => ErrorKind::InvalidArgument,
+                _ => ErrorKind::Backend,
+            };
+            let code = error_code.clone();
+            let text = match &code {
+                Some(c) => format!("HTTP {status_n} {c}"),
+                None => format!("HTTP {status_n}"),
+            };
+            Failure {
+                status: Some(status_n),
+                code,
+                error: ErrorKindAndText { kind, text },
+            }
+        }
+        AzureKind::Connection | AzureKind::Io => Failure {
+            status: None,
+            code: None,
+            error: ErrorKindAndText {
+                kind: ErrorKind::Unavailable,
+                text: redact(&chain(err)),
+            },
+        },
+        AzureKind::Credential => Failure {
+            status: None,
+            code: None,
+            error: ErrorKindAndText {
+                kind: ErrorKind::Unauthorized,
+                text: format!("credential: {}", redact(&chain(err))),
+            },
+        },
+        _ => {
+            let text = redact(&chain(err));
+            // reqwest errors of a broken connection arrive as `Other` from some paths.
+            let lower = text.to_ascii_lowercase();
+            let kind = if lower.contains("connect")
+                || lower.contains("error sending request")
+                || lower.contains("connection")
+                || lower.contains("broken pipe")
+            {
+                ErrorKind::Unavailable
+            } else {
+                ErrorKind::Backend
+            };
+            Failure {
+                status: None,
+                code: None,
+                error: ErrorKindAndText { kind, text },
+            }
+        }
+    }
+}
+
+/// The error and its sources as one line.
+fn chain(err: &azure_core::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Remove the values of signature-like query parameters (`sig=`, `se=`…) and
+/// authorisation headers from a message (client errors may repeat the request URL).
+pub(crate) fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(['?', '&']) {
+        out.push_str(&rest[..=i]);
+        rest = &rest[i + 1..];
+        let end = rest.find(['&', ' ', ')', '"', '\'']).unwrap_or(rest.len());
+        let pair = &rest[..end];
+        match pair.split_once('=') {
+            Some((k, _)) if !matches!(k, "comp" | "restype" | "timeout" | "prefix" | "include") => {
+                out.push_str(k);
+                out.push_str("=<redacted>");
+            }
+            _ => out.push_str(pair),
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    if let Some(i) = out.find("SharedKey ") {
+        out.truncate(i);
+        out.push_str("SharedKey <redacted>");
+    }
+    out
+}
+
+/// An error of `kind` raised by this crate.
+pub(crate) fn own(kind: ErrorKind, message: impl Into<String>) -> Error {
+    Error::new(kind, message).with_backend(SCHEME)
+}
+
+/// The error for a request that got no answer within `limit`.
+pub(crate) fn timed_out(what: &str, limit: Duration) -> Error {
+    own(
+        ErrorKind::Timeout,
+        format!("{what}: no answer from Azure Blob Storage within {limit:?}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(status: StatusCode, code: &str) -> azure_core::Error {
+        AzureKind::HttpResponse {
+            status,
+            error_code: Some(code.to_string()),
+            raw_response: None,
+        }
+        .into_error()
+    }
+
+    #[test]
+    fn statuses_map_to_kinds() {
+        for (status, code, kind) in [
+            (
+                StatusCode::Forbidden,
+                "AuthenticationFailed",
+                ErrorKind::Unauthorized,
+            ),
+            (
+                StatusCode::Conflict,
+                "LeaseAlreadyPresent",
+                ErrorKind::Backend,
+            ),
+            (
+                StatusCode::ServiceUnavailable,
+                "ServerBusy",
+                ErrorKind::Unavailable,
+            ),
+            (
+                StatusCode::InternalServerError,
+                "InternalError",
+                ErrorKind::Unavailable,
+            ),
+            (
+                StatusCode::BadRequest,
+                "InvalidHeaderValue",
+                ErrorKind::InvalidArgument,
+            ),
+        ] {
+            let f = classify(&http(status, code));
+            assert_eq!(f.error.kind, kind, "{code}");
+            assert!(f.code_is(code));
+            assert_eq!(f.status, Some(u16::from(status)));
+        }
+        let f = classify(&azure_core::Error::with_message(
+            AzureKind::Connection,
+            "refused",
+        ));
+        assert_eq!(f.error.kind, ErrorKind::Unavailable);
+        let e = f.into_error("acquire");
+        assert_eq!(e.backend(), Some("azblob"));
+        assert!(e.message().starts_with("acquire: "));
+    }
+
+    #[test]
+    fn signatures_are_redacted() {
+        let t = redact("error sending request for url (http://h/c/b?comp=lease&sv=2024&sig=S3CRET%3D): refused");
+        assert!(!t.contains("S3CRET"), "{t}");
+        assert!(t.contains("comp=lease"), "{t}");
+        assert!(t.contains("sig=<redacted>"), "{t}");
+        let t = redact("Authorization: SharedKey acct:S3CRET");
+        assert!(!t.contains("S3CRET"), "{t}");
+    }
+}

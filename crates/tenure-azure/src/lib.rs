@@ -1,0 +1,17 @@
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod auth;
+mod backend;
+mod config;
+mod error;
+mod names;
+mod session;
+mod store;
+
+pub use backend::{AzureBackend, MAX_LEASE_SECS, MIN_LEASE_SECS};
+pub use config::AzureConfig;
+
+/// The URL scheme of this backend: `azblob://account/container[/prefix][?…]`.
+pub const SCHEME: &str = "azblob";

@@ -1,0 +1,151 @@
+//! Blob names, metadata fields and lease ids.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tenure_core::{ElectionName, FencingToken, LeaderInfo};
+
+/// Metadata field holding the fencing counter.
+pub(crate) const META_TOKEN: &str = "tenuretoken";
+/// Metadata field holding the holder's candidate id (percent-encoded).
+pub(crate) const META_HOLDER: &str = "tenureholder";
+/// Metadata field holding the holder's candidate value (percent-encoded).
+pub(crate) const META_VALUE: &str = "tenurevalue";
+
+/// Where the blobs of elections and members live under an optional prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    base: String,
+}
+
+impl Layout {
+    pub(crate) fn new(prefix: &str) -> Self {
+        let base = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
+        Layout { base }
+    }
+
+    /// `[prefix/]elections/<election>`.
+    pub(crate) fn election(&self, election: &ElectionName) -> String {
+        format!("{}elections/{election}", self.base)
+    }
+
+    /// `[prefix/]members/<namespace>/` (the namespace's listing prefix).
+    pub(crate) fn members(&self, namespace: &ElectionName) -> String {
+        format!("{}members/{namespace}/", self.base)
+    }
+
+    /// `[prefix/]members/<namespace>/<id>`.
+    pub(crate) fn member(&self, namespace: &ElectionName, id: &str) -> String {
+        format!("{}{id}", self.members(namespace))
+    }
+}
+
+/// A fresh lease id (a random version-4 UUID, the form Azure requires).
+pub(crate) fn new_lease_id() -> String {
+    azure_core::Uuid::new_v4().to_string()
+}
+
+/// Percent-encode everything but unreserved ASCII (metadata values are HTTP header
+/// values; candidate values may be any UTF-8).
+pub(crate) fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Undo [`encode`]; `None` for text tenure did not write.
+pub(crate) fn decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let h = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(h, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The fencing counter in `metadata` (0 if none yet); `None` if the field holds
+/// something else.
+pub(crate) fn token_of(metadata: &HashMap<String, String>) -> Option<u64> {
+    match metadata.get(META_TOKEN) {
+        None => Some(0),
+        Some(t) => t.parse().ok(),
+    }
+}
+
+/// The metadata of a grant.
+pub(crate) fn grant_metadata(token: u64, id: &str, value: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (META_TOKEN.to_string(), token.to_string()),
+        (META_HOLDER.to_string(), encode(id)),
+        (META_VALUE.to_string(), encode(value)),
+    ])
+}
+
+/// The leader described by a leased blob's metadata; `None` until a holder wrote it.
+pub(crate) fn leader_of(metadata: &HashMap<String, String>) -> Option<LeaderInfo> {
+    let token = metadata.get(META_TOKEN)?.parse().ok()?;
+    let id = decode(metadata.get(META_HOLDER)?)?;
+    let value = decode(metadata.get(META_VALUE).map_or("", String::as_str))?;
+    Some(LeaderInfo {
+        id,
+        value,
+        token: FencingToken(token),
+    })
+}
+
+/// A random 80–100 % of `d`, so pollers do not line up.
+pub(crate) fn jittered(d: Duration) -> Duration {
+    use std::hash::{BuildHasher, RandomState};
+    let r = RandomState::new().hash_one(std::time::Instant::now()) % 1000;
+    d.mul_f64(0.8 + 0.2 * (r as f64 / 1000.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_keeps_elections_and_members_apart() {
+        let l = Layout::new("svc/a");
+        let e = ElectionName::new("members/x").unwrap();
+        assert_eq!(l.election(&e), "svc/a/elections/members/x");
+        assert_eq!(l.member(&e, "n1"), "svc/a/members/members/x/n1");
+        assert_eq!(Layout::new("").election(&e), "elections/members/x");
+    }
+
+    #[test]
+    fn metadata_round_trips() {
+        let m = grant_metadata(7, "node-1", "10.0.0.1:80 ü");
+        assert!(m.values().all(|v| v.is_ascii() && !v.contains(' ')));
+        let l = leader_of(&m).unwrap();
+        assert_eq!(
+            (l.id.as_str(), l.value.as_str(), l.token),
+            ("node-1", "10.0.0.1:80 ü", FencingToken(7))
+        );
+        assert_eq!(token_of(&m), Some(7));
+        assert_eq!(token_of(&HashMap::new()), Some(0));
+        assert_eq!(leader_of(&HashMap::new()), None);
+        assert_eq!(decode("%zz"), None);
+        assert_eq!(new_lease_id().len(), 36);
+        let j = jittered(Duration::from_millis(100));
+        assert!(j >= Duration::from_millis(80) && j <= Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,475 @@
+//! A session: one lease id, the election leases and member blobs held with it.
+//! Azure has no session object; the session lives in this process and in the leases it
+//! renews.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use tenure_core::{
+    BackendSession, Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result,
+    SessionEvents,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Shared;
+use crate::error::{own, Failure};
+use crate::names::{grant_metadata, jittered, new_lease_id, token_of};
+use crate::store::lease_lost;
+
+/// How many renewals one keep-alive sends at once.
+const RENEW_CONCURRENCY: usize = 32;
+
+/// The session handed to the core.
+pub(crate) struct AzureSession {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    /// The lease id of every lease this session takes (also the session's id).
+    lease_id: String,
+    /// The lease duration in seconds (15–60).
+    secs: i32,
+    /// Elections held, with their tokens.
+    held: Mutex<HashMap<ElectionName, FencingToken>>,
+    /// Grants given up whose lease release has not been confirmed yet.
+    releasing: Mutex<HashMap<ElectionName, FencingToken>>,
+    /// Member registrations: (namespace, id) → blob name.
+    members: Mutex<HashMap<(ElectionName, String), String>>,
+    events: SessionEvents,
+    stop: CancellationToken,
+    closed: AtomicBool,
+}
+
+impl fmt::Debug for AzureSession {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AzureSession")
+            .field("lease_id", &self.inner.lease_id)
+            .field("lease_secs", &self.inner.secs)
+            .finish()
+    }
+}
+
+impl Drop for AzureSession {
+    fn drop(&mut self) {
+        self.inner.stop.cancel();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The outcome of one attempt to take a seat.
+enum Attempt {
+    Granted(FencingToken),
+    Held,
+}
+
+impl AzureSession {
+    pub(crate) fn new(shared: Arc<Shared>, secs: i32, events: SessionEvents) -> Self {
+        AzureSession {
+            inner: Arc::new(Inner {
+                shared,
+                lease_id: new_lease_id(),
+                secs,
+                held: Mutex::new(HashMap::new()),
+                releasing: Mutex::new(HashMap::new()),
+                members: Mutex::new(HashMap::new()),
+                events,
+                stop: CancellationToken::new(),
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+fn closed_error() -> Error {
+    own(ErrorKind::SessionExpired, "session closed")
+}
+
+impl Inner {
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(closed_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Take the lease on blob `name`, creating the blob (and the container, if allowed)
+    /// when missing. `Ok(false)` if someone else holds it.
+    async fn take_lease(&self, name: &str, what: &str) -> Result<bool> {
+        let store = &self.shared.store;
+        for _ in 0..4 {
+            let failure = match store.acquire(name, &self.lease_id, self.secs).await {
+                Ok(()) => return Ok(true),
+                Err(f) => f,
+            };
+            if failure.code_is("LeaseAlreadyPresent") {
+                return Ok(false);
+            } else if failure.code_is("BlobNotFound") {
+                self.create_blob(name, what).await?;
+            } else if failure.code_is("ContainerNotFound") {
+                self.create_container(what).await?;
+            } else {
+                return Err(failure.into_error(what));
+            }
+        }
+        Err(own(
+            ErrorKind::Unavailable,
+            format!("{what}: the blob keeps disappearing; trying again later"),
+        ))
+    }
+
+    async fn create_blob(&self, name: &str, what: &str) -> Result<()> {
+        match self.shared.store.create_blob(name).await {
+            Ok(()) => Ok(()),
+            Err(f) if f.code_is("ContainerNotFound") => self.create_container(what).await,
+            Err(f) => Err(f.into_error(what)),
+        }
+    }
+
+    async fn create_container(&self, what: &str) -> Result<()> {
+        let config = &self.shared.store.config;
+        if !config.creates_container() {
+            return Err(own(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{what}: container {:?} does not exist and create_container is false",
+                    config.container()
+                ),
+            ));
+        }
+        self.shared
+            .store
+            .create_container()
+            .await
+            .map_err(|f| f.into_error(what))
+    }
+
+    /// One attempt: acquire the lease, then write the next token under it.
+    async fn attempt(&self, election: &ElectionName, candidate: &Candidate) -> Result<Attempt> {
+        self.check_open()?;
+        let name = self.shared.layout.election(election);
+        if !self.take_lease(&name, "campaign").await? {
+            return Ok(Attempt::Held);
+        }
+        match self.write_token(&name, candidate).await {
+            Ok(token) => {
+                if self.closed.load(Ordering::SeqCst) {
+                    self.give_back(&name).await;
+                    return Err(closed_error());
+                }
+                lock(&self.held).insert(election.clone(), token);
+                lock(&self.releasing).remove(election);
+                Ok(Attempt::Granted(token))
+            }
+            Err(e) => {
+                // A holder that cannot write its token gives the lease up and tries
+                // again later.
+                self.give_back(&name).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn write_token(&self, name: &str, candidate: &Candidate) -> Result<FencingToken> {
+        let store = &self.shared.store;
+        let props = store
+            .properties(name)
+            .await
+            .map_err(|f| f.into_error("campaign: read token"))?
+            .ok_or_else(|| own(ErrorKind::Unavailable, "campaign: the blob vanished"))?;
+        let previous = token_of(&props.metadata).ok_or_else(|| {
+            own(
+                ErrorKind::Backend,
+                format!("campaign: blob {name:?} holds a fencing counter tenure did not write"),
+            )
+        })?;
+        let next = previous.checked_add(1).ok_or_else(|| {
+            own(
+                ErrorKind::Backend,
+                "campaign: the fencing counter is exhausted",
+            )
+        })?;
+        let metadata = grant_metadata(next, candidate.id(), candidate.value());
+        match store.set_metadata(name, &self.lease_id, &metadata).await {
+            Ok(()) => Ok(FencingToken(next)),
+            Err(f) if lease_lost(&f) => Err(own(
+                ErrorKind::Unavailable,
+                format!(
+                    "campaign: lost the lease before the token was written ({})",
+                    f.error.text
+                ),
+            )),
+            Err(f) => Err(f.into_error("campaign: write token")),
+        }
+    }
+
+    /// Release the lease on `name`, ignoring errors (best effort).
+    async fn give_back(&self, name: &str) {
+        if let Err(f) = self.shared.store.release(name, &self.lease_id).await {
+            if !lease_lost(&f) {
+                tracing::debug!(blob = %name, error = %f.error.text, "could not give a lease back");
+            }
+        }
+    }
+
+    async fn release(&self, election: &ElectionName) -> Result<()> {
+        let name = self.shared.layout.election(election);
+        match self.shared.store.release(&name, &self.lease_id).await {
+            Ok(()) => Ok(()),
+            Err(f) if lease_lost(&f) => Ok(()),
+            Err(f) => Err(f.into_error("resign")),
+        }
+    }
+}
+
+#[async_trait]
+impl BackendSession for AzureSession {
+    fn id(&self) -> &str {
+        &self.inner.lease_id
+    }
+
+    async fn keep_alive(&self) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let elections: Vec<(ElectionName, FencingToken)> = lock(&inner.held)
+            .iter()
+            .map(|(e, t)| (e.clone(), *t))
+            .collect();
+        let members: Vec<((ElectionName, String), String)> = lock(&inner.members)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        enum Item {
+            Election(ElectionName, FencingToken),
+            Member((ElectionName, String), String),
+        }
+        let items = elections
+            .into_iter()
+            .map(|(e, t)| Item::Election(e, t))
+            .chain(members.into_iter().map(|(k, n)| Item::Member(k, n)));
+        let shared = &inner.shared;
+        let results: Vec<(Item, std::result::Result<(), Failure>)> = futures::stream::iter(items)
+            .map(|item| async move {
+                let name = match &item {
+                    Item::Election(e, _) => shared.layout.election(e),
+                    Item::Member(_, n) => n.clone(),
+                };
+                shared
+                    .renewals
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let r = shared.store.renew(&name, &inner.lease_id).await;
+                (item, r)
+            })
+            .buffer_unordered(RENEW_CONCURRENCY)
+            .collect()
+            .await;
+        let mut first_error = None;
+        for (item, result) in results {
+            match (item, result) {
+                (_, Ok(())) => {}
+                (Item::Election(e, token), Err(f)) if lease_lost(&f) => {
+                    let removed = {
+                        let mut held = lock(&inner.held);
+                        if held.get(&e) == Some(&token) {
+                            held.remove(&e);
+                            true
+                        } else {
+                            false
+                        }
+                    };
+                    if removed {
+                        let reason = format!("the lease is no longer ours ({})", f.error.text);
+                        tracing::warn!(election = %e, token = token.0, %reason, "seat lost");
+                        inner.events.election_lost(&e, token, &reason);
+                    }
+                }
+                (Item::Member(key, name), Err(f)) if lease_lost(&f) => {
+                    let mut members = lock(&inner.members);
+                    if members.get(&key) == Some(&name) {
+                        members.remove(&key);
+                        tracing::warn!(namespace = %key.0, id = %key.1, reason = %f.error.text, "member registration lost (taken over or deleted)");
+                    }
+                }
+                (_, Err(f)) => {
+                    if first_error.is_none() {
+                        first_error = Some(f.into_error("renew"));
+                    }
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    async fn campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<FencingToken> {
+        let poll = self.inner.shared.store.config.get_poll_interval();
+        loop {
+            match self.inner.attempt(election, candidate).await? {
+                Attempt::Granted(token) => return Ok(token),
+                Attempt::Held => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(jittered(poll)) => {}
+                        _ = self.inner.stop.cancelled() => return Err(closed_error()),
+                    }
+                }
+            }
+        }
+    }
+
+    async fn try_campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Option<FencingToken>> {
+        match self.inner.attempt(election, candidate).await? {
+            Attempt::Granted(token) => Ok(Some(token)),
+            Attempt::Held => Ok(None),
+        }
+    }
+
+    async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        let inner = &self.inner;
+        let ours = {
+            let mut held = lock(&inner.held);
+            match (held.get(election).copied(), token) {
+                (Some(t), Some(want)) if t != want => None,
+                (Some(t), _) => {
+                    held.remove(election);
+                    Some(t)
+                }
+                (None, _) => None,
+            }
+        };
+        let pending = match (ours, token) {
+            (Some(t), _) => {
+                lock(&inner.releasing).insert(election.clone(), t);
+                true
+            }
+            (None, Some(want)) => lock(&inner.releasing).get(election) == Some(&want),
+            // A withdrawn campaign may have taken the lease without being told: give
+            // it back (a lease that is not ours is left alone by Azure).
+            (None, None) => true,
+        };
+        if !pending {
+            return Ok(());
+        }
+        inner.release(election).await?;
+        let mut releasing = lock(&inner.releasing);
+        if token.is_none() || releasing.get(election) == token.as_ref() {
+            releasing.remove(election);
+        }
+        Ok(())
+    }
+
+    async fn close(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        inner.stop.cancel();
+        let elections: Vec<ElectionName> = lock(&inner.held).drain().map(|(e, _)| e).collect();
+        let members: Vec<String> = lock(&inner.members).drain().map(|(_, n)| n).collect();
+        let shared = &inner.shared;
+        let lease = &inner.lease_id;
+        let work = elections
+            .into_iter()
+            .map(Ok)
+            .chain(members.into_iter().map(Err));
+        let results: Vec<Result<()>> = futures::stream::iter(work)
+            .map(|w| async move {
+                match w {
+                    Ok(e) => inner.release(&e).await,
+                    Err(n) => match shared.store.delete(&n, Some(lease)).await {
+                        Ok(()) => Ok(()),
+                        Err(f) if lease_lost(&f) => Ok(()),
+                        Err(f) => Err(f.into_error("close: remove member")),
+                    },
+                }
+            })
+            .buffer_unordered(RENEW_CONCURRENCY)
+            .collect()
+            .await;
+        results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    }
+
+    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        let inner = &self.inner;
+        inner.check_open()?;
+        let key = (namespace.clone(), member.id().to_string());
+        let name = inner.shared.layout.member(namespace, member.id());
+        let registered = lock(&inner.members).contains_key(&key);
+        if !registered {
+            let mut taken = false;
+            for _ in 0..3 {
+                if inner.take_lease(&name, "register member").await? {
+                    taken = true;
+                    break;
+                }
+                // Another session registered this id: the latest registration wins.
+                match inner.shared.store.break_lease(&name).await {
+                    Ok(()) => {}
+                    Err(f) if lease_lost(&f) => {}
+                    Err(f) => return Err(f.into_error("register member: take over")),
+                }
+            }
+            if !taken {
+                return Err(own(
+                    ErrorKind::Unavailable,
+                    "register member: another session keeps taking this id",
+                ));
+            }
+        }
+        let body = member.value().as_bytes().to_vec();
+        if let Err(f) = inner
+            .shared
+            .store
+            .write_body(&name, &inner.lease_id, body)
+            .await
+        {
+            if !registered {
+                inner.give_back(&name).await;
+            }
+            return Err(f.into_error("register member: write value"));
+        }
+        lock(&inner.members).insert(key, name);
+        Ok(())
+    }
+
+    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        let inner = &self.inner;
+        Member::check_id(id)?;
+        let key = (namespace.clone(), id.to_string());
+        let Some(name) = lock(&inner.members).get(&key).cloned() else {
+            return Ok(());
+        };
+        match inner
+            .shared
+            .store
+            .delete(&name, Some(&inner.lease_id))
+            .await
+        {
+            Ok(()) => {}
+            Err(f) if lease_lost(&f) => {}
+            Err(f) => return Err(f.into_error("unregister member")),
+        }
+        let mut members = lock(&inner.members);
+        if members.get(&key) == Some(&name) {
+            members.remove(&key);
+        }
+        Ok(())
+    }
+}

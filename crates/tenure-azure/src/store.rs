@@ -1,0 +1,361 @@
+//! Thin, bounded calls on blobs: every request has the request timeout, every failure is
+//! classified once ([`Failure`]).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use azure_core::http::{ClientOptions, Etag, NoFormat, RequestContent, RetryOptions, Url};
+use azure_core::Bytes;
+use azure_storage_blob::models::{
+    BlobClientAcquireLeaseOptions, BlobClientBreakLeaseOptions, BlobClientDeleteOptions,
+    BlobClientGetPropertiesResultHeaders, BlobClientSetMetadataOptions,
+    BlobContainerClientListBlobsOptions, BlockBlobClientUploadOptions, LeaseState,
+};
+use azure_storage_blob::{BlobClient, BlobContainerClient, BlobContainerClientOptions};
+use futures::TryStreamExt;
+use tenure_core::{Error, ErrorKind, Result};
+
+use crate::auth::{SasPolicy, SharedKeyPolicy};
+use crate::config::{AzureConfig, Credential, EntraSource};
+use crate::error::{classify, own, ErrorKindAndText, Failure};
+
+/// The REST API version sent with every request: the newest that Azurite 3.35 accepts
+/// without `--skipApiVersionCheck`, and one Azure serves.
+pub(crate) const API_VERSION: &str = "2025-11-05";
+
+pub(crate) type Res<T> = std::result::Result<T, Failure>;
+
+/// A blob's lease state and metadata, as `get properties` reports them.
+#[derive(Debug, Clone)]
+pub(crate) struct Props {
+    pub(crate) leased: bool,
+    pub(crate) metadata: HashMap<String, String>,
+}
+
+/// One listed blob.
+#[derive(Debug, Clone)]
+pub(crate) struct Listed {
+    pub(crate) name: String,
+    pub(crate) etag: String,
+    pub(crate) leased: bool,
+}
+
+/// The container and the counters every request goes through.
+pub(crate) struct Store {
+    container: BlobContainerClient,
+    pub(crate) config: AzureConfig,
+    requests: AtomicU64,
+}
+
+impl Store {
+    pub(crate) fn new(config: AzureConfig) -> Result<Arc<Self>> {
+        let endpoint = config.blob_endpoint();
+        let url = Url::parse(&format!("{endpoint}/{}", config.container()))
+            .map_err(|e| Error::invalid(format!("endpoint {endpoint:?}: {e}")))?;
+        let mut client_options = ClientOptions {
+            // The core retries by itself, within its deadlines.
+            retry: RetryOptions::none(),
+            ..Default::default()
+        };
+        let mut token = None;
+        match config.credential() {
+            Credential::SharedKey(key) => client_options
+                .per_try_policies
+                .push(SharedKeyPolicy::new(config.account(), &key)),
+            Credential::Sas(sas) => client_options.per_try_policies.push(SasPolicy::new(&sas)),
+            Credential::Token(t) => token = Some(t),
+            Credential::Entra(source) => token = Some(entra(source)?),
+        }
+        if token.is_some() && !endpoint.starts_with("https://") {
+            return Err(Error::invalid(format!(
+                "endpoint {endpoint:?}: Entra ID credentials need https (use a key or SAS for http endpoints such as Azurite)"
+            )));
+        }
+        let options = BlobContainerClientOptions {
+            client_options,
+            version: API_VERSION.to_string(),
+        };
+        let container = BlobContainerClient::new(url, token, Some(options)).map_err(|e| {
+            own(
+                ErrorKind::InvalidArgument,
+                format!("endpoint: {}", classify(&e).error.text),
+            )
+        })?;
+        Ok(Arc::new(Store {
+            container,
+            config,
+            requests: AtomicU64::new(0),
+        }))
+    }
+
+    /// Requests sent so far (every kind).
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    fn blob(&self, name: &str) -> BlobClient {
+        self.container.blob_client(name)
+    }
+
+    /// Run one request with the request timeout.
+    async fn call<T>(
+        &self,
+        fut: impl std::future::Future<Output = azure_core::Result<T>>,
+    ) -> Res<T> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let limit = self.config.get_request_timeout();
+        match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(classify(&e)),
+            Err(_) => Err(timeout_failure(limit)),
+        }
+    }
+
+    /// Create the container if it is missing (an existing one is fine).
+    pub(crate) async fn create_container(&self) -> Res<()> {
+        match self.call(self.container.create(None)).await {
+            Ok(_) => Ok(()),
+            Err(f) if f.code_is("ContainerAlreadyExists") => Ok(()),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// Whether the container exists (a cheap authorised read).
+    pub(crate) async fn container_exists(&self) -> Res<bool> {
+        match self.call(self.container.get_properties(None)).await {
+            Ok(_) => Ok(true),
+            Err(f) if f.status == Some(404) => Ok(false),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// Create an empty blob if none exists (racing creators are fine).
+    pub(crate) async fn create_blob(&self, name: &str) -> Res<()> {
+        let options = BlockBlobClientUploadOptions {
+            if_none_match: Some(Etag::from("*")),
+            ..Default::default()
+        };
+        let content: RequestContent<Bytes, NoFormat> = RequestContent::from(Vec::new());
+        match self
+            .call(
+                self.blob(name)
+                    .block_blob_client()
+                    .upload(content, Some(options)),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Someone else created it (and may hold a lease on it already).
+            Err(f) if f.code_is("BlobAlreadyExists") || f.status == Some(412) => Ok(()),
+            Err(f) if f.status == Some(409) && f.code_is("LeaseIdMissing") => Ok(()),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// Write `body` to `name` under `lease_id`.
+    pub(crate) async fn write_body(&self, name: &str, lease_id: &str, body: Vec<u8>) -> Res<()> {
+        let options = BlockBlobClientUploadOptions {
+            lease_id: Some(lease_id.to_string()),
+            ..Default::default()
+        };
+        let content: RequestContent<Bytes, NoFormat> = RequestContent::from(body);
+        self.call(
+            self.blob(name)
+                .block_blob_client()
+                .upload(content, Some(options)),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Acquire the lease on `name` for `seconds` with `lease_id`.
+    pub(crate) async fn acquire(&self, name: &str, lease_id: &str, seconds: i32) -> Res<()> {
+        let options = BlobClientAcquireLeaseOptions {
+            proposed_lease_id: Some(lease_id.to_string()),
+            ..Default::default()
+        };
+        self.call(self.blob(name).acquire_lease(seconds, Some(options)))
+            .await
+            .map(|_| ())
+    }
+
+    pub(crate) async fn renew(&self, name: &str, lease_id: &str) -> Res<()> {
+        self.call(self.blob(name).renew_lease(lease_id.to_string(), None))
+            .await
+            .map(|_| ())
+    }
+
+    pub(crate) async fn release(&self, name: &str, lease_id: &str) -> Res<()> {
+        self.call(self.blob(name).release_lease(lease_id.to_string(), None))
+            .await
+            .map(|_| ())
+    }
+
+    /// Break the lease on `name` at once.
+    pub(crate) async fn break_lease(&self, name: &str) -> Res<()> {
+        let options = BlobClientBreakLeaseOptions {
+            break_period: Some(0),
+            ..Default::default()
+        };
+        self.call(self.blob(name).break_lease(Some(options)))
+            .await
+            .map(|_| ())
+    }
+
+    /// Replace the metadata of `name`, conditional on holding `lease_id`.
+    pub(crate) async fn set_metadata(
+        &self,
+        name: &str,
+        lease_id: &str,
+        metadata: &HashMap<String, String>,
+    ) -> Res<()> {
+        let options = BlobClientSetMetadataOptions {
+            lease_id: Some(lease_id.to_string()),
+            ..Default::default()
+        };
+        self.call(self.blob(name).set_metadata(metadata, Some(options)))
+            .await
+            .map(|_| ())
+    }
+
+    /// Lease state and metadata of `name`; `None` if the blob does not exist.
+    pub(crate) async fn properties(&self, name: &str) -> Res<Option<Props>> {
+        match self.call(self.blob(name).get_properties(None)).await {
+            Ok(r) => {
+                let leased = matches!(r.lease_state(), Ok(Some(LeaseState::Leased)));
+                let metadata = r.metadata().unwrap_or_default();
+                Ok(Some(Props { leased, metadata }))
+            }
+            Err(f) if f.status == Some(404) => Ok(None),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// Delete `name` (under `lease_id` if given); a missing blob is fine.
+    pub(crate) async fn delete(&self, name: &str, lease_id: Option<&str>) -> Res<()> {
+        let options = BlobClientDeleteOptions {
+            lease_id: lease_id.map(str::to_string),
+            ..Default::default()
+        };
+        match self.call(self.blob(name).delete(Some(options))).await {
+            Ok(_) => Ok(()),
+            Err(f) if f.status == Some(404) => Ok(()),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// The body of `name`; `None` if it does not exist.
+    pub(crate) async fn download(&self, name: &str) -> Res<Option<Vec<u8>>> {
+        let blob = self.blob(name);
+        let fut = async {
+            let r = blob.download(None).await?;
+            let bytes = r.body.collect().await?;
+            Ok::<_, azure_core::Error>(bytes.to_vec())
+        };
+        match self.call(fut).await {
+            Ok(b) => Ok(Some(b)),
+            Err(f) if f.status == Some(404) => Ok(None),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// Every blob whose name starts with `prefix` (all pages).
+    pub(crate) async fn list(&self, prefix: &str) -> Res<Vec<Listed>> {
+        let options = BlobContainerClientListBlobsOptions {
+            prefix: Some(prefix.to_string()),
+            ..Default::default()
+        };
+        let pager = self
+            .container
+            .list_blobs(Some(options))
+            .map_err(|e| classify(&e))?;
+        let fut = async {
+            let mut out = Vec::new();
+            let mut pages = pager.into_pages();
+            while let Some(page) = pages.try_next().await? {
+                let page = page.into_model()?;
+                for item in page.blob_items {
+                    let Some(name) = item.name else { continue };
+                    let props = item.properties.unwrap_or_default();
+                    out.push(Listed {
+                        name,
+                        etag: props.etag.map(|e| e.to_string()).unwrap_or_default(),
+                        leased: matches!(props.lease_state, Some(LeaseState::Leased)),
+                    });
+                }
+            }
+            Ok::<_, azure_core::Error>(out)
+        };
+        match self.call(fut).await {
+            Ok(v) => Ok(v),
+            Err(f) if f.status == Some(404) => Ok(Vec::new()),
+            Err(f) => Err(f),
+        }
+    }
+}
+
+fn timeout_failure(limit: Duration) -> Failure {
+    Failure {
+        status: None,
+        code: None,
+        error: ErrorKindAndText {
+            kind: ErrorKind::Timeout,
+            text: format!("no answer from Azure Blob Storage within {limit:?}"),
+        },
+    }
+}
+
+/// The Entra ID credential `source` names.
+fn entra(source: EntraSource) -> Result<Arc<dyn azure_core::credentials::TokenCredential>> {
+    let fail = |e: azure_core::Error| {
+        own(
+            ErrorKind::Unauthorized,
+            format!("Entra ID credential: {}", classify(&e).error.text),
+        )
+    };
+    let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
+    match source {
+        EntraSource::ManagedIdentity => {
+            let options =
+                var("AZURE_CLIENT_ID").map(|id| azure_identity::ManagedIdentityCredentialOptions {
+                    user_assigned_id: Some(azure_identity::UserAssignedId::ClientId(id)),
+                    ..Default::default()
+                });
+            let c = azure_identity::ManagedIdentityCredential::new(options).map_err(fail)?;
+            Ok(c)
+        }
+        EntraSource::DeveloperTools => {
+            Ok(azure_identity::DeveloperToolsCredential::new(None).map_err(fail)?)
+        }
+        EntraSource::Auto => {
+            match (
+                var("AZURE_TENANT_ID"),
+                var("AZURE_CLIENT_ID"),
+                var("AZURE_CLIENT_SECRET"),
+            ) {
+                (Some(tenant), Some(client), Some(secret)) => {
+                    let c = azure_identity::ClientSecretCredential::new(
+                        &tenant,
+                        client,
+                        secret.into(),
+                        None,
+                    )
+                    .map_err(fail)?;
+                    Ok(c)
+                }
+                _ => Ok(azure_identity::DeveloperToolsCredential::new(None).map_err(fail)?),
+            }
+        }
+    }
+}
+
+/// Whether a failure means the lease named is no longer ours (taken, broken, released,
+/// or the blob is gone).
+pub(crate) fn lease_lost(f: &Failure) -> bool {
+    matches!(f.status, Some(404) | Some(409) | Some(412))
+        && f.code
+            .as_deref()
+            .is_none_or(|c| c.starts_with("Lease") || c == "BlobNotFound" || c == "ConditionNotMet")
+}

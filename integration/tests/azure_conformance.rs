@@ -1,0 +1,184 @@
+//! The whole election contract against Azurite: one Azurite for this test binary (or
+//! the one named by `TENURE_TEST_AZURITE`), a fresh random container per test, leases
+//! of 15 s (the shortest Azure grants), a 100 ms poll interval, and disconnects
+//! injected through a TCP proxy (black hole).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_azure::{AzureBackend, AzureConfig};
+use tenure_core::testing::{random_prefix, Env, Faults};
+use tenure_core::{Backend, Clause, DynBackend, ErrorKind, Session, Timing};
+use tenure_integration::{AzuriteServer, TcpProxy};
+
+/// The server shared by every test of this binary, stopped when the binary exits.
+static SERVER: Mutex<Option<AzuriteServer>> = Mutex::new(None);
+static ENDPOINT: OnceLock<Result<(String, SocketAddr), String>> = OnceLock::new();
+
+extern "C" fn stop_server() {
+    if let Ok(mut server) = SERVER.lock() {
+        drop(server.take());
+    }
+}
+
+/// Start the shared Azurite once, on a thread of its own so that no test's runtime
+/// owns it. A missing Azurite fails the test, naming the install script.
+fn server() -> (String, SocketAddr) {
+    let endpoint = ENDPOINT.get_or_init(|| {
+        std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            let server = rt
+                .block_on(AzuriteServer::start())
+                .map_err(|e| e.to_string())?;
+            let found = (server.endpoint().to_string(), server.addr());
+            *SERVER.lock().map_err(|e| e.to_string())? = Some(server);
+            // SAFETY: registers a plain function without arguments to run at exit.
+            unsafe {
+                libc::atexit(stop_server);
+            }
+            Ok(found)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread starting Azurite panicked".into()))
+    });
+    match endpoint {
+        Ok(e) => e.clone(),
+        Err(e) => panic!("starting Azurite: {e}"),
+    }
+}
+
+/// A container name of its own: `t-<random>`.
+fn container() -> String {
+    random_prefix().to_ascii_lowercase()
+}
+
+fn config(endpoint: &str, container: &str) -> AzureConfig {
+    AzureConfig::development(endpoint, container)
+        .poll_interval(Duration::from_millis(100))
+        .connect_timeout(Duration::from_secs(2))
+        .request_timeout(Duration::from_secs(1))
+}
+
+/// Lease 15 s, renew every second, leadership valid for 10 s after the last confirmed
+/// renewal was sent.
+fn azure_timing() -> Timing {
+    let mut t = Timing::from_ttl(Duration::from_secs(15));
+    t.renew_interval = Duration::from_secs(1);
+    t.renew_deadline = Duration::from_secs(10);
+    t.connect_timeout = Duration::from_secs(2);
+    t
+}
+
+/// Disconnects black-hole a victim backend's link through a proxy; Azure has no session
+/// object to expire.
+struct AzureFaults {
+    endpoint: String,
+    server: SocketAddr,
+    container: String,
+    proxy: tokio::sync::Mutex<Option<TcpProxy>>,
+}
+
+#[async_trait]
+impl Faults for AzureFaults {
+    async fn victim_backend(&self, _env: &Env) -> Result<DynBackend, String> {
+        let proxy = TcpProxy::start(self.server)
+            .await
+            .map_err(|e| e.to_string())?;
+        let endpoint =
+            self.endpoint
+                .replacen(&self.server.to_string(), &proxy.addr().to_string(), 1);
+        let backend = AzureBackend::connect(config(&endpoint, &self.container))
+            .await
+            .map_err(|e| e.to_string())?;
+        *self.proxy.lock().await = Some(proxy);
+        Ok(Arc::new(backend))
+    }
+
+    async fn disconnect(&self, _session: &Session) -> Result<(), String> {
+        match self.proxy.lock().await.as_ref() {
+            Some(p) => p.blackhole().await.map_err(|e| e.to_string()),
+            None => Err("no victim backend behind a proxy".into()),
+        }
+    }
+
+    async fn reconnect(&self, _session: &Session) -> Result<(), String> {
+        match self.proxy.lock().await.as_ref() {
+            Some(p) => p.heal().await.map_err(|e| e.to_string()),
+            None => Err("no victim backend behind a proxy".into()),
+        }
+    }
+
+    async fn expire(&self, _session: &Session) -> Result<(), String> {
+        Err(
+            "Azure Blob Storage has no session object to expire: a session is a lease id \
+             in this process, and its leases lapse one by one"
+                .into(),
+        )
+    }
+}
+
+async fn azure_env() -> Env {
+    let (endpoint, server) = server();
+    let container = container();
+    let backend = match AzureBackend::connect(config(&endpoint, &container)).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to Azurite at {server}: {e}"),
+    };
+    let mut env = Env::new(Arc::new(backend), azure_timing());
+    env.slack = Duration::from_millis(1500);
+    env.faults = Arc::new(AzureFaults {
+        endpoint,
+        server,
+        container,
+        proxy: tokio::sync::Mutex::new(None),
+    });
+    env
+}
+
+tenure_core::conformance_tests!(azure_env());
+
+/// Not in the shared suite: leases Azure does not grant are refused at session open,
+/// naming the field.
+#[tokio::test]
+async fn lease_durations_azure_does_not_grant_are_rejected() {
+    let env = azure_env().await;
+    for ttl in [
+        Duration::from_secs(10),
+        Duration::from_secs(61),
+        Duration::from_millis(15_500),
+    ] {
+        let timing = Timing::from_ttl(ttl);
+        let err = Session::open(env.backend.clone(), timing)
+            .await
+            .expect_err("lease out of range");
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().starts_with("ttl"), "{err}");
+        assert!(err.message().contains("15"), "{err}");
+    }
+    for secs in [15, 60] {
+        let s = Session::open(
+            env.backend.clone(),
+            Timing::from_ttl(Duration::from_secs(secs)),
+        )
+        .await
+        .expect("a lease Azure grants");
+        s.close().await.expect("close");
+    }
+}
+
+/// The capability table the backend declares.
+#[tokio::test]
+async fn capabilities_declare_polling() {
+    let env = azure_env().await;
+    let caps = env.backend.capabilities();
+    assert_eq!(caps.handover_poll, Some(Duration::from_millis(100)));
+    assert_eq!(caps.observe_poll, Some(Duration::from_millis(100)));
+    assert!(caps.supports(Clause::NoHerd).is_err());
+    assert!(caps.supports(Clause::AtMostOneHolder).is_ok());
+    assert!(caps.supports(Clause::Membership).is_ok());
+}
