@@ -1,0 +1,406 @@
+//! Membership on a real Redis, beyond the shared suite's clause 13 (one server per test,
+//! or the one named by `TENURE_TEST_REDIS` for the tests that need no server of their
+//! own): registrations cost the renewal nothing (one script call whatever their number,
+//! and they stay alive through it), a crashed member goes at its session's expiry
+//! although nothing is published, watchers cost one list per expiry while nothing
+//! changes, the latest registration of an id wins and only its session removes it,
+//! foreign and dead entries are not members, and watchers converge after the link broke.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tenure_core::{
+    Backend, BackendSession, Candidate, ElectionName, ErrorKind, Member, MemberStream,
+    SessionEvents,
+};
+use tenure_integration::{RedisServer, TcpProxy};
+use tenure_redis::RedisBackend;
+
+fn prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(tenure_core::testing::random_prefix)
+}
+
+fn url(endpoint: &str) -> String {
+    let sep = if endpoint.contains('?') { '&' } else { '?' };
+    format!(
+        "{endpoint}{sep}prefix={}&connect_timeout_ms=1000&request_timeout_ms=500&poll_interval_ms=1000",
+        prefix()
+    )
+}
+
+async fn backend(endpoint: &str) -> RedisBackend {
+    match RedisBackend::from_url(&url(endpoint)).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to {endpoint}: {e}"),
+    }
+}
+
+/// Whether `server` is this test's own; says why the test does not run otherwise.
+fn own(server: &RedisServer, why: &str) -> bool {
+    if server.is_external() {
+        eprintln!("not run against the server in {}: {why}", RedisServer::ENV);
+    }
+    !server.is_external()
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(server.endpoint()).expect("client");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection")
+}
+
+/// Calls per command since the last `CONFIG RESETSTAT`, without `INFO` and `CONFIG`.
+async fn command_calls(c: &mut redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(c)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            let calls = rest.split(',').next()?.parse().ok()?;
+            Some((name.to_string(), calls))
+        })
+        .filter(|(name, _)| !name.starts_with("info") && !name.starts_with("config"))
+        .collect()
+}
+
+async fn reset_stats(c: &mut redis::aio::MultiplexedConnection) {
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(c)
+        .await
+        .expect("CONFIG RESETSTAT");
+}
+
+fn name(s: &str) -> ElectionName {
+    ElectionName::new(s).expect("name")
+}
+
+fn member(id: &str, value: &str) -> Member {
+    Member::new(id, value).expect("member")
+}
+
+async fn open(b: &RedisBackend, ttl: Duration) -> Arc<dyn BackendSession> {
+    let (events, _) = SessionEvents::channel();
+    b.open_session(ttl, events).await.expect("open session")
+}
+
+fn pairs(members: &[Member]) -> Vec<(String, String)> {
+    members
+        .iter()
+        .map(|m| (m.id().to_string(), m.value().to_string()))
+        .collect()
+}
+
+fn want(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(i, v)| (i.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Read the stream until it shows `list`; fails after `within`.
+async fn until(w: &mut MemberStream, list: &[(&str, &str)], within: Duration) {
+    let wanted = want(list);
+    let deadline = tokio::time::Instant::now() + within;
+    let mut seen = None;
+    loop {
+        match tokio::time::timeout_at(deadline, w.next()).await {
+            Ok(Some(Ok(members))) => {
+                let got = pairs(&members);
+                if got == wanted {
+                    return;
+                }
+                seen = Some(got);
+            }
+            Ok(Some(Err(e))) => seen = Some(vec![("error".into(), e.to_string())]),
+            Ok(None) => panic!("the member stream ended; wanted {wanted:?}"),
+            Err(_) => panic!("wanted {wanted:?} within {within:?}; last seen {seen:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
+    let server = RedisServer::start().await.expect("redis");
+    if !own(&server, "it counts the server's commands") {
+        return;
+    }
+    let b = backend(server.endpoint()).await;
+    let ttl = Duration::from_secs(1);
+    let s = open(&b, ttl).await;
+    let e = name("renew/held");
+    s.try_campaign(&e, &Candidate::new("holder").expect("candidate"))
+        .await
+        .expect("campaign")
+        .expect("a free seat");
+    for n in 0..20 {
+        for i in 0..10 {
+            s.register_member(
+                &name(&format!("renew/ns-{n}")),
+                &member(&format!("m-{i}"), "x"),
+            )
+            .await
+            .expect("register");
+        }
+    }
+    s.keep_alive().await.expect("keep-alive"); // loads the script
+    let mut c = raw(&server).await;
+    reset_stats(&mut c).await;
+    // Renew over twice the TTL: the registrations live only through the renewals.
+    let t0 = Instant::now();
+    let mut renewals = 0;
+    while t0.elapsed() < ttl * 2 {
+        s.keep_alive().await.expect("keep-alive");
+        renewals += 1;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // One script call per renewal, and inside it only the session's and the seat's
+    // commands: nothing per registration. (commandstats counts the commands a script
+    // runs too.)
+    let calls = command_calls(&mut c).await;
+    assert_eq!(
+        calls,
+        HashMap::from([
+            ("evalsha".to_string(), renewals),
+            ("get".to_string(), renewals),
+            ("pexpire".to_string(), 2 * renewals),
+        ]),
+        "{renewals} renewals of a session with one election and 200 registrations"
+    );
+    for n in 0..20 {
+        let members = b
+            .members(&name(&format!("renew/ns-{n}")))
+            .await
+            .expect("members");
+        assert_eq!(members.len(), 10, "namespace {n} after {:?}", t0.elapsed());
+    }
+    s.close().await.expect("close");
+    assert!(b
+        .members(&name("renew/ns-0"))
+        .await
+        .expect("members")
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
+    let server = RedisServer::start().await.expect("redis");
+    if !own(&server, "it counts the server's commands") {
+        return;
+    }
+    let b = backend(server.endpoint()).await;
+    let ttl = Duration::from_secs(1);
+    let ns = name("crash/ns");
+    let alive = open(&b, ttl).await;
+    alive
+        .register_member(&ns, &member("alive", "1"))
+        .await
+        .expect("register alive");
+    let keeper = {
+        let alive = alive.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                alive.keep_alive().await.expect("keep-alive");
+            }
+        })
+    };
+    let crashed = open(&b, ttl).await;
+    crashed
+        .register_member(&ns, &member("crashed", "1"))
+        .await
+        .expect("register crashed");
+    let mut w = b.watch_members(&ns).await.expect("watch");
+    until(
+        &mut w,
+        &[("alive", "1"), ("crashed", "1")],
+        Duration::from_secs(1),
+    )
+    .await;
+    let mut c = raw(&server).await;
+    reset_stats(&mut c).await;
+    // The last renewal of the crashed session; then it goes silent.
+    crashed.keep_alive().await.expect("keep-alive");
+    let t0 = Instant::now();
+    drop(crashed);
+    until(&mut w, &[("alive", "1")], ttl + Duration::from_millis(500)).await;
+    let gone = t0.elapsed();
+    eprintln!("crashed member gone {gone:?} after its last renewal (TTL {ttl:?})");
+    assert!(gone >= ttl - Duration::from_millis(50), "{gone:?}");
+    assert!(gone <= ttl + Duration::from_millis(150), "{gone:?}");
+    let calls = command_calls(&mut c).await;
+    assert_eq!(calls.get("publish"), None, "{calls:?}");
+
+    // While nothing changes, the watcher lists about once per TTL − renew interval.
+    reset_stats(&mut c).await;
+    let quiet = Duration::from_secs(3);
+    tokio::time::sleep(quiet).await;
+    let calls = command_calls(&mut c).await;
+    // Only the list script reads the whole hash.
+    let lists = calls.get("hgetall").copied().unwrap_or(0);
+    eprintln!("{lists} lists in {quiet:?} without a change: {calls:?}");
+    assert!((2..=5).contains(&lists), "{calls:?}");
+    keeper.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_latest_registration_wins_and_only_its_session_removes_it() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint()).await;
+    let ttl = Duration::from_secs(10);
+    let ns = name("latest/ns");
+    let (sa, sb) = (open(&b, ttl).await, open(&b, ttl).await);
+    let mut w = b.watch_members(&ns).await.expect("watch");
+    until(&mut w, &[], Duration::from_secs(1)).await;
+    sa.register_member(&ns, &member("x", "from a"))
+        .await
+        .expect("a");
+    until(&mut w, &[("x", "from a")], Duration::from_secs(1)).await;
+    sb.register_member(&ns, &member("x", "from b"))
+        .await
+        .expect("b");
+    until(&mut w, &[("x", "from b")], Duration::from_secs(1)).await;
+    sa.unregister_member(&ns, "x").await.expect("unregister a");
+    sa.close().await.expect("close a");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        pairs(&b.members(&ns).await.expect("members")),
+        want(&[("x", "from b")])
+    );
+    // Registering the same value again changes nothing.
+    sb.register_member(&ns, &member("x", "from b"))
+        .await
+        .expect("again");
+    sb.register_member(&ns, &member("y", "1")).await.expect("y");
+    until(
+        &mut w,
+        &[("x", "from b"), ("y", "1")],
+        Duration::from_secs(1),
+    )
+    .await;
+    sb.unregister_member(&ns, "x").await.expect("unregister b");
+    until(&mut w, &[("y", "1")], Duration::from_secs(1)).await;
+    let bad = sb.unregister_member(&ns, "a/b").await.expect_err("bad id");
+    assert_eq!(bad.kind(), ErrorKind::InvalidArgument);
+    sb.close().await.expect("close b");
+    until(&mut w, &[], Duration::from_secs(1)).await;
+    let closed = sb
+        .register_member(&ns, &member("z", ""))
+        .await
+        .expect_err("closed session");
+    assert_eq!(closed.kind(), ErrorKind::SessionExpired);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_session_loses_its_members_at_once_and_cannot_register() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint()).await;
+    let ns = name("ended/ns");
+    let s = open(&b, Duration::from_secs(30)).await;
+    s.register_member(&ns, &member("m", "1"))
+        .await
+        .expect("register");
+    s.register_member(&name("ended/other"), &member("m", "1"))
+        .await
+        .expect("register");
+    let mut w = b.watch_members(&ns).await.expect("watch");
+    until(&mut w, &[("m", "1")], Duration::from_secs(1)).await;
+    let t0 = Instant::now();
+    b.expire_session(s.id()).await.expect("expire");
+    // Told at once, not at the 30 s TTL.
+    until(&mut w, &[], Duration::from_secs(1)).await;
+    eprintln!("ended session's member gone after {:?}", t0.elapsed());
+    assert!(b
+        .members(&name("ended/other"))
+        .await
+        .expect("members")
+        .is_empty());
+    let e = s
+        .register_member(&ns, &member("m", "2"))
+        .await
+        .expect_err("session gone");
+    assert_eq!(e.kind(), ErrorKind::SessionExpired);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_and_dead_entries_are_not_members() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint()).await;
+    let ns = name("foreign/ns");
+    let hash = format!("{}:members:foreign/ns", prefix());
+    let mut c = raw(&server).await;
+    let _: () = redis::cmd("HSET")
+        .arg(&hash)
+        .arg("no-newline")
+        .arg("plain")
+        .arg("dead")
+        .arg("00000000000000000000000000000000\nvalue")
+        .query_async(&mut c)
+        .await
+        .expect("HSET");
+    let s = open(&b, Duration::from_secs(10)).await;
+    s.register_member(&ns, &member("live", "v"))
+        .await
+        .expect("register");
+    // A live session's entry under an id tenure would not accept.
+    let _: () = redis::cmd("HSET")
+        .arg(&hash)
+        .arg("bad/id")
+        .arg(format!("{}\nvalue", s.id()))
+        .query_async(&mut c)
+        .await
+        .expect("HSET");
+    assert_eq!(
+        pairs(&b.members(&ns).await.expect("members")),
+        want(&[("live", "v")])
+    );
+    // The dead session's entry was deleted by the list; the foreign ones are left.
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(&hash)
+        .query_async(&mut c)
+        .await
+        .expect("HKEYS");
+    let mut fields = fields;
+    fields.sort();
+    assert_eq!(fields, ["bad/id", "live", "no-newline"]);
+    s.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_converges_after_its_link_was_cut() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint()).await;
+    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
+    let endpoint =
+        server
+            .endpoint()
+            .replacen(&server.addr().to_string(), &proxy.addr().to_string(), 1);
+    let watcher = backend(&endpoint).await;
+    let ns = name("cut/ns");
+    let s = open(&b, Duration::from_secs(10)).await;
+    s.register_member(&ns, &member("a", "1"))
+        .await
+        .expect("register");
+    let mut w = watcher.watch_members(&ns).await.expect("watch");
+    until(&mut w, &[("a", "1")], Duration::from_secs(1)).await;
+    proxy.cut().await.expect("cut");
+    // Changes while the watcher hears nothing.
+    s.register_member(&ns, &member("a", "2"))
+        .await
+        .expect("change");
+    s.register_member(&ns, &member("b", "1"))
+        .await
+        .expect("join");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.heal().await.expect("heal");
+    until(&mut w, &[("a", "2"), ("b", "1")], Duration::from_secs(5)).await;
+    s.close().await.expect("close");
+    until(&mut w, &[], Duration::from_secs(2)).await;
+}
