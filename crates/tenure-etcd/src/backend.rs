@@ -37,7 +37,9 @@ const MIN_TTL: Duration = Duration::from_secs(1);
 /// keep-alive stream whatever the number of elections it holds; each candidacy is a key
 /// `<prefix>/<election>/@<lease-id>` attached to the lease; the key with the lowest
 /// create revision leads and its create revision is the fencing token. A waiter watches
-/// only the key just before its own, so a resign wakes exactly one waiter.
+/// only the key just before its own, so a resign wakes exactly one waiter. A member is
+/// a key `<prefix>/@members/<namespace>/@<id>` attached to its session's lease, so it
+/// goes with the session; member lists are range reads and prefix watches.
 ///
 /// Cheap to clone: clones share the connection.
 #[derive(Clone)]

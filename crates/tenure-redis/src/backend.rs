@@ -43,7 +43,10 @@ const DATA_LOSS: &str = "holds while Redis keeps its data; after a restart witho
 /// Each [`Session`](tenure_core::Session) is a key with the session TTL; each seat is a
 /// key set with `SET NX PX` by a Lua script that also mints the fencing token; one
 /// script call renews a session and every seat it holds; releases publish on the
-/// election's channel so the next waiter is woken at once. See the crate docs.
+/// election's channel so the next waiter is woken at once. Members live in a hash per
+/// namespace and count while their session's key lives, so renewals keep them at no
+/// extra cost; watchers hear the namespace's channel and look again at the earliest
+/// member session's expiry. See the crate docs.
 ///
 /// Cheap to clone: clones share the connections.
 #[derive(Clone)]
