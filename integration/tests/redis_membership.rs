@@ -234,7 +234,8 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
     let gone = t0.elapsed();
     eprintln!("crashed member gone {gone:?} after its last renewal (TTL {ttl:?})");
     assert!(gone >= ttl - Duration::from_millis(50), "{gone:?}");
-    assert!(gone <= ttl + Duration::from_millis(150), "{gone:?}");
+    // About a millisecond after the expiry; the margin is for a loaded test machine.
+    assert!(gone <= ttl + Duration::from_millis(300), "{gone:?}");
     let calls = command_calls(&mut c).await;
     assert_eq!(calls.get("publish"), None, "{calls:?}");
 
