@@ -22,6 +22,9 @@ pub enum Command {
     Campaign(CampaignArgs),
     /// Print one JSON line per leader change of an election.
     Observe(ObserveArgs),
+    /// Run N shard managers in this process through a script (converge, crash a node,
+    /// add a node, drain a node) with a live view, then print a summary.
+    Demo(DemoArgs),
 }
 
 /// Which store to use.
@@ -30,6 +33,14 @@ pub struct BackendArgs {
     /// Backend URL: mem://[NAME] (in this process), or a store enabled at build time.
     #[arg(long, env = "TENURE_BACKEND", default_value = "mem://")]
     pub backend: String,
+}
+
+/// The Prometheus exporter.
+#[derive(Debug, Clone, Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9464).
+    #[arg(long, env = "TENURE_METRICS_ADDR", value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Session timing, in seconds (fractions allowed).
@@ -97,6 +108,9 @@ pub struct CampaignArgs {
     /// Seconds the command gets to exit after SIGTERM before SIGKILL.
     #[arg(long, default_value_t = 5.0)]
     pub grace: f64,
+    /// Metrics.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
     /// The command to run while leader (after `--`). It gets TENURE_TOKEN,
     /// TENURE_ELECTION and TENURE_ID in its environment, runs in its own process
     /// group (SIGTERM, then SIGKILL, on loss), and is SIGKILLed by the kernel if this
@@ -118,4 +132,39 @@ pub struct ObserveArgs {
     /// Connect timeout in seconds.
     #[arg(long, default_value_t = 5.0)]
     pub connect_timeout: f64,
+    /// Metrics.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// `tenure demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// The store (any backend with membership: mem, etcd, redis, zk, azblob).
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Nodes at the start (2 to 64).
+    #[arg(long, default_value_t = 5)]
+    pub nodes: usize,
+    /// Shards.
+    #[arg(long, default_value_t = 256)]
+    pub shards: usize,
+    /// Replication factor (nodes campaigning for each shard).
+    #[arg(long, default_value_t = 3)]
+    pub replication: usize,
+    /// Session TTL in seconds (short, so a crash fails over quickly).
+    #[arg(long, default_value_t = 2.0)]
+    pub ttl: f64,
+    /// Namespace [default: demo-<pid>].
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Seconds to pause between the script's steps [default: 1 on a terminal, else 0].
+    #[arg(long)]
+    pub pause: Option<f64>,
+    /// Print the summary as JSON on stdout (progress lines go to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Metrics.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }

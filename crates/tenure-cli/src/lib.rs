@@ -3,9 +3,12 @@
 #![deny(missing_docs)]
 
 pub mod args;
+pub mod bench;
 pub mod campaign;
 pub mod clock;
+pub mod demo;
 pub mod events;
+pub mod metrics;
 pub mod observe;
 
 pub use events::{EventSink, MemorySink, StdoutSink};

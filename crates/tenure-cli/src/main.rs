@@ -5,9 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use std::io::IsTerminal;
 use tenure::{Error, ErrorKind};
-use tenure_cli::args::{seconds, Cli, Command};
-use tenure_cli::{campaign, observe, StdoutSink};
+
+use tenure_cli::args::{seconds, Cli, Command, DemoArgs, MetricsArgs};
+use tenure_cli::demo::{self, DemoOptions, Display};
+use tenure_cli::{campaign, metrics, observe, StdoutSink};
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
@@ -38,6 +41,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -107,6 +111,13 @@ async fn connect(url: &str, limit: Duration) -> tenure::Result<tenure::DynBacken
     }
 }
 
+fn serve_metrics(args: &MetricsArgs) -> tenure::Result<()> {
+    match args.metrics_addr {
+        Some(addr) => metrics::serve(addr),
+        None => Ok(()),
+    }
+}
+
 async fn run(cli: Cli) -> tenure::Result<()> {
     let shutdown = shutdown_on_signals();
     match cli.command {
@@ -114,13 +125,61 @@ async fn run(cli: Cli) -> tenure::Result<()> {
             let limit = seconds("connect_timeout", args.timing.connect_timeout)?;
             // Reject bad timings before touching the network.
             args.timing.timing()?;
+            serve_metrics(&args.metrics)?;
             let backend = connect(&args.backend.backend, limit).await?;
             campaign::run_campaign(backend, &args, Arc::new(StdoutSink), shutdown).await
         }
         Command::Observe(args) => {
             let limit = seconds("connect_timeout", args.connect_timeout)?;
+            serve_metrics(&args.metrics)?;
             let backend = connect(&args.backend.backend, limit).await?;
             observe::run_observe(backend, &args, Arc::new(StdoutSink), shutdown).await
         }
+        Command::Demo(args) => run_demo(args, shutdown).await,
     }
+}
+
+async fn run_demo(args: DemoArgs, shutdown: CancellationToken) -> tenure::Result<()> {
+    let mut options = DemoOptions::new(&args.backend.backend);
+    if !(2..=64).contains(&args.nodes) {
+        return Err(Error::invalid(format!(
+            "nodes: {}; the demo runs 2 to 64 nodes",
+            args.nodes
+        )));
+    }
+    options.nodes = args.nodes;
+    options.shards = args.shards;
+    options.replication = args.replication;
+    options.timing = tenure::Timing::from_ttl(seconds("ttl", args.ttl)?);
+    options.timing.validate()?;
+    if let Some(ns) = &args.namespace {
+        options.namespace = ns.clone();
+    }
+    let live = !args.json && std::io::stdout().is_terminal();
+    options.pause = match args.pause {
+        Some(p) => seconds("pause", p)?,
+        None if live => Duration::from_secs(1),
+        None => Duration::ZERO,
+    };
+    // Check the layout before connecting.
+    tenure::Layout::new(&options.namespace, options.shards, options.replication)?;
+    serve_metrics(&args.metrics)?;
+    let backend = connect(&args.backend.backend, options.timing.connect_timeout).await?;
+    let display = if args.json {
+        Display::Lines(Box::new(std::io::stderr()))
+    } else if live {
+        Display::Live(Box::new(std::io::stdout()))
+    } else {
+        Display::Lines(Box::new(std::io::stdout()))
+    };
+    let summary = demo::run_demo(backend, options, display, shutdown).await?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&summary)
+            .map_err(|e| Error::new(ErrorKind::Backend, format!("summary as JSON: {e}")))?;
+        println!("{text}");
+    } else {
+        println!();
+        print!("{}", summary.table());
+    }
+    Ok(())
 }

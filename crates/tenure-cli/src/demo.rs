@@ -1,0 +1,1031 @@
+//! `tenure demo`: N shard managers in one process, a script (converge, crash a node,
+//! add a node, drain a node), a live view and a summary.
+//!
+//! Every node is a [`ShardManager`] with its own session on one backend handle. Times
+//! are taken when this process receives a manager's event, so they include the event
+//! delivery (microseconds) and nothing else.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tenure::shard::{Layout, ShardEvent, ShardManager, ShardView};
+use tenure::{DynBackend, Error, ErrorKind, Result, Timing};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::bench::Figure;
+
+/// What the demo runs.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    /// Backend URL, shown in the output.
+    pub backend_url: String,
+    /// Membership namespace (also the shards' election prefix).
+    pub namespace: String,
+    /// Nodes at the start.
+    pub nodes: usize,
+    /// Shards.
+    pub shards: usize,
+    /// Replication factor.
+    pub replication: usize,
+    /// Session timing of every node.
+    pub timing: Timing,
+    /// Graceful handoffs per second and burst, per node.
+    pub handoff_rate: (f64, u32),
+    /// Pause between the script's steps (so a viewer can follow; 0 in tests).
+    pub pause: Duration,
+    /// How long one step may take to settle before the demo gives up.
+    pub step_limit: Duration,
+}
+
+impl DemoOptions {
+    /// The defaults of `tenure demo`: 5 nodes, 256 shards, replication 3, TTL 2 s.
+    pub fn new(backend_url: &str) -> DemoOptions {
+        DemoOptions {
+            backend_url: backend_url.to_string(),
+            namespace: format!("demo-{}", std::process::id()),
+            nodes: 5,
+            shards: 256,
+            replication: 3,
+            timing: Timing::from_ttl(Duration::from_secs(2)),
+            handoff_rate: (200.0, 20),
+            pause: Duration::from_secs(1),
+            step_limit: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Min/median/max of some durations, in milliseconds (`null` without samples).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Spread {
+    /// Samples.
+    pub count: usize,
+    /// Smallest.
+    pub min_ms: Option<f64>,
+    /// Median.
+    pub median_ms: Option<f64>,
+    /// Largest.
+    pub max_ms: Option<f64>,
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+impl Spread {
+    fn of(samples: &[Duration]) -> Spread {
+        let f = Figure {
+            name: String::new(),
+            note: String::new(),
+            samples: samples.to_vec(),
+        };
+        Spread {
+            count: samples.len(),
+            min_ms: f.min().map(ms),
+            median_ms: f.median().map(ms),
+            max_ms: f.max().map(ms),
+        }
+    }
+
+    fn show(&self) -> String {
+        match (self.min_ms, self.median_ms, self.max_ms) {
+            (Some(a), Some(b), Some(c)) => {
+                format!("{} / {} / {}", show_ms(a), show_ms(b), show_ms(c))
+            }
+            _ => "–".to_string(),
+        }
+    }
+}
+
+fn show_ms(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.2} ms")
+    } else if v < 1000.0 {
+        format!("{v:.0} ms")
+    } else {
+        format!("{:.2} s", v / 1e3)
+    }
+}
+
+/// One crash of the script.
+#[derive(Debug, Clone, Serialize)]
+pub struct CrashSummary {
+    /// The crashed node.
+    pub node: String,
+    /// Shards it led when it crashed.
+    pub shards: usize,
+    /// From the crash to the last of those shards acquired by another node.
+    pub failover_ms: f64,
+}
+
+/// The join of the script.
+#[derive(Debug, Clone, Serialize)]
+pub struct JoinSummary {
+    /// The new node.
+    pub node: String,
+    /// Shards that changed leader until the cluster settled again.
+    pub moves: usize,
+    /// The fewest moves possible: the newcomer's share.
+    pub optimum: usize,
+    /// Handoff gaps (HandedOff → Acquired) of the moves.
+    pub gaps: Spread,
+    /// From the start of the new node to settled.
+    pub settle_ms: f64,
+}
+
+/// The drain of the script.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrainSummary {
+    /// The drained node.
+    pub node: String,
+    /// Shards it handed off.
+    pub handoffs: usize,
+    /// Handoff gaps (HandedOff → Acquired).
+    pub gaps: Spread,
+    /// From the drain call to its return (the node leads nothing).
+    pub drain_ms: f64,
+}
+
+/// The state at the end, read from the store.
+#[derive(Debug, Clone, Serialize)]
+pub struct EndSummary {
+    /// Shards with a leader.
+    pub led: usize,
+    /// Shards without one.
+    pub leaderless: usize,
+    /// Leaders per live node.
+    pub per_node: BTreeMap<String, usize>,
+    /// The most leaderships of a node.
+    pub max_leaders: usize,
+    /// The mean over live nodes.
+    pub mean_leaders: f64,
+    /// max / mean.
+    pub imbalance: f64,
+}
+
+/// What the demo measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoSummary {
+    /// Backend URL.
+    pub backend: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Nodes at the start.
+    pub nodes: usize,
+    /// Shards.
+    pub shards: usize,
+    /// Replication factor.
+    pub replication: usize,
+    /// Session TTL.
+    pub ttl_ms: f64,
+    /// Renew interval.
+    pub renew_interval_ms: f64,
+    /// From starting the nodes to every shard led by its preferred node.
+    pub converge_ms: f64,
+    /// The crashes.
+    pub crashes: Vec<CrashSummary>,
+    /// The join.
+    pub join: JoinSummary,
+    /// The drain.
+    pub drain: DrainSummary,
+    /// Every HandedOff → Acquired gap of the run.
+    pub handoff_gaps: Spread,
+    /// The end state.
+    pub end: EndSummary,
+    /// Wall time of the whole run (pauses included).
+    pub wall_ms: f64,
+}
+
+impl DemoSummary {
+    /// The summary as a Markdown table.
+    pub fn table(&self) -> String {
+        let mut rows: Vec<(String, String)> = vec![
+            (
+                "setup".into(),
+                format!(
+                    "{} nodes, {} shards, replication {}, {}",
+                    self.nodes, self.shards, self.replication, self.backend
+                ),
+            ),
+            (
+                "session timing".into(),
+                format!(
+                    "TTL {}, renew every {}",
+                    show_ms(self.ttl_ms),
+                    show_ms(self.renew_interval_ms)
+                ),
+            ),
+            (
+                "time to converge".into(),
+                show_ms(self.converge_ms).to_string(),
+            ),
+        ];
+        for c in &self.crashes {
+            rows.push((
+                format!("failover after crash of {}", c.node),
+                format!(
+                    "{} (its {} shards led again)",
+                    show_ms(c.failover_ms),
+                    c.shards
+                ),
+            ));
+        }
+        rows.push((
+            format!("moves on join of {} vs optimum", self.join.node),
+            format!(
+                "{} moves, optimum {} (settled in {})",
+                self.join.moves,
+                self.join.optimum,
+                show_ms(self.join.settle_ms)
+            ),
+        ));
+        rows.push((
+            "handoff gaps on join, min / median / max".into(),
+            self.join.gaps.show(),
+        ));
+        rows.push((
+            format!("drain of {}", self.drain.node),
+            format!(
+                "{} handoffs in {}",
+                self.drain.handoffs,
+                show_ms(self.drain.drain_ms)
+            ),
+        ));
+        rows.push((
+            "handoff gaps on drain, min / median / max".into(),
+            self.drain.gaps.show(),
+        ));
+        rows.push((
+            "leaders per node at the end, max / mean".into(),
+            format!(
+                "{} / {:.1} (imbalance {:.3}); {} of {} shards led",
+                self.end.max_leaders,
+                self.end.mean_leaders,
+                self.end.imbalance,
+                self.end.led,
+                self.shards
+            ),
+        ));
+        rows.push(("wall time".into(), show_ms(self.wall_ms)));
+        let mut s = String::from("| figure | value |\n|---|---|\n");
+        for (k, v) in rows {
+            let _ = writeln!(s, "| {k} | {v} |");
+        }
+        s
+    }
+}
+
+/// The script's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Start,
+    Crash,
+    Join,
+    Drain,
+    Done,
+}
+
+impl Phase {
+    fn label(self) -> &'static str {
+        match self {
+            Phase::Start => "1/4 start and converge",
+            Phase::Crash => "2/4 crash a node",
+            Phase::Join => "3/4 add a node",
+            Phase::Drain => "4/4 drain a node",
+            Phase::Done => "done",
+        }
+    }
+}
+
+/// A shard changing hands, for the live view.
+#[derive(Debug, Clone)]
+struct Handover {
+    shard: String,
+    from: String,
+    to: String,
+    gap: Duration,
+    why: &'static str,
+}
+
+/// Why and when a shard was let go, by whom.
+#[derive(Debug, Clone)]
+struct Released {
+    at: Instant,
+    from: String,
+    why: &'static str,
+}
+
+/// What the event readers record.
+struct Record {
+    phase: Phase,
+    leaders: Vec<Option<String>>,
+    acquired_at: Vec<Option<Instant>>,
+    released: HashMap<usize, Released>,
+    recent: VecDeque<Handover>,
+    /// (phase, shard, at, node) of every acquisition.
+    acquisitions: Vec<(Phase, usize, Instant, String)>,
+    /// (phase, why, gap) of every shard that changed hands after a release.
+    gaps: Vec<(Phase, &'static str, Duration)>,
+    crashed: Vec<String>,
+    note: String,
+}
+
+type Shared = Arc<Mutex<Record>>;
+
+fn lock(r: &Shared) -> std::sync::MutexGuard<'_, Record> {
+    match r.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Record {
+    fn new(shards: usize) -> Record {
+        Record {
+            phase: Phase::Start,
+            leaders: vec![None; shards],
+            acquired_at: vec![None; shards],
+            released: HashMap::new(),
+            recent: VecDeque::new(),
+            acquisitions: Vec::new(),
+            gaps: Vec::new(),
+            crashed: Vec::new(),
+            note: String::new(),
+        }
+    }
+
+    fn push_recent(&mut self, h: Handover) {
+        if self.recent.len() == 6 {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(h);
+    }
+
+    fn on_event(&mut self, node: &str, at: Instant, event: ShardEvent) {
+        match event {
+            ShardEvent::Acquired { shard, .. } => {
+                let i = shard.index();
+                self.acquisitions
+                    .push((self.phase, i, at, node.to_string()));
+                if let Some(r) = self.released.remove(&i) {
+                    let gap = at.saturating_duration_since(r.at);
+                    self.gaps.push((self.phase, r.why, gap));
+                    self.push_recent(Handover {
+                        shard: shard.name().to_string(),
+                        from: r.from,
+                        to: node.to_string(),
+                        gap,
+                        why: r.why,
+                    });
+                }
+                self.leaders[i] = Some(node.to_string());
+                self.acquired_at[i] = Some(at);
+            }
+            ShardEvent::HandedOff { shard, .. } => {
+                self.on_release(node, at, shard.index(), "handoff")
+            }
+            ShardEvent::Lost { shard, .. } => self.on_release(node, at, shard.index(), "lost"),
+        }
+    }
+
+    fn on_release(&mut self, node: &str, at: Instant, i: usize, why: &'static str) {
+        match &self.leaders[i] {
+            Some(l) if l == node => {
+                self.leaders[i] = None;
+                self.released.insert(
+                    i,
+                    Released {
+                        at,
+                        from: node.to_string(),
+                        why,
+                    },
+                );
+            }
+            // Another node's grant was seen first (events of different nodes race on
+            // the way here): the gap was at most the delivery skew.
+            Some(_) => {
+                let acquired = self.acquired_at[i].unwrap_or(at);
+                self.gaps
+                    .push((self.phase, why, acquired.saturating_duration_since(at)));
+            }
+            None => {}
+        }
+    }
+
+    fn crash(&mut self, node: &str, at: Instant) -> usize {
+        self.crashed.push(node.to_string());
+        let mut n = 0;
+        for i in 0..self.leaders.len() {
+            if self.leaders[i].as_deref() == Some(node) {
+                n += 1;
+                self.on_release(node, at, i, "crash");
+            }
+        }
+        n
+    }
+}
+
+/// Where the demo's progress goes.
+pub enum Display {
+    /// Redraw a live view with ANSI escapes (a terminal).
+    Live(Box<dyn Write + Send>),
+    /// One plain line per step.
+    Lines(Box<dyn Write + Send>),
+    /// Nothing.
+    Quiet,
+}
+
+struct View {
+    display: Mutex<Display>,
+    drawn: Mutex<usize>,
+}
+
+impl View {
+    fn line(&self, text: &str) {
+        let mut d = match self.display.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if let Display::Lines(w) = &mut *d {
+            let _ = writeln!(w, "{text}");
+            let _ = w.flush();
+        }
+    }
+
+    fn is_live(&self) -> bool {
+        matches!(
+            *match self.display.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            },
+            Display::Live(_)
+        )
+    }
+
+    fn draw(&self, frame: &str) {
+        let mut d = match self.display.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let mut drawn = match self.drawn.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if let Display::Live(w) = &mut *d {
+            let mut out = String::new();
+            if *drawn > 0 {
+                // Back to the first line of the last frame, clear to the end.
+                let _ = write!(out, "\x1b[{}F\x1b[J", *drawn);
+            }
+            out.push_str(frame);
+            let _ = w.write_all(out.as_bytes());
+            let _ = w.flush();
+            *drawn = frame.lines().count();
+        }
+    }
+}
+
+struct Node {
+    id: String,
+    manager: Arc<ShardManager>,
+}
+
+/// The nodes of the demo and what they did.
+struct Demo {
+    backend: DynBackend,
+    layout: Layout,
+    options: DemoOptions,
+    nodes: Vec<Node>,
+    record: Shared,
+    started: Instant,
+}
+
+impl Demo {
+    async fn add(&mut self, id: &str) -> Result<()> {
+        let (manager, mut events) = ShardManager::builder(self.backend.clone())
+            .layout(self.layout.clone())
+            .node_id(id)
+            .timing(self.options.timing.clone())
+            .handoff_rate(self.options.handoff_rate.0, self.options.handoff_rate.1)
+            .start()
+            .await?;
+        let record = self.record.clone();
+        let node = id.to_string();
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                lock(&record).on_event(&node, Instant::now(), event);
+            }
+        });
+        self.nodes.push(Node {
+            id: id.to_string(),
+            manager: Arc::new(manager),
+        });
+        Ok(())
+    }
+
+    fn take(&mut self, id: &str) -> Result<Node> {
+        let i = self
+            .nodes
+            .iter()
+            .position(|n| n.id == id)
+            .ok_or_else(|| Error::invalid(format!("no node {id}")))?;
+        Ok(self.nodes.remove(i))
+    }
+
+    fn node(&self, id: &str) -> Result<&Node> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or_else(|| Error::invalid(format!("no node {id}")))
+    }
+
+    /// Every node sees all live nodes, nothing pending, every shard led by its
+    /// preferred node.
+    fn quiet(&self) -> bool {
+        let n = self.nodes.len();
+        self.nodes.iter().all(|node| {
+            let s = node.manager.status().borrow().clone();
+            s.members == n && s.settled && s.campaigning == 0 && s.pending_handoffs == 0
+        })
+    }
+
+    /// Why the demo gave up waiting for `what`.
+    fn not_settled(&self, what: &str) -> Error {
+        let states: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("{}: {:?}", n.id, n.manager.status().borrow()))
+            .collect();
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "{what}: not settled within {:?} ({})",
+                self.options.step_limit,
+                states.join("; ")
+            ),
+        )
+    }
+
+    fn set_phase(&self, phase: Phase, note: String) {
+        let mut r = lock(&self.record);
+        r.phase = phase;
+        r.note = note;
+    }
+
+    fn frame(&self) -> String {
+        let r = lock(&self.record);
+        let total = self.layout.shards().len();
+        let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+        for n in &self.nodes {
+            per_node.insert(&n.id, 0);
+        }
+        for l in r.leaders.iter().flatten() {
+            *per_node.entry(l.as_str()).or_default() += 1;
+        }
+        let led = r.leaders.iter().filter(|l| l.is_some()).count();
+        let max = per_node.values().copied().max().unwrap_or(0).max(1);
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "tenure demo: {} shards, replication {}, {}, TTL {:?}",
+            total,
+            self.layout.replication(),
+            self.options.backend_url,
+            self.options.timing.ttl
+        );
+        let _ = writeln!(s);
+        for (id, c) in &per_node {
+            let width = c * 40 / max;
+            let state = if r.crashed.iter().any(|x| x == id) {
+                " crashed"
+            } else if self
+                .nodes
+                .iter()
+                .any(|n| n.id == *id && n.manager.status().borrow().draining)
+            {
+                " draining"
+            } else {
+                ""
+            };
+            let _ = writeln!(s, "  {id:<8} {:<40} {c:>4}{state}", "█".repeat(width));
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(s, "recent handovers:");
+        for h in r.recent.iter().rev() {
+            let _ = writeln!(
+                s,
+                "  shard {:<6} {:<8} → {:<8} gap {:>9}  ({})",
+                h.shard,
+                h.from,
+                h.to,
+                show_ms(ms(h.gap)),
+                h.why
+            );
+        }
+        for _ in r.recent.len()..6 {
+            let _ = writeln!(s);
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "[{:>6.2} s] {}: {}  |  {led}/{total} shards led, {} handovers",
+            self.started.elapsed().as_secs_f64(),
+            r.phase.label(),
+            r.note,
+            r.gaps.len()
+        );
+        s
+    }
+
+    /// Leaders per live node and leaderless shards, read from the store.
+    async fn end_state(&self) -> Result<EndSummary> {
+        let any = self
+            .nodes
+            .first()
+            .ok_or_else(|| Error::invalid("no node left"))?;
+        let snap: ShardView = any.manager.snapshot().await?;
+        let mut per_node: BTreeMap<String, usize> =
+            self.nodes.iter().map(|n| (n.id.clone(), 0)).collect();
+        let mut led = 0;
+        for s in &snap.shards {
+            if let Some(l) = &s.leader {
+                led += 1;
+                *per_node.entry(l.clone()).or_default() += 1;
+            }
+        }
+        let max_leaders = per_node.values().copied().max().unwrap_or(0);
+        let mean_leaders = if per_node.is_empty() {
+            0.0
+        } else {
+            led as f64 / per_node.len() as f64
+        };
+        let imbalance = if mean_leaders > 0.0 {
+            max_leaders as f64 / mean_leaders
+        } else {
+            0.0
+        };
+        Ok(EndSummary {
+            led,
+            leaderless: snap.shards.len() - led,
+            per_node,
+            max_leaders,
+            mean_leaders,
+            imbalance,
+        })
+    }
+
+    fn counts(&self) -> String {
+        let r = lock(&self.record);
+        let mut per_node: BTreeMap<&str, usize> =
+            self.nodes.iter().map(|n| (n.id.as_str(), 0)).collect();
+        for l in r.leaders.iter().flatten() {
+            *per_node.entry(l.as_str()).or_default() += 1;
+        }
+        per_node
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Run the demo on `backend`; progress goes to `display`. Closes every node at the end.
+pub async fn run_demo(
+    backend: DynBackend,
+    options: DemoOptions,
+    display: Display,
+    shutdown: CancellationToken,
+) -> Result<DemoSummary> {
+    if options.nodes < 2 {
+        return Err(Error::invalid(format!(
+            "nodes: {}; the script crashes one node and drains another, so it needs at least 2",
+            options.nodes
+        )));
+    }
+    options.timing.validate()?;
+    let layout = Layout::new(&options.namespace, options.shards, options.replication)?;
+    let view = Arc::new(View {
+        display: Mutex::new(display),
+        drawn: Mutex::new(0),
+    });
+    let started = Instant::now();
+    let demo = Arc::new(tokio::sync::Mutex::new(Demo {
+        backend,
+        layout: layout.clone(),
+        options: options.clone(),
+        nodes: Vec::new(),
+        record: Arc::new(Mutex::new(Record::new(options.shards))),
+        started,
+    }));
+    let stop_drawing = CancellationToken::new();
+    let drawer = if view.is_live() {
+        let (demo, view, stop) = (demo.clone(), view.clone(), stop_drawing.clone());
+        Some(tokio::spawn(async move {
+            loop {
+                // Built while the script is not between two of its own steps'
+                // await points that hold the lock: the script only holds it briefly.
+                let frame = demo.lock().await.frame();
+                view.draw(&frame);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        }))
+    } else {
+        None
+    };
+    let script = script(demo.clone(), view.clone(), started);
+    let result = tokio::select! {
+        r = script => r,
+        _ = shutdown.cancelled() => Err(Error::new(ErrorKind::Unavailable, "interrupted")),
+    };
+    stop_drawing.cancel();
+    if let Some(d) = drawer {
+        let _ = d.await;
+    }
+    {
+        let d = demo.lock().await;
+        view.draw(&d.frame());
+        for n in &d.nodes {
+            if let Err(e) = n.manager.close().await {
+                tracing::warn!(node = %n.id, error = %e, "closing a node failed");
+            }
+        }
+    }
+    result
+}
+
+async fn pause(options: &DemoOptions) {
+    if !options.pause.is_zero() {
+        tokio::time::sleep(options.pause).await;
+    }
+}
+
+async fn script(
+    demo: Arc<tokio::sync::Mutex<Demo>>,
+    view: Arc<View>,
+    started: Instant,
+) -> Result<DemoSummary> {
+    let options = demo.lock().await.options.clone();
+    let ids: Vec<String> = (1..=options.nodes).map(|i| format!("node-{i}")).collect();
+    let say = |s: String| view.line(&format!("[{:>6.2} s] {s}", started.elapsed().as_secs_f64()));
+    say(format!(
+        "starting {} nodes: {} shards, replication {}, on {}, TTL {:?} (renew every {:?})",
+        options.nodes,
+        options.shards,
+        options.replication,
+        options.backend_url,
+        options.timing.ttl,
+        options.timing.renew_interval
+    ));
+
+    // 1. Start and converge.
+    let t0 = Instant::now();
+    {
+        let mut d = demo.lock().await;
+        d.set_phase(Phase::Start, format!("{} nodes campaigning", ids.len()));
+        for id in &ids {
+            d.add(id).await?;
+        }
+    }
+    let converged = settle(&demo, "converge").await?;
+    let converge = converged.saturating_duration_since(t0);
+    {
+        let d = demo.lock().await;
+        say(format!(
+            "converged in {}: {}",
+            show_ms(ms(converge)),
+            d.counts()
+        ));
+        d.set_phase(
+            Phase::Start,
+            format!("converged in {}", show_ms(ms(converge))),
+        );
+    }
+    pause(&options).await;
+
+    // 2. Crash a node.
+    let victim = ids[ids.len() / 2].clone();
+    let t_crash;
+    let crashed_shards;
+    {
+        let mut d = demo.lock().await;
+        let node = d.take(&victim)?;
+        let held: Vec<usize> = node.manager.held().iter().map(|(s, _)| s.index()).collect();
+        d.set_phase(
+            Phase::Crash,
+            format!("{victim} crashed with {} shards", held.len()),
+        );
+        t_crash = Instant::now();
+        node.manager.abandon();
+        lock(&d.record).crash(&victim, t_crash);
+        crashed_shards = held;
+        say(format!(
+            "crashed {victim} (no resign; its {} shards wait for its TTL to expire)",
+            crashed_shards.len()
+        ));
+    }
+    settle(&demo, "failover").await?;
+    let failover = {
+        let d = demo.lock().await;
+        let r = lock(&d.record);
+        let mut last = t_crash;
+        let mut seen = 0;
+        for (_, shard, at, _) in &r.acquisitions {
+            if *at >= t_crash && crashed_shards.contains(shard) {
+                seen += 1;
+                last = last.max(*at);
+            }
+        }
+        if seen < crashed_shards.len() {
+            tracing::warn!(
+                seen,
+                expected = crashed_shards.len(),
+                "not every shard of the crashed node was acquired again"
+            );
+        }
+        last.saturating_duration_since(t_crash)
+    };
+    {
+        let d = demo.lock().await;
+        say(format!(
+            "{victim}'s {} shards led again {} after the crash: {}",
+            crashed_shards.len(),
+            show_ms(ms(failover)),
+            d.counts()
+        ));
+        d.set_phase(
+            Phase::Crash,
+            format!("failover took {}", show_ms(ms(failover))),
+        );
+    }
+    pause(&options).await;
+
+    // 3. Add a node.
+    let newcomer = format!("node-{}", options.nodes + 1);
+    let t_join = Instant::now();
+    {
+        let mut d = demo.lock().await;
+        d.set_phase(Phase::Join, format!("{newcomer} joins"));
+        d.add(&newcomer).await?;
+    }
+    say(format!("added {newcomer}"));
+    let joined = settle(&demo, "join").await?;
+    let join = {
+        let d = demo.lock().await;
+        let r = lock(&d.record);
+        let moves = r
+            .acquisitions
+            .iter()
+            .filter(|(p, ..)| *p == Phase::Join)
+            .count();
+        let optimum = r
+            .leaders
+            .iter()
+            .filter(|l| l.as_deref() == Some(newcomer.as_str()))
+            .count();
+        let gaps: Vec<Duration> = r
+            .gaps
+            .iter()
+            .filter(|(p, ..)| *p == Phase::Join)
+            .map(|(_, _, g)| *g)
+            .collect();
+        JoinSummary {
+            node: newcomer.clone(),
+            moves,
+            optimum,
+            gaps: Spread::of(&gaps),
+            settle_ms: ms(joined.saturating_duration_since(t_join)),
+        }
+    };
+    {
+        let d = demo.lock().await;
+        say(format!(
+            "{newcomer} took {} shards with {} moves (optimum {}), handoff gaps {}: {}",
+            join.optimum,
+            join.moves,
+            join.optimum,
+            join.gaps.show(),
+            d.counts()
+        ));
+        d.set_phase(
+            Phase::Join,
+            format!("{} moves, optimum {}", join.moves, join.optimum),
+        );
+    }
+    pause(&options).await;
+
+    // 4. Drain a node, then let it leave.
+    let drained = ids[0].clone();
+    demo.lock()
+        .await
+        .set_phase(Phase::Drain, format!("{drained} drains"));
+    let drain_start = Instant::now();
+    // Drain without holding the lock, so the live view keeps drawing.
+    drain_node(&demo, &drained).await?;
+    let drain_time = drain_start.elapsed();
+    {
+        let mut d = demo.lock().await;
+        let node = d.take(&drained)?;
+        node.manager.close().await?;
+    }
+    settle(&demo, "drain").await?;
+    let drain = {
+        let d = demo.lock().await;
+        let r = lock(&d.record);
+        let gaps: Vec<Duration> = r
+            .gaps
+            .iter()
+            .filter(|(p, why, _)| *p == Phase::Drain && *why == "handoff")
+            .map(|(_, _, g)| *g)
+            .collect();
+        DrainSummary {
+            node: drained.clone(),
+            handoffs: gaps.len(),
+            gaps: Spread::of(&gaps),
+            drain_ms: ms(drain_time),
+        }
+    };
+    {
+        let d = demo.lock().await;
+        say(format!(
+            "drained {drained} in {}: {} handoffs, gaps {}; it left: {}",
+            show_ms(drain.drain_ms),
+            drain.handoffs,
+            drain.gaps.show(),
+            d.counts()
+        ));
+        d.set_phase(Phase::Done, format!("{drained} drained and left"));
+    }
+
+    let d = demo.lock().await;
+    let end = d.end_state().await?;
+    let all_gaps: Vec<Duration> = lock(&d.record)
+        .gaps
+        .iter()
+        .filter(|(_, why, _)| *why == "handoff")
+        .map(|(_, _, g)| *g)
+        .collect();
+    Ok(DemoSummary {
+        backend: options.backend_url.clone(),
+        namespace: options.namespace.clone(),
+        nodes: options.nodes,
+        shards: options.shards,
+        replication: options.replication,
+        ttl_ms: ms(options.timing.ttl),
+        renew_interval_ms: ms(options.timing.renew_interval),
+        converge_ms: ms(converge),
+        crashes: vec![CrashSummary {
+            node: victim,
+            shards: crashed_shards.len(),
+            failover_ms: ms(failover),
+        }],
+        join,
+        drain,
+        handoff_gaps: Spread::of(&all_gaps),
+        end,
+        wall_ms: ms(started.elapsed()),
+    })
+}
+
+/// Settle without holding the demo's lock between checks (the view draws meanwhile).
+async fn settle(demo: &Arc<tokio::sync::Mutex<Demo>>, what: &str) -> Result<Instant> {
+    let limit = demo.lock().await.options.step_limit;
+    let t0 = Instant::now();
+    let mut since: Option<Instant> = None;
+    loop {
+        let quiet = demo.lock().await.quiet();
+        if quiet {
+            let s = *since.get_or_insert_with(Instant::now);
+            if s.elapsed() >= Duration::from_millis(100) {
+                return Ok(s);
+            }
+        } else {
+            since = None;
+        }
+        if t0.elapsed() > limit {
+            return Err(demo.lock().await.not_settled(what));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Drain `id` without holding the demo's lock while it runs.
+async fn drain_node(demo: &Arc<tokio::sync::Mutex<Demo>>, id: &str) -> Result<()> {
+    let (manager, limit) = {
+        let d = demo.lock().await;
+        (d.node(id)?.manager.clone(), d.options.step_limit)
+    };
+    match tokio::time::timeout(limit, manager.drain()).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("drain of {id}: not done within {limit:?}"),
+        )),
+    }
+}

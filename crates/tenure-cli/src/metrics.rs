@@ -1,0 +1,18 @@
+//! `--metrics-addr`: the Prometheus exporter for the `metrics` facade that tenure's
+//! crates record into (`tenure_leader`, `tenure_renew_latency_seconds`,
+//! `tenure_shard_leaders`, …).
+
+use std::net::SocketAddr;
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+use tenure::{Error, Result};
+
+/// Install the Prometheus recorder and serve `GET /metrics` on `addr` from the current
+/// tokio runtime. Fails with `InvalidArgument` naming `metrics_addr` if the address
+/// cannot be bound (or a recorder is installed already).
+pub fn serve(addr: SocketAddr) -> Result<()> {
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| Error::invalid(format!("metrics_addr: cannot serve metrics on {addr}: {e}")))
+}
