@@ -391,3 +391,115 @@ async fn members_go_when_their_session_expires() {
     assert_eq!(listed(&env, &ns).await, pairs(&[("b", "2")]));
     b.close().await.unwrap();
 }
+
+/// The candidate node of `id` in `election`, found as an operator would: list the
+/// election's node and read each child.
+async fn node_of(admin: &zookeeper_client::Client, election: &ElectionName, id: &str) -> String {
+    let dir = format!("/tenure-test/{election}");
+    for child in admin.list_children(&dir).await.unwrap() {
+        let path = format!("{dir}/{child}");
+        if let Ok((data, _)) = admin.get_data(&path).await {
+            if String::from_utf8_lossy(&data).contains(&format!("\"id\":\"{id}\"")) {
+                return path;
+            }
+        }
+    }
+    panic!("no node of {id} in {dir}");
+}
+
+/// A leader whose node an operator deletes gets `lost` (revoked) and the next in line
+/// is granted; a waiter whose node is deleted queues again; a resign is not reported as
+/// a revocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_deleted_by_hand_revoke_and_requeue() {
+    use tenure_core::LossReason;
+    let env = zk_env().await;
+    let election = ElectionName::new(format!("{}/by-hand", env.prefix)).unwrap();
+    let admin = zookeeper_client::Client::connect(&server_addr().to_string())
+        .await
+        .unwrap();
+    let (sa, sb, sc) = (
+        env.session().await,
+        env.session().await,
+        env.session().await,
+    );
+    let a = sa
+        .campaign(&election, &Candidate::new("a").unwrap())
+        .await
+        .unwrap();
+    let spawn_campaign = |s: Session, id: &'static str| {
+        let election = election.clone();
+        tokio::spawn(async move {
+            s.campaign(&election, &Candidate::new(id).unwrap())
+                .await
+                .unwrap()
+        })
+    };
+    let b = spawn_campaign(sb.clone(), "b");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = spawn_campaign(sc.clone(), "c");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The leader's node goes: a is revoked, b (next in line) is granted.
+    admin
+        .delete(&node_of(&admin, &election, "a").await, None)
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(2), a.lost_wait())
+        .await
+        .expect("a lost within 2 s");
+    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
+    let b = tokio::time::timeout(Duration::from_secs(2), b)
+        .await
+        .expect("b granted within 2 s")
+        .unwrap();
+    assert!(b.token() > a.token());
+
+    // A waiter's node goes: c queues again with a new node (behind b).
+    let old_c = node_of(&admin, &election, "c").await;
+    admin.delete(&old_c, None).await.unwrap();
+    let requeued = async {
+        loop {
+            let children = admin
+                .list_children(&format!("/tenure-test/{election}"))
+                .await
+                .unwrap();
+            if children.len() == 2 {
+                let new_c = node_of(&admin, &election, "c").await;
+                assert_ne!(new_c, old_c);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(2), requeued)
+        .await
+        .expect("c queued again within 2 s");
+    assert!(b.is_leader());
+
+    // The leader granted by its predecessor's delete is guarded too.
+    admin
+        .delete(&node_of(&admin, &election, "b").await, None)
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(2), b.lost_wait())
+        .await
+        .expect("b lost within 2 s");
+    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
+    let c = tokio::time::timeout(Duration::from_secs(2), c)
+        .await
+        .expect("c granted within 2 s")
+        .unwrap();
+    assert!(c.token() > b.token());
+    let leader = env.backend.leader(&election).await.unwrap().unwrap();
+    assert_eq!((leader.id.as_str(), leader.token), ("c", c.token()));
+
+    // Resigning deletes the node without a revocation.
+    let watch = c.watch();
+    c.resign().await.unwrap();
+    assert_eq!(watch.loss_reason(), Some(LossReason::Resigned));
+    assert_eq!(env.backend.leader(&election).await.unwrap(), None);
+    for s in [sa, sb, sc] {
+        s.close().await.unwrap();
+    }
+}

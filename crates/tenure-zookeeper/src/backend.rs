@@ -276,7 +276,30 @@ impl ZooKeeperBackend {
                     format!("session {session_id}: not open through this backend"),
                 )
             })?;
-        close_session(&self.shared.config, info).await
+        // Closing from a second connection races with the owner re-attaching (the server
+        // drops the owner's connection when another one takes the session over), so
+        // close until a new connection to the session finds it gone.
+        for _ in 0..10 {
+            match connect_client(
+                &self.shared.config,
+                Duration::from_secs(10),
+                Some(info.clone()),
+                false,
+            )
+            .await
+            {
+                Ok(other) => {
+                    drop(other);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(own(
+            ErrorKind::Backend,
+            format!("session {session_id}: still open after 10 attempts to close it"),
+        ))
     }
 }
 
@@ -370,13 +393,7 @@ impl Backend for ZooKeeperBackend {
         let mut cache = MemberCache::new();
         let first = Arc::new(members::read_members(&self.shared, &client, &dir, &mut cache).await?);
         let (tx, rx) = watch::channel::<members::Observed>(Ok(first.clone()));
-        tokio::spawn(members::watch_task(
-            self.shared.clone(),
-            dir,
-            first,
-            cache,
-            tx,
-        ));
+        tokio::spawn(members::watch_task(self.shared.clone(), dir, first, tx));
         Ok(tenure_core::watch_member_stream(rx, |v| {
             v.map(|list| list.as_ref().clone())
                 .map_err(members::observed_error)

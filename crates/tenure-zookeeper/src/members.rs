@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use tenure_core::{ElectionName, Error, ErrorKind, Member, Result, Retry};
 use tokio::sync::watch;
-use zookeeper_client::Client;
+use zookeeper_client::{AddWatchMode, Client, EventType, SessionState};
 
 use crate::backend::{is_no_node, Shared};
 use crate::error::own;
@@ -81,15 +81,16 @@ fn decode_member(id: &str, data: Vec<u8>) -> Option<Member> {
 pub(crate) type MemberCache = HashMap<String, Option<Member>>;
 
 /// The member list for the children `children` of `dir`: the winner of each id, its
-/// value from `cache` or read (all missing ones at once). `Ok(None)` if a winner was
-/// deleted meanwhile, so the list must be read again.
+/// value from `cache` or read (all missing ones at once, pipelined). Also returns the
+/// winners that were deleted meanwhile (left out of the list): the caller must drop them
+/// from `children` and resolve again.
 async fn resolve(
     shared: &Shared,
     client: &Client,
     dir: &str,
     children: &[String],
     cache: &mut MemberCache,
-) -> Result<Option<Vec<Member>>> {
+) -> Result<(Vec<Member>, Vec<String>)> {
     let winners = winners(children);
     let missing: Vec<(&str, &str)> = winners
         .iter()
@@ -100,31 +101,26 @@ async fn resolve(
         .iter()
         .map(|(_, name)| format!("{dir}/{name}"))
         .collect();
-    // Pipelined on the one connection: about one round trip for all of them.
     let reads = paths
         .iter()
         .map(|path| shared.call("read members", client.get_data(path)));
     let results = futures::future::join_all(reads).await;
-    let mut vanished = false;
+    let mut vanished = Vec::new();
     for ((id, name), result) in missing.into_iter().zip(results) {
         match result {
             Ok((data, _)) => {
                 cache.insert(name.to_string(), decode_member(id, data));
             }
-            Err(e) if is_no_node(&e) => vanished = true,
+            Err(e) if is_no_node(&e) => vanished.push(name.to_string()),
             Err(e) => return Err(e),
         }
     }
     cache.retain(|name, _| children.contains(name));
-    if vanished {
-        return Ok(None);
-    }
-    Ok(Some(
-        winners
-            .values()
-            .filter_map(|(_, name)| cache.get(*name).cloned().flatten())
-            .collect(),
-    ))
+    let list = winners
+        .values()
+        .filter_map(|(_, name)| cache.get(*name).cloned().flatten())
+        .collect();
+    Ok((list, vanished))
 }
 
 /// The members of the namespace in `dir` as `client` sees them.
@@ -140,7 +136,8 @@ pub(crate) async fn read_members(
             Err(e) if is_no_node(&e) => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
-        if let Some(list) = resolve(shared, client, dir, &children, cache).await? {
+        let (list, vanished) = resolve(shared, client, dir, &children, cache).await?;
+        if vanished.is_empty() {
             return Ok(list);
         }
     }
@@ -149,64 +146,62 @@ pub(crate) async fn read_members(
 /// One published member list, or an error kept as kind and message so it can be cloned.
 pub(crate) type Observed = std::result::Result<Arc<Vec<Member>>, (ErrorKind, String)>;
 
-/// Follows one namespace for its watchers: a child watch on its directory (an existence
-/// watch while it does not exist); after each trigger, list again, read only the new
-/// nodes and publish the list when it changed. Ends when every watcher is gone.
+/// The name of the registration node at `path` if it is a child of `dir`.
+fn child_of<'a>(path: &'a str, dir: &str) -> Option<&'a str> {
+    path.strip_prefix(dir)?
+        .strip_prefix('/')
+        .filter(|name| !name.is_empty() && !name.contains('/'))
+}
+
+/// Follows one namespace for its watchers with a persistent recursive watch on its
+/// directory (ZooKeeper 3.6+; it may not exist yet): list once, then apply each
+/// created or deleted registration node as its event arrives — a delete needs no
+/// request, a create one read — and publish the list whenever it changed, so a member
+/// that leaves and comes back (an expired session registered again) is seen leaving.
+/// After a reconnection (events may be lost meanwhile) or a new reader session, list
+/// again. Ends when every watcher is gone.
 pub(crate) async fn watch_task(
     shared: Arc<Shared>,
     dir: String,
     mut last: Arc<Vec<Member>>,
-    mut cache: MemberCache,
     tx: watch::Sender<Observed>,
 ) {
     let retry = Retry::default();
     let mut attempt = 0u32;
     let mut failed = false;
-    loop {
+    let publish = |list: Vec<Member>, last: &mut Arc<Vec<Member>>, failed: &mut bool| {
+        if *list != **last || *failed {
+            *last = Arc::new(list);
+            *failed = false;
+            let _ = tx.send_replace(Ok(last.clone()));
+        }
+    };
+    'setup: loop {
         if tx.is_closed() {
             return;
         }
-        let step = async {
+        let mut cache = MemberCache::new();
+        let setup = async {
             let client = shared.reader().await?;
-            // Arm the watch with the list, so no change falls between.
-            let (children, watcher) = match shared
-                .call("watch members", client.list_and_watch_children(&dir))
+            // Watch first, then list, so no change falls between.
+            let watcher = shared
+                .call(
+                    "watch members",
+                    client.watch(&dir, AddWatchMode::PersistentRecursive),
+                )
+                .await?;
+            let children = match shared
+                .call("watch members", client.list_children(&dir))
                 .await
             {
-                Ok(r) => r,
-                Err(e) if is_no_node(&e) => {
-                    let (stat, w) = shared
-                        .call("watch members", client.check_and_watch_stat(&dir))
-                        .await?;
-                    if stat.is_some() {
-                        // Created meanwhile: list it.
-                        return Ok((None, None));
-                    }
-                    (Vec::new(), w)
-                }
+                Ok(c) => c,
+                Err(e) if is_no_node(&e) => Vec::new(),
                 Err(e) => return Err(e),
             };
-            // A winner deleted meanwhile fires the watch: publish nothing until then.
-            let list = resolve(&shared, &client, &dir, &children, &mut cache).await?;
-            Ok::<_, Error>((list, Some(watcher)))
+            Ok::<_, Error>((client, watcher, children))
         };
-        match step.await {
-            Ok((list, watcher)) => {
-                attempt = 0;
-                if let Some(list) = list {
-                    if *list != *last || failed {
-                        last = Arc::new(list);
-                        failed = false;
-                        let _ = tx.send_replace(Ok(last.clone()));
-                    }
-                }
-                if let Some(watcher) = watcher {
-                    tokio::select! {
-                        _ = tx.closed() => return,
-                        _ = watcher.changed() => {}
-                    }
-                }
-            }
+        let (client, mut watcher, mut children) = match setup.await {
+            Ok(r) => r,
             Err(e) => {
                 if !failed {
                     let _ = tx.send_replace(Err((e.kind(), e.message().to_string())));
@@ -218,6 +213,59 @@ pub(crate) async fn watch_task(
                     _ = tx.closed() => return,
                     _ = tokio::time::sleep(delay) => {}
                 }
+                continue 'setup;
+            }
+        };
+        attempt = 0;
+        loop {
+            // Resolve until no winner vanished (each vanished one is dropped), publish.
+            loop {
+                match resolve(&shared, &client, &dir, &children, &mut cache).await {
+                    Ok((list, vanished)) if vanished.is_empty() => {
+                        publish(list, &mut last, &mut failed);
+                        break;
+                    }
+                    Ok((_, vanished)) => children.retain(|c| !vanished.contains(c)),
+                    Err(e) => {
+                        tracing::debug!(error = %e, dir = %dir, "reading members failed; watching again");
+                        continue 'setup;
+                    }
+                }
+            }
+            let event = tokio::select! {
+                _ = tx.closed() => return,
+                event = watcher.changed() => event,
+            };
+            match event.event_type {
+                EventType::Session => match event.session_state {
+                    // Events may have been lost while disconnected; a terminal state
+                    // needs a new reader session (and the watcher must not be polled
+                    // again).
+                    SessionState::SyncConnected | SessionState::ConnectedReadOnly => {
+                        continue 'setup
+                    }
+                    s if s.is_terminated() => continue 'setup,
+                    _ => {}
+                },
+                EventType::NodeCreated => {
+                    if let Some(name) = child_of(&event.path, &dir) {
+                        if !children.iter().any(|c| c == name) {
+                            children.push(name.to_string());
+                        }
+                    }
+                }
+                EventType::NodeDeleted => {
+                    if let Some(name) = child_of(&event.path, &dir) {
+                        children.retain(|c| c != name);
+                    }
+                }
+                EventType::NodeDataChanged => {
+                    // Not written by tenure (its nodes never change): read it again.
+                    if let Some(name) = child_of(&event.path, &dir) {
+                        cache.remove(name);
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -282,6 +330,17 @@ mod tests {
                 ("c", "c:0000000001")
             ]
         );
+    }
+
+    #[test]
+    fn events_name_children_only() {
+        assert_eq!(
+            child_of("/:members/ns/a:0000000001", "/:members/ns"),
+            Some("a:0000000001")
+        );
+        assert_eq!(child_of("/:members/ns", "/:members/ns"), None);
+        assert_eq!(child_of("/:members/nsx/a:1", "/:members/ns"), None);
+        assert_eq!(child_of("/:members/ns/a/b", "/:members/ns"), None);
     }
 
     #[test]

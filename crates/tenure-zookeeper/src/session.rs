@@ -2,16 +2,19 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use tenure_core::{
     BackendSession, Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result,
     SessionEvents,
 };
-use zookeeper_client::{Acls, Client, CreateMode, SessionState};
+use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, WatchedEvent};
 
 use crate::backend::{close_session, connect_client, is_no_node, is_node_exists, Shared};
 use crate::error::{closed, own};
@@ -42,8 +45,11 @@ pub(crate) struct ZkSession {
     id: String,
     /// `_c_<uuid>-latch-`: this session's node name prefix in every election.
     prefix: String,
-    nodes: Mutex<HashMap<ElectionName, Node>>,
+    nodes: Arc<Mutex<HashMap<ElectionName, Node>>>,
     state_task: tokio::task::JoinHandle<()>,
+    events: SessionEvents,
+    /// The task guarding each held election's node (see [`guard_leader`]).
+    guards: Mutex<HashMap<ElectionName, tokio::task::JoinHandle<()>>>,
     /// The ZooKeeper session id, the `ephemeralOwner` of this session's nodes.
     owner: i64,
     /// Member registrations by namespace and id: the node's name, `None` while unsure
@@ -59,6 +65,16 @@ impl fmt::Debug for ZkSession {
             .field("prefix", &self.prefix)
             .finish()
     }
+}
+
+/// The event of a one-shot watch on this session's own candidate node.
+type OwnWatch = Pin<Box<dyn Future<Output = WatchedEvent> + Send>>;
+
+/// What woke a waiting candidate.
+enum Woken {
+    Predecessor(EventType),
+    Own,
+    State(SessionState),
 }
 
 /// The rhythm of renewals, for the watchdog.
@@ -83,6 +99,9 @@ fn abandon_after(beat: &Beat, ttl: Duration) -> Duration {
 impl Drop for ZkSession {
     fn drop(&mut self) {
         self.state_task.abort();
+        if let Ok(mut guards) = self.guards.lock() {
+            guards.drain().for_each(|(_, t)| t.abort());
+        }
         self.watchdog.abort();
         self.shared.unregister(&self.id);
     }
@@ -114,6 +133,7 @@ impl ZkSession {
         shared.register(&id, client.session().clone());
         let mut states = client.state_watcher();
         let session_id = id.clone();
+        let guard_events = events.clone();
         let state_task = tokio::spawn(async move {
             loop {
                 match states.changed().await {
@@ -151,8 +171,10 @@ impl ZkSession {
             watchdog,
             id,
             prefix: protected_prefix(&random_uuid()),
-            nodes: Mutex::new(HashMap::new()),
+            nodes: Arc::new(Mutex::new(HashMap::new())),
             state_task,
+            events: guard_events,
+            guards: Mutex::new(HashMap::new()),
             owner,
             registrations: tokio::sync::Mutex::new(HashMap::new()),
         })
@@ -314,6 +336,10 @@ impl ZkSession {
             }
         }
         let mut states = client.state_watcher();
+        // A one-shot exists watch on this session's own node, armed while waiting: its
+        // event is delivered before any later one, so when the predecessor's delete
+        // arrives and it has not fired, the node is still there.
+        let mut own_watch: Option<(String, OwnWatch)> = None;
         loop {
             let node = self.ensure_node(&client, election, &dir, candidate).await?;
             self.shared.count();
@@ -332,33 +358,122 @@ impl ZkSession {
                 self.set_node(election, None);
                 continue;
             };
+            let own_path = format!("{dir}/{}", node.name);
             if position == 0 {
-                return Ok(Some(token_of(node.czxid)));
+                let watch = own_watch.take().filter(|(n, _)| *n == node.name);
+                return Ok(Some(self.granted(
+                    election,
+                    &own_path,
+                    &node,
+                    watch.map(|(_, w)| w),
+                )));
             }
             if !wait {
                 self.delete(&client, election, &dir, &node).await?;
                 return Ok(None);
             }
             let predecessor = format!("{dir}/{}", latches[position - 1]);
+            if own_watch.as_ref().is_some_and(|(n, _)| *n != node.name) {
+                own_watch = None;
+            }
+            // The predecessor's watch and, once per node, our own (pipelined).
             self.shared.count();
-            let (stat, watcher) = self
+            let watch_predecessor = self
                 .shared
-                .call("campaign", client.check_and_watch_stat(&predecessor))
-                .await?;
+                .call("campaign", client.check_and_watch_stat(&predecessor));
+            let (stat, watcher) = if own_watch.is_none() {
+                self.shared.count();
+                let watch_own = self
+                    .shared
+                    .call("campaign", client.check_and_watch_stat(&own_path));
+                let (pred, own_node) = futures::join!(watch_predecessor, watch_own);
+                match own_node? {
+                    (Some(_), w) => own_watch = Some((node.name.clone(), Box::pin(w.changed()))),
+                    (None, _) => {
+                        self.set_node(election, None);
+                        continue;
+                    }
+                }
+                pred?
+            } else {
+                watch_predecessor.await?
+            };
             if stat.is_none() {
                 continue;
             }
-            tokio::select! {
-                _ = watcher.changed() => {}
-                state = states.changed() => {
+            let own_changed = async {
+                match own_watch.as_mut() {
+                    Some((_, w)) => w.as_mut().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let woken = tokio::select! {
+                event = watcher.changed() => Woken::Predecessor(event.event_type),
+                _ = own_changed => Woken::Own,
+                state = states.changed() => Woken::State(state),
+            };
+            match woken {
+                Woken::Predecessor(EventType::NodeDeleted) if position == 1 => {
+                    // The leader left and we were next: sequences only grow, so we lead
+                    // unless our own node went first (its event would be here already).
+                    let mut watch = own_watch.take().map(|(_, w)| w);
+                    if let Some(w) = watch.as_mut() {
+                        if w.as_mut().now_or_never().is_some() {
+                            continue;
+                        }
+                    }
+                    return Ok(Some(self.granted(election, &own_path, &node, watch)));
+                }
+                Woken::Predecessor(_) => {}
+                Woken::Own => own_watch = None,
+                Woken::State(state) => {
                     if state.is_terminated() {
                         return Err(match state {
-                            SessionState::AuthFailed => own(ErrorKind::Unauthorized, "ZooKeeper authentication failed"),
+                            SessionState::AuthFailed => {
+                                own(ErrorKind::Unauthorized, "ZooKeeper authentication failed")
+                            }
                             _ => own(ErrorKind::SessionExpired, "ZooKeeper session ended"),
                         });
                     }
                 }
             }
+        }
+    }
+
+    /// Record the grant of `node` and guard it: a task waits for the node's exists watch
+    /// (`watch`, or a new one) and reports the election lost if the node is deleted by
+    /// anyone but this session (an operator, say). Returns the token.
+    fn granted(
+        &self,
+        election: &ElectionName,
+        path: &str,
+        node: &Node,
+        watch: Option<OwnWatch>,
+    ) -> FencingToken {
+        let token = token_of(node.czxid);
+        let task = tokio::spawn(guard_leader(
+            self.shared.clone(),
+            self.client.clone(),
+            self.nodes.clone(),
+            self.events.clone(),
+            election.clone(),
+            path.to_string(),
+            node.name.clone(),
+            token,
+            watch,
+        ));
+        if let Ok(mut guards) = self.guards.lock() {
+            if let Some(old) = guards.insert(election.clone(), task) {
+                old.abort();
+            }
+        }
+        token
+    }
+
+    /// Stop guarding `election`'s grant (before this session deletes its node).
+    fn unguard(&self, election: &ElectionName) {
+        if let Some(task) = self.guards.lock().ok().and_then(|mut g| g.remove(election)) {
+            task.abort();
         }
     }
 
@@ -470,6 +585,7 @@ impl ZkSession {
         dir: &str,
         node: &Node,
     ) -> Result<()> {
+        self.unguard(election);
         self.shared.count();
         match self
             .shared
@@ -627,6 +743,9 @@ impl BackendSession for ZkSession {
         let Some(client) = self.client.lock().ok().and_then(|mut c| c.take()) else {
             return Ok(());
         };
+        if let Ok(mut guards) = self.guards.lock() {
+            guards.drain().for_each(|(_, t)| t.abort());
+        }
         // Delete the nodes first so waiters hear at once; closing the session would
         // delete them as well.
         let nodes: Vec<(ElectionName, Node)> = self
@@ -687,5 +806,83 @@ async fn watchdog(
             drop(dropped);
             return;
         }
+    }
+}
+
+/// Guards a held election: waits for the exists watch on the leading node and, if the
+/// node is deleted while this session still counts it as its own (not by `resign` or
+/// `close`, which stop this task first), reports the election lost. Re-arms after other
+/// node events; ends on session events (expiry is reported by the session's state task).
+/// Holds no client between requests, so an abandoned session's connection still drops.
+#[allow(clippy::too_many_arguments)]
+async fn guard_leader(
+    shared: Arc<Shared>,
+    client: Arc<Mutex<Option<Client>>>,
+    nodes: Arc<Mutex<HashMap<ElectionName, Node>>>,
+    events: SessionEvents,
+    election: ElectionName,
+    path: String,
+    name: String,
+    token: FencingToken,
+    mut watch: Option<OwnWatch>,
+) {
+    let retry = tenure_core::Retry::default();
+    let mut attempt = 0u32;
+    loop {
+        let deleted = match watch.take() {
+            Some(w) => match w.await.event_type {
+                EventType::NodeDeleted => true,
+                EventType::Session => return,
+                _ => continue,
+            },
+            None => {
+                let Some(c) = client.lock().ok().and_then(|c| c.clone()) else {
+                    return;
+                };
+                if c.state().is_terminated() {
+                    return;
+                }
+                shared.count();
+                let armed = shared.call("guard", c.check_and_watch_stat(&path)).await;
+                drop(c);
+                match armed {
+                    Ok((Some(_), w)) => {
+                        attempt = 0;
+                        watch = Some(Box::pin(w.changed()));
+                        continue;
+                    }
+                    Ok((None, _)) => true,
+                    Err(e) => {
+                        let delay = retry.delay(attempt);
+                        attempt = attempt.saturating_add(1);
+                        tracing::debug!(%election, error = %e, ?delay, "could not watch the leading node; retrying");
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        if !deleted {
+            continue;
+        }
+        let ours = nodes
+            .lock()
+            .map(|mut n| {
+                let ours = n.get(&election).is_some_and(|node| node.name == name);
+                if ours {
+                    n.remove(&election);
+                }
+                ours
+            })
+            .unwrap_or(false);
+        if ours {
+            tracing::warn!(%election, node = %path, token = token.0, "the leading node was deleted by someone else");
+            events.election_lost(
+                &election,
+                token,
+                &format!("the leading node {path} was deleted by someone else"),
+            );
+        }
+        return;
     }
 }
