@@ -25,6 +25,11 @@ pub enum Command {
     /// Run N shard managers in this process through a script (converge, crash a node,
     /// add a node, drain a node) with a live view, then print a summary.
     Demo(DemoArgs),
+    /// Read a sharded namespace: who leads each shard, replica sets, members.
+    Shards(ShardsArgs),
+    /// Measure handover and failover latency of the given backends (and the in-memory
+    /// one) and the shard manager; print one Markdown table and write an SVG chart.
+    Bench(BenchArgs),
 }
 
 /// Which store to use.
@@ -167,4 +172,86 @@ pub struct DemoArgs {
     /// Metrics.
     #[command(flatten)]
     pub metrics: MetricsArgs,
+}
+
+/// `tenure shards`.
+#[derive(Debug, Clone, Args)]
+pub struct ShardsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ShardsCommand,
+}
+
+/// The `shards` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ShardsCommand {
+    /// Print the shard map (leader, token, replicas), leaders per node and the members.
+    Status(ShardsStatusArgs),
+}
+
+/// `tenure shards status`.
+#[derive(Debug, Clone, Args)]
+pub struct ShardsStatusArgs {
+    /// The store.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// The namespace the shard managers use.
+    #[arg(long)]
+    pub namespace: String,
+    /// Its number of shards (as configured on the nodes).
+    #[arg(long)]
+    pub shards: usize,
+    /// Its replication factor (as configured on the nodes).
+    #[arg(long, default_value_t = 3)]
+    pub replication: usize,
+    /// Print the map again on every change until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// Connect and request timeout in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub connect_timeout: f64,
+}
+
+/// `tenure bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// An etcd to measure (etcd://host:port or host:port).
+    #[arg(long, env = "TENURE_BENCH_ETCD")]
+    pub etcd: Option<String>,
+    /// A Redis to measure (redis://host:port).
+    #[arg(long, env = "TENURE_BENCH_REDIS")]
+    pub redis: Option<String>,
+    /// A ZooKeeper to measure (zk://host:port[/chroot] or host:port).
+    #[arg(long, env = "TENURE_BENCH_ZK")]
+    pub zk: Option<String>,
+    /// An Azure Blob container or Azurite to measure (azblob://…).
+    #[arg(long, env = "TENURE_BENCH_AZURE")]
+    pub azure: Option<String>,
+    /// Graceful handovers per backend.
+    #[arg(long, default_value_t = 20)]
+    pub runs: usize,
+    /// Crash failovers per backend.
+    #[arg(long, default_value_t = 5)]
+    pub failovers: usize,
+    /// Session TTL in seconds (every backend but Azure).
+    #[arg(long, default_value_t = 2.0)]
+    pub ttl: f64,
+    /// Session TTL in seconds on Azure (its leases last 15 to 60 s).
+    #[arg(long, default_value_t = 15.0)]
+    pub azure_ttl: f64,
+    /// Shards for the shard manager's benchmark.
+    #[arg(long, default_value_t = 256)]
+    pub shards: usize,
+    /// Nodes for the shard manager's benchmark.
+    #[arg(long, default_value_t = 5)]
+    pub nodes: usize,
+    /// Seconds of the quiet stretch in which the shard manager's store requests are counted.
+    #[arg(long, default_value_t = 2.0)]
+    pub quiet: f64,
+    /// Skip the shard manager's benchmark.
+    #[arg(long)]
+    pub no_shards: bool,
+    /// Where to write the SVG chart.
+    #[arg(long, default_value = "bench.svg")]
+    pub svg: std::path::PathBuf,
 }

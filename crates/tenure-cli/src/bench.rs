@@ -83,7 +83,8 @@ pub struct BenchTable {
     pub figures: Vec<Figure>,
 }
 
-fn show(d: Option<Duration>) -> String {
+/// A duration for the tables: two decimals below 10 ms, whole milliseconds above.
+pub fn show_duration(d: Option<Duration>) -> String {
     match d {
         Some(d) if d < Duration::from_millis(10) => format!("{:.2} ms", d.as_secs_f64() * 1e3),
         Some(d) => format!("{:.0} ms", d.as_secs_f64() * 1e3),
@@ -103,9 +104,9 @@ impl fmt::Display for BenchTable {
                 "| {} | {} | {} | {} | {} | {} |",
                 fig.name,
                 fig.samples.len(),
-                show(fig.min()),
-                show(fig.median()),
-                show(fig.max()),
+                show_duration(fig.min()),
+                show_duration(fig.median()),
+                show_duration(fig.max()),
                 fig.note
             )?;
         }

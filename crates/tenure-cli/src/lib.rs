@@ -4,11 +4,13 @@
 
 pub mod args;
 pub mod bench;
+pub mod bench_all;
 pub mod campaign;
 pub mod clock;
 pub mod demo;
 pub mod events;
 pub mod metrics;
 pub mod observe;
+pub mod shards;
 
 pub use events::{EventSink, MemorySink, StdoutSink};

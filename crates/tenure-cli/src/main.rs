@@ -8,8 +8,12 @@ use clap::Parser;
 use std::io::IsTerminal;
 use tenure::{Error, ErrorKind};
 
-use tenure_cli::args::{seconds, Cli, Command, DemoArgs, MetricsArgs};
+use tenure_cli::args::{
+    seconds, BenchArgs, Cli, Command, DemoArgs, MetricsArgs, ShardsArgs, ShardsCommand,
+};
+use tenure_cli::bench_all::{self, BenchPlan, Machine, Target};
 use tenure_cli::demo::{self, DemoOptions, Display};
+use tenure_cli::shards::{self, StatusOptions};
 use tenure_cli::{campaign, metrics, observe, StdoutSink};
 use tokio_util::sync::CancellationToken;
 
@@ -136,7 +140,120 @@ async fn run(cli: Cli) -> tenure::Result<()> {
             observe::run_observe(backend, &args, Arc::new(StdoutSink), shutdown).await
         }
         Command::Demo(args) => run_demo(args, shutdown).await,
+        Command::Shards(args) => run_shards(args, shutdown).await,
+        Command::Bench(args) => run_bench(args).await,
     }
+}
+
+async fn run_shards(args: ShardsArgs, shutdown: CancellationToken) -> tenure::Result<()> {
+    match args.command {
+        ShardsCommand::Status(args) => {
+            let layout = tenure::Layout::new(&args.namespace, args.shards, args.replication)?;
+            let limit = seconds("connect_timeout", args.connect_timeout)?;
+            let mut timing = tenure::Timing::from_ttl(Duration::from_secs(10));
+            timing.connect_timeout = limit;
+            let backend = connect(&args.backend.backend, limit).await?;
+            let options = StatusOptions {
+                layout,
+                timing,
+                watch: args.watch,
+                clear: args.watch && std::io::stdout().is_terminal(),
+            };
+            let mut out = std::io::stdout();
+            shards::run_status(backend, &options, &mut out, shutdown).await
+        }
+    }
+}
+
+/// `host:port` → `scheme://host:port`; a URL stays as it is.
+fn with_scheme(scheme: &str, value: &str) -> String {
+    if value.contains("://") {
+        value.to_string()
+    } else {
+        format!("{scheme}://{value}")
+    }
+}
+
+async fn run_bench(args: BenchArgs) -> tenure::Result<()> {
+    let timing = tenure::Timing::from_ttl(seconds("ttl", args.ttl)?);
+    timing.validate()?;
+    let azure_timing = tenure::Timing::from_ttl(seconds("azure_ttl", args.azure_ttl)?);
+    azure_timing.validate()?;
+    if args.runs == 0 && args.failovers == 0 {
+        return Err(Error::invalid(
+            "runs, failovers: both 0; nothing to measure",
+        ));
+    }
+    let mut targets = vec![Target {
+        name: "mem".into(),
+        url: "mem://tenure-bench".into(),
+        timing: timing.clone(),
+        shards: true,
+    }];
+    for (name, scheme, value) in [
+        ("etcd", "etcd", &args.etcd),
+        ("redis", "redis", &args.redis),
+        ("zookeeper", "zk", &args.zk),
+    ] {
+        if let Some(v) = value {
+            targets.push(Target {
+                name: name.into(),
+                url: with_scheme(scheme, v),
+                timing: timing.clone(),
+                shards: true,
+            });
+        }
+    }
+    if let Some(v) = &args.azure {
+        // One blob lease per election, polled: the shard manager's benchmark (256
+        // shards × replication 3 polling campaigns) is left out on Azure.
+        targets.push(Target {
+            name: "azure".into(),
+            url: with_scheme("azblob", v),
+            timing: azure_timing,
+            shards: false,
+        });
+    }
+    let shard_config = if args.no_shards {
+        None
+    } else {
+        tenure::Layout::new("bench", args.shards, 3)?;
+        if args.nodes < 2 {
+            return Err(Error::invalid(format!(
+                "nodes: {}; the shard benchmark crashes one node, so it needs at least 2",
+                args.nodes
+            )));
+        }
+        let mut cfg = tenure::shard::bench::BenchConfig::new(args.shards);
+        cfg.nodes = args.nodes;
+        cfg.steady_window = seconds("quiet", args.quiet)?;
+        cfg.settle_timeout = Duration::from_secs(120);
+        Some(cfg)
+    };
+    let plan = BenchPlan {
+        targets,
+        handover_runs: args.runs,
+        failover_runs: args.failovers,
+        shard_config,
+    };
+    let progress = |line: String| eprintln!("tenure bench: {line}");
+    let outcomes = bench_all::run(&plan, &progress).await;
+    let machine = Machine::detect();
+    let command = std::env::args()
+        .enumerate()
+        .map(|(i, a)| if i == 0 { "tenure".to_string() } else { a })
+        .collect::<Vec<_>>()
+        .join(" ");
+    print!("{}", bench_all::markdown(&outcomes, &machine, &command));
+    let chart = bench_all::svg(&outcomes, &machine);
+    std::fs::write(&args.svg, chart).map_err(|e| {
+        Error::new(
+            ErrorKind::Unavailable,
+            format!("svg: cannot write {}: {e}", args.svg.display()),
+        )
+    })?;
+    eprintln!("tenure bench: chart written to {}", args.svg.display());
+    Ok(())
 }
 
 async fn run_demo(args: DemoArgs, shutdown: CancellationToken) -> tenure::Result<()> {
