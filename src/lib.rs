@@ -2,9 +2,9 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub use tenure_core::*;
 #[cfg(feature = "azure")]
 pub use tenure_azure::{AzureBackend, AzureConfig};
+pub use tenure_core::*;
 #[cfg(feature = "etcd")]
 pub use tenure_etcd::{EtcdBackend, EtcdConfig};
 /// The peer-to-peer backend (`peer://`): election algorithms, quorum guard,
