@@ -49,6 +49,7 @@
 #![deny(missing_docs)]
 
 mod bench;
+mod bench_azure;
 mod bench_redis;
 mod bench_zookeeper;
 mod candidate;
@@ -63,6 +64,7 @@ mod server;
 pub use bench::{
     bench_backend, bench_etcd, measure_failover, measure_handover, BenchOptions, BenchTable, Figure,
 };
+pub use bench_azure::{bench_azure, AZURE_RENEW_ELECTIONS};
 pub use bench_redis::{bench_redis, RENEW_ELECTIONS};
 pub use bench_zookeeper::bench_zookeeper;
 pub use candidate::{CandidateProcess, Event, TERMINATE_TIMEOUT};

@@ -583,6 +583,9 @@ impl Demo {
         for n in &self.nodes {
             per_node.insert(&n.id, 0);
         }
+        for c in &r.crashed {
+            per_node.insert(c, 0);
+        }
         for l in r.leaders.iter().flatten() {
             *per_node.entry(l.as_str()).or_default() += 1;
         }
