@@ -50,7 +50,6 @@
 
 mod bench;
 mod bench_azure;
-mod bench_azure;
 mod bench_redis;
 mod bench_zookeeper;
 mod candidate;
@@ -65,7 +64,6 @@ mod server;
 pub use bench::{
     bench_backend, bench_etcd, measure_failover, measure_handover, BenchOptions, BenchTable, Figure,
 };
-pub use bench_azure::{bench_azure, AZURE_RENEW_ELECTIONS};
 pub use bench_azure::{bench_azure, AZURE_RENEW_ELECTIONS};
 pub use bench_redis::{bench_redis, RENEW_ELECTIONS};
 pub use bench_zookeeper::bench_zookeeper;
