@@ -81,6 +81,13 @@ pub enum HarnessError {
         reason: String,
     },
 
+    /// A chaos run was given options it cannot run with, or its setup failed.
+    #[error("chaos: {reason}")]
+    Chaos {
+        /// What is wrong.
+        reason: String,
+    },
+
     /// A process (server or candidate) is not running, so it cannot be
     /// signalled.
     #[error("{what} is not running")]

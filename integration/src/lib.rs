@@ -23,6 +23,12 @@
 //!   command that writes a candidate's token to it in a loop;
 //!   [`check_fencing`] finds overlapping tenures and non-increasing tokens in
 //!   the event logs of many candidates.
+//! - **Chaos.** [`run_chaos`] runs K candidate processes against a real backend
+//!   for a given time, injects seeded random faults (SIGKILL or SIGSTOP of the
+//!   holder, SIGSTOP or restart of the store, cut or black-holed links, peer
+//!   partitions) and returns a [`ChaosReport`] of faults, grants, the longest
+//!   leaderless gap and every safety violation; the `tenure-chaos` binary runs it
+//!   from a shell.
 //! - **Benchmarks.** [`bench_etcd`], [`bench_redis`], [`bench_zookeeper`] and [`bench_backend`]
 //!   measure graceful handover and crash failover latency and return a
 //!   [`BenchTable`] (min/median/max per figure); [`bench_redis`] adds the cost
@@ -53,6 +59,7 @@ mod bench_azure;
 mod bench_redis;
 mod bench_zookeeper;
 mod candidate;
+pub mod chaos;
 pub mod cli_faults;
 mod error;
 mod fencing;
@@ -68,6 +75,7 @@ pub use bench_azure::{bench_azure, AZURE_RENEW_ELECTIONS};
 pub use bench_redis::{bench_redis, RENEW_ELECTIONS};
 pub use bench_zookeeper::bench_zookeeper;
 pub use candidate::{CandidateProcess, Event, TERMINATE_TIMEOUT};
+pub use chaos::{run_chaos, ChaosBackend, ChaosOptions, ChaosReport, FaultKind};
 pub use error::{HarnessError, Result};
 pub use fencing::{
     check_fencing, check_fencing_at, tenures, write_loop_command, FencingViolation,

@@ -1,0 +1,1159 @@
+//! Chaos: a seeded, randomized fault campaign against real candidate processes, and the
+//! safety checker that reads everything they and a fenced resource saw.
+//!
+//! [`run_chaos`] starts a store (or, for `peer://`, a cluster of nodes whose every link
+//! goes through its own [`TcpProxy`]), K `tenure campaign` processes whose command
+//! writes its `TENURE_TOKEN` to a [`GuardedResource`], and then, until the duration is
+//! up, injects one fault at a time with quiet gaps between them. The fault kinds
+//! ([`FaultKind`]) are drawn in rounds: every round is a shuffle of every kind that
+//! applies to the backend, so even a short run covers each kind. Every random choice
+//! comes from one seed, printed first; the same seed replays the same schedule (the
+//! processes' timing still varies).
+//!
+//! At the end [`ChaosReport`] gives the faults by kind, the leaderships granted, the
+//! longest time without a leader, and the **violations**: overlapping `[elected, lost]`
+//! intervals of the election, tokens that do not increase, grants without a token, and
+//! writes the resource accepted with a stale token. On Redis a restart without
+//! persistence loses the seat, which its README declares may hand the seat to a second
+//! holder before the first one's deadline: overlaps that span such a restart are listed
+//! as allowed by that limit, and the check that must hold is zero stale writes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use crate::candidate::{CandidateProcess, Event};
+use crate::error::{HarnessError, Result};
+use crate::fencing::{check_fencing_at, tenures, FencingViolation, GuardedResource, Tenure};
+use crate::fencing::{write_loop_command, WriteRecord};
+use crate::os::{free_port, monotonic_now_ns};
+use crate::proxy::TcpProxy;
+use crate::server::{EtcdServer, RedisServer, ZooKeeperServer};
+
+/// The election every candidate of a chaos run campaigns in.
+pub const CHAOS_ELECTION: &str = "chaos/seat";
+
+/// How long a leader's command runs before it exits by itself (and its candidate
+/// resigns and campaigns again). This also bounds how long the write loop of a
+/// SIGKILLed candidate, which keeps writing with its stale token, outlives it.
+const COMMAND_LIFETIME_SECS: u64 = 20;
+
+/// The peer cluster's quorum lease; the candidates' TTL must not exceed it.
+const PEER_LEASE: Duration = Duration::from_millis(1500);
+
+/// The backends a chaos run can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChaosBackend {
+    /// A local etcd (`etcd://`), each candidate through its own proxy.
+    Etcd,
+    /// A local Redis without persistence (`redis://`), each candidate through its own
+    /// proxy.
+    Redis,
+    /// A local ZooKeeper (`zk://`), each candidate through its own proxy.
+    ZooKeeper,
+    /// A `peer://` cluster of the candidates themselves (bully with the quorum guard),
+    /// every link through its own proxy.
+    Peer,
+}
+
+impl ChaosBackend {
+    /// Every backend, in the order the docs list them.
+    pub const ALL: [ChaosBackend; 4] = [
+        ChaosBackend::Etcd,
+        ChaosBackend::Redis,
+        ChaosBackend::ZooKeeper,
+        ChaosBackend::Peer,
+    ];
+
+    /// The name used on the command line: `etcd`, `redis`, `zookeeper`, `peer`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChaosBackend::Etcd => "etcd",
+            ChaosBackend::Redis => "redis",
+            ChaosBackend::ZooKeeper => "zookeeper",
+            ChaosBackend::Peer => "peer",
+        }
+    }
+
+    /// The fault kinds that apply to this backend.
+    pub fn faults(self) -> &'static [FaultKind] {
+        use FaultKind::*;
+        match self {
+            ChaosBackend::Peer => &[KillHolder, StopHolder, Partition, CutLink, Blackhole],
+            _ => &[
+                KillHolder,
+                StopHolder,
+                StopServer,
+                RestartServer,
+                Cut,
+                Blackhole,
+            ],
+        }
+    }
+
+    /// Whether a server restart loses the seats (Redis runs without persistence), which
+    /// the backend's documented limits allow to overlap two tenures.
+    pub fn restart_loses_data(self) -> bool {
+        self == ChaosBackend::Redis
+    }
+
+    /// The session TTL the candidates use unless told otherwise: 2 s for the stores
+    /// (the shortest ZooKeeper session at tickTime 1000 ms), 1 s for the peer cluster
+    /// (within its 1.5 s quorum lease).
+    pub fn default_ttl(self) -> Duration {
+        match self {
+            ChaosBackend::Peer => Duration::from_secs(1),
+            _ => Duration::from_secs(2),
+        }
+    }
+}
+
+impl fmt::Display for ChaosBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ChaosBackend {
+    type Err = HarnessError;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "etcd" => Ok(ChaosBackend::Etcd),
+            "redis" => Ok(ChaosBackend::Redis),
+            "zookeeper" | "zk" => Ok(ChaosBackend::ZooKeeper),
+            "peer" => Ok(ChaosBackend::Peer),
+            other => Err(HarnessError::Chaos {
+                reason: format!(
+                    "unknown backend {other:?} (known: etcd, redis, zookeeper, peer; \
+                     the Azure backend is not wired yet)"
+                ),
+            }),
+        }
+    }
+}
+
+/// One kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// SIGKILL the holder (its command keeps writing with its stale token); a new
+    /// candidate takes its place.
+    KillHolder,
+    /// SIGSTOP the holder for longer than its TTL, then SIGCONT.
+    StopHolder,
+    /// SIGSTOP the store for longer than the renew deadline, then SIGCONT.
+    StopServer,
+    /// Kill the store and start it again on the same port and data directory (Redis:
+    /// without persistence, so empty) after up to a TTL and a half.
+    RestartServer,
+    /// Close one candidate's connections to the store and refuse new ones for a while.
+    Cut,
+    /// Silently drop one candidate's traffic (store) or all of one node's links (peer)
+    /// for a while.
+    Blackhole,
+    /// Peer: cut every link of one node (it is alone against the majority).
+    Partition,
+    /// Peer: cut the link between two nodes, both ways (each still reaches the third).
+    CutLink,
+}
+
+impl FaultKind {
+    /// The name in reports: `kill_holder`, `stop_holder`, …
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::KillHolder => "kill_holder",
+            FaultKind::StopHolder => "stop_holder",
+            FaultKind::StopServer => "stop_server",
+            FaultKind::RestartServer => "restart_server",
+            FaultKind::Cut => "cut",
+            FaultKind::Blackhole => "blackhole",
+            FaultKind::Partition => "partition",
+            FaultKind::CutLink => "cut_link",
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a chaos run does; [`ChaosOptions::new`] gives the defaults.
+#[derive(Debug, Clone)]
+pub struct ChaosOptions {
+    /// The backend.
+    pub backend: ChaosBackend,
+    /// How long faults are injected (the run takes a few seconds more to start and to
+    /// stop). Default 60 s.
+    pub duration: Duration,
+    /// How many candidate processes campaign at a time (peer: the cluster size).
+    /// Default 3.
+    pub candidates: usize,
+    /// The seed of every random choice. Default: from the clock.
+    pub seed: u64,
+    /// The candidates' session TTL. Default [`ChaosBackend::default_ttl`].
+    pub ttl: Duration,
+    /// How often a leader's command writes its token. Default 100 ms.
+    pub write_every: Duration,
+    /// The `tenure` binary the candidates run.
+    pub tenure_bin: PathBuf,
+    /// Print each fault to stderr as it is injected. Default true.
+    pub verbose: bool,
+}
+
+impl ChaosOptions {
+    /// Defaults for `backend`, running `tenure_bin`, with a seed from the clock.
+    pub fn new(backend: ChaosBackend, tenure_bin: impl Into<PathBuf>) -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+            ^ u64::from(std::process::id());
+        ChaosOptions {
+            backend,
+            duration: Duration::from_secs(60),
+            candidates: 3,
+            seed,
+            ttl: backend.default_ttl(),
+            write_every: Duration::from_millis(100),
+            tenure_bin: tenure_bin.into(),
+            verbose: true,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |reason: String| Err(HarnessError::Chaos { reason });
+        if self.candidates < 2 || self.candidates > 9 {
+            return bad(format!(
+                "candidates: {} is not between 2 and 9",
+                self.candidates
+            ));
+        }
+        if self.backend == ChaosBackend::Peer && self.candidates < 3 {
+            return bad("candidates: a peer cluster needs at least 3 nodes".into());
+        }
+        if self.ttl < Duration::from_millis(500) || self.ttl > Duration::from_secs(60) {
+            return bad(format!("ttl: {:?} is not between 0.5 s and 60 s", self.ttl));
+        }
+        if self.backend == ChaosBackend::Peer && self.ttl > PEER_LEASE {
+            return bad(format!(
+                "ttl: {:?} exceeds the peer cluster's lease {PEER_LEASE:?}",
+                self.ttl
+            ));
+        }
+        if self.write_every < Duration::from_millis(10) {
+            return bad("write_every: below 10 ms".into());
+        }
+        Ok(())
+    }
+}
+
+/// What a chaos run found.
+#[derive(Debug, Clone)]
+pub struct ChaosReport {
+    /// The backend.
+    pub backend: ChaosBackend,
+    /// The seed (replay with the same options and this seed).
+    pub seed: u64,
+    /// How long faults were injected.
+    pub duration: Duration,
+    /// How many candidates campaigned at a time.
+    pub candidates: usize,
+    /// The candidates' TTL.
+    pub ttl: Duration,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<FaultKind, usize>,
+    /// One line per fault: when (seconds into the run), what, on whom.
+    pub fault_log: Vec<String>,
+    /// Leaderships granted (tenures in the candidates' logs).
+    pub grants: usize,
+    /// The longest time without a leader between the first grant and the end.
+    pub max_leaderless_gap: Duration,
+    /// When that gap began, counted from the start of the run.
+    pub max_gap_at: Duration,
+    /// Fencing violations in the event logs (overlaps, tokens not increasing, grants
+    /// without a token), except those in [`allowed_overlaps`](Self::allowed_overlaps).
+    pub violations: Vec<FencingViolation>,
+    /// Overlaps that span a restart of a store that loses its data (Redis), which the
+    /// backend's documented limits allow.
+    pub allowed_overlaps: Vec<FencingViolation>,
+    /// Writes the resource accepted although their token was stale: lower than a
+    /// token it had accepted before, or granted to another candidate, or never
+    /// granted at all.
+    pub stale_writes_accepted: Vec<WriteRecord>,
+    /// Writes accepted, in total.
+    pub writes_accepted: usize,
+    /// Writes refused as stale, in total.
+    pub writes_refused: usize,
+    /// Writes with a token a later grant had already superseded, accepted because the
+    /// successor had not written yet: what fencing tokens allow, shown for insight.
+    pub superseded_writes_before_successor: usize,
+}
+
+impl ChaosReport {
+    /// Whether the run found no violation (allowed overlaps do not count; stale
+    /// writes always do).
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty() && self.stale_writes_accepted.is_empty()
+    }
+
+    /// Violations of every kind, as lines.
+    pub fn violation_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self.violations.iter().map(|v| v.to_string()).collect();
+        lines.extend(
+            self.stale_writes_accepted
+                .iter()
+                .map(|w| format!("stale write accepted: {w:?}")),
+        );
+        lines
+    }
+}
+
+impl fmt::Display for ChaosReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "chaos: backend {}, seed {}, {:.1} s of faults, {} candidates, TTL {:?}",
+            self.backend,
+            self.seed,
+            self.duration.as_secs_f64(),
+            self.candidates,
+            self.ttl
+        )?;
+        let total: usize = self.faults.values().sum();
+        let kinds: Vec<String> = self
+            .backend
+            .faults()
+            .iter()
+            .map(|k| format!("{k} {}", self.faults.get(k).copied().unwrap_or(0)))
+            .collect();
+        writeln!(f, "faults: {total} ({})", kinds.join(", "))?;
+        writeln!(
+            f,
+            "leaderships granted: {}; max leaderless gap: {:.2} s (from {:.1} s)",
+            self.grants,
+            self.max_leaderless_gap.as_secs_f64(),
+            self.max_gap_at.as_secs_f64()
+        )?;
+        writeln!(
+            f,
+            "writes: {} accepted, {} refused as stale; {} with a superseded token accepted \
+             before the successor's first write (allowed by fencing)",
+            self.writes_accepted, self.writes_refused, self.superseded_writes_before_successor
+        )?;
+        if self.backend.restart_loses_data() {
+            writeln!(
+                f,
+                "overlapping tenures across a restart without persistence (Redis data loss, \
+                 a documented limit): {}; the check that must hold then is zero stale writes \
+                 accepted: {}",
+                self.allowed_overlaps.len(),
+                self.stale_writes_accepted.len()
+            )?;
+            for o in &self.allowed_overlaps {
+                writeln!(f, "  allowed: {o}")?;
+            }
+        }
+        let lines = self.violation_lines();
+        write!(f, "violations: {}", lines.len())?;
+        for line in lines {
+            write!(f, "\n  {line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A small deterministic generator (SplitMix64): the whole schedule follows from the
+/// seed.
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (`n` > 0).
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    /// A duration uniformly in `[lo, hi]`.
+    fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
+        let span = hi.saturating_sub(lo);
+        Duration::from_millis(lo + self.next_u64() % (span + 1))
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+/// The store of a run.
+enum Store {
+    Etcd(EtcdServer),
+    Redis(RedisServer),
+    ZooKeeper(ZooKeeperServer),
+}
+
+impl Store {
+    async fn start(backend: ChaosBackend) -> Result<Option<Store>> {
+        let store = match backend {
+            ChaosBackend::Etcd => Store::Etcd(EtcdServer::start().await?),
+            ChaosBackend::Redis => Store::Redis(RedisServer::start().await?),
+            ChaosBackend::ZooKeeper => Store::ZooKeeper(ZooKeeperServer::start().await?),
+            ChaosBackend::Peer => return Ok(None),
+        };
+        if store.is_external() {
+            return Err(HarnessError::Chaos {
+                reason: "chaos pauses and restarts the store, so it needs a local server: \
+                         unset TENURE_TEST_ETCD, TENURE_TEST_REDIS and TENURE_TEST_ZOOKEEPER"
+                    .into(),
+            });
+        }
+        Ok(Some(store))
+    }
+
+    fn is_external(&self) -> bool {
+        match self {
+            Store::Etcd(s) => s.is_external(),
+            Store::Redis(s) => s.is_external(),
+            Store::ZooKeeper(s) => s.is_external(),
+        }
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            Store::Etcd(s) => s.addr(),
+            Store::Redis(s) => s.addr(),
+            Store::ZooKeeper(s) => s.addr(),
+        }
+    }
+
+    fn pause(&self) -> Result<()> {
+        match self {
+            Store::Etcd(s) => s.pause(),
+            Store::Redis(s) => s.pause(),
+            Store::ZooKeeper(s) => s.pause(),
+        }
+    }
+
+    fn resume(&self) -> Result<()> {
+        match self {
+            Store::Etcd(s) => s.resume(),
+            Store::Redis(s) => s.resume(),
+            Store::ZooKeeper(s) => s.resume(),
+        }
+    }
+
+    async fn kill(&mut self) -> Result<()> {
+        match self {
+            Store::Etcd(s) => s.kill().await,
+            Store::Redis(s) => s.kill().await,
+            Store::ZooKeeper(s) => s.kill().await,
+        }
+    }
+
+    async fn restart(&mut self) -> Result<()> {
+        match self {
+            Store::Etcd(s) => s.restart().await,
+            Store::Redis(s) => s.restart().await,
+            Store::ZooKeeper(s) => s.restart().await,
+        }
+    }
+
+    /// The URL a candidate uses to reach the store through `via` (its proxy).
+    fn url(&self, via: std::net::SocketAddr, seed: u64) -> String {
+        match self {
+            Store::Etcd(_) => format!(
+                "etcd://{via}?prefix=chaos-{seed}&connect_timeout_ms=1000&request_timeout_ms=1000"
+            ),
+            Store::Redis(_) => format!(
+                "redis://{via}?prefix=chaos-{seed}&connect_timeout_ms=1000&request_timeout_ms=1000"
+            ),
+            Store::ZooKeeper(_) => {
+                format!("zk://{via}/chaos-{seed}?connect_timeout=1s&request_timeout=1s")
+            }
+        }
+    }
+}
+
+/// The links of a peer cluster: `links[i][j]` carries what node `i` sends to node `j`
+/// (`None` on the diagonal).
+struct PeerLinks {
+    ports: Vec<u16>,
+    links: Vec<Vec<Option<TcpProxy>>>,
+}
+
+impl PeerLinks {
+    async fn start(nodes: usize) -> Result<Self> {
+        let mut ports = Vec::with_capacity(nodes);
+        for _ in 0..nodes {
+            ports.push(free_port()?);
+        }
+        let mut links = Vec::with_capacity(nodes);
+        for i in 0..nodes {
+            let mut row = Vec::with_capacity(nodes);
+            for (j, port) in ports.iter().enumerate() {
+                row.push(if i == j {
+                    None
+                } else {
+                    Some(
+                        TcpProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], *port)))
+                            .await?,
+                    )
+                });
+            }
+            links.push(row);
+        }
+        Ok(PeerLinks { ports, links })
+    }
+
+    /// Node `i`'s URL: it listens on its own port and reaches node `j` through
+    /// `links[i][j]`.
+    fn url(&self, i: usize) -> String {
+        let peers: Vec<String> = (0..self.ports.len())
+            .map(|j| {
+                let addr = match &self.links[i][j] {
+                    Some(proxy) => proxy.addr(),
+                    None => std::net::SocketAddr::from(([127, 0, 0, 1], self.ports[j])),
+                };
+                format!("{}@{addr}", j + 1)
+            })
+            .collect();
+        format!(
+            "peer://127.0.0.1:{}?id={}&peers={}&algorithm=bully&lease={}ms&heartbeat=50ms&leader_timeout=300ms",
+            self.ports[i],
+            i + 1,
+            peers.join(","),
+            PEER_LEASE.as_millis()
+        )
+    }
+
+    /// The proxies of the links between `a` and `b`, both ways.
+    fn between(&self, a: usize, b: usize) -> impl Iterator<Item = &TcpProxy> {
+        [&self.links[a][b], &self.links[b][a]]
+            .into_iter()
+            .filter_map(|l| l.as_ref())
+    }
+
+    /// The proxies of every link of node `n`, both ways.
+    fn of(&self, n: usize) -> Vec<&TcpProxy> {
+        (0..self.ports.len())
+            .flat_map(|m| self.between(n, m))
+            .collect()
+    }
+}
+
+/// One running chaos campaign.
+struct Run {
+    opts: ChaosOptions,
+    rng: Rng,
+    started: Instant,
+    resource: GuardedResource,
+    store: Option<Store>,
+    /// One proxy per candidate slot between it and the store.
+    proxies: Vec<TcpProxy>,
+    peer: Option<PeerLinks>,
+    /// The candidate in each slot now.
+    slots: Vec<CandidateProcess>,
+    /// How many candidates each slot has had.
+    generations: Vec<u32>,
+    /// Logs of candidates that were replaced.
+    finished: Vec<Vec<Event>>,
+    faults: BTreeMap<FaultKind, usize>,
+    fault_log: Vec<String>,
+    /// `mono_ns` of every moment the store lost its data (kill before a restart of a
+    /// store without persistence).
+    data_lost_at: Vec<u64>,
+}
+
+/// Runs a chaos campaign as `opts` says and checks its safety; see the module docs.
+///
+/// Errors are about the harness (a server that does not start, a candidate that cannot
+/// be spawned); what the run found is in the report, whose
+/// [`passed`](ChaosReport::passed) says whether there were violations.
+pub async fn run_chaos(opts: ChaosOptions) -> Result<ChaosReport> {
+    opts.validate()?;
+    if opts.verbose {
+        eprintln!(
+            "chaos: backend {}, seed {} (replay with --seed {}), {:?}, {} candidates, TTL {:?}",
+            opts.backend, opts.seed, opts.seed, opts.duration, opts.candidates, opts.ttl
+        );
+    }
+    let resource = GuardedResource::start().await?;
+    let store = Store::start(opts.backend).await?;
+    let mut proxies = Vec::new();
+    if let Some(store) = &store {
+        for _ in 0..opts.candidates {
+            proxies.push(TcpProxy::start(store.addr()).await?);
+        }
+    }
+    let peer = match opts.backend {
+        ChaosBackend::Peer => Some(PeerLinks::start(opts.candidates).await?),
+        _ => None,
+    };
+    let mut run = Run {
+        rng: Rng(opts.seed),
+        started: Instant::now(),
+        resource,
+        store,
+        proxies,
+        peer,
+        slots: Vec::new(),
+        generations: vec![0; opts.candidates],
+        finished: Vec::new(),
+        faults: BTreeMap::new(),
+        fault_log: Vec::new(),
+        data_lost_at: Vec::new(),
+        opts,
+    };
+    for slot in 0..run.opts.candidates {
+        let c = run.spawn(slot)?;
+        run.slots.push(c);
+    }
+    let outcome = run.campaign().await;
+    // Whatever happened, stop the candidates (SIGTERM resigns) and read their logs.
+    let end_ns = monotonic_now_ns();
+    let logs = run.stop().await;
+    outcome?;
+    Ok(run.report(&logs, end_ns))
+}
+
+impl Run {
+    fn at(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    fn note(&mut self, kind: FaultKind, what: String) {
+        *self.faults.entry(kind).or_default() += 1;
+        let line = format!("[{:7.2} s] {kind}: {what}", self.at());
+        if self.opts.verbose {
+            eprintln!("chaos: {line}");
+        }
+        self.fault_log.push(line);
+    }
+
+    fn url(&self, slot: usize) -> String {
+        match (&self.store, &self.peer) {
+            (Some(store), _) => store.url(self.proxies[slot].addr(), self.opts.seed),
+            (None, Some(peer)) => peer.url(slot),
+            (None, None) => String::new(),
+        }
+    }
+
+    /// Starts a new candidate in `slot`.
+    fn spawn(&mut self, slot: usize) -> Result<CandidateProcess> {
+        let generation = self.generations[slot];
+        self.generations[slot] += 1;
+        let id = format!("c{}-{generation}", slot + 1);
+        let ttl = self.opts.ttl.as_secs_f64().to_string();
+        let lifetime = COMMAND_LIFETIME_SECS.to_string();
+        let writes = write_loop_command(self.resource.addr(), self.opts.write_every);
+        let url = self.url(slot);
+        let args: Vec<String> = [
+            "campaign",
+            "--backend",
+            &url,
+            "--election",
+            CHAOS_ELECTION,
+            "--id",
+            &id,
+            "--ttl",
+            &ttl,
+            "--connect-timeout",
+            "1",
+            "--grace",
+            "1",
+            "--",
+            "timeout",
+            &lifetime,
+            "bash",
+            "-c",
+            &writes,
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect();
+        CandidateProcess::spawn(&self.opts.tenure_bin, &args, [("RUST_LOG", "warn")])
+    }
+
+    /// The slot whose candidate holds the seat now, if any.
+    fn holder(&self) -> Option<usize> {
+        self.slots.iter().position(|c| {
+            c.events()
+                .iter()
+                .rev()
+                .find(|e| {
+                    e.is(Event::ELECTED)
+                        || e.is(Event::LOST)
+                        || e.is(Event::RESIGNED)
+                        || e.is(Event::KILLED)
+                        || e.is(Event::EXITED)
+                })
+                .is_some_and(|e| e.is(Event::ELECTED))
+        })
+    }
+
+    /// The holder, or a random slot when nobody holds the seat.
+    fn target(&mut self) -> (usize, &'static str) {
+        match self.holder() {
+            Some(h) => (h, "holder"),
+            None => (
+                self.rng.below(self.slots.len()),
+                "no holder; random candidate",
+            ),
+        }
+    }
+
+    fn label(&self, slot: usize) -> String {
+        self.slots[slot].label().to_owned()
+    }
+
+    async fn campaign(&mut self) -> Result<()> {
+        let ttl = self.opts.ttl;
+        let deadline = self.started + self.opts.duration;
+        let kinds = self.opts.backend.faults();
+        let mut round: Vec<FaultKind> = Vec::new();
+        // Let the first leader settle before the first fault.
+        tokio::time::sleep(ttl).await;
+        loop {
+            let quiet = self.rng.between(ttl / 2, ttl * 3 / 2);
+            tokio::time::sleep(quiet).await;
+            if Instant::now() >= deadline {
+                return Ok(());
+            }
+            if round.is_empty() {
+                round = kinds.to_vec();
+                self.rng.shuffle(&mut round);
+            }
+            if let Some(kind) = round.pop() {
+                self.inject(kind).await?;
+            }
+            self.reap_exited()?;
+        }
+    }
+
+    /// Candidates that exited by themselves (they should not) are replaced, so the run
+    /// keeps its K campaigns.
+    fn reap_exited(&mut self) -> Result<()> {
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].try_exit_status().is_some() {
+                if self.opts.verbose {
+                    eprintln!(
+                        "chaos: [{:7.2} s] {} exited by itself; stderr:\n{}",
+                        self.at(),
+                        self.label(slot),
+                        self.slots[slot].stderr_tail()
+                    );
+                }
+                let fresh = self.spawn(slot)?;
+                let old = std::mem::replace(&mut self.slots[slot], fresh);
+                self.finished.push(old.events());
+            }
+        }
+        Ok(())
+    }
+
+    async fn inject(&mut self, kind: FaultKind) -> Result<()> {
+        let ttl = self.opts.ttl;
+        let renew_deadline = ttl * 2 / 3;
+        match kind {
+            FaultKind::KillHolder => {
+                let (slot, why) = self.target();
+                let label = self.label(slot);
+                self.slots[slot].kill().await?;
+                self.note(kind, format!("SIGKILL {label} ({why})"));
+                let fresh = self.spawn(slot)?;
+                let old = std::mem::replace(&mut self.slots[slot], fresh);
+                self.finished.push(old.events());
+            }
+            FaultKind::StopHolder => {
+                let (slot, why) = self.target();
+                let pause = self.rng.between(ttl + ttl / 4, ttl * 2);
+                let label = self.label(slot);
+                self.slots[slot].pause()?;
+                self.note(kind, format!("SIGSTOP {label} for {pause:?} ({why})"));
+                tokio::time::sleep(pause).await;
+                self.slots[slot].resume()?;
+            }
+            FaultKind::StopServer => {
+                let pause = self.rng.between(renew_deadline + ttl / 4, ttl * 2);
+                if let Some(store) = &self.store {
+                    store.pause()?;
+                }
+                self.note(kind, format!("SIGSTOP the store for {pause:?}"));
+                tokio::time::sleep(pause).await;
+                if let Some(store) = &self.store {
+                    store.resume()?;
+                }
+            }
+            FaultKind::RestartServer => {
+                let down = self.rng.between(Duration::ZERO, ttl * 3 / 2);
+                if let Some(store) = &mut self.store {
+                    store.kill().await?;
+                }
+                if self.opts.backend.restart_loses_data() {
+                    self.data_lost_at.push(monotonic_now_ns());
+                }
+                self.note(kind, format!("kill the store, restart after {down:?}"));
+                tokio::time::sleep(down).await;
+                if let Some(store) = &mut self.store {
+                    store.restart().await?;
+                }
+            }
+            FaultKind::Cut | FaultKind::Blackhole if self.store.is_some() => {
+                let (slot, why) = self.target();
+                let length = self.rng.between(ttl / 10, ttl * 2);
+                let label = self.label(slot);
+                let proxy = &self.proxies[slot];
+                if kind == FaultKind::Cut {
+                    proxy.cut().await?;
+                } else {
+                    proxy.blackhole().await?;
+                }
+                self.note(
+                    kind,
+                    format!("{label}'s link to the store for {length:?} ({why})"),
+                );
+                tokio::time::sleep(length).await;
+                self.proxies[slot].heal().await?;
+            }
+            FaultKind::Partition | FaultKind::Blackhole => {
+                let (slot, why) = self.target();
+                let length = self.rng.between(PEER_LEASE / 2, PEER_LEASE * 3);
+                let label = self.label(slot);
+                if let Some(peer) = &self.peer {
+                    for proxy in peer.of(slot) {
+                        if kind == FaultKind::Partition {
+                            proxy.cut().await?;
+                        } else {
+                            proxy.blackhole().await?;
+                        }
+                    }
+                }
+                self.note(
+                    kind,
+                    format!("every link of {label} for {length:?} ({why})"),
+                );
+                tokio::time::sleep(length).await;
+                if let Some(peer) = &self.peer {
+                    for proxy in peer.of(slot) {
+                        proxy.heal().await?;
+                    }
+                }
+            }
+            FaultKind::CutLink => {
+                let (a, why) = self.target();
+                let b = (a + 1 + self.rng.below(self.slots.len() - 1)) % self.slots.len();
+                let length = self.rng.between(PEER_LEASE / 2, PEER_LEASE * 3);
+                let (la, lb) = (self.label(a), self.label(b));
+                if let Some(peer) = &self.peer {
+                    for proxy in peer.between(a, b) {
+                        proxy.cut().await?;
+                    }
+                }
+                self.note(
+                    kind,
+                    format!("the link between {la} and {lb} for {length:?} ({why})"),
+                );
+                tokio::time::sleep(length).await;
+                if let Some(peer) = &self.peer {
+                    for proxy in peer.between(a, b) {
+                        proxy.heal().await?;
+                    }
+                }
+            }
+            FaultKind::Cut => {}
+        }
+        Ok(())
+    }
+
+    /// Resumes anything paused, terminates every candidate and returns every log.
+    async fn stop(&mut self) -> Vec<Vec<Event>> {
+        if let Some(store) = &self.store {
+            let _ = store.resume();
+        }
+        for proxy in &self.proxies {
+            let _ = proxy.heal().await;
+        }
+        if let Some(peer) = &self.peer {
+            for proxy in peer.links.iter().flatten().flatten() {
+                let _ = proxy.heal().await;
+            }
+        }
+        let mut logs = std::mem::take(&mut self.finished);
+        for c in &mut self.slots {
+            if c.try_exit_status().is_none() {
+                let _ = c.terminate().await;
+            }
+        }
+        // The readers see end of output shortly after the exit.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        logs.extend(self.slots.iter().map(|c| c.events()));
+        logs
+    }
+
+    fn report(&self, logs: &[Vec<Event>], end_ns: u64) -> ChaosReport {
+        let all = tenures(logs, end_ns);
+        let mut violations = Vec::new();
+        let mut allowed_overlaps = Vec::new();
+        for v in check_fencing_at(logs, end_ns) {
+            let allowed = match &v {
+                FencingViolation::Overlap { first, second } => self
+                    .data_lost_at
+                    .iter()
+                    .any(|&lost| first.start_ns <= lost && lost <= second.start_ns),
+                _ => false,
+            };
+            if allowed {
+                allowed_overlaps.push(v);
+            } else {
+                violations.push(v);
+            }
+        }
+        let writes = self.resource.writes();
+        let stale = stale_writes_accepted(&writes, &all);
+        let superseded = superseded_writes_before_successor(&writes, &all);
+        let run_start_ns = end_ns.saturating_sub(self.started.elapsed().as_nanos() as u64);
+        let (gap, gap_at_ns) = max_leaderless_gap(&all, end_ns);
+        ChaosReport {
+            backend: self.opts.backend,
+            seed: self.opts.seed,
+            duration: self.opts.duration,
+            candidates: self.opts.candidates,
+            ttl: self.opts.ttl,
+            faults: self.faults.clone(),
+            fault_log: self.fault_log.clone(),
+            grants: all.len(),
+            max_leaderless_gap: gap,
+            max_gap_at: Duration::from_nanos(gap_at_ns.saturating_sub(run_start_ns)),
+            violations,
+            allowed_overlaps,
+            stale_writes_accepted: stale,
+            writes_accepted: writes.iter().filter(|w| w.accepted).count(),
+            writes_refused: writes.iter().filter(|w| !w.accepted).count(),
+            superseded_writes_before_successor: superseded,
+        }
+    }
+}
+
+/// Accepted writes whose token was stale: lower than the highest the resource had
+/// accepted before (the resource failed to fence), granted to a candidate other than
+/// the writer (two holders shared a token, so no resource could fence them), or never
+/// granted to anyone.
+pub fn stale_writes_accepted(writes: &[WriteRecord], tenures: &[Tenure]) -> Vec<WriteRecord> {
+    let mut granted: BTreeMap<(&str, u64), Vec<&str>> = BTreeMap::new();
+    for t in tenures {
+        if let Some(token) = t.token {
+            granted
+                .entry((t.election.as_str(), token))
+                .or_default()
+                .push(t.id.as_str());
+        }
+    }
+    writes
+        .iter()
+        .filter(|w| w.accepted)
+        .filter(|w| {
+            let below_highest = w.highest_before.is_some_and(|h| w.token < h);
+            let holders = granted.get(&(w.election.as_str(), w.token));
+            let not_its_own = match holders {
+                None => true,
+                Some(ids) => ids.iter().any(|id| *id != w.writer),
+            };
+            below_highest || not_its_own
+        })
+        .cloned()
+        .collect()
+}
+
+/// Accepted writes with a token that a later grant of the same election had already
+/// superseded when the write was decided (the successor had not written yet, so the
+/// resource could not know).
+pub fn superseded_writes_before_successor(writes: &[WriteRecord], tenures: &[Tenure]) -> usize {
+    writes
+        .iter()
+        .filter(|w| w.accepted)
+        .filter(|w| {
+            tenures.iter().any(|t| {
+                t.election == w.election
+                    && t.token.is_some_and(|token| token > w.token)
+                    && t.start_ns < w.mono_ns
+            })
+        })
+        .count()
+}
+
+/// The longest stretch between the first grant and `end_ns` in which no tenure was
+/// open, and when it began (both in `mono_ns`).
+pub fn max_leaderless_gap(tenures: &[Tenure], end_ns: u64) -> (Duration, u64) {
+    let mut spans: Vec<(u64, u64)> = tenures.iter().map(|t| (t.start_ns, t.end_ns)).collect();
+    spans.sort_unstable();
+    let Some(&(first_start, first_end)) = spans.first() else {
+        return (Duration::ZERO, 0);
+    };
+    let mut covered_to = first_end.max(first_start);
+    let mut best = (0u64, covered_to);
+    for &(start, end) in &spans[1..] {
+        if start > covered_to && start - covered_to > best.0 {
+            best = (start - covered_to, covered_to);
+        }
+        covered_to = covered_to.max(end);
+    }
+    if end_ns > covered_to && end_ns - covered_to > best.0 {
+        best = (end_ns - covered_to, covered_to);
+    }
+    (Duration::from_nanos(best.0), best.1)
+}
+
+/// Parses a duration such as `90`, `90s`, `1500ms`, `30m` or `2h` (a bare number is
+/// seconds).
+pub fn parse_duration(text: &str) -> Result<Duration> {
+    let text = text.trim();
+    let bad = || HarnessError::Chaos {
+        reason: format!("{text:?} is not a duration (e.g. 90s, 1500ms, 30m, 2h)"),
+    };
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().map_err(|_| bad())?;
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(bad()),
+    };
+    let secs = number * scale;
+    if !secs.is_finite() || !(0.0..=1e7).contains(&secs) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fencing::TenureEnd;
+
+    fn tenure(id: &str, token: u64, start: u64, end: u64) -> Tenure {
+        Tenure {
+            log: 0,
+            election: "e".into(),
+            id: id.into(),
+            token: Some(token),
+            start_ns: start,
+            end_ns: end,
+            end: TenureEnd::Lost,
+        }
+    }
+
+    fn write(
+        token: u64,
+        writer: &str,
+        accepted: bool,
+        highest: Option<u64>,
+        at: u64,
+    ) -> WriteRecord {
+        WriteRecord {
+            election: "e".into(),
+            token,
+            writer: writer.into(),
+            accepted,
+            highest_before: highest,
+            mono_ns: at,
+        }
+    }
+
+    #[test]
+    fn the_schedule_follows_from_the_seed() {
+        let draw = |seed| {
+            let mut rng = Rng(seed);
+            (0..20).map(|_| rng.below(1000)).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+        let mut rng = Rng(3);
+        for _ in 0..1000 {
+            let d = rng.between(Duration::from_millis(10), Duration::from_millis(20));
+            assert!((Duration::from_millis(10)..=Duration::from_millis(20)).contains(&d));
+        }
+        let mut kinds = ChaosBackend::Etcd.faults().to_vec();
+        rng.shuffle(&mut kinds);
+        kinds.sort();
+        assert_eq!(kinds, ChaosBackend::Etcd.faults());
+    }
+
+    #[test]
+    fn stale_writes_are_found() {
+        let tenures = [tenure("a", 5, 0, 100), tenure("b", 7, 100, 200)];
+        let ok = [
+            write(5, "a", true, None, 10),
+            write(7, "b", true, Some(5), 110),
+            write(5, "a", false, Some(7), 120),
+        ];
+        assert!(stale_writes_accepted(&ok, &tenures).is_empty());
+        // Below the highest, someone else's token, a token nobody was granted.
+        let bad = [
+            write(5, "a", true, Some(7), 130),
+            write(7, "a", true, Some(7), 140),
+            write(9, "c", true, Some(7), 150),
+        ];
+        assert_eq!(stale_writes_accepted(&bad, &tenures).len(), 3);
+        // a's write after b was elected but before b wrote: allowed, counted.
+        let late = [write(5, "a", true, Some(5), 105)];
+        assert_eq!(superseded_writes_before_successor(&late, &tenures), 1);
+        assert!(stale_writes_accepted(&late, &tenures).is_empty());
+    }
+
+    #[test]
+    fn the_longest_gap_is_measured_between_tenures_and_to_the_end() {
+        let t = [
+            tenure("a", 1, 10, 20),
+            tenure("b", 2, 15, 30),
+            tenure("c", 3, 80, 90),
+        ];
+        assert_eq!(max_leaderless_gap(&t, 100), (Duration::from_nanos(50), 30));
+        assert_eq!(max_leaderless_gap(&t, 200), (Duration::from_nanos(110), 90));
+        assert_eq!(max_leaderless_gap(&[], 200), (Duration::ZERO, 0));
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert_eq!(
+            parse_duration("1500ms").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        for bad in ["", "x", "5d", "-1s", "1e400"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn backends_parse_and_name_their_faults() {
+        for b in ChaosBackend::ALL {
+            assert_eq!(b.name().parse::<ChaosBackend>().unwrap(), b);
+            assert!(!b.faults().is_empty());
+        }
+        assert!("azure".parse::<ChaosBackend>().is_err());
+        assert!(ChaosBackend::Peer.faults().contains(&FaultKind::Partition));
+        assert!(ChaosBackend::Etcd
+            .faults()
+            .contains(&FaultKind::RestartServer));
+    }
+}
