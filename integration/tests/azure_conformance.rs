@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::testing::{random_prefix, Env, Faults};
-use tenure_core::{Backend, Clause, DynBackend, ErrorKind, Session, Timing};
+use tenure_core::{Clause, DynBackend, ErrorKind, Session, Timing};
 use tenure_integration::{AzuriteServer, TcpProxy};
 
 /// The server shared by every test of this binary, stopped when the binary exits.
