@@ -1,10 +1,11 @@
 //! Print the ZooKeeper latency table: graceful handover and crash failover.
 //!
 //! ```text
-//! cargo run -p tenure-integration --example bench_zookeeper [-- --runs 20 --failovers 5 --ttl 2 --endpoint host:port]
+//! cargo run -p tenure-integration --example bench_zookeeper [-- --runs 20 --failovers 5 --ttl 2 --tick-ms 1000 --endpoint host:port]
 //! ```
 //!
-//! Without `--endpoint` (or `TENURE_TEST_ZOOKEEPER`) a local ZooKeeper (tickTime 1000 ms) is started on loopback.
+//! Without `--endpoint` (or `TENURE_TEST_ZOOKEEPER`) a local ZooKeeper is started on
+//! loopback with `tickTime` = `--tick-ms` (default 1000 ms, as the tests use).
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use tenure_integration::{bench_zookeeper, BenchOptions};
 fn main() {
     let mut options = BenchOptions::default();
     let mut endpoint = std::env::var("TENURE_TEST_ZOOKEEPER").ok();
+    let mut tick = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || match args.next() {
@@ -27,6 +29,7 @@ fn main() {
                 options.timing = Timing::from_ttl(Duration::from_secs_f64(number(&arg, &value())))
             }
             "--endpoint" => endpoint = Some(value()),
+            "--tick-ms" => tick = Some(Duration::from_millis(number(&arg, &value()) as u64)),
             other => fail(&format!("unknown argument {other:?}")),
         }
     }
@@ -37,7 +40,7 @@ fn main() {
         Ok(rt) => rt,
         Err(e) => fail(&format!("runtime: {e}")),
     };
-    match runtime.block_on(bench_zookeeper(endpoint.as_deref(), &options)) {
+    match runtime.block_on(bench_zookeeper(endpoint.as_deref(), tick, &options)) {
         Ok(table) => print!("{table}"),
         Err(e) => fail(&e),
     }

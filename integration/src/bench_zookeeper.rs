@@ -1,37 +1,52 @@
 //! ZooKeeper figures for the bench table: graceful handover and crash failover through
-//! [`bench_backend`] on a local ZooKeeper (tickTime 1000 ms) or a given one.
+//! [`bench_backend`], plus a crash that drops the holder's connection at once (as a
+//! killed process does), on a local ZooKeeper (tickTime 1000 ms unless given) or a given
+//! one.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::bench::{bench_backend, BenchOptions, BenchTable};
+use tenure_core::{Candidate, ElectionName, Session};
+use tenure_zookeeper::ZooKeeperBackend;
+use tokio::time::Instant;
+
+use crate::bench::{bench_backend, BenchOptions, BenchTable, Figure};
 use crate::ZooKeeperServer;
 
 /// Measure ZooKeeper: on `endpoint` (`host:port[,host:port…]`) if given, else on a local
-/// ZooKeeper started by the harness (or the one in `TENURE_TEST_ZOOKEEPER`), stopped
-/// afterwards. The TTL of `options.timing` is the session timeout; it must lie within the
-/// server's `[2, 20] × tickTime`.
+/// ZooKeeper started by the harness with `tickTime` = `tick` (default 1000 ms; or the one
+/// in `TENURE_TEST_ZOOKEEPER`), stopped afterwards. The TTL of `options.timing` is the
+/// session timeout; it must lie within the server's allowed range (2 × tickTime to 20 s
+/// here).
 pub async fn bench_zookeeper(
     endpoint: Option<&str>,
+    tick: Option<Duration>,
     options: &BenchOptions,
 ) -> Result<BenchTable, String> {
     let (server, endpoint) = match endpoint {
         Some(e) => (None, e.to_string()),
         None => {
-            let server = ZooKeeperServer::start().await.map_err(|e| e.to_string())?;
+            let server = match tick {
+                Some(t) => ZooKeeperServer::start_with_tick_time(t).await,
+                None => ZooKeeperServer::start().await,
+            }
+            .map_err(|e| e.to_string())?;
             let e = server.endpoint().to_string();
             (Some(server), e)
         }
     };
-    let backend =
-        tenure_zookeeper::ZooKeeperBackend::from_url(&format!("zk://{endpoint}/tenure-bench"))
-            .await
-            .map_err(|e| format!("connect to ZooKeeper at {endpoint}: {e}"))?;
+    let backend = ZooKeeperBackend::from_url(&format!("zk://{endpoint}/tenure-bench"))
+        .await
+        .map_err(|e| format!("connect to ZooKeeper at {endpoint}: {e}"))?;
+    let tick_ms = tick.map_or(1000, |t| t.as_millis());
     let where_ = match &server {
-        Some(_) => "a local ZooKeeper 3.8 started by the harness (loopback, tickTime 1000 ms)",
-        None => "the given ZooKeeper",
+        Some(s) if !s.is_external() => format!(
+            "a local ZooKeeper 3.8 started by the harness (loopback, tickTime {tick_ms} ms)"
+        ),
+        _ => "the given ZooKeeper".to_string(),
     };
-    let table = bench_backend(
-        Arc::new(backend),
+    let mut table = bench_backend(
+        Arc::new(backend.clone()),
         &format!(
             "ZooKeeper at {endpoint}, {where_}; session timeout = TTL {:?}",
             options.timing.ttl
@@ -39,6 +54,61 @@ pub async fn bench_zookeeper(
         options,
     )
     .await?;
+    let crash = measure_dropped_connection(&backend, options).await?;
+    table.figures.push(Figure {
+        name: "crash failover (holder's connection dropped, as by SIGKILL → successor granted)"
+            .into(),
+        note: format!(
+            "session timeout {:?}; the server expires sessions in tickTime buckets",
+            options.timing.ttl
+        ),
+        samples: crash,
+    });
     drop(server);
     Ok(table)
+}
+
+/// Crash failover as a killed process has it: each run, the holder's session is
+/// abandoned and its connection dropped at once (no renewal watchdog involved); the
+/// time from the drop to the waiter's grant is recorded. It is the session timeout, less
+/// the time since the client last sent anything (it pings every 3/20 of the timeout),
+/// plus up to one tickTime.
+async fn measure_dropped_connection(
+    backend: &ZooKeeperBackend,
+    options: &BenchOptions,
+) -> Result<Vec<Duration>, String> {
+    let name = |s: &str| ElectionName::new(s).map_err(|e| e.to_string());
+    let cand = |s: &str| Candidate::new(s).map_err(|e| e.to_string());
+    let election = name(&format!("{}/crash", options.prefix))?;
+    let dynamic: tenure_core::DynBackend = Arc::new(backend.clone());
+    let mut samples = Vec::with_capacity(options.failover_runs);
+    for _ in 0..options.failover_runs {
+        let open = || Session::open(dynamic.clone(), options.timing.clone());
+        let crashing = open().await.map_err(|e| format!("open session: {e}"))?;
+        let waiting = open().await.map_err(|e| format!("open session: {e}"))?;
+        let held = crashing
+            .campaign(&election, &cand("crashing")?)
+            .await
+            .map_err(|e| format!("campaign: {e}"))?;
+        let waiter = {
+            let (s, e, c) = (waiting.clone(), election.clone(), cand("waiting")?);
+            tokio::spawn(async move { s.campaign(&e, &c).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t0 = Instant::now();
+        crashing.abandon();
+        backend
+            .drop_connection(&crashing.id())
+            .map_err(|e| format!("drop connection: {e}"))?;
+        let granted = tokio::time::timeout(options.timing.ttl * 3, waiter)
+            .await
+            .map_err(|_| "the waiter was not granted within 3 TTL".to_string())?
+            .map_err(|e| format!("waiter task: {e}"))?
+            .map_err(|e| format!("waiter campaign: {e}"))?;
+        samples.push(granted.granted_at().saturating_duration_since(t0));
+        drop(held);
+        granted.resign().await.map_err(|e| format!("resign: {e}"))?;
+        let _ = waiting.close().await;
+    }
+    Ok(samples)
 }

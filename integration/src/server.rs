@@ -133,7 +133,14 @@ impl Kind {
     }
 
     /// Prepares the data directory and command line of a local server.
-    fn prepare(self, root: &Path, data_dir: &Path, port: u16) -> Result<Launch> {
+    /// `zk_tick` overrides ZooKeeper's `tickTime` (1000 ms).
+    fn prepare(
+        self,
+        root: &Path,
+        data_dir: &Path,
+        port: u16,
+        zk_tick: Option<Duration>,
+    ) -> Result<Launch> {
         match self {
             Kind::Etcd => {
                 let program = require_program("etcd", "etcd", "the apt package etcd-server")?;
@@ -173,8 +180,16 @@ impl Kind {
                 let classpath = zookeeper_classpath()?;
                 create_dir(data_dir)?;
                 let config = root.join("zoo.cfg");
+                // A shorter tick keeps session timeouts up to 20 s allowed.
+                let tick = match zk_tick {
+                    Some(t) => format!(
+                        "tickTime={}\nmaxSessionTimeout=20000\n",
+                        t.as_millis().max(1)
+                    ),
+                    None => "tickTime=1000\n".to_string(),
+                };
                 let text = format!(
-                    "tickTime=1000\n\
+                    "{tick}\
                      initLimit=10\n\
                      syncLimit=5\n\
                      dataDir={}\n\
@@ -490,7 +505,7 @@ impl ServerCore {
     pub(crate) async fn start(kind: Kind) -> Result<Self> {
         match std::env::var(kind.env_var()) {
             Ok(value) if !value.trim().is_empty() => Self::external(kind, &value).await,
-            _ => Self::local(kind).await,
+            _ => Self::local(kind, None).await,
         }
     }
 
@@ -535,7 +550,7 @@ impl ServerCore {
         })
     }
 
-    async fn local(kind: Kind) -> Result<Self> {
+    async fn local(kind: Kind, zk_tick: Option<Duration>) -> Result<Self> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -546,7 +561,7 @@ impl ServerCore {
             let port = free_port()?;
             let addr = loopback(port);
             let data_dir = root.path().join("data");
-            let launch = kind.prepare(root.path(), &data_dir, port)?;
+            let launch = kind.prepare(root.path(), &data_dir, port, zk_tick)?;
             let mut local = Local {
                 launch,
                 data_dir,
@@ -767,6 +782,21 @@ server_handle! {
     /// Dropping it kills the process and removes its data directory.
     ZooKeeperServer, Kind::ZooKeeper, "TENURE_TEST_ZOOKEEPER",
     "The connect string, `127.0.0.1:PORT` (no scheme)."
+}
+
+impl ZooKeeperServer {
+    /// Like [`start`](Self::start), with `tickTime` = `tick` instead of 1000 ms (and
+    /// `maxSessionTimeout` 20 s), for benchmarks: the server expires sessions in tick
+    /// buckets, so a shorter tick makes crash failover closer to the session timeout.
+    /// Session timeouts from 2 × `tick` to 20 s are honoured. With
+    /// [`ENV`](Self::ENV) set, the external server is used as it is.
+    pub async fn start_with_tick_time(tick: Duration) -> Result<Self> {
+        let core = match std::env::var(Kind::ZooKeeper.env_var()) {
+            Ok(v) if !v.trim().is_empty() => ServerCore::start(Kind::ZooKeeper).await?,
+            _ => ServerCore::local(Kind::ZooKeeper, Some(tick)).await?,
+        };
+        Ok(ZooKeeperServer { core })
+    }
 }
 
 server_handle! {

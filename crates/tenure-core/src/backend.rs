@@ -178,6 +178,12 @@ pub trait BackendSession: Send + Sync + fmt::Debug + 'static {
     /// etcd lease). Idempotent.
     async fn close(&self) -> Result<()>;
 
+    /// The process gives this session up without releasing anything, as in a crash
+    /// ([`Session::abandon`](crate::Session::abandon)): stop whatever would keep it alive
+    /// without renewals (e.g. a client's own pings), so the store expires it after its
+    /// TTL. The default does nothing (a lease that is not renewed expires by itself).
+    fn abandon(&self) {}
+
     /// Register `member` under `namespace` for as long as this session lives, or
     /// replace the value of this session's registration with the same id. The entry
     /// goes when the session is closed or expires, or on

@@ -383,6 +383,7 @@ impl Session {
         core.abandoned.store(true, Ordering::SeqCst);
         core.closed.store(true, Ordering::SeqCst);
         core.stop_renewal.cancel();
+        core.current().abandon();
     }
 
     pub(crate) async fn release(&self, state: &GrantState) -> Result<()> {

@@ -43,8 +43,9 @@ pub(crate) struct Shared {
     pub(crate) config: ZooKeeperConfig,
     reader: tokio::sync::Mutex<Client>,
     requests: AtomicU64,
-    /// Open sessions by id, for [`ZooKeeperBackend::expire_session`].
-    sessions: Mutex<HashMap<String, SessionInfo>>,
+    /// Open sessions by id, for [`ZooKeeperBackend::expire_session`] and
+    /// [`ZooKeeperBackend::drop_connection`]: the session and its client slot.
+    sessions: Mutex<HashMap<String, (SessionInfo, ClientSlot)>>,
 }
 
 impl fmt::Debug for ZooKeeperBackend {
@@ -74,9 +75,9 @@ impl Shared {
         }
     }
 
-    pub(crate) fn register(&self, id: &str, info: SessionInfo) {
+    pub(crate) fn register(&self, id: &str, info: SessionInfo, client: ClientSlot) {
         if let Ok(mut s) = self.sessions.lock() {
-            s.insert(id.to_string(), info);
+            s.insert(id.to_string(), (info, client));
         }
     }
 
@@ -269,7 +270,7 @@ impl ZooKeeperBackend {
             .sessions
             .lock()
             .ok()
-            .and_then(|s| s.get(session_id).cloned())
+            .and_then(|s| s.get(session_id).map(|(info, _)| info.clone()))
             .ok_or_else(|| {
                 own(
                     ErrorKind::SessionExpired,
@@ -302,6 +303,34 @@ impl ZooKeeperBackend {
         ))
     }
 }
+
+impl ZooKeeperBackend {
+    /// Drop the connection of the session with id `session_id` (opened through this
+    /// backend) without closing the session, as a crashed process would: the server
+    /// expires the session after its timeout and deletes its nodes. The tenure session
+    /// learns nothing until then. For fault tests and benchmarks (`Session::abandon`
+    /// followed by this is a crash; `abandon` alone leaves it to the renewal watchdog).
+    pub fn drop_connection(&self, session_id: &str) -> Result<()> {
+        let slot = self
+            .shared
+            .sessions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(session_id).map(|(_, slot)| slot.clone()))
+            .ok_or_else(|| {
+                own(
+                    ErrorKind::SessionExpired,
+                    format!("session {session_id}: not open through this backend"),
+                )
+            })?;
+        let client = slot.lock().ok().and_then(|mut c| c.take());
+        drop(client);
+        Ok(())
+    }
+}
+
+/// Where a session keeps its client (`None` once closed, abandoned or dropped).
+pub(crate) type ClientSlot = Arc<Mutex<Option<Client>>>;
 
 /// Close the session `info` from a new connection: dropping the only clone of a
 /// non-detached client sends the close request.
@@ -392,12 +421,16 @@ impl Backend for ZooKeeperBackend {
         let dir = namespace_dir(namespace);
         let mut cache = MemberCache::new();
         let first = Arc::new(members::read_members(&self.shared, &client, &dir, &mut cache).await?);
-        let (tx, rx) = watch::channel::<members::Observed>(Ok(first.clone()));
+        let (tx, rx) = tokio::sync::mpsc::channel::<members::Observed>(members::QUEUED_LISTS);
+        let _ = tx.try_send(Ok(first.clone()));
         tokio::spawn(members::watch_task(self.shared.clone(), dir, first, tx));
-        Ok(tenure_core::watch_member_stream(rx, |v| {
-            v.map(|list| list.as_ref().clone())
-                .map_err(members::observed_error)
-        }))
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            let item = rx.recv().await?;
+            let item = item
+                .map(|list| list.as_ref().clone())
+                .map_err(members::observed_error);
+            Some((item, rx))
+        })))
     }
 }
 

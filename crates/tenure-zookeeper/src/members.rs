@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use tenure_core::{ElectionName, Error, ErrorKind, Member, Result, Retry};
-use tokio::sync::watch;
+use tokio::sync::mpsc;
 use zookeeper_client::{AddWatchMode, Client, EventType, SessionState};
 
 use crate::backend::{is_no_node, Shared};
@@ -143,8 +143,11 @@ pub(crate) async fn read_members(
     }
 }
 
-/// One published member list, or an error kept as kind and message so it can be cloned.
+/// One published member list, or an error kept as kind and message.
 pub(crate) type Observed = std::result::Result<Arc<Vec<Member>>, (ErrorKind, String)>;
+
+/// How many member lists may wait for a slow watcher before the watch task waits.
+pub(crate) const QUEUED_LISTS: usize = 64;
 
 /// The name of the registration node at `path` if it is a child of `dir`.
 fn child_of<'a>(path: &'a str, dir: &str) -> Option<&'a str> {
@@ -159,23 +162,18 @@ fn child_of<'a>(path: &'a str, dir: &str) -> Option<&'a str> {
 /// request, a create one read — and publish the list whenever it changed, so a member
 /// that leaves and comes back (an expired session registered again) is seen leaving.
 /// After a reconnection (events may be lost meanwhile) or a new reader session, list
-/// again. Ends when every watcher is gone.
+/// again. Every published list is queued for the watcher (up to [`QUEUED_LISTS`], then
+/// the task waits for it), so a quick leave-and-return is never coalesced away. Ends
+/// when the watcher is gone.
 pub(crate) async fn watch_task(
     shared: Arc<Shared>,
     dir: String,
     mut last: Arc<Vec<Member>>,
-    tx: watch::Sender<Observed>,
+    tx: mpsc::Sender<Observed>,
 ) {
     let retry = Retry::default();
     let mut attempt = 0u32;
     let mut failed = false;
-    let publish = |list: Vec<Member>, last: &mut Arc<Vec<Member>>, failed: &mut bool| {
-        if *list != **last || *failed {
-            *last = Arc::new(list);
-            *failed = false;
-            let _ = tx.send_replace(Ok(last.clone()));
-        }
-    };
     'setup: loop {
         if tx.is_closed() {
             return;
@@ -204,7 +202,13 @@ pub(crate) async fn watch_task(
             Ok(r) => r,
             Err(e) => {
                 if !failed {
-                    let _ = tx.send_replace(Err((e.kind(), e.message().to_string())));
+                    if tx
+                        .send(Err((e.kind(), e.message().to_string())))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
                     failed = true;
                 }
                 let delay = retry.delay(attempt);
@@ -222,7 +226,13 @@ pub(crate) async fn watch_task(
             loop {
                 match resolve(&shared, &client, &dir, &children, &mut cache).await {
                     Ok((list, vanished)) if vanished.is_empty() => {
-                        publish(list, &mut last, &mut failed);
+                        if *list != *last || failed {
+                            last = Arc::new(list);
+                            failed = false;
+                            if tx.send(Ok(last.clone())).await.is_err() {
+                                return;
+                            }
+                        }
                         break;
                     }
                     Ok((_, vanished)) => children.retain(|c| !vanished.contains(c)),

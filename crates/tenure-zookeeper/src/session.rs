@@ -130,7 +130,7 @@ impl ZkSession {
         }
         let owner = client.session_id().0;
         let id = format!("{owner:016x}");
-        shared.register(&id, client.session().clone());
+        let session_info = client.session().clone();
         let mut states = client.state_watcher();
         let session_id = id.clone();
         let guard_events = events.clone();
@@ -151,6 +151,7 @@ impl ZkSession {
             }
         });
         let client = Arc::new(Mutex::new(Some(client)));
+        shared.register(&id, session_info, client.clone());
         let beat = Arc::new(Mutex::new(Beat {
             last: Instant::now(),
             gap: None,
@@ -737,6 +738,17 @@ impl BackendSession for ZkSession {
         }
         registrations.remove(&key);
         Ok(())
+    }
+
+    /// Drop the connection without closing the session, as a crashed process would:
+    /// zookeeper-client would otherwise go on pinging and keep the session alive. The
+    /// server expires it after its timeout. (A campaign still waiting holds the
+    /// connection until it ends.)
+    fn abandon(&self) {
+        tracing::debug!(session = %self.id, "abandoned: dropping the ZooKeeper connection");
+        self.watchdog.abort();
+        let client = self.client.lock().ok().and_then(|mut c| c.take());
+        drop(client);
     }
 
     async fn close(&self) -> Result<()> {
