@@ -476,3 +476,68 @@ async fn cli_resign_hands_over_within_the_poll_interval() {
     assert_fenced(&[&a, &b]);
     stop_all(vec![a, b]).await;
 }
+
+/// Collects everything a tracing subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Keys and signatures stay out of every log line, at the most verbose level, on
+/// success and on failure (azure_core's own pipeline logging included).
+#[tokio::test]
+async fn secrets_never_reach_tracing() {
+    let azurite = AzuriteServer::start().await.expect("azurite");
+    let captured = Captured::default();
+    let sink = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || sink.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let wrong = "d3Jvbmcta2V5LVMzQ1JFVC1ub3QtdGhlLWRldi1rZXk=";
+    let err = AzureConfig::new(AzuriteServer::ACCOUNT, container())
+        .endpoint(azurite.endpoint())
+        .shared_key(wrong)
+        .connect()
+        .await
+        .expect_err("wrong key");
+    tracing::error!(error = %err, debug = ?err, "connect failed");
+    let sas = "sv=2025-11-05&sp=rwdlc&se=2099-01-01T00:00:00Z&sig=U0lHTkFUVVJFLVMzQ1JFVA";
+    let _ = AzureConfig::new(AzuriteServer::ACCOUNT, container())
+        .endpoint(azurite.endpoint())
+        .sas(sas)
+        .connect()
+        .await
+        .expect_err("bad sas");
+    let config = AzureConfig::development(azurite.endpoint(), container());
+    tracing::info!(?config, %config, "config");
+    let backend = config.connect().await.expect("right key");
+    tracing::info!(?backend, "backend");
+    let s = Session::open(Arc::new(backend), Timing::from_ttl(TTL))
+        .await
+        .expect("session");
+    let l = s
+        .campaign(
+            &ElectionName::new("traced").unwrap(),
+            &Candidate::new("a").unwrap(),
+        )
+        .await
+        .expect("campaign");
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).to_string();
+    assert!(text.contains("connect failed"), "nothing captured: {text}");
+    for secret in [wrong, AzuriteServer::ACCOUNT_KEY, "U0lHTkFUVVJFLVMzQ1JFVA"] {
+        assert!(!text.contains(secret), "a secret reached the log:\n{text}");
+    }
+}
