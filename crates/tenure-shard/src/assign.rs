@@ -21,6 +21,7 @@
 
 use std::cmp::Reverse;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::hash::{key_hash, rendezvous_score};
 
@@ -57,7 +58,9 @@ impl NodeSpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     r: usize,
-    replicas: Vec<u32>,
+    /// The node list (id, active) the replica sets were computed for.
+    key: Arc<Vec<(String, bool)>>,
+    replicas: Arc<Vec<u32>>,
     preferred: Vec<u32>,
     targets: Vec<u32>,
     loads: Vec<u32>,
@@ -118,6 +121,19 @@ pub fn plan(
     replication: usize,
     holders: &[Option<u32>],
 ) -> Plan {
+    plan_reusing(None, shard_hashes, nodes, replication, holders)
+}
+
+/// [`plan`], reusing the replica sets of `previous` when they were computed for the
+/// same nodes (ids and drain flags), shards and replication: the common case of a
+/// member publishing new holdings costs O(P) instead of O(P·N) then.
+pub fn plan_reusing(
+    previous: Option<&Plan>,
+    shard_hashes: &[u64],
+    nodes: &[NodeSpec],
+    replication: usize,
+    holders: &[Option<u32>],
+) -> Plan {
     let p = shard_hashes.len();
     let active: Vec<u32> = (0..nodes.len() as u32)
         .filter(|n| nodes[*n as usize].active())
@@ -133,24 +149,17 @@ pub fn plan(
     };
 
     // 1. Replica sets.
-    let mut replicas = vec![NONE; p * r];
-    if r > 0 {
-        let mut best: Vec<(u64, Reverse<u32>)> = Vec::with_capacity(r + 1);
-        for (s, sh) in shard_hashes.iter().enumerate() {
-            best.clear();
-            for &n in &active {
-                let key = (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n));
-                if best.len() < r || key > best[best.len() - 1] {
-                    let at = best.partition_point(|b| *b > key);
-                    best.insert(at, key);
-                    best.truncate(r);
-                }
-            }
-            for (i, (_, Reverse(n))) in best.iter().enumerate() {
-                replicas[s * r + i] = *n;
-            }
-        }
-    }
+    let key: Vec<(String, bool)> = nodes.iter().map(|n| (n.id.clone(), n.active())).collect();
+    let reuse =
+        previous.filter(|prev| prev.r == r && prev.preferred.len() == p && *prev.key == key);
+    let replicas = match reuse {
+        Some(prev) => prev.replicas.clone(),
+        None => Arc::new(replica_sets(shard_hashes, &active, &node_hash, r)),
+    };
+    let key = match reuse {
+        Some(prev) => prev.key.clone(),
+        None => Arc::new(key),
+    };
     let reps = |s: usize| &replicas[s * r..(s + 1) * r];
 
     // 2. Targets by largest remainder.
@@ -255,11 +264,36 @@ pub fn plan(
 
     Plan {
         r,
+        key,
         replicas,
         preferred,
         targets,
         loads,
     }
+}
+
+/// The top `r` of `active` by rendezvous score, for every shard (flat, `r` per shard).
+fn replica_sets(shard_hashes: &[u64], active: &[u32], node_hash: &[u64], r: usize) -> Vec<u32> {
+    let mut replicas = vec![NONE; shard_hashes.len() * r];
+    if r == 0 {
+        return replicas;
+    }
+    let mut best: Vec<(u64, Reverse<u32>)> = Vec::with_capacity(r + 1);
+    for (s, sh) in shard_hashes.iter().enumerate() {
+        best.clear();
+        for &n in active {
+            let key = (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n));
+            if best.len() < r || key > best[best.len() - 1] {
+                let at = best.partition_point(|b| *b > key);
+                best.insert(at, key);
+                best.truncate(r);
+            }
+        }
+        for (i, (_, Reverse(n))) in best.iter().enumerate() {
+            replicas[s * r + i] = *n;
+        }
+    }
+    replicas
 }
 
 struct Placer<'a> {
@@ -328,10 +362,10 @@ impl Placer<'_> {
             parent[x as usize] = Some((s, NONE));
             queue.push_back(x);
         }
-        let mut end = None;
-        while let Some(x) = queue.pop_front() {
-            if self.has_room(x) {
-                end = Some(x);
+        let mut visited = queue.len();
+        let mut end = queue.iter().copied().find(|x| self.has_room(*x));
+        'search: while let Some(x) = queue.pop_front() {
+            if end.is_some() || visited == n {
                 break;
             }
             for &t in &self.assigned[x as usize] {
@@ -341,8 +375,17 @@ impl Placer<'_> {
                 for &y in self.reps(t) {
                     if y != x && parent[y as usize].is_none() {
                         parent[y as usize] = Some((t, x));
+                        visited += 1;
+                        if self.has_room(y) {
+                            end = Some(y);
+                            break 'search;
+                        }
                         queue.push_back(y);
                     }
+                }
+                // Every node is reached: scanning more of x's shards finds nothing new.
+                if visited == n {
+                    break;
                 }
             }
         }
@@ -507,6 +550,24 @@ mod tests {
         assert_balanced(&after, &ns);
         let theirs = h.iter().filter(|x| **x == Some(2)).count();
         assert_eq!(after.moves_from(&h), theirs);
+    }
+
+    #[test]
+    fn reusing_replica_sets_gives_the_same_plan() {
+        let (sh, ns) = (shards(500), nodes(6));
+        let a = plan(&sh, &ns, 3, &[]);
+        let h = holders(&leaders(&a, &ns), &ns);
+        let mut h2 = h.clone();
+        h2[3] = None;
+        h2[7] = Some(0);
+        let reused = plan_reusing(Some(&a), &sh, &ns, 3, &h2);
+        assert!(Arc::ptr_eq(&reused.replicas, &a.replicas));
+        assert_eq!(reused, plan(&sh, &ns, 3, &h2));
+        let mut ns2 = ns.clone();
+        ns2[1].draining = true;
+        let other = plan_reusing(Some(&a), &sh, &ns2, 3, &h);
+        assert!(!Arc::ptr_eq(&other.replicas, &a.replicas));
+        assert_eq!(other, plan(&sh, &ns2, 3, &h));
     }
 
     #[test]

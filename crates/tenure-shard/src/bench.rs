@@ -235,7 +235,20 @@ fn quiet(nodes: &[ShardManager]) -> bool {
 /// Wait until quiet for 200 ms; returns the time from `t0` to the start of the quiet.
 async fn settle(nodes: &[ShardManager], t0: Instant, limit: Duration) -> Result<Duration> {
     let mut since: Option<Instant> = None;
+    let trace = std::env::var_os("TENURE_BENCH_TRACE").is_some();
+    let mut last_trace = Instant::now();
     loop {
+        if trace && last_trace.elapsed() >= Duration::from_secs(1) {
+            last_trace = Instant::now();
+            for m in nodes {
+                eprintln!(
+                    "{:?} {} {:?}",
+                    t0.elapsed(),
+                    m.node_id(),
+                    *m.status().borrow()
+                );
+            }
+        }
         if quiet(nodes) {
             let s = *since.get_or_insert_with(Instant::now);
             if s.elapsed() >= Duration::from_millis(200) {

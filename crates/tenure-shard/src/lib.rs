@@ -14,7 +14,7 @@ mod state;
 pub mod testing;
 mod view;
 
-pub use assign::{plan, NodeSpec, Plan};
+pub use assign::{plan, plan_reusing, NodeSpec, Plan};
 pub use config::{Layout, Shard, ShardManagerBuilder, MAX_REPLICATION, MAX_SHARDS, MAX_WEIGHT};
 pub use manager::{ShardEvent, ShardEvents, ShardManager, ShardStatus};
 pub use map::ShardMap;

@@ -21,7 +21,7 @@ use tracing::Instrument;
 use crate::assign::Plan;
 use crate::config::{Layout, Shard, ShardManagerBuilder};
 use crate::state::{NodeState, View};
-use crate::view::{plan_for, ShardView};
+use crate::view::{plan_after, plan_for, ShardView};
 
 /// What happens to this node's shards.
 #[derive(Clone, Debug)]
@@ -288,6 +288,8 @@ impl ShardManagerBuilder {
             draining: false,
             view: Arc::new(View::build(&[], shards)),
             plan: None,
+            planned_view: Arc::new(View::build(&[], shards)),
+            next_plan_at: Instant::now(),
             held: HashMap::new(),
             campaigning: HashMap::new(),
             failures: HashMap::new(),
@@ -476,7 +478,13 @@ struct Controller {
     weight: u32,
     draining: bool,
     view: Arc<View>,
+    /// The plan for `planned_view`; `None` once the view moved on.
     plan: Option<Arc<Plan>>,
+    /// The view the last plan was computed for (node numbers in a plan index it).
+    planned_view: Arc<View>,
+    /// Plans of large namespaces cost milliseconds; the next is computed no earlier
+    /// than this, so a busy member list cannot keep a node computing.
+    next_plan_at: Instant,
     held: HashMap<usize, Held>,
     campaigning: HashMap<usize, JoinHandle<()>>,
     /// Failed campaigns: shard → (attempts, not before).
@@ -570,8 +578,46 @@ impl Controller {
             while let Some(Some(Ok(list))) = members.next().now_or_never() {
                 self.set_members(&list);
             }
+            self.refresh_plan().await;
             self.reconcile();
         }
+    }
+
+    /// Compute the plan for the latest view, unless the last one was computed too
+    /// recently for its cost; big plans run on the blocking pool so renewals and
+    /// other tasks keep running meanwhile.
+    async fn refresh_plan(&mut self) {
+        if self.plan.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        if now < self.next_plan_at {
+            let at = self.next_plan_at;
+            self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+            return;
+        }
+        let previous = lock(&self.picture).as_ref().map(|(_, p)| p.clone());
+        let (layout, view) = (self.layout.clone(), self.view.clone());
+        let started = std::time::Instant::now();
+        let plan = if layout.shards.len() >= 20_000 {
+            match tokio::task::spawn_blocking(move || {
+                plan_after(previous.as_deref(), &layout, &view)
+            })
+            .await
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(error = %e, "computing the assignment failed");
+                    return;
+                }
+            }
+        } else {
+            plan_after(previous.as_deref(), &layout, &view)
+        };
+        // Spend at most about a fifth of the time computing plans.
+        self.next_plan_at = Instant::now() + started.elapsed() * 4;
+        self.planned_view = self.view.clone();
+        self.plan = Some(plan);
     }
 
     fn set_members(&mut self, list: &[Member]) {
@@ -647,16 +693,23 @@ impl Controller {
     }
 
     fn reconcile(&mut self) {
-        let plan = match &self.plan {
-            Some(p) => p.clone(),
-            None => {
-                let p = plan_for(&self.layout, &self.view);
-                self.plan = Some(p.clone());
-                p
-            }
+        let Some(plan) = self
+            .plan
+            .clone()
+            .or_else(|| lock(&self.picture).as_ref().map(|(_, p)| p.clone()))
+        else {
+            return;
         };
-        *lock(&self.picture) = Some((self.view.clone(), plan.clone()));
-        let me = self.view.index_of(&self.node_id);
+        // Node numbers in the plan index the view it was computed for.
+        let view = match &self.plan {
+            Some(_) => self.planned_view.clone(),
+            None => match lock(&self.picture).as_ref() {
+                Some((v, _)) => v.clone(),
+                None => return,
+            },
+        };
+        *lock(&self.picture) = Some((view.clone(), plan.clone()));
+        let me = view.index_of(&self.node_id);
         let now = Instant::now();
         if let Some(st) = &self.startup {
             if me.is_some() && now >= st.since + st.quiet {
@@ -671,7 +724,7 @@ impl Controller {
         let mut settled = true;
         for s in 0..self.layout.shards.len() {
             let pref = plan.preferred(s);
-            if self.view.holders[s].is_none() || self.view.holders[s] != pref {
+            if view.holders[s].is_none() || view.holders[s] != pref {
                 settled = false;
             }
             let mine = !self.draining && me.is_some() && pref == me;
@@ -689,11 +742,8 @@ impl Controller {
             if holding {
                 match pref {
                     // The preferred node campaigns for it: hand it over now.
-                    Some(t)
-                        if Some(t) != me
-                            && self.view.states[t as usize].campaigning.contains(s) =>
-                    {
-                        pending.push_back((s, Some(self.view.nodes[t as usize].id.clone())));
+                    Some(t) if Some(t) != me && view.states[t as usize].campaigning.contains(s) => {
+                        pending.push_back((s, Some(view.nodes[t as usize].id.clone())));
                     }
                     // Draining, and the assignment (which already sees this node
                     // draining) has nobody else for it.
@@ -713,7 +763,7 @@ impl Controller {
         self.version += 1;
         let target = me.map_or(0, |m| plan.target(m) as usize);
         let status = ShardStatus {
-            members: self.view.nodes.len(),
+            members: view.nodes.len(),
             held: self.held.len(),
             campaigning: self.campaigning.len(),
             target: if self.draining { 0 } else { target },
@@ -722,7 +772,7 @@ impl Controller {
             settled,
             version: self.version,
         };
-        crate::metrics::record(&self.layout, &self.node_id, &status, &self.view);
+        crate::metrics::record(&self.layout, &self.node_id, &status, &view);
         self.status.send_replace(status);
     }
 

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use crate::config::Layout;
 use crate::manager::snapshot_from_store;
 use crate::state::View;
-use crate::view::{plan_for, ShardView};
+use crate::view::{plan_after, plan_for, ShardView};
 
 /// Follows a namespace's member list and keeps the shard map current, without
 /// registering or campaigning: for request routers that need to know who leads which
@@ -44,11 +44,13 @@ impl ShardMap {
         let l = layout.clone();
         let s = session.clone();
         let task = tokio::spawn(async move {
+            let mut previous: Option<Arc<crate::assign::Plan>> = None;
             loop {
                 match members.next().await {
                     Some(Ok(list)) => {
                         let view = View::build(&list, l.shards().len());
-                        let plan = plan_for(&l, &view);
+                        let plan = plan_after(previous.as_deref(), &l, &view);
+                        previous = Some(plan.clone());
                         tx.send_replace(Arc::new(ShardView::build(&l, &view, &plan)));
                     }
                     Some(Err(e)) => tracing::warn!(error = %e, "member watch error"),

@@ -131,7 +131,13 @@ impl ShardView {
 
 /// Compute the plan for a view (shared by the manager and the read-only map).
 pub(crate) fn plan_for(layout: &Layout, view: &View) -> Arc<Plan> {
-    Arc::new(assign::plan(
+    plan_after(None, layout, view)
+}
+
+/// [`plan_for`], reusing `previous`'s replica sets if the nodes are the same.
+pub(crate) fn plan_after(previous: Option<&Plan>, layout: &Layout, view: &View) -> Arc<Plan> {
+    Arc::new(assign::plan_reusing(
+        previous,
         &layout.hashes,
         &view.nodes,
         layout.replication,
