@@ -72,7 +72,9 @@ impl Timing {
         Timing {
             ttl,
             renew_interval: ttl / 4,
-            renew_deadline: ttl * 2 / 3,
+            // ×2 first keeps the usual rounding; a TTL too large to double (fuzzing
+            // found `ttl * 2` panicking) divides first instead.
+            renew_deadline: ttl.checked_mul(2).map_or(ttl / 3 * 2, |d| d / 3),
             connect_timeout: Duration::from_secs(5),
             retry: Retry::default(),
         }
@@ -173,6 +175,22 @@ pub(crate) fn random_unit() -> f64 {
 mod tests {
     use super::*;
     use crate::ErrorKind;
+
+    #[test]
+    fn from_ttl_takes_any_duration_without_panicking() {
+        // Found by the `timing` fuzz target: `ttl * 2` overflowed.
+        for ttl in [
+            Duration::MAX,
+            Duration::new(u64::MAX / 2 + 1, 0),
+            Duration::ZERO,
+        ] {
+            let t = Timing::from_ttl(ttl);
+            assert!(t.renew_deadline <= ttl && t.renew_interval <= t.renew_deadline);
+            let _ = t.validate();
+        }
+        let t = Timing::from_ttl(Duration::from_secs(2));
+        assert_eq!(t.renew_deadline, Duration::from_secs(4) / 3);
+    }
 
     fn err(t: Timing) -> String {
         let e = t.validate().unwrap_err();
