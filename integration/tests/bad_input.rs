@@ -1,0 +1,375 @@
+//! Checks every row of `docs/bad-input.md`: the input produces the error kind the table
+//! names, the message contains the text it names, nothing panics, and every `connect`
+//! row answers within its connect timeout plus slack. The table is read from the doc, so
+//! it cannot drift from what the code does.
+//!
+//! It starts a Redis and an etcd with authentication on for the credential rows, so
+//! both must be local servers (unset `TENURE_TEST_REDIS` and `TENURE_TEST_ETCD`).
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tenure_core::{Candidate, ElectionName, Error, ErrorKind, Member, Timing};
+use tenure_etcd::EtcdBackend;
+use tenure_integration::chaos::parse_duration;
+use tenure_integration::{workspace_root, EtcdServer, RedisServer};
+use tenure_peer::PeerBackend;
+use tenure_redis::RedisBackend;
+use tenure_zookeeper::ZooKeeperBackend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The password of the credential rows' servers.
+const PASSWORD: &str = "right-Pa55word";
+/// The connect timeout the `connect` rows' URLs give, and the slack allowed on top.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const SLACK: Duration = Duration::from_secs(4);
+
+/// One row of the table.
+#[derive(Debug)]
+struct Row {
+    line: usize,
+    via: String,
+    input: String,
+    kinds: Vec<ErrorKind>,
+    contains: Option<String>,
+}
+
+fn kind(name: &str) -> ErrorKind {
+    match name.trim() {
+        "InvalidArgument" => ErrorKind::InvalidArgument,
+        "Unavailable" => ErrorKind::Unavailable,
+        "Timeout" => ErrorKind::Timeout,
+        "Unauthorized" => ErrorKind::Unauthorized,
+        "SessionExpired" => ErrorKind::SessionExpired,
+        "NotLeader" => ErrorKind::NotLeader,
+        "Backend" => ErrorKind::Backend,
+        other => panic!("docs/bad-input.md: unknown error kind {other:?}"),
+    }
+}
+
+fn unquote(cell: &str) -> String {
+    let cell = cell.trim();
+    cell.strip_prefix('`')
+        .and_then(|c| c.strip_suffix('`'))
+        .unwrap_or(cell)
+        .to_owned()
+}
+
+/// The rows of the table under `## The table`.
+fn rows() -> Vec<Row> {
+    let path = workspace_root().join("docs/bad-input.md");
+    let text = std::fs::read_to_string(&path).expect("read docs/bad-input.md");
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with("## ") {
+            in_table = line.trim() == "## The table";
+            continue;
+        }
+        if !in_table || !line.starts_with('|') || line.starts_with("|---") {
+            continue;
+        }
+        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').collect();
+        assert_eq!(cells.len(), 4, "docs/bad-input.md:{}: {line}", i + 1);
+        if cells[0].trim() == "via" {
+            continue;
+        }
+        let contains = unquote(cells[3]);
+        rows.push(Row {
+            line: i + 1,
+            via: cells[0].trim().to_owned(),
+            input: unquote(cells[1]),
+            kinds: cells[2].split(" or ").map(kind).collect(),
+            contains: (contains != "(any)").then_some(contains),
+        });
+    }
+    assert!(
+        rows.len() > 40,
+        "docs/bad-input.md: the table has {} rows",
+        rows.len()
+    );
+    rows
+}
+
+/// The servers and listeners the placeholders stand for.
+struct Places {
+    closed: SocketAddr,
+    silent: SocketAddr,
+    garbage: SocketAddr,
+    busy: SocketAddr,
+    _busy: std::net::TcpListener,
+    redis: RedisServer,
+    etcd: EtcdServer,
+}
+
+/// A listener that accepts connections and never answers (nor closes them).
+async fn silent() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+/// A listener that answers every connection with random bytes (a fixed seed), at once
+/// and again after everything the client sends.
+async fn garbage() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut seed = 0x5EED_u64;
+        while let Ok((mut stream, _)) = listener.accept().await {
+            seed = seed.wrapping_add(1);
+            tokio::spawn(async move {
+                let mut state = seed;
+                let mut noise = move || {
+                    (0..512)
+                        .map(|_| {
+                            state ^= state << 13;
+                            state ^= state >> 7;
+                            state ^= state << 17;
+                            state as u8
+                        })
+                        .collect::<Vec<u8>>()
+                };
+                let mut buf = [0u8; 4096];
+                if stream.write_all(&noise()).await.is_err() {
+                    return;
+                }
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 || stream.write_all(&noise()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn enable_etcd_auth(endpoint: &str) {
+    for args in [
+        vec![
+            "user".to_owned(),
+            "add".to_owned(),
+            format!("root:{PASSWORD}"),
+        ],
+        vec!["auth".to_owned(), "enable".to_owned()],
+    ] {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={endpoint}"))
+            .args(&args)
+            .output()
+            .expect("run etcdctl (install with `bash scripts/install-test-deps.sh`)");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+async fn places() -> Places {
+    let redis = RedisServer::start().await.expect("redis");
+    let etcd = EtcdServer::start().await.expect("etcd");
+    assert!(
+        !redis.is_external() && !etcd.is_external(),
+        "the credential rows set passwords on the servers: unset {} and {}",
+        RedisServer::ENV,
+        EtcdServer::ENV
+    );
+    let client = redis::Client::open(redis.endpoint()).expect("redis client");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis admin connection");
+    let _: redis::Value = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(PASSWORD)
+        .query_async(&mut admin)
+        .await
+        .expect("CONFIG SET requirepass");
+    enable_etcd_auth(etcd.endpoint());
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    Places {
+        closed: SocketAddr::from((
+            [127, 0, 0, 1],
+            tenure_integration::free_port().expect("port"),
+        )),
+        silent: silent().await,
+        garbage: garbage().await,
+        busy: busy.local_addr().expect("addr"),
+        _busy: busy,
+        redis,
+        etcd,
+    }
+}
+
+/// The input with placeholders filled in and escapes decoded.
+fn expand(input: &str, places: &Places) -> String {
+    let mut s = input
+        .replace("{empty}", "")
+        .replace("{closed}", &places.closed.to_string())
+        .replace("{silent}", &places.silent.to_string())
+        .replace("{garbage}", &places.garbage.to_string())
+        .replace("{busy}", &places.busy.to_string())
+        .replace("{redis-auth}", &places.redis.addr().to_string())
+        .replace("{etcd-auth}", &places.etcd.addr().to_string());
+    while let Some(start) = s.find("{repeat:") {
+        let end = start + s[start..].find('}').expect("closing }");
+        let spec = &s[start + "{repeat:".len()..end];
+        let (n, c) = spec.split_once(':').expect("{repeat:N:c}");
+        let text = c.repeat(n.parse().expect("a count"));
+        s.replace_range(start..=end, &text);
+    }
+    unescape(&s)
+}
+
+fn unescape(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some('0') => out.push('\0'),
+            Some('\\') => out.push('\\'),
+            Some('u') => {
+                let rest: String = chars.by_ref().take_while(|&c| c != '}').collect();
+                let hex = rest.trim_start_matches('{');
+                let code = u32::from_str_radix(hex, 16).expect("\\u{hex}");
+                out.push(char::from_u32(code).expect("a char"));
+            }
+            other => panic!("unknown escape \\{other:?}"),
+        }
+    }
+    out
+}
+
+fn timing(spec: &str) -> tenure_core::Result<()> {
+    let mut fields = std::collections::BTreeMap::new();
+    for pair in spec.split_whitespace() {
+        let (k, v) = pair.split_once('=').expect("field=duration");
+        fields.insert(k, parse_duration(v).expect("a duration"));
+    }
+    let mut t = Timing::from_ttl(
+        fields
+            .get("ttl")
+            .copied()
+            .unwrap_or(Duration::from_secs(10)),
+    );
+    for (k, v) in fields {
+        match k {
+            "ttl" => {}
+            "renew_interval" => t.renew_interval = v,
+            "renew_deadline" => t.renew_deadline = v,
+            "connect_timeout" => t.connect_timeout = v,
+            other => panic!("unknown timing field {other}"),
+        }
+    }
+    t.validate()
+}
+
+/// Runs one row; `Ok(())` means the input was accepted.
+async fn run(via: &str, input: String) -> tenure_core::Result<()> {
+    match via {
+        "election" => ElectionName::new(&input).map(drop),
+        "candidate" => Candidate::new(&input).map(drop),
+        "value" => Candidate::with_value("c1", &input).map(drop),
+        "member" => Member::new(&input, "").map(drop),
+        "timing" => timing(&input),
+        "connect" => {
+            let scheme = input.split("://").next().unwrap_or("").to_ascii_lowercase();
+            match scheme.as_str() {
+                "etcd" | "etcds" => EtcdBackend::from_url(&input).await.map(drop),
+                "redis" | "rediss" => RedisBackend::from_url(&input).await.map(drop),
+                "zk" => ZooKeeperBackend::from_url(&input).await.map(drop),
+                "peer" => PeerBackend::connect(&input).await.map(drop),
+                _ => tenure_core::connect(&input).await.map(drop),
+            }
+        }
+        other => panic!("docs/bad-input.md: unknown via {other:?}"),
+    }
+}
+
+fn describe(e: &Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_row_of_the_bad_input_table_holds() {
+    let rows = rows();
+    let places = places().await;
+    let mut failures = Vec::new();
+    let mut actual = Vec::new();
+    for row in &rows {
+        let input = expand(&row.input, &places);
+        let started = Instant::now();
+        let via = row.via.clone();
+        let task = tokio::spawn(async move { run(&via, input).await });
+        let limit = CONNECT_TIMEOUT + SLACK;
+        let outcome = tokio::time::timeout(limit * 3, task).await;
+        let took = started.elapsed();
+        let at = format!(
+            "docs/bad-input.md:{} ({} `{}`)",
+            row.line, row.via, row.input
+        );
+        let result = match outcome {
+            Err(_) => {
+                failures.push(format!("{at}: no answer within {:?}", limit * 3));
+                continue;
+            }
+            Ok(Err(join)) => {
+                failures.push(format!("{at}: panicked: {join}"));
+                continue;
+            }
+            Ok(Ok(result)) => result,
+        };
+        if took > limit {
+            failures.push(format!(
+                "{at}: answered after {took:?}, past the connect timeout"
+            ));
+        }
+        match result {
+            Ok(()) => failures.push(format!("{at}: accepted")),
+            Err(e) => {
+                let text = describe(&e);
+                actual.push(format!("{at}: {:?} in {took:?}: {text}", e.kind()));
+                if !row.kinds.contains(&e.kind()) {
+                    failures.push(format!(
+                        "{at}: {:?}, expected {:?}: {text}",
+                        e.kind(),
+                        row.kinds
+                    ));
+                }
+                if let Some(want) = &row.contains {
+                    if !text.contains(want.as_str()) {
+                        failures.push(format!("{at}: message lacks {want:?}: {text}"));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{}", actual.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1,0 +1,272 @@
+//! Passwords never appear in `Debug`, `Display`, error messages (with their sources) or
+//! tracing output, for etcd, Redis and ZooKeeper: configs parsed from URLs with
+//! credentials, bad URLs that carry a password, failed connections (nothing listening,
+//! wrong password against a real server) and a real session with credentials, all while
+//! a subscriber records every tracing event at TRACE level from every crate.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tenure_core::{Candidate, DynBackend, ElectionName, Error, Session, Timing};
+use tenure_etcd::{EtcdBackend, EtcdConfig};
+use tenure_integration::{free_port, EtcdServer, RedisServer, ZooKeeperServer};
+use tenure_redis::{RedisBackend, RedisConfig};
+use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
+use tracing_subscriber::fmt::MakeWriter;
+
+/// The secrets; letters and digits only, so they read the same percent-encoded.
+const ETCD_SECRET: &str = "EtcdS3cretXq7";
+const REDIS_SECRET: &str = "RedisS3cretZk4";
+const ZK_SECRET: &str = "ZooS3cretWv9";
+const SECRETS: [&str; 3] = [ETCD_SECRET, REDIS_SECRET, ZK_SECRET];
+
+/// Everything the subscriber wrote.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// An error with its sources, in Display and Debug form.
+fn render(e: &Error) -> String {
+    let mut s = format!("{e}\n{e:?}");
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s.push_str(&format!("\n{inner}\n{inner:?}"));
+        src = inner.source();
+    }
+    s
+}
+
+fn assert_clean(what: &str, text: &str) {
+    for secret in SECRETS {
+        assert!(
+            !text.contains(secret),
+            "{what} contains a password:\n{text}"
+        );
+    }
+}
+
+async fn elect(backend: DynBackend) {
+    let session = Session::open(backend, Timing::from_ttl(Duration::from_secs(2)))
+        .await
+        .expect("session");
+    let election = ElectionName::new("credentials/check").expect("name");
+    let l = session
+        .campaign(&election, &Candidate::new("a").expect("id"))
+        .await
+        .expect("campaign");
+    l.resign().await.expect("resign");
+    session.close().await.expect("close");
+}
+
+fn enable_etcd_auth(endpoint: &str) {
+    for args in [
+        vec![
+            "user".to_owned(),
+            "add".to_owned(),
+            format!("root:{ETCD_SECRET}"),
+        ],
+        vec!["auth".to_owned(), "enable".to_owned()],
+    ] {
+        let out = std::process::Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={endpoint}"))
+            .args(&args)
+            .output()
+            .expect("run etcdctl (install with `bash scripts/install-test-deps.sh`)");
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_stay_out_of_debug_display_errors_and_traces() {
+    let captured = Captured::default();
+    tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .init();
+    let mut texts: Vec<(String, String)> = Vec::new();
+    let closed = format!("127.0.0.1:{}", free_port().expect("port"));
+
+    // Configs with credentials: Debug, Display, and traced both ways.
+    let etcd = EtcdConfig::from_url(&format!(
+        "etcd://{closed}?username=root&password={ETCD_SECRET}&connect_timeout_ms=500"
+    ))
+    .expect("etcd config");
+    let etcd_userinfo =
+        EtcdConfig::from_url(&format!("etcd://root:{ETCD_SECRET}@{closed}")).expect("etcd config");
+    let redis = RedisConfig::from_url(&format!(
+        "redis://user:{REDIS_SECRET}@{closed}?connect_timeout_ms=500"
+    ))
+    .expect("redis config");
+    let zk = ZooKeeperConfig::from_url(&format!(
+        "zk://user:{ZK_SECRET}@{closed}/chroot?connect_timeout=500ms"
+    ))
+    .expect("zookeeper config");
+    for (what, debug_text, display_text) in [
+        ("etcd config", format!("{etcd:?}"), etcd.to_string()),
+        (
+            "etcd config (user info)",
+            format!("{etcd_userinfo:?}"),
+            etcd_userinfo.to_string(),
+        ),
+        ("redis config", format!("{redis:?}"), redis.to_string()),
+        ("zookeeper config", format!("{zk:?}"), zk.to_string()),
+    ] {
+        tracing::info!(config.debug = %debug_text, config.display = %display_text, "{what}");
+        texts.push((what.to_owned(), format!("{debug_text}\n{display_text}")));
+    }
+
+    // Bad URLs that carry a password.
+    for (what, result) in [
+        (
+            "etcd bad url",
+            EtcdConfig::from_url(&format!(
+                "etcd://root:{ETCD_SECRET}@127.0.0.1:99999?bogus=1"
+            ))
+            .map(drop),
+        ),
+        (
+            "etcd bad parameter",
+            EtcdConfig::from_url(&format!(
+                "etcd://127.0.0.1:2379?password={ETCD_SECRET}&bogus=1"
+            ))
+            .map(drop),
+        ),
+        (
+            "redis bad url",
+            RedisConfig::from_url(&format!("redis://u:{REDIS_SECRET}@127.0.0.1:99999")).map(drop),
+        ),
+        (
+            "redis bad parameter",
+            RedisConfig::from_url(&format!("redis://u:{REDIS_SECRET}@127.0.0.1?bogus=1")).map(drop),
+        ),
+        (
+            "zookeeper bad url",
+            ZooKeeperConfig::from_url(&format!("zk://u:{ZK_SECRET}@127.0.0.1:2181/bad//chroot"))
+                .map(drop),
+        ),
+    ] {
+        let e = result.expect_err(what);
+        texts.push((what.to_owned(), render(&e)));
+    }
+
+    // Nothing listening: the connection errors.
+    let e = etcd
+        .clone()
+        .connect()
+        .await
+        .expect_err("etcd on a closed port");
+    texts.push(("etcd unreachable".into(), render(&e)));
+    let e = redis
+        .clone()
+        .connect()
+        .await
+        .expect_err("redis on a closed port");
+    texts.push(("redis unreachable".into(), render(&e)));
+    let e = zk
+        .clone()
+        .connect()
+        .await
+        .expect_err("zookeeper on a closed port");
+    texts.push(("zookeeper unreachable".into(), render(&e)));
+
+    // Real servers: a wrong password is refused, the right one works.
+    let redis_server = RedisServer::start().await.expect("redis");
+    let etcd_server = EtcdServer::start().await.expect("etcd");
+    let zk_server = ZooKeeperServer::start().await.expect("zookeeper");
+    assert!(
+        !redis_server.is_external() && !etcd_server.is_external(),
+        "this test sets passwords on the servers: unset {} and {}",
+        RedisServer::ENV,
+        EtcdServer::ENV
+    );
+    let client = redis::Client::open(redis_server.endpoint()).expect("redis client");
+    let mut admin = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis admin connection");
+    let _: redis::Value = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(REDIS_SECRET)
+        .query_async(&mut admin)
+        .await
+        .expect("CONFIG SET requirepass");
+    enable_etcd_auth(etcd_server.endpoint());
+    let (r, e, z) = (
+        redis_server.addr(),
+        etcd_server.addr(),
+        zk_server.endpoint().to_owned(),
+    );
+    let wrong_redis = format!("{REDIS_SECRET}x");
+    let e1 = RedisBackend::from_url(&format!("redis://:{wrong_redis}@{r}"))
+        .await
+        .expect_err("wrong redis password");
+    texts.push(("redis wrong password".into(), render(&e1)));
+    let wrong_etcd = format!("{ETCD_SECRET}x");
+    let e2 = EtcdBackend::from_url(&format!("etcd://root:{wrong_etcd}@{e}"))
+        .await
+        .expect_err("wrong etcd password");
+    texts.push(("etcd wrong password".into(), render(&e2)));
+    elect(Arc::new(
+        RedisBackend::from_url(&format!("redis://:{REDIS_SECRET}@{r}"))
+            .await
+            .expect("right redis password"),
+    ))
+    .await;
+    elect(Arc::new(
+        EtcdBackend::from_url(&format!("etcd://root:{ETCD_SECRET}@{e}"))
+            .await
+            .expect("right etcd password"),
+    ))
+    .await;
+    elect(Arc::new(
+        ZooKeeperBackend::from_url(&format!("zk://user:{ZK_SECRET}@{z}/credentials"))
+            .await
+            .expect("zookeeper with digest credentials"),
+    ))
+    .await;
+
+    for (what, text) in &texts {
+        assert_clean(what, text);
+    }
+    let log = captured.text();
+    assert!(
+        log.contains("redis config") && log.lines().count() > 10,
+        "the subscriber recorded nothing:\n{log}"
+    );
+    assert_clean("the tracing output", &log);
+}

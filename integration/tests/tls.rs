@@ -1,0 +1,365 @@
+//! TLS for etcd (`etcds://`) and Redis (`rediss://`) against real servers that serve TLS
+//! only and require client certificates, with every certificate made in the test by
+//! `rcgen`: a CA, a server certificate for 127.0.0.1 and a client certificate signed by
+//! it, and a second, unrelated CA with its own client certificate. The right CA and
+//! client certificate elect a leader; a wrong CA, a missing or foreign client
+//! certificate, or plain text to the TLS port fail with `Unauthorized` or `Unavailable`
+//! (plain text: `Unavailable` or `Timeout`) within the connect timeout, never a hang.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    SanType,
+};
+use tenure_core::{Candidate, DynBackend, ElectionName, Error, ErrorKind, Session, Timing};
+use tenure_etcd::EtcdBackend;
+use tenure_integration::free_port;
+use tenure_redis::RedisBackend;
+
+/// The connect timeout the failing connections are given, and the slack on top of it
+/// within which they must have failed.
+const CONNECT_TIMEOUT_MS: u64 = 1000;
+const SLACK: Duration = Duration::from_secs(4);
+
+/// Certificates in a temporary directory: `ca.pem`, `server.pem`/`server.key`,
+/// `client.pem`/`client.key` (signed by `ca`), `other-ca.pem` and
+/// `other-client.pem`/`other-client.key` (signed by the other CA).
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let write = |name: &str, text: String| {
+            std::fs::write(dir.path().join(name), text).expect("write a certificate file")
+        };
+        let make_ca = |name: &str| {
+            let key = KeyPair::generate().expect("CA key");
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(DnType::CommonName, format!("tenure test {name}"));
+            let cert = params.self_signed(&key).expect("self-signed CA");
+            (cert.pem(), Issuer::new(params, key))
+        };
+        let leaf = |issuer: &Issuer<'_, KeyPair>, server: bool| {
+            let key = KeyPair::generate().expect("key");
+            let names = if server {
+                vec!["localhost".to_owned()]
+            } else {
+                Vec::new()
+            };
+            let mut params = CertificateParams::new(names).expect("params");
+            if server {
+                params
+                    .subject_alt_names
+                    .push(SanType::IpAddress([127, 0, 0, 1].into()));
+                params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+                params
+                    .distinguished_name
+                    .push(DnType::CommonName, "localhost");
+            } else {
+                params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+                params
+                    .distinguished_name
+                    .push(DnType::CommonName, "tenure test client");
+            }
+            let cert = params.signed_by(&key, issuer).expect("sign");
+            (cert.pem(), key.serialize_pem())
+        };
+        let (ca_pem, ca) = make_ca("CA");
+        let (other_pem, other) = make_ca("other CA");
+        write("ca.pem", ca_pem);
+        write("other-ca.pem", other_pem);
+        for (name, issuer, server) in [
+            ("server", &ca, true),
+            ("client", &ca, false),
+            ("other-client", &other, false),
+        ] {
+            let (cert, key) = leaf(issuer, server);
+            write(&format!("{name}.pem"), cert);
+            write(&format!("{name}.key"), key);
+        }
+        Pki { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// A server child process, killed on drop.
+struct Server {
+    child: Child,
+    port: u16,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn program(name: &str) -> Command {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "{name} is not installed; install it with `bash scripts/install-test-deps.sh`"
+    );
+    Command::new(name)
+}
+
+async fn wait_for_port(port: u16, what: &str) {
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what} did not start listening on {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// etcd serving clients over TLS only, requiring a client certificate from `ca`.
+async fn etcd(pki: &Pki) -> Server {
+    let data = tempfile::tempdir().expect("temp dir");
+    let (port, peer_port) = (free_port().expect("port"), free_port().expect("port"));
+    let client = format!("https://127.0.0.1:{port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let child = program("etcd")
+        .args(["--name", "e1", "--data-dir"])
+        .arg(data.path())
+        .args(["--listen-client-urls", &client])
+        .args(["--advertise-client-urls", &client])
+        .args(["--listen-peer-urls", &peer])
+        .args(["--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("e1={peer}")])
+        .args(["--initial-cluster-state", "new"])
+        .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
+        .arg("--cert-file")
+        .arg(pki.path("server.pem"))
+        .arg("--key-file")
+        .arg(pki.path("server.key"))
+        .arg("--trusted-ca-file")
+        .arg(pki.path("ca.pem"))
+        .arg("--client-cert-auth")
+        .args(["--logger", "zap", "--log-level", "error"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start etcd");
+    wait_for_port(port, "etcd with TLS").await;
+    Server {
+        child,
+        port,
+        _data: data,
+    }
+}
+
+/// Redis serving TLS only, requiring a client certificate from `ca`.
+async fn redis(pki: &Pki) -> Server {
+    let data = tempfile::tempdir().expect("temp dir");
+    let port = free_port().expect("port");
+    let child = program("redis-server")
+        .args(["--port", "0", "--tls-port", &port.to_string()])
+        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .arg("--dir")
+        .arg(data.path())
+        .arg("--tls-cert-file")
+        .arg(pki.path("server.pem"))
+        .arg("--tls-key-file")
+        .arg(pki.path("server.key"))
+        .arg("--tls-ca-cert-file")
+        .arg(pki.path("ca.pem"))
+        .args(["--tls-auth-clients", "yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start redis-server");
+    wait_for_port(port, "redis-server with TLS").await;
+    Server {
+        child,
+        port,
+        _data: data,
+    }
+}
+
+async fn elect_and_resign(backend: DynBackend) {
+    let session = Session::open(backend, Timing::from_ttl(Duration::from_secs(2)))
+        .await
+        .expect("session");
+    let election = ElectionName::new("tls/check").expect("name");
+    let l = session
+        .campaign(&election, &Candidate::new("a").expect("id"))
+        .await
+        .expect("campaign");
+    assert!(l.is_leader());
+    l.resign().await.expect("resign");
+    session.close().await.expect("close");
+}
+
+/// `connect(url)` fails with one of `kinds` within the connect timeout plus slack.
+async fn fails<F, Fut>(what: &str, url: String, kinds: &[ErrorKind], connect: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Result<DynBackend, Error>>,
+{
+    let started = Instant::now();
+    let limit = Duration::from_millis(CONNECT_TIMEOUT_MS) + SLACK;
+    let outcome = tokio::time::timeout(limit, connect(url)).await;
+    let took = started.elapsed();
+    match outcome {
+        Err(_) => panic!("{what}: no answer within {limit:?}"),
+        Ok(Ok(_)) => panic!("{what}: connected"),
+        Ok(Err(e)) => {
+            eprintln!("{what}: {:?} after {took:?}: {e}", e.kind());
+            assert!(kinds.contains(&e.kind()), "{what}: {:?}: {e}", e.kind());
+        }
+    }
+}
+
+async fn etcd_connect(url: String) -> Result<DynBackend, Error> {
+    Ok(Arc::new(EtcdBackend::from_url(&url).await?) as DynBackend)
+}
+
+async fn redis_connect(url: String) -> Result<DynBackend, Error> {
+    Ok(Arc::new(RedisBackend::from_url(&url).await?) as DynBackend)
+}
+
+fn tls_url(scheme: &str, port: u16, ca: &Path, client: Option<(&Path, &Path)>) -> String {
+    let mut url = format!(
+        "{scheme}://127.0.0.1:{port}?ca={}&connect_timeout_ms={CONNECT_TIMEOUT_MS}&request_timeout_ms={CONNECT_TIMEOUT_MS}",
+        ca.display()
+    );
+    if let Some((cert, key)) = client {
+        url.push_str(&format!("&cert={}&key={}", cert.display(), key.display()));
+    }
+    url
+}
+
+const REFUSED: &[ErrorKind] = &[ErrorKind::Unauthorized, ErrorKind::Unavailable];
+const NO_ANSWER: &[ErrorKind] = &[ErrorKind::Unavailable, ErrorKind::Timeout];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_over_tls_with_generated_certificates() {
+    let pki = Pki::new();
+    let server = etcd(&pki).await;
+    let (ca, other_ca) = (pki.path("ca.pem"), pki.path("other-ca.pem"));
+    let client = (pki.path("client.pem"), pki.path("client.key"));
+    let other = (pki.path("other-client.pem"), pki.path("other-client.key"));
+    let client = Some((client.0.as_path(), client.1.as_path()));
+    // The right CA and client certificate: a leader, end to end. etcd may take a moment
+    // after it listens before it serves.
+    let url = tls_url("etcds", server.port, &ca, client);
+    let started = Instant::now();
+    let backend = loop {
+        match etcd_connect(url.clone()).await {
+            Ok(b) => break b,
+            Err(e) if started.elapsed() < Duration::from_secs(20) => {
+                eprintln!("etcd over TLS not ready yet: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("etcd over TLS with the right certificates: {e}"),
+        }
+    };
+    elect_and_resign(backend).await;
+    fails(
+        "etcds:// with the wrong CA",
+        tls_url("etcds", server.port, &other_ca, client),
+        REFUSED,
+        etcd_connect,
+    )
+    .await;
+    fails(
+        "etcds:// without a client certificate",
+        tls_url("etcds", server.port, &ca, None),
+        REFUSED,
+        etcd_connect,
+    )
+    .await;
+    fails(
+        "etcds:// with a client certificate from another CA",
+        tls_url(
+            "etcds",
+            server.port,
+            &ca,
+            Some((other.0.as_path(), other.1.as_path())),
+        ),
+        REFUSED,
+        etcd_connect,
+    )
+    .await;
+    fails(
+        "plain etcd:// to the TLS port",
+        format!(
+            "etcd://127.0.0.1:{}?connect_timeout_ms={CONNECT_TIMEOUT_MS}&request_timeout_ms={CONNECT_TIMEOUT_MS}",
+            server.port
+        ),
+        NO_ANSWER,
+        etcd_connect,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_with_generated_certificates() {
+    let pki = Pki::new();
+    let server = redis(&pki).await;
+    let (ca, other_ca) = (pki.path("ca.pem"), pki.path("other-ca.pem"));
+    let client = (pki.path("client.pem"), pki.path("client.key"));
+    let other = (pki.path("other-client.pem"), pki.path("other-client.key"));
+    let client = Some((client.0.as_path(), client.1.as_path()));
+    let backend = redis_connect(tls_url("rediss", server.port, &ca, client))
+        .await
+        .expect("Redis over TLS with the right certificates");
+    elect_and_resign(backend).await;
+    fails(
+        "rediss:// with the wrong CA",
+        tls_url("rediss", server.port, &other_ca, client),
+        REFUSED,
+        redis_connect,
+    )
+    .await;
+    fails(
+        "rediss:// without a client certificate",
+        tls_url("rediss", server.port, &ca, None),
+        REFUSED,
+        redis_connect,
+    )
+    .await;
+    fails(
+        "rediss:// with a client certificate from another CA",
+        tls_url(
+            "rediss",
+            server.port,
+            &ca,
+            Some((other.0.as_path(), other.1.as_path())),
+        ),
+        REFUSED,
+        redis_connect,
+    )
+    .await;
+    fails(
+        "plain redis:// to the TLS port",
+        format!(
+            "redis://127.0.0.1:{}?connect_timeout_ms={CONNECT_TIMEOUT_MS}&request_timeout_ms={CONNECT_TIMEOUT_MS}",
+            server.port
+        ),
+        NO_ANSWER,
+        redis_connect,
+    )
+    .await;
+}
