@@ -2,14 +2,17 @@
 //! shards, 4 nodes (each its own session and connection), replication 3, TTL 2 s.
 //! One server per test; the scenarios run one after another on it with their own
 //! namespaces. Time bounds get 1 s of slack for the stores' expiry granularity (etcd
-//! checks leases every 500 ms, ZooKeeper expires sessions in tickTime buckets).
+//! checks leases every 500 ms, ZooKeeper expires sessions in tickTime buckets). Azure
+//! (Azurite) grants leases of 15 s at least and its waiters poll (100 ms here), so its
+//! run uses a 15 s TTL and 1 s of extra handoff gap.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::{DynBackend, Timing};
 use tenure_etcd::EtcdBackend;
-use tenure_integration::{EtcdServer, RedisServer, ZooKeeperServer};
+use tenure_integration::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
 use tenure_redis::RedisBackend;
 use tenure_shard::testing::{
     check_cold_start, check_crash, check_drain, check_join, check_quiet, Connect, ShardEnv,
@@ -78,4 +81,30 @@ async fn shard_manager_on_zookeeper() {
         Box::pin(async move { Ok(Arc::new(ZooKeeperBackend::from_url(&url).await?) as DynBackend) })
     });
     scenarios(&env(connect)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_manager_on_azurite() {
+    let server = AzuriteServer::start().await.expect("start Azurite");
+    let endpoint = server.endpoint().to_string();
+    let container = tenure_core::testing::random_prefix().to_ascii_lowercase();
+    let connect: Connect = Arc::new(move || {
+        let config = AzureConfig::development(&endpoint, &container)
+            .poll_interval(Duration::from_millis(100))
+            .connect_timeout(Duration::from_secs(5))
+            .request_timeout(Duration::from_secs(5));
+        Box::pin(async move { Ok(Arc::new(AzureBackend::connect(config).await?) as DynBackend) })
+    });
+    let mut env = env(connect);
+    env.timing = Timing::from_ttl(Duration::from_secs(15));
+    env.timing.renew_interval = Duration::from_secs(3);
+    env.timing.renew_deadline = Duration::from_secs(10);
+    env.timing.connect_timeout = Duration::from_secs(5);
+    env.slack = Duration::from_secs(2);
+    env.settle = Duration::from_secs(60);
+    check_cold_start(&env).await;
+    check_join(&env).await;
+    check_crash(&env).await;
+    check_quiet(&env, Duration::from_secs(5)).await;
+    check_drain(&env, Duration::from_millis(1000)).await;
 }

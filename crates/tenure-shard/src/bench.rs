@@ -125,6 +125,9 @@ impl BackendSession for CountingSession {
         self.tick();
         self.inner.close().await
     }
+    fn abandon(&self) {
+        self.inner.abandon();
+    }
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
         self.tick();
         self.inner.register_member(namespace, member).await

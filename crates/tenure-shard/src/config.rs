@@ -162,6 +162,7 @@ impl Layout {
 /// | `handoff_rate` | 200 per second | graceful handoffs this node starts per second |
 /// | `handoff_burst` | 20 | handoffs it may start at once |
 /// | `publish_interval` | 10 ms | least time between two updates of this node's member value |
+/// | `campaign_limit` | 64 | campaigns this node has in flight at once (the rest wait for a permit; only those in flight are published as campaigning) |
 /// | `startup_quiet` | 100 ms | at start, campaign only once the member list has not changed for this long |
 #[derive(Clone)]
 pub struct ShardManagerBuilder {
@@ -174,6 +175,7 @@ pub struct ShardManagerBuilder {
     pub(crate) handoff_burst: u32,
     pub(crate) publish_interval: Duration,
     pub(crate) startup_quiet: Duration,
+    pub(crate) campaign_limit: usize,
 }
 
 impl fmt::Debug for ShardManagerBuilder {
@@ -202,6 +204,7 @@ impl ShardManagerBuilder {
             handoff_burst: 20,
             publish_interval: Duration::from_millis(10),
             startup_quiet: Duration::from_millis(100),
+            campaign_limit: 64,
         }
     }
 
@@ -249,6 +252,12 @@ impl ShardManagerBuilder {
         self
     }
 
+    /// Campaigns in flight at once.
+    pub fn campaign_limit(mut self, limit: usize) -> Self {
+        self.campaign_limit = limit;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(Layout, String)> {
         let layout = self
             .layout
@@ -269,6 +278,12 @@ impl ShardManagerBuilder {
             return Err(Error::invalid(format!(
                 "handoff_rate: {} per second, burst {}; both must be positive",
                 self.handoff_rate, self.handoff_burst
+            )));
+        }
+        if self.campaign_limit == 0 || self.campaign_limit > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(Error::invalid(format!(
+                "campaign_limit: {}; at least 1",
+                self.campaign_limit
             )));
         }
         if self.publish_interval > self.timing.ttl {

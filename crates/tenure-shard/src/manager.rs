@@ -81,6 +81,8 @@ pub struct ShardStatus {
 }
 
 enum Internal {
+    /// A campaign got its permit and is about to reach the store.
+    Started(usize),
     Granted(usize, Result<Leadership>),
     Lost(usize, FencingToken, LossReason),
 }
@@ -292,6 +294,8 @@ impl ShardManagerBuilder {
             next_plan_at: Instant::now(),
             held: HashMap::new(),
             campaigning: HashMap::new(),
+            started: std::collections::HashSet::new(),
+            permits: Arc::new(tokio::sync::Semaphore::new(self.campaign_limit)),
             failures: HashMap::new(),
             retry_at: Some(Instant::now() + self.startup_quiet),
             startup: Some(Startup {
@@ -487,6 +491,11 @@ struct Controller {
     next_plan_at: Instant,
     held: HashMap<usize, Held>,
     campaigning: HashMap<usize, JoinHandle<()>>,
+    /// Campaigns that hold a permit (the ones other nodes may see as campaigning).
+    started: std::collections::HashSet<usize>,
+    /// Bounds the campaigns in flight, so a node that must take thousands of shards
+    /// at once does not swamp the store (and its own renewals).
+    permits: Arc<tokio::sync::Semaphore>,
     /// Failed campaigns: shard → (attempts, not before).
     failures: HashMap<usize, (u32, Instant)>,
     retry_at: Option<Instant>,
@@ -636,8 +645,14 @@ impl Controller {
 
     fn handle(&mut self, msg: Internal) {
         match msg {
+            Internal::Started(s) => {
+                if self.campaigning.contains_key(&s) {
+                    self.started.insert(s);
+                }
+            }
             Internal::Granted(s, Ok(leadership)) => {
                 self.campaigning.remove(&s);
+                self.started.remove(&s);
                 self.failures.remove(&s);
                 let watch = leadership.watch();
                 let token = leadership.token();
@@ -666,6 +681,7 @@ impl Controller {
             }
             Internal::Granted(s, Err(e)) => {
                 self.campaigning.remove(&s);
+                self.started.remove(&s);
                 let (attempt, _) = self
                     .failures
                     .get(&s)
@@ -738,6 +754,7 @@ impl Controller {
             }
             if let Some(task) = self.campaigning.remove(&s) {
                 task.abort();
+                self.started.remove(&s);
             }
             if holding {
                 match pref {
@@ -781,7 +798,12 @@ impl Controller {
         let election = self.layout.elections[s].clone();
         let candidate = self.candidate.clone();
         let tx = self.internal_tx.clone();
+        let permits = self.permits.clone();
         let task = tokio::spawn(async move {
+            let Ok(_permit) = permits.acquire_owned().await else {
+                return;
+            };
+            let _ = tx.send(Internal::Started(s));
             let r = session.campaign(&election, &candidate).await;
             let _ = tx.send(Internal::Granted(s, r));
         });
@@ -821,7 +843,7 @@ impl Controller {
         for s in self.held.keys() {
             st.held.set(*s, true);
         }
-        for s in self.campaigning.keys() {
+        for s in &self.started {
             st.campaigning.set(*s, true);
         }
         let value = st.encode();
@@ -836,6 +858,7 @@ impl Controller {
     }
 
     async fn shutdown(&mut self) {
+        self.started.clear();
         for (_, t) in self.campaigning.drain() {
             t.abort();
         }
