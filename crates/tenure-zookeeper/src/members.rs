@@ -235,7 +235,21 @@ pub(crate) async fn watch_task(
                         }
                         break;
                     }
-                    Ok((_, vanished)) => children.retain(|c| !vanished.contains(c)),
+                    // A winner was replaced or removed after the events seen so far
+                    // (a member re-registering quickly): list the children again
+                    // rather than publish a list that lacks a member who is still
+                    // registered under a newer node.
+                    Ok(_) => match shared
+                        .call("watch members", client.list_children(&dir))
+                        .await
+                    {
+                        Ok(c) => children = c,
+                        Err(e) if is_no_node(&e) => children.clear(),
+                        Err(e) => {
+                            tracing::debug!(error = %e, dir = %dir, "listing members failed; watching again");
+                            continue 'setup;
+                        }
+                    },
                     Err(e) => {
                         tracing::debug!(error = %e, dir = %dir, "reading members failed; watching again");
                         continue 'setup;

@@ -1088,6 +1088,42 @@ pub async fn check_membership(env: &Env) {
     sd.close().await.expect("close d");
     sa.close().await.expect("close a");
     watch_until(&mut w, &[], quick, "all gone").await;
+
+    // A member that replaces its value quickly never drops out of a watcher's view.
+    let churn = env.election("churn");
+    let se = env.session().await;
+    se.register(&churn, &member("e", "0"))
+        .await
+        .expect("register e");
+    let mut w2 = se.watch_members(&churn).await.expect("watch_members");
+    watch_until(&mut w2, &[("e", "0")], quick, "churn start").await;
+    let reader = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(item) = w2.next().await {
+            let got = ids_values(&item.expect("member stream"));
+            let done = got == [("e".to_string(), "40".to_string())];
+            seen.push(got);
+            if done {
+                break;
+            }
+        }
+        seen
+    });
+    for i in 1..=40 {
+        se.register(&churn, &member("e", &i.to_string()))
+            .await
+            .expect("replace e");
+    }
+    let seen = within(quick * 4, "the last value of a churning member", reader)
+        .await
+        .expect("reader");
+    for list in &seen {
+        assert!(
+            list.len() == 1 && list[0].0 == "e",
+            "a member re-registering its value dropped out of the list: {list:?}"
+        );
+    }
+    se.close().await.expect("close e");
 }
 
 /// Run every check against `env`'s backend, one `#[tokio::test]` per clause.
