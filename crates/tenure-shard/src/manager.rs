@@ -351,17 +351,13 @@ pub(crate) async fn snapshot_from_store(
     layout: &Layout,
     mut view: ShardView,
 ) -> Result<ShardView> {
-    let reads = futures::stream::iter(
-        layout
-            .elections
-            .iter()
-            .enumerate()
-            .map(|(i, e)| async move { (i, session.leader(e).await) }),
-    )
-    .buffer_unordered(64)
-    .collect::<Vec<_>>()
-    .await;
-    for (i, r) in reads {
+    // 64 reads at a time (chunks rather than a stream combinator, so the future
+    // stays `Send`).
+    let mut reads = Vec::with_capacity(layout.elections.len());
+    for chunk in layout.elections.chunks(64) {
+        reads.extend(futures::future::join_all(chunk.iter().map(|e| session.leader(e))).await);
+    }
+    for (i, r) in reads.into_iter().enumerate() {
         let info = r?;
         view.shards[i].leader = info.as_ref().map(|l| l.id.clone());
         view.shards[i].token = info.map(|l| l.token);
@@ -651,7 +647,11 @@ impl Controller {
                 }
             }
             Internal::Granted(s, Ok(leadership)) => {
-                self.campaigning.remove(&s);
+                // A second campaign for the same shard (started after the first was
+                // withdrawn too late to stop its grant) can only fail now.
+                if let Some(t) = self.campaigning.remove(&s) {
+                    t.abort();
+                }
                 self.started.remove(&s);
                 self.failures.remove(&s);
                 let watch = leadership.watch();
@@ -682,6 +682,10 @@ impl Controller {
             Internal::Granted(s, Err(e)) => {
                 self.campaigning.remove(&s);
                 self.started.remove(&s);
+                if self.held.contains_key(&s) {
+                    tracing::debug!(shard = s, error = %e, "a second campaign for a held shard ended");
+                    return;
+                }
                 let (attempt, _) = self
                     .failures
                     .get(&s)

@@ -107,3 +107,18 @@ async fn snapshot_and_shard_map_agree_with_the_store() {
     }
     assert!(map.view().settled());
 }
+
+/// The futures of the async API can be spawned (they are `Send`).
+#[tokio::test(start_paused = true)]
+async fn api_futures_are_send() {
+    fn spawnable<T: Send>(_: &T) {}
+    let c = started(16, 2).await;
+    let m = &c.nodes["node-0"];
+    spawnable(&m.snapshot());
+    spawnable(&m.drain());
+    spawnable(&m.close());
+    let map = tenure_shard::ShardMap::watch(c.backend.clone(), c.layout.clone(), timing())
+        .await
+        .expect("map");
+    spawnable(&map.snapshot());
+}
