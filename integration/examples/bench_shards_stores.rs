@@ -1,6 +1,6 @@
 //! The shard manager's benchmark on real stores started by the harness (etcd, Redis,
 //! ZooKeeper), 10 nodes, replication 3, TTL 2 s:
-//! `cargo run --release -p tenure-integration --example bench_shards [-- 1000 10000]`.
+//! `cargo run --release -p tenure-integration --example bench_shards_stores [-- 1000 10000]`.
 //! Each node has its own connection; "store requests/s" counts every request of every
 //! node in a 5 s quiet stretch (renewals included, watch streams once when opened).
 
