@@ -67,6 +67,7 @@ mod os;
 mod probe;
 mod proxy;
 mod server;
+mod shared;
 
 pub use bench::{
     bench_backend, bench_etcd, measure_failover, measure_handover, BenchOptions, BenchTable, Figure,

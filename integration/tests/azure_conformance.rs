@@ -4,7 +4,7 @@
 //! injected through a TCP proxy (black hole).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,43 +13,10 @@ use tenure_core::testing::{random_prefix, Env, Faults};
 use tenure_core::{Clause, DynBackend, ErrorKind, Session, Timing};
 use tenure_integration::{AzuriteServer, TcpProxy};
 
-/// The server shared by every test of this binary, stopped when the binary exits.
-static SERVER: Mutex<Option<AzuriteServer>> = Mutex::new(None);
-static ENDPOINT: OnceLock<Result<(String, SocketAddr), String>> = OnceLock::new();
+tenure_integration::shared_server!(AzuriteServer, "Azurite");
 
-extern "C" fn stop_server() {
-    if let Ok(mut server) = SERVER.lock() {
-        drop(server.take());
-    }
-}
-
-/// Start the shared Azurite once, on a thread of its own so that no test's runtime
-/// owns it. A missing Azurite fails the test, naming the install script.
 fn server() -> (String, SocketAddr) {
-    let endpoint = ENDPOINT.get_or_init(|| {
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            let server = rt
-                .block_on(AzuriteServer::start())
-                .map_err(|e| e.to_string())?;
-            let found = (server.endpoint().to_string(), server.addr());
-            *SERVER.lock().map_err(|e| e.to_string())? = Some(server);
-            // SAFETY: registers a plain function without arguments to run at exit.
-            unsafe {
-                libc::atexit(stop_server);
-            }
-            Ok(found)
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the thread starting Azurite panicked".into()))
-    });
-    match endpoint {
-        Ok(e) => e.clone(),
-        Err(e) => panic!("starting Azurite: {e}"),
-    }
+    shared_server()
 }
 
 /// A container name of its own: `t-<random>`.

@@ -4,7 +4,7 @@
 //! (expiry).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,43 +13,10 @@ use tenure_core::{DynBackend, Session, Timing};
 use tenure_etcd::EtcdBackend;
 use tenure_integration::{EtcdServer, TcpProxy};
 
-/// The server shared by every test of this binary, stopped when the binary exits.
-static SERVER: Mutex<Option<EtcdServer>> = Mutex::new(None);
-static ADDR: OnceLock<Result<SocketAddr, String>> = OnceLock::new();
+tenure_integration::shared_server!(EtcdServer, "etcd");
 
-extern "C" fn stop_server() {
-    if let Ok(mut server) = SERVER.lock() {
-        drop(server.take());
-    }
-}
-
-/// Start the shared server once, on a thread of its own so that no test's runtime owns
-/// it.
 fn server_addr() -> SocketAddr {
-    let addr = ADDR.get_or_init(|| {
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            let server = rt
-                .block_on(EtcdServer::start())
-                .map_err(|e| e.to_string())?;
-            let addr = server.addr();
-            *SERVER.lock().map_err(|e| e.to_string())? = Some(server);
-            // SAFETY: registers a plain function without arguments to run at exit.
-            unsafe {
-                libc::atexit(stop_server);
-            }
-            Ok(addr)
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the thread starting etcd panicked".into()))
-    });
-    match addr {
-        Ok(a) => *a,
-        Err(e) => panic!("starting etcd: {e}"),
-    }
+    shared_server().1
 }
 
 fn url(addr: SocketAddr) -> String {

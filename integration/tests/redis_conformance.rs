@@ -4,7 +4,7 @@
 //! ending the session's keys through a second backend (expiry).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -16,43 +16,10 @@ use tenure_core::{
 use tenure_integration::{RedisServer, TcpProxy};
 use tenure_redis::RedisBackend;
 
-/// The server shared by every test of this binary, stopped when the binary exits.
-static SERVER: Mutex<Option<RedisServer>> = Mutex::new(None);
-static ENDPOINT: OnceLock<Result<(String, SocketAddr), String>> = OnceLock::new();
+tenure_integration::shared_server!(RedisServer, "Redis");
 
-extern "C" fn stop_server() {
-    if let Ok(mut server) = SERVER.lock() {
-        drop(server.take());
-    }
-}
-
-/// Start the shared server once, on a thread of its own so that no test's runtime owns
-/// it. Returns its URL (with credentials if external) and address.
 fn server() -> (String, SocketAddr) {
-    let endpoint = ENDPOINT.get_or_init(|| {
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            let server = rt
-                .block_on(RedisServer::start())
-                .map_err(|e| e.to_string())?;
-            let found = (server.endpoint().to_string(), server.addr());
-            *SERVER.lock().map_err(|e| e.to_string())? = Some(server);
-            // SAFETY: registers a plain function without arguments to run at exit.
-            unsafe {
-                libc::atexit(stop_server);
-            }
-            Ok(found)
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the thread starting Redis panicked".into()))
-    });
-    match endpoint {
-        Ok(e) => e.clone(),
-        Err(e) => panic!("starting Redis: {e}"),
-    }
+    shared_server()
 }
 
 /// The test settings appended to a `redis://…` endpoint.

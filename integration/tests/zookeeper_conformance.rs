@@ -5,7 +5,7 @@
 //! session from a second connection with the same session id (expiry).
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,43 +15,10 @@ use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Sessi
 use tenure_integration::{TcpProxy, ZooKeeperServer};
 use tenure_zookeeper::ZooKeeperBackend;
 
-/// The server shared by every test of this binary, stopped when the binary exits.
-static SERVER: Mutex<Option<ZooKeeperServer>> = Mutex::new(None);
-static ADDR: OnceLock<Result<SocketAddr, String>> = OnceLock::new();
+tenure_integration::shared_server!(ZooKeeperServer, "ZooKeeper");
 
-extern "C" fn stop_server() {
-    if let Ok(mut server) = SERVER.lock() {
-        drop(server.take());
-    }
-}
-
-/// Start the shared server once, on a thread of its own so that no test's runtime owns
-/// it.
 fn server_addr() -> SocketAddr {
-    let addr = ADDR.get_or_init(|| {
-        std::thread::spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            let server = rt
-                .block_on(ZooKeeperServer::start())
-                .map_err(|e| e.to_string())?;
-            let addr = server.addr();
-            *SERVER.lock().map_err(|e| e.to_string())? = Some(server);
-            // SAFETY: registers a plain function without arguments to run at exit.
-            unsafe {
-                libc::atexit(stop_server);
-            }
-            Ok(addr)
-        })
-        .join()
-        .unwrap_or_else(|_| Err("the thread starting ZooKeeper panicked".into()))
-    });
-    match addr {
-        Ok(a) => *a,
-        Err(e) => panic!("starting ZooKeeper: {e}"),
-    }
+    shared_server().1
 }
 
 fn url(addr: SocketAddr) -> String {
