@@ -224,19 +224,24 @@ where
     Ok(m)
 }
 
-fn quiet(nodes: &[ShardManager]) -> bool {
+/// True when every node sees all of `nodes`, campaigns and hands off nothing, and
+/// sees every shard led by its preferred node.
+pub(crate) fn quiet(nodes: &[&ShardManager]) -> bool {
     nodes.iter().all(|m| {
         let s = m.status().borrow().clone();
-        s.members == nodes.len()
-            && s.settled
-            && s.campaigning == 0
-            && s.pending_handoffs == 0
-            && s.held == s.target
+        s.members == nodes.len() && s.settled && s.campaigning == 0 && s.pending_handoffs == 0
     })
 }
 
-/// Wait until quiet for 200 ms; returns the time from `t0` to the start of the quiet.
-async fn settle(nodes: &[ShardManager], t0: Instant, limit: Duration) -> Result<Duration> {
+/// Wait until `nodes` are [`quiet`] and stay so for `hold` (a status may predate the
+/// last change reaching every node); returns the time from `t0` to the start of the
+/// quiet, or `None` once `limit` has passed since `t0`.
+pub(crate) async fn settle(
+    nodes: &[&ShardManager],
+    t0: Instant,
+    hold: Duration,
+    limit: Duration,
+) -> Option<Duration> {
     let mut since: Option<Instant> = None;
     let trace = std::env::var_os("TENURE_BENCH_TRACE").is_some();
     let mut last_trace = Instant::now();
@@ -254,20 +259,29 @@ async fn settle(nodes: &[ShardManager], t0: Instant, limit: Duration) -> Result<
         }
         if quiet(nodes) {
             let s = *since.get_or_insert_with(Instant::now);
-            if s.elapsed() >= Duration::from_millis(200) {
-                return Ok(s - t0);
+            if s.elapsed() >= hold {
+                return Some(s - t0);
             }
         } else {
             since = None;
         }
         if t0.elapsed() > limit {
-            return Err(tenure_core::Error::new(
-                tenure_core::ErrorKind::Timeout,
-                format!("the cluster did not converge within {limit:?}"),
-            ));
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+async fn settle_all(nodes: &[ShardManager], t0: Instant, limit: Duration) -> Result<Duration> {
+    let refs: Vec<&ShardManager> = nodes.iter().collect();
+    settle(&refs, t0, Duration::from_millis(200), limit)
+        .await
+        .ok_or_else(|| {
+            tenure_core::Error::new(
+                tenure_core::ErrorKind::Timeout,
+                format!("the cluster did not converge within {limit:?}"),
+            )
+        })
 }
 
 fn leaders(m: &ShardManager) -> Vec<Option<String>> {
@@ -305,7 +319,7 @@ where
     for r in futures::future::join_all(starts).await {
         nodes.push(r?);
     }
-    let cold = settle(&nodes, t0, cfg.settle_timeout).await?;
+    let cold = settle_all(&nodes, t0, cfg.settle_timeout).await?;
     let bytes_per_shard = match (allocated, heap0) {
         (Some(f), Some(h0)) => Some(f().saturating_sub(h0) as f64 / cfg.shards as f64),
         _ => None,
@@ -321,14 +335,14 @@ where
     let victim = nodes.remove(cfg.nodes / 2);
     let t1 = Instant::now();
     victim.abandon();
-    let crash = settle(&nodes, t1, cfg.settle_timeout).await?;
+    let crash = settle_all(&nodes, t1, cfg.settle_timeout).await?;
 
     // Join a node.
     let before = leaders(&nodes[0]);
     let t2 = Instant::now();
     let newcomer = start_node(&connect, &layout, "node-new", &cfg.timing, &count).await?;
     nodes.push(newcomer);
-    let join = settle(&nodes, t2, cfg.settle_timeout).await?;
+    let join = settle_all(&nodes, t2, cfg.settle_timeout).await?;
     let after = leaders(&nodes[0]);
     let join_moves = before.iter().zip(&after).filter(|(b, a)| b != a).count();
     let view = nodes[0].view();

@@ -29,18 +29,13 @@ pub(crate) fn imbalance(view: &View) -> f64 {
     for h in view.holders.iter().flatten() {
         leads[*h as usize] += 1;
     }
-    let active: Vec<usize> = view
-        .nodes
-        .iter()
-        .zip(&leads)
-        .filter(|(n, _)| !n.draining)
-        .map(|(_, l)| *l)
-        .collect();
-    let total: usize = active.iter().sum();
-    match active.iter().max() {
-        Some(max) if total > 0 => *max as f64 * active.len() as f64 / total as f64,
-        _ => 0.0,
-    }
+    crate::view::max_over_mean(
+        view.nodes
+            .iter()
+            .zip(leads)
+            .filter(|(n, _)| !n.draining)
+            .map(|(_, l)| l),
+    )
 }
 
 pub(crate) fn record(layout: &Layout, node: &str, status: &ShardStatus, view: &View) {

@@ -116,16 +116,22 @@ impl ShardView {
     /// The most leaderships of any active node divided by the mean over active nodes
     /// (1.0 is perfect balance; 0.0 if no node is active).
     pub fn imbalance(&self) -> f64 {
-        let active: Vec<&NodeInfo> = self.nodes.iter().filter(|n| !n.draining).collect();
-        if active.is_empty() {
-            return 0.0;
-        }
-        let total: usize = active.iter().map(|n| n.leads).sum();
-        let max = active.iter().map(|n| n.leads).max().unwrap_or(0);
-        if total == 0 {
-            return 0.0;
-        }
-        max as f64 * active.len() as f64 / total as f64
+        max_over_mean(self.nodes.iter().filter(|n| !n.draining).map(|n| n.leads))
+    }
+}
+
+/// The largest of `leads` over their mean (0 if there are none or all are 0).
+pub(crate) fn max_over_mean(leads: impl Iterator<Item = usize>) -> f64 {
+    let (mut n, mut total, mut max) = (0usize, 0usize, 0usize);
+    for l in leads {
+        n += 1;
+        total += l;
+        max = max.max(l);
+    }
+    if total == 0 {
+        0.0
+    } else {
+        max as f64 * n as f64 / total as f64
     }
 }
 
