@@ -2,8 +2,10 @@
 # Installs what tenure's integration tests and builds need, and only what is
 # missing:
 #   - apt: protobuf-compiler (protoc, for etcd-client's build), etcd-server,
-#     etcd-client, zookeeper, redis-server, openssl (certificates for the Redis
-#     TLS tests), and npm if it is missing;
+#     etcd-client, zookeeper, libcurator-recipes-java (Apache Curator with its
+#     framework and client, for the Curator LeaderLatch interop test),
+#     redis-server, openssl (certificates for the Redis TLS tests), and npm if it
+#     is missing;
 #   - npm: azurite@3 into .tools/azurite (project-local, git-ignored).
 # Idempotent. Prints nothing when everything is present, one summary line
 # when it installed something, and the installer's output when it fails.
@@ -19,6 +21,7 @@ checks=(
   "etcd-server:etcd"
   "etcd-client:etcdctl"
   "zookeeper:/usr/share/java/zookeeper.jar"
+  "libcurator-recipes-java:/usr/share/java/curator-recipes.jar"
   "redis-server:redis-server"
   "openssl:openssl"
 )

@@ -61,6 +61,7 @@ mod bench_zookeeper;
 mod candidate;
 pub mod chaos;
 pub mod cli_faults;
+pub mod curator;
 mod error;
 mod fencing;
 mod os;
@@ -77,6 +78,7 @@ pub use bench_redis::{bench_redis, RENEW_ELECTIONS};
 pub use bench_zookeeper::bench_zookeeper;
 pub use candidate::{CandidateProcess, Event, TERMINATE_TIMEOUT};
 pub use chaos::{run_chaos, ChaosBackend, ChaosOptions, ChaosReport, FaultKind};
+pub use curator::{curator_classpath, curator_version, CuratorLatch, CURATOR_START_TIMEOUT};
 pub use error::{HarnessError, Result};
 pub use fencing::{
     check_fencing, check_fencing_at, tenures, write_loop_command, FencingViolation,
