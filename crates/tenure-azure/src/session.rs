@@ -1,6 +1,12 @@
-//! A session: one lease id, the election leases and member blobs held with it.
-//! Azure has no session object; the session lives in this process and in the leases it
-//! renews.
+//! A session: the election leases and member blobs it holds. Azure has no session
+//! object; the session lives in this process and in the leases it renews.
+//!
+//! Each election's campaigns propose a lease id of their own, kept across campaign calls
+//! (an acquire that timed out but took effect is then ours on the next try) and never
+//! used again once a release was sent with it. A release that was sent, timed out and
+//! reached the store later (a stalled server works through its backlog when it
+//! resumes) can therefore only free the lease it was meant for, never a later grant of
+//! the same election to this session. Member blobs use the session's own lease id.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -28,16 +34,27 @@ pub(crate) struct AzureSession {
     inner: Arc<Inner>,
 }
 
+/// A seat held (or being given back): its token and the lease id it is held with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seat {
+    token: FencingToken,
+    lease: String,
+}
+
 struct Inner {
     shared: Arc<Shared>,
-    /// The lease id of every lease this session takes (also the session's id).
+    /// The session's id, and the lease id of its member blobs.
     lease_id: String,
     /// The lease duration in seconds (15–60).
     secs: i32,
-    /// Elections held, with their tokens.
-    held: Mutex<HashMap<ElectionName, FencingToken>>,
+    /// Elections held, with their tokens and lease ids.
+    held: Mutex<HashMap<ElectionName, Seat>>,
     /// Grants given up whose lease release has not been confirmed yet.
-    releasing: Mutex<HashMap<ElectionName, FencingToken>>,
+    releasing: Mutex<HashMap<ElectionName, Seat>>,
+    /// The lease id campaigns for each election propose until a grant or a release
+    /// retires it; also what `resign(election, None)` gives back for a campaign the
+    /// core withdrew (it may have taken the lease without being told).
+    campaigning: Mutex<HashMap<ElectionName, String>>,
     /// Member registrations: (namespace, id) → blob name.
     members: Mutex<HashMap<(ElectionName, String), String>>,
     events: SessionEvents,
@@ -79,6 +96,7 @@ impl AzureSession {
                 secs,
                 held: Mutex::new(HashMap::new()),
                 releasing: Mutex::new(HashMap::new()),
+                campaigning: Mutex::new(HashMap::new()),
                 members: Mutex::new(HashMap::new()),
                 events,
                 stop: CancellationToken::new(),
@@ -101,12 +119,12 @@ impl Inner {
         }
     }
 
-    /// Take the lease on blob `name`, creating the blob (and the container, if allowed)
-    /// when missing. `Ok(false)` if someone else holds it.
-    async fn take_lease(&self, name: &str, what: &str) -> Result<bool> {
+    /// Take the lease on blob `name` with `lease`, creating the blob (and the
+    /// container, if allowed) when missing. `Ok(false)` if someone else holds it.
+    async fn take_lease(&self, name: &str, lease: &str, what: &str) -> Result<bool> {
         let store = &self.shared.store;
         for _ in 0..4 {
-            let failure = match store.acquire(name, &self.lease_id, self.secs).await {
+            let failure = match store.acquire(name, lease, self.secs).await {
                 Ok(()) => return Ok(true),
                 Err(f) => f,
             };
@@ -152,33 +170,69 @@ impl Inner {
             .map_err(|f| f.into_error(what))
     }
 
-    /// One attempt: acquire the lease, then write the next token under it.
-    async fn attempt(&self, election: &ElectionName, candidate: &Candidate) -> Result<Attempt> {
+    /// The lease id campaigns for `election` propose: the one in use, or a new one
+    /// after a grant or a release retired it.
+    fn campaign_lease(&self, election: &ElectionName) -> String {
+        lock(&self.campaigning)
+            .entry(election.clone())
+            .or_insert_with(new_lease_id)
+            .clone()
+    }
+
+    /// Campaigns for `election` no longer propose `lease` (it was granted, or a release
+    /// was sent with it).
+    fn retire(&self, election: &ElectionName, lease: &str) {
+        let mut campaigning = lock(&self.campaigning);
+        if campaigning.get(election).map(String::as_str) == Some(lease) {
+            campaigning.remove(election);
+        }
+    }
+
+    /// One attempt with `lease`: acquire it, then write the next token under it. After
+    /// an error the lease was given back, so `lease` must not be used again.
+    async fn attempt(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+        lease: &str,
+    ) -> Result<Attempt> {
         self.check_open()?;
         let name = self.shared.layout.election(election);
-        if !self.take_lease(&name, "campaign").await? {
+        if !self.take_lease(&name, lease, "campaign").await? {
             return Ok(Attempt::Held);
         }
-        match self.write_token(&name, candidate).await {
+        match self.write_token(&name, candidate, lease).await {
             Ok(token) => {
                 if self.closed.load(Ordering::SeqCst) {
-                    self.give_back(&name).await;
+                    self.retire(election, lease);
+                    self.give_back(&name, lease).await;
                     return Err(closed_error());
                 }
-                lock(&self.held).insert(election.clone(), token);
+                let seat = Seat {
+                    token,
+                    lease: lease.to_owned(),
+                };
+                lock(&self.held).insert(election.clone(), seat);
                 lock(&self.releasing).remove(election);
+                self.retire(election, lease);
                 Ok(Attempt::Granted(token))
             }
             Err(e) => {
                 // A holder that cannot write its token gives the lease up and tries
-                // again later.
-                self.give_back(&name).await;
+                // again later (with another lease id).
+                self.retire(election, lease);
+                self.give_back(&name, lease).await;
                 Err(e)
             }
         }
     }
 
-    async fn write_token(&self, name: &str, candidate: &Candidate) -> Result<FencingToken> {
+    async fn write_token(
+        &self,
+        name: &str,
+        candidate: &Candidate,
+        lease: &str,
+    ) -> Result<FencingToken> {
         let store = &self.shared.store;
         let props = store
             .properties(name)
@@ -198,7 +252,7 @@ impl Inner {
             )
         })?;
         let metadata = grant_metadata(next, candidate.id(), candidate.value());
-        match store.set_metadata(name, &self.lease_id, &metadata).await {
+        match store.set_metadata(name, lease, &metadata).await {
             Ok(()) => Ok(FencingToken(next)),
             Err(f) if lease_lost(&f) => Err(own(
                 ErrorKind::Unavailable,
@@ -211,18 +265,18 @@ impl Inner {
         }
     }
 
-    /// Release the lease on `name`, ignoring errors (best effort).
-    async fn give_back(&self, name: &str) {
-        if let Err(f) = self.shared.store.release(name, &self.lease_id).await {
+    /// Release `lease` on `name`, ignoring errors (best effort).
+    async fn give_back(&self, name: &str, lease: &str) {
+        if let Err(f) = self.shared.store.release(name, lease).await {
             if !lease_lost(&f) {
                 tracing::debug!(blob = %name, error = %f.error.text, "could not give a lease back");
             }
         }
     }
 
-    async fn release(&self, election: &ElectionName) -> Result<()> {
+    async fn release(&self, election: &ElectionName, lease: &str) -> Result<()> {
         let name = self.shared.layout.election(election);
-        match self.shared.store.release(&name, &self.lease_id).await {
+        match self.shared.store.release(&name, lease).await {
             Ok(()) => Ok(()),
             Err(f) if lease_lost(&f) => Ok(()),
             Err(f) => Err(f.into_error("resign")),
@@ -239,33 +293,33 @@ impl BackendSession for AzureSession {
     async fn keep_alive(&self) -> Result<()> {
         let inner = &self.inner;
         inner.check_open()?;
-        let elections: Vec<(ElectionName, FencingToken)> = lock(&inner.held)
+        let elections: Vec<(ElectionName, Seat)> = lock(&inner.held)
             .iter()
-            .map(|(e, t)| (e.clone(), *t))
+            .map(|(e, seat)| (e.clone(), seat.clone()))
             .collect();
         let members: Vec<((ElectionName, String), String)> = lock(&inner.members)
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         enum Item {
-            Election(ElectionName, FencingToken),
+            Election(ElectionName, Seat),
             Member((ElectionName, String), String),
         }
         let items = elections
             .into_iter()
-            .map(|(e, t)| Item::Election(e, t))
+            .map(|(e, seat)| Item::Election(e, seat))
             .chain(members.into_iter().map(|(k, n)| Item::Member(k, n)));
         let shared = &inner.shared;
         let results: Vec<(Item, std::result::Result<(), Failure>)> = futures::stream::iter(items)
             .map(|item| async move {
-                let name = match &item {
-                    Item::Election(e, _) => shared.layout.election(e),
-                    Item::Member(_, n) => n.clone(),
+                let (name, lease) = match &item {
+                    Item::Election(e, seat) => (shared.layout.election(e), seat.lease.as_str()),
+                    Item::Member(_, n) => (n.clone(), inner.lease_id.as_str()),
                 };
                 shared
                     .renewals
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let r = shared.store.renew(&name, &inner.lease_id).await;
+                let r = shared.store.renew(&name, lease).await;
                 (item, r)
             })
             .buffer_unordered(RENEW_CONCURRENCY)
@@ -275,10 +329,11 @@ impl BackendSession for AzureSession {
         for (item, result) in results {
             match (item, result) {
                 (_, Ok(())) => {}
-                (Item::Election(e, token), Err(f)) if lease_lost(&f) => {
+                (Item::Election(e, seat), Err(f)) if lease_lost(&f) => {
+                    let token = seat.token;
                     let removed = {
                         let mut held = lock(&inner.held);
-                        if held.get(&e) == Some(&token) {
+                        if held.get(&e) == Some(&seat) {
                             held.remove(&e);
                             true
                         } else {
@@ -317,8 +372,9 @@ impl BackendSession for AzureSession {
         candidate: &Candidate,
     ) -> Result<FencingToken> {
         let poll = self.inner.shared.store.config.get_poll_interval();
+        let lease = self.inner.campaign_lease(election);
         loop {
-            match self.inner.attempt(election, candidate).await? {
+            match self.inner.attempt(election, candidate, &lease).await? {
                 Attempt::Granted(token) => return Ok(token),
                 Attempt::Held => {
                     tokio::select! {
@@ -335,7 +391,8 @@ impl BackendSession for AzureSession {
         election: &ElectionName,
         candidate: &Candidate,
     ) -> Result<Option<FencingToken>> {
-        match self.inner.attempt(election, candidate).await? {
+        let lease = self.inner.campaign_lease(election);
+        match self.inner.attempt(election, candidate, &lease).await? {
             Attempt::Granted(token) => Ok(Some(token)),
             Attempt::Held => Ok(None),
         }
@@ -345,32 +402,45 @@ impl BackendSession for AzureSession {
         let inner = &self.inner;
         let ours = {
             let mut held = lock(&inner.held);
-            match (held.get(election).copied(), token) {
-                (Some(t), Some(want)) if t != want => None,
-                (Some(t), _) => {
-                    held.remove(election);
-                    Some(t)
-                }
+            match (held.get(election), token) {
+                (Some(seat), Some(want)) if seat.token != want => None,
+                (Some(_), _) => held.remove(election),
                 (None, _) => None,
             }
         };
-        let pending = match (ours, token) {
-            (Some(t), _) => {
-                lock(&inner.releasing).insert(election.clone(), t);
-                true
+        // The lease to give back, if any.
+        let lease = match (ours, token) {
+            (Some(seat), _) => {
+                let lease = seat.lease.clone();
+                lock(&inner.releasing).insert(election.clone(), seat);
+                Some(lease)
             }
-            (None, Some(want)) => lock(&inner.releasing).get(election) == Some(&want),
+            (None, Some(want)) => lock(&inner.releasing)
+                .get(election)
+                .filter(|seat| seat.token == want)
+                .map(|seat| seat.lease.clone()),
             // A withdrawn campaign may have taken the lease without being told: give
-            // it back (a lease that is not ours is left alone by Azure).
-            (None, None) => true,
+            // back its call's lease (a lease that is not ours is left alone by Azure),
+            // else finish a release that did not complete.
+            (None, None) => lock(&inner.campaigning).get(election).cloned().or_else(|| {
+                lock(&inner.releasing)
+                    .get(election)
+                    .map(|seat| seat.lease.clone())
+            }),
         };
-        if !pending {
+        let Some(lease) = lease else {
             return Ok(());
-        }
-        inner.release(election).await?;
-        let mut releasing = lock(&inner.releasing);
-        if token.is_none() || releasing.get(election) == token.as_ref() {
-            releasing.remove(election);
+        };
+        inner.retire(election, &lease);
+        inner.release(election, &lease).await?;
+        {
+            let mut releasing = lock(&inner.releasing);
+            if releasing
+                .get(election)
+                .is_some_and(|seat| seat.lease == lease)
+            {
+                releasing.remove(election);
+            }
         }
         Ok(())
     }
@@ -381,7 +451,18 @@ impl BackendSession for AzureSession {
             return Ok(());
         }
         inner.stop.cancel();
-        let elections: Vec<ElectionName> = lock(&inner.held).drain().map(|(e, _)| e).collect();
+        let mut elections: Vec<(ElectionName, String)> = lock(&inner.held)
+            .drain()
+            .map(|(e, seat)| (e, seat.lease))
+            .collect();
+        // Releases that did not complete, and campaigns that may hold a lease unknown
+        // to the core: given back too.
+        elections.extend(
+            lock(&inner.releasing)
+                .drain()
+                .map(|(e, seat)| (e, seat.lease)),
+        );
+        elections.extend(lock(&inner.campaigning).drain());
         let members: Vec<String> = lock(&inner.members).drain().map(|(_, n)| n).collect();
         let shared = &inner.shared;
         let lease = &inner.lease_id;
@@ -392,7 +473,7 @@ impl BackendSession for AzureSession {
         let results: Vec<Result<()>> = futures::stream::iter(work)
             .map(|w| async move {
                 match w {
-                    Ok(e) => inner.release(&e).await,
+                    Ok((e, l)) => inner.release(&e, &l).await,
                     Err(n) => match shared.store.delete(&n, Some(lease)).await {
                         Ok(()) => Ok(()),
                         Err(f) if lease_lost(&f) => Ok(()),
@@ -415,7 +496,10 @@ impl BackendSession for AzureSession {
         if !registered {
             let mut taken = false;
             for _ in 0..3 {
-                if inner.take_lease(&name, "register member").await? {
+                if inner
+                    .take_lease(&name, &inner.lease_id, "register member")
+                    .await?
+                {
                     taken = true;
                     break;
                 }
@@ -441,7 +525,7 @@ impl BackendSession for AzureSession {
             .await
         {
             if !registered {
-                inner.give_back(&name).await;
+                inner.give_back(&name, &inner.lease_id).await;
             }
             return Err(f.into_error("register member: write value"));
         }
