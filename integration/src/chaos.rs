@@ -17,6 +17,15 @@
 //! persistence loses the seat, which its README declares may hand the seat to a second
 //! holder before the first one's deadline: overlaps that span such a restart are listed
 //! as allowed by that limit, and the check that must hold is zero stale writes.
+//!
+//! Azure runs against Azurite with 15 s leases (the shortest Azure grants), so every
+//! fault lasts longer and a bounded run is one round of every fault kind
+//! ([`ChaosOptions::rounds`]). Azurite keeps its state in memory and writes it to disk
+//! every 5 s, so a SIGKILL could also lose the fencing counter it has acknowledged; the
+//! runner restarts Azurite the orderly way (SIGTERM: it saves and exits, then a new
+//! process on the same data directory). Even then Azurite forgets the active leases
+//! (they read back as expired), an emulator limit the Azure README states: like a Redis
+//! restart, overlaps that span it are allowed, stale writes are not.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -30,7 +39,7 @@ use crate::fencing::{check_fencing_at, tenures, FencingViolation, GuardedResourc
 use crate::fencing::{write_loop_command, WriteRecord};
 use crate::os::{free_port, monotonic_now_ns};
 use crate::proxy::TcpProxy;
-use crate::server::{EtcdServer, RedisServer, ZooKeeperServer};
+use crate::server::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
 
 /// The election every candidate of a chaos run campaigns in.
 pub const CHAOS_ELECTION: &str = "chaos/seat";
@@ -42,6 +51,10 @@ const COMMAND_LIFETIME_SECS: u64 = 20;
 
 /// The peer cluster's quorum lease; the candidates' TTL must not exceed it.
 const PEER_LEASE: Duration = Duration::from_millis(1500);
+
+/// Azure grants blob leases of 15 to 60 s.
+const AZURE_MIN_LEASE: Duration = Duration::from_secs(15);
+const AZURE_MAX_LEASE: Duration = Duration::from_secs(60);
 
 /// The backends a chaos run can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,24 +69,30 @@ pub enum ChaosBackend {
     /// A `peer://` cluster of the candidates themselves (bully with the quorum guard),
     /// every link through its own proxy.
     Peer,
+    /// A local Azurite (`azblob://`, Azure Blob leases), each candidate through its own
+    /// proxy.
+    Azure,
 }
 
 impl ChaosBackend {
     /// Every backend, in the order the docs list them.
-    pub const ALL: [ChaosBackend; 4] = [
+    pub const ALL: [ChaosBackend; 5] = [
         ChaosBackend::Etcd,
         ChaosBackend::Redis,
         ChaosBackend::ZooKeeper,
         ChaosBackend::Peer,
+        ChaosBackend::Azure,
     ];
 
-    /// The name used on the command line: `etcd`, `redis`, `zookeeper`, `peer`.
+    /// The name used on the command line: `etcd`, `redis`, `zookeeper`, `peer`,
+    /// `azure`.
     pub fn name(self) -> &'static str {
         match self {
             ChaosBackend::Etcd => "etcd",
             ChaosBackend::Redis => "redis",
             ChaosBackend::ZooKeeper => "zookeeper",
             ChaosBackend::Peer => "peer",
+            ChaosBackend::Azure => "azure",
         }
     }
 
@@ -93,19 +112,39 @@ impl ChaosBackend {
         }
     }
 
-    /// Whether a server restart loses the seats (Redis runs without persistence), which
-    /// the backend's documented limits allow to overlap two tenures.
+    /// Why a restart of this backend's server loses the seats, if it does: Redis runs
+    /// without persistence, and Azurite (the emulator) reports every lease it had as
+    /// expired after a restart, even an orderly one (observed with Azurite 3.35). Both are documented limits; they allow two tenures to overlap across
+    /// the restart, and the check that must hold then is zero stale writes accepted.
+    pub fn restart_data_loss(self) -> Option<&'static str> {
+        match self {
+            ChaosBackend::Redis => Some("Redis without persistence starts empty"),
+            ChaosBackend::Azure => Some("Azurite forgets its active leases when it restarts"),
+            _ => None,
+        }
+    }
+
+    /// Whether a server restart loses the seats ([`restart_data_loss`](Self::restart_data_loss)).
     pub fn restart_loses_data(self) -> bool {
-        self == ChaosBackend::Redis
+        self.restart_data_loss().is_some()
     }
 
     /// The session TTL the candidates use unless told otherwise: 2 s for the stores
     /// (the shortest ZooKeeper session at tickTime 1000 ms), 1 s for the peer cluster
-    /// (within its 1.5 s quorum lease).
+    /// (within its 1.5 s quorum lease), 15 s for Azure (the shortest blob lease).
     pub fn default_ttl(self) -> Duration {
         match self {
             ChaosBackend::Peer => Duration::from_secs(1),
+            ChaosBackend::Azure => AZURE_MIN_LEASE,
             _ => Duration::from_secs(2),
+        }
+    }
+
+    /// The seconds a candidate may take to connect (`--connect-timeout`).
+    fn connect_timeout_secs(self) -> &'static str {
+        match self {
+            ChaosBackend::Azure => "2",
+            _ => "1",
         }
     }
 }
@@ -125,10 +164,10 @@ impl FromStr for ChaosBackend {
             "redis" => Ok(ChaosBackend::Redis),
             "zookeeper" | "zk" => Ok(ChaosBackend::ZooKeeper),
             "peer" => Ok(ChaosBackend::Peer),
+            "azure" | "azblob" => Ok(ChaosBackend::Azure),
             other => Err(HarnessError::Chaos {
                 reason: format!(
-                    "unknown backend {other:?} (known: etcd, redis, zookeeper, peer; \
-                     the Azure backend is not wired yet)"
+                    "unknown backend {other:?} (known: etcd, redis, zookeeper, peer, azure)"
                 ),
             }),
         }
@@ -189,6 +228,10 @@ pub struct ChaosOptions {
     /// How long faults are injected (the run takes a few seconds more to start and to
     /// stop). Default 60 s.
     pub duration: Duration,
+    /// End the run after this many complete rounds (each round injects every fault
+    /// kind of the backend once, in random order), or at `duration`, whichever comes
+    /// first. Default `None`: only `duration` ends the run.
+    pub rounds: Option<usize>,
     /// How many candidate processes campaign at a time (peer: the cluster size).
     /// Default 3.
     pub candidates: usize,
@@ -215,6 +258,7 @@ impl ChaosOptions {
         ChaosOptions {
             backend,
             duration: Duration::from_secs(60),
+            rounds: None,
             candidates: 3,
             seed,
             ttl: backend.default_ttl(),
@@ -244,6 +288,17 @@ impl ChaosOptions {
                 self.ttl
             ));
         }
+        if self.backend == ChaosBackend::Azure
+            && !(AZURE_MIN_LEASE..=AZURE_MAX_LEASE).contains(&self.ttl)
+        {
+            return bad(format!(
+                "ttl: {:?} is not an Azure lease duration (15 s to 60 s)",
+                self.ttl
+            ));
+        }
+        if self.rounds == Some(0) {
+            return bad("rounds: 0 would inject no fault".into());
+        }
         if self.write_every < Duration::from_millis(10) {
             return bad("write_every: below 10 ms".into());
         }
@@ -268,6 +323,12 @@ pub struct ChaosReport {
     pub faults: BTreeMap<FaultKind, usize>,
     /// One line per fault: when (seconds into the run), what, on whom.
     pub fault_log: Vec<String>,
+    /// Every candidate's leadership events in time order (seconds into the run, id,
+    /// event, token, reason), to read a violation against the fault log.
+    pub timeline: Vec<String>,
+    /// Each candidate's label and the last lines of its stderr (its warnings), to
+    /// explain a violation.
+    pub stderr: Vec<(String, String)>,
     /// Leaderships granted (tenures in the candidates' logs).
     pub grants: usize,
     /// The longest time without a leader between the first grant and the end.
@@ -277,8 +338,8 @@ pub struct ChaosReport {
     /// Fencing violations in the event logs (overlaps, tokens not increasing, grants
     /// without a token), except those in [`allowed_overlaps`](Self::allowed_overlaps).
     pub violations: Vec<FencingViolation>,
-    /// Overlaps that span a restart of a store that loses its data (Redis), which the
-    /// backend's documented limits allow.
+    /// Overlaps that span a restart of a store that loses its seats (Redis, Azurite),
+    /// which the backend's documented limits allow.
     pub allowed_overlaps: Vec<FencingViolation>,
     /// Writes the resource accepted although their token was stale: lower than a
     /// token it had accepted before, or granted to another candidate, or never
@@ -344,11 +405,11 @@ impl fmt::Display for ChaosReport {
              before the successor's first write (allowed by fencing)",
             self.writes_accepted, self.writes_refused, self.superseded_writes_before_successor
         )?;
-        if self.backend.restart_loses_data() {
+        if let Some(why) = self.backend.restart_data_loss() {
             writeln!(
                 f,
-                "overlapping tenures across a restart without persistence (Redis data loss, \
-                 a documented limit): {}; the check that must hold then is zero stale writes \
+                "overlapping tenures across a restart that loses the seats ({why}; a \
+                 documented limit): {}; the check that must hold then is zero stale writes \
                  accepted: {}",
                 self.allowed_overlaps.len(),
                 self.stale_writes_accepted.len()
@@ -404,6 +465,7 @@ enum Store {
     Etcd(EtcdServer),
     Redis(RedisServer),
     ZooKeeper(ZooKeeperServer),
+    Azure(AzuriteServer),
 }
 
 impl Store {
@@ -412,12 +474,14 @@ impl Store {
             ChaosBackend::Etcd => Store::Etcd(EtcdServer::start().await?),
             ChaosBackend::Redis => Store::Redis(RedisServer::start().await?),
             ChaosBackend::ZooKeeper => Store::ZooKeeper(ZooKeeperServer::start().await?),
+            ChaosBackend::Azure => Store::Azure(AzuriteServer::start().await?),
             ChaosBackend::Peer => return Ok(None),
         };
         if store.is_external() {
             return Err(HarnessError::Chaos {
                 reason: "chaos pauses and restarts the store, so it needs a local server: \
-                         unset TENURE_TEST_ETCD, TENURE_TEST_REDIS and TENURE_TEST_ZOOKEEPER"
+                         unset TENURE_TEST_ETCD, TENURE_TEST_REDIS, TENURE_TEST_ZOOKEEPER \
+                         and TENURE_TEST_AZURITE"
                     .into(),
             });
         }
@@ -429,6 +493,7 @@ impl Store {
             Store::Etcd(s) => s.is_external(),
             Store::Redis(s) => s.is_external(),
             Store::ZooKeeper(s) => s.is_external(),
+            Store::Azure(s) => s.is_external(),
         }
     }
 
@@ -437,6 +502,7 @@ impl Store {
             Store::Etcd(s) => s.addr(),
             Store::Redis(s) => s.addr(),
             Store::ZooKeeper(s) => s.addr(),
+            Store::Azure(s) => s.addr(),
         }
     }
 
@@ -445,6 +511,7 @@ impl Store {
             Store::Etcd(s) => s.pause(),
             Store::Redis(s) => s.pause(),
             Store::ZooKeeper(s) => s.pause(),
+            Store::Azure(s) => s.pause(),
         }
     }
 
@@ -453,6 +520,7 @@ impl Store {
             Store::Etcd(s) => s.resume(),
             Store::Redis(s) => s.resume(),
             Store::ZooKeeper(s) => s.resume(),
+            Store::Azure(s) => s.resume(),
         }
     }
 
@@ -461,6 +529,9 @@ impl Store {
             Store::Etcd(s) => s.kill().await,
             Store::Redis(s) => s.kill().await,
             Store::ZooKeeper(s) => s.kill().await,
+            // Orderly: Azurite saves its state every 5 s, and a SIGKILL would lose
+            // acknowledged writes, which Azure Storage does not (see the module docs).
+            Store::Azure(s) => s.terminate().await,
         }
     }
 
@@ -469,6 +540,7 @@ impl Store {
             Store::Etcd(s) => s.restart().await,
             Store::Redis(s) => s.restart().await,
             Store::ZooKeeper(s) => s.restart().await,
+            Store::Azure(s) => s.restart().await,
         }
     }
 
@@ -484,6 +556,25 @@ impl Store {
             Store::ZooKeeper(_) => {
                 format!("zk://{via}/chaos-{seed}?connect_timeout=1s&request_timeout=1s")
             }
+            Store::Azure(_) => format!(
+                "azblob:///chaos-{seed}?poll_interval_ms=100&request_timeout_ms=1000&connect_timeout_ms=2000"
+            ),
+        }
+    }
+
+    /// The environment a candidate needs besides its URL: Azure's account and key, with
+    /// the blob endpoint at `via` (its proxy), as a connection string.
+    fn env(&self, via: std::net::SocketAddr) -> Vec<(&'static str, String)> {
+        match self {
+            Store::Azure(_) => vec![(
+                "AZURE_STORAGE_CONNECTION_STRING",
+                format!(
+                    "AccountName={account};AccountKey={key};BlobEndpoint=http://{via}/{account}",
+                    account = AzuriteServer::ACCOUNT,
+                    key = AzuriteServer::ACCOUNT_KEY
+                ),
+            )],
+            _ => Vec::new(),
         }
     }
 }
@@ -571,6 +662,9 @@ struct Run {
     generations: Vec<u32>,
     /// Logs of candidates that were replaced.
     finished: Vec<Vec<Event>>,
+    /// Every candidate's label and the end of its stderr, taken when it was replaced
+    /// or stopped.
+    stderr: Vec<(String, String)>,
     faults: BTreeMap<FaultKind, usize>,
     fault_log: Vec<String>,
     /// `mono_ns` of every moment the store lost its data (kill before a restart of a
@@ -613,6 +707,7 @@ pub async fn run_chaos(opts: ChaosOptions) -> Result<ChaosReport> {
         slots: Vec::new(),
         generations: vec![0; opts.candidates],
         finished: Vec::new(),
+        stderr: Vec::new(),
         faults: BTreeMap::new(),
         fault_log: Vec::new(),
         data_lost_at: Vec::new(),
@@ -661,6 +756,10 @@ impl Run {
         let lifetime = COMMAND_LIFETIME_SECS.to_string();
         let writes = write_loop_command(self.resource.addr(), self.opts.write_every);
         let url = self.url(slot);
+        let mut env = vec![("RUST_LOG", "warn".to_owned())];
+        if let Some(store) = &self.store {
+            env.extend(store.env(self.proxies[slot].addr()));
+        }
         let args: Vec<String> = [
             "campaign",
             "--backend",
@@ -672,7 +771,7 @@ impl Run {
             "--ttl",
             &ttl,
             "--connect-timeout",
-            "1",
+            self.opts.backend.connect_timeout_secs(),
             "--grace",
             "1",
             "--",
@@ -685,7 +784,7 @@ impl Run {
         .into_iter()
         .map(String::from)
         .collect();
-        CandidateProcess::spawn(&self.opts.tenure_bin, &args, [("RUST_LOG", "warn")])
+        CandidateProcess::spawn(&self.opts.tenure_bin, &args, env)
     }
 
     /// The slot whose candidate holds the seat now, if any.
@@ -720,11 +819,19 @@ impl Run {
         self.slots[slot].label().to_owned()
     }
 
+    /// Keeps the log and the stderr of a candidate that was replaced.
+    fn retire(&mut self, old: &CandidateProcess) {
+        self.finished.push(old.events());
+        self.stderr
+            .push((old.label().to_owned(), old.stderr_tail()));
+    }
+
     async fn campaign(&mut self) -> Result<()> {
         let ttl = self.opts.ttl;
         let deadline = self.started + self.opts.duration;
         let kinds = self.opts.backend.faults();
         let mut round: Vec<FaultKind> = Vec::new();
+        let mut rounds_done = 0;
         // Let the first leader settle before the first fault.
         tokio::time::sleep(ttl).await;
         loop {
@@ -734,6 +841,10 @@ impl Run {
                 return Ok(());
             }
             if round.is_empty() {
+                if self.opts.rounds.is_some_and(|r| rounds_done >= r) {
+                    return Ok(());
+                }
+                rounds_done += 1;
                 round = kinds.to_vec();
                 self.rng.shuffle(&mut round);
             }
@@ -759,7 +870,7 @@ impl Run {
                 }
                 let fresh = self.spawn(slot)?;
                 let old = std::mem::replace(&mut self.slots[slot], fresh);
-                self.finished.push(old.events());
+                self.retire(&old);
             }
         }
         Ok(())
@@ -776,7 +887,7 @@ impl Run {
                 self.note(kind, format!("SIGKILL {label} ({why})"));
                 let fresh = self.spawn(slot)?;
                 let old = std::mem::replace(&mut self.slots[slot], fresh);
-                self.finished.push(old.events());
+                self.retire(&old);
             }
             FaultKind::StopHolder => {
                 let (slot, why) = self.target();
@@ -901,6 +1012,12 @@ impl Run {
         // The readers see end of output shortly after the exit.
         tokio::time::sleep(Duration::from_millis(200)).await;
         logs.extend(self.slots.iter().map(|c| c.events()));
+        let tails: Vec<(String, String)> = self
+            .slots
+            .iter()
+            .map(|c| (c.label().to_owned(), c.stderr_tail()))
+            .collect();
+        self.stderr.extend(tails);
         logs
     }
 
@@ -927,6 +1044,7 @@ impl Run {
         let superseded = superseded_writes_before_successor(&writes, &all);
         let run_start_ns = end_ns.saturating_sub(self.started.elapsed().as_nanos() as u64);
         let (gap, gap_at_ns) = max_leaderless_gap(&all, end_ns);
+        let timeline = timeline(logs, run_start_ns);
         ChaosReport {
             backend: self.opts.backend,
             seed: self.opts.seed,
@@ -935,6 +1053,8 @@ impl Run {
             ttl: self.opts.ttl,
             faults: self.faults.clone(),
             fault_log: self.fault_log.clone(),
+            timeline,
+            stderr: self.stderr.clone(),
             grants: all.len(),
             max_leaderless_gap: gap,
             max_gap_at: Duration::from_nanos(gap_at_ns.saturating_sub(run_start_ns)),
@@ -946,6 +1066,41 @@ impl Run {
             superseded_writes_before_successor: superseded,
         }
     }
+}
+
+/// The leadership events of `logs` in time order, one line each, with times in seconds
+/// after `start_ns`.
+fn timeline(logs: &[Vec<Event>], start_ns: u64) -> Vec<String> {
+    let mut events: Vec<&Event> = logs
+        .iter()
+        .flatten()
+        .filter(|e| {
+            [
+                Event::ELECTED,
+                Event::LOST,
+                Event::RESIGNED,
+                Event::KILLED,
+                Event::EXITED,
+            ]
+            .iter()
+            .any(|k| e.is(k))
+        })
+        .collect();
+    events.sort_by_key(|e| e.mono_ns);
+    events
+        .iter()
+        .map(|e| {
+            let at = e.mono_ns.saturating_sub(start_ns) as f64 / 1e9;
+            let mut line = format!("[{at:9.3} s] {} {}", e.id, e.kind);
+            if let Some(token) = e.token {
+                line.push_str(&format!(" token {token}"));
+            }
+            if let Some(reason) = &e.reason {
+                line.push_str(&format!(" ({reason})"));
+            }
+            line
+        })
+        .collect()
 }
 
 /// Accepted writes whose token was stale: lower than the highest the resource had
@@ -1150,10 +1305,33 @@ mod tests {
             assert_eq!(b.name().parse::<ChaosBackend>().unwrap(), b);
             assert!(!b.faults().is_empty());
         }
-        assert!("azure".parse::<ChaosBackend>().is_err());
+        assert!("cassandra".parse::<ChaosBackend>().is_err());
+        assert_eq!(
+            "azblob".parse::<ChaosBackend>().unwrap(),
+            ChaosBackend::Azure
+        );
+        assert_eq!(ChaosBackend::Azure.default_ttl(), Duration::from_secs(15));
         assert!(ChaosBackend::Peer.faults().contains(&FaultKind::Partition));
         assert!(ChaosBackend::Etcd
             .faults()
             .contains(&FaultKind::RestartServer));
+    }
+
+    #[test]
+    fn options_outside_a_backend_s_bounds_are_refused() {
+        let mut o = ChaosOptions::new(ChaosBackend::Azure, "tenure");
+        assert!(o.validate().is_ok());
+        o.ttl = Duration::from_secs(2);
+        assert!(o.validate().is_err(), "Azure leases start at 15 s");
+        o.ttl = Duration::from_secs(61);
+        assert!(o.validate().is_err(), "Azure leases end at 60 s");
+        o.ttl = Duration::from_secs(20);
+        o.rounds = Some(0);
+        assert!(o.validate().is_err(), "zero rounds inject nothing");
+        o.rounds = Some(1);
+        assert!(o.validate().is_ok());
+        let mut p = ChaosOptions::new(ChaosBackend::Peer, "tenure");
+        p.ttl = Duration::from_secs(2);
+        assert!(p.validate().is_err(), "peer TTL above its lease");
     }
 }

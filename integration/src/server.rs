@@ -35,6 +35,9 @@ const LOG_TAIL_BYTES: u64 = 3000;
 /// How many times `start` picks new ports when a server could not bind.
 const START_ATTEMPTS: usize = 3;
 
+/// How long [`terminate`](EtcdServer::terminate) waits after SIGTERM before it kills.
+pub const TERMINATE_GRACE: Duration = Duration::from_secs(10);
+
 /// The four stores the harness can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -469,6 +472,24 @@ impl Local {
         }
     }
 
+    /// Asks the process to exit (SIGTERM), waits up to `grace` for it, and SIGKILLs it
+    /// if it is still running then.
+    async fn terminate(&mut self, grace: Duration) {
+        if let Some(child) = self.child.as_mut() {
+            if send_signal(child.id(), libc::SIGTERM, "server").is_ok() {
+                let started = Instant::now();
+                while started.elapsed() < grace {
+                    if !matches!(child.try_wait(), Ok(None)) {
+                        self.child = None;
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        self.stop().await;
+    }
+
     fn pid(&self, kind: Kind) -> Result<u32> {
         self.child
             .as_ref()
@@ -660,6 +681,11 @@ impl ServerCore {
         Ok(())
     }
 
+    pub(crate) async fn terminate(&mut self) -> Result<()> {
+        self.local_mut()?.terminate(TERMINATE_GRACE).await;
+        Ok(())
+    }
+
     pub(crate) async fn restart(&mut self) -> Result<()> {
         let (kind, addr) = (self.kind, self.addr);
         let local = self.local_mut()?;
@@ -753,6 +779,13 @@ macro_rules! server_handle {
             /// [`restart`](Self::restart).
             pub async fn kill(&mut self) -> Result<()> {
                 self.core.kill().await
+            }
+
+            /// Stops the server process the orderly way: SIGTERM, then up to
+            /// [`TERMINATE_GRACE`] for it to save its state and exit, then SIGKILL.
+            /// It stays down until [`restart`](Self::restart).
+            pub async fn terminate(&mut self) -> Result<()> {
+                self.core.terminate().await
             }
 
             /// Kills the server process (if running) and starts it again on

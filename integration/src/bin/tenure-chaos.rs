@@ -19,19 +19,24 @@ use tenure_integration::{run_chaos, ChaosBackend, ChaosOptions};
 #[derive(Debug, Parser)]
 #[command(name = "tenure-chaos", version, about)]
 struct Args {
-    /// etcd, redis, zookeeper or peer.
+    /// etcd, redis, zookeeper, peer or azure.
     #[arg(long)]
     backend: String,
     /// How long to inject faults: 90s, 30m, 2h (a bare number is seconds).
     #[arg(long, default_value = "60s")]
     duration: String,
+    /// Stop after this many complete rounds of every fault kind (or at --duration,
+    /// whichever comes first).
+    #[arg(long)]
+    rounds: Option<usize>,
     /// Seed of every random choice [default: from the clock; printed first].
     #[arg(long)]
     seed: Option<u64>,
     /// Candidate processes campaigning at a time (peer: nodes in the cluster).
     #[arg(long, default_value_t = 3)]
     candidates: usize,
-    /// Session TTL in seconds [default: 2 for stores, 1 for peer].
+    /// Session TTL in seconds [default: 2 for etcd, Redis and ZooKeeper, 1 for peer, 15
+    /// for azure].
     #[arg(long)]
     ttl: Option<f64>,
     /// The `tenure` binary [default: $TENURE_BIN, else `tenure` next to this program,
@@ -69,6 +74,8 @@ fn main() -> ExitCode {
             if report.passed() {
                 ExitCode::SUCCESS
             } else {
+                println!("faults:\n{}", report.fault_log.join("\n"));
+                println!("leadership events:\n{}", report.timeline.join("\n"));
                 ExitCode::from(1)
             }
         }
@@ -87,6 +94,7 @@ fn options(args: &Args) -> Result<ChaosOptions, String> {
         o.seed = seed;
     }
     o.candidates = args.candidates;
+    o.rounds = args.rounds;
     if let Some(ttl) = args.ttl {
         if !ttl.is_finite() || !(0.0..=1e6).contains(&ttl) {
             return Err(format!("--ttl: {ttl} is not a number of seconds"));
