@@ -172,6 +172,7 @@ impl Store {
 
     /// Acquire the lease on `name` for `seconds` with `lease_id`.
     pub(crate) async fn acquire(&self, name: &str, lease_id: &str, seconds: i32) -> Res<()> {
+        tracing::trace!(blob = %name, lease = %lease_id, "acquire lease");
         let options = BlobClientAcquireLeaseOptions {
             proposed_lease_id: Some(lease_id.to_string()),
             ..Default::default()
@@ -188,6 +189,7 @@ impl Store {
     }
 
     pub(crate) async fn release(&self, name: &str, lease_id: &str) -> Res<()> {
+        tracing::trace!(blob = %name, lease = %lease_id, "release lease");
         self.call(self.blob(name).release_lease(lease_id.to_string(), None))
             .await
             .map(|_| ())
