@@ -4,8 +4,8 @@
 #   - apt: protobuf-compiler (protoc, for etcd-client's build), etcd-server,
 #     etcd-client, zookeeper, libcurator-recipes-java (Apache Curator with its
 #     framework and client, for the Curator LeaderLatch interop test),
-#     redis-server, openssl (certificates for the Redis TLS tests), and npm if it
-#     is missing;
+#     redis-server, and npm if it is missing (TLS test certificates are made
+#     in the tests with rcgen);
 #   - npm: azurite@3 into .tools/azurite (project-local, git-ignored).
 # Idempotent. Prints nothing when everything is present, one summary line
 # when it installed something, and the installer's output when it fails.
@@ -23,7 +23,6 @@ checks=(
   "zookeeper:/usr/share/java/zookeeper.jar"
   "libcurator-recipes-java:/usr/share/java/curator-recipes.jar"
   "redis-server:redis-server"
-  "openssl:openssl"
 )
 
 present() {

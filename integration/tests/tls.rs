@@ -5,6 +5,7 @@
 //! client certificate elect a leader; a wrong CA, a missing or foreign client
 //! certificate, or plain text to the TLS port fail with `Unauthorized` or `Unavailable`
 //! (plain text: `Unavailable` or `Timeout`) within the connect timeout, never a hang.
+//! A Redis that does not ask for client certificates is verified with the CA alone.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -169,8 +170,8 @@ async fn etcd(pki: &Pki) -> Server {
     }
 }
 
-/// Redis serving TLS only, requiring a client certificate from `ca`.
-async fn redis(pki: &Pki) -> Server {
+/// Redis serving TLS only; with `client_auth`, requiring a client certificate from `ca`.
+async fn redis(pki: &Pki, client_auth: bool) -> Server {
     let data = tempfile::tempdir().expect("temp dir");
     let port = free_port().expect("port");
     let child = program("redis-server")
@@ -184,7 +185,7 @@ async fn redis(pki: &Pki) -> Server {
         .arg(pki.path("server.key"))
         .arg("--tls-ca-cert-file")
         .arg(pki.path("ca.pem"))
-        .args(["--tls-auth-clients", "yes"])
+        .args(["--tls-auth-clients", if client_auth { "yes" } else { "no" }])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -317,7 +318,7 @@ async fn etcd_over_tls_with_generated_certificates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_over_tls_with_generated_certificates() {
     let pki = Pki::new();
-    let server = redis(&pki).await;
+    let server = redis(&pki, true).await;
     let (ca, other_ca) = (pki.path("ca.pem"), pki.path("other-ca.pem"));
     let client = (pki.path("client.pem"), pki.path("client.key"));
     let other = (pki.path("other-client.pem"), pki.path("other-client.key"));
@@ -362,4 +363,37 @@ async fn redis_over_tls_with_generated_certificates() {
         redis_connect,
     )
     .await;
+}
+
+/// A Redis that serves TLS without asking for client certificates: the CA alone is
+/// enough; without it the system's roots do not know the issuer (`Unauthorized`), and a
+/// CA file that cannot be read is bad input naming the parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_over_tls_verifies_the_server_with_its_ca() {
+    let pki = Pki::new();
+    let server = redis(&pki, false).await;
+    let ca = pki.path("ca.pem");
+    let backend = redis_connect(tls_url("rediss", server.port, &ca, None))
+        .await
+        .expect("Redis over TLS with the CA only");
+    elect_and_resign(backend).await;
+    let started = Instant::now();
+    let err = redis_connect(format!(
+        "rediss://127.0.0.1:{}?connect_timeout_ms={CONNECT_TIMEOUT_MS}",
+        server.port
+    ))
+    .await
+    .err()
+    .expect("an issuer the system's roots do not know");
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    assert!(started.elapsed() < Duration::from_millis(CONNECT_TIMEOUT_MS) + SLACK);
+    let err = redis_connect(format!(
+        "rediss://127.0.0.1:{}?ca=/no/such/ca.pem",
+        server.port
+    ))
+    .await
+    .err()
+    .expect("a CA file that does not exist");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.message().starts_with("ca:"), "{err}");
 }
