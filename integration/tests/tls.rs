@@ -383,8 +383,7 @@ async fn redis_over_tls_verifies_the_server_with_its_ca() {
         server.port
     ))
     .await
-    .err()
-    .expect("an issuer the system's roots do not know");
+    .expect_err("an issuer the system's roots do not know");
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
     assert!(started.elapsed() < Duration::from_millis(CONNECT_TIMEOUT_MS) + SLACK);
     let err = redis_connect(format!(
@@ -392,8 +391,7 @@ async fn redis_over_tls_verifies_the_server_with_its_ca() {
         server.port
     ))
     .await
-    .err()
-    .expect("a CA file that does not exist");
+    .expect_err("a CA file that does not exist");
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.message().starts_with("ca:"), "{err}");
 }
