@@ -24,6 +24,10 @@ use tenure_integration::{
     monotonic_now_ns, AzuriteServer, CandidateProcess, Event, GuardedResource, TcpProxy,
 };
 
+#[path = "support/capture.rs"]
+mod capture;
+use capture::Captured;
+
 /// The candidates' session TTL: the lease duration.
 const TTL: Duration = Duration::from_secs(15);
 /// The CLI's renew deadline for that TTL (TTL × 2/3).
@@ -477,33 +481,12 @@ async fn cli_resign_hands_over_within_the_poll_interval() {
     stop_all(vec![a, b]).await;
 }
 
-/// Collects everything a tracing subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Keys and signatures stay out of every log line, at the most verbose level, on
 /// success and on failure (azure_core's own pipeline logging included).
 #[tokio::test]
 async fn secrets_never_reach_tracing() {
     let azurite = AzuriteServer::start().await.expect("azurite");
-    let captured = Captured::default();
-    let sink = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || sink.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = Captured::install_default();
     let wrong = "d3Jvbmcta2V5LVMzQ1JFVC1ub3QtdGhlLWRldi1rZXk=";
     let err = AzureConfig::new(AzuriteServer::ACCOUNT, container())
         .endpoint(azurite.endpoint())
@@ -535,102 +518,9 @@ async fn secrets_never_reach_tracing() {
         .expect("campaign");
     l.resign().await.expect("resign");
     s.close().await.expect("close");
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).to_string();
+    let text = captured.text();
     assert!(text.contains("connect failed"), "nothing captured: {text}");
     for secret in [wrong, AzuriteServer::ACCOUNT_KEY, "U0lHTkFUVVJFLVMzQ1JFVA"] {
         assert!(!text.contains(secret), "a secret reached the log:\n{text}");
     }
-}
-
-/// The lease-id rule behind safety against late releases: once a release was sent with
-/// a lease id, no acquire of that blob proposes it again (a release that timed out and
-/// reached Azure late must not free a later grant). Read from the backend's TRACE
-/// events of every acquire and release, over grants, resigns, a `Held` try, and a
-/// campaign withdrawn by a timeout.
-#[tokio::test]
-async fn a_lease_id_is_never_proposed_again_after_a_release() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    let captured = Captured::default();
-    let sink = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || sink.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let config = AzureConfig::development(azurite.endpoint(), container()).poll_interval(POLL);
-    let backend = Arc::new(config.connect().await.expect("connect"));
-    let a = Session::open(backend.clone(), Timing::from_ttl(TTL))
-        .await
-        .expect("session a");
-    let b = Session::open(backend, Timing::from_ttl(TTL))
-        .await
-        .expect("session b");
-    let ca = Candidate::new("a").unwrap();
-    let cb = Candidate::new("b").unwrap();
-
-    // Grant, resign, grant again, resign.
-    let e1 = ElectionName::new("ids/one").unwrap();
-    for _ in 0..2 {
-        let l = a.campaign(&e1, &ca).await.expect("campaign e1");
-        l.resign().await.expect("resign e1");
-    }
-    // Held by b: a's try fails without a release, then succeeds once b resigns.
-    let e2 = ElectionName::new("ids/two").unwrap();
-    let lb = b.campaign(&e2, &cb).await.expect("b campaigns e2");
-    assert!(a.try_campaign(&e2, &ca).await.expect("try").is_none());
-    lb.resign().await.expect("b resigns e2");
-    let l = a
-        .try_campaign(&e2, &ca)
-        .await
-        .expect("try")
-        .expect("granted after b resigned");
-    l.resign().await.expect("resign e2");
-    // A campaign withdrawn while b holds the seat, then a grant after b resigns.
-    let e3 = ElectionName::new("ids/three").unwrap();
-    let lb = b.campaign(&e3, &cb).await.expect("b campaigns e3");
-    let withdrawn = tokio::time::timeout(Duration::from_millis(400), a.campaign(&e3, &ca)).await;
-    assert!(withdrawn.is_err(), "a must still be waiting");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    lb.resign().await.expect("b resigns e3");
-    let l = a.campaign(&e3, &ca).await.expect("campaign e3");
-    l.resign().await.expect("resign e3");
-    a.close().await.expect("close a");
-    b.close().await.expect("close b");
-
-    let text = String::from_utf8_lossy(&captured.0.lock().unwrap()).to_string();
-    let field = |line: &str, key: &str| -> Option<String> {
-        let at = line.find(&format!(" {key}="))? + key.len() + 2;
-        Some(line[at..].split_whitespace().next()?.to_string())
-    };
-    let mut released: Vec<(String, String)> = Vec::new();
-    let (mut acquires, mut releases) = (0, 0);
-    let mut ids = std::collections::HashSet::new();
-    for line in text.lines() {
-        let is_acquire = line.contains("acquire lease");
-        if !is_acquire && !line.contains("release lease") {
-            continue;
-        }
-        let (Some(blob), Some(lease)) = (field(line, "blob"), field(line, "lease")) else {
-            panic!("an acquire/release event without blob and lease: {line}");
-        };
-        ids.insert(lease.clone());
-        if is_acquire {
-            acquires += 1;
-            assert!(
-                !released.contains(&(blob.clone(), lease.clone())),
-                "lease id {lease} proposed again for {blob} after a release with it:\n{text}"
-            );
-        } else {
-            releases += 1;
-            released.push((blob, lease));
-        }
-    }
-    assert!(
-        acquires >= 8 && releases >= 6,
-        "too few events: {acquires} acquires, {releases} releases:\n{text}"
-    );
-    // Two grants of e1 and the grant of e3 after the withdrawn campaign each need a
-    // new id; b's leases have their own.
-    assert!(ids.len() >= 5, "only {} lease ids: {ids:?}", ids.len());
 }

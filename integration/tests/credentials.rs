@@ -4,8 +4,7 @@
 //! wrong password against a real server) and a real session with credentials, all while
 //! a subscriber records every tracing event at TRACE level from every crate.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::{Candidate, DynBackend, ElectionName, Error, Session, Timing};
@@ -13,45 +12,16 @@ use tenure_etcd::{EtcdBackend, EtcdConfig};
 use tenure_integration::{free_port, EtcdServer, RedisServer, ZooKeeperServer};
 use tenure_redis::{RedisBackend, RedisConfig};
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
-use tracing_subscriber::fmt::MakeWriter;
+
+#[path = "support/capture.rs"]
+mod capture;
+use capture::Captured;
 
 /// The secrets; letters and digits only, so they read the same percent-encoded.
 const ETCD_SECRET: &str = "EtcdS3cretXq7";
 const REDIS_SECRET: &str = "RedisS3cretZk4";
 const ZK_SECRET: &str = "ZooS3cretWv9";
 const SECRETS: [&str; 3] = [ETCD_SECRET, REDIS_SECRET, ZK_SECRET];
-
-/// Everything the subscriber wrote.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 /// An error with its sources, in Display and Debug form.
 fn render(e: &Error) -> String {
@@ -111,12 +81,7 @@ fn enable_etcd_auth(endpoint: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_stay_out_of_debug_display_errors_and_traces() {
-    let captured = Captured::default();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .init();
+    let captured = Captured::install_global();
     let mut texts: Vec<(String, String)> = Vec::new();
     let closed = format!("127.0.0.1:{}", free_port().expect("port"));
 
