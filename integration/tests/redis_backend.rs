@@ -5,14 +5,17 @@
 //! observers that converge without pub/sub messages, one wake-up per release across
 //! processes, and passwords kept out of logs.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
 use tenure_integration::{RedisServer, TcpProxy};
 use tenure_redis::RedisBackend;
+
+#[path = "support/capture.rs"]
+mod capture;
+use capture::Captured;
 
 /// The key prefix of this test binary's run: fresh, so runs against an external server
 /// (`TENURE_TEST_REDIS`) do not meet each other's keys.
@@ -513,23 +516,6 @@ async fn an_idle_backend_keeps_its_connections() {
     waiter.abort();
 }
 
-/// A writer that keeps everything written to it.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn passwords_never_reach_logs_debug_or_errors() {
     let server = RedisServer::start().await.expect("redis");
@@ -538,13 +524,7 @@ async fn passwords_never_reach_logs_debug_or_errors() {
     }
     let secret = "Sup3r-S3cret-pw";
     let mut raw = raw(&server).await;
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = Captured::install_default();
     let base = server.endpoint().trim_start_matches("redis://").to_string();
     let right = format!("redis://:{secret}@{base}?prefix=pw");
     // Without a password, then with the wrong and the right one.
@@ -577,7 +557,7 @@ async fn passwords_never_reach_logs_debug_or_errors() {
     s.close().await.expect("close");
     let text = format!(
         "{}\n{err}\n{err:?}\n{ok:?}\n{}\n{:?}",
-        String::from_utf8_lossy(&captured.0.lock().unwrap_or_else(|p| p.into_inner())),
+        captured.text(),
         ok.config(),
         ok.config()
     );
