@@ -321,12 +321,39 @@ pub async fn check_join(env: &ShardEnv) {
     let n = env.nodes + 1;
     let optimum = per_node["node-new"];
     assert!(optimum == env.shards / n || optimum == env.shards.div_ceil(n));
+    // The newcomer's share is the optimum when every old node holds enough shards whose
+    // replica set now includes the newcomer; when one does not, a shard moves on a
+    // chain (old → old → new) and even the plan computed straight from the holdings
+    // before the join needs more (seen in about 1 of 500 random 64-shard layouts). The
+    // cluster must not move more than the larger of the two, give or take 10 %.
+    let planned = planned_moves(&c, &before);
+    let bound = optimum.max(planned);
     assert!(
-        moved as f64 <= 1.1 * optimum as f64,
-        "{moved} moves for an optimum of {optimum}"
+        moved as f64 <= 1.1 * bound as f64,
+        "{moved} moves for an optimum of {optimum} (the plan from the holdings before \
+         the join: {planned})"
     );
-    eprintln!("join: {moved} moves, optimum {optimum}");
+    eprintln!("join: {moved} moves, optimum {optimum}, planned from before {planned}");
     c.close_all().await;
+}
+
+/// The moves of the plan computed from `before`'s holders over the cluster's nodes now
+/// (weight 1, none draining, sorted by id as the shard manager sorts them).
+fn planned_moves(c: &Cluster, before: &[Option<(String, FencingToken)>]) -> usize {
+    let ids: Vec<&String> = c.nodes.keys().collect();
+    let specs: Vec<crate::assign::NodeSpec> = ids
+        .iter()
+        .map(|id| crate::assign::NodeSpec::new(id.as_str()))
+        .collect();
+    let holders: Vec<Option<u32>> = before
+        .iter()
+        .map(|b| {
+            let (id, _) = b.as_ref()?;
+            ids.iter().position(|x| *x == id).map(|i| i as u32)
+        })
+        .collect();
+    crate::assign::plan(&c.layout.hashes, &specs, c.layout.replication, &holders)
+        .moves_from(&holders)
 }
 
 /// A crash moves only the dead node's shards (the others keep leader and token), and
