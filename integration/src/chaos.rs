@@ -34,6 +34,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use crate::candidate::{CandidateProcess, Event};
+use crate::cli_faults::campaign_args;
 use crate::error::{HarnessError, Result};
 use crate::fencing::{check_fencing_at, tenures, FencingViolation, GuardedResource, Tenure};
 use crate::fencing::{write_loop_command, WriteRecord};
@@ -47,7 +48,7 @@ pub const CHAOS_ELECTION: &str = "chaos/seat";
 /// How long a leader's command runs before it exits by itself (and its candidate
 /// resigns and campaigns again). This also bounds how long the write loop of a
 /// SIGKILLed candidate, which keeps writing with its stale token, outlives it.
-const COMMAND_LIFETIME_SECS: u64 = 20;
+const COMMAND_LIFETIME: Duration = Duration::from_secs(20);
 
 /// The peer cluster's quorum lease; the candidates' TTL must not exceed it.
 const PEER_LEASE: Duration = Duration::from_millis(1500);
@@ -140,11 +141,11 @@ impl ChaosBackend {
         }
     }
 
-    /// The seconds a candidate may take to connect (`--connect-timeout`).
-    fn connect_timeout_secs(self) -> &'static str {
+    /// How long a candidate may take to connect (`--connect-timeout`).
+    fn connect_timeout(self) -> Duration {
         match self {
-            ChaosBackend::Azure => "2",
-            _ => "1",
+            ChaosBackend::Azure => Duration::from_secs(2),
+            _ => Duration::from_secs(1),
         }
     }
 }
@@ -568,10 +569,9 @@ impl Store {
         match self {
             Store::Azure(_) => vec![(
                 "AZURE_STORAGE_CONNECTION_STRING",
-                format!(
-                    "AccountName={account};AccountKey={key};BlobEndpoint=http://{via}/{account}",
-                    account = AzuriteServer::ACCOUNT,
-                    key = AzuriteServer::ACCOUNT_KEY
+                AzuriteServer::connection_string(
+                    &format!("http://{via}/{}", AzuriteServer::ACCOUNT),
+                    AzuriteServer::ACCOUNT_KEY,
                 ),
             )],
             _ => Vec::new(),
@@ -644,6 +644,17 @@ impl PeerLinks {
             .flat_map(|m| self.between(n, m))
             .collect()
     }
+}
+
+/// The links a network fault acts on.
+#[derive(Debug, Clone, Copy)]
+enum Links {
+    /// A candidate slot's link to the store.
+    ToStore(usize),
+    /// Every link of a peer node, both ways.
+    OfNode(usize),
+    /// The link between two peer nodes, both ways.
+    Between(usize, usize),
 }
 
 /// One running chaos campaign.
@@ -752,38 +763,21 @@ impl Run {
         let generation = self.generations[slot];
         self.generations[slot] += 1;
         let id = format!("c{}-{generation}", slot + 1);
-        let ttl = self.opts.ttl.as_secs_f64().to_string();
-        let lifetime = COMMAND_LIFETIME_SECS.to_string();
         let writes = write_loop_command(self.resource.addr(), self.opts.write_every);
         let url = self.url(slot);
         let mut env = vec![("RUST_LOG", "warn".to_owned())];
         if let Some(store) = &self.store {
             env.extend(store.env(self.proxies[slot].addr()));
         }
-        let args: Vec<String> = [
-            "campaign",
-            "--backend",
+        let args = campaign_args(
             &url,
-            "--election",
             CHAOS_ELECTION,
-            "--id",
             &id,
-            "--ttl",
-            &ttl,
-            "--connect-timeout",
-            self.opts.backend.connect_timeout_secs(),
-            "--grace",
-            "1",
-            "--",
-            "timeout",
-            &lifetime,
-            "bash",
-            "-c",
+            self.opts.ttl,
+            self.opts.backend.connect_timeout(),
+            COMMAND_LIFETIME,
             &writes,
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect();
+        );
         CandidateProcess::spawn(&self.opts.tenure_bin, &args, env)
     }
 
@@ -923,71 +917,55 @@ impl Run {
                     store.restart().await?;
                 }
             }
-            FaultKind::Cut | FaultKind::Blackhole if self.store.is_some() => {
+            FaultKind::Cut | FaultKind::Blackhole | FaultKind::Partition | FaultKind::CutLink => {
                 let (slot, why) = self.target();
-                let length = self.rng.between(ttl / 10, ttl * 2);
                 let label = self.label(slot);
-                let proxy = &self.proxies[slot];
-                if kind == FaultKind::Cut {
-                    proxy.cut().await?;
+                let (links, what, length) = if self.store.is_some() {
+                    let length = self.rng.between(ttl / 10, ttl * 2);
+                    (
+                        Links::ToStore(slot),
+                        format!("{label}'s link to the store"),
+                        length,
+                    )
+                } else if kind == FaultKind::CutLink {
+                    let n = self.slots.len();
+                    let other = (slot + 1 + self.rng.below(n - 1)) % n;
+                    let length = self.rng.between(PEER_LEASE / 2, PEER_LEASE * 3);
+                    let what = format!("the link between {label} and {}", self.label(other));
+                    (Links::Between(slot, other), what, length)
                 } else {
-                    proxy.blackhole().await?;
-                }
-                self.note(
-                    kind,
-                    format!("{label}'s link to the store for {length:?} ({why})"),
-                );
-                tokio::time::sleep(length).await;
-                self.proxies[slot].heal().await?;
-            }
-            FaultKind::Partition | FaultKind::Blackhole => {
-                let (slot, why) = self.target();
-                let length = self.rng.between(PEER_LEASE / 2, PEER_LEASE * 3);
-                let label = self.label(slot);
-                if let Some(peer) = &self.peer {
-                    for proxy in peer.of(slot) {
-                        if kind == FaultKind::Partition {
-                            proxy.cut().await?;
-                        } else {
-                            proxy.blackhole().await?;
-                        }
-                    }
-                }
-                self.note(
-                    kind,
-                    format!("every link of {label} for {length:?} ({why})"),
-                );
-                tokio::time::sleep(length).await;
-                if let Some(peer) = &self.peer {
-                    for proxy in peer.of(slot) {
-                        proxy.heal().await?;
-                    }
-                }
-            }
-            FaultKind::CutLink => {
-                let (a, why) = self.target();
-                let b = (a + 1 + self.rng.below(self.slots.len() - 1)) % self.slots.len();
-                let length = self.rng.between(PEER_LEASE / 2, PEER_LEASE * 3);
-                let (la, lb) = (self.label(a), self.label(b));
-                if let Some(peer) = &self.peer {
-                    for proxy in peer.between(a, b) {
+                    let length = self.rng.between(PEER_LEASE / 2, PEER_LEASE * 3);
+                    (
+                        Links::OfNode(slot),
+                        format!("every link of {label}"),
+                        length,
+                    )
+                };
+                for proxy in self.links(links) {
+                    if kind == FaultKind::Blackhole {
+                        proxy.blackhole().await?;
+                    } else {
                         proxy.cut().await?;
                     }
                 }
-                self.note(
-                    kind,
-                    format!("the link between {la} and {lb} for {length:?} ({why})"),
-                );
+                self.note(kind, format!("{what} for {length:?} ({why})"));
                 tokio::time::sleep(length).await;
-                if let Some(peer) = &self.peer {
-                    for proxy in peer.between(a, b) {
-                        proxy.heal().await?;
-                    }
+                for proxy in self.links(links) {
+                    proxy.heal().await?;
                 }
             }
-            FaultKind::Cut => {}
         }
         Ok(())
+    }
+
+    /// The proxies of `links`.
+    fn links(&self, links: Links) -> Vec<&TcpProxy> {
+        match (links, &self.peer) {
+            (Links::ToStore(slot), _) => self.proxies.get(slot).into_iter().collect(),
+            (Links::OfNode(n), Some(peer)) => peer.of(n),
+            (Links::Between(a, b), Some(peer)) => peer.between(a, b).collect(),
+            (_, None) => Vec::new(),
+        }
     }
 
     /// Resumes anything paused, terminates every candidate and returns every log.

@@ -1,7 +1,7 @@
 //! Helpers for fault tests that run the `tenure` CLI as candidate processes. They are
 //! test code: they panic with the candidates' logs when something does not happen.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -22,28 +22,75 @@ pub fn tenure_bin() -> PathBuf {
             .parent()
             .and_then(|deps| deps.parent())
             .ok_or("cannot locate the target directory")?;
-        let target_dir = profile_dir
-            .parent()
-            .ok_or("cannot locate the target directory")?;
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "-q", "-p", "tenure-cli", "--bin", "tenure"])
-            .env("CARGO_TARGET_DIR", target_dir)
-            .current_dir(crate::workspace_root());
-        if profile_dir.file_name().is_some_and(|p| p == "release") {
-            build.arg("--release");
-        }
-        let status = build.status().map_err(|e| format!("running cargo: {e}"))?;
-        if !status.success() {
-            return Err(format!("cargo build -p tenure-cli failed: {status}"));
-        }
-        Ok(profile_dir.join("tenure"))
+        build_tenure_cli(profile_dir)
     });
     match bin {
         Ok(b) => b.clone(),
         Err(e) => panic!("building the tenure CLI: {e}"),
     }
+}
+
+/// Builds the `tenure` CLI with cargo into `profile_dir` (`<target>/debug` or
+/// `<target>/release`, the same profile) and returns its path.
+pub fn build_tenure_cli(profile_dir: &Path) -> Result<PathBuf, String> {
+    let target_dir = profile_dir
+        .parent()
+        .ok_or("cannot locate the target directory")?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "-q", "-p", "tenure-cli", "--bin", "tenure"])
+        .env("CARGO_TARGET_DIR", target_dir)
+        .current_dir(crate::workspace_root());
+    if profile_dir.file_name().is_some_and(|p| p == "release") {
+        build.arg("--release");
+    }
+    let status = build.status().map_err(|e| format!("running cargo: {e}"))?;
+    let bin = profile_dir.join("tenure");
+    if !status.success() || !bin.is_file() {
+        return Err(format!("cargo build -p tenure-cli failed: {status}"));
+    }
+    Ok(bin)
+}
+
+/// The arguments of `tenure campaign` for `id` in `election` on `backend_url` (session
+/// `ttl`, `connect_timeout`, 1 s grace) whose leader command runs `script` with bash,
+/// stopped by `timeout` after `lifetime` (so that a write loop orphaned by a SIGKILLed
+/// candidate does not outlive the test for long).
+pub fn campaign_args(
+    backend_url: &str,
+    election: &str,
+    id: &str,
+    ttl: Duration,
+    connect_timeout: Duration,
+    lifetime: Duration,
+    script: &str,
+) -> Vec<String> {
+    let secs = |d: Duration| d.as_secs_f64().to_string();
+    [
+        "campaign",
+        "--backend",
+        backend_url,
+        "--election",
+        election,
+        "--id",
+        id,
+        "--ttl",
+        &secs(ttl),
+        "--connect-timeout",
+        &secs(connect_timeout),
+        "--grace",
+        "1",
+        "--",
+        "timeout",
+        &secs(lifetime),
+        "bash",
+        "-c",
+        script,
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect()
 }
 
 /// Start `tenure campaign` for `id` in `election` on `backend_url` with session TTL
@@ -58,32 +105,16 @@ pub fn spawn_writer(
     resource: &GuardedResource,
     write_every: Duration,
 ) -> CandidateProcess {
-    let ttl = ttl.as_secs_f64().to_string();
     let writes = resource.write_loop_command(write_every);
-    let args: Vec<String> = [
-        "campaign",
-        "--backend",
+    let args = campaign_args(
         backend_url,
-        "--election",
         election,
-        "--id",
         id,
-        "--ttl",
-        &ttl,
-        "--connect-timeout",
-        "1",
-        "--grace",
-        "1",
-        "--",
-        "timeout",
-        "60",
-        "bash",
-        "-c",
+        ttl,
+        Duration::from_secs(1),
+        Duration::from_secs(60),
         &writes,
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
+    );
     match CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]) {
         Ok(c) => c,
         Err(e) => panic!("starting candidate {id}: {e}"),

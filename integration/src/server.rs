@@ -859,6 +859,16 @@ impl AzuriteServer {
     /// published, well-known test key).
     pub const ACCOUNT_KEY: &'static str =
         "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+    /// A connection string (as `AZURE_STORAGE_CONNECTION_STRING` takes it) for the
+    /// development account with `key` at the account URL `endpoint`
+    /// (`http://HOST:PORT/devstoreaccount1`, e.g. a proxy's address in front of Azurite).
+    pub fn connection_string(endpoint: &str, key: &str) -> String {
+        format!(
+            "AccountName={};AccountKey={key};BlobEndpoint={endpoint}",
+            Self::ACCOUNT
+        )
+    }
 }
 
 #[cfg(test)]

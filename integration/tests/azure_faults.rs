@@ -17,8 +17,8 @@ use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::testing::random_prefix;
 use tenure_core::{Candidate, ElectionName, ErrorKind, LossReason, Session, Timing};
 use tenure_integration::cli_faults::{
-    assert_fenced, assert_no_stale_write_accepted, is, ms, next_leader, refused, stop_all,
-    tenure_bin, wait,
+    assert_fenced, assert_no_stale_write_accepted, campaign_args, is, ms, next_leader, refused,
+    stop_all, tenure_bin, wait,
 };
 use tenure_integration::{
     monotonic_now_ns, AzuriteServer, CandidateProcess, Event, GuardedResource, TcpProxy,
@@ -42,14 +42,6 @@ fn container() -> String {
     random_prefix().to_ascii_lowercase()
 }
 
-/// The connection string of Azurite's development account at `endpoint`.
-fn connection_string(endpoint: &str, key: &str) -> String {
-    format!(
-        "AccountName={};AccountKey={key};BlobEndpoint={endpoint}",
-        AzuriteServer::ACCOUNT
-    )
-}
-
 /// The backend URL candidates get (credentials go through the environment).
 fn url(container: &str) -> String {
     format!("azblob:///{container}?poll_interval_ms=100&request_timeout_ms=1000&connect_timeout_ms=2000")
@@ -65,36 +57,20 @@ fn candidate(
     resource: &GuardedResource,
 ) -> CandidateProcess {
     let writes = resource.write_loop_command(WRITE_EVERY);
-    let ttl = TTL.as_secs().to_string();
-    let args: Vec<String> = [
-        "campaign",
-        "--backend",
+    let args = campaign_args(
         &url(container),
-        "--election",
         election,
-        "--id",
         id,
-        "--ttl",
-        &ttl,
-        "--connect-timeout",
-        "2",
-        "--grace",
-        "1",
-        "--",
-        "timeout",
-        "90",
-        "bash",
-        "-c",
+        TTL,
+        Duration::from_secs(2),
+        Duration::from_secs(90),
         &writes,
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
+    );
     let env = [
         ("RUST_LOG", "warn".to_string()),
         (
             "AZURE_STORAGE_CONNECTION_STRING",
-            connection_string(endpoint, AzuriteServer::ACCOUNT_KEY),
+            AzuriteServer::connection_string(endpoint, AzuriteServer::ACCOUNT_KEY),
         ),
     ];
     match CandidateProcess::spawn(&tenure_bin(), &args, env) {
@@ -325,7 +301,7 @@ async fn wrong_key_is_unauthorized_and_never_shown() {
         ])
         .env(
             "AZURE_STORAGE_CONNECTION_STRING",
-            connection_string(azurite.endpoint(), wrong),
+            AzuriteServer::connection_string(azurite.endpoint(), wrong),
         )
         .output()
         .expect("run tenure");

@@ -7,10 +7,11 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use clap::Parser;
 use tenure_integration::chaos::parse_duration;
+use tenure_integration::cli_faults::build_tenure_cli;
 use tenure_integration::{run_chaos, ChaosBackend, ChaosOptions};
 
 /// Run K `tenure campaign` processes against a real backend, inject random faults
@@ -122,26 +123,10 @@ fn tenure_bin(given: Option<&Path>) -> Result<PathBuf, String> {
     if sibling.is_file() {
         return Ok(sibling);
     }
-    let target_dir = profile_dir
-        .parent()
-        .ok_or("cannot locate the target directory")?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    build
-        .args(["build", "-q", "-p", "tenure-cli", "--bin", "tenure"])
-        .env("CARGO_TARGET_DIR", target_dir)
-        .current_dir(tenure_integration::workspace_root());
-    if profile_dir.file_name().is_some_and(|p| p == "release") {
-        build.arg("--release");
-    }
-    let status = build
-        .status()
-        .map_err(|e| format!("building the tenure CLI with cargo: {e}"))?;
-    if !status.success() || !sibling.is_file() {
-        return Err(format!(
-            "building the tenure CLI failed ({status}); build it with `cargo build -p tenure-cli` \
-             or pass --tenure PATH"
-        ));
-    }
-    Ok(sibling)
+    build_tenure_cli(profile_dir).map_err(|e| {
+        format!(
+            "building the tenure CLI: {e}; build it with `cargo build -p tenure-cli` or pass \
+             --tenure PATH"
+        )
+    })
 }
