@@ -807,6 +807,56 @@ server_handle! {
     "The client URL, `http://127.0.0.1:PORT`."
 }
 
+impl EtcdServer {
+    /// Adds the user `root` with `password` and turns authentication on (with
+    /// `etcdctl`): from then on every client has to log in.
+    pub fn enable_auth(&self, password: &str) -> Result<()> {
+        let etcdctl = require_program("etcdctl", "etcdctl", "etcd-client")?;
+        let root = format!("root:{password}");
+        for (args, what) in [
+            (vec!["user", "add", root.as_str()], "etcdctl user add root"),
+            (vec!["auth", "enable"], "etcdctl auth enable"),
+        ] {
+            let out = Command::new(&etcdctl)
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints={}", self.endpoint()))
+                .args(&args)
+                .output()
+                .map_err(|e| HarnessError::io(format!("running {what}"), e))?;
+            if !out.status.success() {
+                let why = String::from_utf8_lossy(&out.stderr).replace(password, "***");
+                return Err(HarnessError::io(what, std::io::Error::other(why)));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RedisServer {
+    /// Sets `requirepass` (`CONFIG SET`): from then on clients need `password`.
+    pub async fn require_password(&self, password: &str) -> Result<()> {
+        let failed = |e: redis::RedisError| {
+            HarnessError::io(
+                "CONFIG SET requirepass",
+                std::io::Error::other(e.to_string()),
+            )
+        };
+        let client = redis::Client::open(self.endpoint()).map_err(failed)?;
+        let mut admin = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(failed)?;
+        let _: redis::Value = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("requirepass")
+            .arg(password)
+            .query_async(&mut admin)
+            .await
+            .map_err(failed)?;
+        Ok(())
+    }
+}
+
 server_handle! {
     /// A standalone ZooKeeper server with `tickTime=1000` (so session
     /// timeouts from 2 s to 20 s are honoured), ready once the four-letter

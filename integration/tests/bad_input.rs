@@ -7,7 +7,6 @@
 //! both must be local servers (unset `TENURE_TEST_REDIS` and `TENURE_TEST_ETCD`).
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, Member, Timing};
@@ -153,30 +152,6 @@ async fn garbage() -> SocketAddr {
     addr
 }
 
-fn enable_etcd_auth(endpoint: &str) {
-    for args in [
-        vec![
-            "user".to_owned(),
-            "add".to_owned(),
-            format!("root:{PASSWORD}"),
-        ],
-        vec!["auth".to_owned(), "enable".to_owned()],
-    ] {
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={endpoint}"))
-            .args(&args)
-            .output()
-            .expect("run etcdctl (install with `bash scripts/install-test-deps.sh`)");
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
 async fn places() -> Places {
     let redis = RedisServer::start().await.expect("redis");
     let etcd = EtcdServer::start().await.expect("etcd");
@@ -186,19 +161,11 @@ async fn places() -> Places {
         RedisServer::ENV,
         EtcdServer::ENV
     );
-    let client = redis::Client::open(redis.endpoint()).expect("redis client");
-    let mut admin = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis admin connection");
-    let _: redis::Value = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg(PASSWORD)
-        .query_async(&mut admin)
+    redis
+        .require_password(PASSWORD)
         .await
         .expect("CONFIG SET requirepass");
-    enable_etcd_auth(etcd.endpoint());
+    etcd.enable_auth(PASSWORD).expect("etcd auth");
     let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     Places {
         closed: SocketAddr::from((

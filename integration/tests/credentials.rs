@@ -56,29 +56,6 @@ async fn elect(backend: DynBackend) {
     session.close().await.expect("close");
 }
 
-fn enable_etcd_auth(endpoint: &str) {
-    for args in [
-        vec![
-            "user".to_owned(),
-            "add".to_owned(),
-            format!("root:{ETCD_SECRET}"),
-        ],
-        vec!["auth".to_owned(), "enable".to_owned()],
-    ] {
-        let out = std::process::Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={endpoint}"))
-            .args(&args)
-            .output()
-            .expect("run etcdctl (install with `bash scripts/install-test-deps.sh`)");
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_stay_out_of_debug_display_errors_and_traces() {
     let captured = Captured::install_global();
@@ -178,19 +155,11 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
         RedisServer::ENV,
         EtcdServer::ENV
     );
-    let client = redis::Client::open(redis_server.endpoint()).expect("redis client");
-    let mut admin = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis admin connection");
-    let _: redis::Value = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg(REDIS_SECRET)
-        .query_async(&mut admin)
+    redis_server
+        .require_password(REDIS_SECRET)
         .await
         .expect("CONFIG SET requirepass");
-    enable_etcd_auth(etcd_server.endpoint());
+    etcd_server.enable_auth(ETCD_SECRET).expect("etcd auth");
     let (r, e, z) = (
         redis_server.addr(),
         etcd_server.addr(),

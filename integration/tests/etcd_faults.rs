@@ -287,27 +287,6 @@ async fn unreachable_endpoint_fails_within_the_connect_timeout() {
     assert!(started.elapsed() < Duration::from_secs(3));
 }
 
-/// Turn on authentication with a root user through etcdctl.
-fn enable_auth(endpoint: &str, password: &str) {
-    for args in [
-        vec!["user", "add", &format!("root:{password}")],
-        vec!["auth", "enable"],
-    ] {
-        let out = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={endpoint}"))
-            .args(&args)
-            .output()
-            .expect("run etcdctl (apt package etcd-client)");
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_password_is_unauthorized() {
     let etcd = EtcdServer::start().await.expect("etcd");
@@ -317,7 +296,7 @@ async fn wrong_password_is_unauthorized() {
         EtcdServer::ENV
     );
     let password = "right-Pa55word";
-    enable_auth(etcd.endpoint(), password);
+    etcd.enable_auth(password).expect("etcd auth");
     let host = etcd.addr();
     let err = EtcdBackend::from_url(&format!("etcd://root:wrong-pw@{host}"))
         .await
