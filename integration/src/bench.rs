@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 pub use tenure_cli::bench::{
-    bench_backend, measure_failover, measure_handover, BenchOptions, BenchTable, Figure,
+    bench_backend, measure_failover, measure_failover_with, measure_handover, BenchOptions,
+    BenchTable, Figure,
 };
 
 use crate::EtcdServer;

@@ -6,11 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{Candidate, ElectionName, Session};
 use tenure_zookeeper::ZooKeeperBackend;
-use tokio::time::Instant;
 
-use crate::bench::{bench_backend, BenchOptions, BenchTable, Figure};
+use crate::bench::{bench_backend, measure_failover_with, BenchOptions, BenchTable, Figure};
 use crate::ZooKeeperServer;
 
 /// Measure ZooKeeper: on `endpoint` (`host:port[,host:port…]`) if given, else on a local
@@ -77,38 +75,12 @@ async fn measure_dropped_connection(
     backend: &ZooKeeperBackend,
     options: &BenchOptions,
 ) -> Result<Vec<Duration>, String> {
-    let name = |s: &str| ElectionName::new(s).map_err(|e| e.to_string());
-    let cand = |s: &str| Candidate::new(s).map_err(|e| e.to_string());
-    let election = name(&format!("{}/crash", options.prefix))?;
     let dynamic: tenure_core::DynBackend = Arc::new(backend.clone());
-    let mut samples = Vec::with_capacity(options.failover_runs);
-    for _ in 0..options.failover_runs {
-        let open = || Session::open(dynamic.clone(), options.timing.clone());
-        let crashing = open().await.map_err(|e| format!("open session: {e}"))?;
-        let waiting = open().await.map_err(|e| format!("open session: {e}"))?;
-        let held = crashing
-            .campaign(&election, &cand("crashing")?)
-            .await
-            .map_err(|e| format!("campaign: {e}"))?;
-        let waiter = {
-            let (s, e, c) = (waiting.clone(), election.clone(), cand("waiting")?);
-            tokio::spawn(async move { s.campaign(&e, &c).await })
-        };
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let t0 = Instant::now();
+    measure_failover_with(&dynamic, options, "crash", |crashing| {
         crashing.abandon();
         backend
             .drop_connection(&crashing.id())
-            .map_err(|e| format!("drop connection: {e}"))?;
-        let granted = tokio::time::timeout(options.timing.ttl * 3, waiter)
-            .await
-            .map_err(|_| "the waiter was not granted within 3 TTL".to_string())?
-            .map_err(|e| format!("waiter task: {e}"))?
-            .map_err(|e| format!("waiter campaign: {e}"))?;
-        samples.push(granted.granted_at().saturating_duration_since(t0));
-        drop(held);
-        granted.resign().await.map_err(|e| format!("resign: {e}"))?;
-        let _ = waiting.close().await;
-    }
-    Ok(samples)
+            .map_err(|e| format!("drop connection: {e}"))
+    })
+    .await
 }

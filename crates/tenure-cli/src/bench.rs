@@ -178,7 +178,23 @@ pub async fn measure_failover(
     backend: &DynBackend,
     options: &BenchOptions,
 ) -> Result<Vec<Duration>, String> {
-    let election = name(&format!("{}/failover", options.prefix))?;
+    measure_failover_with(backend, options, "failover", |crashing| {
+        crashing.abandon();
+        Ok(())
+    })
+    .await
+}
+
+/// [`measure_failover`] with `crash` doing the crash (e.g. abandon the session and also
+/// drop its connection), in the election `<prefix>/<election>`; the time is measured from
+/// just before `crash` runs to the waiter's grant.
+pub async fn measure_failover_with(
+    backend: &DynBackend,
+    options: &BenchOptions,
+    election: &str,
+    crash: impl Fn(&Session) -> Result<(), String>,
+) -> Result<Vec<Duration>, String> {
+    let election = name(&format!("{}/{election}", options.prefix))?;
     let mut samples = Vec::with_capacity(options.failover_runs);
     for _ in 0..options.failover_runs {
         let crashing = open(backend, &options.timing).await?;
@@ -194,7 +210,7 @@ pub async fn measure_failover(
         };
         tokio::time::sleep(Duration::from_millis(100)).await;
         let t0 = Instant::now();
-        crashing.abandon();
+        crash(&crashing)?;
         let granted = tokio::time::timeout(options.timing.ttl * 3, waiter)
             .await
             .map_err(|_| "the waiter was not granted within 3 TTL".to_string())?
