@@ -7,26 +7,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{
-    Certificate, Client, ConnectOptions, GetOptions, Identity, KeyValue, SortOrder, SortTarget,
-    TlsOptions, WatchOptions,
-};
 use tenure_core::{
     Backend, BackendSession, Capabilities, ElectionName, Error, ErrorKind, LeaderInfo,
     LeaderStream, Member, MemberStream, Result, Retry, SessionEvents, Timing,
 };
 use tokio::sync::watch;
 
+use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
 use crate::error::{map, own, timed_out};
 use crate::keys::{decode_leader, election_range, member_range, parse_lease_hex};
 use crate::members::{self, Listed};
+use crate::ops::{self, prefix_end};
+use crate::proto::{KeyValue, WatchCreateRequest};
 use crate::session::EtcdSession;
 use crate::SCHEME;
-
-/// How often the client pings an idle HTTP/2 connection. etcd refuses pings more often
-/// than every 5 s (`--grpc-keepalive-min-time`), so stay above that.
-const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(10);
 
 /// etcd's shortest lease.
 const MIN_TTL: Duration = Duration::from_secs(1);
@@ -49,7 +44,7 @@ pub struct EtcdBackend {
 
 /// What the backend and its sessions share.
 pub(crate) struct Shared {
-    pub(crate) client: Client,
+    pub(crate) client: EtcdClient,
     pub(crate) config: EtcdConfig,
     requests: AtomicU64,
 }
@@ -72,7 +67,7 @@ impl Shared {
     pub(crate) async fn call<T>(
         &self,
         what: &str,
-        fut: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+        fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
     ) -> Result<T> {
         let limit = self.config.get_request_timeout();
         match tokio::time::timeout(limit, fut).await {
@@ -84,16 +79,13 @@ impl Shared {
     /// The first candidate of an election (the leader) and the store revision read at.
     pub(crate) async fn first_candidate(&self, range: &str) -> Result<(Option<KeyValue>, i64)> {
         self.count();
-        let mut kv = self.client.kv_client();
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let mut resp = self
-            .call("read leader", kv.get(range, Some(options)))
+        let resp = self
+            .call(
+                "read leader",
+                self.client.range(ops::first_by_create(range)),
+            )
             .await?;
-        let revision = resp.header().map_or(0, |h| h.revision());
-        Ok((resp.take_kvs().into_iter().next(), revision))
+        Ok((resp.kvs.into_iter().next(), ops::revision(&resp.header)))
     }
 
     pub(crate) fn prefix(&self) -> &str {
@@ -107,32 +99,28 @@ impl EtcdBackend {
     /// `Unavailable` or `Timeout`, bad credentials `Unauthorized`, never a hang.
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
         config.validate()?;
-        let options = connect_options(&config)?;
+        let client = EtcdClient::connect(&config).await?;
         let limit = config.get_connect_timeout();
-        let urls = config.endpoint_urls();
         let probe_key = format!("{}/", config.key_prefix());
         let connecting = async {
-            let client = Client::connect(urls, Some(options))
-                .await
-                .map_err(|e| map("connect", e))?;
+            client.authenticate().await?;
             // A read under the prefix: proves the server answers and that the user may
             // read there.
-            let mut kv = client.kv_client();
-            kv.get(
-                probe_key,
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_keys_only()
-                        .with_limit(1),
-                ),
-            )
-            .await
-            .map_err(|e| map("connect", e))?;
-            Ok::<_, Error>(client)
+            let probe = ops::page(
+                probe_key.clone().into_bytes(),
+                prefix_end(probe_key.as_bytes()),
+                1,
+                0,
+            );
+            client
+                .range(crate::proto::RangeRequest {
+                    keys_only: true,
+                    ..probe
+                })
+                .await
         };
-        let client = match tokio::time::timeout(limit, connecting).await {
-            Ok(r) => r?,
+        match tokio::time::timeout(limit, connecting).await {
+            Ok(r) => r.map_err(|e| map("connect", e))?,
             Err(_) => return Err(timed_out("connect", limit)),
         };
         tracing::debug!(%config, "connected to etcd");
@@ -170,46 +158,11 @@ impl EtcdBackend {
                 "session id {session_id:?}: expected the 16 hex digits of an etcd lease id"
             ))
         })?;
-        let mut lease_client = self.shared.client.lease_client();
         self.shared
-            .call("revoke session", lease_client.revoke(lease))
+            .call("revoke session", self.shared.client.lease_revoke(lease))
             .await
             .map(|_| ())
     }
-}
-
-fn connect_options(config: &EtcdConfig) -> Result<ConnectOptions> {
-    let mut options = ConnectOptions::new()
-        .with_connect_timeout(config.get_connect_timeout())
-        .with_timeout(config.get_request_timeout())
-        .with_keep_alive(HTTP2_PING_INTERVAL, config.get_request_timeout())
-        .with_keep_alive_while_idle(false);
-    if let (Some(user), Some(password)) = (config.username(), config.password()) {
-        options = options
-            .with_user(user, password)
-            .with_auto_token_refresh(true);
-    } else if let Some(user) = config.username() {
-        options = options.with_user(user, "").with_auto_token_refresh(true);
-    }
-    if config.is_tls() {
-        let read = |what: &str, path: &std::path::Path| {
-            std::fs::read(path)
-                .map_err(|e| Error::invalid(format!("{what}: cannot read {}: {e}", path.display())))
-        };
-        let mut tls = TlsOptions::new();
-        let (ca, identity) = config.tls_files();
-        if let Some(ca) = ca {
-            tls = tls.ca_certificate(Certificate::from_pem(read("ca", ca)?));
-        }
-        if let Some((cert, key)) = identity {
-            tls = tls.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
-        }
-        if let Some(domain) = config.tls_domain() {
-            tls = tls.domain_name(domain);
-        }
-        options = options.with_tls(tls);
-    }
-    Ok(options)
 }
 
 /// The whole seconds of an etcd lease for `ttl`: rounded up, so the store never keeps a
@@ -259,13 +212,13 @@ impl Backend for EtcdBackend {
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
         let range = election_range(self.shared.prefix(), election);
         let (first, _) = self.shared.first_candidate(&range).await?;
-        Ok(first.map(|kv| decode_leader(kv.value(), kv.create_revision())))
+        Ok(first.map(|kv| decode_leader(&kv.value, kv.create_revision)))
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
         let range = election_range(self.shared.prefix(), election);
         let (first, revision) = self.shared.first_candidate(&range).await?;
-        let first = first.map(|kv| decode_leader(kv.value(), kv.create_revision()));
+        let first = first.map(|kv| decode_leader(&kv.value, kv.create_revision));
         let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
         tokio::spawn(observe_task(
             self.shared.clone(),
@@ -329,11 +282,13 @@ async fn observe_task(
             return;
         }
         shared.count();
-        let mut client = shared.client.watch_client();
-        let options = WatchOptions::new().with_prefix().with_start_revision(from);
-        let opened = shared
-            .call("observe", client.watch(range.as_str(), Some(options)))
-            .await;
+        let create = WatchCreateRequest {
+            key: range.as_bytes().to_vec(),
+            range_end: prefix_end(range.as_bytes()),
+            start_revision: from,
+            ..Default::default()
+        };
+        let opened = shared.call("observe", shared.client.watch(create)).await;
         let mut stream = match opened {
             Ok(s) => {
                 attempt = 0;
@@ -354,14 +309,13 @@ async fn observe_task(
                 m = s.message() => m,
             };
             match message {
-                Ok(Some(response)) if response.canceled() => stream = None,
-                Ok(Some(response)) if response.events().is_empty() => {}
+                Ok(Some(response)) if response.canceled => stream = None,
+                Ok(Some(response)) if response.events.is_empty() => {}
                 Ok(Some(_)) => {
                     shared.count();
                     match shared.first_candidate(&range).await {
                         Ok((kv, at)) => {
-                            let state =
-                                kv.map(|kv| decode_leader(kv.value(), kv.create_revision()));
+                            let state = kv.map(|kv| decode_leader(&kv.value, kv.create_revision));
                             from = from.max(at + 1);
                             if state != last || failed {
                                 last = state.clone();
@@ -385,7 +339,7 @@ async fn observe_task(
         }
         match shared.first_candidate(&range).await {
             Ok((kv, at)) => {
-                let state = kv.map(|kv| decode_leader(kv.value(), kv.create_revision()));
+                let state = kv.map(|kv| decode_leader(&kv.value, kv.create_revision));
                 from = at + 1;
                 if state != last || failed {
                     last = state.clone();

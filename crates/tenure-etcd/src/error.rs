@@ -1,17 +1,41 @@
-//! The one place where etcd-client errors become `tenure_core::Error`s.
+//! The one place where the gRPC statuses of etcd's answers become
+//! `tenure_core::Error`s.
 
-use etcd_client::Error as EtcdError;
+use std::error::Error as StdError;
+
 use tenure_core::{Error, ErrorKind};
-use tonic::Code;
+use tonic::{Code, Status};
 
 use crate::SCHEME;
 
-/// Map an etcd-client error; `what` says which operation failed (e.g. `"campaign"`).
-pub(crate) fn map(what: &str, err: EtcdError) -> Error {
-    let kind = kind_of(&err);
-    Error::new(kind, format!("{what}: {err}"))
-        .with_backend(SCHEME)
-        .with_source(err)
+/// Map a gRPC status; `what` says which operation failed (e.g. `"campaign"`). The
+/// message names the operation and the cause, each cause of the chain once.
+pub(crate) fn map(what: &str, status: Status) -> Error {
+    let kind = status_kind(status.code(), &cause_text(&status));
+    Error::new(kind, format!("{what}: {}", cause_text(&status))).with_backend(SCHEME)
+}
+
+/// The status message followed by every error below it whose text it does not already
+/// contain (tonic puts "transport error" in the message and the refused connection in
+/// the source chain).
+fn cause_text(status: &Status) -> String {
+    let mut text = status.message().to_string();
+    let mut source = StdError::source(status);
+    while let Some(inner) = source {
+        let line = inner.to_string();
+        if !line.is_empty() && !text.contains(&line) {
+            if text.is_empty() {
+                text = line;
+            } else {
+                text = format!("{text}: {line}");
+            }
+        }
+        source = inner.source();
+    }
+    if text.is_empty() {
+        text = format!("gRPC status {:?}", status.code());
+    }
+    text
 }
 
 /// An error of `kind` raised by this crate itself.
@@ -25,24 +49,6 @@ pub(crate) fn timed_out(what: &str, limit: std::time::Duration) -> Error {
         ErrorKind::Timeout,
         format!("{what}: no answer from etcd within {limit:?}"),
     )
-}
-
-fn kind_of(err: &EtcdError) -> ErrorKind {
-    match err {
-        EtcdError::GRpcStatus(status) => status_kind(status.code(), status.message()),
-        EtcdError::TransportError(_) | EtcdError::IoError(_) | EtcdError::WatchError(_) => {
-            ErrorKind::Unavailable
-        }
-        EtcdError::LeaseKeepAliveError(msg) if msg.contains("lease not found") => {
-            ErrorKind::SessionExpired
-        }
-        EtcdError::LeaseKeepAliveError(_) => ErrorKind::Unavailable,
-        EtcdError::InvalidArgs(_)
-        | EtcdError::InvalidUri(_)
-        | EtcdError::InvalidMetadataValue(_)
-        | EtcdError::EndpointError(_) => ErrorKind::InvalidArgument,
-        _ => ErrorKind::Backend,
-    }
 }
 
 /// The kind of a gRPC status from etcd. etcd reports some conditions with generic codes
@@ -93,10 +99,9 @@ fn status_kind(code: Code, message: &str) -> ErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tonic::Status;
 
     fn kind(status: Status) -> ErrorKind {
-        map("op", EtcdError::GRpcStatus(status)).kind()
+        map("op", status).kind()
     }
 
     #[test]
@@ -136,17 +141,13 @@ mod tests {
     }
 
     #[test]
-    fn client_errors_map_to_kinds() {
-        let e = map(
-            "keep-alive",
-            EtcdError::LeaseKeepAliveError("lease not found".into()),
-        );
-        assert_eq!(e.kind(), ErrorKind::SessionExpired);
+    fn causes_print_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let status = Status::from_error(Box::new(io));
+        let e = map("connect", status);
+        assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
         assert_eq!(e.backend(), Some("etcd"));
-        assert!(e.message().starts_with("keep-alive: "), "{e}");
-        let e = map("x", EtcdError::InvalidArgs("empty endpoints".into()));
-        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
-        let e = map("x", EtcdError::WatchError("closed".into()));
-        assert!(e.is_retryable());
+        assert_eq!(e.message().matches("Connection refused").count(), 1, "{e}");
+        assert!(e.message().starts_with("connect: "), "{e}");
     }
 }

@@ -3,10 +3,13 @@
 #![forbid(unsafe_code)]
 
 mod backend;
+mod client;
 mod config;
 mod error;
 mod keys;
 mod members;
+mod ops;
+mod proto;
 mod session;
 mod watcher;
 

@@ -4,65 +4,45 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use etcd_client::{EventType, GetOptions, WatchOptions};
 use tenure_core::{ErrorKind, Member, Result, Retry};
 use tokio::sync::watch;
 
 use crate::backend::Shared;
 use crate::keys::decode_member;
+use crate::ops::{self, prefix_end};
+use crate::proto::{EventType, WatchCreateRequest};
 
 /// Members read per request: 64 values of at most 128 KiB fit in one answer.
 const PAGE: i64 = 64;
-
-/// The largest answer accepted for a page of members or a batch of watch events (the
-/// client's default of 4 MiB is too small for 64 large values).
-pub(crate) const MAX_ANSWER_BYTES: usize = 128 * 1024 * 1024;
 
 /// One published member list, or an error kept as kind and message so it can be
 /// cloned.
 pub(crate) type Listed = std::result::Result<Vec<Member>, (ErrorKind, String)>;
 
-/// The end of a namespace range: the range with its last byte raised by one (the range
-/// ends with `@`, so this never overflows).
-fn range_end(range: &str) -> Vec<u8> {
-    let mut end = range.as_bytes().to_vec();
-    if let Some(last) = end.last_mut() {
-        *last = last.saturating_add(1);
-    }
-    end
-}
-
 /// Read every member of the namespace `range` at one revision, page by page; returns
 /// them by id and the revision read at.
 pub(crate) async fn list(shared: &Shared, range: &str) -> Result<(BTreeMap<String, Member>, i64)> {
-    let end = range_end(range);
+    let end = prefix_end(range.as_bytes());
     let mut members = BTreeMap::new();
     let mut from = range.as_bytes().to_vec();
     let mut revision = 0;
     loop {
-        let mut kv = shared
-            .client
-            .kv_client()
-            .max_decoding_message_size(MAX_ANSWER_BYTES);
-        let mut options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
-        if revision > 0 {
-            options = options.with_revision(revision);
-        }
-        let mut resp = shared
-            .call("list members", kv.get(from.clone(), Some(options)))
+        let page = ops::page(from.clone(), end.clone(), PAGE, revision);
+        let resp = shared
+            .call("list members", shared.client.range(page))
             .await?;
         if revision == 0 {
-            revision = resp.header().map_or(0, |h| h.revision());
+            revision = ops::revision(&resp.header);
         }
-        let more = resp.more();
-        let kvs = resp.take_kvs();
+        let more = resp.more;
+        let kvs = resp.kvs;
         let Some(last) = kvs.last() else {
             return Ok((members, revision));
         };
-        from = last.key().to_vec();
+        from = last.key.clone();
         from.push(0);
         for kv in &kvs {
-            if let Some(m) = decode_member(range, kv.key(), kv.value()) {
+            if let Some(m) = decode_member(range, &kv.key, &kv.value) {
                 members.insert(m.id().to_string(), m);
             }
         }
@@ -98,15 +78,14 @@ pub(crate) async fn watch_task(
         if tx.is_closed() {
             return;
         }
-        let mut client = shared
-            .client
-            .watch_client()
-            .max_decoding_message_size(MAX_ANSWER_BYTES);
-        let options = WatchOptions::new()
-            .with_range(range_end(&range))
-            .with_start_revision(from);
+        let create = WatchCreateRequest {
+            key: range.as_bytes().to_vec(),
+            range_end: prefix_end(range.as_bytes()),
+            start_revision: from,
+            ..Default::default()
+        };
         let opened = shared
-            .call("watch members", client.watch(range.as_str(), Some(options)))
+            .call("watch members", shared.client.watch(create))
             .await;
         let mut stream = match opened {
             Ok(s) => Some(s),
@@ -124,31 +103,29 @@ pub(crate) async fn watch_task(
                 m = s.message() => m,
             };
             match message {
-                Ok(Some(response)) if response.canceled() => stream = None,
+                Ok(Some(response)) if response.canceled => stream = None,
                 Ok(Some(response)) => {
                     attempt = 0;
                     let mut changed = false;
-                    for event in response.events() {
-                        let Some(kv) = event.kv() else { continue };
-                        from = from.max(kv.mod_revision() + 1);
-                        let Some(id) = std::str::from_utf8(kv.key())
+                    for event in &response.events {
+                        let Some(kv) = &event.kv else { continue };
+                        from = from.max(kv.mod_revision + 1);
+                        let Some(id) = std::str::from_utf8(&kv.key)
                             .ok()
                             .and_then(|k| k.strip_prefix(range.as_str()))
                         else {
                             continue;
                         };
-                        match event.event_type() {
-                            EventType::Put => match decode_member(&range, kv.key(), kv.value()) {
-                                Some(m) => {
-                                    if members.get(id) != Some(&m) {
-                                        members.insert(id.to_string(), m);
-                                        changed = true;
-                                    }
-                                }
-                                // A foreign value replaced a member: it is not one now.
-                                None => changed |= members.remove(id).is_some(),
-                            },
-                            EventType::Delete => changed |= members.remove(id).is_some(),
+                        let put = event.r#type == EventType::Put as i32;
+                        // A foreign value that replaced a member makes it no member.
+                        let now = put.then(|| decode_member(&range, &kv.key, &kv.value));
+                        match now.flatten() {
+                            Some(m) if members.get(id) == Some(&m) => {}
+                            Some(m) => {
+                                members.insert(id.to_string(), m);
+                                changed = true;
+                            }
+                            None => changed |= members.remove(id).is_some(),
                         }
                     }
                     if changed || failed {
@@ -183,18 +160,5 @@ pub(crate) async fn watch_task(
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn range_ends_after_every_member_key() {
-        let end = range_end("p/@members/ns/@");
-        assert_eq!(end, b"p/@members/ns/A");
-        assert!(b"p/@members/ns/@zzzz".as_slice() < end.as_slice());
-        assert!(b"p/@members/ns/b/@x".as_slice() > end.as_slice());
     }
 }

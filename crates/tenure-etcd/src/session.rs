@@ -7,10 +7,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{
-    Compare, CompareOp, GetOptions, KeyValue, LeaseKeepAliveStream, LeaseKeeper, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse,
-};
 use tenure_core::{
     BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry,
     SessionEvents,
@@ -18,10 +14,13 @@ use tenure_core::{
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{lease_seconds, Shared};
+use crate::client::KeepAliveStream;
 use crate::error::{map, own};
 use crate::keys::{
     candidate_key, election_range, encode_candidate, lease_hex, member_key, token_of,
 };
+use crate::ops::{self, op};
+use crate::proto::{KeyValue, LeaseKeepAliveRequest, TxnRequest, TxnResponse};
 use crate::watcher::{Fired, KeyWatch, KeyWatcher};
 
 /// The session handed to the core. Dropping it stops its background tasks.
@@ -36,7 +35,7 @@ struct Inner {
     /// The keep-alive stream, taken out while a keep-alive is in flight: if that call is
     /// dropped half-way, the next one opens a fresh stream rather than reading a stale
     /// answer.
-    keeper: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+    keeper: tokio::sync::Mutex<Option<KeepAliveStream>>,
     watcher: KeyWatcher,
     candidacies: Mutex<HashMap<ElectionName, Candidacy>>,
     events: SessionEvents,
@@ -83,27 +82,26 @@ impl EtcdSession {
         events: SessionEvents,
     ) -> Result<Self> {
         let seconds = lease_seconds(ttl);
-        let mut lease_client = shared.client.lease_client();
         let granted = shared
-            .call("open session", lease_client.grant(seconds, None))
+            .call("open session", shared.client.lease_grant(seconds))
             .await?;
-        if !granted.error().is_empty() {
+        if !granted.error.is_empty() {
             return Err(own(
                 ErrorKind::Backend,
-                format!("open session: etcd refused the lease: {}", granted.error()),
+                format!("open session: etcd refused the lease: {}", granted.error),
             ));
         }
-        if granted.ttl() > seconds {
+        if granted.ttl > seconds {
             tracing::warn!(
                 requested = seconds,
-                granted = granted.ttl(),
+                granted = granted.ttl,
                 "etcd raised the lease TTL to its minimum; failover takes that long"
             );
         }
-        let lease = granted.id();
+        let lease = granted.id;
         let stop = CancellationToken::new();
         let watcher = KeyWatcher::spawn(
-            shared.client.watch_client(),
+            shared.client.clone(),
             shared.config.get_request_timeout(),
             stop.clone(),
         );
@@ -127,22 +125,6 @@ fn closed_error() -> tenure_core::Error {
     own(ErrorKind::SessionExpired, "session closed")
 }
 
-fn txn_revision(resp: &TxnResponse) -> i64 {
-    resp.header().map_or(0, |h| h.revision())
-}
-
-/// The key-values of the `n`-th get in a transaction's answer.
-fn get_result(resp: &TxnResponse, n: usize) -> Vec<KeyValue> {
-    resp.op_responses()
-        .into_iter()
-        .filter_map(|r| match r {
-            TxnOpResponse::Get(mut g) => Some(g.take_kvs()),
-            _ => None,
-        })
-        .nth(n)
-        .unwrap_or_default()
-}
-
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, HashMap<ElectionName, Candidacy>> {
         self.candidacies.lock().unwrap_or_else(|p| p.into_inner())
@@ -160,10 +142,9 @@ impl Inner {
         candidate_key(self.shared.prefix(), election, self.lease)
     }
 
-    async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
+    async fn txn(&self, what: &str, txn: TxnRequest) -> Result<TxnResponse> {
         self.shared.count();
-        let mut kv = self.shared.client.kv_client();
-        self.shared.call(what, kv.txn(txn)).await
+        self.shared.call(what, self.shared.client.txn(txn)).await
     }
 
     /// Make sure this session's key exists for a new (or continuing) candidacy and return
@@ -177,33 +158,19 @@ impl Inner {
         with_first: bool,
     ) -> Result<(i64, Vec<KeyValue>)> {
         let range = election_range(self.shared.prefix(), election);
-        let first = || {
-            TxnOp::get(
-                range.as_str(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Create, SortOrder::Ascend)
-                        .with_limit(1),
-                ),
-            )
-        };
         for _ in 0..4 {
-            let mut then = vec![TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(self.lease)),
-            )];
+            let mut then = vec![op(ops::put(key, value, self.lease))];
             if with_first {
-                then.push(first());
+                then.push(op(ops::first_by_create(&range)));
             }
-            let txn = Txn::new()
-                .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-                .and_then(then)
-                .or_else([TxnOp::get(key, None)]);
+            let txn = TxnRequest {
+                compare: vec![ops::created_at(key, 0)],
+                success: then,
+                failure: vec![op(ops::get(key))],
+            };
             let resp = self.txn("campaign", txn).await?;
-            if resp.succeeded() {
-                let revision = txn_revision(&resp);
+            if resp.succeeded {
+                let revision = ops::revision(&resp.header);
                 self.lock().insert(
                     election.clone(),
                     Candidacy {
@@ -213,15 +180,15 @@ impl Inner {
                     },
                 );
                 let first = if with_first {
-                    get_result(&resp, 0)
+                    ops::read_result(&resp, 0)
                 } else {
                     Vec::new()
                 };
                 return Ok((revision, first));
             }
-            let existing = get_result(&resp, 0)
+            let existing = ops::read_result(&resp, 0)
                 .first()
-                .map_or(0, KeyValue::create_revision);
+                .map_or(0, |kv| kv.create_revision);
             if existing == 0 {
                 continue; // deleted in between: try again
             }
@@ -233,9 +200,7 @@ impl Inner {
             if reusable {
                 return Ok((existing, Vec::new()));
             }
-            let txn = Txn::new()
-                .when([Compare::create_revision(key, CompareOp::Equal, existing)])
-                .and_then([TxnOp::delete(key, None)]);
+            let txn = ops::delete_if_created_at(key, existing);
             self.txn("campaign: replace an old key", txn).await?;
         }
         Err(own(
@@ -246,28 +211,25 @@ impl Inner {
 
     /// Is our key still there, and which key (if any) is just before it?
     async fn look_at_queue(&self, range: &str, key: &str, revision: i64) -> Result<QueueState> {
-        let predecessor = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_max_create_revision(revision - 1)
-            .with_keys_only()
-            .with_limit(1);
-        let txn = Txn::new().and_then([
-            TxnOp::get(key, Some(GetOptions::new().with_keys_only())),
-            TxnOp::get(range, Some(predecessor)),
-        ]);
+        let txn = TxnRequest {
+            success: vec![
+                op(ops::get_key_only(key)),
+                op(ops::predecessor(range, revision)),
+            ],
+            ..Default::default()
+        };
         let resp = self.txn("campaign: look at the queue", txn).await?;
-        let own_present = get_result(&resp, 0)
+        let own_present = ops::read_result(&resp, 0)
             .first()
-            .is_some_and(|kv| kv.create_revision() == revision);
-        let predecessor = get_result(&resp, 1)
+            .is_some_and(|kv| kv.create_revision == revision);
+        let predecessor = ops::read_result(&resp, 1)
             .into_iter()
-            .find(|kv| kv.create_revision() < revision && kv.key() != key.as_bytes())
-            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned());
+            .find(|kv| kv.create_revision < revision && kv.key != key.as_bytes())
+            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned());
         Ok(QueueState {
             own_present,
             predecessor,
-            revision: txn_revision(&resp),
+            revision: ops::revision(&resp.header),
         })
     }
 
@@ -319,16 +281,15 @@ impl Inner {
                 Fired::Deleted => true,
                 Fired::Compacted => {
                     self.shared.count();
-                    let mut kv = self.shared.client.kv_client();
                     match self
                         .shared
-                        .call("check held key", kv.get(key.as_str(), None))
+                        .call("check held key", self.shared.client.range(ops::get(&key)))
                         .await
                     {
                         Ok(resp) => resp
-                            .kvs()
+                            .kvs
                             .first()
-                            .is_none_or(|kv| kv.create_revision() != revision),
+                            .is_none_or(|kv| kv.create_revision != revision),
                         Err(_) => false,
                     }
                 }
@@ -384,20 +345,21 @@ impl BackendSession for EtcdSession {
         inner.check_open()?;
         let mut slot = inner.keeper.lock().await;
         let limit = inner.shared.config.get_request_timeout();
-        let Some((mut keeper, mut stream)) = slot.take() else {
-            // Opening the stream sends the first keep-alive and checks its answer.
-            let mut lease_client = inner.shared.client.lease_client();
-            let pair = inner
-                .shared
-                .call("keep-alive", lease_client.keep_alive(inner.lease))
-                .await?;
-            *slot = Some(pair);
-            return Ok(());
+        let mut stream = match slot.take() {
+            Some(stream) => {
+                stream
+                    .send(LeaseKeepAliveRequest { id: inner.lease })
+                    .map_err(|e| map("keep-alive", e))?;
+                stream
+            }
+            // Opening the stream sends the first keep-alive.
+            None => {
+                inner
+                    .shared
+                    .call("keep-alive", inner.shared.client.keep_alive(inner.lease))
+                    .await?
+            }
         };
-        keeper
-            .keep_alive()
-            .await
-            .map_err(|e| map("keep-alive", e))?;
         let answer = match tokio::time::timeout(limit, stream.message()).await {
             Ok(Ok(Some(answer))) => answer,
             Ok(Ok(None)) => {
@@ -406,13 +368,13 @@ impl BackendSession for EtcdSession {
             Ok(Err(e)) => return Err(map("keep-alive", e)),
             Err(_) => return Err(crate::error::timed_out("keep-alive", limit)),
         };
-        if answer.ttl() <= 0 {
+        if answer.ttl <= 0 {
             return Err(own(
                 ErrorKind::SessionExpired,
                 format!("keep-alive: etcd no longer has lease {}", inner.id),
             ));
         }
-        *slot = Some((keeper, stream));
+        *slot = Some(stream);
         Ok(())
     }
 
@@ -483,20 +445,14 @@ impl BackendSession for EtcdSession {
         let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
         let leads = first
             .first()
-            .is_some_and(|kv| kv.key() == key.as_bytes() && kv.create_revision() == revision);
+            .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision);
         if leads {
             let own_watch = inner.watch_own(&key, revision);
             inner.granted(election, revision, own_watch);
             return Ok(Some(token_of(revision)));
         }
         inner.forget(election, None);
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.as_str(),
-                CompareOp::Equal,
-                revision,
-            )])
-            .and_then([TxnOp::delete(key.as_str(), None)]);
+        let txn = ops::delete_if_created_at(&key, revision);
         inner.txn("try_campaign: withdraw", txn).await?;
         Ok(None)
     }
@@ -508,21 +464,18 @@ impl BackendSession for EtcdSession {
         match token {
             Some(t) => {
                 let revision = i64::try_from(t.0).unwrap_or(i64::MAX);
-                let txn = Txn::new()
-                    .when([Compare::create_revision(
-                        key.as_str(),
-                        CompareOp::Equal,
-                        revision,
-                    )])
-                    .and_then([TxnOp::delete(key.as_str(), None)]);
-                inner.txn("resign", txn).await?;
+                inner
+                    .txn("resign", ops::delete_if_created_at(&key, revision))
+                    .await?;
             }
             None => {
                 inner.shared.count();
-                let mut kv = inner.shared.client.kv_client();
                 inner
                     .shared
-                    .call("resign", kv.delete(key.as_str(), None))
+                    .call(
+                        "resign",
+                        inner.shared.client.delete_range(ops::delete(&key)),
+                    )
                     .await?;
             }
         }
@@ -533,19 +486,12 @@ impl BackendSession for EtcdSession {
         let inner = &self.inner;
         inner.check_open()?;
         let key = member_key(inner.shared.prefix(), namespace, member.id());
-        let mut kv = inner.shared.client.kv_client();
         // A put on a revoked or expired lease fails with "lease not found":
         // SessionExpired.
+        let put = ops::put(&key, member.value().as_bytes(), inner.lease);
         inner
             .shared
-            .call(
-                "register member",
-                kv.put(
-                    key,
-                    member.value(),
-                    Some(PutOptions::new().with_lease(inner.lease)),
-                ),
-            )
+            .call("register member", inner.shared.client.put(put))
             .await?;
         Ok(())
     }
@@ -555,11 +501,15 @@ impl BackendSession for EtcdSession {
         let inner = &self.inner;
         let key = member_key(inner.shared.prefix(), namespace, id);
         // Only this session's registration: a later one by another session stays.
-        let txn = Txn::new()
-            .when([Compare::lease(key.as_str(), CompareOp::Equal, inner.lease)])
-            .and_then([TxnOp::delete(key.as_str(), None)]);
-        let mut kv = inner.shared.client.kv_client();
-        inner.shared.call("unregister member", kv.txn(txn)).await?;
+        let txn = TxnRequest {
+            compare: vec![ops::on_lease(&key, inner.lease)],
+            success: vec![op(ops::delete(&key))],
+            failure: Vec::new(),
+        };
+        inner
+            .shared
+            .call("unregister member", inner.shared.client.txn(txn))
+            .await?;
         Ok(())
     }
 
@@ -570,10 +520,12 @@ impl BackendSession for EtcdSession {
         }
         inner.stop.cancel();
         inner.lock().clear();
-        let mut lease_client = inner.shared.client.lease_client();
         match inner
             .shared
-            .call("close session", lease_client.revoke(inner.lease))
+            .call(
+                "close session",
+                inner.shared.client.lease_revoke(inner.lease),
+            )
             .await
         {
             Ok(_) => Ok(()),

@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{WatchClient, WatchFilterType, WatchOptions, WatchResponse, WatchStream};
 use tenure_core::{Error, ErrorKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use crate::client::{EtcdClient, WatchStream};
 use crate::error::{map, own, timed_out};
+use crate::proto::{FilterType, WatchCreateRequest, WatchResponse};
 
 /// What ended a key watch. Each watch reports once.
 #[derive(Debug)]
@@ -74,7 +75,7 @@ impl Drop for KeyWatch {
 impl KeyWatcher {
     /// Start the task; it opens its stream on the first watch and stops with `stop`.
     pub(crate) fn spawn(
-        client: WatchClient,
+        client: EtcdClient,
         request_timeout: Duration,
         stop: CancellationToken,
     ) -> Self {
@@ -112,7 +113,7 @@ async fn next_message(stream: &mut Option<WatchStream>) -> Result<Option<WatchRe
 }
 
 async fn run(
-    mut client: WatchClient,
+    client: EtcdClient,
     request_timeout: Duration,
     mut commands: mpsc::UnboundedReceiver<Command>,
     stop: CancellationToken,
@@ -125,14 +126,17 @@ async fn run(
             command = commands.recv() => match command {
                 None => return,
                 Some(Command::Watch { id, key, start_revision, fire }) => {
-                    let options = WatchOptions::new()
-                        .with_start_revision(start_revision)
-                        .with_filters([WatchFilterType::NoPut])
-                        .with_watch_id(id);
+                    let create = WatchCreateRequest {
+                        key: key.into_bytes(),
+                        start_revision,
+                        filters: vec![FilterType::NoPut as i32],
+                        watch_id: id,
+                        ..Default::default()
+                    };
                     let sent = match stream.as_mut() {
-                        Some(s) => s.watch(key, Some(options)).await.map_err(|e| map("watch", e)),
+                        Some(s) => s.create(create).map_err(|e| map("watch", e)),
                         None => {
-                            match tokio::time::timeout(request_timeout, client.watch(key, Some(options))).await {
+                            match tokio::time::timeout(request_timeout, client.watch(create)).await {
                                 Ok(Ok(s)) => {
                                     stream = Some(s);
                                     Ok(())
@@ -159,32 +163,32 @@ async fn run(
                 Some(Command::Cancel { id }) => {
                     if active.remove(&id).is_some() {
                         if let Some(s) = stream.as_mut() {
-                            let _ = s.cancel(id).await;
+                            let _ = s.cancel(id);
                         }
                     }
                 }
             },
             message = next_message(&mut stream) => match message {
                 Ok(Some(response)) => {
-                    let id = response.watch_id();
-                    if response.canceled() {
+                    let id = response.watch_id;
+                    if response.canceled {
                         if let Some(fire) = active.remove(&id) {
-                            let why = if response.compact_revision() > 0 {
+                            let why = if response.compact_revision > 0 {
                                 Fired::Compacted
                             } else {
                                 Fired::Broken(own(
                                     ErrorKind::Unavailable,
-                                    format!("watch cancelled by etcd: {}", response.cancel_reason()),
+                                    format!("watch cancelled by etcd: {}", response.cancel_reason),
                                 ))
                             };
                             let _ = fire.send(why);
                         }
-                    } else if !response.events().is_empty() {
+                    } else if !response.events.is_empty() {
                         // Puts are filtered out on the server: every event is a delete.
                         if let Some(fire) = active.remove(&id) {
                             let _ = fire.send(Fired::Deleted);
                             if let Some(s) = stream.as_mut() {
-                                let _ = s.cancel(id).await;
+                                let _ = s.cancel(id);
                             }
                         }
                     }
