@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what tenure's integration tests and builds need, and only what is
 # missing:
-#   - apt: protobuf-compiler (protoc, for etcd-client's build), etcd-server,
-#     etcd-client, zookeeper, libcurator-recipes-java (Apache Curator with its
-#     framework and client, for the Curator LeaderLatch interop test),
-#     redis-server, and npm if it is missing (TLS test certificates are made
-#     in the tests with rcgen);
+#   - apt: etcd-server, etcd-client (etcdctl), zookeeper,
+#     libcurator-recipes-java (Apache Curator with its framework and client,
+#     for the Curator LeaderLatch interop test), redis-server, and npm if it
+#     is missing (TLS test certificates are made in the tests with rcgen);
+#     no protoc: no crate of the workspace needs it to build;
 #   - npm: azurite@3 into .tools/azurite (project-local, git-ignored).
 # Idempotent. Prints nothing when everything is present, one summary line
 # when it installed something, and the installer's output when it fails.
@@ -17,7 +17,6 @@ azurite_bin="$azurite_dir/node_modules/.bin/azurite-blob"
 
 # "package:what shows it is there" — a command name or an absolute path.
 checks=(
-  "protobuf-compiler:protoc"
   "etcd-server:etcd"
   "etcd-client:etcdctl"
   "zookeeper:/usr/share/java/zookeeper.jar"

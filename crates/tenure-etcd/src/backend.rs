@@ -119,9 +119,10 @@ impl EtcdBackend {
                 })
                 .await
         };
+        let what = format!("connect to {}", config.endpoints().join(","));
         match tokio::time::timeout(limit, connecting).await {
-            Ok(r) => r.map_err(|e| map("connect", e))?,
-            Err(_) => return Err(timed_out("connect", limit)),
+            Ok(r) => r.map_err(|e| map(&what, e))?,
+            Err(_) => return Err(timed_out(&what, limit)),
         };
         tracing::debug!(%config, "connected to etcd");
         Ok(EtcdBackend {

@@ -382,7 +382,7 @@ impl EtcdConfig {
         self.domain.as_deref()
     }
 
-    /// The endpoint URLs for etcd-client.
+    /// The endpoint URLs for the gRPC client.
     pub(crate) fn endpoint_urls(&self) -> Vec<String> {
         let scheme = if self.tls { "https" } else { "http" };
         self.endpoints
