@@ -2,7 +2,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod backend;
+pub mod backend;
 mod error;
 mod leadership;
 mod memory;

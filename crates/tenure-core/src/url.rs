@@ -2,29 +2,10 @@
 
 use std::sync::Arc;
 
+pub use crate::backend::config::split_scheme;
 use crate::backend::DynBackend;
 use crate::error::{Error, Result};
 use crate::memory::{MemoryBackend, MEM_SCHEME};
-
-/// Split `scheme://rest` into its lowercase scheme and the rest; a URL without `://`
-/// or with an empty or non-alphanumeric scheme is `InvalidArgument`.
-pub fn split_scheme(url: &str) -> Result<(String, &str)> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(Error::invalid(format!(
-            "backend url {url:?}: expected scheme://…, e.g. mem:// or etcd://127.0.0.1:2379"
-        )));
-    };
-    if scheme.is_empty()
-        || !scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-    {
-        return Err(Error::invalid(format!(
-            "backend url {url:?}: {scheme:?} is not a valid scheme"
-        )));
-    }
-    Ok((scheme.to_ascii_lowercase(), rest))
-}
 
 /// Open the backend named by `url`. The core knows only `mem://`; the `tenure` facade's
 /// `connect` adds every backend enabled by cargo features.

@@ -5,6 +5,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tenure_core::backend::config::{
+    encode, env_overrides, parse_bool, parse_millis, unknown_key, BackendUrl, Secret,
+};
 use tenure_core::{Error, Result};
 
 use crate::keys::{validate_prefix, DEFAULT_PREFIX};
@@ -15,6 +18,32 @@ pub(crate) const TLS_SCHEME: &str = "etcds";
 
 /// Default for [`EtcdConfig::connect_timeout`] and [`EtcdConfig::request_timeout`].
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The URL query keys.
+const KEYS: &[&str] = &[
+    "prefix",
+    "username",
+    "password",
+    "ca",
+    "cert",
+    "key",
+    "domain",
+    "connect_timeout_ms",
+    "request_timeout_ms",
+];
+
+/// The environment variables that set a URL key.
+const ENV_KEYS: &[(&str, &str)] = &[
+    ("TENURE_ETCD_PREFIX", "prefix"),
+    ("TENURE_ETCD_USERNAME", "username"),
+    ("TENURE_ETCD_PASSWORD", "password"),
+    ("TENURE_ETCD_CA_FILE", "ca"),
+    ("TENURE_ETCD_CERT_FILE", "cert"),
+    ("TENURE_ETCD_KEY_FILE", "key"),
+    ("TENURE_ETCD_DOMAIN", "domain"),
+    ("TENURE_ETCD_CONNECT_TIMEOUT_MS", "connect_timeout_ms"),
+    ("TENURE_ETCD_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+];
 
 /// How to reach etcd and where tenure keeps its keys there.
 ///
@@ -33,12 +62,12 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// URL values are percent-decoded. Unknown parameters, empty hosts, bad ports and bad
 /// prefixes are [`ErrorKind::InvalidArgument`](tenure_core::ErrorKind) naming the
 /// problem; messages never repeat the password.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub struct EtcdConfig {
     endpoints: Vec<String>,
     prefix: String,
     username: Option<String>,
-    password: Option<String>,
+    password: Option<Secret>,
     tls: bool,
     ca_file: Option<PathBuf>,
     cert_file: Option<PathBuf>,
@@ -46,24 +75,6 @@ pub struct EtcdConfig {
     domain: Option<String>,
     connect_timeout: Duration,
     request_timeout: Duration,
-}
-
-impl fmt::Debug for EtcdConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdConfig")
-            .field("endpoints", &self.endpoints)
-            .field("prefix", &self.prefix)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("tls", &self.tls)
-            .field("ca_file", &self.ca_file)
-            .field("cert_file", &self.cert_file)
-            .field("key_file", &self.key_file)
-            .field("domain", &self.domain)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .finish()
-    }
 }
 
 /// The URL form without the password: `etcd://[user@]h1:2379,h2:2379?prefix=…`.
@@ -103,45 +114,15 @@ impl EtcdConfig {
     /// Parse `etcd://host:port[,host:port…][?prefix=…&username=…&password=…]` or
     /// `etcds://…` (TLS; `ca=`, `cert=`, `key=`, `domain=`); see the table above.
     pub fn from_url(url: &str) -> Result<Self> {
-        let (scheme, rest) = tenure_core::split_scheme(url)?;
-        let tls = match scheme.as_str() {
-            SCHEME => false,
-            TLS_SCHEME => true,
-            other => {
-                return Err(Error::invalid(format!(
-                    "etcd url: scheme {other:?} is not etcd:// or etcds://"
-                )))
-            }
-        };
-        let (authority, query) = match rest.split_once('?') {
-            Some((a, q)) => (a, Some(q)),
-            None => (rest, None),
-        };
-        let authority = authority.strip_suffix('/').unwrap_or(authority);
-        if authority.contains('/') {
-            return Err(Error::invalid(
-                "etcd url: no path allowed after the hosts; set the key prefix with ?prefix=…",
-            ));
-        }
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let mut config = EtcdConfig::new(hosts.split(',').map(str::to_string));
-        config.tls = tls;
-        if let Some(userinfo) = userinfo {
-            let (user, pass) = match userinfo.split_once(':') {
-                Some((u, p)) => (u, Some(p)),
-                None => (userinfo, None),
-            };
-            config.username = Some(decode("username", user)?);
-            config.password = pass.map(|p| decode("password", p)).transpose()?;
-        }
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            let (name, raw) = pair.split_once('=').unwrap_or((pair, ""));
-            let name = decode("parameter name", name)?;
-            let value = decode(&name, raw)?;
-            config.set(&name, value)?;
+        let url = BackendUrl::parse(url)?;
+        url.expect_scheme(&[SCHEME, TLS_SCHEME])?;
+        url.forbid_path("set the key prefix with ?prefix=…")?;
+        let mut config = EtcdConfig::new(url.hosts);
+        config.tls = url.scheme == TLS_SCHEME;
+        config.username = url.username;
+        config.password = url.password;
+        for (key, value) in url.query {
+            config.set(&key, value)?;
         }
         config.validate()?;
         Ok(config)
@@ -178,63 +159,26 @@ impl EtcdConfig {
         }
         let mut config = EtcdConfig::new(hosts);
         config.tls = tls;
-        for (var_name, param) in [
-            ("TENURE_ETCD_PREFIX", "prefix"),
-            ("TENURE_ETCD_USERNAME", "username"),
-            ("TENURE_ETCD_PASSWORD", "password"),
-            ("TENURE_ETCD_CA_FILE", "ca"),
-            ("TENURE_ETCD_CERT_FILE", "cert"),
-            ("TENURE_ETCD_KEY_FILE", "key"),
-            ("TENURE_ETCD_DOMAIN", "domain"),
-            ("TENURE_ETCD_CONNECT_TIMEOUT_MS", "connect_timeout_ms"),
-            ("TENURE_ETCD_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
-        ] {
-            if let Some(v) = var(var_name) {
-                config
-                    .set(param, v)
-                    .map_err(|e| Error::invalid(format!("{var_name}: {}", e.message())))?;
-            }
-        }
+        env_overrides(&get, ENV_KEYS, |key, value| config.set(key, value))?;
         if let Some(v) = var("TENURE_ETCD_TLS") {
-            config.tls = match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" => tls,
-                _ => {
-                    return Err(Error::invalid(format!(
-                        "TENURE_ETCD_TLS: {v:?} is not true or false"
-                    )))
-                }
-            };
+            config.tls |= parse_bool("TENURE_ETCD_TLS", &v)?;
         }
         config.validate()?;
         Ok(config)
     }
 
-    fn set(&mut self, name: &str, value: String) -> Result<()> {
-        let millis = |value: &str| -> Result<Duration> {
-            match value.parse::<u64>() {
-                Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-                _ => Err(Error::invalid(format!(
-                    "{name}: {value:?} is not a positive number of milliseconds"
-                ))),
-            }
-        };
-        match name {
+    fn set(&mut self, key: &str, value: String) -> Result<()> {
+        match key {
             "prefix" => self.prefix = value,
             "username" | "user" => self.username = Some(value),
-            "password" => self.password = Some(value),
+            "password" => self.password = Some(Secret::new(value)),
             "ca" => self.ca_file = Some(value.into()),
             "cert" => self.cert_file = Some(value.into()),
             "key" => self.key_file = Some(value.into()),
             "domain" => self.domain = Some(value),
-            "connect_timeout_ms" => self.connect_timeout = millis(&value)?,
-            "request_timeout_ms" => self.request_timeout = millis(&value)?,
-            other => {
-                return Err(Error::invalid(format!(
-                    "etcd url: unknown parameter {other:?} (known: prefix, username, password, \
-                     ca, cert, key, domain, connect_timeout_ms, request_timeout_ms)"
-                )))
-            }
+            "connect_timeout_ms" => self.connect_timeout = parse_millis(key, &value)?,
+            "request_timeout_ms" => self.request_timeout = parse_millis(key, &value)?,
+            other => return Err(unknown_key(other, KEYS)),
         }
         Ok(())
     }
@@ -291,7 +235,7 @@ impl EtcdConfig {
     /// Authenticate as `username` with `password`.
     pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
         self.username = Some(username.into());
-        self.password = Some(password.into());
+        self.password = Some(Secret::new(password));
         self
     }
 
@@ -367,7 +311,7 @@ impl EtcdConfig {
     }
 
     pub(crate) fn password(&self) -> Option<&str> {
-        self.password.as_deref()
+        self.password.as_ref().map(Secret::expose)
     }
 
     pub(crate) fn tls_files(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
@@ -414,56 +358,6 @@ fn validate_endpoint(endpoint: &str) -> Result<()> {
         Ok(p) if p > 0 => Ok(()),
         _ => bad(&format!("port {port:?} is not a number from 1 to 65535")),
     }
-}
-
-/// Percent-decode a URL component; `what` names it in errors (never its value, which
-/// may be a password).
-fn decode(what: &str, s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => out.push(b),
-                    None => {
-                        return Err(Error::invalid(format!(
-                            "etcd url: {what}: bad percent-encoding"
-                        )))
-                    }
-                }
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out)
-        .map_err(|_| Error::invalid(format!("etcd url: {what}: not UTF-8 after decoding")))
-}
-
-/// Percent-encode what is not unreserved, for `Display`.
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -515,13 +409,13 @@ mod tests {
             ("etcd://:2379", "host is empty"),
             ("etcd://h:notaport", "port"),
             ("etcd://h:0", "port"),
-            ("etcd://h:2379,", "endpoint"),
+            ("etcd://h:2379,", "empty host"),
             ("etcd://h:2379/path", "path"),
             ("etcd://h:2379?prefix=/x", "prefix"),
             ("etcd://h:2379?colour=red", "unknown parameter"),
             ("etcd://h:2379?password=x", "without a username"),
             ("etcd://h:2379?connect_timeout_ms=0", "connect_timeout_ms"),
-            ("etcd://h:2379?prefix=%zz", "percent"),
+            ("etcd://h:2379?prefix=%zz", "hex digits"),
             ("etcds://h:2379", "ca"),
             ("etcd://h:2379?ca=/x", "etcds"),
             ("etcds://h:2379?ca=/x&cert=/c", "key"),

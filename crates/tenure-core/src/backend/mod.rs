@@ -1,5 +1,9 @@
-//! The store primitives a backend supplies. Users normally work with
-//! [`Session`](crate::Session) and [`Leadership`](crate::Leadership), which drive these.
+//! For backend authors: the store primitives a backend supplies, and the kit every
+//! backend is built on ([`config`]: URL grammar, secrets, value parsers, environment
+//! overrides). Users normally work with [`Session`](crate::Session) and
+//! [`Leadership`](crate::Leadership), which drive these.
+
+pub mod config;
 
 use std::fmt;
 use std::pin::Pin;
