@@ -5,7 +5,9 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use percent_encoding::percent_decode_str;
+use tenure_core::backend::config::{
+    encode, env_overrides, host_port, parse_millis, unknown_key, BackendUrl, Secret,
+};
 use tenure_core::{Error, Result};
 
 use crate::{RedisBackend, SCHEME, TLS_SCHEME};
@@ -22,6 +24,26 @@ const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 const MAX_PREFIX_LEN: usize = 100;
 /// The highest database number accepted.
 const MAX_DB: i64 = i32::MAX as i64;
+
+/// The URL query keys (`username` and `password` also go before `@`).
+const KEYS: &[&str] = &[
+    "prefix",
+    "username",
+    "password",
+    "connect_timeout_ms",
+    "request_timeout_ms",
+    "poll_interval_ms",
+    "ca",
+    "cert",
+    "key",
+];
+
+/// The environment variables that override a URL key.
+const ENV_KEYS: &[(&str, &str)] = &[
+    ("TENURE_REDIS_USERNAME", "username"),
+    ("TENURE_REDIS_PASSWORD", "password"),
+    ("TENURE_REDIS_PREFIX", "prefix"),
+];
 
 /// How to reach Redis and where tenure keeps its keys there.
 ///
@@ -42,13 +64,13 @@ const MAX_DB: i64 = i32::MAX as i64;
 /// unknown parameter, a bad port, database or prefix is
 /// [`ErrorKind::InvalidArgument`](tenure_core::ErrorKind) naming the problem; messages
 /// never repeat the password.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub struct RedisConfig {
     host: String,
     port: u16,
     tls: bool,
     username: Option<String>,
-    password: Option<String>,
+    password: Option<Secret>,
     db: i64,
     prefix: String,
     connect_timeout: Duration,
@@ -59,33 +81,13 @@ pub struct RedisConfig {
     key_file: Option<PathBuf>,
 }
 
-impl fmt::Debug for RedisConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("host", &self.host)
-            .field("port", &self.port)
-            .field("tls", &self.tls)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("db", &self.db)
-            .field("prefix", &self.prefix)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .field("poll_interval", &self.poll_interval)
-            .field("ca_file", &self.ca_file)
-            .field("cert_file", &self.cert_file)
-            .field("key_file", &self.key_file)
-            .finish()
-    }
-}
-
 /// The URL without the password: `redis://[user@]host:port/db?prefix=…`.
 impl fmt::Display for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
         write!(f, "{scheme}://")?;
         if let Some(user) = &self.username {
-            write!(f, "{}@", escape(user))?;
+            write!(f, "{}@", encode(user))?;
         }
         if self.host.contains(':') {
             write!(f, "[{}]", self.host)?;
@@ -97,7 +99,7 @@ impl fmt::Display for RedisConfig {
             ":{}/{}?prefix={}",
             self.port,
             self.db,
-            escape(&self.prefix)
+            encode(&self.prefix)
         )
     }
 }
@@ -126,44 +128,24 @@ impl RedisConfig {
     /// Parse `redis://[[user][:password]@]host[:port][/db][?param=value&…]` or
     /// `rediss://…` (TLS); see the table above for the parameters.
     pub fn from_url(url: &str) -> Result<Self> {
-        let (scheme, _) = tenure_core::split_scheme(url)?;
-        let tls = match scheme.as_str() {
-            SCHEME => false,
-            TLS_SCHEME => true,
-            other => {
-                return Err(Error::invalid(format!(
-                    "redis url: scheme {other:?} is not redis:// or rediss://"
-                )))
-            }
-        };
-        // url::ParseError never repeats the input, so the password stays out of it.
-        let parsed = url::Url::parse(url)
-            .map_err(|e| Error::invalid(format!("redis url: cannot parse it: {e}")))?;
-        if parsed.fragment().is_some() {
+        let url = BackendUrl::parse(url)?;
+        url.expect_scheme(&[SCHEME, TLS_SCHEME])?;
+        let [host] = url.hosts.as_slice() else {
             return Err(Error::invalid(
-                "redis url: a #fragment (such as #insecure) is not supported",
+                "url: expected one host (redis://host[:port]); Redis Cluster is not supported",
             ));
-        }
-        let host = match parsed.host() {
-            Some(url::Host::Domain(d)) => decode("host", d)?,
-            Some(url::Host::Ipv4(a)) => a.to_string(),
-            Some(url::Host::Ipv6(a)) => a.to_string(),
-            None => return Err(Error::invalid("redis url: the host is missing")),
         };
-        let mut config = RedisConfig::new(host, parsed.port().unwrap_or(DEFAULT_PORT));
-        config.tls = tls;
-        if !parsed.username().is_empty() {
-            config.username = Some(decode("username", parsed.username())?);
-        }
-        if let Some(p) = parsed.password() {
-            config.password = Some(decode("password", p)?);
-        }
-        let path = parsed.path().trim_matches('/');
+        let (host, port) = host_port(host, Some(DEFAULT_PORT))?;
+        let mut config = RedisConfig::new(host, port);
+        config.tls = url.scheme == TLS_SCHEME;
+        config.username = url.username;
+        config.password = url.password;
+        let path = url.path.trim_matches('/');
         if !path.is_empty() {
-            config.db = parse_db(&decode("database", path)?)?;
+            config.db = parse_db(path)?;
         }
-        for (name, value) in parsed.query_pairs() {
-            config.set(&name, value.into_owned())?;
+        for (key, value) in url.query {
+            config.set(&key, value)?;
         }
         config.validate()?;
         Ok(config)
@@ -184,42 +166,23 @@ impl RedisConfig {
         })?;
         let mut config = Self::from_url(url.trim())
             .map_err(|e| Error::invalid(format!("TENURE_REDIS_URL: {}", e.message())))?;
-        if let Some(user) = var("TENURE_REDIS_USERNAME") {
-            config.username = Some(user);
-        }
-        if let Some(password) = get("TENURE_REDIS_PASSWORD").filter(|p| !p.is_empty()) {
-            config.password = Some(password);
-        }
-        if let Some(prefix) = var("TENURE_REDIS_PREFIX") {
-            config.prefix = prefix;
-        }
+        env_overrides(&get, ENV_KEYS, |key, value| config.set(key, value))?;
         config.validate()?;
         Ok(config)
     }
 
-    fn set(&mut self, name: &str, value: String) -> Result<()> {
-        let millis = |value: &str| -> Result<Duration> {
-            match value.parse::<u64>() {
-                Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-                _ => Err(Error::invalid(format!(
-                    "{name}: {value:?} is not a positive number of milliseconds"
-                ))),
-            }
-        };
-        match name {
+    fn set(&mut self, key: &str, value: String) -> Result<()> {
+        match key {
             "prefix" => self.prefix = value,
-            "connect_timeout_ms" => self.connect_timeout = millis(&value)?,
-            "request_timeout_ms" => self.request_timeout = millis(&value)?,
-            "poll_interval_ms" => self.poll_interval = millis(&value)?,
+            "username" => self.username = Some(value),
+            "password" => self.password = Some(Secret::new(value)),
+            "connect_timeout_ms" => self.connect_timeout = parse_millis(key, &value)?,
+            "request_timeout_ms" => self.request_timeout = parse_millis(key, &value)?,
+            "poll_interval_ms" => self.poll_interval = parse_millis(key, &value)?,
             "ca" => self.ca_file = Some(value.into()),
             "cert" => self.cert_file = Some(value.into()),
             "key" => self.key_file = Some(value.into()),
-            other => {
-                return Err(Error::invalid(format!(
-                    "redis url: unknown parameter {other:?} (known: prefix, connect_timeout_ms, \
-                     request_timeout_ms, poll_interval_ms, ca, cert, key)"
-                )))
-            }
+            other => return Err(unknown_key(other, KEYS)),
         }
         Ok(())
     }
@@ -277,14 +240,14 @@ impl RedisConfig {
     /// Authenticate as the ACL user `username` with `password`.
     pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
         self.username = Some(username.into());
-        self.password = Some(password.into());
+        self.password = Some(Secret::new(password));
         self
     }
 
     /// Authenticate as the default user with `password` (`requirepass`).
     pub fn password(mut self, password: impl Into<String>) -> Self {
         self.username = None;
-        self.password = Some(password.into());
+        self.password = Some(Secret::new(password));
         self
     }
 
@@ -390,7 +353,7 @@ impl RedisConfig {
     }
 
     pub(crate) fn secret(&self) -> Option<&str> {
-        self.password.as_deref()
+        self.password.as_ref().map(Secret::expose)
     }
 
     pub(crate) fn tls_files(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
@@ -450,28 +413,6 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// Percent-decode a URL component; `what` names it in errors (never its value, which
-/// may be a password).
-fn decode(what: &str, s: &str) -> Result<String> {
-    percent_decode_str(s)
-        .decode_utf8()
-        .map(|c| c.into_owned())
-        .map_err(|_| Error::invalid(format!("redis url: {what}: not UTF-8 after decoding")))
-}
-
-/// Percent-encode everything but unreserved characters, for `Display`.
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,9 +464,11 @@ mod tests {
         for (url, needle) in [
             ("redis://", "host"),
             ("redis://:6379", "host"),
-            ("redis://h:notaport", "parse"),
+            ("redis://h:notaport", "port"),
             ("redis://h:0", "port"),
-            ("redis://h:70000", "parse"),
+            ("redis://h:70000", "port"),
+            ("redis://a:1,b:2", "one host"),
+            ("redis://h?prefix=%zz", "hex digits"),
             ("redis://h/x", "database"),
             ("redis://h/-1", "database"),
             ("redis://h/1/2", "database"),

@@ -68,7 +68,8 @@ impl fmt::Display for Secret {
 pub struct BackendUrl {
     /// The scheme, lowercase.
     pub scheme: String,
-    /// The user name before `@`, decoded (`None` without user info).
+    /// The user name before `@`, decoded (`None` without user info, and for
+    /// `:password@`, a password alone).
     pub username: Option<String>,
     /// The password after `user:`, decoded.
     pub password: Option<Secret>,
@@ -119,13 +120,13 @@ impl BackendUrl {
                     None => (info, None),
                 };
                 let user = decode("user name", user, false)?;
-                if user.is_empty() {
-                    return Err(Error::invalid("url: the user name before @ is empty"));
-                }
                 let password = password
                     .map(|p| decode("password", p, false).map(Secret))
                     .transpose()?;
-                (Some(user), password)
+                if user.is_empty() && password.is_none() {
+                    return Err(Error::invalid("url: nothing before @"));
+                }
+                ((!user.is_empty()).then_some(user), password)
             }
         };
         Ok(BackendUrl {
@@ -197,6 +198,41 @@ pub fn split_scheme(url: &str) -> Result<(String, &str)> {
         )));
     }
     Ok((scheme.to_ascii_lowercase(), rest))
+}
+
+/// Split one host of [`BackendUrl::hosts`] into host and port: `name:port`,
+/// `1.2.3.4:port`, `[v6]:port`; without a port, `default_port` (an error when `None`).
+/// The host comes back without brackets.
+pub fn host_port(host: &str, default_port: Option<u16>) -> Result<(String, u16)> {
+    let bad = |why: String| Err(Error::invalid(format!("url: host {host:?}: {why}")));
+    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((name, "")) => (name, None),
+            Some((name, port)) => match port.strip_prefix(':') {
+                Some(port) => (name, Some(port)),
+                None => return bad("expected [address]:port".into()),
+            },
+            None => return bad("']' is missing".into()),
+        }
+    } else {
+        match host.split_once(':') {
+            Some((name, port)) if !port.contains(':') => (name, Some(port)),
+            Some(_) => return bad("an IPv6 address goes in brackets: [::1]:port".into()),
+            None => (host, None),
+        }
+    };
+    if name.is_empty() {
+        return bad("the host name is empty".into());
+    }
+    let port = match (port, default_port) {
+        (Some(p), _) => match p.parse::<u16>() {
+            Ok(p) if p > 0 => p,
+            _ => return bad(format!("port {p:?} is not a number from 1 to 65535")),
+        },
+        (None, Some(p)) => p,
+        (None, None) => return bad("expected host:port".into()),
+    };
+    Ok((name.to_string(), port))
 }
 
 fn parse_hosts(hosts: &str) -> Result<Vec<String>> {
@@ -396,7 +432,9 @@ mod tests {
         assert!(bad("etcd://a b").contains("not allowed in a host"));
         assert!(bad("etcd://h#frag").contains("fragment"));
         assert!(bad("etcd://h?a=1&a=2").contains("twice"));
-        assert!(bad("etcd://:pw@h").contains("user name"));
+        assert!(bad("etcd://@h").contains("nothing before @"));
+        let u = BackendUrl::parse("redis://:pw@h").unwrap();
+        assert_eq!((u.username, u.password), (None, Some(Secret::new("pw"))));
         assert!(bad("etcd:/h").contains("scheme://"));
         assert!(bad("1x://h").contains("not a valid scheme"));
         assert!(bad("://h").contains("not a valid scheme"));
@@ -428,6 +466,26 @@ mod tests {
             .unwrap()
             .forbid_path("")
             .is_ok());
+    }
+
+    #[test]
+    fn hosts_and_ports() {
+        assert_eq!(host_port("h:1", None).unwrap(), ("h".into(), 1));
+        assert_eq!(host_port("h", Some(7)).unwrap(), ("h".into(), 7));
+        assert_eq!(host_port("[::1]:9", None).unwrap(), ("::1".into(), 9));
+        assert_eq!(host_port("[::1]", Some(7)).unwrap(), ("::1".into(), 7));
+        for (host, needle) in [
+            ("h", "host:port"),
+            ("h:0", "port \"0\""),
+            ("h:x", "port \"x\""),
+            (":1", "empty"),
+            ("::1", "brackets"),
+            ("[::1", "missing"),
+            ("[::1]x", "[address]:port"),
+        ] {
+            let e = host_port(host, None).unwrap_err();
+            assert!(e.message().contains(needle), "{host}: {e}");
+        }
     }
 
     #[test]
