@@ -3,6 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use tenure_core::backend::config::{
+    encode, env_overrides, parse_duration, parse_millis, unknown_key, BackendUrl, Secret,
+};
 use tenure_core::{Error, Result};
 
 use crate::backend::ZooKeeperBackend;
@@ -11,6 +14,29 @@ use crate::SCHEME;
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_CHROOT: &str = "/tenure";
+
+/// The URL query keys.
+const KEYS: &[&str] = &[
+    "chroot",
+    "username",
+    "password",
+    "session_timeout",
+    "connect_timeout",
+    "request_timeout",
+    "session_timeout_ms",
+    "connect_timeout_ms",
+    "request_timeout_ms",
+];
+
+/// The environment variables that set a URL key.
+const ENV_KEYS: &[(&str, &str)] = &[
+    ("TENURE_ZK_CHROOT", "chroot"),
+    ("TENURE_ZK_USERNAME", "username"),
+    ("TENURE_ZK_PASSWORD", "password"),
+    ("TENURE_ZK_SESSION_TIMEOUT_MS", "session_timeout_ms"),
+    ("TENURE_ZK_CONNECT_TIMEOUT_MS", "connect_timeout_ms"),
+    ("TENURE_ZK_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+];
 
 /// How to reach ZooKeeper.
 ///
@@ -27,29 +53,15 @@ const DEFAULT_CHROOT: &str = "/tenure";
 /// milliseconds. The session timeout of a tenure session is its TTL, not this setting.
 /// URL values are percent-decoded. Unknown parameters, empty hosts, bad ports and bad
 /// chroots are `InvalidArgument` naming the problem; messages never repeat the password.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub struct ZooKeeperConfig {
     hosts: Vec<String>,
     chroot: String,
     username: Option<String>,
-    password: Option<String>,
+    password: Option<Secret>,
     session_timeout: Duration,
     connect_timeout: Duration,
     request_timeout: Duration,
-}
-
-impl fmt::Debug for ZooKeeperConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZooKeeperConfig")
-            .field("hosts", &self.hosts)
-            .field("chroot", &self.chroot)
-            .field("username", &self.username)
-            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
-            .field("session_timeout", &self.session_timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .finish()
-    }
 }
 
 /// The URL form without the password: `zk://[user@]h1:2181,h2:2181/chroot`.
@@ -57,7 +69,7 @@ impl fmt::Display for ZooKeeperConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{SCHEME}://")?;
         if let Some(user) = &self.username {
-            write!(f, "{user}@")?;
+            write!(f, "{}@", encode(user))?;
         }
         write!(f, "{}{}", self.hosts.join(","), self.chroot_or_root())
     }
@@ -84,41 +96,16 @@ impl ZooKeeperConfig {
     /// Parse `zk://[user:password@]host:port[,host:port…][/chroot][?param=value&…]`
     /// (see the table on [`ZooKeeperConfig`]).
     pub fn from_url(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("zk://")
-            .ok_or_else(|| Error::invalid("url: expected zk://host:port[,host:port…]/chroot"))?;
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], Some(&rest[i..])),
-            None => (rest, None),
-        };
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u), h),
-            None => (None, authority),
-        };
-        let mut config = ZooKeeperConfig::new(hosts.split(',').map(str::trim));
-        if let Some(userinfo) = userinfo {
-            let (user, password) = match userinfo.split_once(':') {
-                Some((u, p)) => (decode(u)?, Some(decode(p)?)),
-                None => (decode(userinfo)?, None),
-            };
-            if user.is_empty() {
-                return Err(Error::invalid("url: empty user name before @"));
-            }
-            config.username = Some(user);
-            config.password = password;
+        let url = BackendUrl::parse(url)?;
+        url.expect_scheme(&[SCHEME])?;
+        let mut config = ZooKeeperConfig::new(url.hosts);
+        config.username = url.username;
+        config.password = url.password;
+        if !url.path.is_empty() {
+            config.chroot = url.path;
         }
-        if let Some(path) = path {
-            config.chroot = decode(path)?;
-        }
-        if let Some(query) = query {
-            for pair in query.split('&').filter(|p| !p.is_empty()) {
-                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                config.set(&decode(k)?, decode(v)?)?;
-            }
+        for (key, value) in url.query {
+            config.set(&key, value)?;
         }
         config.validate()?;
         Ok(config)
@@ -136,40 +123,23 @@ impl ZooKeeperConfig {
         let hosts = var("TENURE_ZK_HOSTS")
             .ok_or_else(|| Error::invalid("TENURE_ZK_HOSTS: not set (e.g. 127.0.0.1:2181)"))?;
         let mut config = ZooKeeperConfig::new(hosts.split(',').map(str::trim));
-        for (var_name, param) in [
-            ("TENURE_ZK_CHROOT", "chroot"),
-            ("TENURE_ZK_USERNAME", "username"),
-            ("TENURE_ZK_PASSWORD", "password"),
-            ("TENURE_ZK_SESSION_TIMEOUT_MS", "session_timeout_ms"),
-            ("TENURE_ZK_CONNECT_TIMEOUT_MS", "connect_timeout_ms"),
-            ("TENURE_ZK_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
-        ] {
-            if let Some(v) = var(var_name) {
-                config
-                    .set(param, v)
-                    .map_err(|e| Error::invalid(format!("{var_name}: {}", e.message())))?;
-            }
-        }
+        env_overrides(&get, ENV_KEYS, |key, value| config.set(key, value))?;
         config.validate()?;
         Ok(config)
     }
 
-    fn set(&mut self, param: &str, value: String) -> Result<()> {
-        match param {
+    fn set(&mut self, key: &str, value: String) -> Result<()> {
+        match key {
             "chroot" => self.chroot = value,
             "username" | "user" => self.username = Some(value),
-            "password" => self.password = Some(value),
-            "session_timeout" => self.session_timeout = duration(param, &value)?,
-            "connect_timeout" => self.connect_timeout = duration(param, &value)?,
-            "request_timeout" => self.request_timeout = duration(param, &value)?,
-            "session_timeout_ms" => self.session_timeout = millis(param, &value)?,
-            "connect_timeout_ms" => self.connect_timeout = millis(param, &value)?,
-            "request_timeout_ms" => self.request_timeout = millis(param, &value)?,
-            other => {
-                return Err(Error::invalid(format!(
-                    "url: unknown parameter {other:?} (known: session_timeout, connect_timeout, request_timeout)"
-                )))
-            }
+            "password" => self.password = Some(Secret::new(value)),
+            "session_timeout" => self.session_timeout = parse_duration(key, &value)?,
+            "connect_timeout" => self.connect_timeout = parse_duration(key, &value)?,
+            "request_timeout" => self.request_timeout = parse_duration(key, &value)?,
+            "session_timeout_ms" => self.session_timeout = parse_millis(key, &value)?,
+            "connect_timeout_ms" => self.connect_timeout = parse_millis(key, &value)?,
+            "request_timeout_ms" => self.request_timeout = parse_millis(key, &value)?,
+            other => return Err(unknown_key(other, KEYS)),
         }
         Ok(())
     }
@@ -232,7 +202,7 @@ impl ZooKeeperConfig {
     /// Authenticate with ZooKeeper's `digest` scheme as `user:password`.
     pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.username = Some(user.into());
-        self.password = Some(password.into());
+        self.password = Some(Secret::new(password));
         self
     }
 
@@ -276,7 +246,7 @@ impl ZooKeeperConfig {
 
     pub(crate) fn digest(&self) -> Option<Vec<u8>> {
         let user = self.username.as_deref()?;
-        let password = self.password.as_deref().unwrap_or("");
+        let password = self.password.as_ref().map_or("", Secret::expose);
         Some(format!("{user}:{password}").into_bytes())
     }
 
@@ -299,54 +269,6 @@ impl ZooKeeperConfig {
     pub(crate) fn connect_string(&self) -> String {
         self.hosts.join(",")
     }
-}
-
-fn duration(param: &str, v: &str) -> Result<Duration> {
-    let v = v.trim();
-    let parsed = if let Some(ms) = v.strip_suffix("ms") {
-        ms.trim().parse::<u64>().ok().map(Duration::from_millis)
-    } else if let Some(s) = v.strip_suffix('s') {
-        s.trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
-            .map(Duration::from_secs_f64)
-    } else {
-        None
-    };
-    parsed.ok_or_else(|| {
-        Error::invalid(format!(
-            "{param}: {v:?} is not a duration like 1500ms or 10s"
-        ))
-    })
-}
-
-fn millis(param: &str, v: &str) -> Result<Duration> {
-    v.trim()
-        .parse::<u64>()
-        .map(Duration::from_millis)
-        .map_err(|_| Error::invalid(format!("{param}: {v:?} is not a number of milliseconds")))
-}
-
-/// Percent-decode a URL part.
-fn decode(s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| Error::invalid("url: bad percent escape"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| Error::invalid("url: percent escapes are not UTF-8"))
 }
 
 #[cfg(test)]
@@ -372,6 +294,9 @@ mod tests {
         assert_eq!(c.digest(), None);
         let c = ZooKeeperConfig::from_url("zk://127.0.0.1:2181/").unwrap();
         assert_eq!(c.chroot_or_root(), "/");
+        // The scheme is case-insensitive, as for every backend.
+        let c = ZooKeeperConfig::from_url("ZK://127.0.0.1:2181/a+b").unwrap();
+        assert_eq!(c.chroot_or_root(), "/a+b");
     }
 
     #[test]

@@ -342,6 +342,25 @@ pub fn parse_millis(key: &str, value: &str) -> Result<Duration> {
     }
 }
 
+/// A duration with a unit: `1500ms`, `10s`, `2.5s` (`key` names the setting in
+/// errors).
+pub fn parse_duration(key: &str, value: &str) -> Result<Duration> {
+    let v = value.trim();
+    let parsed = if let Some(ms) = v.strip_suffix("ms") {
+        ms.trim().parse::<u64>().ok().map(Duration::from_millis)
+    } else if let Some(s) = v.strip_suffix('s') {
+        s.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
+            .map(Duration::from_secs_f64)
+    } else {
+        None
+    };
+    parsed
+        .ok_or_else(|| Error::invalid(format!("{key}: {v:?} is not a duration like 1500ms or 10s")))
+}
+
 /// A boolean: `true`/`false`, `1`/`0`, `yes`/`no`, `on`/`off`, any case.
 pub fn parse_bool(key: &str, value: &str) -> Result<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
@@ -499,6 +518,17 @@ mod tests {
             .unwrap_err()
             .message()
             .starts_with("t: "));
+        assert_eq!(
+            parse_duration("d", "1500ms").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            parse_duration("d", " 2.5s").unwrap(),
+            Duration::from_millis(2500)
+        );
+        for bad in ["10", "s", "-1s", "1e99s", "NaNs", "1.5ms"] {
+            assert!(parse_duration("d", bad).is_err(), "{bad}");
+        }
         assert!(parse_bool("b", "ON").unwrap());
         assert!(!parse_bool("b", "no").unwrap());
         assert!(parse_bool("b", "maybe").is_err());
