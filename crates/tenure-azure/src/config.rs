@@ -7,11 +7,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core::credentials::TokenCredential;
+use tenure_core::backend::config::{parse_bool, parse_millis, unknown_key, BackendUrl};
 use tenure_core::{Error, Result};
 
 use crate::{AzureBackend, SCHEME};
 
 /// Default for [`AzureConfig::connect_timeout`] and [`AzureConfig::request_timeout`].
+/// The URL query keys.
+const KEYS: &[&str] = &[
+    "endpoint",
+    "auth",
+    "create_container",
+    "poll_interval_ms",
+    "connect_timeout_ms",
+    "request_timeout_ms",
+];
+
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default for [`AzureConfig::poll_interval`].
 const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -201,42 +212,30 @@ impl AzureConfig {
 
     pub(crate) fn from_url_with(url: &str, get: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
-        let (scheme, rest) = tenure_core::split_scheme(url)?;
-        if scheme != SCHEME {
-            return Err(Error::invalid(format!(
-                "azure url: scheme {scheme:?} is not {SCHEME}://"
-            )));
-        }
-        let (path, query) = match rest.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (rest, None),
+        let url = BackendUrl::parse(url)?;
+        url.expect_scheme(&[SCHEME])?;
+        url.forbid_userinfo(
+            "use AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_CONNECTION_STRING",
+        )?;
+        let account = match url.hosts.as_slice() {
+            [] => String::new(),
+            [account] => account.clone(),
+            _ => {
+                return Err(Error::invalid(
+                    "url: expected one account (azblob://account/container[/prefix])",
+                ))
+            }
         };
-        if path.contains('#') || query.is_some_and(|q| q.contains('#')) {
-            return Err(Error::invalid("azure url: a #fragment is not supported"));
-        }
-        if path.contains('@') {
-            return Err(Error::invalid(
-                "azure url: credentials do not go in the URL; use AZURE_STORAGE_KEY, \
-                 AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_CONNECTION_STRING",
-            ));
-        }
-        let mut parts = path.splitn(3, '/');
-        let account = parts.next().unwrap_or_default().to_string();
-        let container = parts.next().unwrap_or_default().to_string();
-        let prefix = parts.next().unwrap_or_default().trim_end_matches('/');
+        let path = url.path.strip_prefix('/').unwrap_or(&url.path);
+        let (container, prefix) = path.split_once('/').unwrap_or((path, ""));
         let mut config = AzureConfig::new(account, container);
-        config.prefix = decode("prefix", prefix)?;
+        config.prefix = prefix.trim_end_matches('/').to_string();
         let mut auth = None;
-        if let Some(query) = query {
-            for pair in query.split('&').filter(|p| !p.is_empty()) {
-                let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-                let name = decode("parameter name", name)?;
-                let value = decode(&name, value)?;
-                if name == "auth" {
-                    auth = Some(value);
-                } else {
-                    config.set(&name, value)?;
-                }
+        for (key, value) in url.query {
+            if key == "auth" {
+                auth = Some(value);
+            } else {
+                config.set(&key, value)?;
             }
         }
         // Credentials: a connection string first (it may also name the account and the
@@ -348,43 +347,20 @@ impl AzureConfig {
         Ok(())
     }
 
-    fn set(&mut self, name: &str, value: String) -> Result<()> {
-        let millis = |value: &str| -> Result<Duration> {
-            match value.parse::<u64>() {
-                Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-                _ => Err(Error::invalid(format!(
-                    "{name}: {value:?} is not a positive number of milliseconds"
-                ))),
-            }
-        };
-        match name {
+    fn set(&mut self, key: &str, value: String) -> Result<()> {
+        match key {
             "endpoint" => self.endpoint = Some(value),
-            "create_container" => {
-                self.create_container = match value.as_str() {
-                    "true" | "1" | "yes" => true,
-                    "false" | "0" | "no" => false,
-                    _ => {
-                        return Err(Error::invalid(format!(
-                            "create_container: {value:?} is not true or false"
-                        )))
-                    }
-                }
-            }
-            "poll_interval_ms" => self.poll_interval = millis(&value)?,
-            "connect_timeout_ms" => self.connect_timeout = millis(&value)?,
-            "request_timeout_ms" => self.request_timeout = millis(&value)?,
+            "create_container" => self.create_container = parse_bool(key, &value)?,
+            "poll_interval_ms" => self.poll_interval = parse_millis(key, &value)?,
+            "connect_timeout_ms" => self.connect_timeout = parse_millis(key, &value)?,
+            "request_timeout_ms" => self.request_timeout = parse_millis(key, &value)?,
             "key" | "sas" | "sig" | "accountkey" | "account_key" => {
                 return Err(Error::invalid(format!(
-                    "azure url: parameter {name:?}: secrets do not go in the URL; use \
+                    "url: parameter {key:?}: secrets do not go in the URL; use \
                      AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_CONNECTION_STRING"
                 )))
             }
-            other => {
-                return Err(Error::invalid(format!(
-                    "azure url: unknown parameter {other:?} (known: endpoint, auth, \
-                     create_container, poll_interval_ms, connect_timeout_ms, request_timeout_ms)"
-                )))
-            }
+            other => return Err(unknown_key(other, KEYS)),
         }
         Ok(())
     }
@@ -605,38 +581,6 @@ impl AzureConfig {
             .clone()
             .unwrap_or(Credential::Entra(EntraSource::Auto))
     }
-}
-
-/// Percent-decode a URL component; `what` names it in errors (never its value).
-fn decode(what: &str, s: &str) -> Result<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok())
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or_else(|| {
-                        Error::invalid(format!("azure url: {what}: bad percent-encoding"))
-                    })?;
-                out.push(hex);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out)
-        .map_err(|_| Error::invalid(format!("azure url: {what}: not UTF-8 after decoding")))
 }
 
 #[cfg(test)]
