@@ -34,49 +34,28 @@ pub use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 /// An unknown or disabled scheme is [`ErrorKind::InvalidArgument`] naming the schemes
 /// this build knows.
 pub async fn connect(url: &str) -> Result<DynBackend> {
-    let (scheme, _) = split_scheme(url)?;
-    match scheme.as_str() {
-        MEM_SCHEME => tenure_core::connect(url).await,
-        #[cfg(feature = "etcd")]
-        "etcd" | "etcds" => Ok(std::sync::Arc::new(
-            tenure_etcd::EtcdBackend::from_url(url).await?,
-        )),
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(std::sync::Arc::new(
-            tenure_redis::RedisBackend::from_url(url).await?,
-        )),
-        #[cfg(feature = "azure")]
-        tenure_azure::SCHEME => Ok(std::sync::Arc::new(
-            tenure_azure::AzureBackend::from_url(url).await?,
-        )),
-        #[cfg(feature = "zookeeper")]
-        tenure_zookeeper::SCHEME => Ok(std::sync::Arc::new(
-            tenure_zookeeper::ZooKeeperBackend::from_url(url).await?,
-        )),
-        #[cfg(feature = "peer")]
-        tenure_peer::PEER_SCHEME => Ok(std::sync::Arc::new(
-            tenure_peer::PeerBackend::connect(url).await?,
-        )),
-        other => Err(Error::invalid(format!(
-            "backend url {url:?}: unknown scheme {other:?}; this build knows: {}",
-            schemes().join(", ")
-        ))),
-    }
+    backend::connect_with(DRIVERS, url).await
 }
+
+/// Every backend this build has, in one list: [`connect`] and [`schemes`] read it.
+const DRIVERS: &[backend::Driver] = &[
+    MEM_DRIVER,
+    #[cfg(feature = "etcd")]
+    tenure_etcd::DRIVER,
+    #[cfg(feature = "redis")]
+    tenure_redis::DRIVER,
+    #[cfg(feature = "zookeeper")]
+    tenure_zookeeper::DRIVER,
+    #[cfg(feature = "peer")]
+    tenure_peer::DRIVER,
+    #[cfg(feature = "azure")]
+    tenure_azure::DRIVER,
+];
 
 /// The URL schemes this build of tenure can [`connect`] to.
 pub fn schemes() -> Vec<&'static str> {
-    #[allow(unused_mut)]
-    let mut s = vec![MEM_SCHEME];
-    #[cfg(feature = "etcd")]
-    s.extend(tenure_etcd::SCHEMES);
-    #[cfg(feature = "redis")]
-    s.extend(tenure_redis::SCHEMES);
-    #[cfg(feature = "zookeeper")]
-    s.push(tenure_zookeeper::SCHEME);
-    #[cfg(feature = "peer")]
-    s.push(tenure_peer::PEER_SCHEME);
-    #[cfg(feature = "azure")]
-    s.push(tenure_azure::SCHEME);
-    s
+    DRIVERS
+        .iter()
+        .flat_map(|d| d.schemes.iter().copied())
+        .collect()
 }

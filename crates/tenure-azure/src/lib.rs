@@ -15,3 +15,11 @@ pub use config::AzureConfig;
 
 /// The URL scheme of this backend: `azblob://account/container[/prefix][?…]`.
 pub const SCHEME: &str = "azblob";
+
+/// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
+pub const DRIVER: tenure_core::backend::Driver =
+    tenure_core::backend::Driver::new(&[SCHEME], |url| {
+        Box::pin(async move {
+            Ok(std::sync::Arc::new(AzureBackend::from_url(url).await?) as tenure_core::DynBackend)
+        })
+    });

@@ -30,4 +30,4 @@ pub use name::{
 pub use runner::{LeaderContext, LeaderRunner, LeadershipEvent, ResignCause};
 pub use session::Session;
 pub use timing::{Retry, Timing, CLOCK_DRIFT_MARGIN};
-pub use url::{connect, split_scheme};
+pub use url::{connect, split_scheme, MEM_DRIVER};

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use crate::backend::config::{unknown_key, BackendUrl};
 use crate::backend::{
     Backend, BackendSession, Capabilities, LeaderStream, MemberStream, SessionEvents,
 };
@@ -237,22 +238,24 @@ impl MemoryBackend {
 
     /// Parse `mem://` or `mem://NAME` (NAME: letters, digits, `-`, `_`, `.`).
     pub fn from_url(url: &str) -> Result<Self> {
-        let (scheme, rest) = crate::url::split_scheme(url)?;
-        if scheme != MEM_SCHEME {
-            return Err(Error::invalid(format!(
-                "url {url:?}: a memory backend URL starts with mem://"
-            )));
+        let url = BackendUrl::parse(url)?;
+        url.expect_scheme(&[MEM_SCHEME])?;
+        url.forbid_userinfo("the memory store takes none")?;
+        url.forbid_path("name the store as mem://NAME")?;
+        if let Some((key, _)) = url.query.first() {
+            return Err(unknown_key(key, &[]));
         }
-        let name = rest.trim_end_matches('/');
-        if name.is_empty() {
-            return Ok(MemoryBackend::new());
-        }
+        let name = match url.hosts.as_slice() {
+            [] => return Ok(MemoryBackend::new()),
+            [name] => name.as_str(),
+            _ => return Err(Error::invalid("url: expected one store name (mem://NAME)")),
+        };
         if let Some(c) = name
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
         {
             return Err(Error::invalid(format!(
-                "url {url:?}: store name may use ASCII letters, digits, '-', '_', '.' (found {c:?})"
+                "url: store name may use ASCII letters, digits, '-', '_', '.' (found {c:?})"
             )));
         }
         Ok(MemoryBackend::named(name))

@@ -3,21 +3,20 @@
 use std::sync::Arc;
 
 pub use crate::backend::config::split_scheme;
-use crate::backend::DynBackend;
-use crate::error::{Error, Result};
+use crate::backend::{Driver, DynBackend};
+use crate::error::Result;
 use crate::memory::{MemoryBackend, MEM_SCHEME};
 
 /// Open the backend named by `url`. The core knows only `mem://`; the `tenure` facade's
 /// `connect` adds every backend enabled by cargo features.
 pub async fn connect(url: &str) -> Result<DynBackend> {
-    let (scheme, _) = split_scheme(url)?;
-    if scheme == MEM_SCHEME {
-        return Ok(Arc::new(MemoryBackend::from_url(url)?));
-    }
-    Err(Error::invalid(format!(
-        "backend url {url:?}: unknown scheme {scheme:?} (known here: mem)"
-    )))
+    crate::backend::connect_with(&[MEM_DRIVER], url).await
 }
+
+/// The in-memory backend's [`Driver`](crate::backend::Driver).
+pub const MEM_DRIVER: Driver = Driver::new(&[MEM_SCHEME], |url| {
+    Box::pin(async move { Ok(Arc::new(MemoryBackend::from_url(url)?) as DynBackend) })
+});
 
 #[cfg(test)]
 mod tests {

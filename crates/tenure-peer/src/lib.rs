@@ -42,6 +42,14 @@ pub use quorum::QuorumGuard;
 pub use ring::{Ring, RingVariant};
 pub use types::{Durable, Event, Instant, Leader, PeerId};
 
+/// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
+pub const DRIVER: tenure_core::backend::Driver =
+    tenure_core::backend::Driver::new(&[PEER_SCHEME], |url| {
+        Box::pin(async move {
+            Ok(std::sync::Arc::new(PeerBackend::connect(url).await?) as tenure_core::DynBackend)
+        })
+    });
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,3 +23,11 @@ pub const TLS_SCHEME: &str = "rediss";
 
 /// Both URL schemes this backend answers to.
 pub const SCHEMES: [&str; 2] = [SCHEME, TLS_SCHEME];
+
+/// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
+pub const DRIVER: tenure_core::backend::Driver =
+    tenure_core::backend::Driver::new(&SCHEMES, |url| {
+        Box::pin(async move {
+            Ok(std::sync::Arc::new(RedisBackend::from_url(url).await?) as tenure_core::DynBackend)
+        })
+    });

@@ -15,3 +15,12 @@ pub use config::ZooKeeperConfig;
 /// The URL scheme of this backend:
 /// `zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout=…]`.
 pub const SCHEME: &str = "zk";
+
+/// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
+pub const DRIVER: tenure_core::backend::Driver =
+    tenure_core::backend::Driver::new(&[SCHEME], |url| {
+        Box::pin(async move {
+            Ok(std::sync::Arc::new(ZooKeeperBackend::from_url(url).await?)
+                as tenure_core::DynBackend)
+        })
+    });

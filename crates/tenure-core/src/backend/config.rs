@@ -342,23 +342,28 @@ pub fn parse_millis(key: &str, value: &str) -> Result<Duration> {
     }
 }
 
-/// A duration with a unit: `1500ms`, `10s`, `2.5s` (`key` names the setting in
-/// errors).
+/// A duration with a unit: `1500ms`, `10s`, `2.5s`, `2m` (`key` names the setting in
+/// errors). The unit is required, so `1500` is never taken for seconds by mistake.
 pub fn parse_duration(key: &str, value: &str) -> Result<Duration> {
     let v = value.trim();
-    let parsed = if let Some(ms) = v.strip_suffix("ms") {
-        ms.trim().parse::<u64>().ok().map(Duration::from_millis)
-    } else if let Some(s) = v.strip_suffix('s') {
-        s.trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e9)
-            .map(Duration::from_secs_f64)
+    let (number, unit) = if let Some(n) = v.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = v.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = v.strip_suffix('m') {
+        (n, 60.0)
     } else {
-        None
+        (v, f64::NAN)
     };
-    parsed
-        .ok_or_else(|| Error::invalid(format!("{key}: {v:?} is not a duration like 1500ms or 10s")))
+    let secs = number.trim().parse::<f64>().ok().map(|n| n * unit);
+    match secs {
+        Some(secs) if secs.is_finite() && (0.0..1e9).contains(&secs) => {
+            Ok(Duration::from_secs_f64(secs))
+        }
+        _ => Err(Error::invalid(format!(
+            "{key}: {v:?} is not a duration like 250ms, 1.5s or 2m"
+        ))),
+    }
 }
 
 /// A boolean: `true`/`false`, `1`/`0`, `yes`/`no`, `on`/`off`, any case.
@@ -526,7 +531,8 @@ mod tests {
             parse_duration("d", " 2.5s").unwrap(),
             Duration::from_millis(2500)
         );
-        for bad in ["10", "s", "-1s", "1e99s", "NaNs", "1.5ms"] {
+        assert_eq!(parse_duration("d", "2m").unwrap(), Duration::from_secs(120));
+        for bad in ["10", "s", "-1s", "1e99s", "NaNs", "infs", "x"] {
             assert!(parse_duration("d", bad).is_err(), "{bad}");
         }
         assert!(parse_bool("b", "ON").unwrap());

@@ -6,6 +6,7 @@
 pub mod config;
 
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +19,62 @@ use crate::error::Result;
 use crate::error::{Error, ErrorKind};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 use crate::timing::Timing;
+
+/// The future a [`Driver`] returns.
+pub type Connecting<'a> = Pin<Box<dyn Future<Output = Result<DynBackend>> + Send + 'a>>;
+
+/// How a backend is opened from a URL: the schemes it answers to and its constructor.
+/// Each backend crate exports one (`tenure_etcd::DRIVER`, …); `tenure::connect` and
+/// `tenure::schemes` read the same list of them, so a backend is registered in one
+/// place.
+#[derive(Clone, Copy)]
+#[non_exhaustive]
+pub struct Driver {
+    /// The schemes, lowercase (`["etcd", "etcds"]`).
+    pub schemes: &'static [&'static str],
+    /// Parse the URL and connect.
+    pub connect: for<'a> fn(&'a str) -> Connecting<'a>,
+}
+
+impl Driver {
+    /// A driver for `schemes` opened by `connect`.
+    pub const fn new(
+        schemes: &'static [&'static str],
+        connect: for<'a> fn(&'a str) -> Connecting<'a>,
+    ) -> Self {
+        Driver { schemes, connect }
+    }
+}
+
+impl fmt::Debug for Driver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("schemes", &self.schemes)
+            .finish()
+    }
+}
+
+/// Open `url` with the driver of `drivers` whose schemes contain the URL's scheme; an
+/// unknown scheme is `InvalidArgument` listing the known ones.
+pub async fn connect_with(drivers: &[Driver], url: &str) -> Result<DynBackend> {
+    let (scheme, _) = config::split_scheme(url)?;
+    match drivers
+        .iter()
+        .find(|d| d.schemes.contains(&scheme.as_str()))
+    {
+        Some(driver) => (driver.connect)(url).await,
+        None => {
+            let known: Vec<&str> = drivers
+                .iter()
+                .flat_map(|d| d.schemes.iter().copied())
+                .collect();
+            Err(Error::invalid(format!(
+                "url: unknown scheme {scheme:?}; this build knows: {}",
+                known.join(", ")
+            )))
+        }
+    }
+}
 
 /// A stream of leader states of one election: `None` while the seat is free.
 pub type LeaderStream = Pin<Box<dyn Stream<Item = Result<Option<LeaderInfo>>> + Send + 'static>>;

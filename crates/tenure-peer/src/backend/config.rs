@@ -5,11 +5,32 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tenure_core::backend::config::{parse_duration, unknown_key, BackendUrl};
 use tenure_core::{Error, Result};
 
 use crate::config::{Config, Timing};
 use crate::transport::TransportOptions;
 use crate::types::PeerId;
+
+/// The URL query keys.
+const KEYS: &[&str] = &[
+    "id",
+    "peers",
+    "algorithm",
+    "candidates",
+    "lease",
+    "renew",
+    "heartbeat",
+    "leader_timeout",
+    "answer_timeout",
+    "announce_timeout",
+    "tie_break",
+    "invite_interval",
+    "round_timeout",
+    "hold_off",
+    "connect_timeout",
+    "state",
+];
 
 /// The URL scheme of the peer backend.
 pub const PEER_SCHEME: &str = "peer";
@@ -168,39 +189,28 @@ impl PeerConfig {
     /// | `connect_timeout` | one TCP connection attempt | `1s` |
     /// | `state` | file keeping this node's promises across restarts ([`PeerConfig::state`]) | none |
     ///
-    /// Durations are a number with `ms`, `s` or `m`, or a bare number of
-    /// seconds. `LISTEN` is the address to bind, `HOST:PORT` (an IP address
+    /// Durations are a number with `ms`, `s` or `m` (the unit is required). `LISTEN` is the address to bind, `HOST:PORT` (an IP address
     /// or a name, resolved once). Any other parameter, a missing one, or a
     /// bad value is [`ErrorKind::InvalidArgument`](tenure_core::ErrorKind)
     /// naming it.
     pub fn from_url(url: &str) -> Result<PeerConfig> {
-        let (scheme, rest) = tenure_core::split_scheme(url)?;
-        if scheme != PEER_SCHEME {
-            return Err(Error::invalid(format!(
-                "url {url:?}: a peer backend URL starts with peer://"
-            )));
-        }
-        let (authority, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let authority = authority.trim_end_matches('/');
-        if authority.is_empty() {
-            return Err(Error::invalid(format!(
-                "url {url:?}: the listen address is missing (peer://HOST:PORT?…)"
-            )));
-        }
+        let url = BackendUrl::parse(url)?;
+        url.expect_scheme(&[PEER_SCHEME])?;
+        url.forbid_userinfo("a peer node takes no credentials")?;
+        url.forbid_path("the node's settings go in the query: peer://HOST:PORT?id=…")?;
+        let [authority] = url.hosts.as_slice() else {
+            return Err(Error::invalid(
+                "url: expected one listen address (peer://HOST:PORT?…)",
+            ));
+        };
         let listen = parse_addr(authority)
-            .map_err(|why| Error::invalid(format!("url {url:?}: listen address: {why}")))?;
-        let mut params: BTreeMap<&str, &str> = BTreeMap::new();
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').ok_or_else(|| {
-                Error::invalid(format!("url {url:?}: parameter {pair:?} has no value"))
-            })?;
-            if params.insert(key, value).is_some() {
-                return Err(Error::invalid(format!(
-                    "url {url:?}: parameter {key} is given twice"
-                )));
-            }
-        }
-        let bad = |key: &str, why: String| Error::invalid(format!("url {url:?}: {key}: {why}"));
+            .map_err(|why| Error::invalid(format!("url: listen address: {why}")))?;
+        let mut params: BTreeMap<&str, &str> = url
+            .query
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let bad = |key: &str, why: String| Error::invalid(format!("url: {key}: {why}"));
 
         let id = params
             .remove("id")
@@ -248,10 +258,10 @@ impl PeerConfig {
             }
         }
         let mut duration = |key: &str| -> Result<Option<Duration>> {
-            match params.remove(key) {
-                None => Ok(None),
-                Some(v) => parse_duration(v).map(Some).map_err(|why| bad(key, why)),
-            }
+            params
+                .remove(key)
+                .map(|v| parse_duration(key, v).map_err(|e| bad(key, e.message().into())))
+                .transpose()
         };
         let lease = duration("lease")?;
         let renew = duration("renew")?;
@@ -289,13 +299,11 @@ impl PeerConfig {
         }
         config.timing = t;
         if let Some(key) = params.keys().next() {
-            return Err(Error::invalid(format!(
-                "url {url:?}: unknown parameter {key:?} (known: id, peers, algorithm, candidates, lease, renew, heartbeat, leader_timeout, answer_timeout, announce_timeout, tie_break, invite_interval, round_timeout, hold_off, connect_timeout, state)"
-            )));
+            return Err(unknown_key(key, KEYS));
         }
         config
             .validate()
-            .map_err(|e| Error::invalid(format!("url {url:?}: {}", e.message())))?;
+            .map_err(|e| Error::invalid(format!("url: {}", e.message())))?;
         Ok(config)
     }
 }
@@ -315,26 +323,6 @@ fn parse_addr(text: &str) -> std::result::Result<SocketAddr, String> {
     }
 }
 
-fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    let (number, unit) = if let Some(n) = text.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = text.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = text.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (text, 1.0)
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 250ms, 1.5s or 2"))?;
-    let secs = value * unit;
-    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
-        return Err(format!("{text:?} is out of range"));
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,12 +339,12 @@ mod tests {
         assert_eq!(c.algorithm, PeerAlgorithm::Bully);
         assert_eq!(c.timing.lease, Duration::from_secs(10));
         let c = PeerConfig::from_url(&format!(
-            "{GOOD}2&lease=1.5s&heartbeat=50ms&leader_timeout=300ms&hold_off=2"
+            "{GOOD}2&lease=1.5s&heartbeat=50ms&leader_timeout=300ms&hold_off=2s"
         ));
         // "bully2" is no algorithm.
         assert!(c.unwrap_err().message().contains("algorithm"));
         let c = PeerConfig::from_url(
-            "peer://localhost:7002?id=2&peers=1@127.0.0.1:7001,2@localhost:7002&algorithm=ring-max&lease=1.5s&heartbeat=50ms&leader_timeout=300ms&hold_off=2",
+            "peer://localhost:7002?id=2&peers=1@127.0.0.1:7001,2@localhost:7002&algorithm=ring-max&lease=1.5s&heartbeat=50ms&leader_timeout=300ms&hold_off=2s",
         )
         .unwrap();
         assert_eq!(c.algorithm, PeerAlgorithm::RingMaxOnly);
@@ -370,6 +358,11 @@ mod tests {
     fn bad_urls_name_the_problem() {
         let cases = [
             ("etcd://127.0.0.1:7001?id=1", "peer://"),
+            (
+                "peer://127.0.0.1:7001?id=1&peers=1@127.0.0.1:7001&hold_off=2",
+                "hold_off",
+            ),
+            ("peer://a:1,b:2?id=1&peers=1@127.0.0.1:7001", "one listen"),
             ("peer://?id=1&peers=1@127.0.0.1:1", "listen"),
             ("peer://127.0.0.1?id=1&peers=1@127.0.0.1:1", "listen"),
             ("peer://127.0.0.1:7001?peers=1@127.0.0.1:7001", "id"),
