@@ -12,7 +12,6 @@ use tenure_core::{Error, Result};
 
 use crate::{AzureBackend, SCHEME};
 
-/// Default for [`AzureConfig::connect_timeout`] and [`AzureConfig::request_timeout`].
 /// The URL query keys.
 const KEYS: &[&str] = &[
     "endpoint",
@@ -23,6 +22,7 @@ const KEYS: &[&str] = &[
     "request_timeout_ms",
 ];
 
+/// Default for [`AzureConfig::connect_timeout`] and [`AzureConfig::request_timeout`].
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default for [`AzureConfig::poll_interval`].
 const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);

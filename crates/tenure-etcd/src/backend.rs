@@ -1,8 +1,6 @@
 //! The backend: connection, leader reads and observation.
 
 use std::fmt;
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,13 +13,14 @@ use tokio::sync::watch;
 
 use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
+use crate::config::SCHEME;
 use crate::error::{map, own, timed_out};
 use crate::keys::{decode_leader, election_range, member_range, parse_lease_hex};
 use crate::members::{self, Listed};
 use crate::ops::{self, prefix_end};
-use crate::proto::{KeyValue, WatchCreateRequest};
+use crate::proto::WatchCreateRequest;
 use crate::session::EtcdSession;
-use crate::SCHEME;
+use crate::shared::Shared;
 
 /// etcd's shortest lease.
 const MIN_TTL: Duration = Duration::from_secs(1);
@@ -42,54 +41,11 @@ pub struct EtcdBackend {
     pub(crate) shared: Arc<Shared>,
 }
 
-/// What the backend and its sessions share.
-pub(crate) struct Shared {
-    pub(crate) client: EtcdClient,
-    pub(crate) config: EtcdConfig,
-    requests: AtomicU64,
-}
-
 impl fmt::Debug for EtcdBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdBackend")
             .field("config", &self.shared.config)
             .finish()
-    }
-}
-
-impl Shared {
-    /// Count one election request (campaign, resign, read, watch, wake-up).
-    pub(crate) fn count(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Run one etcd request with the request timeout and map its error.
-    pub(crate) async fn call<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
-    ) -> Result<T> {
-        let limit = self.config.get_request_timeout();
-        match tokio::time::timeout(limit, fut).await {
-            Ok(r) => r.map_err(|e| map(what, e)),
-            Err(_) => Err(timed_out(what, limit)),
-        }
-    }
-
-    /// The first candidate of an election (the leader) and the store revision read at.
-    pub(crate) async fn first_candidate(&self, range: &str) -> Result<(Option<KeyValue>, i64)> {
-        self.count();
-        let resp = self
-            .call(
-                "read leader",
-                self.client.range(ops::first_by_create(range)),
-            )
-            .await?;
-        Ok((resp.kvs.into_iter().next(), ops::revision(&resp.header)))
-    }
-
-    pub(crate) fn prefix(&self) -> &str {
-        self.config.key_prefix()
     }
 }
 
@@ -126,11 +82,7 @@ impl EtcdBackend {
         };
         tracing::debug!(%config, "connected to etcd");
         Ok(EtcdBackend {
-            shared: Arc::new(Shared {
-                client,
-                config,
-                requests: AtomicU64::new(0),
-            }),
+            shared: Arc::new(Shared::new(client, config)),
         })
     }
 
@@ -166,17 +118,15 @@ impl EtcdBackend {
     }
 }
 
-/// The whole seconds of an etcd lease for `ttl`: rounded up, so the store never keeps a
-/// session shorter than the core assumes.
-pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
-    let secs = ttl
-        .as_secs()
-        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
-    i64::try_from(secs).unwrap_or(i64::MAX)
-}
-
 /// One observed state, or an error kept as kind and message so it can be cloned.
 type Observed = std::result::Result<Option<LeaderInfo>, (ErrorKind, String)>;
+
+impl EtcdConfig {
+    /// Connect; see [`EtcdBackend::connect`].
+    pub async fn connect(self) -> Result<EtcdBackend> {
+        EtcdBackend::connect(self).await
+    }
+}
 
 #[async_trait]
 impl Backend for EtcdBackend {
@@ -234,7 +184,7 @@ impl Backend for EtcdBackend {
     }
 
     fn election_requests(&self) -> Option<u64> {
-        Some(self.shared.requests.load(Ordering::Relaxed))
+        Some(self.shared.requests())
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
@@ -355,18 +305,5 @@ async fn observe_task(
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn leases_round_up_to_whole_seconds() {
-        assert_eq!(lease_seconds(Duration::from_secs(2)), 2);
-        assert_eq!(lease_seconds(Duration::from_millis(2001)), 3);
-        assert_eq!(lease_seconds(Duration::from_millis(1500)), 2);
-        assert_eq!(lease_seconds(Duration::MAX), i64::MAX);
     }
 }

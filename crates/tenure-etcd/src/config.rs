@@ -11,10 +11,16 @@ use tenure_core::backend::config::{
 use tenure_core::{Error, Result};
 
 use crate::keys::{validate_prefix, DEFAULT_PREFIX};
-use crate::{EtcdBackend, SCHEME};
+
+/// The URL scheme of this backend: `etcd://host:port[,host:port…][?prefix=…]`
+/// (`etcds://` for TLS).
+pub const SCHEME: &str = "etcd";
 
 /// The URL scheme of etcd with TLS.
 pub(crate) const TLS_SCHEME: &str = "etcds";
+
+/// Both URL schemes this backend answers to.
+pub const SCHEMES: [&str; 2] = [SCHEME, TLS_SCHEME];
 
 /// Default for [`EtcdConfig::connect_timeout`] and [`EtcdConfig::request_timeout`].
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -273,11 +279,6 @@ impl EtcdConfig {
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
-    }
-
-    /// Connect; see [`EtcdBackend::connect`].
-    pub async fn connect(self) -> Result<EtcdBackend> {
-        EtcdBackend::connect(self).await
     }
 
     /// The endpoints, `host:port`.

@@ -6,7 +6,7 @@ use std::error::Error as StdError;
 use tenure_core::{Error, ErrorKind};
 use tonic::{Code, Status};
 
-use crate::SCHEME;
+use crate::config::SCHEME;
 
 /// Map a gRPC status; `what` says which operation failed (e.g. `"campaign"`). The
 /// message names the operation and the cause, each cause of the chain once.

@@ -11,17 +11,11 @@ mod members;
 mod ops;
 mod proto;
 mod session;
+mod shared;
 mod watcher;
 
 pub use backend::EtcdBackend;
-pub use config::EtcdConfig;
-
-/// The URL scheme of this backend: `etcd://host:port[,host:port…][?prefix=…]`
-/// (`etcds://` for TLS).
-pub const SCHEME: &str = "etcd";
-
-/// Both URL schemes this backend answers to.
-pub const SCHEMES: [&str; 2] = [SCHEME, config::TLS_SCHEME];
+pub use config::{EtcdConfig, SCHEME, SCHEMES};
 
 /// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
 pub const DRIVER: tenure_core::backend::Driver =

@@ -7,10 +7,10 @@ use std::time::Duration;
 use tenure_core::{ErrorKind, Member, Result, Retry};
 use tokio::sync::watch;
 
-use crate::backend::Shared;
 use crate::keys::decode_member;
 use crate::ops::{self, prefix_end};
 use crate::proto::{EventType, WatchCreateRequest};
+use crate::shared::Shared;
 
 /// Members read per request: 64 values of at most 128 KiB fit in one answer.
 const PAGE: i64 = 64;

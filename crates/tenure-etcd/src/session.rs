@@ -13,7 +13,6 @@ use tenure_core::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{lease_seconds, Shared};
 use crate::client::KeepAliveStream;
 use crate::error::{map, own};
 use crate::keys::{
@@ -21,6 +20,7 @@ use crate::keys::{
 };
 use crate::ops::{self, op};
 use crate::proto::{KeyValue, LeaseKeepAliveRequest, TxnRequest, TxnResponse};
+use crate::shared::{lease_seconds, Shared};
 use crate::watcher::{Fired, KeyWatch, KeyWatcher};
 
 /// The session handed to the core. Dropping it stops its background tasks.

@@ -1,0 +1,92 @@
+//! What the backend and its sessions share: the client, the settings, the request
+//! count, and the calls every part makes.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tenure_core::Result;
+
+use crate::client::EtcdClient;
+use crate::config::EtcdConfig;
+use crate::error::{map, timed_out};
+use crate::ops;
+use crate::proto::KeyValue;
+
+/// What the backend and its sessions share.
+pub(crate) struct Shared {
+    pub(crate) client: EtcdClient,
+    pub(crate) config: EtcdConfig,
+    requests: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn new(client: EtcdClient, config: EtcdConfig) -> Self {
+        Shared {
+            client,
+            config,
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// The election requests made so far.
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Count one election request (campaign, resign, read, watch, wake-up).
+    pub(crate) fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Run one etcd request with the request timeout and map its error.
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
+    ) -> Result<T> {
+        let limit = self.config.get_request_timeout();
+        match tokio::time::timeout(limit, fut).await {
+            Ok(r) => r.map_err(|e| map(what, e)),
+            Err(_) => Err(timed_out(what, limit)),
+        }
+    }
+
+    /// The first candidate of an election (the leader) and the store revision read at.
+    pub(crate) async fn first_candidate(&self, range: &str) -> Result<(Option<KeyValue>, i64)> {
+        self.count();
+        let resp = self
+            .call(
+                "read leader",
+                self.client.range(ops::first_by_create(range)),
+            )
+            .await?;
+        Ok((resp.kvs.into_iter().next(), ops::revision(&resp.header)))
+    }
+
+    pub(crate) fn prefix(&self) -> &str {
+        self.config.key_prefix()
+    }
+}
+
+/// The whole seconds of an etcd lease for `ttl`: rounded up, so the store never keeps a
+/// session shorter than the core assumes.
+pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
+    let secs = ttl
+        .as_secs()
+        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
+    i64::try_from(secs).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_round_up_to_whole_seconds() {
+        assert_eq!(lease_seconds(Duration::from_secs(2)), 2);
+        assert_eq!(lease_seconds(Duration::from_millis(2001)), 3);
+        assert_eq!(lease_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(lease_seconds(Duration::MAX), i64::MAX);
+    }
+}
