@@ -1,4 +1,4 @@
-//! The one error type of tenure (CONTRACT.md §12).
+//! The one error type of tenure (contract clause 12, `docs/contract.md`).
 
 use std::fmt;
 

@@ -314,7 +314,7 @@ impl SessionEvents {
     }
 }
 
-/// A clause of CONTRACT.md, as the conformance suite and capability tables name them.
+/// A clause of the election contract (`docs/contract.md`), as the conformance suite and capability tables name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Clause {
@@ -366,7 +366,7 @@ impl Clause {
         Clause::Membership,
     ];
 
-    /// The clause's number in CONTRACT.md.
+    /// The clause's number in the contract (`docs/contract.md`).
     pub fn number(self) -> u8 {
         Clause::ALL
             .iter()

@@ -1,5 +1,5 @@
-//! The conformance suite: one `async fn check_…` per clause of CONTRACT.md. Every
-//! backend's tests call them all through [`conformance_tests!`](crate::conformance_tests),
+//! The conformance suite: one `async fn check_…` per clause of the election contract
+//! (`docs/contract.md`). Every backend's tests call them all through [`conformance_tests!`](crate::conformance_tests),
 //! passing an [`Env`]. A clause the backend declares unsupported in its
 //! [`Capabilities`] is reported (printed with the reason), never silently passed.
 //!
