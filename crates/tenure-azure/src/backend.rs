@@ -8,11 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::{
-    watch_leader_stream, watch_member_stream, Backend, BackendSession, Capabilities, Clause,
-    ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream, Result,
-    SessionEvents, Timing,
+    poll_stream, Backend, BackendSession, Capabilities, Clause, ElectionName, Error, ErrorKind,
+    LeaderInfo, LeaderStream, Member, MemberStream, Result, SessionEvents, Timing,
 };
-use tokio::sync::watch;
 
 use crate::config::AzureConfig;
 use crate::error::{own, timed_out};
@@ -257,34 +255,13 @@ impl Backend for AzureBackend {
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
         let first = self.shared.read_leader(election).await?;
-        let (tx, rx) = watch::channel(first);
         let shared = self.shared.clone();
         let election = election.clone();
         let poll = shared.store.config.get_poll_interval();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(poll) => {}
-                    _ = tx.closed() => return,
-                }
-                match shared.read_leader(&election).await {
-                    Ok(now) => {
-                        tx.send_if_modified(|cur| {
-                            if *cur != now {
-                                *cur = now;
-                                true
-                            } else {
-                                false
-                            }
-                        });
-                    }
-                    Err(e) => {
-                        tracing::debug!(election = %election, error = %e, "observe: read failed; trying again")
-                    }
-                }
-            }
-        });
-        Ok(watch_leader_stream(rx, Ok))
+        Ok(poll_stream(first, poll, move || {
+            let (shared, election) = (shared.clone(), election.clone());
+            async move { shared.read_leader(&election).await }
+        }))
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -302,33 +279,12 @@ impl Backend for AzureBackend {
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
         let first = self.shared.read_members(namespace).await?;
-        let (tx, rx) = watch::channel(first);
         let shared = self.shared.clone();
         let namespace = namespace.clone();
         let poll = shared.store.config.get_poll_interval();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(poll) => {}
-                    _ = tx.closed() => return,
-                }
-                match shared.read_members(&namespace).await {
-                    Ok(now) => {
-                        tx.send_if_modified(|cur| {
-                            if *cur != now {
-                                *cur = now;
-                                true
-                            } else {
-                                false
-                            }
-                        });
-                    }
-                    Err(e) => {
-                        tracing::debug!(namespace = %namespace, error = %e, "watch members: list failed; trying again")
-                    }
-                }
-            }
-        });
-        Ok(watch_member_stream(rx, Ok))
+        Ok(poll_stream(first, poll, move || {
+            let (shared, namespace) = (shared.clone(), namespace.clone());
+            async move { shared.read_members(&namespace).await }
+        }))
     }
 }

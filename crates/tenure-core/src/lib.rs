@@ -17,8 +17,8 @@ mod url;
 pub mod testing;
 
 pub use backend::{
-    membership_unsupported, watch_leader_stream, watch_member_stream, Backend, BackendSession,
-    Capabilities, Clause, DynBackend, LeaderStream, MemberStream, SessionEvent, SessionEvents,
+    membership_unsupported, poll_stream, watch_stream, Backend, BackendSession, Capabilities,
+    Clause, DynBackend, LeaderStream, MemberStream, SessionEvent, SessionEvents,
 };
 pub use error::{BoxError, Error, ErrorKind, Result};
 pub use leadership::{Leadership, LeadershipWatch, LossReason};

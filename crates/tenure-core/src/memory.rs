@@ -477,7 +477,7 @@ impl Backend for MemoryBackend {
                 .watch
                 .subscribe()
         };
-        Ok(crate::watch_leader_stream(rx, Ok))
+        Ok(crate::watch_stream(rx, Ok))
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -502,7 +502,7 @@ impl Backend for MemoryBackend {
                 .watch
                 .subscribe()
         };
-        Ok(crate::watch_member_stream(rx, |list: Arc<Vec<Member>>| {
+        Ok(crate::watch_stream(rx, |list: Arc<Vec<Member>>| {
             Ok(list.as_ref().clone())
         }))
     }

@@ -178,7 +178,7 @@ impl Backend for EtcdBackend {
             revision,
             tx,
         ));
-        Ok(tenure_core::watch_leader_stream(rx, |v| {
+        Ok(tenure_core::watch_stream(rx, |v| {
             v.map_err(|(kind, message)| own(kind, message))
         }))
     }
@@ -205,7 +205,7 @@ impl Backend for EtcdBackend {
             revision,
             tx,
         ));
-        Ok(tenure_core::watch_member_stream(rx, |v| {
+        Ok(tenure_core::watch_stream(rx, |v| {
             v.map_err(|(kind, message)| own(kind, message))
         }))
     }

@@ -429,7 +429,7 @@ impl Backend for RedisBackend {
             (next, subscribed),
             tx,
         ));
-        Ok(tenure_core::watch_leader_stream(rx, |v| {
+        Ok(tenure_core::watch_stream(rx, |v| {
             v.map_err(|(kind, message)| own(kind, message))
         }))
     }
@@ -460,7 +460,7 @@ impl Backend for RedisBackend {
             (members::next_look(earliest), subscribed),
             tx,
         ));
-        Ok(tenure_core::watch_member_stream(rx, |v| {
+        Ok(tenure_core::watch_stream(rx, |v| {
             v.map_err(|(kind, message)| own(kind, message))
         }))
     }

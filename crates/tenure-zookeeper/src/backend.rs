@@ -397,7 +397,7 @@ impl Backend for ZooKeeperBackend {
         let first = self.shared.read_leader(&client, &dir).await?;
         let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
         tokio::spawn(observe_task(self.shared.clone(), dir, first, tx));
-        Ok(tenure_core::watch_leader_stream(rx, |v| {
+        Ok(tenure_core::watch_stream(rx, |v| {
             v.map_err(|(kind, message)| own(kind, message))
         }))
     }

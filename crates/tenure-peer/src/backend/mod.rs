@@ -259,7 +259,7 @@ impl Backend for PeerBackend {
         let rx = self
             .ask(|reply| Command::Observe { election, reply })
             .await??;
-        Ok(tenure_core::watch_leader_stream(rx, Ok))
+        Ok(tenure_core::watch_stream(rx, Ok))
     }
 }
 
