@@ -13,7 +13,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::{
-    BackendSession, DynBackend, LeaderStream, MemberStream, SessionEvent, SessionEvents,
+    BackendSession, CampaignMode, DynBackend, LeaderStream, MemberStream, SessionEvent,
+    SessionEvents,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::leadership::{GrantState, Leadership, LossReason};
@@ -157,7 +158,7 @@ impl Session {
         *self.core().generation.borrow()
     }
 
-    /// Campaign for `election` and wait until granted. Store errors that may pass
+    /// Campaign for `election` and mode == CampaignMode::Wait until granted. Store errors that may pass
     /// (`Unavailable`, `Timeout`, an expired session) are retried with back-off; bad input
     /// and other errors are returned. Dropping the future withdraws the candidacy.
     pub async fn campaign(
@@ -166,7 +167,7 @@ impl Session {
         candidate: &Candidate,
     ) -> Result<Leadership> {
         let span = tracing::info_span!("tenure.campaign", election = %election, candidate = candidate.id());
-        self.campaign_inner(election, candidate, true)
+        self.campaign_inner(election, candidate, CampaignMode::Wait)
             .instrument(span)
             .await
             .and_then(|l| {
@@ -181,7 +182,7 @@ impl Session {
         candidate: &Candidate,
     ) -> Result<Option<Leadership>> {
         let span = tracing::info_span!("tenure.try_campaign", election = %election, candidate = candidate.id());
-        self.campaign_inner(election, candidate, false)
+        self.campaign_inner(election, candidate, CampaignMode::TryOnce)
             .instrument(span)
             .await
     }
@@ -190,7 +191,7 @@ impl Session {
         &self,
         election: &ElectionName,
         candidate: &Candidate,
-        wait: bool,
+        mode: CampaignMode,
     ) -> Result<Option<Leadership>> {
         let core = self.core();
         core.check_open()?;
@@ -211,9 +212,9 @@ impl Session {
         let lock = core.election_lock(election);
         let guard = match lock.try_lock_owned() {
             Ok(g) => g,
-            Err(_) if wait => {
+            Err(_) if mode == CampaignMode::Wait => {
                 // A release of the same election is finishing, or another campaign of
-                // this session is waiting; wait for it.
+                // this session is waiting; mode == CampaignMode::Wait for it.
                 core.election_lock(election).lock_owned().await
             }
             Err(_) => {
@@ -236,13 +237,14 @@ impl Session {
             let bs = core.current();
             let gen = *generation.borrow_and_update();
             pending.session = Some(bs.clone());
-            let outcome = if wait {
-                tokio::select! {
+            let outcome = match mode {
+                CampaignMode::Wait => tokio::select! {
                     r = bs.campaign(election, candidate) => r.map(Some),
                     _ = core.stop_all.cancelled() => Err(closed_error()),
+                },
+                CampaignMode::TryOnce => {
+                    with_timeout(&core.timing, bs.try_campaign(election, candidate)).await
                 }
-            } else {
-                with_timeout(&core.timing, bs.try_campaign(election, candidate)).await
             };
             match outcome {
                 Ok(Some(token)) => {
@@ -252,7 +254,7 @@ impl Session {
                         // replaced: not safe to hold. Give it back and try again.
                         tracing::warn!(election = %election, token = token.0, "grant arrived after the local deadline; releasing it");
                         let _ = with_timeout(&core.timing, bs.resign(election, Some(token))).await;
-                        if !wait {
+                        if mode == CampaignMode::TryOnce {
                             return Err(Error::new(
                                 ErrorKind::Unavailable,
                                 "session renewal is overdue; grant released",
@@ -280,7 +282,7 @@ impl Session {
                 }
                 Err(e) if e.kind() == ErrorKind::SessionExpired => {
                     pending.session = None;
-                    if !wait {
+                    if mode == CampaignMode::TryOnce {
                         return Err(e);
                     }
                     tracing::debug!(error = %e, "session expired while campaigning; waiting for a new session");
@@ -289,7 +291,7 @@ impl Session {
                         _ = core.stop_all.cancelled() => return Err(closed_error()),
                     }
                 }
-                Err(e) if e.is_retryable() && wait => {
+                Err(e) if e.is_retryable() && mode == CampaignMode::Wait => {
                     let delay = core.timing.retry.delay(attempt);
                     attempt = attempt.saturating_add(1);
                     tracing::debug!(error = %e, ?delay, "campaign failed; retrying");

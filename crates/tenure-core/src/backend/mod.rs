@@ -20,6 +20,17 @@ use crate::error::{Error, ErrorKind};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 use crate::timing::Timing;
 
+/// Whether a campaign waits for the seat or takes it only if it is free now (what
+/// `BackendSession::campaign` and `try_campaign` do); backends that share one code path
+/// for both pass this instead of a flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CampaignMode {
+    /// Queue and wait until granted.
+    Wait,
+    /// Take the seat only if it is free now; never queue.
+    TryOnce,
+}
+
 /// The future a [`Driver`] returns.
 pub type Connecting<'a> = Pin<Box<dyn Future<Output = Result<DynBackend>> + Send + 'a>>;
 

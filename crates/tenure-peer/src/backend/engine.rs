@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_core::backend::CampaignMode;
 use tenure_core::{
     Candidate, ElectionName, Error, ErrorKind, FencingToken, LeaderInfo, Result, SessionEvents,
 };
@@ -54,7 +55,7 @@ pub(crate) enum Command {
         session: u64,
         election: ElectionName,
         candidate: Candidate,
-        wait: bool,
+        mode: CampaignMode,
         reply: CampaignReply,
     },
     Resign {
@@ -283,9 +284,9 @@ impl Engine {
                 session,
                 election,
                 candidate,
-                wait,
+                mode,
                 reply,
-            } => self.campaign(session, election, candidate, wait, reply),
+            } => self.campaign(session, election, candidate, mode, reply),
             Command::Resign {
                 session,
                 election,
@@ -352,7 +353,7 @@ impl Engine {
         session: u64,
         election: ElectionName,
         candidate: Candidate,
-        wait: bool,
+        mode: CampaignMode,
         reply: CampaignReply,
     ) {
         if !self.sessions.contains_key(&session) {
@@ -375,7 +376,7 @@ impl Engine {
             }
         }
         seat.waiters.retain(|w| w.session != session);
-        let give_up_at = if wait {
+        let give_up_at = if mode == CampaignMode::Wait {
             None
         } else {
             let taken = seat.holder.is_some()

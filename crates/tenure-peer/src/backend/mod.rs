@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::CampaignMode;
 use tenure_core::{
     Backend, BackendSession, Candidate, Capabilities, Clause, ElectionName, Error, ErrorKind,
     FencingToken, LeaderInfo, LeaderStream, Result, SessionEvents, Timing,
@@ -315,7 +316,7 @@ impl BackendSession for PeerSession {
             session,
             election,
             candidate,
-            wait: true,
+            mode: CampaignMode::Wait,
             reply,
         })
         .await??;
@@ -335,7 +336,7 @@ impl BackendSession for PeerSession {
             session,
             election,
             candidate,
-            wait: false,
+            mode: CampaignMode::TryOnce,
             reply,
         })
         .await?
