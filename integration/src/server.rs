@@ -380,6 +380,7 @@ struct Local {
     data_dir: PathBuf,
     log_path: PathBuf,
     child: Option<Child>,
+    started: Instant,
     startup: Duration,
     /// Kept last so the directory is removed after the process is gone.
     root: TempDir,
@@ -388,6 +389,12 @@ struct Local {
 impl Local {
     /// Spawns the process and waits until it answers its probe.
     async fn launch(&mut self, kind: Kind, addr: SocketAddr) -> Result<()> {
+        self.spawn(kind)?;
+        self.wait_ready(kind, addr).await
+    }
+
+    /// Starts the process without waiting for it.
+    fn spawn(&mut self, kind: Kind) -> Result<()> {
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -399,7 +406,6 @@ impl Local {
         let log_err = log
             .try_clone()
             .map_err(|e| HarnessError::io("duplicating the server log handle", e))?;
-        let started = Instant::now();
         let child = Command::new(&self.launch.program)
             .args(&self.launch.args)
             .current_dir(self.root.path())
@@ -418,6 +424,13 @@ impl Local {
                 )
             })?;
         self.child = Some(child);
+        self.started = Instant::now();
+        Ok(())
+    }
+
+    /// Waits until the spawned process answers its probe (at most [`READY_TIMEOUT`]).
+    async fn wait_ready(&mut self, kind: Kind, addr: SocketAddr) -> Result<()> {
+        let started = self.started;
         let mut timeout = PROBE_TIMEOUT;
         loop {
             if let Some(child) = self.child.as_mut() {
@@ -588,6 +601,7 @@ impl ServerCore {
                 data_dir,
                 log_path: root.path().join("server.log"),
                 child: None,
+                started: Instant::now(),
                 startup: Duration::ZERO,
                 root,
             };
@@ -1006,5 +1020,194 @@ mod tests {
             .to_string();
         assert!(err.contains("bash scripts/install-test-deps.sh"), "{err}");
         assert!(err.contains("the apt package thing"), "{err}");
+    }
+}
+
+/// A local etcd cluster of several members, each its own process with its own data
+/// directory, on free loopback ports (fast raft timings, as [`EtcdServer`]). Faults
+/// go to one member at a time: [`pause`](Self::pause) (SIGSTOP), [`resume`](Self::resume),
+/// [`kill`](Self::kill), [`restart`](Self::restart).
+///
+/// Dropping it kills every member and removes the data directories.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    members: Vec<(SocketAddr, Local)>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members together and waits until each answers `/health`.
+    pub async fn start(size: usize) -> Result<Self> {
+        let program = require_program("etcd", "etcd", "the apt package etcd-server")?;
+        let ports: Vec<(u16, u16)> = (0..size)
+            .map(|_| Ok((free_port()?, free_port()?)))
+            .collect::<Result<_>>()?;
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("e{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let mut members = Vec::new();
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let root = tempfile::Builder::new()
+                .prefix("tenure-etcd-cluster-")
+                .tempdir()
+                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+            let data_dir = root.path().join("data");
+            let client_url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let args: Vec<OsString> = [
+                "--name".to_string(),
+                format!("e{i}"),
+                "--data-dir".to_string(),
+                data_dir.display().to_string(),
+                "--listen-client-urls".to_string(),
+                client_url.clone(),
+                "--advertise-client-urls".to_string(),
+                client_url,
+                "--listen-peer-urls".to_string(),
+                peer_url.clone(),
+                "--initial-advertise-peer-urls".to_string(),
+                peer_url,
+                "--initial-cluster".to_string(),
+                initial.join(","),
+                "--initial-cluster-state".to_string(),
+                "new".to_string(),
+                "--initial-cluster-token".to_string(),
+                format!("tenure-{}", std::process::id()),
+                "--heartbeat-interval".to_string(),
+                "20".to_string(),
+                "--election-timeout".to_string(),
+                "200".to_string(),
+                "--logger".to_string(),
+                "zap".to_string(),
+                "--log-level".to_string(),
+                "warn".to_string(),
+            ]
+            .into_iter()
+            .map(OsString::from)
+            .collect();
+            let mut local = Local {
+                launch: Launch {
+                    program: program.clone(),
+                    args,
+                },
+                data_dir,
+                log_path: root.path().join("server.log"),
+                child: None,
+                started: Instant::now(),
+                startup: Duration::ZERO,
+                root,
+            };
+            local.spawn(Kind::Etcd)?;
+            members.push((loopback(*client), local));
+        }
+        let mut cluster = EtcdCluster { members };
+        for (addr, local) in &mut cluster.members {
+            local.wait_ready(Kind::Etcd, *addr).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// The members' client addresses, in member order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.members.iter().map(|(a, _)| *a).collect()
+    }
+
+    /// `host:port,host:port,…` for an `etcd://` URL.
+    pub fn hosts(&self) -> String {
+        let hosts: Vec<String> = self.addrs().iter().map(|a| a.to_string()).collect();
+        hosts.join(",")
+    }
+
+    fn member(&self, i: usize) -> Result<&Local> {
+        self.members
+            .get(i)
+            .map(|(_, l)| l)
+            .ok_or_else(|| HarnessError::NotRunning {
+                what: format!("etcd member {i}"),
+            })
+    }
+
+    /// SIGSTOP member `i`: its connections stay open, it answers nothing.
+    pub fn pause(&self, i: usize) -> Result<()> {
+        stop_process(self.member(i)?.pid(Kind::Etcd)?, "etcd member")
+    }
+
+    /// SIGCONT member `i`.
+    pub fn resume(&self, i: usize) -> Result<()> {
+        send_signal(
+            self.member(i)?.pid(Kind::Etcd)?,
+            libc::SIGCONT,
+            "etcd member",
+        )
+    }
+
+    /// SIGKILL member `i`.
+    pub async fn kill(&mut self, i: usize) -> Result<()> {
+        match self.members.get_mut(i) {
+            Some((_, local)) => {
+                local.stop().await;
+                Ok(())
+            }
+            None => Err(HarnessError::NotRunning {
+                what: format!("etcd member {i}"),
+            }),
+        }
+    }
+
+    /// Start member `i` again on its port and data directory (after [`kill`](Self::kill)).
+    pub async fn restart(&mut self, i: usize) -> Result<()> {
+        match self.members.get_mut(i) {
+            Some((addr, local)) => {
+                local.stop().await;
+                local.launch(Kind::Etcd, *addr).await
+            }
+            None => Err(HarnessError::NotRunning {
+                what: format!("etcd member {i}"),
+            }),
+        }
+    }
+
+    /// The index of the member that is raft leader now, asked with `etcdctl endpoint
+    /// status` of every member that answers.
+    pub fn leader(&self) -> Result<usize> {
+        let etcdctl = require_program("etcdctl", "etcdctl", "etcd-client")?;
+        let endpoints: Vec<String> = self.addrs().iter().map(|a| format!("http://{a}")).collect();
+        let out = Command::new(&etcdctl)
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", endpoints.join(",")))
+            .args([
+                "endpoint",
+                "status",
+                "--write-out=fields",
+                "--command-timeout=1s",
+            ])
+            .output()
+            .map_err(|e| HarnessError::io("running etcdctl endpoint status", e))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        // One block of `"Key" : value` lines per endpoint, blocks separated by a blank
+        // line; the leader's block has "MemberID" equal to "Leader".
+        for block in text.split("\n\n") {
+            let field = |name: &str| {
+                block.lines().find_map(|line| {
+                    let (key, value) = line.split_once(" : ")?;
+                    (key.trim().trim_matches('"') == name)
+                        .then(|| value.trim().trim_matches('"').to_string())
+                })
+            };
+            if let (Some(member), Some(leader), Some(endpoint)) =
+                (field("MemberID"), field("Leader"), field("Endpoint"))
+            {
+                if member == leader {
+                    if let Some(i) = endpoints.iter().position(|e| *e == endpoint) {
+                        return Ok(i);
+                    }
+                }
+            }
+        }
+        Err(HarnessError::io(
+            "finding the etcd leader",
+            std::io::Error::other(format!("no member reports itself leader: {text}")),
+        ))
     }
 }

@@ -1,7 +1,21 @@
-//! A small etcd v3 client over tonic: the calls of [`crate::proto`] on one channel
-//! balanced over every endpoint, TLS, and user/password authentication whose token is
-//! fetched again when etcd says it expired.
+//! A small etcd v3 client over tonic: the calls of [`crate::proto`], TLS, and
+//! user/password authentication whose token is fetched again when etcd says it expired.
+//!
+//! # Members that stall
+//!
+//! The client keeps one connection per member and sends every request to a preferred
+//! member. A request that gets no answer within the member timeout, or that the member
+//! refuses as unavailable, is sent again to the next member, which becomes the
+//! preferred one. A member that is paused (a GC pause, a disk stall, SIGSTOP) keeps its
+//! TCP connection open and answers nothing; without this, every request would wait for
+//! the whole request timeout on it, and a leader's renewals would miss their deadline
+//! while the rest of the cluster is healthy. Every request this backend makes can be
+//! sent twice safely: reads, deletes guarded by a create revision, puts of the same
+//! value, keep-alives, and creates guarded by "the key does not exist" (a create that
+//! did land on the first member is found and replaced by the campaign).
 
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -26,11 +40,17 @@ const MAX_ANSWER_BYTES: usize = 128 * 1024 * 1024;
 /// The gRPC metadata key etcd reads the auth token from.
 const TOKEN_KEY: &str = "token";
 
-/// The connection to an etcd cluster. Cheap to clone: clones share the channel and the
-/// auth token.
+/// The longest one member may take to answer before a request goes to the next one
+/// (when the cluster has more than one member).
+const MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The connection to an etcd cluster. Cheap to clone: clones share the connections,
+/// the preferred member and the auth token.
 #[derive(Clone)]
 pub(crate) struct EtcdClient {
-    channel: Channel,
+    members: Arc<[Channel]>,
+    preferred: Arc<AtomicUsize>,
+    member_timeout: Duration,
     auth: Option<Arc<Auth>>,
 }
 
@@ -46,6 +66,8 @@ struct Auth {
 pub(crate) struct Duplex<Q, A> {
     requests: mpsc::UnboundedSender<Q>,
     answers: Streaming<A>,
+    /// The member the stream is open to.
+    member: usize,
 }
 
 /// A watch stream (`Watch/Watch`).
@@ -66,6 +88,11 @@ impl<Q, A> Duplex<Q, A> {
     /// The next answer; `None` when etcd ended the stream.
     pub(crate) async fn message(&mut self) -> std::result::Result<Option<A>, Status> {
         self.answers.message().await
+    }
+
+    /// The member the stream is open to (an index into the configured endpoints).
+    pub(crate) fn member(&self) -> usize {
+        self.member
     }
 }
 
@@ -94,6 +121,15 @@ fn watch_create(create: proto::WatchCreateRequest) -> proto::WatchRequest {
     }
 }
 
+/// Whether `status` says the member could not serve the request (down, unreachable,
+/// without a leader, timed out): another member may.
+fn member_failed(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Cancelled
+    ) && !token_expired(status)
+}
+
 /// Whether etcd refused a request because its auth token expired (etcd reports it as
 /// `Unauthenticated`, some proxies as `InvalidArgument` with this text).
 fn token_expired(status: &Status) -> bool {
@@ -105,7 +141,7 @@ impl EtcdClient {
     /// username, the first token is fetched here.
     pub(crate) async fn connect(config: &EtcdConfig) -> Result<Self> {
         let tls = tls_config(config)?;
-        let mut endpoints = Vec::new();
+        let mut members = Vec::new();
         for url in config.endpoint_urls() {
             let mut endpoint = Endpoint::from_shared(url.clone())
                 .map_err(|e| Error::invalid(format!("endpoint {url}: {e}")))?
@@ -118,10 +154,16 @@ impl EtcdClient {
                     .tls_config(tls.clone())
                     .map_err(|e| Error::invalid(format!("endpoint {url}: TLS: {e}")))?;
             }
-            endpoints.push(endpoint);
+            members.push(endpoint.connect_lazy());
         }
+        // Spread clients over the members: start at one picked by this process.
+        let first =
+            (std::process::id() as usize).wrapping_add(members.len() / 2) % members.len().max(1);
         let client = EtcdClient {
-            channel: Channel::balance_list(endpoints.into_iter()),
+            member_timeout: MEMBER_TIMEOUT
+                .min(config.get_request_timeout() / members.len().max(1) as u32),
+            members: members.into(),
+            preferred: Arc::new(AtomicUsize::new(first)),
             auth: config.username().map(|name| {
                 Arc::new(Auth {
                     name: name.to_string(),
@@ -131,6 +173,66 @@ impl EtcdClient {
             }),
         };
         Ok(client)
+    }
+
+    /// How many members (endpoints) the client knows.
+    pub(crate) fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The longest one member may take before a request goes to the next one.
+    pub(crate) fn member_timeout(&self) -> Duration {
+        self.member_timeout
+    }
+
+    /// Send later requests to another member than `member` (it did not answer).
+    pub(crate) fn avoid(&self, member: usize) {
+        let next = (member + 1) % self.members.len().max(1);
+        let _ = self
+            .preferred
+            .compare_exchange(member, next, Ordering::SeqCst, Ordering::SeqCst);
+        if self.members.len() > 1 {
+            tracing::debug!(
+                member,
+                next,
+                "etcd member did not answer; using the next one"
+            );
+        }
+    }
+
+    /// Run `call` on the preferred member; when that member fails or gives no answer
+    /// within `limit`, on the next one, until every member was tried once. With one
+    /// member there is no per-member limit (the caller's timeout applies).
+    async fn on_members<T, F, Fut>(
+        &self,
+        limit: Duration,
+        call: F,
+    ) -> std::result::Result<T, Status>
+    where
+        F: Fn(usize) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Status>>,
+    {
+        let n = self.members.len();
+        if n <= 1 {
+            return call(0).await;
+        }
+        let start = self.preferred.load(Ordering::SeqCst) % n;
+        let mut last = Status::unavailable("no etcd member answered");
+        for k in 0..n {
+            let member = (start + k) % n;
+            match tokio::time::timeout(limit, call(member)).await {
+                Ok(Ok(answer)) => return Ok(answer),
+                Ok(Err(status)) if member_failed(&status) => last = status,
+                Ok(Err(status)) => return Err(status),
+                Err(_) => {
+                    last = Status::deadline_exceeded(format!(
+                        "etcd member {member} gave no answer within {limit:?}"
+                    ))
+                }
+            }
+            self.avoid(member);
+        }
+        Err(last)
     }
 
     /// Fetch a new auth token (when a username is configured).
@@ -143,7 +245,13 @@ impl EtcdClient {
             password: auth.password.clone(),
         };
         let answer: proto::AuthenticateResponse = self
-            .unary_once(path::AUTHENTICATE, tonic::Request::new(request))
+            .on_members(self.member_timeout, |member| {
+                self.unary_once(
+                    member,
+                    path::AUTHENTICATE,
+                    tonic::Request::new(request.clone()),
+                )
+            })
             .await?;
         let token = MetadataValue::try_from(answer.token.as_str())
             .map_err(|_| Status::internal("etcd sent an auth token that is not ASCII"))?;
@@ -163,12 +271,14 @@ impl EtcdClient {
         request
     }
 
-    fn grpc(&self) -> tonic::client::Grpc<Channel> {
-        tonic::client::Grpc::new(self.channel.clone()).max_decoding_message_size(MAX_ANSWER_BYTES)
+    fn grpc(&self, member: usize) -> tonic::client::Grpc<Channel> {
+        let channel = self.members[member % self.members.len()].clone();
+        tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_ANSWER_BYTES)
     }
 
     async fn unary_once<Q, A>(
         &self,
+        member: usize,
         path: &'static str,
         request: tonic::Request<Q>,
     ) -> std::result::Result<A, Status>
@@ -176,7 +286,7 @@ impl EtcdClient {
         Q: prost::Message + Send + Sync + 'static,
         A: prost::Message + Default + Send + Sync + 'static,
     {
-        let mut grpc = self.grpc();
+        let mut grpc = self.grpc(member);
         grpc.ready()
             .await
             .map_err(|e| Status::from_error(Box::new(e)))?;
@@ -187,17 +297,18 @@ impl EtcdClient {
         Ok(answer.into_inner())
     }
 
-    /// One unary call; when the auth token expired, a new one is fetched and the call
-    /// made once more.
+    /// One unary call (on the members in turn, see [`on_members`](Self::on_members));
+    /// when the auth token expired, a new one is fetched and the call made once more.
     async fn unary<Q, A>(&self, path: &'static str, message: Q) -> std::result::Result<A, Status>
     where
         Q: prost::Message + Clone + Send + Sync + 'static,
         A: prost::Message + Default + Send + Sync + 'static,
     {
-        match self.unary_once(path, self.request(message.clone())).await {
+        let once = |member| self.unary_once(member, path, self.request(message.clone()));
+        match self.on_members(self.member_timeout, once).await {
             Err(status) if self.auth.is_some() && token_expired(&status) => {
                 self.authenticate().await?;
-                self.unary_once(path, self.request(message)).await
+                self.on_members(self.member_timeout, once).await
             }
             other => other,
         }
@@ -205,6 +316,7 @@ impl EtcdClient {
 
     async fn duplex_once<Q, A>(
         &self,
+        member: usize,
         path: &'static str,
         first: Q,
     ) -> std::result::Result<Duplex<Q, A>, Status>
@@ -216,7 +328,7 @@ impl EtcdClient {
         requests
             .unbounded_send(first)
             .map_err(|_| Status::internal("request channel closed at once"))?;
-        let mut grpc = self.grpc();
+        let mut grpc = self.grpc(member);
         grpc.ready()
             .await
             .map_err(|e| Status::from_error(Box::new(e)))?;
@@ -229,10 +341,15 @@ impl EtcdClient {
             )
             .await?
             .into_inner();
-        Ok(Duplex { requests, answers })
+        Ok(Duplex {
+            requests,
+            answers,
+            member,
+        })
     }
 
-    /// Open a bidirectional stream whose first request is `first`.
+    /// Open a bidirectional stream whose first request is `first`, on the members in
+    /// turn (see [`on_members`](Self::on_members)).
     async fn duplex<Q, A>(
         &self,
         path: &'static str,
@@ -242,10 +359,11 @@ impl EtcdClient {
         Q: prost::Message + Clone + Send + Sync + 'static,
         A: prost::Message + Default + Send + Sync + 'static,
     {
-        match self.duplex_once(path, first.clone()).await {
+        let once = |member| self.duplex_once(member, path, first.clone());
+        match self.on_members(self.member_timeout, once).await {
             Err(status) if self.auth.is_some() && token_expired(&status) => {
                 self.authenticate().await?;
-                self.duplex_once(path, first).await
+                self.on_members(self.member_timeout, once).await
             }
             other => other,
         }

@@ -36,6 +36,10 @@ struct Inner {
     /// dropped half-way, the next one opens a fresh stream rather than reading a stale
     /// answer.
     keeper: tokio::sync::Mutex<Option<KeepAliveStream>>,
+    /// How long a keep-alive waits for its answer from one member: with several
+    /// members, short enough that a renewal that moves to the next member still lands
+    /// within the renew deadline.
+    answer_limit: Duration,
     watcher: KeyWatcher,
     candidacies: Mutex<HashMap<ElectionName, Candidacy>>,
     events: SessionEvents,
@@ -99,6 +103,7 @@ impl EtcdSession {
             );
         }
         let lease = granted.id;
+        let answer_limit = answer_limit(&shared, ttl);
         let stop = CancellationToken::new();
         let watcher = KeyWatcher::spawn(
             shared.client.clone(),
@@ -111,6 +116,7 @@ impl EtcdSession {
                 lease,
                 id: lease_hex(lease),
                 keeper: tokio::sync::Mutex::new(None),
+                answer_limit,
                 watcher,
                 candidacies: Mutex::new(HashMap::new()),
                 events,
@@ -118,6 +124,17 @@ impl EtcdSession {
                 closed: AtomicBool::new(false),
             }),
         })
+    }
+}
+
+/// See `Inner::answer_limit`: the request timeout with one member; else the member
+/// timeout, at most a sixth of the TTL (a renewal goes out every quarter TTL and must be
+/// confirmed within two thirds of it).
+fn answer_limit(shared: &Shared, ttl: Duration) -> Duration {
+    if shared.client.member_count() <= 1 {
+        shared.config.get_request_timeout()
+    } else {
+        shared.client.member_timeout().min(ttl / 6)
     }
 }
 
@@ -344,38 +361,50 @@ impl BackendSession for EtcdSession {
         let inner = &self.inner;
         inner.check_open()?;
         let mut slot = inner.keeper.lock().await;
-        let limit = inner.shared.config.get_request_timeout();
-        let mut stream = match slot.take() {
-            Some(stream) => {
-                stream
-                    .send(LeaseKeepAliveRequest { id: inner.lease })
-                    .map_err(|e| map("keep-alive", e))?;
-                stream
+        let client = &inner.shared.client;
+        let mut last = None;
+        // A member that does not answer in time costs one short wait, then the stream
+        // moves to the next member (see the client's docs).
+        for _ in 0..client.member_count() {
+            let mut stream = match slot.take() {
+                Some(stream)
+                    if stream
+                        .send(LeaseKeepAliveRequest { id: inner.lease })
+                        .is_ok() =>
+                {
+                    stream
+                }
+                // Opening a stream sends its first keep-alive.
+                _ => {
+                    inner
+                        .shared
+                        .call("keep-alive", client.keep_alive(inner.lease))
+                        .await?
+                }
+            };
+            let limit = inner.answer_limit;
+            let failed = match tokio::time::timeout(limit, stream.message()).await {
+                Ok(Ok(Some(answer))) if answer.ttl <= 0 => {
+                    return Err(own(
+                        ErrorKind::SessionExpired,
+                        format!("keep-alive: etcd no longer has lease {}", inner.id),
+                    ))
+                }
+                Ok(Ok(Some(_))) => {
+                    *slot = Some(stream);
+                    return Ok(());
+                }
+                Ok(Ok(None)) => own(ErrorKind::Unavailable, "keep-alive: the stream ended"),
+                Ok(Err(e)) => map("keep-alive", e),
+                Err(_) => crate::error::timed_out("keep-alive", limit),
+            };
+            if !failed.is_retryable() {
+                return Err(failed);
             }
-            // Opening the stream sends the first keep-alive.
-            None => {
-                inner
-                    .shared
-                    .call("keep-alive", inner.shared.client.keep_alive(inner.lease))
-                    .await?
-            }
-        };
-        let answer = match tokio::time::timeout(limit, stream.message()).await {
-            Ok(Ok(Some(answer))) => answer,
-            Ok(Ok(None)) => {
-                return Err(own(ErrorKind::Unavailable, "keep-alive: the stream ended"))
-            }
-            Ok(Err(e)) => return Err(map("keep-alive", e)),
-            Err(_) => return Err(crate::error::timed_out("keep-alive", limit)),
-        };
-        if answer.ttl <= 0 {
-            return Err(own(
-                ErrorKind::SessionExpired,
-                format!("keep-alive: etcd no longer has lease {}", inner.id),
-            ));
+            client.avoid(stream.member());
+            last = Some(failed);
         }
-        *slot = Some(stream);
-        Ok(())
+        Err(last.unwrap_or_else(|| own(ErrorKind::Unavailable, "keep-alive: no etcd member")))
     }
 
     async fn campaign(

@@ -1,0 +1,141 @@
+//! A 3-member etcd cluster: a member's pause, crash or restart never costs a leader
+//! that is healthy on the rest of the cluster its seat; losing quorum past the TTL
+//! loses it by the deadline, and the seat is granted again after quorum returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::{Candidate, ElectionName, Leadership, Session, Timing};
+use tenure_etcd::EtcdBackend;
+use tenure_integration::EtcdCluster;
+
+const TTL: Duration = Duration::from_secs(5);
+
+fn random_name(what: &str) -> ElectionName {
+    let n: u64 = rand_u64();
+    ElectionName::new(format!("cluster/{what}-{n:016x}")).unwrap()
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
+    h.finish()
+}
+
+async fn start() -> EtcdCluster {
+    match EtcdCluster::start(3).await {
+        Ok(c) => c,
+        Err(e) => panic!("start a 3-member etcd cluster: {e}"),
+    }
+}
+
+/// A session over every member (the URL a user writes), TTL 5 s, default timeouts.
+async fn session(cluster: &EtcdCluster) -> Session {
+    let url = format!("etcd://{}", cluster.hosts());
+    let backend = EtcdBackend::from_url(&url).await.expect("connect");
+    Session::open(Arc::new(backend), Timing::from_ttl(TTL))
+        .await
+        .expect("session")
+}
+
+async fn lead(session: &Session, what: &str) -> Leadership {
+    let election = random_name(what);
+    session
+        .campaign(&election, &Candidate::new("holder").unwrap())
+        .await
+        .expect("campaign")
+}
+
+/// Holds for `how_long` while `fault` is in effect; panics if leadership is lost.
+async fn hold_through(leadership: &Leadership, how_long: Duration, what: &str) {
+    let lost = leadership.lost();
+    tokio::select! {
+        _ = lost.cancelled() => panic!("{what}: a healthy leader lost its seat"),
+        _ = tokio::time::sleep(how_long) => {}
+    }
+    assert!(leadership.is_leader(), "{what}: not leader afterwards");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_member_costs_no_leadership() {
+    let cluster = start().await;
+    let s = session(&cluster).await;
+    let l = lead(&s, "pause").await;
+    // Pause each member in turn under one leadership: whichever member serves the
+    // session's keep-alive stream (and whichever it moves to) is paused at least once.
+    for member in 0..3 {
+        cluster.pause(member).expect("pause");
+        let what = format!("member {member} paused for 8 s");
+        hold_through(&l, Duration::from_secs(8), &what).await;
+        cluster.resume(member).expect("resume");
+    }
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_raft_leader_and_a_rolling_restart_cost_no_leadership() {
+    let mut cluster = start().await;
+    let s = session(&cluster).await;
+    let l = lead(&s, "restart").await;
+    // SIGKILL the raft leader; the others elect a new one; it comes back.
+    let leader = cluster.leader().expect("raft leader");
+    cluster.kill(leader).await.expect("kill");
+    hold_through(&l, Duration::from_secs(4), "raft leader killed").await;
+    cluster.restart(leader).await.expect("restart");
+    // Rolling restart: one member at a time, each down for 2 s.
+    for member in 0..3 {
+        cluster.kill(member).await.expect("kill");
+        hold_through(&l, Duration::from_secs(2), &format!("member {member} down")).await;
+        cluster.restart(member).await.expect("restart");
+        hold_through(&l, Duration::from_secs(1), &format!("member {member} back")).await;
+    }
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_quorum_loses_by_the_deadline_and_its_return_elects_again() {
+    let cluster = start().await;
+    let s = session(&cluster).await;
+    let election = random_name("quorum");
+    let l = s
+        .campaign(&election, &Candidate::new("holder").unwrap())
+        .await
+        .expect("campaign");
+    let timing = Timing::from_ttl(TTL);
+    // Two of three stopped past the TTL: no renewal can be confirmed.
+    cluster.pause(0).expect("pause");
+    cluster.pause(1).expect("pause");
+    let paused = std::time::Instant::now();
+    let lost = l.lost();
+    tokio::time::timeout(
+        timing.renew_deadline + Duration::from_secs(1),
+        lost.cancelled(),
+    )
+    .await
+    .expect("the lost signal fires by the renew deadline without quorum");
+    assert!(!l.is_leader());
+    let waited = TTL + Duration::from_secs(1);
+    tokio::time::sleep(waited.saturating_sub(paused.elapsed())).await;
+    cluster.resume(0).expect("resume");
+    cluster.resume(1).expect("resume");
+    let back = std::time::Instant::now();
+    // The session campaigns again by itself through the runner-less path: campaign anew.
+    let again = tokio::time::timeout(
+        TTL + Duration::from_secs(5),
+        s.campaign(&election, &Candidate::new("holder").unwrap()),
+    )
+    .await
+    .expect("elected again within TTL + 5 s of quorum's return")
+    .expect("campaign");
+    assert!(again.token() > l.token(), "a new grant has a larger token");
+    eprintln!("elected again {:?} after quorum returned", back.elapsed());
+    again.resign().await.expect("resign");
+}
