@@ -1,5 +1,5 @@
 //! The `tenure` command. A binary only: its modules are private (see the crate README
-//! for why, and for how the integration crate shares [`bench`]).
+//! for why, and for how the integration crate shares `src/bench.rs`).
 #![deny(missing_docs)]
 
 mod args;
