@@ -1,18 +1,19 @@
 //! `tenure bench` on local servers: starts etcd, Redis, ZooKeeper and Azurite with the
-//! harness (or uses the ones named by `TENURE_TEST_*`), measures them and the in-memory
-//! backend through `tenure_cli::bench_all` (the code `tenure bench` runs), prints the
-//! Markdown table and writes the SVG chart. `scripts/bench.sh` runs this.
+//! harness (or uses the ones named by `TENURE_TEST_*`), then runs the `tenure` binary
+//! (built with cargo in this example's profile) as `tenure bench --etcd … --redis … --zk
+//! … --azure …`, which measures them and the in-memory backend, prints the Markdown
+//! table and writes the SVG chart. `scripts/bench.sh` runs this.
 //!
 //! ```text
 //! cargo run --release -p tenure-integration --example bench_all [-- --runs 20 --failovers 5 --ttl 2 --azure-ttl 15 --svg bench.svg --no-azure --no-shards]
 //! ```
 //!
-//! A server that cannot be started (e.g. its program is missing) is listed as such.
+//! A server that cannot be started (e.g. its program is missing) is listed as such in
+//! rows added under the table (not in the chart).
 
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
-use tenure_cli::bench_all::{self, BenchPlan, Machine, Outcome, Target};
-use tenure_core::Timing;
+use tenure_integration::cli_faults::build_tenure_cli;
 use tenure_integration::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
 
 /// Azurite's well-known development account key (public; not a secret).
@@ -39,6 +40,7 @@ fn main() {
         azure: true,
         shards: true,
     };
+    // Checked here (and whether to start Azurite), then passed on to `tenure bench`.
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || match args.next() {
@@ -73,54 +75,42 @@ fn main() {
     runtime.block_on(run(f));
 }
 
-fn target(name: &str, url: String, timing: &Timing, shards: bool) -> Target {
-    Target {
-        name: name.into(),
-        url,
-        timing: timing.clone(),
-        shards,
-    }
-}
-
-fn failed(name: &str, what: &str, e: impl std::fmt::Display, timing: &Timing) -> Outcome {
-    Outcome {
-        target: target(name, String::new(), timing, false),
-        result: Err(format!("{what} could not be started: {e}")),
-        shards: None,
-    }
-}
-
 async fn run(f: Flags) {
-    let timing = Timing::from_ttl(Duration::from_secs_f64(f.ttl));
-    let azure_timing = Timing::from_ttl(Duration::from_secs_f64(f.azure_ttl));
     let say = |s: &str| eprintln!("bench_all: {s}");
-    let mut targets = vec![target("mem", "mem://tenure-bench".into(), &timing, true)];
+    let tenure = match build_tenure() {
+        Ok(b) => b,
+        Err(e) => fail(&format!("building the tenure CLI: {e}")),
+    };
+    let mut bench = Command::new(&tenure);
+    bench.arg("bench");
+    for name in ["ETCD", "REDIS", "ZK", "AZURE"] {
+        // Only the servers started here are measured.
+        bench.env_remove(format!("TENURE_BENCH_{name}"));
+    }
     let mut missing = Vec::new();
     say("starting etcd, Redis, ZooKeeper and Azurite");
     let etcd = EtcdServer::start().await;
     match &etcd {
-        Ok(s) => targets.push(target(
-            "etcd",
-            format!("etcd://{}?prefix=tenure-bench", s.addr()),
-            &timing,
-            true,
-        )),
-        Err(e) => missing.push(failed("etcd", "etcd", e, &timing)),
+        Ok(s) => {
+            bench.arg("--etcd");
+            bench.arg(format!("etcd://{}?prefix=tenure-bench", s.addr()));
+        }
+        Err(e) => missing.push(("etcd", format!("etcd could not be started: {e}"))),
     }
     let redis = RedisServer::start().await;
     match &redis {
-        Ok(s) => targets.push(target("redis", s.endpoint().to_string(), &timing, true)),
-        Err(e) => missing.push(failed("redis", "Redis", e, &timing)),
+        Ok(s) => {
+            bench.args(["--redis", s.endpoint()]);
+        }
+        Err(e) => missing.push(("redis", format!("Redis could not be started: {e}"))),
     }
     let zk = ZooKeeperServer::start().await;
     match &zk {
-        Ok(s) => targets.push(target(
-            "zookeeper",
-            format!("zk://{}/tenure-bench", s.endpoint()),
-            &timing,
-            true,
-        )),
-        Err(e) => missing.push(failed("zookeeper", "ZooKeeper", e, &timing)),
+        Ok(s) => {
+            bench.arg("--zk");
+            bench.arg(format!("zk://{}/tenure-bench", s.endpoint()));
+        }
+        Err(e) => missing.push(("zookeeper", format!("ZooKeeper could not be started: {e}"))),
     }
     let azurite = if f.azure {
         Some(AzuriteServer::start().await)
@@ -129,55 +119,53 @@ async fn run(f: Flags) {
     };
     match &azurite {
         Some(Ok(s)) => {
-            targets.push(target(
-                "azure",
-                format!(
-                    "azblob://devstoreaccount1/bench-{}?endpoint={}&poll_interval_ms=100",
-                    std::process::id(),
-                    s.endpoint()
-                ),
-                &azure_timing,
-                false,
+            bench.arg("--azure");
+            bench.arg(format!(
+                "azblob://devstoreaccount1/bench-{}?endpoint={}&poll_interval_ms=100",
+                std::process::id(),
+                s.endpoint()
             ));
         }
-        Some(Err(e)) => missing.push(failed("azure", "Azurite", e, &azure_timing)),
+        Some(Err(e)) => missing.push(("azure", format!("Azurite could not be started: {e}"))),
         None => {}
     }
-    let shard_config = f.shards.then(|| {
-        let mut cfg = tenure_shard_config();
-        cfg.timing = timing.clone();
-        cfg
-    });
-    let plan = BenchPlan {
-        targets,
-        handover_runs: f.runs,
-        failover_runs: f.failovers,
-        shard_config,
-    };
-    let progress = |line: String| eprintln!("bench_all: {line}");
-    let mut outcomes = bench_all::run(&plan, &progress).await;
-    outcomes.extend(missing);
-    let machine = Machine::detect();
-    let mut command = String::from("bash scripts/bench.sh");
-    for a in std::env::args().skip(1) {
-        command.push(' ');
-        command.push_str(&a);
+    bench
+        .args(["--runs", &f.runs.to_string()])
+        .args(["--failovers", &f.failovers.to_string()])
+        .args(["--ttl", &f.ttl.to_string()])
+        .args(["--azure-ttl", &f.azure_ttl.to_string()])
+        .args(["--svg", &f.svg]);
+    if !f.shards {
+        bench.arg("--no-shards");
     }
-    print!("{}", bench_all::markdown(&outcomes, &machine, &command));
-    match std::fs::write(&f.svg, bench_all::svg(&outcomes, &machine)) {
-        Ok(()) => say(&format!("chart written to {}", f.svg)),
-        Err(e) => fail(&format!("svg: cannot write {}: {e}", f.svg)),
+    // The table goes to our stdout once `tenure bench` is done, with the missing servers'
+    // rows under it; its progress lines go to stderr as they come.
+    let out = match bench.stderr(Stdio::inherit()).output() {
+        Ok(out) => out,
+        Err(e) => fail(&format!("running {}: {e}", tenure.display())),
+    };
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    for (name, why) in &missing {
+        println!(
+            "| {name} | {} | – | – | – | – | |",
+            why.replace(['\n', '|'], " ")
+        );
     }
     drop((etcd, redis, zk, azurite));
+    if !out.status.success() {
+        fail(&format!("tenure bench failed: {}", out.status));
+    }
 }
 
-/// The shard benchmark as `tenure bench` runs it by default: 256 shards, 5 nodes,
-/// replication 3, a 2 s quiet stretch.
-fn tenure_shard_config() -> tenure_shard::bench::BenchConfig {
-    let mut cfg = tenure_shard::bench::BenchConfig::new(256);
-    cfg.nodes = 5;
-    cfg.steady_window = Duration::from_secs(2);
-    cfg
+/// The `tenure` binary of this example's profile (`<target>/<profile>/examples/bench_all`
+/// → `<target>/<profile>/tenure`), built with cargo.
+fn build_tenure() -> Result<std::path::PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let profile_dir = exe
+        .parent()
+        .and_then(|examples| examples.parent())
+        .ok_or("cannot locate the target directory")?;
+    build_tenure_cli(profile_dir)
 }
 
 fn number(arg: &str, value: &str) -> f64 {

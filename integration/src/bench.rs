@@ -1,14 +1,19 @@
 //! Handover and failover latency of a backend, as a table (not a timed test).
 //!
-//! The measuring code lives in the CLI's library (`tenure_cli::bench`, which `tenure
-//! bench` runs) and is re-exported here: [`bench_backend`] measures any backend;
-//! [`bench_etcd`] runs it on a local etcd started by the harness (or the one named by
-//! `TENURE_TEST_ETCD`). [`BenchTable`] prints min/median/max per figure, so every
-//! backend's numbers look the same.
+//! The measuring code is the one `tenure bench` runs: the CLI's
+//! `crates/tenure-cli/src/bench.rs`, compiled here as a private module (the published
+//! `tenure` command is a binary with no library, so there is no crate to depend on) and
+//! re-exported: [`bench_backend`] measures any backend; [`bench_etcd`] runs it on a
+//! local etcd started by the harness (or the one named by `TENURE_TEST_ETCD`).
+//! [`BenchTable`] prints min/median/max per figure, so every backend's numbers look the
+//! same.
 
 use std::sync::Arc;
 
-pub use tenure_cli::bench::{
+#[path = "../../crates/tenure-cli/src/bench.rs"]
+mod measure;
+
+pub use measure::{
     bench_backend, measure_failover, measure_failover_with, measure_handover, BenchOptions,
     BenchTable, Figure,
 };

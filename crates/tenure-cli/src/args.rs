@@ -75,6 +75,17 @@ pub fn seconds(field: &str, secs: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// [`seconds`], and more than zero (a timeout or an interval).
+pub fn positive_seconds(field: &str, secs: f64) -> Result<Duration> {
+    let d = seconds(field, secs)?;
+    if d.is_zero() {
+        return Err(Error::invalid(format!(
+            "{field}: must be greater than zero"
+        )));
+    }
+    Ok(d)
+}
+
 impl TimingArgs {
     /// The validated timing.
     pub fn timing(&self) -> Result<Timing> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tenure::{
     Candidate, DynBackend, ElectionName, Error, LeaderContext, LeaderRunner, Result, Session,
+    Timing,
 };
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
@@ -13,25 +14,59 @@ use tokio_util::sync::CancellationToken;
 use crate::args::{seconds, CampaignArgs};
 use crate::events::{leadership_event_json, EventSink};
 
+/// The arguments of `tenure campaign`, checked: everything that can be wrong with them
+/// is found here, before the backend is connected.
+#[derive(Debug, Clone)]
+pub struct CampaignPlan {
+    timing: Timing,
+    election: ElectionName,
+    candidate: Candidate,
+    grace: Duration,
+    command: Vec<String>,
+}
+
+impl CampaignPlan {
+    /// Check `args` (timing, election name, id and value, grace, the command's program).
+    pub fn new(args: &CampaignArgs) -> Result<CampaignPlan> {
+        let timing = args.timing.timing()?;
+        let election = ElectionName::new(&args.election)?;
+        let candidate = Candidate::with_value(&args.id, &args.value)?;
+        let grace = seconds("grace", args.grace)?;
+        if let Some(program) = args.command.first() {
+            check_program(program)?;
+        }
+        Ok(CampaignPlan {
+            timing,
+            election,
+            candidate,
+            grace,
+            command: args.command.clone(),
+        })
+    }
+
+    /// The session timing (its `connect_timeout` bounds connecting too).
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+}
+
 /// Campaign on `backend` until `shutdown` fires, then resign. Events go to `sink`.
 pub async fn run_campaign(
     backend: DynBackend,
-    args: &CampaignArgs,
+    plan: &CampaignPlan,
     sink: Arc<dyn EventSink>,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let timing = args.timing.timing()?;
-    let election = ElectionName::new(&args.election)?;
-    let candidate = Candidate::with_value(&args.id, &args.value)?;
-    let grace = seconds("grace", args.grace)?;
-    if let Some(program) = args.command.first() {
-        check_program(program)?;
-    }
-    let session = Session::open(backend, timing).await?;
-    let mut runner = LeaderRunner::new(session.clone(), election, candidate)
-        .task_grace(grace + Duration::from_secs(1));
+    let grace = plan.grace;
+    let session = Session::open(backend, plan.timing.clone()).await?;
+    let mut runner = LeaderRunner::new(
+        session.clone(),
+        plan.election.clone(),
+        plan.candidate.clone(),
+    )
+    .task_grace(grace + Duration::from_secs(1));
     let mut events = runner.subscribe();
-    let id = args.id.clone();
+    let id = plan.candidate.id().to_string();
     let printer = tokio::spawn(async move {
         while let Some(ev) = events.recv().await {
             if let Some(line) = leadership_event_json(&id, &ev) {
@@ -39,8 +74,8 @@ pub async fn run_campaign(
             }
         }
     });
-    let command = Arc::new(args.command.clone());
-    let id = args.id.clone();
+    let command = Arc::new(plan.command.clone());
+    let id = plan.candidate.id().to_string();
     let result = runner
         .run(shutdown, move |ctx| {
             let command = command.clone();
@@ -142,5 +177,182 @@ fn signal_group(pid: u32, signal: libc::c_int) {
     // child (process_group(0) makes its pgid equal to its pid); it touches no memory.
     unsafe {
         libc::kill(-pid, signal);
+    }
+}
+
+/// Campaigns in this process through [`run_campaign`] (two on one in-memory store, or
+/// one whose session the store expires); the binary's own tests are in `tests/cli.rs`.
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use clap::Parser;
+    use serde_json::Value;
+    use tenure::MemoryBackend;
+    use tokio_util::sync::CancellationToken;
+
+    use super::{run_campaign, CampaignPlan};
+    use crate::args::{Cli, Command};
+    use crate::events::MemorySink;
+
+    /// The checked plan of `tenure campaign ARGS`.
+    fn plan(args: &[&str]) -> CampaignPlan {
+        let mut argv = vec!["tenure", "campaign"];
+        argv.extend_from_slice(args);
+        match Cli::parse_from(argv).command {
+            Command::Campaign(a) => CampaignPlan::new(&a).unwrap(),
+            other => panic!("parsed {other:?}"),
+        }
+    }
+
+    async fn wait_for(sink: &MemorySink, pred: impl Fn(&Value) -> bool) -> Value {
+        for _ in 0..500 {
+            if let Some(v) = sink.events().into_iter().find(|v| pred(v)) {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("event not seen; got {:?}", sink.events());
+    }
+
+    fn is(kind: &'static str) -> impl Fn(&Value) -> bool {
+        move |v| v["event"] == kind
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_campaigns_in_one_process_hand_over_on_shutdown() {
+        let backend: tenure::DynBackend = Arc::new(MemoryBackend::new());
+        let (sa, sb) = (MemorySink::default(), MemorySink::default());
+        let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+        let args_a = plan(&["--election", "jobs/nightly", "--id", "a", "--ttl", "2"]);
+        let args_b = plan(&["--election", "jobs/nightly", "--id", "b", "--ttl", "2"]);
+        let a = {
+            let (backend, sink, stop) = (backend.clone(), Arc::new(sa.clone()), stop_a.clone());
+            tokio::spawn(async move { run_campaign(backend, &args_a, sink, stop).await })
+        };
+        let elected_a = wait_for(&sa, is("elected")).await;
+        let b = {
+            let (backend, sink, stop) = (backend.clone(), Arc::new(sb.clone()), stop_b.clone());
+            tokio::spawn(async move { run_campaign(backend, &args_b, sink, stop).await })
+        };
+        wait_for(&sb, is("campaigning")).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(sb.events().iter().all(|v| v["event"] != "elected"));
+        stop_a.cancel();
+        a.await.unwrap().unwrap();
+        let resigned_a = wait_for(&sa, is("resigned")).await;
+        let elected_b = wait_for(&sb, is("elected")).await;
+
+        for v in [&elected_a, &resigned_a, &elected_b] {
+            assert_eq!(v["election"], "jobs/nightly");
+            assert!(v["mono_ns"].as_u64().unwrap() > 0);
+            assert!(v["token"].as_u64().is_some());
+        }
+        assert_eq!(elected_a["id"], "a");
+        assert_eq!(resigned_a["cause"], "shutdown");
+        assert_eq!(resigned_a["token"], elected_a["token"]);
+        assert_eq!(elected_b["id"], "b");
+        assert!(elected_b["token"].as_u64() > elected_a["token"].as_u64());
+        // a's tenure ended before b's began.
+        assert!(resigned_a["mono_ns"].as_u64() <= elected_b["mono_ns"].as_u64());
+        stop_b.cancel();
+        b.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_command_runs_only_while_leader_and_is_killed_on_loss() {
+        let mem = MemoryBackend::new();
+        let backend: tenure::DynBackend = Arc::new(mem.clone());
+        let dir = std::env::temp_dir().join(format!("tenure-cli-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("log");
+        let script = format!(
+            "echo \"$$ $TENURE_TOKEN $TENURE_ELECTION $TENURE_ID\" >> {}; exec sleep 1000",
+            log.display()
+        );
+        let args = plan(&[
+            "--election",
+            "jobs/cmd",
+            "--id",
+            "runner-1",
+            "--ttl",
+            "2",
+            "--grace",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]);
+        let sink = MemorySink::default();
+        let stop = CancellationToken::new();
+        let task = {
+            let (backend, sink, stop) = (backend.clone(), Arc::new(sink.clone()), stop.clone());
+            tokio::spawn(async move { run_campaign(backend, &args, sink, stop).await })
+        };
+        let first = wait_for(&sink, is("elected")).await;
+        let read_lines = || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.split(' ').map(str::to_string).collect::<Vec<_>>())
+                .collect::<Vec<_>>()
+        };
+        for _ in 0..200 {
+            if !read_lines().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let lines = read_lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let pid: i32 = lines[0][0].parse().unwrap();
+        assert_eq!(lines[0][1], first["token"].as_u64().unwrap().to_string());
+        assert_eq!(
+            lines[0][2..],
+            ["jobs/cmd".to_string(), "runner-1".to_string()]
+        );
+        assert!(alive(pid));
+
+        // The store expires the session: leadership is lost, the command killed, and the
+        // campaign goes on with a new token.
+        let id = mem.session_ids().pop().unwrap();
+        assert!(mem.expire_session(&id));
+        let lost = wait_for(&sink, is("lost")).await;
+        assert_eq!(lost["reason"], "session expired");
+        for _ in 0..200 {
+            if !alive(pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!alive(pid), "command survived the loss of leadership");
+        let second = wait_for(&sink, |v| {
+            v["event"] == "elected" && v["token"] != first["token"]
+        })
+        .await;
+        assert!(second["token"].as_u64() > first["token"].as_u64());
+        for _ in 0..200 {
+            if read_lines().len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            read_lines()[1][1],
+            second["token"].as_u64().unwrap().to_string()
+        );
+        stop.cancel();
+        task.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn alive(pid: i32) -> bool {
+        // A zombie still answers kill(0); look at /proc for its state.
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => !stat.contains(") Z "),
+            Err(_) => false,
+        }
     }
 }

@@ -435,8 +435,6 @@ pub enum Display {
     Live(Box<dyn Write + Send>),
     /// One plain line per step.
     Lines(Box<dyn Write + Send>),
-    /// Nothing.
-    Quiet,
 }
 
 struct View {

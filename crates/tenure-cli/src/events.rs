@@ -1,7 +1,6 @@
 //! JSON event lines.
 
 use std::io::Write;
-use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 use tenure::{FencingToken, LeadershipEvent};
@@ -24,29 +23,6 @@ impl EventSink for StdoutSink {
         // A closed stdout (e.g. `| head`) must not kill the campaign.
         let _ = writeln!(out, "{event}");
         let _ = out.flush();
-    }
-}
-
-/// Keeps events in memory (for tests and embedding).
-#[derive(Debug, Default, Clone)]
-pub struct MemorySink(Arc<Mutex<Vec<Value>>>);
-
-impl MemorySink {
-    /// A snapshot of the events so far.
-    pub fn events(&self) -> Vec<Value> {
-        match self.0.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
-    }
-}
-
-impl EventSink for MemorySink {
-    fn emit(&self, event: Value) {
-        match self.0.lock() {
-            Ok(mut g) => g.push(event),
-            Err(p) => p.into_inner().push(event),
-        }
     }
 }
 
@@ -91,4 +67,30 @@ pub fn leadership_event_json(id: &str, event: &LeadershipEvent) -> Option<Value>
         }),
         _ => return None,
     })
+}
+
+/// Keeps events in memory, for the tests of the commands that emit them.
+#[cfg(test)]
+#[derive(Debug, Default, Clone)]
+pub struct MemorySink(std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
+
+#[cfg(test)]
+impl MemorySink {
+    /// A snapshot of the events so far.
+    pub fn events(&self) -> Vec<Value> {
+        match self.0.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl EventSink for MemorySink {
+    fn emit(&self, event: Value) {
+        match self.0.lock() {
+            Ok(mut g) => g.push(event),
+            Err(p) => p.into_inner().push(event),
+        }
+    }
 }

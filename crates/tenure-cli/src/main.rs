@@ -1,4 +1,17 @@
-//! The `tenure` command.
+//! The `tenure` command. A binary only: its modules are private (see the crate README
+//! for why, and for how the integration crate shares `src/bench.rs`).
+#![deny(missing_docs)]
+
+mod args;
+mod bench;
+mod bench_all;
+mod campaign;
+mod clock;
+mod demo;
+mod events;
+mod metrics;
+mod observe;
+mod shards;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,13 +21,14 @@ use clap::Parser;
 use std::io::IsTerminal;
 use tenure::{Error, ErrorKind};
 
-use tenure_cli::args::{
-    seconds, BenchArgs, Cli, Command, DemoArgs, MetricsArgs, ShardsArgs, ShardsCommand,
+use args::{
+    positive_seconds, seconds, BenchArgs, Cli, Command, DemoArgs, MetricsArgs, ShardsArgs,
+    ShardsCommand,
 };
-use tenure_cli::bench_all::{self, BenchPlan, Machine, Target};
-use tenure_cli::demo::{self, DemoOptions, Display};
-use tenure_cli::shards::{self, StatusOptions};
-use tenure_cli::{campaign, metrics, observe, StdoutSink};
+use bench_all::{BenchPlan, Machine, Target};
+use demo::{DemoOptions, Display};
+use events::StdoutSink;
+use shards::StatusOptions;
 use tokio_util::sync::CancellationToken;
 
 fn main() -> ExitCode {
@@ -126,18 +140,18 @@ async fn run(cli: Cli) -> tenure::Result<()> {
     let shutdown = shutdown_on_signals();
     match cli.command {
         Command::Campaign(args) => {
-            let limit = seconds("connect_timeout", args.timing.connect_timeout)?;
-            // Reject bad timings before touching the network.
-            args.timing.timing()?;
+            // Every argument is checked before touching the network.
+            let plan = campaign::CampaignPlan::new(&args)?;
             serve_metrics(&args.metrics)?;
+            let limit = plan.timing().connect_timeout;
             let backend = connect(&args.backend.backend, limit).await?;
-            campaign::run_campaign(backend, &args, Arc::new(StdoutSink), shutdown).await
+            campaign::run_campaign(backend, &plan, Arc::new(StdoutSink), shutdown).await
         }
         Command::Observe(args) => {
-            let limit = seconds("connect_timeout", args.connect_timeout)?;
+            let plan = observe::ObservePlan::new(&args)?;
             serve_metrics(&args.metrics)?;
-            let backend = connect(&args.backend.backend, limit).await?;
-            observe::run_observe(backend, &args, Arc::new(StdoutSink), shutdown).await
+            let backend = connect(&args.backend.backend, plan.connect_timeout()).await?;
+            observe::run_observe(backend, &plan, Arc::new(StdoutSink), shutdown).await
         }
         Command::Demo(args) => run_demo(args, shutdown).await,
         Command::Shards(args) => run_shards(args, shutdown).await,
@@ -148,10 +162,12 @@ async fn run(cli: Cli) -> tenure::Result<()> {
 async fn run_shards(args: ShardsArgs, shutdown: CancellationToken) -> tenure::Result<()> {
     match args.command {
         ShardsCommand::Status(args) => {
+            // Every argument is checked before touching the network.
             let layout = tenure::Layout::new(&args.namespace, args.shards, args.replication)?;
-            let limit = seconds("connect_timeout", args.connect_timeout)?;
+            let limit = positive_seconds("connect_timeout", args.connect_timeout)?;
             let mut timing = tenure::Timing::from_ttl(Duration::from_secs(10));
             timing.connect_timeout = limit;
+            timing.validate()?;
             let backend = connect(&args.backend.backend, limit).await?;
             let options = StatusOptions {
                 layout,

@@ -1,26 +1,49 @@
 //! `tenure observe`: one JSON line per leader change.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::json;
 use tenure::{DynBackend, ElectionName, Error, ErrorKind, Result};
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{seconds, ObserveArgs};
+use crate::args::{positive_seconds, ObserveArgs};
 use crate::clock::monotonic_now_ns;
 use crate::events::EventSink;
+
+/// The arguments of `tenure observe`, checked before the backend is connected.
+#[derive(Debug, Clone)]
+pub struct ObservePlan {
+    election: ElectionName,
+    connect_timeout: Duration,
+}
+
+impl ObservePlan {
+    /// Check `args` (election name, connect timeout).
+    pub fn new(args: &ObserveArgs) -> Result<ObservePlan> {
+        Ok(ObservePlan {
+            election: ElectionName::new(&args.election)?,
+            connect_timeout: positive_seconds("connect_timeout", args.connect_timeout)?,
+        })
+    }
+
+    /// How long connecting, and the first answer, may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+}
 
 /// Print leader changes of the election until `shutdown` fires or the stream ends.
 pub async fn run_observe(
     backend: DynBackend,
-    args: &ObserveArgs,
+    plan: &ObservePlan,
     sink: Arc<dyn EventSink>,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let election = ElectionName::new(&args.election)?;
-    let limit = seconds("connect_timeout", args.connect_timeout)?;
-    let mut stream = tokio::time::timeout(limit, backend.observe(&election))
+    let election = &plan.election;
+    let limit = plan.connect_timeout;
+    let mut stream = tokio::time::timeout(limit, backend.observe(election))
         .await
         .map_err(|_| {
             Error::new(
