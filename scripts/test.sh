@@ -11,3 +11,6 @@ export PROTOC=/nonexistent/protoc
 # The integration tests run the `tenure` binary as candidate processes.
 cargo build --quiet -p tenure-cli
 cargo test --workspace --all-features -- --test-threads="${TENURE_TEST_THREADS:-2}"
+# Every publishable crate builds from its own packaged tarball (a missing file, a
+# path outside the crate or a build-time tool shows here).
+bash scripts/package-check.sh
