@@ -300,14 +300,7 @@ async fn run(via: &str, input: String) -> tenure_core::Result<()> {
 
 /// The error as the CLI prints it.
 fn describe(e: &Error) -> String {
-    let mut s = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s.replace('\n', " ")
+    tenure_core::one_line(e)
 }
 
 /// The text of the innermost cause of `e` (the operating system's or the client's own
