@@ -71,9 +71,9 @@ fn main() -> ExitCode {
 }
 
 /// The error and its causes on one line, each cause once, with the backend and the
-/// endpoint (`tenure_core::one_line`).
+/// endpoint (`tenure::one_line`).
 fn one_line(e: &Error) -> String {
-    tenure_core::one_line(e)
+    tenure::one_line(e)
 }
 
 /// Cancelled on SIGINT or SIGTERM.
