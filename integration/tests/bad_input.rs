@@ -63,6 +63,10 @@ fn kind(name: &str) -> ErrorKind {
 
 fn unquote(cell: &str) -> String {
     let cell = cell.trim();
+    // A code span holding a backtick: ``` `` text `` ```.
+    if let Some(inner) = cell.strip_prefix("`` ").and_then(|c| c.strip_suffix(" ``")) {
+        return inner.to_owned();
+    }
     cell.strip_prefix('`')
         .and_then(|c| c.strip_suffix('`'))
         .unwrap_or(cell)
