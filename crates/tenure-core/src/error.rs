@@ -164,17 +164,18 @@ fn flatten(text: &str) -> String {
 /// `endpoint` without user information (`user:password@`), query and fragment: what
 /// [`Error::with_endpoint`] keeps.
 fn without_credentials(endpoint: &str) -> String {
-    let endpoint = match endpoint.find(['?', '#']) {
-        Some(i) => &endpoint[..i],
-        None => endpoint,
-    };
     let (scheme, rest) = match endpoint.find("://") {
         Some(i) => endpoint.split_at(i + 3),
         None => ("", endpoint),
     };
-    // Everything up to the last `@` may be credentials (a password may hold `/` or `@`).
+    // Everything up to the last `@` may be credentials (a password may hold `/`, `@`,
+    // `?` or `#`), so it goes first, then the query and the fragment.
     let rest = match rest.rfind('@') {
         Some(i) => &rest[i + 1..],
+        None => rest,
+    };
+    let rest = match rest.find(['?', '#']) {
+        Some(i) => &rest[..i],
         None => rest,
     };
     format!("{scheme}{rest}")
@@ -432,6 +433,7 @@ mod tests {
                 "http://127.0.0.1:10000/devstoreaccount1/c",
             ),
             ("user:S3CRET@h:1#frag", "h:1"),
+            ("redis://:S3?CR#ET@h:6379", "redis://h:6379"),
         ] {
             let e = Error::new(ErrorKind::Unavailable, "connect").with_endpoint(given);
             assert_eq!(e.endpoint(), Some(kept), "{given}");
