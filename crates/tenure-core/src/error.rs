@@ -101,9 +101,7 @@ pub struct Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut line = flatten(&format!("{}: {}", self.kind, self.message));
-        push_causes(&mut line, self.cause());
-        f.write_str(&line)?;
+        write!(f, "{}: {}", self.kind, self.body())?;
         match (self.backend, &self.endpoint) {
             (Some(backend), Some(endpoint)) => write!(f, " [{backend} at {endpoint}]"),
             (Some(backend), None) => write!(f, " [{backend}]"),
@@ -146,7 +144,9 @@ fn push_causes(line: &mut String, mut cause: Option<&(dyn std::error::Error + 's
                     line.push_str(text);
                 }
                 _ => {
-                    line.push_str(": ");
+                    if !line.is_empty() {
+                        line.push_str(": ");
+                    }
                     last = Some(line.len());
                     line.push_str(text);
                 }
@@ -263,12 +263,11 @@ impl Error {
     /// and endpoint, and as its cause a plain error with the text of this error's
     /// causes. It prints the same line; its cause can no longer be downcast.
     pub fn detached(&self) -> Error {
-        let head = flatten(&format!("{}: {}", self.kind, self.message));
-        let mut line = head.clone();
-        push_causes(&mut line, self.cause());
-        let causes = line
+        let head = flatten(&self.message);
+        let body = self.body();
+        let causes = body
             .get(head.len()..)
-            .and_then(|rest| rest.strip_prefix(": "))
+            .map(|rest| rest.strip_prefix(": ").unwrap_or(rest))
             .filter(|rest| !rest.is_empty());
         Error {
             kind: self.kind,
@@ -277,6 +276,15 @@ impl Error {
             endpoint: self.endpoint.clone(),
             source: causes.map(|c| Box::new(CauseText(c.to_owned())) as BoxError),
         }
+    }
+
+    /// The message and each cause not already in it (the line without the kind, the
+    /// backend and the endpoint). The kind is left out of the comparison, so a cause
+    /// that reads like a kind (`"timeout"`) still prints.
+    fn body(&self) -> String {
+        let mut body = flatten(&self.message);
+        push_causes(&mut body, self.cause());
+        body
     }
 
     fn cause(&self) -> Option<&(dyn std::error::Error + 'static)> {
@@ -407,6 +415,16 @@ mod tests {
         );
         // Walking the chain by hand would print the cause twice: one_line does not.
         assert_eq!(line.matches("Connection refused").count(), 1);
+    }
+
+    #[test]
+    fn a_cause_that_reads_like_the_kind_still_prints() {
+        let e = Error::new(ErrorKind::Timeout, "connect").with_source(Wrap("timeout", None));
+        assert_eq!(e.to_string(), "timeout: connect: timeout");
+        // An empty message: the cause follows the kind.
+        let e = Error::new(ErrorKind::Backend, "").with_source(Wrap("garbage", None));
+        assert_eq!(e.to_string(), "backend: garbage");
+        assert_eq!(e.detached().to_string(), "backend: garbage");
     }
 
     #[test]
