@@ -1,7 +1,8 @@
 //! Checks every row of `docs/bad-input.md`: the input produces the error kind the table
-//! names, the message contains the text it names, nothing panics, and every `connect`
-//! row answers within its connect timeout plus slack. The table is read from the doc, so
-//! it cannot drift from what the code does.
+//! names, the error's one line (what the CLI prints) contains the text it names or is
+//! exactly the line it names, no cause is printed twice, nothing panics, and every
+//! `connect` row answers within its connect timeout plus slack. The table is read from
+//! the doc, so it cannot drift from what the code does.
 //!
 //! It starts a Redis and an etcd with authentication on for the credential rows, so
 //! both must be local servers (unset `TENURE_TEST_REDIS` and `TENURE_TEST_ETCD`).
@@ -9,10 +10,11 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use tenure_azure::AzureConfig;
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, Member, Timing};
 use tenure_etcd::EtcdBackend;
 use tenure_integration::chaos::parse_duration;
-use tenure_integration::{workspace_root, EtcdServer, RedisServer};
+use tenure_integration::{workspace_root, AzuriteServer, EtcdServer, RedisServer};
 use tenure_peer::PeerBackend;
 use tenure_redis::RedisBackend;
 use tenure_zookeeper::ZooKeeperBackend;
@@ -32,7 +34,18 @@ struct Row {
     via: String,
     input: String,
     kinds: Vec<ErrorKind>,
-    contains: Option<String>,
+    expect: Expect,
+}
+
+/// What the last column asks of the error's one line.
+#[derive(Debug)]
+enum Expect {
+    /// `(any)`: not checked.
+    Any,
+    /// `` `text` ``: the line contains the text.
+    Contains(String),
+    /// `` `= line` ``: the line is exactly this (placeholders filled in).
+    Line(String),
 }
 
 fn kind(name: &str) -> ErrorKind {
@@ -50,6 +63,10 @@ fn kind(name: &str) -> ErrorKind {
 
 fn unquote(cell: &str) -> String {
     let cell = cell.trim();
+    // A code span holding a backtick: ``` `` text `` ```.
+    if let Some(inner) = cell.strip_prefix("`` ").and_then(|c| c.strip_suffix(" ``")) {
+        return inner.to_owned();
+    }
     cell.strip_prefix('`')
         .and_then(|c| c.strip_suffix('`'))
         .unwrap_or(cell)
@@ -75,13 +92,20 @@ fn rows() -> Vec<Row> {
         if cells[0].trim() == "via" {
             continue;
         }
-        let contains = unquote(cells[3]);
+        let last = unquote(cells[3]);
+        let expect = if last == "(any)" {
+            Expect::Any
+        } else if let Some(line) = last.strip_prefix("= ") {
+            Expect::Line(line.to_owned())
+        } else {
+            Expect::Contains(last)
+        };
         rows.push(Row {
             line: i + 1,
             via: cells[0].trim().to_owned(),
             input: unquote(cells[1]),
             kinds: cells[2].split(" or ").map(kind).collect(),
-            contains: (contains != "(any)").then_some(contains),
+            expect,
         });
     }
     assert!(
@@ -265,6 +289,12 @@ async fn run(via: &str, input: String) -> tenure_core::Result<()> {
                 "redis" | "rediss" => RedisBackend::from_url(&input).await.map(drop),
                 "zk" => ZooKeeperBackend::from_url(&input).await.map(drop),
                 "peer" => PeerBackend::connect(&input).await.map(drop),
+                // Azurite's published development key, so no credential is looked up.
+                "azblob" => AzureConfig::from_url(&input)?
+                    .shared_key(AzuriteServer::ACCOUNT_KEY)
+                    .connect()
+                    .await
+                    .map(drop),
                 _ => tenure_core::connect(&input).await.map(drop),
             }
         }
@@ -272,15 +302,26 @@ async fn run(via: &str, input: String) -> tenure_core::Result<()> {
     }
 }
 
+/// The error as the CLI prints it.
 fn describe(e: &Error) -> String {
-    let mut s = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
+    tenure_core::one_line(e)
+}
+
+/// The text of the innermost cause of `e` (the operating system's or the client's own
+/// words), if it has a cause.
+fn root_cause(e: &Error) -> Option<String> {
+    let mut src = std::error::Error::source(e)?;
+    while let Some(inner) = src.source() {
+        src = inner;
     }
-    s
+    Some(src.to_string().replace('\n', " "))
+}
+
+/// Why `text` (the one line of `e`) breaks the rule that every cause is printed once.
+fn repeated_cause(e: &Error, text: &str) -> Option<String> {
+    let root = root_cause(e)?;
+    let n = text.matches(root.as_str()).count();
+    (n != 1).then(|| format!("the cause {root:?} is printed {n} times"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,10 +370,24 @@ async fn every_row_of_the_bad_input_table_holds() {
                         row.kinds
                     ));
                 }
-                if let Some(want) = &row.contains {
-                    if !text.contains(want.as_str()) {
-                        failures.push(format!("{at}: message lacks {want:?}: {text}"));
+                match &row.expect {
+                    Expect::Any => {}
+                    Expect::Contains(want) => {
+                        if !text.contains(want.as_str()) {
+                            failures.push(format!("{at}: message lacks {want:?}: {text}"));
+                        }
                     }
+                    Expect::Line(want) => {
+                        let want = expand(want, &places);
+                        if text != want {
+                            failures.push(format!(
+                                "{at}: the line is\n    {text}\nexpected\n    {want}"
+                            ));
+                        }
+                    }
+                }
+                if let Some(why) = repeated_cause(&e, &text) {
+                    failures.push(format!("{at}: {why}: {text}"));
                 }
             }
         }

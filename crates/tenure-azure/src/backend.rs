@@ -64,19 +64,19 @@ impl AzureBackend {
         config.validate()?;
         let limit = config.get_connect_timeout();
         let store = Store::new(config.clone())?;
-        let endpoint = config.blob_endpoint();
-        let what = format!("connect to {endpoint}/{}", config.container());
+        let url = format!("{}/{}", config.blob_endpoint(), config.container());
+        let what = "connect";
         let probe = async {
             let exists = store
                 .container_exists()
                 .await
-                .map_err(|f| f.into_error(&what))?;
+                .map_err(|f| f.into_error(what))?;
             if !exists {
                 if config.creates_container() {
                     store
                         .create_container()
                         .await
-                        .map_err(|f| f.into_error(&what))?;
+                        .map_err(|f| f.into_error(what))?;
                 } else {
                     return Err(own(
                         ErrorKind::InvalidArgument,
@@ -84,14 +84,15 @@ impl AzureBackend {
                             "{what}: container {:?} does not exist and create_container is false",
                             config.container()
                         ),
-                    ));
+                    )
+                    .with_endpoint(&url));
                 }
             }
             Ok(())
         };
         match tokio::time::timeout(limit, probe).await {
             Ok(r) => r?,
-            Err(_) => return Err(timed_out(&what, limit)),
+            Err(_) => return Err(timed_out(what, limit).with_endpoint(&url)),
         }
         tracing::debug!(%config, "connected to Azure Blob Storage");
         Ok(AzureBackend {

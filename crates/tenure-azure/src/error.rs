@@ -17,6 +17,8 @@ pub(crate) struct Failure {
     pub(crate) code: Option<String>,
     /// The error, ready for the caller.
     pub(crate) error: ErrorKindAndText,
+    /// The URL the request went to (the container's), once the store has set it.
+    pub(crate) endpoint: Option<String>,
 }
 
 /// An error kind and a text without secrets.
@@ -31,11 +33,37 @@ impl Failure {
         self.code.as_deref() == Some(code)
     }
 
-    /// The tenure error for this failure of `what`.
+    /// The same failure, naming the URL the request went to.
+    pub(crate) fn at(mut self, endpoint: &str) -> Self {
+        self.endpoint = Some(endpoint.to_string());
+        self
+    }
+
+    /// The tenure error for this failure of `what`: the message is `what`, the
+    /// (redacted) text of the client's error its cause, printed once on the error's line
+    /// (tenure_core::Error's rule), and the endpoint the URL the request went to.
     pub(crate) fn into_error(self, what: &str) -> Error {
-        own(self.error.kind, format!("{what}: {}", self.error.text))
+        let e = own(self.error.kind, what).with_source(Cause(self.error.text));
+        match self.endpoint {
+            Some(endpoint) => e.with_endpoint(endpoint),
+            None => e,
+        }
     }
 }
+
+/// The cause of an error as text: an Azure client error with signatures and keys
+/// removed (the client error itself may repeat the request URL with its SAS, so it is
+/// never attached as it is).
+#[derive(Debug)]
+pub(crate) struct Cause(pub(crate) String);
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Cause {}
 
 /// Classify an Azure client error.
 pub(crate) fn classify(err: &azure_core::Error) -> Failure {
@@ -64,6 +92,7 @@ pub(crate) fn classify(err: &azure_core::Error) -> Failure {
                 status: Some(status_n),
                 code,
                 error: ErrorKindAndText { kind, text },
+                endpoint: None,
             }
         }
         AzureKind::Connection | AzureKind::Io => Failure {
@@ -73,6 +102,7 @@ pub(crate) fn classify(err: &azure_core::Error) -> Failure {
                 kind: ErrorKind::Unavailable,
                 text: redact(&chain(err)),
             },
+            endpoint: None,
         },
         AzureKind::Credential => Failure {
             status: None,
@@ -81,6 +111,7 @@ pub(crate) fn classify(err: &azure_core::Error) -> Failure {
                 kind: ErrorKind::Unauthorized,
                 text: format!("credential: {}", redact(&chain(err))),
             },
+            endpoint: None,
         },
         _ => {
             let text = redact(&chain(err));
@@ -99,6 +130,7 @@ pub(crate) fn classify(err: &azure_core::Error) -> Failure {
                 status: None,
                 code: None,
                 error: ErrorKindAndText { kind, text },
+                endpoint: None,
             }
         }
     }
@@ -211,9 +243,13 @@ mod tests {
             "refused",
         ));
         assert_eq!(f.error.kind, ErrorKind::Unavailable);
-        let e = f.into_error("acquire");
+        let e = f.at("http://h:1/acct/c?sig=S3CRET").into_error("acquire");
         assert_eq!(e.backend(), Some("azblob"));
-        assert!(e.message().starts_with("acquire: "));
+        assert_eq!(e.message(), "acquire");
+        assert_eq!(
+            e.to_string(),
+            "unavailable: acquire: refused [azblob at http://h:1/acct/c]"
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use tenure_core::{Error, ErrorKind, Result};
 
 use crate::auth::{SasPolicy, SharedKeyPolicy};
 use crate::config::{AzureConfig, Credential, EntraSource};
-use crate::error::{classify, own, ErrorKindAndText, Failure};
+use crate::error::{classify, own, Cause, ErrorKindAndText, Failure};
 
 /// The REST API version sent with every request: the newest that Azurite 3.35 accepts
 /// without `--skipApiVersionCheck`, and one Azure serves.
@@ -45,6 +45,8 @@ pub(crate) struct Listed {
 /// The container and the counters every request goes through.
 pub(crate) struct Store {
     container: BlobContainerClient,
+    /// The container's URL, named in every failure.
+    url: String,
     pub(crate) config: AzureConfig,
     requests: AtomicU64,
 }
@@ -77,14 +79,15 @@ impl Store {
             client_options,
             version: API_VERSION.to_string(),
         };
+        let url_text = url.to_string();
         let container = BlobContainerClient::new(url, token, Some(options)).map_err(|e| {
-            own(
-                ErrorKind::InvalidArgument,
-                format!("endpoint: {}", classify(&e).error.text),
-            )
+            own(ErrorKind::InvalidArgument, "endpoint")
+                .with_source(Cause(classify(&e).error.text))
+                .with_endpoint(&endpoint)
         })?;
         Ok(Arc::new(Store {
             container,
+            url: url_text,
             config,
             requests: AtomicU64::new(0),
         }))
@@ -108,8 +111,8 @@ impl Store {
         let limit = self.config.get_request_timeout();
         match tokio::time::timeout(limit, fut).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(classify(&e)),
-            Err(_) => Err(timeout_failure(limit)),
+            Ok(Err(e)) => Err(classify(&e).at(&self.url)),
+            Err(_) => Err(timeout_failure(limit).at(&self.url)),
         }
     }
 
@@ -272,7 +275,7 @@ impl Store {
         let pager = self
             .container
             .list_blobs(Some(options))
-            .map_err(|e| classify(&e))?;
+            .map_err(|e| classify(&e).at(&self.url))?;
         let fut = async {
             let mut out = Vec::new();
             let mut pages = pager.into_pages();
@@ -306,16 +309,15 @@ fn timeout_failure(limit: Duration) -> Failure {
             kind: ErrorKind::Timeout,
             text: format!("no answer from Azure Blob Storage within {limit:?}"),
         },
+        endpoint: None,
     }
 }
 
 /// The Entra ID credential `source` names.
 fn entra(source: EntraSource) -> Result<Arc<dyn azure_core::credentials::TokenCredential>> {
     let fail = |e: azure_core::Error| {
-        own(
-            ErrorKind::Unauthorized,
-            format!("Entra ID credential: {}", classify(&e).error.text),
-        )
+        own(ErrorKind::Unauthorized, "Entra ID credential")
+            .with_source(Cause(classify(&e).error.text))
     };
     let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
     match source {

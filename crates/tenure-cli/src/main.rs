@@ -84,16 +84,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// The error and its sources on one line.
+/// The error and its causes on one line, each cause once, with the backend and the
+/// endpoint (`tenure::one_line`).
 fn one_line(e: &Error) -> String {
-    let mut s = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s.replace('\n', " ")
+    tenure::one_line(e)
 }
 
 /// Cancelled on SIGINT or SIGTERM.

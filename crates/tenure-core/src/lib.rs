@@ -20,7 +20,7 @@ pub use backend::{
     membership_unsupported, poll_stream, watch_stream, Backend, BackendSession, Capabilities,
     Clause, DynBackend, LeaderStream, MemberStream, SessionEvent, SessionEvents,
 };
-pub use error::{BoxError, Error, ErrorKind, Result};
+pub use error::{one_line, BoxError, Error, ErrorKind, Result};
 pub use leadership::{Leadership, LeadershipWatch, LossReason};
 pub use memory::{MemoryBackend, MEM_SCHEME};
 pub use name::{

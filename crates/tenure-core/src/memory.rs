@@ -55,6 +55,31 @@ struct MemState {
     namespaces: HashMap<ElectionName, NamespaceEntry>,
     /// Orders registrations so that the latest one of an id wins.
     next_registration: u64,
+    /// `mem://NAME` of a named store, the endpoint its errors name.
+    endpoint: Option<String>,
+}
+
+impl MemState {
+    fn new(name: &str) -> Self {
+        MemState {
+            endpoint: endpoint(name),
+            ..MemState::default()
+        }
+    }
+}
+
+/// The endpoint errors of the store called `name` name: `mem://NAME`, none for a
+/// private store. Errors of the memory backend have no cause to print.
+fn endpoint(name: &str) -> Option<String> {
+    (!name.is_empty()).then(|| format!("{MEM_SCHEME}://{name}"))
+}
+
+/// `e` naming `endpoint`, if any.
+fn at(e: Error, endpoint: Option<&str>) -> Error {
+    match endpoint {
+        Some(endpoint) => e.with_endpoint(endpoint),
+        None => e,
+    }
 }
 
 /// The members of one namespace: registrations by (id, session), and the published list.
@@ -210,7 +235,7 @@ impl MemoryBackend {
         MemoryBackend {
             store: Arc::new(MemStore {
                 name: String::new(),
-                state: Mutex::new(MemState::default()),
+                state: Mutex::new(MemState::new("")),
                 requests: AtomicU64::new(0),
             }),
         }
@@ -229,7 +254,7 @@ impl MemoryBackend {
         }
         let store = Arc::new(MemStore {
             name: name.to_string(),
-            state: Mutex::new(MemState::default()),
+            state: Mutex::new(MemState::new(name)),
             requests: AtomicU64::new(0),
         });
         reg.insert(name.to_string(), Arc::downgrade(&store));
@@ -371,11 +396,9 @@ fn release_all(st: &mut MemState, n: u64, elections: &HashSet<ElectionName>) {
             let mut kept = VecDeque::new();
             for w in el.waiters.drain(..) {
                 if w.session == n {
-                    let _ = w.grant.send(Err(Error::new(
-                        ErrorKind::SessionExpired,
-                        "session expired while waiting",
-                    )
-                    .with_backend(MEM_SCHEME)));
+                    let e = Error::new(ErrorKind::SessionExpired, "session expired while waiting")
+                        .with_backend(MEM_SCHEME);
+                    let _ = w.grant.send(Err(at(e, st.endpoint.as_deref())));
                 } else {
                     kept.push_back(w);
                 }
@@ -521,12 +544,14 @@ impl fmt::Debug for MemSession {
     }
 }
 
-fn expired_error() -> Error {
-    Error::new(
+/// The error of a session the store no longer has.
+fn expired_error(store: &MemStore) -> Error {
+    let e = Error::new(
         ErrorKind::SessionExpired,
         "session is not known to the store",
     )
-    .with_backend(MEM_SCHEME)
+    .with_backend(MEM_SCHEME);
+    at(e, endpoint(&store.name).as_deref())
 }
 
 impl MemSession {
@@ -545,7 +570,7 @@ impl MemSession {
                 Gate::Open => return Ok(()),
                 Gate::Stalled | Gate::Crashed => {
                     if gate.changed().await.is_err() {
-                        return Err(expired_error());
+                        return Err(expired_error(&self.backend.store));
                     }
                 }
             }
@@ -562,7 +587,10 @@ impl BackendSession for MemSession {
     async fn keep_alive(&self) -> Result<()> {
         self.pass_gate().await?;
         let mut st = self.backend.lock();
-        let s = st.sessions.get_mut(&self.n).ok_or_else(expired_error)?;
+        let s = st
+            .sessions
+            .get_mut(&self.n)
+            .ok_or_else(|| expired_error(&self.backend.store))?;
         s.expires_at = Instant::now() + s.ttl;
         Ok(())
     }
@@ -577,7 +605,10 @@ impl BackendSession for MemSession {
             let mut guard = self.backend.lock();
             let st = &mut *guard;
             self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
-            let s = st.sessions.get_mut(&self.n).ok_or_else(expired_error)?;
+            let s = st
+                .sessions
+                .get_mut(&self.n)
+                .ok_or_else(|| expired_error(&self.backend.store))?;
             s.elections.insert(election.clone());
             let el = st
                 .elections
@@ -608,7 +639,7 @@ impl BackendSession for MemSession {
                 }
                 r
             }
-            Err(_) => Err(expired_error()),
+            Err(_) => Err(expired_error(&self.backend.store)),
         }
     }
 
@@ -621,7 +652,10 @@ impl BackendSession for MemSession {
         let mut guard = self.backend.lock();
         let st = &mut *guard;
         self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
-        let s = st.sessions.get_mut(&self.n).ok_or_else(expired_error)?;
+        let s = st
+            .sessions
+            .get_mut(&self.n)
+            .ok_or_else(|| expired_error(&self.backend.store))?;
         let el = st
             .elections
             .entry(election.clone())
@@ -653,7 +687,10 @@ impl BackendSession for MemSession {
         self.pass_gate().await?;
         let mut guard = self.backend.lock();
         let st = &mut *guard;
-        let s = st.sessions.get_mut(&self.n).ok_or_else(expired_error)?;
+        let s = st
+            .sessions
+            .get_mut(&self.n)
+            .ok_or_else(|| expired_error(&self.backend.store))?;
         s.namespaces.insert(namespace.clone());
         st.next_registration += 1;
         let seq = st.next_registration;

@@ -178,3 +178,40 @@ async fn a_loss_learned_late_is_dated_to_the_deadline() {
     l.lost_wait().await;
     assert_eq!(l.lost_at(), Some(deadline));
 }
+
+#[tokio::test(start_paused = true)]
+async fn errors_name_the_store_as_their_endpoint() {
+    use tenure_core::{Backend, SessionEvents};
+    let mem = MemoryBackend::named("errors-endpoint");
+    let (events, _rx) = SessionEvents::channel();
+    let s = mem
+        .open_session(Duration::from_secs(10), events)
+        .await
+        .unwrap();
+    assert!(mem.expire_session(s.id()));
+    let err = s.keep_alive().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SessionExpired);
+    assert_eq!(err.endpoint(), Some("mem://errors-endpoint"));
+    assert_eq!(
+        err.to_string(),
+        "session_expired: session is not known to the store [mem at mem://errors-endpoint]"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_private_store_names_no_endpoint() {
+    use tenure_core::{Backend, SessionEvents};
+    let mem = MemoryBackend::new();
+    let (events, _rx) = SessionEvents::channel();
+    let s = mem
+        .open_session(Duration::from_secs(10), events)
+        .await
+        .unwrap();
+    assert!(mem.expire_session(s.id()));
+    let err = s.keep_alive().await.unwrap_err();
+    assert_eq!(err.endpoint(), None);
+    assert_eq!(
+        err.to_string(),
+        "session_expired: session is not known to the store [mem]"
+    );
+}

@@ -6,15 +6,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::{
-    Backend, BackendSession, Capabilities, ElectionName, Error, ErrorKind, LeaderInfo,
-    LeaderStream, Member, MemberStream, Result, Retry, SessionEvents, Timing,
+    Backend, BackendSession, Capabilities, ElectionName, Error, LeaderInfo, LeaderStream, Member,
+    MemberStream, Result, Retry, SessionEvents, Timing,
 };
 use tokio::sync::watch;
 
 use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
 use crate::config::SCHEME;
-use crate::error::{map, own, timed_out};
+use crate::error::{map, timed_out};
 use crate::keys::{decode_leader, election_range, member_range, parse_lease_hex};
 use crate::members::{self, Listed};
 use crate::ops::{self, prefix_end};
@@ -75,10 +75,10 @@ impl EtcdBackend {
                 })
                 .await
         };
-        let what = format!("connect to {}", config.endpoints().join(","));
+        let endpoint = config.endpoints().join(",");
         match tokio::time::timeout(limit, connecting).await {
-            Ok(r) => r.map_err(|e| map(&what, e))?,
-            Err(_) => return Err(timed_out(&what, limit)),
+            Ok(r) => r.map_err(|e| map("connect", e).with_endpoint(&endpoint))?,
+            Err(_) => return Err(timed_out("connect", limit).with_endpoint(&endpoint)),
         };
         tracing::debug!(%config, "connected to etcd");
         Ok(EtcdBackend {
@@ -118,8 +118,8 @@ impl EtcdBackend {
     }
 }
 
-/// One observed state, or an error kept as kind and message so it can be cloned.
-type Observed = std::result::Result<Option<LeaderInfo>, (ErrorKind, String)>;
+/// One observed state, or the error shared by every observer.
+type Observed = std::result::Result<Option<LeaderInfo>, Arc<Error>>;
 
 impl EtcdConfig {
     /// Connect; see [`EtcdBackend::connect`].
@@ -179,7 +179,7 @@ impl Backend for EtcdBackend {
             tx,
         ));
         Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|(kind, message)| own(kind, message))
+            v.map_err(|e| e.detached())
         }))
     }
 
@@ -206,7 +206,7 @@ impl Backend for EtcdBackend {
             tx,
         ));
         Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|(kind, message)| own(kind, message))
+            v.map_err(|e| e.detached())
         }))
     }
 }
@@ -247,7 +247,7 @@ async fn observe_task(
             }
             Err(e) => {
                 if !failed {
-                    publish(Err((e.kind(), e.message().to_string())));
+                    publish(Err(e.into()));
                     failed = true;
                 }
                 None
@@ -300,7 +300,7 @@ async fn observe_task(
             }
             Err(e) => {
                 if !failed {
-                    publish(Err((e.kind(), e.message().to_string())));
+                    publish(Err(e.into()));
                     failed = true;
                 }
             }

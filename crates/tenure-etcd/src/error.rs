@@ -9,31 +9,44 @@ use tonic::{Code, Status};
 use crate::config::SCHEME;
 
 /// Map a gRPC status; `what` says which operation failed (e.g. `"campaign"`). The
-/// message names the operation and the cause, each cause of the chain once.
+/// message is `what` alone; the status is the cause, so the error prints each part of
+/// the chain once (`connect: tcp connect error: Connection refused (os error 111)`).
 pub(crate) fn map(what: &str, status: Status) -> Error {
-    let kind = status_kind(status.code(), &cause_text(&status));
-    Error::new(kind, format!("{what}: {}", cause_text(&status))).with_backend(SCHEME)
+    let kind = status_kind(status.code(), &chain_text(&status));
+    Error::new(kind, what)
+        .with_backend(SCHEME)
+        .with_source(StatusCause(status))
 }
 
-/// The status message followed by every error below it whose text it does not already
-/// contain (tonic puts "transport error" in the message and the refused connection in
-/// the source chain).
-fn cause_text(status: &Status) -> String {
+/// A gRPC status as the cause of an error: its text is the status message (the code
+/// when the message is empty), its source the status's own source, so the chain goes
+/// on to the transport or I/O error without tonic's debug rendering.
+#[derive(Debug)]
+struct StatusCause(Status);
+
+impl std::fmt::Display for StatusCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.message() {
+            "" => write!(f, "gRPC status {:?}", self.0.code()),
+            message => f.write_str(message),
+        }
+    }
+}
+
+impl StdError for StatusCause {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source()
+    }
+}
+
+/// The status message and every error below it, for deciding the kind.
+fn chain_text(status: &Status) -> String {
     let mut text = status.message().to_string();
     let mut source = StdError::source(status);
     while let Some(inner) = source {
-        let line = inner.to_string();
-        if !line.is_empty() && !text.contains(&line) {
-            if text.is_empty() {
-                text = line;
-            } else {
-                text = format!("{text}: {line}");
-            }
-        }
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
         source = inner.source();
-    }
-    if text.is_empty() {
-        text = format!("gRPC status {:?}", status.code());
     }
     text
 }
@@ -147,7 +160,9 @@ mod tests {
         let e = map("connect", status);
         assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
         assert_eq!(e.backend(), Some("etcd"));
-        assert_eq!(e.message().matches("Connection refused").count(), 1, "{e}");
-        assert!(e.message().starts_with("connect: "), "{e}");
+        assert_eq!(e.message(), "connect");
+        let line = e.to_string();
+        assert_eq!(line.matches("Connection refused").count(), 1, "{line}");
+        assert!(line.starts_with("unavailable: connect: "), "{line}");
     }
 }

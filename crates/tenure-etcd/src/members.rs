@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tenure_core::{ErrorKind, Member, Result, Retry};
+use tenure_core::{Member, Result, Retry};
 use tokio::sync::watch;
 
 use crate::keys::decode_member;
@@ -15,9 +15,8 @@ use crate::shared::Shared;
 /// Members read per request: 64 values of at most 128 KiB fit in one answer.
 const PAGE: i64 = 64;
 
-/// One published member list, or an error kept as kind and message so it can be
-/// cloned.
-pub(crate) type Listed = std::result::Result<Vec<Member>, (ErrorKind, String)>;
+/// One published member list, or the error shared by every watcher.
+pub(crate) type Listed = std::result::Result<Vec<Member>, std::sync::Arc<tenure_core::Error>>;
 
 /// Read every member of the namespace `range` at one revision, page by page; returns
 /// them by id and the revision read at.
@@ -91,7 +90,7 @@ pub(crate) async fn watch_task(
             Ok(s) => Some(s),
             Err(e) => {
                 if !failed {
-                    publish(Err((e.kind(), e.message().to_string())));
+                    publish(Err(e.into()));
                     failed = true;
                 }
                 None
@@ -155,7 +154,7 @@ pub(crate) async fn watch_task(
             }
             Err(e) => {
                 if !failed {
-                    publish(Err((e.kind(), e.message().to_string())));
+                    publish(Err(e.into()));
                     failed = true;
                 }
             }

@@ -46,10 +46,12 @@ impl Shared {
         fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
     ) -> Result<T> {
         let limit = self.config.get_request_timeout();
-        match tokio::time::timeout(limit, fut).await {
-            Ok(r) => r.map_err(|e| map(what, e)),
-            Err(_) => Err(timed_out(what, limit)),
-        }
+        let failed = match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(status)) => map(what, status),
+            Err(_) => timed_out(what, limit),
+        };
+        Err(failed.with_endpoint(self.config.endpoints().join(",")))
     }
 
     /// The first candidate of an election (the leader) and the store revision read at.

@@ -151,21 +151,21 @@ impl RedisBackend {
             let mut connection = client
                 .get_multiplexed_async_connection_with_config(&options)
                 .await
-                .map_err(|e| map(&format!("connect to {address}"), e))?;
+                .map_err(|e| map("connect", e).with_endpoint(&address))?;
             READ_SCRIPT
                 .key(&probe_key)
                 .invoke_async::<Value>(&mut connection)
                 .await
-                .map_err(|e| map(&format!("connect to {address}"), e))?;
+                .map_err(|e| map("connect", e).with_endpoint(&address))?;
             Ok::<_, Error>(())
         };
         match tokio::time::timeout(limit, probe).await {
             Ok(r) => r?,
-            Err(_) => return Err(timed_out(&format!("connect to {address}"), limit)),
+            Err(_) => return Err(timed_out("connect", limit).with_endpoint(&address)),
         }
         tracing::debug!(%config, "connected to Redis");
         let requests = Arc::new(AtomicU64::new(0));
-        let conn = Conn::new(client.clone(), limit, config.get_request_timeout());
+        let conn = Conn::new(client.clone(), address, limit, config.get_request_timeout());
         let hub = Hub::new(
             client,
             limit,
@@ -350,8 +350,9 @@ fn client(config: &RedisConfig) -> Result<Client> {
     let (ca, identity) = config.tls_files();
     if config.is_tls() && (ca.is_some() || identity.is_some()) {
         let read = |what: &str, path: &std::path::Path| {
-            std::fs::read(path)
-                .map_err(|e| Error::invalid(format!("{what}: cannot read {}: {e}", path.display())))
+            std::fs::read(path).map_err(|e| {
+                Error::invalid(format!("{what}: cannot read {}", path.display())).with_source(e)
+            })
         };
         let root_cert = ca.map(|p| read("ca", p)).transpose()?;
         let client_tls = match identity {
@@ -373,8 +374,9 @@ fn client(config: &RedisConfig) -> Result<Client> {
     Client::open(info).map_err(|e| map("redis url", e))
 }
 
-/// One observed state, or an error kept as kind and message so it can be cloned.
-type Observed = std::result::Result<Option<LeaderInfo>, (ErrorKind, String)>;
+/// One observed state, or an error shared so it can be cloned (each receiver gets a
+/// [`Error::detached`] copy).
+type Observed = std::result::Result<Option<LeaderInfo>, Arc<Error>>;
 
 #[async_trait]
 impl Backend for RedisBackend {
@@ -430,7 +432,7 @@ impl Backend for RedisBackend {
             tx,
         ));
         Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|(kind, message)| own(kind, message))
+            v.map_err(|e| e.detached())
         }))
     }
 
@@ -461,7 +463,7 @@ impl Backend for RedisBackend {
             tx,
         ));
         Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|(kind, message)| own(kind, message))
+            v.map_err(|e| e.detached())
         }))
     }
 }
@@ -506,7 +508,7 @@ async fn observe_task(
                 failures = failures.saturating_add(1);
                 if !failed {
                     failed = true;
-                    let _ = tx.send_replace(Err((e.kind(), e.message().to_string())));
+                    let _ = tx.send_replace(Err(Arc::new(e)));
                 }
             }
         }

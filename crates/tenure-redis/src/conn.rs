@@ -22,6 +22,8 @@ use crate::error::{map, poisons_connection, timed_out};
 /// The shared command connection of a backend.
 pub(crate) struct Conn {
     client: Client,
+    /// `host:port` of the server, named in every error.
+    endpoint: String,
     config: ConnectionManagerConfig,
     request_timeout: Duration,
     slot: Mutex<Slot>,
@@ -37,6 +39,7 @@ struct Slot {
 impl Conn {
     pub(crate) fn new(
         client: Client,
+        endpoint: String,
         connect_timeout: Duration,
         request_timeout: Duration,
     ) -> Self {
@@ -48,6 +51,7 @@ impl Conn {
             .set_max_delay(Duration::from_millis(200));
         Conn {
             client,
+            endpoint,
             config,
             request_timeout,
             slot: Mutex::new(Slot {
@@ -81,8 +85,18 @@ impl Conn {
     }
 
     /// Run `f` on the connection within the request timeout; `what` names the operation
-    /// in errors.
+    /// in errors, which also name the server.
     pub(crate) async fn run<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        self.run_unnamed(what, f)
+            .await
+            .map_err(|e| e.with_endpoint(&self.endpoint))
+    }
+
+    async fn run_unnamed<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
     where
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,

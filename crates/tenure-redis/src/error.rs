@@ -8,11 +8,12 @@ use tenure_core::{Error, ErrorKind};
 use crate::SCHEME;
 
 /// Map a redis client error; `what` says which operation failed (e.g. `"campaign"`).
+///
+/// The client's error is the cause, printed once on the error's line: the message is
+/// `what` alone (tenure_core::Error's rule). The caller adds the endpoint.
 pub(crate) fn map(what: &str, err: RedisError) -> Error {
     let kind = kind_of(&err);
-    Error::new(kind, format!("{what}: {err}"))
-        .with_backend(SCHEME)
-        .with_source(err)
+    Error::new(kind, what).with_backend(SCHEME).with_source(err)
 }
 
 /// An error of `kind` raised by this crate itself.
@@ -141,7 +142,7 @@ mod tests {
         );
         assert_eq!(e.kind(), ErrorKind::Unauthorized);
         assert_eq!(e.backend(), Some("redis"));
-        assert!(e.message().starts_with("connect: "), "{e}");
+        assert_eq!(e.message(), "connect");
         let e = map(
             "x",
             RedisError::from((RedisKind::InvalidClientConfig, "bad")),
@@ -162,6 +163,13 @@ mod tests {
             RedisKind::Server(ServerErrorKind::NoPerm),
             "no"
         ))));
+    }
+
+    #[test]
+    fn the_cause_prints_once() {
+        let e = map("connect", io(std::io::ErrorKind::ConnectionRefused)).with_endpoint("h:1");
+        assert_eq!(e.message(), "connect");
+        assert_eq!(e.to_string(), "unavailable: connect: x [redis at h:1]");
     }
 
     #[test]

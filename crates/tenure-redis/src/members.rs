@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
-use tenure_core::{ErrorKind, Member, Result, Retry};
+use tenure_core::{Member, Result, Retry};
 use tokio::sync::watch;
 
 use crate::backend::{as_int, Shared};
@@ -15,9 +15,9 @@ use crate::error::unexpected;
 use crate::hub::Registration;
 use crate::scripts::LIST_SCRIPT;
 
-/// One published member list, or an error kept as kind and message so it can be
-/// cloned.
-pub(crate) type Listed = std::result::Result<Vec<Member>, (ErrorKind, String)>;
+/// One published member list, or an error shared so it can be cloned (each receiver
+/// gets a [`tenure_core::Error::detached`] copy).
+pub(crate) type Listed = std::result::Result<Vec<Member>, Arc<tenure_core::Error>>;
 
 /// How long a watcher waits for a change when no member could expire.
 const IDLE: Duration = Duration::from_secs(24 * 3600);
@@ -106,7 +106,7 @@ pub(crate) async fn watch_task(
                 failures = failures.saturating_add(1);
                 if !failed {
                     failed = true;
-                    let _ = tx.send_replace(Err((e.kind(), e.message().to_string())));
+                    let _ = tx.send_replace(Err(Arc::new(e)));
                 }
             }
         }
@@ -116,6 +116,7 @@ pub(crate) async fn watch_task(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tenure_core::ErrorKind;
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

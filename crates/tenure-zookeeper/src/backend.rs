@@ -69,10 +69,12 @@ impl Shared {
         fut: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
     ) -> Result<T> {
         let limit = self.config.get_request_timeout();
-        match tokio::time::timeout(limit, fut).await {
-            Ok(r) => r.map_err(|e| map(what, e)),
-            Err(_) => Err(timed_out(what, limit)),
-        }
+        let e = match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => map(what, e),
+            Err(_) => timed_out(what, limit),
+        };
+        Err(e.with_endpoint(self.config.connect_string()))
     }
 
     pub(crate) fn register(&self, id: &str, info: SessionInfo, client: ClientSlot) {
@@ -164,16 +166,13 @@ pub(crate) async fn connect_client(
         Ok(Err(zookeeper_client::Error::Timeout)) => {
             return Err(own(
                 ErrorKind::Unavailable,
-                format!("connect: no ZooKeeper server at {hosts} answered"),
-            ))
+                "connect: no ZooKeeper server answered",
+            )
+            .with_endpoint(&hosts))
         }
-        Ok(Err(e)) => return Err(map("connect", e)),
-        Err(_) => {
-            return Err(own(
-                ErrorKind::Timeout,
-                format!("connect: no ZooKeeper session with {hosts} within {limit:?}"),
-            ))
-        }
+        Ok(Err(e)) => return Err(map("connect", e).with_endpoint(&hosts)),
+        // The same error as the whole connect's timeout, which may come first.
+        Err(_) => return Err(timed_out("connect", limit).with_endpoint(&hosts)),
     };
     let chroot = config.chroot_or_root();
     if chroot == "/" {
@@ -222,9 +221,10 @@ impl ZooKeeperBackend {
                 .map_err(|e| map(&format!("connect: read chroot {chroot}"), e))?;
             Ok::<_, Error>(reader)
         };
+        let hosts = config.connect_string();
         let reader = match tokio::time::timeout(limit, setup).await {
-            Ok(r) => r?,
-            Err(_) => return Err(timed_out("connect", limit)),
+            Ok(r) => r.map_err(|e| e.with_endpoint(&hosts))?,
+            Err(_) => return Err(timed_out("connect", limit).with_endpoint(&hosts)),
         };
         tracing::debug!(%config, "connected to ZooKeeper");
         Ok(ZooKeeperBackend {
@@ -343,7 +343,9 @@ pub(crate) async fn close_session(config: &ZooKeeperConfig, info: SessionInfo) -
 }
 
 /// One observed state, or an error kept as kind and message so it can be cloned.
-type Observed = std::result::Result<Option<LeaderInfo>, (ErrorKind, String)>;
+/// One observed state, or an error shared so it can be cloned (each receiver gets a
+/// [`Error::detached`] copy).
+type Observed = std::result::Result<Option<LeaderInfo>, Arc<Error>>;
 
 #[async_trait]
 impl Backend for ZooKeeperBackend {
@@ -398,7 +400,7 @@ impl Backend for ZooKeeperBackend {
         let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
         tokio::spawn(observe_task(self.shared.clone(), dir, first, tx));
         Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|(kind, message)| own(kind, message))
+            v.map_err(|e| e.detached())
         }))
     }
 
@@ -426,9 +428,7 @@ impl Backend for ZooKeeperBackend {
         tokio::spawn(members::watch_task(self.shared.clone(), dir, first, tx));
         Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
             let item = rx.recv().await?;
-            let item = item
-                .map(|list| list.as_ref().clone())
-                .map_err(members::observed_error);
+            let item = item.map(|list| list.as_ref().clone());
             Some((item, rx))
         })))
     }
@@ -485,7 +485,7 @@ async fn observe_task(
             }
             Err(e) => {
                 if !failed {
-                    let _ = tx.send_replace(Err((e.kind(), e.message().to_string())));
+                    let _ = tx.send_replace(Err(Arc::new(e)));
                     failed = true;
                 }
                 let delay = retry.delay(attempt);

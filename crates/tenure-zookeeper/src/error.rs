@@ -8,11 +8,12 @@ use zookeeper_client::Error as ZkError;
 use crate::SCHEME;
 
 /// Map a zookeeper-client error; `what` says which operation failed (e.g. `"campaign"`).
+///
+/// The client's error is the cause, printed once on the error's line: the message is
+/// `what` alone (tenure_core::Error's rule). The caller adds the endpoint.
 pub(crate) fn map(what: &str, err: ZkError) -> Error {
     let kind = kind_of(&err);
-    Error::new(kind, format!("{what}: {err}"))
-        .with_backend(SCHEME)
-        .with_source(err)
+    Error::new(kind, what).with_backend(SCHEME).with_source(err)
 }
 
 /// An error of `kind` raised by this crate itself.
@@ -66,8 +67,13 @@ mod tests {
         assert_eq!(k(ZkError::AuthFailed), ErrorKind::Unauthorized);
         assert_eq!(k(ZkError::InvalidAcl), ErrorKind::InvalidArgument);
         assert_eq!(k(ZkError::NoNode), ErrorKind::Backend);
-        let e = map("campaign", ZkError::NoAuth);
+        let e = map("campaign", ZkError::NoAuth).with_endpoint("h:2181");
         assert_eq!(e.backend(), Some("zk"));
-        assert!(e.message().starts_with("campaign: "), "{e}");
+        assert_eq!(e.message(), "campaign");
+        let cause = ZkError::NoAuth.to_string();
+        assert_eq!(
+            e.to_string(),
+            format!("unauthorized: campaign: {cause} [zk at h:2181]")
+        );
     }
 }

@@ -16,12 +16,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use tenure_core::{ElectionName, Error, ErrorKind, Member, Result, Retry};
+use tenure_core::{ElectionName, Error, Member, Result, Retry};
 use tokio::sync::mpsc;
 use zookeeper_client::{AddWatchMode, Client, EventType, SessionState};
 
 use crate::backend::{is_no_node, Shared};
-use crate::error::own;
 
 /// The directory (under the chroot) holding every namespace.
 pub(crate) const MEMBERS_ROOT: &str = "/:members";
@@ -143,8 +142,8 @@ pub(crate) async fn read_members(
     }
 }
 
-/// One published member list, or an error kept as kind and message.
-pub(crate) type Observed = std::result::Result<Arc<Vec<Member>>, (ErrorKind, String)>;
+/// One published member list, or an error.
+pub(crate) type Observed = std::result::Result<Arc<Vec<Member>>, Error>;
 
 /// How many member lists may wait for a slow watcher before the watch task waits.
 pub(crate) const QUEUED_LISTS: usize = 64;
@@ -202,11 +201,7 @@ pub(crate) async fn watch_task(
             Ok(r) => r,
             Err(e) => {
                 if !failed {
-                    if tx
-                        .send(Err((e.kind(), e.message().to_string())))
-                        .await
-                        .is_err()
-                    {
+                    if tx.send(Err(e)).await.is_err() {
                         return;
                     }
                     failed = true;
@@ -293,11 +288,6 @@ pub(crate) async fn watch_task(
             }
         }
     }
-}
-
-/// The error of a published failure.
-pub(crate) fn observed_error((kind, message): (ErrorKind, String)) -> Error {
-    own(kind, message)
 }
 
 #[cfg(test)]

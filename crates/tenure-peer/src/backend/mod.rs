@@ -85,15 +85,14 @@ impl PeerBackend {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|e| {
+                // The cause once, the address as the endpoint (tenure_core::Error's rule).
                 Error::new(
                     ErrorKind::Unavailable,
-                    format!(
-                        "peer node {}: cannot listen on {}",
-                        config.id, config.listen
-                    ),
+                    format!("node {}: listen", config.id),
                 )
                 .with_source(e)
                 .with_backend(PEER_SCHEME)
+                .with_endpoint(config.listen.to_string())
             })?;
         PeerBackend::with_listener(config, listener)
     }
@@ -112,6 +111,9 @@ impl PeerBackend {
             })?),
             None => None,
         };
+        let listen = listener
+            .local_addr()
+            .map_or_else(|_| config.listen.to_string(), |a| a.to_string());
         let (transport, events) = Transport::with_listener(
             config.id,
             listener,
@@ -121,10 +123,11 @@ impl PeerBackend {
         .map_err(|e| {
             Error::new(
                 ErrorKind::Unavailable,
-                "peer node: cannot start the transport",
+                format!("node {}: start the transport", config.id),
             )
             .with_source(e)
             .with_backend(PEER_SCHEME)
+            .with_endpoint(listen)
         })?;
         let transport = Arc::new(transport);
         let (commands, commands_rx) = mpsc::unbounded_channel();
