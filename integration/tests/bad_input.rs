@@ -55,7 +55,7 @@ fn kind(name: &str) -> ErrorKind {
         "Timeout" => ErrorKind::Timeout,
         "Unauthorized" => ErrorKind::Unauthorized,
         "SessionExpired" => ErrorKind::SessionExpired,
-        "NotLeader" => ErrorKind::NotLeader,
+        "Closed" => ErrorKind::Closed,
         "Backend" => ErrorKind::Backend,
         other => panic!("docs/bad-input.md: unknown error kind {other:?}"),
     }

@@ -296,7 +296,7 @@ async fn the_latest_registration_wins_and_only_its_session_removes_it() {
         .register_member(&ns, &member("z", ""))
         .await
         .expect_err("closed session");
-    assert_eq!(closed.kind(), ErrorKind::SessionExpired);
+    assert_eq!(closed.kind(), ErrorKind::Closed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

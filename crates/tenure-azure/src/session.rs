@@ -107,7 +107,7 @@ impl AzureSession {
 }
 
 fn closed_error() -> Error {
-    own(ErrorKind::SessionExpired, "session closed")
+    Error::closed().with_backend(crate::SCHEME)
 }
 
 impl Inner {

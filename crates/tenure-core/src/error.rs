@@ -1,6 +1,7 @@
 //! The one error type of tenure (contract clause 12, `docs/contract.md`).
 
 use std::fmt;
+use std::sync::Arc;
 
 /// A boxed error from a store client or the operating system.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -22,8 +23,10 @@ pub enum ErrorKind {
     /// The session (lease, ZooKeeper session, heartbeat) expired in the store; everything
     /// held through it is gone.
     SessionExpired,
-    /// The operation needs leadership that the caller does not (or no longer) hold.
-    NotLeader,
+    /// The session was closed by its owner (`Session::close`, dropping the shard
+    /// manager): nothing more happens through it. Unlike
+    /// [`SessionExpired`](Self::SessionExpired), nothing re-opens it.
+    Closed,
     /// The store rejected the credentials or the caller lacks permission.
     Unauthorized,
     /// The backend does not offer this operation (its README and capability table say
@@ -41,7 +44,7 @@ impl ErrorKind {
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Timeout => "timeout",
             ErrorKind::SessionExpired => "session_expired",
-            ErrorKind::NotLeader => "not_leader",
+            ErrorKind::Closed => "closed",
             ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Backend => "backend",
@@ -89,14 +92,17 @@ impl fmt::Display for ErrorKind {
 /// [`one_line`] rather than walking `source()` yourself, which would repeat the causes
 /// `Display` already shows. [`one_line`] prints any error that way, a tenure `Error`
 /// wrapped in an error of yours included.
-#[derive(Debug)]
+///
+/// Errors are cheap to clone (the cause is shared), so one failure can be handed to
+/// every receiver of a stream.
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Error {
     kind: ErrorKind,
     message: String,
     backend: Option<&'static str>,
     endpoint: Option<String>,
-    source: Option<BoxError>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl fmt::Display for Error {
@@ -181,18 +187,6 @@ fn without_credentials(endpoint: &str) -> String {
     format!("{scheme}{rest}")
 }
 
-/// The text of a cause that could not be copied as an object (see [`Error::detached`]).
-#[derive(Debug)]
-struct CauseText(String);
-
-impl fmt::Display for CauseText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for CauseText {}
-
 impl Error {
     /// A new error of `kind` with `message`: what failed, without the text of the cause
     /// (attach the cause with [`with_source`](Self::with_source)).
@@ -204,6 +198,12 @@ impl Error {
             endpoint: None,
             source: None,
         }
+    }
+
+    /// The error for an operation on a session its owner closed
+    /// ([`ErrorKind::Closed`]).
+    pub fn closed() -> Self {
+        Error::new(ErrorKind::Closed, "session closed")
     }
 
     /// Shorthand for an [`ErrorKind::InvalidArgument`] error.
@@ -228,7 +228,7 @@ impl Error {
     /// Attach the underlying error (the cause). It prints once on the error's line, so
     /// the message need not, and should not, repeat it.
     pub fn with_source(mut self, source: impl Into<BoxError>) -> Self {
-        self.source = Some(source.into());
+        self.source = Some(Arc::from(source.into()));
         self
     }
 
@@ -256,26 +256,6 @@ impl Error {
     /// [`ErrorKind::Unavailable`] and [`ErrorKind::Timeout`].
     pub fn is_retryable(&self) -> bool {
         matches!(self.kind, ErrorKind::Unavailable | ErrorKind::Timeout)
-    }
-
-    /// A copy of this error, for handing one failure to several receivers (an error
-    /// cannot be cloned, since its cause may not be): the same kind, message, backend
-    /// and endpoint, and as its cause a plain error with the text of this error's
-    /// causes. It prints the same line; its cause can no longer be downcast.
-    pub fn detached(&self) -> Error {
-        let head = flatten(&self.message);
-        let body = self.body();
-        let causes = body
-            .get(head.len()..)
-            .map(|rest| rest.strip_prefix(": ").unwrap_or(rest))
-            .filter(|rest| !rest.is_empty());
-        Error {
-            kind: self.kind,
-            message: self.message.clone(),
-            backend: self.backend,
-            endpoint: self.endpoint.clone(),
-            source: causes.map(|c| Box::new(CauseText(c.to_owned())) as BoxError),
-        }
     }
 
     /// The message and each cause not already in it (the line without the kind, the
@@ -424,7 +404,7 @@ mod tests {
         // An empty message: the cause follows the kind.
         let e = Error::new(ErrorKind::Backend, "").with_source(Wrap("garbage", None));
         assert_eq!(e.to_string(), "backend: garbage");
-        assert_eq!(e.detached().to_string(), "backend: garbage");
+        assert_eq!(e.clone().to_string(), "backend: garbage");
     }
 
     #[test]
@@ -462,18 +442,20 @@ mod tests {
     }
 
     #[test]
-    fn a_detached_copy_prints_the_same_line() {
+    fn a_clone_shares_the_cause_and_prints_the_same_line() {
         let e = Error::new(ErrorKind::Unavailable, "watch leader")
             .with_backend("redis")
             .with_endpoint("h:6379")
             .with_source(Wrap("broken pipe", Some(Box::new(refused()))));
-        let copy = e.detached();
+        let copy = e.clone();
         assert_eq!(copy.to_string(), e.to_string());
         assert_eq!(copy.kind(), e.kind());
         assert_eq!(copy.message(), "watch leader");
         assert_eq!(copy.endpoint(), Some("h:6379"));
-        let plain = Error::new(ErrorKind::NotLeader, "resign").detached();
-        assert!(std::error::Error::source(&plain).is_none());
-        assert_eq!(plain.to_string(), "not_leader: resign");
+        let cause = std::error::Error::source(&copy).map(|c| c.to_string());
+        assert_eq!(cause.as_deref(), Some("broken pipe"));
+        let closed = Error::closed().with_backend("etcd");
+        assert_eq!(closed.to_string(), "closed: session closed [etcd]");
+        assert!(!closed.is_retryable());
     }
 }

@@ -405,7 +405,7 @@ async fn recv_event(
 }
 
 fn closed_error() -> Error {
-    Error::new(ErrorKind::SessionExpired, "session closed")
+    Error::closed()
 }
 
 fn duration_ns(d: Duration) -> u64 {
@@ -670,7 +670,10 @@ impl SessionCore {
                 };
             match attempt_result {
                 Ok(()) => return Ok(()),
-                Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
+                // Gone with the session, or the session was closed: nothing to release.
+                Err(e) if matches!(e.kind(), ErrorKind::SessionExpired | ErrorKind::Closed) => {
+                    return Ok(())
+                }
                 Err(e)
                     if e.is_retryable()
                         && Instant::now() < give_up

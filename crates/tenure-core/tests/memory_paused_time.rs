@@ -117,7 +117,7 @@ async fn closed_session_refuses_campaigns_and_frees_seats() {
     s.close().await.unwrap();
     assert_eq!(l.loss_reason(), Some(LossReason::SessionClosed));
     let err = s.campaign(&e, &cand("a")).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::SessionExpired);
+    assert_eq!(err.kind(), ErrorKind::Closed);
     assert_eq!(s.leader(&e).await.unwrap(), None);
 }
 

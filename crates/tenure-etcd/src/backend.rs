@@ -119,7 +119,7 @@ impl EtcdBackend {
 }
 
 /// One observed state, or the error shared by every observer.
-type Observed = std::result::Result<Option<LeaderInfo>, Arc<Error>>;
+type Observed = Result<Option<LeaderInfo>>;
 
 impl EtcdConfig {
     /// Connect; see [`EtcdBackend::connect`].
@@ -178,9 +178,7 @@ impl Backend for EtcdBackend {
             revision,
             tx,
         ));
-        Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|e| e.detached())
-        }))
+        Ok(tenure_core::watch_stream(rx, |v| v))
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -205,9 +203,7 @@ impl Backend for EtcdBackend {
             revision,
             tx,
         ));
-        Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|e| e.detached())
-        }))
+        Ok(tenure_core::watch_stream(rx, |v| v))
     }
 }
 
@@ -247,7 +243,7 @@ async fn observe_task(
             }
             Err(e) => {
                 if !failed {
-                    publish(Err(e.into()));
+                    publish(Err(e));
                     failed = true;
                 }
                 None
@@ -300,7 +296,7 @@ async fn observe_task(
             }
             Err(e) => {
                 if !failed {
-                    publish(Err(e.into()));
+                    publish(Err(e));
                     failed = true;
                 }
             }

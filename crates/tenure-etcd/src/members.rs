@@ -16,7 +16,7 @@ use crate::shared::Shared;
 const PAGE: i64 = 64;
 
 /// One published member list, or the error shared by every watcher.
-pub(crate) type Listed = std::result::Result<Vec<Member>, std::sync::Arc<tenure_core::Error>>;
+pub(crate) type Listed = tenure_core::Result<Vec<Member>>;
 
 /// Read every member of the namespace `range` at one revision, page by page; returns
 /// them by id and the revision read at.
@@ -90,7 +90,7 @@ pub(crate) async fn watch_task(
             Ok(s) => Some(s),
             Err(e) => {
                 if !failed {
-                    publish(Err(e.into()));
+                    publish(Err(e));
                     failed = true;
                 }
                 None
@@ -154,7 +154,7 @@ pub(crate) async fn watch_task(
             }
             Err(e) => {
                 if !failed {
-                    publish(Err(e.into()));
+                    publish(Err(e));
                     failed = true;
                 }
             }

@@ -139,7 +139,7 @@ fn answer_limit(shared: &Shared, ttl: Duration) -> Duration {
 }
 
 fn closed_error() -> tenure_core::Error {
-    own(ErrorKind::SessionExpired, "session closed")
+    tenure_core::Error::closed().with_backend(crate::config::SCHEME)
 }
 
 impl Inner {

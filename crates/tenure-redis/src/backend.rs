@@ -376,7 +376,7 @@ fn client(config: &RedisConfig) -> Result<Client> {
 
 /// One observed state, or an error shared so it can be cloned (each receiver gets a
 /// [`Error::detached`] copy).
-type Observed = std::result::Result<Option<LeaderInfo>, Arc<Error>>;
+type Observed = Result<Option<LeaderInfo>>;
 
 #[async_trait]
 impl Backend for RedisBackend {
@@ -431,9 +431,7 @@ impl Backend for RedisBackend {
             (next, subscribed),
             tx,
         ));
-        Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|e| e.detached())
-        }))
+        Ok(tenure_core::watch_stream(rx, |v| v))
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -462,9 +460,7 @@ impl Backend for RedisBackend {
             (members::next_look(earliest), subscribed),
             tx,
         ));
-        Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|e| e.detached())
-        }))
+        Ok(tenure_core::watch_stream(rx, |v| v))
     }
 }
 
@@ -508,7 +504,7 @@ async fn observe_task(
                 failures = failures.saturating_add(1);
                 if !failed {
                     failed = true;
-                    let _ = tx.send_replace(Err(Arc::new(e)));
+                    let _ = tx.send_replace(Err(e));
                 }
             }
         }

@@ -17,7 +17,7 @@ use crate::scripts::LIST_SCRIPT;
 
 /// One published member list, or an error shared so it can be cloned (each receiver
 /// gets a [`tenure_core::Error::detached`] copy).
-pub(crate) type Listed = std::result::Result<Vec<Member>, Arc<tenure_core::Error>>;
+pub(crate) type Listed = tenure_core::Result<Vec<Member>>;
 
 /// How long a watcher waits for a change when no member could expire.
 const IDLE: Duration = Duration::from_secs(24 * 3600);
@@ -106,7 +106,7 @@ pub(crate) async fn watch_task(
                 failures = failures.saturating_add(1);
                 if !failed {
                     failed = true;
-                    let _ = tx.send_replace(Err(Arc::new(e)));
+                    let _ = tx.send_replace(Err(e));
                 }
             }
         }

@@ -131,7 +131,7 @@ impl RedisSession {
 }
 
 fn closed_error() -> tenure_core::Error {
-    own(ErrorKind::SessionExpired, "session closed")
+    tenure_core::Error::closed().with_backend(crate::SCHEME)
 }
 
 /// Removes an election from the waiting set when its campaign ends in any way.

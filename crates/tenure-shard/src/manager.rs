@@ -335,7 +335,7 @@ impl ShardManagerBuilder {
 }
 
 fn closed() -> Error {
-    Error::new(ErrorKind::SessionExpired, "shard manager closed")
+    Error::new(ErrorKind::Closed, "shard manager closed")
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -411,7 +411,7 @@ async fn publisher(
                     last_sent = value;
                     tokio::time::sleep(interval).await;
                 }
-                Err(e) if e.kind() == ErrorKind::SessionExpired && session.is_closed() => return,
+                Err(e) if e.kind() == ErrorKind::Closed => return,
                 Err(e) => {
                     let delay = session.timing().retry.delay(attempt);
                     attempt = attempt.saturating_add(1);

@@ -345,7 +345,7 @@ pub(crate) async fn close_session(config: &ZooKeeperConfig, info: SessionInfo) -
 /// One observed state, or an error kept as kind and message so it can be cloned.
 /// One observed state, or an error shared so it can be cloned (each receiver gets a
 /// [`Error::detached`] copy).
-type Observed = std::result::Result<Option<LeaderInfo>, Arc<Error>>;
+type Observed = Result<Option<LeaderInfo>>;
 
 #[async_trait]
 impl Backend for ZooKeeperBackend {
@@ -399,9 +399,7 @@ impl Backend for ZooKeeperBackend {
         let first = self.shared.read_leader(&client, &dir).await?;
         let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
         tokio::spawn(observe_task(self.shared.clone(), dir, first, tx));
-        Ok(tenure_core::watch_stream(rx, |v| {
-            v.map_err(|e| e.detached())
-        }))
+        Ok(tenure_core::watch_stream(rx, |v| v))
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -485,7 +483,7 @@ async fn observe_task(
             }
             Err(e) => {
                 if !failed {
-                    let _ = tx.send_replace(Err(Arc::new(e)));
+                    let _ = tx.send_replace(Err(e));
                     failed = true;
                 }
                 let delay = retry.delay(attempt);

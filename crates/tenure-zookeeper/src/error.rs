@@ -31,7 +31,7 @@ pub(crate) fn timed_out(what: &str, limit: Duration) -> Error {
 
 /// The error for a session that was closed by this process.
 pub(crate) fn closed() -> Error {
-    own(ErrorKind::SessionExpired, "session closed")
+    Error::closed().with_backend(SCHEME)
 }
 
 fn kind_of(err: &ZkError) -> ErrorKind {
