@@ -10,7 +10,14 @@ use tenure_core::backend::config::{
 };
 use tenure_core::{Error, Result};
 
-use crate::{RedisBackend, SCHEME, TLS_SCHEME};
+/// The URL scheme of this backend: `redis://[[user][:password]@]host[:port][/db][?…]`.
+pub const SCHEME: &str = "redis";
+
+/// The URL scheme of Redis over TLS: `rediss://…`.
+pub const TLS_SCHEME: &str = "rediss";
+
+/// Both URL schemes this backend answers to.
+pub const SCHEMES: [&str; 2] = [SCHEME, TLS_SCHEME];
 
 /// The port Redis listens on unless told otherwise.
 const DEFAULT_PORT: u16 = 6379;
@@ -295,11 +302,6 @@ impl RedisConfig {
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
-    }
-
-    /// Connect; see [`RedisBackend::connect`].
-    pub async fn connect(self) -> Result<RedisBackend> {
-        RedisBackend::connect(self).await
     }
 
     /// The host.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
 use tenure_core::{Error, ErrorKind};
 
-use crate::SCHEME;
+use crate::config::SCHEME;
 
 /// Map a redis client error; `what` says which operation failed (e.g. `"campaign"`).
 ///

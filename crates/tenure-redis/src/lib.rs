@@ -11,18 +11,10 @@ mod keys;
 mod members;
 mod scripts;
 mod session;
+mod shared;
 
 pub use backend::RedisBackend;
-pub use config::RedisConfig;
-
-/// The URL scheme of this backend: `redis://[[user][:password]@]host[:port][/db][?…]`.
-pub const SCHEME: &str = "redis";
-
-/// The URL scheme of Redis over TLS: `rediss://…`.
-pub const TLS_SCHEME: &str = "rediss";
-
-/// Both URL schemes this backend answers to.
-pub const SCHEMES: [&str; 2] = [SCHEME, TLS_SCHEME];
+pub use config::{RedisConfig, SCHEME, SCHEMES, TLS_SCHEME};
 
 /// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
 pub const DRIVER: tenure_core::backend::Driver =

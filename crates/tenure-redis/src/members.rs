@@ -10,10 +10,10 @@ use redis::Value;
 use tenure_core::{Member, Result, Retry};
 use tokio::sync::watch;
 
-use crate::backend::{as_int, Shared};
 use crate::error::unexpected;
 use crate::hub::Registration;
 use crate::scripts::LIST_SCRIPT;
+use crate::shared::{as_int, Shared};
 
 /// One published member list, or an error shared so it can be cloned (each receiver
 /// gets a [`tenure_core::Error::detached`] copy).

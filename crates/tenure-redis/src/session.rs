@@ -13,12 +13,12 @@ use tenure_core::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::{as_int, Shared};
 use crate::error::{own, session_gone, unexpected};
 use crate::keys::{millis_up, new_session_id, session_key, ElectionKeys};
 use crate::scripts::{
     ACQUIRE_SCRIPT, CLOSE_SCRIPT, REGISTER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, UNREGISTER_SCRIPT,
 };
+use crate::shared::{as_int, Shared};
 
 /// How many seats one renewal script call covers; more are renewed by further calls
 /// sent at the same time on the same connection (still one round trip).
@@ -131,7 +131,7 @@ impl RedisSession {
 }
 
 fn closed_error() -> tenure_core::Error {
-    tenure_core::Error::closed().with_backend(crate::SCHEME)
+    tenure_core::Error::closed().with_backend(crate::config::SCHEME)
 }
 
 /// Removes an election from the waiting set when its campaign ends in any way.
