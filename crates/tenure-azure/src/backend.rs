@@ -1,9 +1,8 @@
 //! The backend: connecting, leader reads, observation and member listings.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,11 +12,12 @@ use tenure_core::{
 };
 
 use crate::config::AzureConfig;
+use crate::config::SCHEME;
 use crate::error::{own, timed_out};
-use crate::names::{leader_of, Layout};
+use crate::names::Layout;
 use crate::session::AzureSession;
+use crate::shared::Shared;
 use crate::store::Store;
-use crate::SCHEME;
 
 /// The shortest lease Azure grants, in seconds.
 pub const MIN_LEASE_SECS: u64 = 15;
@@ -35,16 +35,6 @@ const NO_HERD: &str = "Azure Blob Storage cannot notify: every waiter tries to a
 #[derive(Clone)]
 pub struct AzureBackend {
     pub(crate) shared: Arc<Shared>,
-}
-
-/// What the backend and its sessions share.
-pub(crate) struct Shared {
-    pub(crate) store: Arc<Store>,
-    pub(crate) layout: Layout,
-    /// Requests sent to renew leases (excluded from `election_requests`).
-    pub(crate) renewals: AtomicU64,
-    /// Member values by blob name and etag, so a listing downloads only changed bodies.
-    values: Mutex<HashMap<String, (String, String)>>,
 }
 
 impl fmt::Debug for AzureBackend {
@@ -96,12 +86,7 @@ impl AzureBackend {
         }
         tracing::debug!(%config, "connected to Azure Blob Storage");
         Ok(AzureBackend {
-            shared: Arc::new(Shared {
-                layout: Layout::new(config.blob_prefix()),
-                store,
-                renewals: AtomicU64::new(0),
-                values: Mutex::new(HashMap::new()),
-            }),
+            shared: Arc::new(Shared::new(store, Layout::new(config.blob_prefix()))),
         })
     }
 
@@ -140,69 +125,10 @@ impl AzureBackend {
     }
 }
 
-impl Shared {
-    pub(crate) async fn read_leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
-        let name = self.layout.election(election);
-        match self.store.properties(&name).await {
-            Ok(Some(p)) if p.leased => Ok(leader_of(&p.metadata)),
-            Ok(_) => Ok(None),
-            Err(f) => Err(f.into_error("read leader")),
-        }
-    }
-
-    pub(crate) async fn read_members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
-        let prefix = self.layout.members(namespace);
-        let listed = self
-            .store
-            .list(&prefix)
-            .await
-            .map_err(|f| f.into_error("list members"))?;
-        let mut out = Vec::new();
-        for blob in listed {
-            let Some(id) = blob.name.strip_prefix(&prefix) else {
-                continue;
-            };
-            // Deeper names belong to a nested namespace.
-            if id.contains('/') || !blob.leased {
-                continue;
-            }
-            let cached = {
-                let values = self.values.lock().unwrap_or_else(|p| p.into_inner());
-                values
-                    .get(&blob.name)
-                    .filter(|(etag, _)| *etag == blob.etag)
-                    .map(|(_, v)| v.clone())
-            };
-            let value = match cached {
-                Some(v) => v,
-                None => {
-                    let Some(body) = self
-                        .store
-                        .download(&blob.name)
-                        .await
-                        .map_err(|f| f.into_error("read member"))?
-                    else {
-                        continue;
-                    };
-                    let Ok(v) = String::from_utf8(body) else {
-                        tracing::warn!(blob = %blob.name, "member value is not UTF-8; skipped");
-                        continue;
-                    };
-                    let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
-                    if values.len() > 100_000 {
-                        values.clear();
-                    }
-                    values.insert(blob.name.clone(), (blob.etag.clone(), v.clone()));
-                    v
-                }
-            };
-            match Member::new(id, &value) {
-                Ok(m) => out.push(m),
-                Err(e) => tracing::warn!(blob = %blob.name, error = %e, "not a member; skipped"),
-            }
-        }
-        out.sort_by(|a, b| a.id().cmp(b.id()));
-        Ok(out)
+impl AzureConfig {
+    /// Connect; see [`AzureBackend::connect`].
+    pub async fn connect(self) -> Result<AzureBackend> {
+        AzureBackend::connect(self).await
     }
 }
 

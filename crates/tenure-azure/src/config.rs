@@ -10,7 +10,8 @@ use azure_core::credentials::TokenCredential;
 use tenure_core::backend::config::{parse_bool, parse_millis, unknown_key, BackendUrl};
 use tenure_core::{Error, Result};
 
-use crate::{AzureBackend, SCHEME};
+/// The URL scheme of this backend: `azblob://account/container[/prefix][?…]`.
+pub const SCHEME: &str = "azblob";
 
 /// The URL query keys.
 const KEYS: &[&str] = &[
@@ -519,11 +520,6 @@ impl AzureConfig {
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
-    }
-
-    /// Connect; see [`AzureBackend::connect`].
-    pub async fn connect(self) -> Result<AzureBackend> {
-        AzureBackend::connect(self).await
     }
 
     /// The storage account.

@@ -6,7 +6,7 @@ use azure_core::error::ErrorKind as AzureKind;
 use azure_core::http::StatusCode;
 use tenure_core::{Error, ErrorKind};
 
-use crate::SCHEME;
+use crate::config::SCHEME;
 
 /// What a failed request was, as the backend's logic needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,13 +8,11 @@ mod config;
 mod error;
 mod names;
 mod session;
+mod shared;
 mod store;
 
 pub use backend::{AzureBackend, MAX_LEASE_SECS, MIN_LEASE_SECS};
-pub use config::AzureConfig;
-
-/// The URL scheme of this backend: `azblob://account/container[/prefix][?…]`.
-pub const SCHEME: &str = "azblob";
+pub use config::{AzureConfig, SCHEME};
 
 /// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
 pub const DRIVER: tenure_core::backend::Driver =

@@ -21,9 +21,9 @@ use tenure_core::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::Shared;
 use crate::error::{own, Failure};
 use crate::names::{grant_metadata, jittered, new_lease_id, token_of};
+use crate::shared::Shared;
 use crate::store::lease_lost;
 
 /// How many renewals one keep-alive sends at once.
@@ -107,7 +107,7 @@ impl AzureSession {
 }
 
 fn closed_error() -> Error {
-    Error::closed().with_backend(crate::SCHEME)
+    Error::closed().with_backend(crate::config::SCHEME)
 }
 
 impl Inner {
