@@ -63,6 +63,7 @@ pub mod chaos;
 pub mod cli_faults;
 pub mod curator;
 mod error;
+pub mod fault_suite;
 mod fencing;
 mod os;
 mod probe;
@@ -87,6 +88,6 @@ pub use fencing::{
 pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
 pub use server::{
-    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, RedisServer, ZooKeeperServer,
-    READY_TIMEOUT,
+    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, RedisServer, StoreServer,
+    ZooKeeperServer, READY_TIMEOUT,
 };

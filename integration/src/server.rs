@@ -809,7 +809,44 @@ macro_rules! server_handle {
                 self.core.restart().await
             }
         }
+
+        impl StoreServer for $name {
+            fn name(&self) -> &'static str {
+                self.core.kind.name()
+            }
+
+            fn env_var(&self) -> &'static str {
+                Self::ENV
+            }
+
+            fn is_external(&self) -> bool {
+                self.core.is_external()
+            }
+
+            fn pause(&self) -> Result<()> {
+                self.core.pause()
+            }
+
+            fn resume(&self) -> Result<()> {
+                self.core.resume()
+            }
+        }
     };
+}
+
+/// What the shared fault suite needs of any store the harness runs, local or named by
+/// its environment variable: its name and whether it can be frozen.
+pub trait StoreServer: Send + Sync {
+    /// The store's name, for messages.
+    fn name(&self) -> &'static str;
+    /// The environment variable that names an external server instead.
+    fn env_var(&self) -> &'static str;
+    /// Whether the server is external (faults on the process are then impossible).
+    fn is_external(&self) -> bool;
+    /// Freeze the server process (SIGSTOP).
+    fn pause(&self) -> Result<()>;
+    /// Let a frozen server process run again (SIGCONT).
+    fn resume(&self) -> Result<()>;
 }
 
 server_handle! {

@@ -17,9 +17,10 @@ use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::testing::random_prefix;
 use tenure_core::{Candidate, ElectionName, ErrorKind, LossReason, Session, Timing};
 use tenure_integration::cli_faults::{
-    assert_fenced, assert_no_stale_write_accepted, campaign_args, is, ms, next_leader, refused,
-    stop_all, tenure_bin, wait,
+    assert_fenced, assert_no_stale_write_accepted, campaign_args, is, ms, stop_all, tenure_bin,
+    wait,
 };
+use tenure_integration::fault_suite::{self, FaultSpec};
 use tenure_integration::{
     monotonic_now_ns, AzuriteServer, CandidateProcess, Event, GuardedResource, TcpProxy,
 };
@@ -86,144 +87,38 @@ fn via(server: &AzuriteServer, proxy: &TcpProxy) -> String {
         .replacen(&server.addr().to_string(), &proxy.addr().to_string(), 1)
 }
 
-/// Whether `server` can be stopped; says why not otherwise.
-fn local(server: &AzuriteServer, test: &str) -> bool {
-    if server.is_external() {
-        eprintln!(
-            "{test}: not run: it stops the server, and {} names an external one",
-            AzuriteServer::ENV
-        );
-        return false;
-    }
-    true
+/// The shared fault scenarios' settings for this store: a container per test,
+/// credentials in the environment, leases of 15 s (so the holder is stopped for the
+/// lease and 3 s more), waiters polling every 100 ms.
+fn spec(azurite: &AzuriteServer) -> FaultSpec {
+    let mut spec = FaultSpec::new(url(&container()), TTL, POLL + Duration::from_secs(1));
+    spec.env = vec![(
+        "AZURE_STORAGE_CONNECTION_STRING",
+        AzuriteServer::connection_string(azurite.endpoint(), AzuriteServer::ACCOUNT_KEY),
+    )];
+    spec.connect_timeout = Duration::from_secs(2);
+    spec.start_bound = Duration::from_secs(20);
+    spec.holder_pause = TTL + Duration::from_secs(3);
+    spec.successor_bound = TTL + Duration::from_secs(5);
+    spec
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_holder_fails_over_within_lease_and_poll() {
     let azurite = AzuriteServer::start().await.expect("azurite");
-    let resource = GuardedResource::start().await.expect("resource");
-    let c = container();
-    let election = "faults/sigkill";
-    let mut a = candidate(azurite.endpoint(), &c, election, "a", &resource);
-    let a_token = wait(&a, is(Event::ELECTED), Duration::from_secs(20))
-        .await
-        .token
-        .expect("token");
-    let b = candidate(azurite.endpoint(), &c, election, "b", &resource);
-    let c2 = candidate(azurite.endpoint(), &c, election, "c", &resource);
-    wait(&b, is("campaigning"), Duration::from_secs(20)).await;
-    wait(&c2, is("campaigning"), Duration::from_secs(20)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let killed = a.kill().await.expect("kill a");
-    let (_, next) = next_leader(&[&b, &c2], killed, TTL + Duration::from_secs(3)).await;
-    let gap = next.mono_ns - killed;
-    eprintln!(
-        "SIGKILL of the holder: successor after {:.0} ms (lease {TTL:?}, poll {POLL:?})",
-        ms(gap)
-    );
-    assert!(gap <= (TTL + POLL + Duration::from_millis(1000)).as_nanos() as u64);
-    assert!(next.token.expect("token") > a_token);
-    // The dead holder's command goes on writing with its old token: refused.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "{:?}",
-        resource.writes()
-    );
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b, &c2]);
-    stop_all(vec![a, b, c2]).await;
+    fault_suite::sigkill_of_the_holder(&spec(&azurite)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_of_the_holder_past_the_lease() {
     let azurite = AzuriteServer::start().await.expect("azurite");
-    let resource = GuardedResource::start().await.expect("resource");
-    let c = container();
-    let election = "faults/sigstop-holder";
-    let a = candidate(azurite.endpoint(), &c, election, "a", &resource);
-    let a_token = wait(&a, is(Event::ELECTED), Duration::from_secs(20))
-        .await
-        .token
-        .expect("token");
-    let b = candidate(azurite.endpoint(), &c, election, "b", &resource);
-    wait(&b, is("campaigning"), Duration::from_secs(20)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let paused = monotonic_now_ns();
-    a.pause().expect("pause a");
-    let b_elected = wait(&b, is(Event::ELECTED), TTL + Duration::from_secs(5)).await;
-    let left = (TTL + Duration::from_secs(3))
-        .saturating_sub(Duration::from_nanos(monotonic_now_ns() - paused));
-    tokio::time::sleep(left).await;
-    a.resume().expect("resume a");
-    let lost = wait(&a, is(Event::LOST), Duration::from_secs(5)).await;
-    eprintln!(
-        "paused holder: lost stamped {:.0} ms after the pause, successor elected after {:.0} ms",
-        ms(lost.mono_ns.saturating_sub(paused)),
-        ms(b_elected.mono_ns - paused)
-    );
-    assert_eq!(lost.token, Some(a_token));
-    assert!(
-        lost.mono_ns <= b_elected.mono_ns,
-        "lost after the successor"
-    );
-    let b_token = b_elected.token.expect("token");
-    assert!(b_token > a_token);
-    // While the CLI was stopped its command kept writing the old token: once the
-    // successor wrote, those writes were refused.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "{:?}",
-        resource.writes()
-    );
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    fault_suite::sigstop_of_the_holder(&spec(&azurite)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_of_azurite_fires_lost_by_the_deadline() {
     let azurite = AzuriteServer::start().await.expect("azurite");
-    if !local(&azurite, "sigstop_of_azurite") {
-        return;
-    }
-    let resource = GuardedResource::start().await.expect("resource");
-    let c = container();
-    let election = "faults/sigstop-azurite";
-    let a = candidate(azurite.endpoint(), &c, election, "a", &resource);
-    let b = candidate(azurite.endpoint(), &c, election, "b", &resource);
-    let (first, elected) = next_leader(&[&a, &b], 0, Duration::from_secs(20)).await;
-    let holder = [&a, &b][first];
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let paused = monotonic_now_ns();
-    azurite.pause().expect("pause azurite");
-    let lost = wait(
-        holder,
-        is(Event::LOST),
-        RENEW_DEADLINE + Duration::from_secs(2),
-    )
-    .await;
-    let noticed = monotonic_now_ns();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    azurite.resume().expect("resume azurite");
-    eprintln!(
-        "Azurite paused: lost stamped {:.0} ms after the pause (deadline {RENEW_DEADLINE:?}, lease {TTL:?})",
-        ms(lost.mono_ns - paused)
-    );
-    assert_eq!(lost.token, elected.token);
-    // The deadline runs from the last confirmed renewal, sent before the pause.
-    assert!(lost.mono_ns <= paused + RENEW_DEADLINE.as_nanos() as u64);
-    assert!(
-        noticed < paused + TTL.as_nanos() as u64,
-        "lost reported late"
-    );
-    // Once Azurite runs again the campaigns go on by themselves.
-    let (_, again) = next_leader(&[&a, &b], lost.mono_ns, TTL * 3).await;
-    assert!(again.token > elected.token);
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    fault_suite::sigstop_of_the_store(&spec(&azurite), &azurite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

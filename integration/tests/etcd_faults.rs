@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use tenure_core::ErrorKind;
 use tenure_etcd::EtcdBackend;
 use tenure_integration::cli_faults::{
-    assert_fenced, is, ms, next_leader, refused, spawn_writer, stop_all, tenure_bin, wait,
+    assert_fenced, is, ms, next_leader, spawn_writer, stop_all, tenure_bin, wait,
 };
+use tenure_integration::fault_suite::{self, FaultSpec};
 use tenure_integration::{
     monotonic_now_ns, CandidateProcess, EtcdServer, Event, GuardedResource, TcpProxy,
 };
@@ -40,128 +41,27 @@ fn url(endpoint: &str) -> String {
     format!("etcd://{host}?prefix=faults&connect_timeout_ms=1000&request_timeout_ms=1000")
 }
 
+/// The shared fault scenarios' settings for this store.
+fn spec(etcd: &EtcdServer) -> FaultSpec {
+    FaultSpec::new(url(etcd.endpoint()), TTL, Duration::from_secs(1))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_holder_fails_over_within_ttl() {
     let etcd = EtcdServer::start().await.expect("etcd");
-    let resource = GuardedResource::start().await.expect("resource");
-    let url = url(etcd.endpoint());
-    let election = "faults/sigkill";
-    let mut a = candidate(&url, election, "a", &resource);
-    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
-    let b = candidate(&url, election, "b", &resource);
-    let c = candidate(&url, election, "c", &resource);
-    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
-    wait(&c, is("campaigning"), Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let killed = a.kill().await.expect("kill a");
-    let (_, successor) = next_leader(&[&b, &c], killed, TTL + Duration::from_secs(1)).await;
-    let gap = successor.mono_ns - killed;
-    eprintln!("SIGKILL failover: {:.0} ms (TTL {TTL:?})", ms(gap));
-    assert!(gap <= (TTL + Duration::from_secs(1)).as_nanos() as u64);
-    let new_token = successor.token.expect("token");
-    assert!(new_token > a_elected.token.expect("token"));
-    // The killed holder's command still writes with the old token: refused.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        refused(&resource, "a", a_elected.token.unwrap_or(0)) > 0,
-        "the dead holder's writes were not refused: {:?}",
-        resource.writes()
-    );
-    assert_fenced(&[&a, &b, &c]);
-    stop_all(vec![a, b, c]).await;
+    fault_suite::sigkill_of_the_holder(&spec(&etcd)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_of_the_holder_for_two_ttls() {
     let etcd = EtcdServer::start().await.expect("etcd");
-    let resource = GuardedResource::start().await.expect("resource");
-    let url = url(etcd.endpoint());
-    let election = "faults/sigstop-holder";
-    let a = candidate(&url, election, "a", &resource);
-    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
-    let a_token = a_elected.token.expect("token");
-    let b = candidate(&url, election, "b", &resource);
-    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let paused = monotonic_now_ns();
-    a.pause().expect("pause a");
-    let b_elected = wait(&b, is(Event::ELECTED), TTL * 2).await;
-    tokio::time::sleep((TTL * 2).saturating_sub(Duration::from_nanos(
-        monotonic_now_ns().saturating_sub(paused),
-    )))
-    .await;
-    a.resume().expect("resume a");
-    let lost = wait(&a, is(Event::LOST), Duration::from_secs(5)).await;
-    eprintln!(
-        "paused holder: lost stamped {:.0} ms after the pause, successor elected {:.0} ms after it",
-        ms(lost.mono_ns.saturating_sub(paused)),
-        ms(b_elected.mono_ns - paused)
-    );
-    assert_eq!(lost.token, Some(a_token));
-    assert!(
-        lost.mono_ns <= b_elected.mono_ns,
-        "lost after the successor"
-    );
-    assert!(b_elected.token.expect("token") > a_token);
-    // While the holder's process was stopped its command kept writing with the old
-    // token: once the successor wrote, those writes were refused.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "stale writes were not refused: {:?}",
-        resource.writes()
-    );
-    let b_token = b_elected.token.unwrap_or(0);
-    let first_b = resource
-        .accepted()
-        .iter()
-        .find(|w| w.token == b_token)
-        .map(|w| w.mono_ns)
-        .expect("the successor wrote");
-    assert!(
-        resource
-            .accepted()
-            .iter()
-            .all(|w| w.token != a_token || w.mono_ns < first_b),
-        "a stale write was accepted after the successor's"
-    );
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    fault_suite::sigstop_of_the_holder(&spec(&etcd)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_of_etcd_fires_lost_before_the_lease_could_expire() {
     let etcd = EtcdServer::start().await.expect("etcd");
-    let resource = GuardedResource::start().await.expect("resource");
-    let url = url(etcd.endpoint());
-    let election = "faults/sigstop-etcd";
-    let a = candidate(&url, election, "a", &resource);
-    let b = candidate(&url, election, "b", &resource);
-    let (first, elected) = next_leader(&[&a, &b], 0, Duration::from_secs(10)).await;
-    let holder = [&a, &b][first];
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let paused = monotonic_now_ns();
-    etcd.pause().expect("pause etcd");
-    // While etcd is stopped, the holder's lost signal fires at its local deadline.
-    let lost = wait(holder, is(Event::LOST), TTL + Duration::from_secs(1)).await;
-    let lost_read = monotonic_now_ns();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    etcd.resume().expect("resume etcd");
-    eprintln!(
-        "etcd paused: lost stamped {:.0} ms after the pause (deadline {RENEW_DEADLINE:?}, TTL {TTL:?})",
-        ms(lost.mono_ns - paused)
-    );
-    assert_eq!(lost.token, elected.token);
-    // The deadline counts from the last confirmed renewal, sent before the pause.
-    assert!(lost.mono_ns <= paused + RENEW_DEADLINE.as_nanos() as u64);
-    assert!(
-        lost_read < paused + TTL.as_nanos() as u64,
-        "lost reported late"
-    );
-    // Campaigns resume by themselves once etcd is back.
-    next_leader(&[&a, &b], lost.mono_ns, TTL * 4).await;
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    fault_suite::sigstop_of_the_store(&spec(&etcd), &etcd).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use tenure_core::ErrorKind;
 use tenure_integration::cli_faults::{
-    assert_fenced, assert_no_stale_write_accepted, is, ms, next_leader, refused, spawn_writer,
-    stop_all, tenure_bin, wait,
+    assert_fenced, assert_no_stale_write_accepted, is, ms, next_leader, spawn_writer, stop_all,
+    tenure_bin, wait,
 };
+use tenure_integration::fault_suite::{self, FaultSpec};
 use tenure_integration::{
     check_fencing, monotonic_now_ns, CandidateProcess, Event, FencingViolation, GuardedResource,
     RedisServer, TcpProxy,
@@ -63,126 +64,33 @@ fn local(server: &RedisServer, test: &str) -> bool {
     true
 }
 
+/// The shared fault scenarios' settings for this store (a key prefix per test).
+fn spec(redis: &RedisServer, prefix: &str) -> FaultSpec {
+    FaultSpec::new(
+        url(redis.endpoint(), prefix),
+        TTL,
+        Duration::from_millis(300),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_holder_fails_over_within_the_ttl() {
     let redis = RedisServer::start().await.expect("redis");
-    let resource = GuardedResource::start().await.expect("resource");
-    let url = url(redis.endpoint(), "faults-kill");
-    let election = "faults/sigkill";
-    let mut a = candidate(&url, election, "a", &resource);
-    let a_token = wait(&a, is(Event::ELECTED), Duration::from_secs(10))
-        .await
-        .token
-        .expect("token");
-    let b = candidate(&url, election, "b", &resource);
-    let c = candidate(&url, election, "c", &resource);
-    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
-    wait(&c, is("campaigning"), Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let killed = a.kill().await.expect("kill a");
-    let (_, next) = next_leader(&[&b, &c], killed, TTL + Duration::from_secs(1)).await;
-    let gap = next.mono_ns - killed;
-    eprintln!(
-        "SIGKILL of the holder: successor after {:.0} ms (TTL {TTL:?})",
-        ms(gap)
-    );
-    assert!(gap <= (TTL + Duration::from_millis(300)).as_nanos() as u64);
-    assert!(next.token.expect("token") > a_token);
-    // The dead holder's command goes on writing with its old token: refused.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "{:?}",
-        resource.writes()
-    );
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b, &c]);
-    stop_all(vec![a, b, c]).await;
+    let spec = spec(&redis, "faults-kill");
+    fault_suite::sigkill_of_the_holder(&spec).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_of_the_holder_for_two_ttls() {
     let redis = RedisServer::start().await.expect("redis");
-    let resource = GuardedResource::start().await.expect("resource");
-    let url = url(redis.endpoint(), "faults-stop-holder");
-    let election = "faults/sigstop-holder";
-    let a = candidate(&url, election, "a", &resource);
-    let a_token = wait(&a, is(Event::ELECTED), Duration::from_secs(10))
-        .await
-        .token
-        .expect("token");
-    let b = candidate(&url, election, "b", &resource);
-    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let paused = monotonic_now_ns();
-    a.pause().expect("pause a");
-    let b_elected = wait(&b, is(Event::ELECTED), TTL * 2).await;
-    let left = (TTL * 2).saturating_sub(Duration::from_nanos(monotonic_now_ns() - paused));
-    tokio::time::sleep(left).await;
-    a.resume().expect("resume a");
-    let lost = wait(&a, is(Event::LOST), Duration::from_secs(5)).await;
-    eprintln!(
-        "paused holder: lost stamped {:.0} ms after the pause, successor elected after {:.0} ms",
-        ms(lost.mono_ns.saturating_sub(paused)),
-        ms(b_elected.mono_ns - paused)
-    );
-    assert_eq!(lost.token, Some(a_token));
-    assert!(
-        lost.mono_ns <= b_elected.mono_ns,
-        "lost after the successor"
-    );
-    let b_token = b_elected.token.expect("token");
-    assert!(b_token > a_token);
-    // While the CLI was stopped its command kept writing the old token: once the
-    // successor wrote, those writes were refused.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "{:?}",
-        resource.writes()
-    );
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    let spec = spec(&redis, "faults-stop-holder");
+    fault_suite::sigstop_of_the_holder(&spec).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_of_redis_fires_lost_before_the_ttl() {
     let redis = RedisServer::start().await.expect("redis");
-    if !local(&redis, "sigstop_of_redis") {
-        return;
-    }
-    let resource = GuardedResource::start().await.expect("resource");
-    let url = url(redis.endpoint(), "faults-stop-redis");
-    let election = "faults/sigstop-redis";
-    let a = candidate(&url, election, "a", &resource);
-    let b = candidate(&url, election, "b", &resource);
-    let (first, elected) = next_leader(&[&a, &b], 0, Duration::from_secs(10)).await;
-    let holder = [&a, &b][first];
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let paused = monotonic_now_ns();
-    redis.pause().expect("pause redis");
-    let lost = wait(holder, is(Event::LOST), TTL + Duration::from_secs(1)).await;
-    let noticed = monotonic_now_ns();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    redis.resume().expect("resume redis");
-    eprintln!(
-        "Redis paused: lost stamped {:.0} ms after the pause (deadline {RENEW_DEADLINE:?}, TTL {TTL:?})",
-        ms(lost.mono_ns - paused)
-    );
-    assert_eq!(lost.token, elected.token);
-    // The deadline runs from the last confirmed renewal, sent before the pause.
-    assert!(lost.mono_ns <= paused + RENEW_DEADLINE.as_nanos() as u64);
-    assert!(
-        noticed < paused + TTL.as_nanos() as u64,
-        "lost reported late"
-    );
-    // Once Redis runs again the campaigns go on by themselves.
-    let (_, again) = next_leader(&[&a, &b], lost.mono_ns, TTL * 4).await;
-    assert!(again.token > elected.token);
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    fault_suite::sigstop_of_the_store(&spec(&redis, "faults-stop-redis"), &redis).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use tenure_core::ErrorKind;
 use tenure_integration::cli_faults::{
-    assert_fenced, is, ms, next_leader, refused, spawn_writer, stop_all, tenure_bin, wait,
+    assert_fenced, is, ms, spawn_writer, stop_all, tenure_bin, wait,
 };
+use tenure_integration::fault_suite::{self, FaultSpec};
 use tenure_integration::{
     monotonic_now_ns, CandidateProcess, Event, GuardedResource, TcpProxy, ZooKeeperServer,
 };
@@ -52,120 +53,28 @@ fn url(endpoint: &str) -> String {
     format!("zk://{endpoint}/faults?connect_timeout=1s&request_timeout=1s")
 }
 
+/// The shared fault scenarios' settings for this store: the server expires sessions
+/// in tickTime buckets, up to 1 s after the timeout.
+fn spec(zk: &ZooKeeperServer) -> FaultSpec {
+    FaultSpec::new(url(zk.endpoint()), TTL, Duration::from_millis(1500))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_of_the_holder_fails_over_within_the_session_timeout() {
     let zk = ZooKeeperServer::start().await.expect("zookeeper");
-    let resource = GuardedResource::start().await.expect("resource");
-    let url = url(zk.endpoint());
-    let election = "faults/sigkill";
-    let mut a = candidate(&url, election, "a", &resource);
-    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
-    let b = candidate(&url, election, "b", &resource);
-    let c = candidate(&url, election, "c", &resource);
-    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
-    wait(&c, is("campaigning"), Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let killed = a.kill().await.expect("kill a");
-    // The server expires sessions in tickTime buckets: up to 1 s after the timeout.
-    let bound = TTL + Duration::from_millis(1500);
-    let (_, successor) = next_leader(&[&b, &c], killed, bound).await;
-    let gap = successor.mono_ns - killed;
-    eprintln!(
-        "SIGKILL failover: {:.0} ms (session timeout {TTL:?})",
-        ms(gap)
-    );
-    assert!(gap <= bound.as_nanos() as u64);
-    let new_token = successor.token.expect("token");
-    assert!(new_token > a_elected.token.expect("token"));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        refused(&resource, "a", a_elected.token.unwrap_or(0)) > 0,
-        "the dead holder's writes were not refused: {:?}",
-        resource.writes()
-    );
-    assert_fenced(&[&a, &b, &c]);
-    stop_all(vec![a, b, c]).await;
+    fault_suite::sigkill_of_the_holder(&spec(&zk)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_of_the_holder_for_two_session_timeouts() {
     let zk = ZooKeeperServer::start().await.expect("zookeeper");
-    let resource = GuardedResource::start().await.expect("resource");
-    let url = url(zk.endpoint());
-    let election = "faults/sigstop-holder";
-    let a = candidate(&url, election, "a", &resource);
-    let a_elected = wait(&a, is(Event::ELECTED), Duration::from_secs(10)).await;
-    let a_token = a_elected.token.expect("token");
-    let b = candidate(&url, election, "b", &resource);
-    wait(&b, is("campaigning"), Duration::from_secs(10)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let paused = monotonic_now_ns();
-    a.pause().expect("pause a");
-    let b_elected = wait(&b, is(Event::ELECTED), TTL * 2).await;
-    tokio::time::sleep((TTL * 2).saturating_sub(Duration::from_nanos(
-        monotonic_now_ns().saturating_sub(paused),
-    )))
-    .await;
-    a.resume().expect("resume a");
-    let lost = wait(&a, is(Event::LOST), Duration::from_secs(5)).await;
-    eprintln!(
-        "paused holder: lost stamped {:.0} ms after the pause, successor elected {:.0} ms after it",
-        ms(lost.mono_ns.saturating_sub(paused)),
-        ms(b_elected.mono_ns - paused)
-    );
-    assert_eq!(lost.token, Some(a_token));
-    assert!(
-        lost.mono_ns <= b_elected.mono_ns,
-        "lost after the successor"
-    );
-    assert!(b_elected.token.expect("token") > a_token);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "stale writes were not refused: {:?}",
-        resource.writes()
-    );
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    fault_suite::sigstop_of_the_holder(&spec(&zk)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_of_zookeeper_fires_lost_before_the_session_could_expire() {
     let zk = ZooKeeperServer::start().await.expect("zookeeper");
-    assert!(
-        !zk.is_external(),
-        "this test pauses the server: unset {}",
-        ZooKeeperServer::ENV
-    );
-    let resource = GuardedResource::start().await.expect("resource");
-    let url = url(zk.endpoint());
-    let election = "faults/sigstop-zk";
-    let a = candidate(&url, election, "a", &resource);
-    let b = candidate(&url, election, "b", &resource);
-    let (first, elected) = next_leader(&[&a, &b], 0, Duration::from_secs(10)).await;
-    let holder = [&a, &b][first];
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let paused = monotonic_now_ns();
-    zk.pause().expect("pause zookeeper");
-    let lost = wait(holder, is(Event::LOST), TTL + Duration::from_secs(1)).await;
-    let lost_read = monotonic_now_ns();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    zk.resume().expect("resume zookeeper");
-    eprintln!(
-        "ZooKeeper paused: lost stamped {:.0} ms after the pause (deadline {RENEW_DEADLINE:?}, session timeout {TTL:?})",
-        ms(lost.mono_ns - paused)
-    );
-    assert_eq!(lost.token, elected.token);
-    assert!(lost.mono_ns <= paused + RENEW_DEADLINE.as_nanos() as u64);
-    assert!(
-        lost_read < paused + TTL.as_nanos() as u64,
-        "lost reported late"
-    );
-    // Campaigns resume by themselves once the server is back.
-    let (_, again) = next_leader(&[&a, &b], lost.mono_ns, TTL * 5).await;
-    assert!(again.token > elected.token);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    fault_suite::sigstop_of_the_store(&spec(&zk), &zk).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
