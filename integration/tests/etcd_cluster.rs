@@ -11,6 +11,11 @@ use tenure_integration::EtcdCluster;
 
 const TTL: Duration = Duration::from_secs(5);
 
+/// One cluster at a time: each test runs three etcd processes and stops or restarts
+/// them, and two such tests side by side on a 2-core machine starve each other's raft
+/// heartbeats, which is not the fault under test.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn random_name(what: &str) -> ElectionName {
     let n: u64 = rand_u64();
     ElectionName::new(format!("cluster/{what}-{n:016x}")).unwrap()
@@ -64,6 +69,7 @@ async fn hold_through(leadership: &Leadership, how_long: Duration, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_member_costs_no_leadership() {
+    let _serial = SERIAL.lock().await;
     let cluster = start().await;
     let s = session(&cluster).await;
     let l = lead(&s, "pause").await;
@@ -81,6 +87,7 @@ async fn a_paused_member_costs_no_leadership() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_raft_leader_and_a_rolling_restart_cost_no_leadership() {
+    let _serial = SERIAL.lock().await;
     let mut cluster = start().await;
     let s = session(&cluster).await;
     let l = lead(&s, "restart").await;
@@ -102,6 +109,7 @@ async fn a_killed_raft_leader_and_a_rolling_restart_cost_no_leadership() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_quorum_loses_by_the_deadline_and_its_return_elects_again() {
+    let _serial = SERIAL.lock().await;
     let cluster = start().await;
     let s = session(&cluster).await;
     let election = random_name("quorum");
