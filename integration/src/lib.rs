@@ -87,6 +87,6 @@ pub use fencing::{
 pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
 pub use server::{
-    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, RedisServer, ZooKeeperServer,
-    READY_TIMEOUT,
+    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, RedisServer, ZooKeeperEnsemble,
+    ZooKeeperServer, READY_TIMEOUT,
 };
