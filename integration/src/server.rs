@@ -1377,13 +1377,13 @@ impl ZooKeeperEnsemble {
 
     /// What server `i` answers to the four-letter word `srvr` (within 1 s).
     pub async fn srvr(&self, i: usize) -> Result<String> {
-        let addr = self
-            .members
-            .get(i)
-            .map(|(a, _)| *a)
-            .ok_or_else(|| HarnessError::NotRunning {
-                what: format!("ZooKeeper server {i}"),
-            })?;
+        let addr =
+            self.members
+                .get(i)
+                .map(|(a, _)| *a)
+                .ok_or_else(|| HarnessError::NotRunning {
+                    what: format!("ZooKeeper server {i}"),
+                })?;
         probe::exchange(addr, b"srvr", |_| false, Duration::from_secs(1))
             .await
             .map(|a| String::from_utf8_lossy(&a).into_owned())

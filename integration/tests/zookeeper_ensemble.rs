@@ -27,7 +27,16 @@ fn random_name(what: &str) -> ElectionName {
     ElectionName::new(format!("ensemble/{what}-{:016x}", h.finish())).unwrap()
 }
 
+/// With `RUST_LOG` set, logs to the test's output (shown when it fails).
+fn logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
 async fn start() -> ZooKeeperEnsemble {
+    logs();
     match ZooKeeperEnsemble::start(3).await {
         Ok(e) => e,
         Err(e) => panic!("start a 3-server ZooKeeper ensemble: {e}"),
@@ -123,7 +132,12 @@ async fn pausing_each_server_in_turn_costs_no_leadership() {
         let what = format!("server {server} paused for 6 s");
         hold_through(&l, Duration::from_secs(6), &what).await;
         ensemble.resume(server).expect("resume");
-        hold_through(&l, Duration::from_secs(1), &format!("server {server} resumed")).await;
+        hold_through(
+            &l,
+            Duration::from_secs(1),
+            &format!("server {server} resumed"),
+        )
+        .await;
     }
     l.resign().await.expect("resign");
     s.close().await.expect("close");
