@@ -1214,7 +1214,11 @@ impl EtcdCluster {
 
 /// A ZooKeeper ensemble of local servers (`QuorumPeerMain`) on free loopback ports,
 /// with `tickTime` 500 ms (session timeouts from 1 s to 20 s are honoured; a 5 s
-/// session is ten ticks), `syncLimit` 4 ticks and `initLimit` 10 ticks. Members are
+/// session is ten ticks), `syncLimit` 2 ticks and `initLimit` 10 ticks. A server cut
+/// off from its leader goes on answering reads for `syncLimit` × `tickTime` (1 s here),
+/// and a session re-attaching to a follower waits for the leader that long: kept below
+/// a third of the session timeout, a renewal answered that way still ends its renew
+/// deadline (two thirds of the TTL by default) before the quorum could expire the session. Members are
 /// numbered from 0; member `i` has `myid` `i + 1`. Each is ready once `srvr` answers
 /// with a `Mode:` (it serves only while it is part of a quorum).
 ///
@@ -1258,7 +1262,7 @@ impl ZooKeeperEnsemble {
                  minSessionTimeout=1000\n\
                  maxSessionTimeout=20000\n\
                  initLimit=10\n\
-                 syncLimit=4\n\
+                 syncLimit=2\n\
                  dataDir={}\n\
                  clientPort={client}\n\
                  clientPortAddress=127.0.0.1\n\
