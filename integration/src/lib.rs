@@ -89,5 +89,5 @@ pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
 pub use server::{
     workspace_root, AzuriteServer, EtcdCluster, EtcdServer, RedisServer, StoreServer,
-    ZooKeeperServer, READY_TIMEOUT,
+    ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
 };

@@ -1248,3 +1248,243 @@ impl EtcdCluster {
         ))
     }
 }
+
+/// A ZooKeeper ensemble of local servers (`QuorumPeerMain`) on free loopback ports,
+/// with `tickTime` 500 ms (session timeouts from 1 s to 20 s are honoured; a 5 s
+/// session is ten ticks), `syncLimit` 2 ticks and `initLimit` 10 ticks. A server cut
+/// off from its leader goes on answering reads for `syncLimit` × `tickTime` (1 s here),
+/// and a session re-attaching to a follower waits for the leader that long: kept below
+/// a third of the session timeout, a renewal answered that way still ends its renew
+/// deadline (two thirds of the TTL by default) before the quorum could expire the session. Members are
+/// numbered from 0; member `i` has `myid` `i + 1`. Each is ready once `srvr` answers
+/// with a `Mode:` (it serves only while it is part of a quorum).
+///
+/// Dropping it kills every member and removes the data directories.
+#[derive(Debug)]
+pub struct ZooKeeperEnsemble {
+    members: Vec<(SocketAddr, Local)>,
+}
+
+impl ZooKeeperEnsemble {
+    /// Starts `size` servers together and waits until each serves.
+    pub async fn start(size: usize) -> Result<Self> {
+        let java = find_java()?;
+        let classpath = zookeeper_classpath()?;
+        let ports: Vec<(u16, u16, u16)> = (0..size)
+            .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
+            .collect::<Result<_>>()?;
+        let servers: String = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer, election))| {
+                format!("server.{}=127.0.0.1:{peer}:{election}\n", i + 1)
+            })
+            .collect();
+        let mut members = Vec::new();
+        for (i, (client, _, _)) in ports.iter().enumerate() {
+            let root = tempfile::Builder::new()
+                .prefix("tenure-zookeeper-ensemble-")
+                .tempdir()
+                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+            let data_dir = root.path().join("data");
+            create_dir(&data_dir)?;
+            let myid = data_dir.join("myid");
+            std::fs::write(&myid, format!("{}\n", i + 1)).map_err(|e| HarnessError::File {
+                path: myid.clone(),
+                reason: format!("cannot write myid: {e}"),
+            })?;
+            let config = root.path().join("zoo.cfg");
+            let text = format!(
+                "tickTime=500\n\
+                 minSessionTimeout=1000\n\
+                 maxSessionTimeout=20000\n\
+                 initLimit=10\n\
+                 syncLimit=2\n\
+                 dataDir={}\n\
+                 clientPort={client}\n\
+                 clientPortAddress=127.0.0.1\n\
+                 admin.enableServer=false\n\
+                 4lw.commands.whitelist=*\n\
+                 {servers}",
+                data_dir.display()
+            );
+            std::fs::write(&config, text).map_err(|e| HarnessError::File {
+                path: config.clone(),
+                reason: format!("cannot write ZooKeeper config: {e}"),
+            })?;
+            let args: Vec<OsString> = vec![
+                "-Xmx256m".into(),
+                "-XX:+UseSerialGC".into(),
+                "-XX:TieredStopAtLevel=1".into(),
+                "-Dzookeeper.jmx.log4j.disable=true".into(),
+                "-cp".into(),
+                classpath.clone().into(),
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain".into(),
+                config.into(),
+            ];
+            let mut local = Local {
+                launch: Launch {
+                    program: java.clone(),
+                    args,
+                },
+                data_dir,
+                log_path: root.path().join("server.log"),
+                child: None,
+                started: Instant::now(),
+                startup: Duration::ZERO,
+                root,
+            };
+            local.spawn(Kind::ZooKeeper)?;
+            members.push((loopback(*client), local));
+        }
+        let mut ensemble = ZooKeeperEnsemble { members };
+        for (addr, local) in &mut ensemble.members {
+            local.wait_ready(Kind::ZooKeeper, *addr).await?;
+        }
+        Ok(ensemble)
+    }
+
+    /// The servers' client addresses, in member order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.members.iter().map(|(a, _)| *a).collect()
+    }
+
+    /// `host:port,host:port,…` for a `zk://` URL.
+    pub fn hosts(&self) -> String {
+        let hosts: Vec<String> = self.addrs().iter().map(|a| a.to_string()).collect();
+        hosts.join(",")
+    }
+
+    /// The number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// True if the ensemble has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    fn member(&self, i: usize) -> Result<&Local> {
+        self.members
+            .get(i)
+            .map(|(_, l)| l)
+            .ok_or_else(|| HarnessError::NotRunning {
+                what: format!("ZooKeeper server {i}"),
+            })
+    }
+
+    /// SIGSTOP server `i`: its connections stay open, it answers nothing.
+    pub fn pause(&self, i: usize) -> Result<()> {
+        stop_process(self.member(i)?.pid(Kind::ZooKeeper)?, "ZooKeeper server")
+    }
+
+    /// SIGCONT server `i`.
+    pub fn resume(&self, i: usize) -> Result<()> {
+        send_signal(
+            self.member(i)?.pid(Kind::ZooKeeper)?,
+            libc::SIGCONT,
+            "ZooKeeper server",
+        )
+    }
+
+    /// SIGKILL server `i`.
+    pub async fn kill(&mut self, i: usize) -> Result<()> {
+        match self.members.get_mut(i) {
+            Some((_, local)) => {
+                local.stop().await;
+                Ok(())
+            }
+            None => Err(HarnessError::NotRunning {
+                what: format!("ZooKeeper server {i}"),
+            }),
+        }
+    }
+
+    /// Start server `i` again on its ports and data directory (after
+    /// [`kill`](Self::kill), or SIGKILL it first), and wait until it serves again
+    /// (it must rejoin a quorum for that).
+    pub async fn restart(&mut self, i: usize) -> Result<()> {
+        match self.members.get_mut(i) {
+            Some((addr, local)) => {
+                local.stop().await;
+                local.launch(Kind::ZooKeeper, *addr).await
+            }
+            None => Err(HarnessError::NotRunning {
+                what: format!("ZooKeeper server {i}"),
+            }),
+        }
+    }
+
+    /// What server `i` answers to the four-letter word `srvr` (within 1 s).
+    pub async fn srvr(&self, i: usize) -> Result<String> {
+        let addr =
+            self.members
+                .get(i)
+                .map(|(a, _)| *a)
+                .ok_or_else(|| HarnessError::NotRunning {
+                    what: format!("ZooKeeper server {i}"),
+                })?;
+        probe::exchange(addr, b"srvr", |_| false, Duration::from_secs(1))
+            .await
+            .map(|a| String::from_utf8_lossy(&a).into_owned())
+            .map_err(|why| {
+                HarnessError::io(
+                    format!("asking ZooKeeper server {i} for srvr"),
+                    std::io::Error::other(why),
+                )
+            })
+    }
+
+    /// The index of the server whose `srvr` says `Mode: leader`.
+    pub async fn leader(&self) -> Result<usize> {
+        let mut answers = Vec::new();
+        for i in 0..self.members.len() {
+            match self.srvr(i).await {
+                Ok(text) if text.contains("Mode: leader") => return Ok(i),
+                Ok(text) => answers.push(format!("{i}: {}", text.lines().last().unwrap_or(""))),
+                Err(e) => answers.push(format!("{i}: {e}")),
+            }
+        }
+        Err(HarnessError::io(
+            "finding the ZooKeeper ensemble leader",
+            std::io::Error::other(format!(
+                "no server reports Mode: leader ({})",
+                answers.join("; ")
+            )),
+        ))
+    }
+
+    /// Waits until every running server serves and one of them leads (at most 30 s);
+    /// the leader's index.
+    pub async fn wait_leader(&self) -> Result<usize> {
+        let started = Instant::now();
+        loop {
+            let serving = {
+                let mut n = 0;
+                for i in 0..self.members.len() {
+                    if matches!(self.srvr(i).await, Ok(t) if t.contains("Mode:")) {
+                        n += 1;
+                    }
+                }
+                n
+            };
+            match self.leader().await {
+                Ok(i) if serving == self.members.len() => return Ok(i),
+                Err(e) if started.elapsed() > Duration::from_secs(30) => return Err(e),
+                _ if started.elapsed() > Duration::from_secs(30) => {
+                    return Err(HarnessError::io(
+                        "waiting for the ZooKeeper ensemble",
+                        std::io::Error::other("not every server serves after 30 s"),
+                    ))
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
+    /// The tail of server `i`'s log.
+    pub fn log_tail(&self, i: usize) -> String {
+        self.member(i).map(Local::log_tail).unwrap_or_default()
+    }
+}

@@ -143,6 +143,13 @@ fn source_is(e: &Error, want: &zookeeper_client::Error) -> bool {
 
 /// Connect one client with `session_timeout`, authenticated and chrooted, within the
 /// connect timeout. `session` re-attaches to an existing session.
+/// How long a connection may stay silent before the client counts it as lost and
+/// reconnects to the next server: a fifth of the session timeout (the client pings
+/// every 3/8 of it while idle).
+pub(crate) fn connection_timeout(session_timeout: Duration) -> Duration {
+    (session_timeout / 5).max(Duration::from_millis(10))
+}
+
 pub(crate) async fn connect_client(
     config: &ZooKeeperConfig,
     session_timeout: Duration,
@@ -150,7 +157,15 @@ pub(crate) async fn connect_client(
     detached: bool,
 ) -> Result<Client> {
     let limit = config.get_connect_timeout();
-    let mut connector = Client::connector().with_session_timeout(session_timeout);
+    // A connection that hears nothing (pings included) for a fifth of the session
+    // timeout counts as lost, and the client moves on to the next server: a crashed or
+    // stopped server then costs at most that plus one reconnect, well within the renew
+    // deadline (two thirds of the TTL by default) even when the last renewal was a full
+    // renew interval (a quarter) ago. zookeeper-client's default, two fifths, leaves no
+    // room for the reconnect; the reference clients' two thirds is past the deadline.
+    let mut connector = Client::connector()
+        .with_session_timeout(session_timeout)
+        .with_connection_timeout(connection_timeout(session_timeout));
     if let Some(digest) = config.digest() {
         connector = connector.with_auth("digest", &digest);
     }

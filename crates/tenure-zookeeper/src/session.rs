@@ -4,7 +4,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,10 +36,8 @@ pub(crate) struct ZkSession {
     shared: Arc<Shared>,
     /// `None` once closed or abandoned; clones are taken per request.
     client: Arc<Mutex<Option<Client>>>,
-    /// When renewals were last asked for, and the gap before that.
+    /// Renewals in flight and when the last one ended, for the watchdog.
     beat: Arc<Mutex<Beat>>,
-    /// Renewals in flight.
-    in_flight: Arc<AtomicUsize>,
     watchdog: tokio::task::JoinHandle<()>,
     id: String,
     /// `_c_<uuid>-latch-`: this session's node name prefix in every election.
@@ -77,23 +74,45 @@ enum Woken {
     State(SessionState),
 }
 
-/// The rhythm of renewals, for the watchdog.
-#[derive(Clone, Copy, Debug)]
+/// Renewals as the watchdog sees them: how many are in flight, and when the last one
+/// ended (was answered, failed or was dropped).
+#[derive(Debug)]
 struct Beat {
-    last: Instant,
-    gap: Option<Duration>,
+    in_flight: usize,
+    idle_since: Instant,
 }
 
-/// How long without a renewal request before the session counts as abandoned: twice the
-/// usual gap plus 100 ms, at least 200 ms, at most half the TTL.
-fn abandon_after(beat: &Beat, ttl: Duration) -> Duration {
-    let cap = ttl / 2;
-    match beat.gap {
-        Some(gap) => {
-            (gap * 2 + Duration::from_millis(100)).clamp(Duration::from_millis(200).min(cap), cap)
+/// Counts one renewal in flight from its creation until it is dropped, whether it
+/// finished or was dropped unfinished (the core drops a `keep_alive` that outlasts its
+/// request timeout): the renewal ends either way.
+struct InFlight(Arc<Mutex<Beat>>);
+
+impl InFlight {
+    fn start(beat: &Arc<Mutex<Beat>>) -> Self {
+        if let Ok(mut b) = beat.lock() {
+            b.in_flight += 1;
         }
-        None => cap,
+        InFlight(beat.clone())
     }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Ok(mut b) = self.0.lock() {
+            b.in_flight = b.in_flight.saturating_sub(1);
+            b.idle_since = Instant::now();
+        }
+    }
+}
+
+/// How long with no renewal in flight before the session counts as abandoned: half the
+/// TTL. The core asks for the next renewal at most `renew_interval` after the previous
+/// one ended (its interval after a success, a retry delay capped at the interval after a
+/// failure or timeout), and `check_timing` holds `renew_interval` below half the TTL, so
+/// a core that still wants the session never stays idle this long, however slow, failed
+/// or closely spaced its renewals were while the client reconnected.
+fn abandon_after(ttl: Duration) -> Duration {
+    ttl / 2
 }
 
 impl Drop for ZkSession {
@@ -153,22 +172,14 @@ impl ZkSession {
         let client = Arc::new(Mutex::new(Some(client)));
         shared.register(&id, session_info, client.clone());
         let beat = Arc::new(Mutex::new(Beat {
-            last: Instant::now(),
-            gap: None,
+            in_flight: 0,
+            idle_since: Instant::now(),
         }));
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let watchdog = tokio::spawn(watchdog(
-            client.clone(),
-            beat.clone(),
-            in_flight.clone(),
-            ttl,
-            id.clone(),
-        ));
+        let watchdog = tokio::spawn(watchdog(client.clone(), beat.clone(), ttl, id.clone()));
         Ok(ZkSession {
             shared,
             client,
             beat,
-            in_flight,
             watchdog,
             id,
             prefix: protected_prefix(&random_uuid()),
@@ -612,20 +623,14 @@ impl BackendSession for ZkSession {
     }
 
     async fn keep_alive(&self) -> Result<()> {
-        if let Ok(mut beat) = self.beat.lock() {
-            let now = Instant::now();
-            beat.gap = Some(now.saturating_duration_since(beat.last));
-            beat.last = now;
-        }
+        // In flight until answered, failed or dropped by the core's timeout.
+        let _renewal = InFlight::start(&self.beat);
         // One round trip: it proves the server still has the session and refreshes it.
         let client = self.client()?;
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let r = self.shared.call("keep alive", client.check_stat("/")).await;
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        if let Ok(mut beat) = self.beat.lock() {
-            beat.last = beat.last.max(Instant::now());
-        }
-        r.map(|_| ())
+        self.shared
+            .call("keep alive", client.check_stat("/"))
+            .await
+            .map(|_| ())
     }
 
     async fn campaign(
@@ -799,21 +804,20 @@ impl BackendSession for ZkSession {
 async fn watchdog(
     client: Arc<Mutex<Option<Client>>>,
     beat: Arc<Mutex<Beat>>,
-    in_flight: Arc<AtomicUsize>,
     ttl: Duration,
     id: String,
 ) {
     let step = (ttl / 40).max(Duration::from_millis(10));
+    let limit = abandon_after(ttl);
     loop {
         tokio::time::sleep(step).await;
-        let Ok(b) = beat.lock().map(|b| *b) else {
-            return;
+        let idle = match beat.lock() {
+            Ok(b) if b.in_flight > 0 => continue,
+            Ok(b) => b.idle_since.elapsed(),
+            Err(_) => return,
         };
-        if in_flight.load(Ordering::SeqCst) > 0 {
-            continue;
-        }
-        if b.last.elapsed() > abandon_after(&b, ttl) {
-            tracing::debug!(session = %id, "no renewals asked for: leaving the ZooKeeper session to expire");
+        if idle > limit {
+            tracing::debug!(session = %id, ?idle, "no renewals asked for: leaving the ZooKeeper session to expire");
             let dropped = client.lock().ok().and_then(|mut c| c.take());
             drop(dropped);
             return;
