@@ -42,6 +42,10 @@ pub(crate) struct ZkSession {
     id: String,
     /// `_c_<uuid>-latch-`: this session's node name prefix in every election.
     prefix: String,
+    /// Set by `close` and `abandon`: the owner ended this session, so later calls are
+    /// `Closed`; a session that ended any other way (the server expired or closed it,
+    /// the watchdog let it go) is `SessionExpired`, which makes the core open a new one.
+    ended_by_owner: std::sync::atomic::AtomicBool,
     nodes: Arc<Mutex<HashMap<ElectionName, Node>>>,
     state_task: tokio::task::JoinHandle<()>,
     events: SessionEvents,
@@ -183,6 +187,7 @@ impl ZkSession {
             watchdog,
             id,
             prefix: protected_prefix(&random_uuid()),
+            ended_by_owner: std::sync::atomic::AtomicBool::new(false),
             nodes: Arc::new(Mutex::new(HashMap::new())),
             state_task,
             events: guard_events,
@@ -192,18 +197,34 @@ impl ZkSession {
         })
     }
 
+    /// The error for a session that has ended: `Closed` if its owner ended it, else
+    /// `SessionExpired`.
+    fn ended(&self, how: &str) -> tenure_core::Error {
+        if self
+            .ended_by_owner
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            closed()
+        } else {
+            own(
+                ErrorKind::SessionExpired,
+                format!("ZooKeeper session {how}"),
+            )
+        }
+    }
+
     fn client(&self) -> Result<Client> {
         let client = self
             .client
             .lock()
             .ok()
             .and_then(|c| c.clone())
-            .ok_or_else(closed)?;
+            .ok_or_else(|| self.ended("ended"))?;
         match client.state() {
             SessionState::Expired => {
                 Err(own(ErrorKind::SessionExpired, "ZooKeeper session expired"))
             }
-            SessionState::Closed => Err(closed()),
+            SessionState::Closed => Err(self.ended("closed by the server")),
             SessionState::AuthFailed => Err(own(
                 ErrorKind::Unauthorized,
                 "ZooKeeper authentication failed",
@@ -751,12 +772,16 @@ impl BackendSession for ZkSession {
     /// connection until it ends.)
     fn abandon(&self) {
         tracing::debug!(session = %self.id, "abandoned: dropping the ZooKeeper connection");
+        self.ended_by_owner
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.watchdog.abort();
         let client = self.client.lock().ok().and_then(|mut c| c.take());
         drop(client);
     }
 
     async fn close(&self) -> Result<()> {
+        self.ended_by_owner
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let Some(client) = self.client.lock().ok().and_then(|mut c| c.take()) else {
             return Ok(());
         };
