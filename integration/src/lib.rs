@@ -88,6 +88,6 @@ pub use fencing::{
 pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
 pub use server::{
-    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, RedisServer, StoreServer,
+    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members, RedisServer, StoreServer,
     ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
 };

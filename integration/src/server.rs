@@ -1068,7 +1068,7 @@ mod tests {
 /// Dropping it kills every member and removes the data directories.
 #[derive(Debug)]
 pub struct EtcdCluster {
-    members: Vec<(SocketAddr, Local)>,
+    members: Members,
 }
 
 impl EtcdCluster {
@@ -1138,71 +1138,9 @@ impl EtcdCluster {
             local.spawn(Kind::Etcd)?;
             members.push((loopback(*client), local));
         }
-        let mut cluster = EtcdCluster { members };
-        for (addr, local) in &mut cluster.members {
-            local.wait_ready(Kind::Etcd, *addr).await?;
-        }
-        Ok(cluster)
-    }
-
-    /// The members' client addresses, in member order.
-    pub fn addrs(&self) -> Vec<SocketAddr> {
-        self.members.iter().map(|(a, _)| *a).collect()
-    }
-
-    /// `host:port,host:port,…` for an `etcd://` URL.
-    pub fn hosts(&self) -> String {
-        let hosts: Vec<String> = self.addrs().iter().map(|a| a.to_string()).collect();
-        hosts.join(",")
-    }
-
-    fn member(&self, i: usize) -> Result<&Local> {
-        self.members
-            .get(i)
-            .map(|(_, l)| l)
-            .ok_or_else(|| HarnessError::NotRunning {
-                what: format!("etcd member {i}"),
-            })
-    }
-
-    /// SIGSTOP member `i`: its connections stay open, it answers nothing.
-    pub fn pause(&self, i: usize) -> Result<()> {
-        stop_process(self.member(i)?.pid(Kind::Etcd)?, "etcd member")
-    }
-
-    /// SIGCONT member `i`.
-    pub fn resume(&self, i: usize) -> Result<()> {
-        send_signal(
-            self.member(i)?.pid(Kind::Etcd)?,
-            libc::SIGCONT,
-            "etcd member",
-        )
-    }
-
-    /// SIGKILL member `i`.
-    pub async fn kill(&mut self, i: usize) -> Result<()> {
-        match self.members.get_mut(i) {
-            Some((_, local)) => {
-                local.stop().await;
-                Ok(())
-            }
-            None => Err(HarnessError::NotRunning {
-                what: format!("etcd member {i}"),
-            }),
-        }
-    }
-
-    /// Start member `i` again on its port and data directory (after [`kill`](Self::kill)).
-    pub async fn restart(&mut self, i: usize) -> Result<()> {
-        match self.members.get_mut(i) {
-            Some((addr, local)) => {
-                local.stop().await;
-                local.launch(Kind::Etcd, *addr).await
-            }
-            None => Err(HarnessError::NotRunning {
-                what: format!("etcd member {i}"),
-            }),
-        }
+        Ok(EtcdCluster {
+            members: Members::ready(Kind::Etcd, members).await?,
+        })
     }
 
     /// The index of the member that is raft leader now, asked with `etcdctl endpoint
@@ -1262,7 +1200,7 @@ impl EtcdCluster {
 /// Dropping it kills every member and removes the data directories.
 #[derive(Debug)]
 pub struct ZooKeeperEnsemble {
-    members: Vec<(SocketAddr, Local)>,
+    members: Members,
 }
 
 impl ZooKeeperEnsemble {
@@ -1337,91 +1275,18 @@ impl ZooKeeperEnsemble {
             local.spawn(Kind::ZooKeeper)?;
             members.push((loopback(*client), local));
         }
-        let mut ensemble = ZooKeeperEnsemble { members };
-        for (addr, local) in &mut ensemble.members {
-            local.wait_ready(Kind::ZooKeeper, *addr).await?;
-        }
-        Ok(ensemble)
-    }
-
-    /// The servers' client addresses, in member order.
-    pub fn addrs(&self) -> Vec<SocketAddr> {
-        self.members.iter().map(|(a, _)| *a).collect()
-    }
-
-    /// `host:port,host:port,…` for a `zk://` URL.
-    pub fn hosts(&self) -> String {
-        let hosts: Vec<String> = self.addrs().iter().map(|a| a.to_string()).collect();
-        hosts.join(",")
-    }
-
-    /// The number of members.
-    pub fn len(&self) -> usize {
-        self.members.len()
-    }
-
-    /// True if the ensemble has no members.
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
-    fn member(&self, i: usize) -> Result<&Local> {
-        self.members
-            .get(i)
-            .map(|(_, l)| l)
-            .ok_or_else(|| HarnessError::NotRunning {
-                what: format!("ZooKeeper server {i}"),
-            })
-    }
-
-    /// SIGSTOP server `i`: its connections stay open, it answers nothing.
-    pub fn pause(&self, i: usize) -> Result<()> {
-        stop_process(self.member(i)?.pid(Kind::ZooKeeper)?, "ZooKeeper server")
-    }
-
-    /// SIGCONT server `i`.
-    pub fn resume(&self, i: usize) -> Result<()> {
-        send_signal(
-            self.member(i)?.pid(Kind::ZooKeeper)?,
-            libc::SIGCONT,
-            "ZooKeeper server",
-        )
-    }
-
-    /// SIGKILL server `i`.
-    pub async fn kill(&mut self, i: usize) -> Result<()> {
-        match self.members.get_mut(i) {
-            Some((_, local)) => {
-                local.stop().await;
-                Ok(())
-            }
-            None => Err(HarnessError::NotRunning {
-                what: format!("ZooKeeper server {i}"),
-            }),
-        }
-    }
-
-    /// Start server `i` again on its ports and data directory (after
-    /// [`kill`](Self::kill), or SIGKILL it first), and wait until it serves again
-    /// (it must rejoin a quorum for that).
-    pub async fn restart(&mut self, i: usize) -> Result<()> {
-        match self.members.get_mut(i) {
-            Some((addr, local)) => {
-                local.stop().await;
-                local.launch(Kind::ZooKeeper, *addr).await
-            }
-            None => Err(HarnessError::NotRunning {
-                what: format!("ZooKeeper server {i}"),
-            }),
-        }
+        Ok(ZooKeeperEnsemble {
+            members: Members::ready(Kind::ZooKeeper, members).await?,
+        })
     }
 
     /// What server `i` answers to the four-letter word `srvr` (within 1 s).
     pub async fn srvr(&self, i: usize) -> Result<String> {
         let addr =
             self.members
+                .addrs()
                 .get(i)
-                .map(|(a, _)| *a)
+                .copied()
                 .ok_or_else(|| HarnessError::NotRunning {
                     what: format!("ZooKeeper server {i}"),
                 })?;
@@ -1482,9 +1347,117 @@ impl ZooKeeperEnsemble {
             }
         }
     }
+}
 
-    /// The tail of server `i`'s log.
+/// The member processes of a local store cluster ([`EtcdCluster`],
+/// [`ZooKeeperEnsemble`] deref to it), with faults for one member at a time.
+#[derive(Debug)]
+pub struct Members {
+    kind: Kind,
+    list: Vec<(SocketAddr, Local)>,
+}
+
+impl Members {
+    /// Members spawned together, once each answers its readiness probe.
+    async fn ready(kind: Kind, mut list: Vec<(SocketAddr, Local)>) -> Result<Self> {
+        for (addr, local) in &mut list {
+            local.wait_ready(kind, *addr).await?;
+        }
+        Ok(Members { kind, list })
+    }
+
+    /// The members' client addresses, in member order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.list.iter().map(|(a, _)| *a).collect()
+    }
+
+    /// `host:port,host:port,…` for the store's URL.
+    pub fn hosts(&self) -> String {
+        let hosts: Vec<String> = self.addrs().iter().map(|a| a.to_string()).collect();
+        hosts.join(",")
+    }
+
+    /// The number of members.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// True if there are no members.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// The end of member `i`'s log (empty for an unknown member).
     pub fn log_tail(&self, i: usize) -> String {
-        self.member(i).map(Local::log_tail).unwrap_or_default()
+        self.list
+            .get(i)
+            .map(|(_, local)| local.log_tail())
+            .unwrap_or_default()
+    }
+
+    fn missing(&self, i: usize) -> HarnessError {
+        HarnessError::NotRunning {
+            what: format!("{} member {i}", self.kind.name()),
+        }
+    }
+
+    fn pid(&self, i: usize) -> Result<u32> {
+        match self.list.get(i) {
+            Some((_, local)) => local.pid(self.kind),
+            None => Err(self.missing(i)),
+        }
+    }
+
+    /// SIGSTOP member `i`: its connections stay open, it answers nothing.
+    pub fn pause(&self, i: usize) -> Result<()> {
+        stop_process(self.pid(i)?, self.kind.name())
+    }
+
+    /// SIGCONT member `i`.
+    pub fn resume(&self, i: usize) -> Result<()> {
+        send_signal(self.pid(i)?, libc::SIGCONT, self.kind.name())
+    }
+
+    /// SIGKILL member `i`; it stays down until [`restart`](Self::restart).
+    pub async fn kill(&mut self, i: usize) -> Result<()> {
+        let missing = self.missing(i);
+        let (_, local) = self.list.get_mut(i).ok_or(missing)?;
+        local.stop().await;
+        Ok(())
+    }
+
+    /// Start member `i` again on its ports and data directory (SIGKILLing it first if
+    /// it runs) and wait until it answers (for a cluster member: rejoined a quorum).
+    pub async fn restart(&mut self, i: usize) -> Result<()> {
+        let (kind, missing) = (self.kind, self.missing(i));
+        let (addr, local) = self.list.get_mut(i).ok_or(missing)?;
+        local.stop().await;
+        local.launch(kind, *addr).await
+    }
+}
+
+impl std::ops::Deref for EtcdCluster {
+    type Target = Members;
+    fn deref(&self) -> &Members {
+        &self.members
+    }
+}
+
+impl std::ops::DerefMut for EtcdCluster {
+    fn deref_mut(&mut self) -> &mut Members {
+        &mut self.members
+    }
+}
+
+impl std::ops::Deref for ZooKeeperEnsemble {
+    type Target = Members;
+    fn deref(&self) -> &Members {
+        &self.members
+    }
+}
+
+impl std::ops::DerefMut for ZooKeeperEnsemble {
+    fn deref_mut(&mut self) -> &mut Members {
+        &mut self.members
     }
 }
