@@ -61,6 +61,7 @@ mod bench_zookeeper;
 mod candidate;
 pub mod chaos;
 pub mod cli_faults;
+pub mod cluster_faults;
 pub mod curator;
 mod error;
 pub mod fault_suite;

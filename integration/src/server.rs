@@ -387,6 +387,20 @@ struct Local {
 }
 
 impl Local {
+    /// A server that is not running yet: `launch` in `root`, its data in `data_dir`,
+    /// its output in `root/server.log`.
+    fn new(launch: Launch, data_dir: PathBuf, root: TempDir) -> Self {
+        Local {
+            launch,
+            data_dir,
+            log_path: root.path().join("server.log"),
+            child: None,
+            started: Instant::now(),
+            startup: Duration::ZERO,
+            root,
+        }
+    }
+
     /// Spawns the process and waits until it answers its probe.
     async fn launch(&mut self, kind: Kind, addr: SocketAddr) -> Result<()> {
         self.spawn(kind)?;
@@ -596,15 +610,7 @@ impl ServerCore {
             let addr = loopback(port);
             let data_dir = root.path().join("data");
             let launch = kind.prepare(root.path(), &data_dir, port, zk_tick)?;
-            let mut local = Local {
-                launch,
-                data_dir,
-                log_path: root.path().join("server.log"),
-                child: None,
-                started: Instant::now(),
-                startup: Duration::ZERO,
-                root,
-            };
+            let mut local = Local::new(launch, data_dir, root);
             match local.launch(kind, addr).await {
                 Ok(()) => {
                     return Ok(ServerCore {
@@ -1123,18 +1129,14 @@ impl EtcdCluster {
             .into_iter()
             .map(OsString::from)
             .collect();
-            let mut local = Local {
-                launch: Launch {
+            let mut local = Local::new(
+                Launch {
                     program: program.clone(),
                     args,
                 },
                 data_dir,
-                log_path: root.path().join("server.log"),
-                child: None,
-                started: Instant::now(),
-                startup: Duration::ZERO,
                 root,
-            };
+            );
             local.spawn(Kind::Etcd)?;
             members.push((loopback(*client), local));
         }
@@ -1260,18 +1262,14 @@ impl ZooKeeperEnsemble {
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain".into(),
                 config.into(),
             ];
-            let mut local = Local {
-                launch: Launch {
+            let mut local = Local::new(
+                Launch {
                     program: java.clone(),
                     args,
                 },
                 data_dir,
-                log_path: root.path().join("server.log"),
-                child: None,
-                started: Instant::now(),
-                startup: Duration::ZERO,
                 root,
-            };
+            );
             local.spawn(Kind::ZooKeeper)?;
             members.push((loopback(*client), local));
         }

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{Candidate, ElectionName, Leadership, Session, Timing};
+use tenure_core::{Candidate, Session, Timing};
 use tenure_etcd::EtcdBackend;
+use tenure_integration::cluster_faults::{self, election, hold_through, lead};
 use tenure_integration::EtcdCluster;
 
 const TTL: Duration = Duration::from_secs(5);
@@ -15,23 +16,6 @@ const TTL: Duration = Duration::from_secs(5);
 /// them, and two such tests side by side on a 2-core machine starve each other's raft
 /// heartbeats, which is not the fault under test.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn random_name(what: &str) -> ElectionName {
-    let n: u64 = rand_u64();
-    ElectionName::new(format!("cluster/{what}-{n:016x}")).unwrap()
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
-    h.finish()
-}
 
 async fn start() -> EtcdCluster {
     match EtcdCluster::start(3).await {
@@ -44,27 +28,7 @@ async fn start() -> EtcdCluster {
 async fn session(cluster: &EtcdCluster) -> Session {
     let url = format!("etcd://{}", cluster.hosts());
     let backend = EtcdBackend::from_url(&url).await.expect("connect");
-    Session::open(Arc::new(backend), Timing::from_ttl(TTL))
-        .await
-        .expect("session")
-}
-
-async fn lead(session: &Session, what: &str) -> Leadership {
-    let election = random_name(what);
-    session
-        .campaign(&election, &Candidate::new("holder").unwrap())
-        .await
-        .expect("campaign")
-}
-
-/// Holds for `how_long` while `fault` is in effect; panics if leadership is lost.
-async fn hold_through(leadership: &Leadership, how_long: Duration, what: &str) {
-    let lost = leadership.lost();
-    tokio::select! {
-        _ = lost.cancelled() => panic!("{what}: a healthy leader lost its seat"),
-        _ = tokio::time::sleep(how_long) => {}
-    }
-    assert!(leadership.is_leader(), "{what}: not leader afterwards");
+    cluster_faults::session(Arc::new(backend), TTL).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,11 +76,8 @@ async fn losing_quorum_loses_by_the_deadline_and_its_return_elects_again() {
     let _serial = SERIAL.lock().await;
     let cluster = start().await;
     let s = session(&cluster).await;
-    let election = random_name("quorum");
-    let l = s
-        .campaign(&election, &Candidate::new("holder").unwrap())
-        .await
-        .expect("campaign");
+    let election = election("quorum");
+    let l = cluster_faults::lead_in(&s, &election).await;
     let timing = Timing::from_ttl(TTL);
     // Two of three stopped past the TTL: no renewal can be confirmed.
     cluster.pause(0).expect("pause");

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tenure_core::{Candidate, ElectionName, Leadership, Session, Timing};
+use tenure_core::{Candidate, Session, Timing};
+use tenure_integration::cluster_faults::{self, election, hold_through, lead};
 use tenure_integration::ZooKeeperEnsemble;
 use tenure_zookeeper::ZooKeeperBackend;
 
@@ -18,18 +19,6 @@ const SYNC_WINDOW: Duration = Duration::from_secs(1);
 
 /// One ensemble at a time: the machine runs three JVMs per ensemble.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn random_name(what: &str) -> ElectionName {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos(),
-    );
-    ElectionName::new(format!("ensemble/{what}-{:016x}", h.finish())).unwrap()
-}
 
 /// With `RUST_LOG` set, logs to the test's output (shown when it fails).
 fn logs() {
@@ -51,26 +40,7 @@ async fn start() -> ZooKeeperEnsemble {
 async fn session(ensemble: &ZooKeeperEnsemble) -> Session {
     let url = format!("zk://{}", ensemble.hosts());
     let backend = ZooKeeperBackend::from_url(&url).await.expect("connect");
-    Session::open(Arc::new(backend), Timing::from_ttl(TTL))
-        .await
-        .expect("session")
-}
-
-async fn lead(session: &Session, what: &str) -> Leadership {
-    session
-        .campaign(&random_name(what), &Candidate::new("holder").unwrap())
-        .await
-        .expect("campaign")
-}
-
-/// Holds for `how_long`; panics if the lost signal fires meanwhile.
-async fn hold_through(leadership: &Leadership, how_long: Duration, what: &str) {
-    let lost = leadership.lost();
-    tokio::select! {
-        _ = lost.cancelled() => panic!("{what}: a healthy leader lost its seat ({:?})", leadership.lost_at()),
-        _ = tokio::time::sleep(how_long) => {}
-    }
-    assert!(leadership.is_leader(), "{what}: not leader afterwards");
+    cluster_faults::session(Arc::new(backend), TTL).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,11 +122,8 @@ async fn losing_quorum_loses_by_the_deadline_and_its_return_elects_again() {
     let _one = SERIAL.lock().await;
     let ensemble = start().await;
     let s = session(&ensemble).await;
-    let election = random_name("quorum");
-    let l = s
-        .campaign(&election, &Candidate::new("holder").unwrap())
-        .await
-        .expect("campaign");
+    let election = election("quorum");
+    let l = cluster_faults::lead_in(&s, &election).await;
     let timing = Timing::from_ttl(TTL);
     // Two of three stopped past the TTL: no renewal can be confirmed.
     ensemble.pause(0).expect("pause");
