@@ -7,6 +7,14 @@ use std::time::Duration;
 use tenure_core::testing::random_prefix;
 use tenure_core::{Candidate, DynBackend, ElectionName, Leadership, Session, Timing};
 
+/// With `RUST_LOG` set, logs to the test's output (shown when a test fails).
+pub fn logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
 /// A fresh election name under `cluster/` (a random prefix, so runs never meet).
 pub fn election(what: &str) -> ElectionName {
     match ElectionName::new(format!("cluster/{}/{what}", random_prefix())) {
@@ -45,7 +53,8 @@ pub async fn hold_through(leadership: &Leadership, how_long: Duration, what: &st
     let lost = leadership.lost();
     tokio::select! {
         _ = lost.cancelled() => panic!(
-            "{what}: a healthy leader lost its seat ({:?})",
+            "{what}: a healthy leader lost its seat ({:?} at {:?})",
+            leadership.loss_reason(),
             leadership.lost_at()
         ),
         _ = tokio::time::sleep(how_long) => {}

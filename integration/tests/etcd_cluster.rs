@@ -18,6 +18,7 @@ const TTL: Duration = Duration::from_secs(5);
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn start() -> EtcdCluster {
+    cluster_faults::logs();
     match EtcdCluster::start(3).await {
         Ok(c) => c,
         Err(e) => panic!("start a 3-member etcd cluster: {e}"),

@@ -20,16 +20,8 @@ const SYNC_WINDOW: Duration = Duration::from_secs(1);
 /// One ensemble at a time: the machine runs three JVMs per ensemble.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// With `RUST_LOG` set, logs to the test's output (shown when it fails).
-fn logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
 async fn start() -> ZooKeeperEnsemble {
-    logs();
+    cluster_faults::logs();
     match ZooKeeperEnsemble::start(3).await {
         Ok(e) => e,
         Err(e) => panic!("start a 3-server ZooKeeper ensemble: {e}"),

@@ -4,15 +4,19 @@
 //! # Members that stall
 //!
 //! The client keeps one connection per member and sends every request to a preferred
-//! member. A request that gets no answer within the member timeout, or that the member
-//! refuses as unavailable, is sent again to the next member, which becomes the
-//! preferred one. A member that is paused (a GC pause, a disk stall, SIGSTOP) keeps its
-//! TCP connection open and answers nothing; without this, every request would wait for
-//! the whole request timeout on it, and a leader's renewals would miss their deadline
-//! while the rest of the cluster is healthy. Every request this backend makes can be
-//! sent twice safely: reads, deletes guarded by a create revision, puts of the same
-//! value, keep-alives, and creates guarded by "the key does not exist" (a create that
-//! did land on the first member is found and replaced by the campaign).
+//! member. A request that the member refuses as unavailable is sent again to the next
+//! member; one that gets no answer within the member timeout is sent to the next member
+//! as well while the first call goes on (a hedged request), and whichever member
+//! answers first becomes the preferred one. A member that is paused (a GC pause, a disk
+//! stall, SIGSTOP) keeps its TCP connection open and answers nothing; without this,
+//! every request would wait for the whole request timeout on it, and a leader's
+//! renewals would miss their deadline while the rest of the cluster is healthy.
+//!
+//! Every request this backend makes can be sent twice safely: reads, deletes guarded
+//! by a create revision, puts of the same value, keep-alives, creates guarded by "the
+//! key does not exist" (a create that did land on the first member is found and
+//! replaced by the campaign), and lease grants (a second lease nobody uses holds no
+//! keys and expires after its TTL).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +24,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::channel::mpsc;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tenure_core::{Error, Result};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::{Ascii, MetadataValue};
@@ -175,14 +181,14 @@ impl EtcdClient {
         Ok(client)
     }
 
-    /// How many members (endpoints) the client knows.
-    pub(crate) fn member_count(&self) -> usize {
-        self.members.len()
-    }
-
     /// The longest one member may take before a request goes to the next one.
     pub(crate) fn member_timeout(&self) -> Duration {
         self.member_timeout
+    }
+
+    /// Send later requests to `member` (it answered first).
+    fn prefer(&self, member: usize) {
+        self.preferred.store(member, Ordering::SeqCst);
     }
 
     /// Send later requests to another member than `member` (it did not answer).
@@ -200,16 +206,23 @@ impl EtcdClient {
         }
     }
 
-    /// Run `call` on the preferred member; when that member fails or gives no answer
-    /// within `limit`, on the next one, until every member was tried once. With one
-    /// member there is no per-member limit (the caller's timeout applies).
+    /// Run `call` on the preferred member; when that member fails, or gives no answer
+    /// within `limit`, on the next one as well, until every member was tried once. The
+    /// first answer wins and its member becomes the preferred one.
+    ///
+    /// A member that is slow is not given up: its call keeps running beside the next
+    /// member's (a hedged request). A follower forwarding a keep-alive while the cluster
+    /// elects a new raft leader answers as soon as there is one; dropping its call
+    /// at the member timeout would throw that answer away and start over on a member
+    /// that waits for the same election. With one member there is no per-member limit
+    /// (the caller's timeout applies).
     async fn on_members<T, F, Fut>(
         &self,
         limit: Duration,
-        call: F,
+        mut call: F,
     ) -> std::result::Result<T, Status>
     where
-        F: Fn(usize) -> Fut,
+        F: FnMut(usize) -> Fut,
         Fut: Future<Output = std::result::Result<T, Status>>,
     {
         let n = self.members.len();
@@ -217,22 +230,48 @@ impl EtcdClient {
             return call(0).await;
         }
         let start = self.preferred.load(Ordering::SeqCst) % n;
-        let mut last = Status::unavailable("no etcd member answered");
-        for k in 0..n {
+        let mut running = FuturesUnordered::new();
+        let mut launch = |k: usize| {
             let member = (start + k) % n;
-            match tokio::time::timeout(limit, call(member)).await {
-                Ok(Ok(answer)) => return Ok(answer),
-                Ok(Err(status)) if member_failed(&status) => last = status,
-                Ok(Err(status)) => return Err(status),
-                Err(_) => {
-                    last = Status::deadline_exceeded(format!(
-                        "etcd member {member} gave no answer within {limit:?}"
-                    ))
+            call(member).map(move |answer| (member, answer))
+        };
+        running.push(launch(0));
+        let mut started = 1;
+        let timer = tokio::time::sleep(limit);
+        tokio::pin!(timer);
+        loop {
+            tokio::select! {
+                Some((member, answer)) = running.next() => match answer {
+                    Ok(answer) => {
+                        self.prefer(member);
+                        return Ok(answer);
+                    }
+                    Err(status) if member_failed(&status) => {
+                        self.avoid(member);
+                        if started < n {
+                            running.push(launch(started));
+                            started += 1;
+                            timer.as_mut().reset(tokio::time::Instant::now() + limit);
+                        } else if running.is_empty() {
+                            return Err(status);
+                        }
+                    }
+                    Err(status) => return Err(status),
+                },
+                () = &mut timer, if started < n => {
+                    let slow = (start + started - 1) % n;
+                    tracing::debug!(
+                        member = slow,
+                        ?limit,
+                        "etcd member gave no answer in time; asking the next one as well"
+                    );
+                    self.avoid(slow);
+                    running.push(launch(started));
+                    started += 1;
+                    timer.as_mut().reset(tokio::time::Instant::now() + limit);
                 }
             }
-            self.avoid(member);
         }
-        Err(last)
     }
 
     /// Fetch a new auth token (when a username is configured).
@@ -419,11 +458,43 @@ impl EtcdClient {
             .await
     }
 
-    /// Open a keep-alive stream for lease `id`; its first keep-alive is sent at once and
-    /// its answer is the stream's first message.
-    pub(crate) async fn keep_alive(&self, id: i64) -> std::result::Result<KeepAliveStream, Status> {
-        self.duplex(path::LEASE_KEEP_ALIVE, proto::LeaseKeepAliveRequest { id })
-            .await
+    /// Renew lease `id`: one keep-alive on `existing` (the stream of the last renewal)
+    /// when it is open to the preferred member, else on a new stream, sent to the
+    /// members in turn with `limit` for each (see [`on_members`](Self::on_members)).
+    /// Gives the stream the answer came on, for the next renewal, and the answer.
+    pub(crate) async fn keep_alive(
+        &self,
+        id: i64,
+        existing: Option<KeepAliveStream>,
+        limit: Duration,
+    ) -> std::result::Result<(KeepAliveStream, proto::LeaseKeepAliveResponse), Status> {
+        let mut existing = existing;
+        let request = proto::LeaseKeepAliveRequest { id };
+        let mut once = |member: usize| {
+            let reuse = existing.take().filter(|stream| stream.member() == member);
+            let request = request.clone();
+            async move {
+                let mut stream = match reuse {
+                    Some(stream) if stream.send(request.clone()).is_ok() => stream,
+                    // Opening a stream sends its first keep-alive.
+                    _ => {
+                        self.duplex_once(member, path::LEASE_KEEP_ALIVE, request)
+                            .await?
+                    }
+                };
+                match stream.message().await? {
+                    Some(answer) => Ok((stream, answer)),
+                    None => Err(Status::unavailable("etcd ended the keep-alive stream")),
+                }
+            }
+        };
+        match self.on_members(limit, &mut once).await {
+            Err(status) if self.auth.is_some() && token_expired(&status) => {
+                self.authenticate().await?;
+                self.on_members(limit, &mut once).await
+            }
+            other => other,
+        }
     }
 
     /// Open a watch stream with its first watch.
@@ -455,4 +526,105 @@ fn tls_config(config: &EtcdConfig) -> Result<Option<ClientTlsConfig>> {
         tls = tls.domain_name(domain);
     }
     Ok(Some(tls))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::{sleep, Instant};
+    use tonic::Status;
+
+    use super::EtcdClient;
+    use crate::config::EtcdConfig;
+
+    /// A client for three members nobody listens on (connections are lazy, and the
+    /// calls below never touch them).
+    async fn three_members() -> EtcdClient {
+        let config = EtcdConfig::new(["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]);
+        match EtcdClient::connect(&config).await {
+            Ok(client) => client,
+            Err(e) => panic!("client: {e}"),
+        }
+    }
+
+    const LIMIT: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_member_goes_on_beside_the_next_and_its_answer_counts() {
+        let client = three_members().await;
+        client.prefer(0);
+        let started = Instant::now();
+        let answer = client
+            .on_members(LIMIT, |member| async move {
+                if member == 0 {
+                    // Slower than the member limit, but it answers (a follower waiting
+                    // for a new raft leader).
+                    sleep(Duration::from_millis(1500)).await;
+                    Ok(member)
+                } else {
+                    // Paused members: no answer ever.
+                    std::future::pending().await
+                }
+            })
+            .await;
+        assert_eq!(answer.ok(), Some(0));
+        assert_eq!(started.elapsed(), Duration::from_millis(1500));
+        assert_eq!(client.preferred.load(super::Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_answer_wins_and_its_member_is_preferred() {
+        let client = three_members().await;
+        client.prefer(0);
+        let started = Instant::now();
+        let answer = client
+            .on_members(LIMIT, |member| async move {
+                match member {
+                    0 => std::future::pending().await,
+                    _ => {
+                        sleep(Duration::from_millis(100)).await;
+                        Ok(member)
+                    }
+                }
+            })
+            .await;
+        // Member 0 is given its limit, then member 1 answers 100 ms later.
+        assert_eq!(answer.ok(), Some(1));
+        assert_eq!(started.elapsed(), Duration::from_millis(1100));
+        assert_eq!(client.preferred.load(super::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_moves_on_at_once_and_the_last_refusal_is_the_error() {
+        let client = three_members().await;
+        client.prefer(2);
+        let started = Instant::now();
+        let mut asked = Vec::new();
+        let answer: Result<usize, Status> = client
+            .on_members(LIMIT, |member| {
+                asked.push(member);
+                async move { Err(Status::unavailable(format!("member {member} down"))) }
+            })
+            .await;
+        assert_eq!(asked, vec![2, 0, 1]);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        let status = answer.err().map(|s| s.message().to_string());
+        assert_eq!(status.as_deref(), Some("member 1 down"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_error_is_not_sent_to_other_members() {
+        let client = three_members().await;
+        client.prefer(0);
+        let mut asked = Vec::new();
+        let answer: Result<usize, Status> = client
+            .on_members(LIMIT, |member| {
+                asked.push(member);
+                async move { Err(Status::invalid_argument("bad request")) }
+            })
+            .await;
+        assert_eq!(asked, vec![0]);
+        assert!(answer.is_err());
+    }
 }

@@ -14,12 +14,12 @@ use tenure_core::{
 use tokio_util::sync::CancellationToken;
 
 use crate::client::KeepAliveStream;
-use crate::error::{map, own};
+use crate::error::own;
 use crate::keys::{
     candidate_key, election_range, encode_candidate, lease_hex, member_key, token_of,
 };
 use crate::ops::{self, op};
-use crate::proto::{KeyValue, LeaseKeepAliveRequest, TxnRequest, TxnResponse};
+use crate::proto::{KeyValue, TxnRequest, TxnResponse};
 use crate::shared::{lease_seconds, Shared};
 use crate::watcher::{Fired, KeyWatch, KeyWatcher};
 
@@ -36,9 +36,9 @@ struct Inner {
     /// dropped half-way, the next one opens a fresh stream rather than reading a stale
     /// answer.
     keeper: tokio::sync::Mutex<Option<KeepAliveStream>>,
-    /// How long a keep-alive waits for its answer from one member: with several
-    /// members, short enough that a renewal that moves to the next member still lands
-    /// within the renew deadline.
+    /// How long a keep-alive waits for one member's answer before it asks the next
+    /// member as well: short enough that a renewal that needs the next member still
+    /// lands within the renew deadline.
     answer_limit: Duration,
     watcher: KeyWatcher,
     candidacies: Mutex<HashMap<ElectionName, Candidacy>>,
@@ -127,15 +127,11 @@ impl EtcdSession {
     }
 }
 
-/// See `Inner::answer_limit`: the request timeout with one member; else the member
-/// timeout, at most a sixth of the TTL (a renewal goes out every quarter TTL and must be
-/// confirmed within two thirds of it).
+/// See `Inner::answer_limit`: the member timeout, at most a sixth of the TTL (a renewal
+/// goes out every quarter TTL and must be confirmed within two thirds of it). With one
+/// member only the request timeout applies.
 fn answer_limit(shared: &Shared, ttl: Duration) -> Duration {
-    if shared.client.member_count() <= 1 {
-        shared.config.get_request_timeout()
-    } else {
-        shared.client.member_timeout().min(ttl / 6)
-    }
+    shared.client.member_timeout().min(ttl / 6)
 }
 
 fn closed_error() -> tenure_core::Error {
@@ -361,50 +357,19 @@ impl BackendSession for EtcdSession {
         let inner = &self.inner;
         inner.check_open()?;
         let mut slot = inner.keeper.lock().await;
-        let client = &inner.shared.client;
-        let mut last = None;
-        // A member that does not answer in time costs one short wait, then the stream
-        // moves to the next member (see the client's docs).
-        for _ in 0..client.member_count() {
-            let mut stream = match slot.take() {
-                Some(stream)
-                    if stream
-                        .send(LeaseKeepAliveRequest { id: inner.lease })
-                        .is_ok() =>
-                {
-                    stream
-                }
-                // Opening a stream sends its first keep-alive.
-                _ => {
-                    inner
-                        .shared
-                        .call("keep-alive", client.keep_alive(inner.lease))
-                        .await?
-                }
-            };
-            let limit = inner.answer_limit;
-            let failed = match tokio::time::timeout(limit, stream.message()).await {
-                Ok(Ok(Some(answer))) if answer.ttl <= 0 => {
-                    return Err(own(
-                        ErrorKind::SessionExpired,
-                        format!("keep-alive: etcd no longer has lease {}", inner.id),
-                    ))
-                }
-                Ok(Ok(Some(_))) => {
-                    *slot = Some(stream);
-                    return Ok(());
-                }
-                Ok(Ok(None)) => own(ErrorKind::Unavailable, "keep-alive: the stream ended"),
-                Ok(Err(e)) => map("keep-alive", e),
-                Err(_) => crate::error::timed_out("keep-alive", limit),
-            };
-            if !failed.is_retryable() {
-                return Err(failed);
-            }
-            client.avoid(stream.member());
-            last = Some(failed);
+        let renewal = inner
+            .shared
+            .client
+            .keep_alive(inner.lease, slot.take(), inner.answer_limit);
+        let (stream, answer) = inner.shared.call("keep-alive", renewal).await?;
+        if answer.ttl <= 0 {
+            return Err(own(
+                ErrorKind::SessionExpired,
+                format!("keep-alive: etcd no longer has lease {}", inner.id),
+            ));
         }
-        Err(last.unwrap_or_else(|| own(ErrorKind::Unavailable, "keep-alive: no etcd member")))
+        *slot = Some(stream);
+        Ok(())
     }
 
     async fn campaign(
