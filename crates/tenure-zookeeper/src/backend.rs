@@ -1,10 +1,7 @@
 //! The backend: connection, the reader session, leader reads and observation.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,13 +10,14 @@ use tenure_core::{
     LeaderStream, Member, MemberStream, Result, Retry, SessionEvents, Timing,
 };
 use tokio::sync::watch;
-use zookeeper_client::{Acls, Client, CreateMode, SessionInfo};
+use zookeeper_client::{Acls, CreateMode};
 
 use crate::config::ZooKeeperConfig;
 use crate::error::{map, own, timed_out};
 use crate::members::{self, namespace_dir, MemberCache};
-use crate::nodes::{decode, election_dir, sorted_latches};
+use crate::nodes::election_dir;
 use crate::session::ZkSession;
+use crate::shared::{connect_client, is_no_node, Shared};
 use crate::SCHEME;
 
 /// ZooKeeper (an ensemble or one server) as a tenure backend.
@@ -38,16 +36,6 @@ pub struct ZooKeeperBackend {
     pub(crate) shared: Arc<Shared>,
 }
 
-/// What the backend and its sessions share.
-pub(crate) struct Shared {
-    pub(crate) config: ZooKeeperConfig,
-    reader: tokio::sync::Mutex<Client>,
-    requests: AtomicU64,
-    /// Open sessions by id, for [`ZooKeeperBackend::expire_session`] and
-    /// [`ZooKeeperBackend::drop_connection`]: the session and its client slot.
-    sessions: Mutex<HashMap<String, (SessionInfo, ClientSlot)>>,
-}
-
 impl fmt::Debug for ZooKeeperBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZooKeeperBackend")
@@ -56,146 +44,11 @@ impl fmt::Debug for ZooKeeperBackend {
     }
 }
 
-impl Shared {
-    /// Count one election request (campaign, resign, read, watch, wake-up).
-    pub(crate) fn count(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+impl ZooKeeperConfig {
+    /// Connect with these settings (see [`ZooKeeperBackend::connect`]).
+    pub async fn connect(self) -> Result<ZooKeeperBackend> {
+        ZooKeeperBackend::connect(self).await
     }
-
-    /// Run one request with the request timeout and map its error.
-    pub(crate) async fn call<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
-    ) -> Result<T> {
-        let limit = self.config.get_request_timeout();
-        let e = match tokio::time::timeout(limit, fut).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) => map(what, e),
-            Err(_) => timed_out(what, limit),
-        };
-        Err(e.with_endpoint(self.config.connect_string()))
-    }
-
-    pub(crate) fn register(&self, id: &str, info: SessionInfo, client: ClientSlot) {
-        if let Ok(mut s) = self.sessions.lock() {
-            s.insert(id.to_string(), (info, client));
-        }
-    }
-
-    pub(crate) fn unregister(&self, id: &str) {
-        if let Ok(mut s) = self.sessions.lock() {
-            s.remove(id);
-        }
-    }
-
-    /// The reader client, reconnected if its session ended.
-    pub(crate) async fn reader(&self) -> Result<Client> {
-        let mut reader = self.reader.lock().await;
-        if reader.state().is_terminated() {
-            *reader = connect_client(&self.config, self.config.get_session_timeout(), None, false)
-                .await?;
-        }
-        Ok(reader.clone())
-    }
-
-    /// The current leader of the election in `dir` (one list plus one read).
-    async fn read_leader(&self, client: &Client, dir: &str) -> Result<Option<LeaderInfo>> {
-        loop {
-            self.count();
-            let children = match self.call("read leader", client.list_children(dir)).await {
-                Ok(c) => c,
-                Err(e) if is_no_node(&e) => return Ok(None),
-                Err(e) => return Err(e),
-            };
-            let Some(first) = sorted_latches(children).into_iter().next() else {
-                return Ok(None);
-            };
-            self.count();
-            match self
-                .call("read leader", client.get_data(&format!("{dir}/{first}")))
-                .await
-            {
-                Ok((data, stat)) => return Ok(Some(decode(&data, stat.czxid))),
-                // The leader just left: read again.
-                Err(e) if is_no_node(&e) => continue,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-/// Whether `e` came from ZooKeeper's `NoNode`.
-pub(crate) fn is_no_node(e: &Error) -> bool {
-    source_is(e, &zookeeper_client::Error::NoNode)
-}
-
-/// Whether `e` came from ZooKeeper's `NodeExists`.
-pub(crate) fn is_node_exists(e: &Error) -> bool {
-    source_is(e, &zookeeper_client::Error::NodeExists)
-}
-
-fn source_is(e: &Error, want: &zookeeper_client::Error) -> bool {
-    std::error::Error::source(e)
-        .and_then(|s| s.downcast_ref::<zookeeper_client::Error>())
-        .is_some_and(|z| z == want)
-}
-
-/// Connect one client with `session_timeout`, authenticated and chrooted, within the
-/// connect timeout. `session` re-attaches to an existing session.
-/// How long a connection may stay silent before the client counts it as lost and
-/// reconnects to the next server: a fifth of the session timeout (the client pings
-/// every 3/8 of it while idle).
-pub(crate) fn connection_timeout(session_timeout: Duration) -> Duration {
-    (session_timeout / 5).max(Duration::from_millis(10))
-}
-
-pub(crate) async fn connect_client(
-    config: &ZooKeeperConfig,
-    session_timeout: Duration,
-    session: Option<SessionInfo>,
-    detached: bool,
-) -> Result<Client> {
-    let limit = config.get_connect_timeout();
-    // A connection that hears nothing (pings included) for a fifth of the session
-    // timeout counts as lost, and the client moves on to the next server: a crashed or
-    // stopped server then costs at most that plus one reconnect, well within the renew
-    // deadline (two thirds of the TTL by default) even when the last renewal was a full
-    // renew interval (a quarter) ago. zookeeper-client's default, two fifths, leaves no
-    // room for the reconnect; the reference clients' two thirds is past the deadline.
-    let mut connector = Client::connector()
-        .with_session_timeout(session_timeout)
-        .with_connection_timeout(connection_timeout(session_timeout));
-    if let Some(digest) = config.digest() {
-        connector = connector.with_auth("digest", &digest);
-    }
-    if let Some(session) = session {
-        connector = connector.with_session(session);
-    }
-    if detached {
-        connector = connector.with_detached();
-    }
-    let hosts = config.connect_string();
-    let client = match tokio::time::timeout(limit, connector.connect(&hosts)).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(zookeeper_client::Error::Timeout)) => {
-            return Err(own(
-                ErrorKind::Unavailable,
-                "connect: no ZooKeeper server answered",
-            )
-            .with_endpoint(&hosts))
-        }
-        Ok(Err(e)) => return Err(map("connect", e).with_endpoint(&hosts)),
-        // The same error as the whole connect's timeout, which may come first.
-        Err(_) => return Err(timed_out("connect", limit).with_endpoint(&hosts)),
-    };
-    let chroot = config.chroot_or_root();
-    if chroot == "/" {
-        return Ok(client);
-    }
-    client
-        .chroot(chroot.to_string())
-        .map_err(|_| Error::invalid(format!("chroot: {chroot:?} is not a valid ZooKeeper path")))
 }
 
 impl ZooKeeperBackend {
@@ -243,12 +96,7 @@ impl ZooKeeperBackend {
         };
         tracing::debug!(%config, "connected to ZooKeeper");
         Ok(ZooKeeperBackend {
-            shared: Arc::new(Shared {
-                config,
-                reader: tokio::sync::Mutex::new(reader),
-                requests: AtomicU64::new(0),
-                sessions: Mutex::new(HashMap::new()),
-            }),
+            shared: Arc::new(Shared::new(config, reader)),
         })
     }
 
@@ -270,7 +118,7 @@ impl ZooKeeperBackend {
     /// The session timeout the server granted the reader session (the configured one,
     /// clamped by the server to its `[minSessionTimeout, maxSessionTimeout]`).
     pub async fn negotiated_session_timeout(&self) -> Duration {
-        self.shared.reader.lock().await.session_timeout()
+        self.shared.reader_session_timeout().await
     }
 
     /// End the ZooKeeper session with id `session_id` (see
@@ -280,18 +128,12 @@ impl ZooKeeperBackend {
     /// opened through this backend (or its clones) are known. For operators and fault
     /// tests.
     pub async fn expire_session(&self, session_id: &str) -> Result<()> {
-        let info = self
-            .shared
-            .sessions
-            .lock()
-            .ok()
-            .and_then(|s| s.get(session_id).map(|(info, _)| info.clone()))
-            .ok_or_else(|| {
-                own(
-                    ErrorKind::SessionExpired,
-                    format!("session {session_id}: not open through this backend"),
-                )
-            })?;
+        let (info, _) = self.shared.session(session_id).ok_or_else(|| {
+            own(
+                ErrorKind::SessionExpired,
+                format!("session {session_id}: not open through this backend"),
+            )
+        })?;
         // Closing from a second connection races with the owner re-attaching (the server
         // drops the owner's connection when another one takes the session over), so
         // close until a new connection to the session finds it gone.
@@ -326,38 +168,18 @@ impl ZooKeeperBackend {
     /// learns nothing until then. For fault tests and benchmarks (`Session::abandon`
     /// followed by this is a crash; `abandon` alone leaves it to the renewal watchdog).
     pub fn drop_connection(&self, session_id: &str) -> Result<()> {
-        let slot = self
-            .shared
-            .sessions
-            .lock()
-            .ok()
-            .and_then(|s| s.get(session_id).map(|(_, slot)| slot.clone()))
-            .ok_or_else(|| {
-                own(
-                    ErrorKind::SessionExpired,
-                    format!("session {session_id}: not open through this backend"),
-                )
-            })?;
+        let (_, slot) = self.shared.session(session_id).ok_or_else(|| {
+            own(
+                ErrorKind::SessionExpired,
+                format!("session {session_id}: not open through this backend"),
+            )
+        })?;
         let client = slot.lock().ok().and_then(|mut c| c.take());
         drop(client);
         Ok(())
     }
 }
 
-/// Where a session keeps its client (`None` once closed, abandoned or dropped).
-pub(crate) type ClientSlot = Arc<Mutex<Option<Client>>>;
-
-/// Close the session `info` from a new connection: dropping the only clone of a
-/// non-detached client sends the close request.
-pub(crate) async fn close_session(config: &ZooKeeperConfig, info: SessionInfo) -> Result<()> {
-    let other = connect_client(config, Duration::from_secs(10), Some(info), false).await?;
-    drop(other);
-    // Give the close request a moment to leave.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    Ok(())
-}
-
-/// One observed state, or an error kept as kind and message so it can be cloned.
 /// One observed state, or an error shared so it can be cloned (each receiver gets a
 /// [`Error::detached`] copy).
 type Observed = Result<Option<LeaderInfo>>;
@@ -418,7 +240,7 @@ impl Backend for ZooKeeperBackend {
     }
 
     fn election_requests(&self) -> Option<u64> {
-        Some(self.shared.requests.load(Ordering::Relaxed))
+        Some(self.shared.requests())
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {

@@ -8,7 +8,6 @@ use tenure_core::backend::config::{
 };
 use tenure_core::{Error, Result};
 
-use crate::backend::ZooKeeperBackend;
 use crate::SCHEME;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -222,11 +221,6 @@ impl ZooKeeperConfig {
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
-    }
-
-    /// Connect with these settings (see [`ZooKeeperBackend::connect`]).
-    pub async fn connect(self) -> Result<ZooKeeperBackend> {
-        ZooKeeperBackend::connect(self).await
     }
 
     /// The `host:port` list.

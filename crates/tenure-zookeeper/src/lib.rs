@@ -8,6 +8,7 @@ mod error;
 mod members;
 mod nodes;
 mod session;
+mod shared;
 
 pub use backend::ZooKeeperBackend;
 pub use config::ZooKeeperConfig;

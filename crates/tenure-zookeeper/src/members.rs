@@ -20,7 +20,7 @@ use tenure_core::{ElectionName, Error, Member, Result, Retry};
 use tokio::sync::mpsc;
 use zookeeper_client::{AddWatchMode, Client, EventType, SessionState};
 
-use crate::backend::{is_no_node, Shared};
+use crate::shared::{is_no_node, Shared};
 
 /// The directory (under the chroot) holding every namespace.
 pub(crate) const MEMBERS_ROOT: &str = "/:members";

@@ -15,12 +15,12 @@ use tenure_core::{
 };
 use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, WatchedEvent};
 
-use crate::backend::{close_session, connect_client, is_no_node, is_node_exists, Shared};
 use crate::error::{closed, own};
 use crate::members::{namespace_dir, parse_registration, registration_prefix};
 use crate::nodes::{
     election_dir, encode, protected_prefix, random_uuid, sequence_of, sorted_latches, token_of,
 };
+use crate::shared::{close_session, connect_client, is_no_node, is_node_exists, Shared};
 
 /// A candidacy's node once created.
 #[derive(Clone, Debug)]

@@ -1,0 +1,209 @@
+//! What the backend and its sessions share: the settings, the reader session, the
+//! open sessions, the request count, and the calls every part makes (connecting a
+//! client, running a request with the timeout, reading a leader).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tenure_core::{Error, ErrorKind, LeaderInfo, Result};
+use zookeeper_client::{Client, SessionInfo};
+
+use crate::config::ZooKeeperConfig;
+use crate::error::{map, own, timed_out};
+use crate::nodes::{decode, sorted_latches};
+
+/// What the backend and its sessions share.
+pub(crate) struct Shared {
+    pub(crate) config: ZooKeeperConfig,
+    reader: tokio::sync::Mutex<Client>,
+    requests: AtomicU64,
+    /// Open sessions by id, for [`ZooKeeperBackend::expire_session`](crate::ZooKeeperBackend::expire_session)
+    /// and [`ZooKeeperBackend::drop_connection`](crate::ZooKeeperBackend::drop_connection): the session and its client slot.
+    sessions: Mutex<HashMap<String, (SessionInfo, ClientSlot)>>,
+}
+
+impl Shared {
+    pub(crate) fn new(config: ZooKeeperConfig, reader: Client) -> Self {
+        Shared {
+            config,
+            reader: tokio::sync::Mutex::new(reader),
+            requests: AtomicU64::new(0),
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The election requests made so far.
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// The session timeout the server granted the reader session.
+    pub(crate) async fn reader_session_timeout(&self) -> Duration {
+        self.reader.lock().await.session_timeout()
+    }
+
+    /// The session with `id` and its client slot, if opened through this backend.
+    pub(crate) fn session(&self, id: &str) -> Option<(SessionInfo, ClientSlot)> {
+        self.sessions.lock().ok().and_then(|s| s.get(id).cloned())
+    }
+
+    /// Count one election request (campaign, resign, read, watch, wake-up).
+    pub(crate) fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Run one request with the request timeout and map its error.
+    pub(crate) async fn call<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+    ) -> Result<T> {
+        let limit = self.config.get_request_timeout();
+        let e = match tokio::time::timeout(limit, fut).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => map(what, e),
+            Err(_) => timed_out(what, limit),
+        };
+        Err(e.with_endpoint(self.config.connect_string()))
+    }
+
+    pub(crate) fn register(&self, id: &str, info: SessionInfo, client: ClientSlot) {
+        if let Ok(mut s) = self.sessions.lock() {
+            s.insert(id.to_string(), (info, client));
+        }
+    }
+
+    pub(crate) fn unregister(&self, id: &str) {
+        if let Ok(mut s) = self.sessions.lock() {
+            s.remove(id);
+        }
+    }
+
+    /// The reader client, reconnected if its session ended.
+    pub(crate) async fn reader(&self) -> Result<Client> {
+        let mut reader = self.reader.lock().await;
+        if reader.state().is_terminated() {
+            *reader = connect_client(&self.config, self.config.get_session_timeout(), None, false)
+                .await?;
+        }
+        Ok(reader.clone())
+    }
+
+    /// The current leader of the election in `dir` (one list plus one read).
+    pub(crate) async fn read_leader(
+        &self,
+        client: &Client,
+        dir: &str,
+    ) -> Result<Option<LeaderInfo>> {
+        loop {
+            self.count();
+            let children = match self.call("read leader", client.list_children(dir)).await {
+                Ok(c) => c,
+                Err(e) if is_no_node(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let Some(first) = sorted_latches(children).into_iter().next() else {
+                return Ok(None);
+            };
+            self.count();
+            match self
+                .call("read leader", client.get_data(&format!("{dir}/{first}")))
+                .await
+            {
+                Ok((data, stat)) => return Ok(Some(decode(&data, stat.czxid))),
+                // The leader just left: read again.
+                Err(e) if is_no_node(&e) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Whether `e` came from ZooKeeper's `NoNode`.
+pub(crate) fn is_no_node(e: &Error) -> bool {
+    source_is(e, &zookeeper_client::Error::NoNode)
+}
+
+/// Whether `e` came from ZooKeeper's `NodeExists`.
+pub(crate) fn is_node_exists(e: &Error) -> bool {
+    source_is(e, &zookeeper_client::Error::NodeExists)
+}
+
+fn source_is(e: &Error, want: &zookeeper_client::Error) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<zookeeper_client::Error>())
+        .is_some_and(|z| z == want)
+}
+
+/// How long a connection may stay silent before the client counts it as lost and
+/// reconnects to the next server: a fifth of the session timeout (the client pings
+/// every 3/8 of it while idle).
+pub(crate) fn connection_timeout(session_timeout: Duration) -> Duration {
+    (session_timeout / 5).max(Duration::from_millis(10))
+}
+
+/// Connect one client with `session_timeout`, authenticated and chrooted, within the
+/// connect timeout. `session` re-attaches to an existing session.
+pub(crate) async fn connect_client(
+    config: &ZooKeeperConfig,
+    session_timeout: Duration,
+    session: Option<SessionInfo>,
+    detached: bool,
+) -> Result<Client> {
+    let limit = config.get_connect_timeout();
+    // A connection that hears nothing (pings included) for a fifth of the session
+    // timeout counts as lost, and the client moves on to the next server: a crashed or
+    // stopped server then costs at most that plus one reconnect, well within the renew
+    // deadline (two thirds of the TTL by default) even when the last renewal was a full
+    // renew interval (a quarter) ago. zookeeper-client's default, two fifths, leaves no
+    // room for the reconnect; the reference clients' two thirds is past the deadline.
+    let mut connector = Client::connector()
+        .with_session_timeout(session_timeout)
+        .with_connection_timeout(connection_timeout(session_timeout));
+    if let Some(digest) = config.digest() {
+        connector = connector.with_auth("digest", &digest);
+    }
+    if let Some(session) = session {
+        connector = connector.with_session(session);
+    }
+    if detached {
+        connector = connector.with_detached();
+    }
+    let hosts = config.connect_string();
+    let client = match tokio::time::timeout(limit, connector.connect(&hosts)).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(zookeeper_client::Error::Timeout)) => {
+            return Err(own(
+                ErrorKind::Unavailable,
+                "connect: no ZooKeeper server answered",
+            )
+            .with_endpoint(&hosts))
+        }
+        Ok(Err(e)) => return Err(map("connect", e).with_endpoint(&hosts)),
+        // The same error as the whole connect's timeout, which may come first.
+        Err(_) => return Err(timed_out("connect", limit).with_endpoint(&hosts)),
+    };
+    let chroot = config.chroot_or_root();
+    if chroot == "/" {
+        return Ok(client);
+    }
+    client
+        .chroot(chroot.to_string())
+        .map_err(|_| Error::invalid(format!("chroot: {chroot:?} is not a valid ZooKeeper path")))
+}
+
+/// Where a session keeps its client (`None` once closed, abandoned or dropped).
+pub(crate) type ClientSlot = Arc<Mutex<Option<Client>>>;
+
+/// Close the session `info` from a new connection: dropping the only clone of a
+/// non-detached client sends the close request.
+pub(crate) async fn close_session(config: &ZooKeeperConfig, info: SessionInfo) -> Result<()> {
+    let other = connect_client(config, Duration::from_secs(10), Some(info), false).await?;
+    drop(other);
+    // Give the close request a moment to leave.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(())
+}
