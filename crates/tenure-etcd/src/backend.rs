@@ -182,7 +182,7 @@ impl Backend for EtcdBackend {
     }
 
     fn election_requests(&self) -> Option<u64> {
-        Some(self.shared.requests())
+        Some(self.shared.requests.election_requests())
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {

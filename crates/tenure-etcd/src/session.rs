@@ -156,7 +156,6 @@ impl Inner {
     }
 
     async fn txn(&self, what: &str, txn: TxnRequest) -> Result<TxnResponse> {
-        self.shared.count();
         self.shared.call(what, self.shared.client.txn(txn)).await
     }
 
@@ -293,7 +292,6 @@ impl Inner {
             let gone = match fired {
                 Fired::Deleted => true,
                 Fired::Compacted => {
-                    self.shared.count();
                     match self
                         .shared
                         .call("check held key", self.shared.client.range(ops::get(&key)))
@@ -361,7 +359,7 @@ impl BackendSession for EtcdSession {
             .shared
             .client
             .keep_alive(inner.lease, slot.take(), inner.answer_limit);
-        let (stream, answer) = inner.shared.call("keep-alive", renewal).await?;
+        let (stream, answer) = inner.shared.renew("keep-alive", renewal).await?;
         if answer.ttl <= 0 {
             return Err(own(
                 ErrorKind::SessionExpired,
@@ -463,7 +461,6 @@ impl BackendSession for EtcdSession {
                     .await?;
             }
             None => {
-                inner.shared.count();
                 inner
                     .shared
                     .call(

@@ -2,14 +2,14 @@
 //! count, and the calls every part makes.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tenure_core::backend::{Purpose, Requests};
 use tenure_core::Result;
 
 use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
-use crate::error::{map, timed_out};
+use crate::error::map;
 use crate::ops;
 use crate::proto::KeyValue;
 
@@ -17,46 +17,52 @@ use crate::proto::KeyValue;
 pub(crate) struct Shared {
     pub(crate) client: EtcdClient,
     pub(crate) config: EtcdConfig,
-    requests: AtomicU64,
+    /// The timeout, error tags and count of every request.
+    pub(crate) requests: Requests,
 }
 
 impl Shared {
     pub(crate) fn new(client: EtcdClient, config: EtcdConfig) -> Self {
+        let requests = Requests::new(
+            crate::SCHEME,
+            "etcd",
+            config.endpoints().join(","),
+            config.get_request_timeout(),
+        );
         Shared {
             client,
             config,
-            requests: AtomicU64::new(0),
+            requests,
         }
     }
 
-    /// The election requests made so far.
-    pub(crate) fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
-    }
-
-    /// Count one election request (campaign, resign, read, watch, wake-up).
+    /// Count one election request made without [`call`](Self::call) (a watch added to
+    /// a shared stream, a wake-up).
     pub(crate) fn count(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.requests.count(Purpose::Election);
     }
 
-    /// Run one etcd request with the request timeout and map its error.
+    /// Run one election request (campaign, resign, read, watch, membership) through
+    /// the request layer.
     pub(crate) async fn call<T>(
         &self,
         what: &str,
         fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
     ) -> Result<T> {
-        let limit = self.config.get_request_timeout();
-        let failed = match tokio::time::timeout(limit, fut).await {
-            Ok(Ok(answer)) => return Ok(answer),
-            Ok(Err(status)) => map(what, status),
-            Err(_) => timed_out(what, limit),
-        };
-        Err(failed.with_endpoint(self.config.endpoints().join(",")))
+        self.requests.call(Purpose::Election, what, fut, map).await
+    }
+
+    /// Run one renewal through the request layer (not an election request).
+    pub(crate) async fn renew<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
+    ) -> Result<T> {
+        self.requests.call(Purpose::Renewal, what, fut, map).await
     }
 
     /// The first candidate of an election (the leader) and the store revision read at.
     pub(crate) async fn first_candidate(&self, range: &str) -> Result<(Option<KeyValue>, i64)> {
-        self.count();
         let resp = self
             .call(
                 "read leader",

@@ -1,7 +1,6 @@
 //! The backend: connection, leader reads and observation.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
     RedisConnectionInfo, TlsCertificates, Value,
 };
+use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{
     Backend, BackendSession, Capabilities, Clause, ElectionName, Error, LeaderInfo, LeaderStream,
     Member, MemberStream, Result, Retry, SessionEvents, Timing,
@@ -93,8 +93,13 @@ impl RedisBackend {
             Err(_) => return Err(timed_out("connect", limit).with_endpoint(&address)),
         }
         tracing::debug!(%config, "connected to Redis");
-        let requests = Arc::new(AtomicU64::new(0));
-        let conn = Conn::new(client.clone(), address, limit, config.get_request_timeout());
+        let requests = Arc::new(Requests::new(
+            SCHEME,
+            "Redis",
+            address,
+            config.get_request_timeout(),
+        ));
+        let conn = Conn::new(client.clone(), requests.clone(), limit);
         let hub = Hub::new(
             client,
             limit,
@@ -144,7 +149,7 @@ impl RedisBackend {
         let session_key = format!("{}{session_id}", shared.sessions);
         shared
             .conn
-            .run("expire session", |mut c| async move {
+            .run(Purpose::Election, "expire session", |mut c| async move {
                 redis::cmd("DEL")
                     .arg(&session_key)
                     .query_async::<Value>(&mut c)
@@ -158,7 +163,7 @@ impl RedisBackend {
         loop {
             let (next, keys): (u64, Vec<String>) = shared
                 .conn
-                .run("expire session: scan seats", |mut c| {
+                .run(Purpose::Election, "expire session: scan seats", |mut c| {
                     let pattern = pattern.clone();
                     async move {
                         redis::cmd("SCAN")
@@ -189,7 +194,11 @@ impl RedisBackend {
                     .arg(&election.waits);
                 let reply = shared
                     .conn
-                    .script("expire session: free a seat", &invocation)
+                    .script(
+                        Purpose::Election,
+                        "expire session: free a seat",
+                        &invocation,
+                    )
                     .await?;
                 if as_int(&reply) == Some(1) {
                     freed += 1;
@@ -214,19 +223,23 @@ impl RedisBackend {
         loop {
             let (next, keys): (u64, Vec<String>) = shared
                 .conn
-                .run("expire session: scan namespaces", |mut c| {
-                    let pattern = pattern.clone();
-                    async move {
-                        redis::cmd("SCAN")
-                            .arg(cursor)
-                            .arg("MATCH")
-                            .arg(pattern)
-                            .arg("COUNT")
-                            .arg(1000)
-                            .query_async(&mut c)
-                            .await
-                    }
-                })
+                .run(
+                    Purpose::Election,
+                    "expire session: scan namespaces",
+                    |mut c| {
+                        let pattern = pattern.clone();
+                        async move {
+                            redis::cmd("SCAN")
+                                .arg(cursor)
+                                .arg("MATCH")
+                                .arg(pattern)
+                                .arg("COUNT")
+                                .arg(1000)
+                                .query_async(&mut c)
+                                .await
+                        }
+                    },
+                )
                 .await?;
             for key in keys {
                 let Some(namespace) = key
@@ -240,7 +253,11 @@ impl RedisBackend {
                 invocation.arg(session_id).arg(&keys.channel);
                 shared
                     .conn
-                    .script("expire session: remove members", &invocation)
+                    .script(
+                        Purpose::Election,
+                        "expire session: remove members",
+                        &invocation,
+                    )
                     .await?;
             }
             if next == 0 {
@@ -371,7 +388,7 @@ impl Backend for RedisBackend {
     }
 
     fn election_requests(&self) -> Option<u64> {
-        Some(self.shared.requests())
+        Some(self.shared.requests.election_requests())
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {

@@ -10,22 +10,22 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisResult, ScriptInvocation, Value};
+use tenure_core::backend::{Purpose, Requests};
 use tenure_core::Result;
 
-use crate::error::{map, poisons_connection, timed_out};
+use crate::error::{map, poisons_connection};
 
 /// The shared command connection of a backend.
 pub(crate) struct Conn {
     client: Client,
-    /// `host:port` of the server, named in every error.
-    endpoint: String,
     config: ConnectionManagerConfig,
-    request_timeout: Duration,
+    /// The request layer: timeout, error tags (the server's `host:port`) and count.
+    requests: Arc<Requests>,
     slot: Mutex<Slot>,
     /// The generation of the manager that must not be used any more (0: none).
     suspect: AtomicU64,
@@ -37,23 +37,17 @@ struct Slot {
 }
 
 impl Conn {
-    pub(crate) fn new(
-        client: Client,
-        endpoint: String,
-        connect_timeout: Duration,
-        request_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(client: Client, requests: Arc<Requests>, connect_timeout: Duration) -> Self {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(request_timeout))
+            .set_response_timeout(Some(requests.timeout()))
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(200));
         Conn {
             client,
-            endpoint,
             config,
-            request_timeout,
+            requests,
             slot: Mutex::new(Slot {
                 generation: 1,
                 manager: None,
@@ -84,50 +78,43 @@ impl Conn {
         self.suspect.store(generation, Ordering::SeqCst);
     }
 
-    /// Run `f` on the connection within the request timeout; `what` names the operation
-    /// in errors, which also name the server.
-    pub(crate) async fn run<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    /// Run `f` on the connection through the request layer (`what` names the
+    /// operation in errors, which also name the server). A request that fails on the
+    /// connection, times out or is dropped before its answer marks the connection
+    /// unusable.
+    pub(crate) async fn run<T, F, Fut>(&self, purpose: Purpose, what: &str, f: F) -> Result<T>
     where
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        self.run_unnamed(what, f)
-            .await
-            .map_err(|e| e.with_endpoint(&self.endpoint))
-    }
-
-    async fn run_unnamed<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
-    where
-        F: FnOnce(ConnectionManager) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
-    {
-        let (generation, manager) = self.current().map_err(|e| map(what, e))?;
-        let mut guard = Abandoned {
-            conn: self,
-            generation,
-            armed: true,
+        let (generation, manager) = match self.current() {
+            Ok(current) => current,
+            Err(e) => return Err(self.requests.tag(map(what, e))),
         };
-        let outcome = tokio::time::timeout(self.request_timeout, f(manager)).await;
-        match outcome {
-            Ok(Ok(v)) => {
-                guard.armed = false;
-                Ok(v)
-            }
-            Ok(Err(e)) => {
-                guard.armed = poisons_connection(&e);
-                Err(map(what, e))
-            }
-            Err(_) => Err(timed_out(what, self.request_timeout)),
-        }
+        let request = async move {
+            let mut guard = Abandoned {
+                conn: self,
+                generation,
+                armed: true,
+            };
+            let outcome = f(manager).await;
+            guard.armed = match &outcome {
+                Ok(_) => false,
+                Err(e) => poisons_connection(e),
+            };
+            outcome
+        };
+        self.requests.call(purpose, what, request, map).await
     }
 
     /// Run a script.
     pub(crate) async fn script(
         &self,
+        purpose: Purpose,
         what: &str,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<Value> {
-        self.run(what, |mut c| async move {
+        self.run(purpose, what, |mut c| async move {
             invocation.invoke_async(&mut c).await
         })
         .await

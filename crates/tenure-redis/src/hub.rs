@@ -8,13 +8,14 @@
 //! since messages may have been missed meanwhile.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
 use redis::Client;
+use tenure_core::backend::{Purpose, Requests};
 use tenure_core::Retry;
 use tokio::sync::{mpsc, watch, Notify};
 
@@ -38,7 +39,7 @@ struct Starter {
     client: Client,
     connect_timeout: Duration,
     request_timeout: Duration,
-    requests: Arc<AtomicU64>,
+    requests: Arc<Requests>,
 }
 
 #[derive(Default)]
@@ -151,7 +152,7 @@ impl Hub {
         client: Client,
         connect_timeout: Duration,
         request_timeout: Duration,
-        requests: Arc<AtomicU64>,
+        requests: Arc<Requests>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         Hub {
@@ -274,7 +275,7 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
         let channels: Vec<String> = lock(&state).channels.keys().cloned().collect();
         let mut failure = None;
         for batch in channels.chunks(SUBSCRIBE_BATCH) {
-            s.requests.fetch_add(1, Ordering::Relaxed);
+            s.requests.count(Purpose::Election);
             match tokio::time::timeout(s.request_timeout, sink.subscribe(batch)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => failure = Some(e.to_string()),
@@ -298,7 +299,7 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
                 .collect()
         };
         if !gone.is_empty() {
-            s.requests.fetch_add(1, Ordering::Relaxed);
+            s.requests.count(Purpose::Election);
             if !matches!(
                 tokio::time::timeout(s.request_timeout, sink.unsubscribe(&gone)).await,
                 Ok(Ok(()))
@@ -363,7 +364,7 @@ async fn serve(
                     if !lock(state).channels.contains_key(&channel) {
                         continue;
                     }
-                    s.requests.fetch_add(1, Ordering::Relaxed);
+                    s.requests.count(Purpose::Election);
                     match tokio::time::timeout(s.request_timeout, sink.subscribe(&channel)).await {
                         Ok(Ok(())) => {
                             if let Some(ch) = lock(state).channels.get(&channel) {
@@ -377,7 +378,7 @@ async fn serve(
                     if lock(state).channels.contains_key(&channel) {
                         continue;
                     }
-                    s.requests.fetch_add(1, Ordering::Relaxed);
+                    s.requests.count(Purpose::Election);
                     if !matches!(
                         tokio::time::timeout(s.request_timeout, sink.unsubscribe(&channel)).await,
                         Ok(Ok(()))
@@ -400,7 +401,7 @@ async fn serve(
 
 /// Wake the registrations a message is for: `free <session>` wakes that session's
 /// waiter, a bare `free` every waiter; every message wakes the observers.
-fn dispatch(state: &Mutex<HubState>, requests: &AtomicU64, channel: &str, payload: &[u8]) {
+fn dispatch(state: &Mutex<HubState>, requests: &Requests, channel: &str, payload: &[u8]) {
     let st = lock(state);
     let Some(ch) = st.channels.get(channel) else {
         return;
@@ -413,14 +414,14 @@ fn dispatch(state: &Mutex<HubState>, requests: &AtomicU64, channel: &str, payloa
     match (words.next(), words.next()) {
         (Some("free"), Some(session)) => {
             if let Some((_, n)) = ch.waiters.get(session) {
-                requests.fetch_add(1, Ordering::Relaxed);
+                requests.count(Purpose::Election);
                 n.notify_one();
             }
         }
         (Some("taken"), _) => {}
         _ => {
             for (_, n) in ch.waiters.values() {
-                requests.fetch_add(1, Ordering::Relaxed);
+                requests.count(Purpose::Election);
                 n.notify_one();
             }
         }
@@ -476,14 +477,14 @@ mod tests {
         let state = hub_state();
         let (w, o) = add(&state, "c1", &["s1", "s2", "s3"], 1);
         let (other, _) = add(&state, "c2", &["s2"], 0);
-        let requests = AtomicU64::new(0);
+        let requests = Requests::new("redis", "Redis", "test", Duration::from_secs(1));
         dispatch(&state, &requests, "c1", b"free s2");
         assert!(!was_woken(&w[0]).await);
         assert!(was_woken(&w[1]).await);
         assert!(!was_woken(&w[2]).await);
         assert!(was_woken(&o[0]).await);
         assert!(!was_woken(&other[0]).await);
-        assert_eq!(requests.load(Ordering::Relaxed), 1);
+        assert_eq!(requests.election_requests(), 1);
         // A grant wakes observers only.
         dispatch(&state, &requests, "c1", b"taken 17");
         for n in &w {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
+use tenure_core::backend::Purpose;
 use tenure_core::{Member, Result, Retry};
 use tokio::sync::watch;
 
@@ -27,7 +28,10 @@ const IDLE: Duration = Duration::from_secs(24 * 3600);
 pub(crate) async fn list(shared: &Shared, hash: &str) -> Result<(Vec<Member>, Option<Duration>)> {
     let mut invocation = LIST_SCRIPT.key(hash);
     invocation.arg(&shared.sessions);
-    let reply = shared.conn.script("list members", &invocation).await?;
+    let reply = shared
+        .conn
+        .script(Purpose::Election, "list members", &invocation)
+        .await?;
     parse_list(&reply)
 }
 

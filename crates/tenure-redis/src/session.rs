@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use redis::Value;
+use tenure_core::backend::Purpose;
 use tenure_core::{
     BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, SessionEvents,
 };
@@ -87,7 +88,7 @@ impl RedisSession {
             let key = session_key(shared.config.key_prefix(), &id);
             let created = shared
                 .conn
-                .run("open session", |mut c| {
+                .run(Purpose::Election, "open session", |mut c| {
                     let key = key.clone();
                     async move {
                         redis::cmd("SET")
@@ -163,7 +164,6 @@ impl Inner {
         wait: bool,
     ) -> Result<Acquired> {
         let shared = &self.shared;
-        shared.count();
         let keep_ms = millis_up(shared.config.get_poll_interval() * 2).saturating_add(self.ttl_ms);
         let mut invocation = ACQUIRE_SCRIPT.key(&keys.seat);
         invocation
@@ -178,7 +178,10 @@ impl Inner {
             .arg(&keys.channel)
             .arg(&keys.waits)
             .arg(keep_ms);
-        let reply = shared.conn.script("campaign", &invocation).await?;
+        let reply = shared
+            .conn
+            .script(Purpose::Election, "campaign", &invocation)
+            .await?;
         parse_acquire(&reply)
     }
 
@@ -193,7 +196,7 @@ impl Inner {
         }
         self.shared
             .conn
-            .script("unregister member", &invocation)
+            .script(Purpose::Election, "unregister member", &invocation)
             .await?;
         Ok(())
     }
@@ -227,7 +230,10 @@ impl Inner {
                 .key(shared.keys(election).seat)
                 .arg(token.0.to_string());
         }
-        let reply = shared.conn.script("keep-alive", &invocation).await?;
+        let reply = shared
+            .conn
+            .script(Purpose::Renewal, "keep-alive", &invocation)
+            .await?;
         match reply {
             Value::Int(-1) => Err(session_gone("keep-alive", &self.id)),
             Value::Array(items) => items
@@ -367,7 +373,6 @@ impl BackendSession for RedisSession {
             }
         }
         let shared = &inner.shared;
-        shared.count();
         let keys = shared.keys(election);
         let token = token.map(|t| t.0.to_string()).unwrap_or_default();
         let mut invocation = RELEASE_SCRIPT.key(&keys.seat);
@@ -377,7 +382,10 @@ impl BackendSession for RedisSession {
             .arg(token)
             .arg(&keys.channel)
             .arg(&keys.waits);
-        shared.conn.script("resign", &invocation).await?;
+        shared
+            .conn
+            .script(Purpose::Election, "resign", &invocation)
+            .await?;
         Ok(())
     }
 
@@ -399,7 +407,7 @@ impl BackendSession for RedisSession {
         let reply = inner
             .shared
             .conn
-            .script("register member", &invocation)
+            .script(Purpose::Election, "register member", &invocation)
             .await?;
         match as_int(&reply) {
             Some(-1) => Err(session_gone("register member", &inner.id)),
@@ -451,7 +459,9 @@ impl BackendSession for RedisSession {
         // missed.
         let unregistering =
             futures::future::join_all(registered.iter().map(|(ns, ids)| inner.unregister(ns, ids)));
-        let closing = shared.conn.script("close session", &invocation);
+        let closing = shared
+            .conn
+            .script(Purpose::Election, "close session", &invocation);
         let (unregistered, closed) = futures::join!(unregistering, closing);
         closed?;
         unregistered.into_iter().collect::<Result<Vec<()>>>()?;

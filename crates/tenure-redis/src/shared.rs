@@ -1,11 +1,11 @@
 //! What the backend and its sessions share: the settings, the connection, the
 //! wake-up hub, the request count, and the reads every part makes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
+use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{ElectionName, ErrorKind, Result};
 
 use crate::config::RedisConfig;
@@ -20,19 +20,15 @@ pub(crate) struct Shared {
     pub(crate) config: RedisConfig,
     pub(crate) conn: Conn,
     pub(crate) hub: Hub,
-    pub(crate) requests: Arc<AtomicU64>,
+    /// The request layer the connection and the hub share.
+    pub(crate) requests: Arc<Requests>,
     pub(crate) sessions: String,
 }
 
 impl Shared {
-    /// The election requests made so far.
-    pub(crate) fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
-    }
-
-    /// Count one election request (campaign, resign, read, subscription, wake-up).
+    /// Count one election request made outside the connection (a subscription).
     pub(crate) fn count(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.requests.count(Purpose::Election);
     }
 
     pub(crate) fn keys(&self, election: &ElectionName) -> ElectionKeys {
@@ -45,9 +41,11 @@ impl Shared {
 
     /// Read a seat: its remaining TTL in ms (negative if none) and its holder.
     pub(crate) async fn read(&self, seat: &str) -> Result<(i64, Option<Seat>)> {
-        self.count();
         let invocation = READ_SCRIPT.key(seat);
-        let reply = self.conn.script("read leader", &invocation).await?;
+        let reply = self
+            .conn
+            .script(Purpose::Election, "read leader", &invocation)
+            .await?;
         parse_read(&reply)
     }
 

@@ -287,7 +287,6 @@ async fn observe_task(
         }
         let step = async {
             let client = shared.reader().await?;
-            shared.count();
             // Arm the watch first, then read, so no change falls between.
             let watcher = match shared
                 .call("observe", client.list_and_watch_children(&dir))

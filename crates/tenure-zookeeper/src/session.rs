@@ -252,7 +252,6 @@ impl ZkSession {
     /// This session's node in `dir` as the server has it (after a create whose answer
     /// was lost, or a campaign that was dropped), by its protected prefix.
     async fn find_own(&self, client: &Client, dir: &str) -> Result<Option<Node>> {
-        self.shared.count();
         let children = match self
             .shared
             .call("campaign", client.list_children(dir))
@@ -263,7 +262,6 @@ impl ZkSession {
             Err(e) => return Err(e),
         };
         for name in children.into_iter().filter(|c| c.starts_with(&self.prefix)) {
-            self.shared.count();
             match self
                 .shared
                 .call("campaign", client.check_stat(&format!("{dir}/{name}")))
@@ -301,7 +299,6 @@ impl ZkSession {
         let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
         let mut made_parents = false;
         loop {
-            self.shared.count();
             match self
                 .shared
                 .call("campaign", client.create(&path, &data, &options))
@@ -317,7 +314,6 @@ impl ZkSession {
                     return Ok(node);
                 }
                 Err(e) if is_no_node(&e) && !made_parents => {
-                    self.shared.count();
                     let parents = CreateMode::Persistent.with_acls(Acls::anyone_all());
                     match self
                         .shared
@@ -354,7 +350,6 @@ impl ZkSession {
         let dir = election_dir(election);
         if !wait && self.node(election).is_none() {
             // Do not queue behind a holder: look first.
-            self.shared.count();
             match self
                 .shared
                 .call("try campaign", client.list_children(&dir))
@@ -375,7 +370,6 @@ impl ZkSession {
         let mut own_watch: Option<(String, OwnWatch)> = None;
         loop {
             let node = self.ensure_node(&client, election, &dir, candidate).await?;
-            self.shared.count();
             let children = match self
                 .shared
                 .call("campaign", client.list_children(&dir))
@@ -410,12 +404,10 @@ impl ZkSession {
                 own_watch = None;
             }
             // The predecessor's watch and, once per node, our own (pipelined).
-            self.shared.count();
             let watch_predecessor = self
                 .shared
                 .call("campaign", client.check_and_watch_stat(&predecessor));
             let (stat, watcher) = if own_watch.is_none() {
-                self.shared.count();
                 let watch_own = self
                     .shared
                     .call("campaign", client.check_and_watch_stat(&own_path));
@@ -619,7 +611,6 @@ impl ZkSession {
         node: &Node,
     ) -> Result<()> {
         self.unguard(election);
-        self.shared.count();
         match self
             .shared
             .call(
@@ -649,7 +640,7 @@ impl BackendSession for ZkSession {
         // One round trip: it proves the server still has the session and refreshes it.
         let client = self.client()?;
         self.shared
-            .call("keep alive", client.check_stat("/"))
+            .renew("keep alive", client.check_stat("/"))
             .await
             .map(|_| ())
     }
@@ -883,7 +874,6 @@ async fn guard_leader(
                 if c.state().is_terminated() {
                     return;
                 }
-                shared.count();
                 let armed = shared.call("guard", c.check_and_watch_stat(&path)).await;
                 drop(c);
                 match armed {

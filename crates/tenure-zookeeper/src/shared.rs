@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{Error, ErrorKind, LeaderInfo, Result};
 use zookeeper_client::{Client, SessionInfo};
 
@@ -19,7 +19,7 @@ use crate::nodes::{decode, sorted_latches};
 pub(crate) struct Shared {
     pub(crate) config: ZooKeeperConfig,
     reader: tokio::sync::Mutex<Client>,
-    requests: AtomicU64,
+    requests: Requests,
     /// Open sessions by id, for [`ZooKeeperBackend::expire_session`](crate::ZooKeeperBackend::expire_session)
     /// and [`ZooKeeperBackend::drop_connection`](crate::ZooKeeperBackend::drop_connection): the session and its client slot.
     sessions: Mutex<HashMap<String, (SessionInfo, ClientSlot)>>,
@@ -28,16 +28,21 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(config: ZooKeeperConfig, reader: Client) -> Self {
         Shared {
-            config,
             reader: tokio::sync::Mutex::new(reader),
-            requests: AtomicU64::new(0),
+            requests: Requests::new(
+                crate::SCHEME,
+                "ZooKeeper",
+                config.connect_string(),
+                config.get_request_timeout(),
+            ),
             sessions: Mutex::new(HashMap::new()),
+            config,
         }
     }
 
     /// The election requests made so far.
     pub(crate) fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
+        self.requests.election_requests()
     }
 
     /// The session timeout the server granted the reader session.
@@ -50,24 +55,23 @@ impl Shared {
         self.sessions.lock().ok().and_then(|s| s.get(id).cloned())
     }
 
-    /// Count one election request (campaign, resign, read, watch, wake-up).
-    pub(crate) fn count(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Run one request with the request timeout and map its error.
+    /// Run one election request (campaign, resign, read, watch, membership) through
+    /// the request layer.
     pub(crate) async fn call<T>(
         &self,
         what: &str,
         fut: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
     ) -> Result<T> {
-        let limit = self.config.get_request_timeout();
-        let e = match tokio::time::timeout(limit, fut).await {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) => map(what, e),
-            Err(_) => timed_out(what, limit),
-        };
-        Err(e.with_endpoint(self.config.connect_string()))
+        self.requests.call(Purpose::Election, what, fut, map).await
+    }
+
+    /// Run one renewal through the request layer (not an election request).
+    pub(crate) async fn renew<T>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
+    ) -> Result<T> {
+        self.requests.call(Purpose::Renewal, what, fut, map).await
     }
 
     pub(crate) fn register(&self, id: &str, info: SessionInfo, client: ClientSlot) {
@@ -99,7 +103,6 @@ impl Shared {
         dir: &str,
     ) -> Result<Option<LeaderInfo>> {
         loop {
-            self.count();
             let children = match self.call("read leader", client.list_children(dir)).await {
                 Ok(c) => c,
                 Err(e) if is_no_node(&e) => return Ok(None),
@@ -108,7 +111,6 @@ impl Shared {
             let Some(first) = sorted_latches(children).into_iter().next() else {
                 return Ok(None);
             };
-            self.count();
             match self
                 .call("read leader", client.get_data(&format!("{dir}/{first}")))
                 .await

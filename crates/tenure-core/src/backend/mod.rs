@@ -1,9 +1,13 @@
 //! For backend authors: the store primitives a backend supplies, and the kit every
 //! backend is built on ([`config`]: URL grammar, secrets, value parsers, environment
-//! overrides). Users normally work with [`Session`](crate::Session) and
+//! overrides; [`requests`]: the timeout, error tagging and counting of every store
+//! request). Users normally work with [`Session`](crate::Session) and
 //! [`Leadership`](crate::Leadership), which drive these.
 
 pub mod config;
+pub mod requests;
+
+pub use requests::{Purpose, Requests};
 
 use std::fmt;
 use std::future::Future;

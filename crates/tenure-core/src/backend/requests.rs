@@ -1,0 +1,217 @@
+//! The layer every store request of a backend goes through: the request timeout, the
+//! backend's error mapping, the backend and endpoint tags on every error, and the
+//! request count, written once instead of once per backend.
+//!
+//! A backend makes one [`Requests`] when it connects and shares it with its sessions;
+//! each store call is wrapped in [`Requests::call`] (or counted with
+//! [`Requests::count`] where the store client applies its own timeout, as a pub/sub
+//! subscription does). [`Backend::election_requests`](super::Backend::election_requests)
+//! then reads [`Requests::election_requests`], which the conformance suite uses to
+//! check that waiters do not stampede.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// What a store request is for. Renewals are counted apart: the conformance suite's
+/// "election requests" leave them out, since they do not grow with the waiters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// Campaigns, resigns, wake-ups, reads, watches, membership.
+    Election,
+    /// Session renewals (keep-alives, lease renewals).
+    Renewal,
+}
+
+/// The request layer of one backend: see the [module docs](self).
+#[derive(Debug)]
+pub struct Requests {
+    scheme: &'static str,
+    store: &'static str,
+    endpoint: String,
+    timeout: Duration,
+    election: AtomicU64,
+    renewal: AtomicU64,
+}
+
+impl Requests {
+    /// The layer for a backend of `scheme` talking to `store` (its name in messages,
+    /// "etcd") at `endpoint` (as the user gave it; credentials are dropped from errors),
+    /// with `timeout` for each request.
+    pub fn new(
+        scheme: &'static str,
+        store: &'static str,
+        endpoint: impl Into<String>,
+        timeout: Duration,
+    ) -> Self {
+        Requests {
+            scheme,
+            store,
+            endpoint: endpoint.into(),
+            timeout,
+            election: AtomicU64::new(0),
+            renewal: AtomicU64::new(0),
+        }
+    }
+
+    /// Run `request` with the request timeout, counted as `purpose`. Its error is
+    /// turned into an [`Error`] by `map(what, error)`; every error comes back tagged
+    /// with the backend and the endpoint.
+    pub async fn call<T, E>(
+        &self,
+        purpose: Purpose,
+        what: &str,
+        request: impl Future<Output = std::result::Result<T, E>>,
+        map: impl FnOnce(&str, E) -> Error,
+    ) -> Result<T> {
+        self.count(purpose);
+        let failed = match tokio::time::timeout(self.timeout, request).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(e)) => map(what, e),
+            Err(_) => self.timed_out(what, self.timeout),
+        };
+        Err(self.tag(failed))
+    }
+
+    /// Count one request made without [`call`](Self::call).
+    pub fn count(&self, purpose: Purpose) {
+        let counter = match purpose {
+            Purpose::Election => &self.election,
+            Purpose::Renewal => &self.renewal,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests counted as [`Purpose::Election`] so far.
+    pub fn election_requests(&self) -> u64 {
+        self.election.load(Ordering::Relaxed)
+    }
+
+    /// Requests counted as [`Purpose::Renewal`] so far.
+    pub fn renewals(&self) -> u64 {
+        self.renewal.load(Ordering::Relaxed)
+    }
+
+    /// The request timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// An error of `kind` raised by the backend itself, tagged with its scheme.
+    pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error::new(kind, message).with_backend(self.scheme)
+    }
+
+    /// The error for a request (`what`) that got no answer within `limit`.
+    pub fn timed_out(&self, what: &str, limit: Duration) -> Error {
+        self.error(
+            ErrorKind::Timeout,
+            format!("{what}: no answer from {} within {limit:?}", self.store),
+        )
+    }
+
+    /// `error` with the backend and the endpoint attached (a backend tag it already has
+    /// is kept).
+    pub fn tag(&self, error: Error) -> Error {
+        let error = match error.backend() {
+            Some(_) => error,
+            None => error.with_backend(self.scheme),
+        };
+        error.with_endpoint(&self.endpoint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer() -> Requests {
+        Requests::new(
+            "etcd",
+            "etcd",
+            "etcd://user:pw@127.0.0.1:2379?password=x",
+            Duration::from_millis(50),
+        )
+    }
+
+    fn io_error(what: &str, e: std::io::Error) -> Error {
+        Error::new(ErrorKind::Unavailable, what).with_source(e)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn answers_pass_and_requests_are_counted_by_purpose() {
+        let layer = layer();
+        let got = layer
+            .call(
+                Purpose::Election,
+                "read",
+                async { Ok::<_, std::io::Error>(7) },
+                io_error,
+            )
+            .await;
+        assert_eq!(got.ok(), Some(7));
+        layer
+            .call(
+                Purpose::Renewal,
+                "renew",
+                async { Ok::<_, std::io::Error>(()) },
+                io_error,
+            )
+            .await
+            .ok();
+        layer.count(Purpose::Election);
+        assert_eq!(layer.election_requests(), 2);
+        assert_eq!(layer.renewals(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_store_is_a_timeout_tagged_with_backend_and_endpoint() {
+        let layer = layer();
+        let err = layer
+            .call(
+                Purpose::Election,
+                "campaign",
+                std::future::pending::<std::result::Result<(), std::io::Error>>(),
+                io_error,
+            )
+            .await
+            .err()
+            .map(|e| (e.kind(), e.to_string()));
+        let Some((kind, text)) = err else {
+            panic!("a pending request answered");
+        };
+        assert_eq!(kind, ErrorKind::Timeout);
+        assert_eq!(
+            text,
+            "timeout: campaign: no answer from etcd within 50ms [etcd at etcd://127.0.0.1:2379]"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_error_is_mapped_once_and_tagged() {
+        let layer = layer();
+        let err = layer
+            .call(
+                Purpose::Election,
+                "resign",
+                async {
+                    Err::<(), _>(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionRefused,
+                        "refused",
+                    ))
+                },
+                io_error,
+            )
+            .await
+            .err();
+        let Some(err) = err else {
+            panic!("an error answered Ok");
+        };
+        assert_eq!(err.kind(), ErrorKind::Unavailable);
+        assert_eq!(err.backend(), Some("etcd"));
+        assert_eq!(err.endpoint(), Some("etcd://127.0.0.1:2379"));
+        assert!(!err.to_string().contains("pw"), "{err}");
+    }
+}
