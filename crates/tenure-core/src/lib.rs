@@ -30,4 +30,7 @@ pub use name::{
 pub use runner::{LeaderContext, LeaderRunner, LeadershipEvent, ResignCause};
 pub use session::Session;
 pub use timing::{Retry, Timing, CLOCK_DRIFT_MARGIN};
+/// The stop signal of a leadership ([`Leadership::lost`]) and of a runner's shutdown,
+/// re-exported so that using them needs no `tokio-util` dependency.
+pub use tokio_util::sync::CancellationToken;
 pub use url::{connect, split_scheme, MEM_DRIVER};
