@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let url = format!("{}{tail}", SCHEMES[usize::from(first) % SCHEMES.len()]);
-    let _ = tenure_core::split_scheme(&url);
+    let _ = tenure_core::backend::split_scheme(&url);
     let _ = tenure_core::MemoryBackend::from_url(&url);
     if let Ok(c) = tenure_etcd::EtcdConfig::from_url(&url) {
         let _ = (format!("{c:?}"), c.to_string(), c.validate());

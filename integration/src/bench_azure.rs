@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_azure::{AzureBackend, AzureConfig};
-use tenure_core::{Backend, BackendSession, Candidate, ElectionName, Session, SessionEvents};
+use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::{Backend, Candidate, ElectionName, Session};
 use tokio::time::Instant;
 
 use crate::bench::{bench_backend, BenchOptions, BenchTable, Figure};

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{BackendSession, Candidate, ElectionName, SessionEvents};
+use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::{Candidate, ElectionName};
 use tenure_redis::RedisBackend;
 use tokio::time::Instant;
 

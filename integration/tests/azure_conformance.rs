@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_azure::{AzureBackend, AzureConfig};
+use tenure_core::backend::Clause;
 use tenure_core::testing::{random_prefix, Env, Faults};
-use tenure_core::{Clause, DynBackend, ErrorKind, Session, Timing};
+use tenure_core::{DynBackend, ErrorKind, Session, Timing};
 use tenure_integration::{AzuriteServer, TcpProxy};
 
 tenure_integration::shared_server!(AzuriteServer, "Azurite");

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tenure_core::{
-    Backend, BackendSession, ElectionName, ErrorKind, Member, MemberStream, SessionEvents,
-};
+use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::{Backend, ElectionName, ErrorKind, Member, MemberStream};
 use tenure_etcd::EtcdBackend;
 use tenure_integration::{EtcdServer, TcpProxy};
 

@@ -8,11 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::{BackendSession, Capabilities, Clause, SessionEvents};
 use tenure_core::testing::{Env, Faults};
-use tenure_core::{
-    Backend, BackendSession, Capabilities, Clause, DynBackend, ElectionName, LeaderInfo,
-    LeaderStream, Session, SessionEvents, Timing,
-};
+use tenure_core::{Backend, DynBackend, ElectionName, LeaderInfo, LeaderStream, Session, Timing};
 use tenure_integration::{RedisServer, TcpProxy};
 use tenure_redis::RedisBackend;
 

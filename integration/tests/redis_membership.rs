@@ -11,10 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tenure_core::{
-    Backend, BackendSession, Candidate, ElectionName, ErrorKind, Member, MemberStream,
-    SessionEvents,
-};
+use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::{Backend, Candidate, ElectionName, ErrorKind, Member, MemberStream};
 use tenure_integration::{RedisServer, TcpProxy};
 use tenure_redis::RedisBackend;
 

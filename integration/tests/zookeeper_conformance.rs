@@ -217,7 +217,8 @@ async fn listed(env: &Env, ns: &ElectionName) -> Vec<(String, String)> {
 /// election of the same name as the namespace living beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_register_replace_unregister_and_watch() {
-    use tenure_core::{Member, SessionEvents};
+    use tenure_core::backend::SessionEvents;
+    use tenure_core::Member;
     let env = zk_env().await;
     let ns = ElectionName::new(format!("{}/members/shards", env.prefix)).unwrap();
     let ttl = env.timing.ttl;
@@ -318,7 +319,8 @@ async fn membership_register_replace_unregister_and_watch() {
 /// lives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_go_when_their_session_expires() {
-    use tenure_core::{Member, SessionEvents};
+    use tenure_core::backend::SessionEvents;
+    use tenure_core::Member;
     let env = zk_env().await;
     let ns = ElectionName::new(format!("{}/expiry", env.prefix)).unwrap();
     let backend = ZooKeeperBackend::from_url(&url(server_addr()))
@@ -345,7 +347,7 @@ async fn members_go_when_their_session_expires() {
         .expect("expiry reported")
         .expect("events open");
     assert!(
-        matches!(event, tenure_core::SessionEvent::Expired { .. }),
+        matches!(event, tenure_core::backend::SessionEvent::Expired { .. }),
         "{event:?}"
     );
     // The expired session cannot register any more.

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::{poll_stream, BackendSession, Capabilities, Clause, SessionEvents};
 use tenure_core::{
-    poll_stream, Backend, BackendSession, Capabilities, Clause, ElectionName, Error, ErrorKind,
-    LeaderInfo, LeaderStream, Member, MemberStream, Result, SessionEvents, Timing,
+    Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
+    Result, Timing,
 };
 
 use crate::config::AzureConfig;

@@ -15,10 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use tenure_core::{
-    BackendSession, Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result,
-    SessionEvents,
-};
+use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{own, Failure};

@@ -16,10 +16,7 @@ mod url;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use backend::{
-    membership_unsupported, poll_stream, watch_stream, Backend, BackendSession, Capabilities,
-    Clause, DynBackend, LeaderStream, MemberStream, SessionEvent, SessionEvents,
-};
+pub use backend::{Backend, DynBackend, LeaderStream, MemberStream};
 pub use error::{one_line, BoxError, Error, ErrorKind, Result};
 pub use leadership::{Leadership, LeadershipWatch, LossReason};
 pub use memory::{MemoryBackend, MEM_SCHEME};
@@ -33,4 +30,4 @@ pub use timing::{Retry, Timing, CLOCK_DRIFT_MARGIN};
 /// The stop signal of a leadership ([`Leadership::lost`]) and of a runner's shutdown,
 /// re-exported so that using them needs no `tokio-util` dependency.
 pub use tokio_util::sync::CancellationToken;
-pub use url::{connect, split_scheme, MEM_DRIVER};
+pub use url::connect;

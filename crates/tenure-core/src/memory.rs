@@ -500,7 +500,7 @@ impl Backend for MemoryBackend {
                 .watch
                 .subscribe()
         };
-        Ok(crate::watch_stream(rx, Ok))
+        Ok(crate::backend::watch_stream(rx, Ok))
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -525,9 +525,10 @@ impl Backend for MemoryBackend {
                 .watch
                 .subscribe()
         };
-        Ok(crate::watch_stream(rx, |list: Arc<Vec<Member>>| {
-            Ok(list.as_ref().clone())
-        }))
+        Ok(crate::backend::watch_stream(
+            rx,
+            |list: Arc<Vec<Member>>| Ok(list.as_ref().clone()),
+        ))
     }
 }
 

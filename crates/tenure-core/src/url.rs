@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-pub use crate::backend::config::split_scheme;
 use crate::backend::{Driver, DynBackend};
 use crate::error::Result;
 use crate::memory::{MemoryBackend, MEM_SCHEME};

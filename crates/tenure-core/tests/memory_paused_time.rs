@@ -181,7 +181,8 @@ async fn a_loss_learned_late_is_dated_to_the_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn errors_name_the_store_as_their_endpoint() {
-    use tenure_core::{Backend, SessionEvents};
+    use tenure_core::backend::SessionEvents;
+    use tenure_core::Backend;
     let mem = MemoryBackend::named("errors-endpoint");
     let (events, _rx) = SessionEvents::channel();
     let s = mem
@@ -200,7 +201,8 @@ async fn errors_name_the_store_as_their_endpoint() {
 
 #[tokio::test(start_paused = true)]
 async fn a_private_store_names_no_endpoint() {
-    use tenure_core::{Backend, SessionEvents};
+    use tenure_core::backend::SessionEvents;
+    use tenure_core::Backend;
     let mem = MemoryBackend::new();
     let (events, _rx) = SessionEvents::channel();
     let s = mem

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::{BackendSession, Capabilities, SessionEvents};
 use tenure_core::{
-    Backend, BackendSession, Capabilities, ElectionName, Error, LeaderInfo, LeaderStream, Member,
-    MemberStream, Result, Retry, SessionEvents, Timing,
+    Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Retry,
+    Timing,
 };
 use tokio::sync::watch;
 
@@ -178,7 +179,7 @@ impl Backend for EtcdBackend {
             revision,
             tx,
         ));
-        Ok(tenure_core::watch_stream(rx, |v| v))
+        Ok(tenure_core::backend::watch_stream(rx, |v| v))
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -203,7 +204,7 @@ impl Backend for EtcdBackend {
             revision,
             tx,
         ));
-        Ok(tenure_core::watch_stream(rx, |v| v))
+        Ok(tenure_core::backend::watch_stream(rx, |v| v))
     }
 }
 

@@ -7,10 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::{
-    BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry,
-    SessionEvents,
-};
+use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::KeepAliveStream;

@@ -9,10 +9,11 @@ use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
     RedisConnectionInfo, TlsCertificates, Value,
 };
+use tenure_core::backend::{BackendSession, Capabilities, Clause, SessionEvents};
 use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{
-    Backend, BackendSession, Capabilities, Clause, ElectionName, Error, LeaderInfo, LeaderStream,
-    Member, MemberStream, Result, Retry, SessionEvents, Timing,
+    Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Retry,
+    Timing,
 };
 use tokio::sync::watch;
 
@@ -384,7 +385,7 @@ impl Backend for RedisBackend {
             (next, subscribed),
             tx,
         ));
-        Ok(tenure_core::watch_stream(rx, |v| v))
+        Ok(tenure_core::backend::watch_stream(rx, |v| v))
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -413,7 +414,7 @@ impl Backend for RedisBackend {
             (members::next_look(earliest), subscribed),
             tx,
         ));
-        Ok(tenure_core::watch_stream(rx, |v| v))
+        Ok(tenure_core::backend::watch_stream(rx, |v| v))
     }
 }
 

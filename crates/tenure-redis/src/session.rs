@@ -9,9 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use redis::Value;
 use tenure_core::backend::Purpose;
-use tenure_core::{
-    BackendSession, Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, SessionEvents,
-};
+use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{own, session_gone, unexpected};

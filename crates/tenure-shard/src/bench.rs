@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::{BackendSession, Capabilities, SessionEvents};
 use tenure_core::{
-    Backend, BackendSession, Candidate, Capabilities, DynBackend, ElectionName, FencingToken,
-    LeaderInfo, LeaderStream, Member, MemberStream, Result, SessionEvents, Timing,
+    Backend, Candidate, DynBackend, ElectionName, FencingToken, LeaderInfo, LeaderStream, Member,
+    MemberStream, Result, Timing,
 };
 use tokio::time::Instant;
 

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::{BackendSession, Capabilities, SessionEvents};
 use tenure_core::{
-    Backend, BackendSession, Capabilities, ElectionName, Error, ErrorKind, LeaderInfo,
-    LeaderStream, Member, MemberStream, Result, Retry, SessionEvents, Timing,
+    Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
+    Result, Retry, Timing,
 };
 use tokio::sync::watch;
 use zookeeper_client::{Acls, CreateMode};
@@ -236,7 +237,7 @@ impl Backend for ZooKeeperBackend {
         let first = self.shared.read_leader(&client, &dir).await?;
         let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
         tokio::spawn(observe_task(self.shared.clone(), dir, first, tx));
-        Ok(tenure_core::watch_stream(rx, |v| v))
+        Ok(tenure_core::backend::watch_stream(rx, |v| v))
     }
 
     fn election_requests(&self) -> Option<u64> {

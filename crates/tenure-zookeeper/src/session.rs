@@ -9,10 +9,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::FutureExt;
-use tenure_core::{
-    BackendSession, Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result,
-    SessionEvents,
-};
+use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result};
 use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, WatchedEvent};
 
 use crate::error::{closed, own};

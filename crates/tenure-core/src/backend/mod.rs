@@ -7,6 +7,7 @@
 pub mod config;
 pub mod requests;
 
+pub use crate::url::MEM_DRIVER;
 pub use requests::{Purpose, Requests};
 
 use std::fmt;

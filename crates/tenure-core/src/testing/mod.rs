@@ -15,10 +15,10 @@ use futures::StreamExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::{Capabilities, Clause};
 use crate::{
-    Candidate, Capabilities, Clause, DynBackend, ElectionName, ErrorKind, FencingToken,
-    LeaderRunner, Leadership, LeadershipEvent, LossReason, Member, MemberStream, MemoryBackend,
-    ResignCause, Session, Timing,
+    Candidate, DynBackend, ElectionName, ErrorKind, FencingToken, LeaderRunner, Leadership,
+    LeadershipEvent, LossReason, Member, MemberStream, MemoryBackend, ResignCause, Session, Timing,
 };
 
 /// What a check needs: the backend, the timing to use, a random election prefix so

@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::backend::CampaignMode;
-use tenure_core::{
-    Candidate, ElectionName, Error, ErrorKind, FencingToken, LeaderInfo, Result, SessionEvents,
-};
+use tenure_core::backend::SessionEvents;
+use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, LeaderInfo, Result};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant as TokioInstant;
 use tokio_util::sync::CancellationToken;

@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::CampaignMode;
+use tenure_core::backend::{BackendSession, Capabilities, Clause, SessionEvents};
 use tenure_core::{
-    Backend, BackendSession, Candidate, Capabilities, Clause, ElectionName, Error, ErrorKind,
-    FencingToken, LeaderInfo, LeaderStream, Result, SessionEvents, Timing,
+    Backend, Candidate, ElectionName, Error, ErrorKind, FencingToken, LeaderInfo, LeaderStream,
+    Result, Timing,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -263,7 +264,7 @@ impl Backend for PeerBackend {
         let rx = self
             .ask(|reply| Command::Observe { election, reply })
             .await??;
-        Ok(tenure_core::watch_stream(rx, Ok))
+        Ok(tenure_core::backend::watch_stream(rx, Ok))
     }
 }
 
