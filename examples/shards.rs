@@ -1,5 +1,5 @@
 //! A sharded worker: every node processes only the shards it leads, and stops a
-//! shard's work cleanly the moment it stops leading it (the shard's cancellation
+//! shard's work cleanly the moment it stops leading it (the shard's `lost`
 //! token fires on a handoff, a loss or shutdown). Three nodes share 12 shards on the
 //! in-memory store; then one node drains and leaves, and its shards move.
 //!
@@ -68,20 +68,16 @@ async fn node(
         let mut tasks = JoinSet::new();
         while let Some(event) = events.recv().await {
             match event {
-                ShardEvent::Acquired {
-                    shard,
-                    token,
-                    cancellation,
-                } => {
+                ShardEvent::Acquired { shard, token, lost } => {
                     tasks.spawn(work(
                         id.clone(),
                         shard.name().to_string(),
                         token,
-                        cancellation,
+                        lost,
                         ledger.clone(),
                     ));
                 }
-                // The shard's task already saw its cancellation token fire.
+                // The shard's task already saw its `lost` token fire.
                 ShardEvent::HandedOff { shard, to, .. } => {
                     println!(
                         "  {id}: handed {shard} to {}",

@@ -107,13 +107,16 @@ impl LeaderContext {
         self.token
     }
 
-    /// Completes when the task must stop: leadership lost, stall, or shutdown.
+    /// Completes when the task must stop: leadership lost, stall, or shutdown
+    /// (`lost().cancelled()`).
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await
     }
 
-    /// The token behind [`cancelled`](Self::cancelled), to hand to other tasks.
-    pub fn cancellation(&self) -> CancellationToken {
+    /// The stop signal, as [`Leadership::lost`](crate::Leadership::lost) and the shard
+    /// manager's `Acquired { lost, .. }` give it: cancelled when this leadership ends
+    /// for the task (lost, stalled, or shut down). Hand it to other tasks.
+    pub fn lost(&self) -> CancellationToken {
         self.cancel.clone()
     }
 

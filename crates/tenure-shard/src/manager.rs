@@ -26,15 +26,16 @@ use crate::view::{plan_after, plan_for, ShardView};
 /// What happens to this node's shards.
 #[derive(Clone, Debug)]
 pub enum ShardEvent {
-    /// This node now leads `shard`. Do the shard's work while `cancellation` is not
-    /// cancelled, passing `token` with every write to a guarded resource.
+    /// This node now leads `shard`. Do the shard's work until `lost` is cancelled,
+    /// passing `token` with every write to a guarded resource (the same pair a
+    /// [`Leadership`](tenure_core::Leadership) gives with `token()` and `lost()`).
     Acquired {
         /// The shard.
         shard: Shard,
         /// The grant's fencing token.
         token: FencingToken,
         /// Cancelled when this leadership ends for any reason.
-        cancellation: CancellationToken,
+        lost: CancellationToken,
     },
     /// Leadership of `shard` ended without a handoff (deadline passed, session
     /// expired, seat taken away, manager closed).
@@ -656,7 +657,7 @@ impl Controller {
                 self.failures.remove(&s);
                 let watch = leadership.watch();
                 let token = leadership.token();
-                let cancellation = leadership.lost();
+                let lost = leadership.lost();
                 let tx = self.internal_tx.clone();
                 let w = watch.clone();
                 tokio::spawn(async move {
@@ -676,7 +677,7 @@ impl Controller {
                 let _ = self.events.send(ShardEvent::Acquired {
                     shard: self.layout.shards[s].clone(),
                     token,
-                    cancellation,
+                    lost,
                 });
             }
             Internal::Granted(s, Err(e)) => {
