@@ -18,7 +18,25 @@ pub use measure::{
     BenchTable, Figure,
 };
 
-use crate::EtcdServer;
+use crate::{EtcdServer, Result as HarnessResult};
+
+/// The server a bench measures: the endpoint the user `given` as is (and no server to
+/// stop), else a local one from `start`, with its endpoint read by `endpoint`. Keep the
+/// server until the bench is done: dropping it stops it.
+pub(crate) async fn given_or_local<S>(
+    given: Option<&str>,
+    start: impl std::future::Future<Output = HarnessResult<S>>,
+    endpoint: impl Fn(&S) -> String,
+) -> Result<(Option<S>, String), String> {
+    match given {
+        Some(e) => Ok((None, e.to_string())),
+        None => {
+            let server = start.await.map_err(|e| e.to_string())?;
+            let e = endpoint(&server);
+            Ok((Some(server), e))
+        }
+    }
+}
 
 /// Measure etcd: on `endpoint` (`host:port`) if given, else on a local etcd started by
 /// the harness (or the one in `TENURE_TEST_ETCD`), stopped afterwards.
@@ -26,14 +44,9 @@ pub async fn bench_etcd(
     endpoint: Option<&str>,
     options: &BenchOptions,
 ) -> Result<BenchTable, String> {
-    let (server, endpoint) = match endpoint {
-        Some(e) => (None, e.trim_start_matches("http://").to_string()),
-        None => {
-            let server = EtcdServer::start().await.map_err(|e| e.to_string())?;
-            let e = server.addr().to_string();
-            (Some(server), e)
-        }
-    };
+    let given = endpoint.map(|e| e.trim_start_matches("http://"));
+    let (server, endpoint) =
+        given_or_local(given, EtcdServer::start(), |s| s.addr().to_string()).await?;
     let backend =
         tenure_etcd::EtcdBackend::from_url(&format!("etcd://{endpoint}?prefix=tenure-bench"))
             .await

@@ -11,7 +11,7 @@ use tenure_core::backend::{BackendSession, SessionEvents};
 use tenure_core::{Backend, Candidate, ElectionName, Session};
 use tokio::time::Instant;
 
-use crate::bench::{bench_backend, BenchOptions, BenchTable, Figure};
+use crate::bench::{bench_backend, given_or_local, BenchOptions, BenchTable, Figure};
 use crate::AzuriteServer;
 
 /// Held-election counts for the renewal figures.
@@ -31,14 +31,10 @@ pub async fn bench_azure(
     poll: Duration,
     renew_elections: &[usize],
 ) -> Result<BenchTable, String> {
-    let (server, endpoint) = match endpoint {
-        Some(e) => (None, e.to_string()),
-        None => {
-            let server = AzuriteServer::start().await.map_err(|e| e.to_string())?;
-            let e = server.endpoint().to_string();
-            (Some(server), e)
-        }
-    };
+    let (server, endpoint) = given_or_local(endpoint, AzuriteServer::start(), |s| {
+        s.endpoint().to_string()
+    })
+    .await?;
     let container = format!("bench-{}", std::process::id());
     let backend = AzureConfig::development(&endpoint, &container)
         .poll_interval(poll)

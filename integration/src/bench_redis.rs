@@ -11,7 +11,7 @@ use tenure_core::{Candidate, ElectionName};
 use tenure_redis::RedisBackend;
 use tokio::time::Instant;
 
-use crate::bench::{bench_backend, BenchOptions, BenchTable, Figure};
+use crate::bench::{bench_backend, given_or_local, BenchOptions, BenchTable, Figure};
 use crate::RedisServer;
 
 /// Held-election counts for the renewal figures.
@@ -31,14 +31,14 @@ pub async fn bench_redis(
     options: &BenchOptions,
     renew_elections: &[usize],
 ) -> Result<BenchTable, String> {
-    let (server, endpoint) = match endpoint {
-        Some(e) => (None, e.to_string()),
-        None => {
-            let server = RedisServer::start().await.map_err(|e| e.to_string())?;
-            let e = server.endpoint().to_string();
-            (Some(server), e)
-        }
-    };
+    let given = endpoint.map(|e| match e.contains("://") {
+        true => e.to_string(),
+        false => format!("redis://{e}"),
+    });
+    let (server, endpoint) = given_or_local(given.as_deref(), RedisServer::start(), |s| {
+        s.endpoint().to_string()
+    })
+    .await?;
     let sep = if endpoint.contains('?') { '&' } else { '?' };
     let url = format!("{endpoint}{sep}prefix=tenure-bench");
     let backend = RedisBackend::from_url(&url)

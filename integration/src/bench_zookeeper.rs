@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use tenure_zookeeper::ZooKeeperBackend;
 
-use crate::bench::{bench_backend, measure_failover_with, BenchOptions, BenchTable, Figure};
+use crate::bench::{
+    bench_backend, given_or_local, measure_failover_with, BenchOptions, BenchTable, Figure,
+};
 use crate::ZooKeeperServer;
 
 /// Measure ZooKeeper: on `endpoint` (`host:port[,host:port…]`) if given, else on a local
@@ -21,18 +23,13 @@ pub async fn bench_zookeeper(
     tick: Option<Duration>,
     options: &BenchOptions,
 ) -> Result<BenchTable, String> {
-    let (server, endpoint) = match endpoint {
-        Some(e) => (None, e.to_string()),
-        None => {
-            let server = match tick {
-                Some(t) => ZooKeeperServer::start_with_tick_time(t).await,
-                None => ZooKeeperServer::start().await,
-            }
-            .map_err(|e| e.to_string())?;
-            let e = server.endpoint().to_string();
-            (Some(server), e)
+    let start = async {
+        match tick {
+            Some(t) => ZooKeeperServer::start_with_tick_time(t).await,
+            None => ZooKeeperServer::start().await,
         }
     };
+    let (server, endpoint) = given_or_local(endpoint, start, |s| s.endpoint().to_string()).await?;
     let backend = ZooKeeperBackend::from_url(&format!("zk://{endpoint}/tenure-bench"))
         .await
         .map_err(|e| format!("connect to ZooKeeper at {endpoint}: {e}"))?;

@@ -32,7 +32,8 @@
 //! - **Benchmarks.** [`bench_etcd`], [`bench_redis`], [`bench_zookeeper`] and [`bench_backend`]
 //!   measure graceful handover and crash failover latency and return a
 //!   [`BenchTable`] (min/median/max per figure); [`bench_redis`] adds the cost
-//!   of one renewal for 1, 100 and 10,000 held elections.
+//!   of one renewal for 1, 100 and 10,000 held elections. One example runs any of
+//!   them: `cargo run --release -p tenure-integration --example bench -- STORE`.
 //!
 //! Everything here needs a Tokio runtime with the `net`, `process`, `time`
 //! and `io-util` drivers (any `#[tokio::test]`).
