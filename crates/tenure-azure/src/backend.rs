@@ -1,7 +1,6 @@
 //! The backend: connecting, leader reads, observation and member listings.
 
 use std::fmt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -193,12 +192,7 @@ impl Backend for AzureBackend {
     }
 
     fn election_requests(&self) -> Option<u64> {
-        Some(
-            self.shared
-                .store
-                .requests()
-                .saturating_sub(self.shared.renewals.load(Ordering::Relaxed)),
-        )
+        Some(self.shared.store.requests.election_requests())
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {

@@ -314,9 +314,6 @@ impl BackendSession for AzureSession {
                     Item::Election(e, seat) => (shared.layout.election(e), seat.lease.as_str()),
                     Item::Member(_, n) => (n.clone(), inner.lease_id.as_str()),
                 };
-                shared
-                    .renewals
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let r = shared.store.renew(&name, lease).await;
                 (item, r)
             })

@@ -2,7 +2,6 @@
 //! renewal count, and the reads every part makes.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use tenure_core::{ElectionName, LeaderInfo, Member, Result};
@@ -14,8 +13,6 @@ use crate::store::Store;
 pub(crate) struct Shared {
     pub(crate) store: Arc<Store>,
     pub(crate) layout: Layout,
-    /// Requests sent to renew leases (excluded from `election_requests`).
-    pub(crate) renewals: AtomicU64,
     /// Member values by blob name and etag, so a listing downloads only changed bodies.
     values: Mutex<HashMap<String, (String, String)>>,
 }
@@ -25,7 +22,6 @@ impl Shared {
         Shared {
             store,
             layout,
-            renewals: AtomicU64::new(0),
             values: Mutex::new(HashMap::new()),
         }
     }

@@ -2,7 +2,6 @@
 //! classified once ([`Failure`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,6 +14,7 @@ use azure_storage_blob::models::{
 };
 use azure_storage_blob::{BlobClient, BlobContainerClient, BlobContainerClientOptions};
 use futures::TryStreamExt;
+use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{Error, ErrorKind, Result};
 
 use crate::auth::{SasPolicy, SharedKeyPolicy};
@@ -48,7 +48,9 @@ pub(crate) struct Store {
     /// The container's URL, named in every failure.
     url: String,
     pub(crate) config: AzureConfig,
-    requests: AtomicU64,
+    /// The request layer's count and timeout. The failure stays a [`Failure`] until
+    /// the caller has matched its service code, so errors are made by the callers.
+    pub(crate) requests: Requests,
 }
 
 impl Store {
@@ -85,30 +87,45 @@ impl Store {
                 .with_source(Cause(classify(&e).error.text))
                 .with_endpoint(&endpoint)
         })?;
+        let requests = Requests::new(
+            crate::SCHEME,
+            "Azure Blob Storage",
+            url_text.clone(),
+            config.get_request_timeout(),
+        );
         Ok(Arc::new(Store {
             container,
             url: url_text,
             config,
-            requests: AtomicU64::new(0),
+            requests,
         }))
     }
 
     /// Requests sent so far (every kind).
     pub(crate) fn requests(&self) -> u64 {
-        self.requests.load(Ordering::Relaxed)
+        self.requests.election_requests() + self.requests.renewals()
     }
 
     fn blob(&self, name: &str) -> BlobClient {
         self.container.blob_client(name)
     }
 
-    /// Run one request with the request timeout.
+    /// Run one election request with the request timeout, counted.
     async fn call<T>(
         &self,
         fut: impl std::future::Future<Output = azure_core::Result<T>>,
     ) -> Res<T> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let limit = self.config.get_request_timeout();
+        self.call_as(Purpose::Election, fut).await
+    }
+
+    /// Run one request for `purpose` with the request timeout, counted.
+    async fn call_as<T>(
+        &self,
+        purpose: Purpose,
+        fut: impl std::future::Future<Output = azure_core::Result<T>>,
+    ) -> Res<T> {
+        self.requests.count(purpose);
+        let limit = self.requests.timeout();
         match tokio::time::timeout(limit, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(classify(&e).at(&self.url)),
@@ -186,9 +203,12 @@ impl Store {
     }
 
     pub(crate) async fn renew(&self, name: &str, lease_id: &str) -> Res<()> {
-        self.call(self.blob(name).renew_lease(lease_id.to_string(), None))
-            .await
-            .map(|_| ())
+        self.call_as(
+            Purpose::Renewal,
+            self.blob(name).renew_lease(lease_id.to_string(), None),
+        )
+        .await
+        .map(|_| ())
     }
 
     pub(crate) async fn release(&self, name: &str, lease_id: &str) -> Res<()> {
