@@ -125,11 +125,13 @@ impl EtcdSession {
     }
 }
 
-/// See `Inner::answer_limit`: the member timeout, at most a sixth of the TTL (a renewal
-/// goes out every quarter TTL and must be confirmed within two thirds of it). With one
-/// member only the request timeout applies.
+/// See `Inner::answer_limit`: the member timeout, at most a tenth of the TTL. A renewal
+/// goes out every quarter TTL and the core gives each attempt at most that long, so the
+/// next member gets most of the attempt; asking it early is cheap, since the slow
+/// member's call goes on beside it (the client's hedged requests). With one member
+/// only the request timeout applies.
 fn answer_limit(shared: &Shared, ttl: Duration) -> Duration {
-    shared.client.member_timeout().min(ttl / 6)
+    shared.client.member_timeout().min(ttl / 10)
 }
 
 fn closed_error() -> tenure_core::Error {
