@@ -5,10 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::{
-    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
-    RedisConnectionInfo, TlsCertificates, Value,
-};
+use redis::{AsyncConnectionConfig, Value};
 use tenure_core::backend::{BackendSession, Capabilities, Clause, SessionEvents};
 use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{
@@ -29,6 +26,7 @@ use crate::members::{self, Listed};
 use crate::scripts::{READ_SCRIPT, RELEASE_SCRIPT, UNREGISTER_SCRIPT};
 use crate::session::RedisSession;
 use crate::shared::{as_int, Shared};
+use crate::target::Target;
 
 /// The longest TTL accepted (about 34 years), far below what Redis can store.
 const MAX_TTL: Duration = Duration::from_millis(1 << 40);
@@ -70,7 +68,7 @@ impl RedisBackend {
     /// `Timeout`, bad credentials or missing permissions `Unauthorized`, never a hang.
     pub async fn connect(config: RedisConfig) -> Result<Self> {
         config.validate()?;
-        let client = client(&config)?;
+        let target = Arc::new(Target::new(&config)?);
         let limit = config.get_connect_timeout();
         let probe_key = format!("{}:probe", config.key_prefix());
         let address = config.address();
@@ -78,6 +76,10 @@ impl RedisBackend {
             let options = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(limit))
                 .set_response_timeout(Some(config.get_request_timeout()));
+            let client = target
+                .client()
+                .await
+                .map_err(|e| e.with_endpoint(&address))?;
             let mut connection = client
                 .get_multiplexed_async_connection_with_config(&options)
                 .await
@@ -100,9 +102,9 @@ impl RedisBackend {
             address,
             config.get_request_timeout(),
         ));
-        let conn = Conn::new(client.clone(), requests.clone(), limit);
+        let conn = Conn::new(target.clone(), requests.clone(), limit);
         let hub = Hub::new(
-            client,
+            target,
             limit,
             config.get_request_timeout(),
             requests.clone(),
@@ -267,58 +269,6 @@ impl RedisBackend {
             cursor = next;
         }
     }
-}
-
-/// The redis client for `config`: address, credentials, database, TLS.
-fn client(config: &RedisConfig) -> Result<Client> {
-    let addr = if config.is_tls() {
-        // rustls needs a process-wide crypto provider; keep one that is already there.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        ConnectionAddr::TcpTls {
-            host: config.host().to_string(),
-            port: config.port(),
-            insecure: false,
-            tls_params: None,
-        }
-    } else {
-        ConnectionAddr::Tcp(config.host().to_string(), config.port())
-    };
-    let mut redis_info = RedisConnectionInfo::default().set_db(config.database());
-    if let Some(user) = config.username() {
-        redis_info = redis_info.set_username(user);
-    }
-    if let Some(password) = config.secret() {
-        redis_info = redis_info.set_password(password);
-    }
-    let info = addr
-        .into_connection_info()
-        .map_err(|e| map("redis url", e))?
-        .set_redis_settings(redis_info);
-    let (ca, identity) = config.tls_files();
-    if config.is_tls() && (ca.is_some() || identity.is_some()) {
-        let read = |what: &str, path: &std::path::Path| {
-            std::fs::read(path).map_err(|e| {
-                Error::invalid(format!("{what}: cannot read {}", path.display())).with_source(e)
-            })
-        };
-        let root_cert = ca.map(|p| read("ca", p)).transpose()?;
-        let client_tls = match identity {
-            Some((cert, key)) => Some(ClientTlsConfig {
-                client_cert: read("cert", cert)?,
-                client_key: read("key", key)?,
-            }),
-            None => None,
-        };
-        return Client::build_with_tls(
-            info,
-            TlsCertificates {
-                client_tls,
-                root_cert,
-            },
-        )
-        .map_err(|e| map("TLS settings", e));
-    }
-    Client::open(info).map_err(|e| map("redis url", e))
 }
 
 /// One observed state, or an error shared so it can be cloned (each receiver gets a

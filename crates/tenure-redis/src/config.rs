@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, host_port, parse_millis, unknown_key, BackendUrl, Secret,
+    encode, env_overrides, host_port, parse_millis, parse_number, unknown_key, BackendUrl, Secret,
 };
 use tenure_core::{Error, Result};
 
@@ -16,8 +16,22 @@ pub const SCHEME: &str = "redis";
 /// The URL scheme of Redis over TLS: `rediss://…`.
 pub const TLS_SCHEME: &str = "rediss";
 
-/// Both URL schemes this backend answers to.
-pub const SCHEMES: [&str; 2] = [SCHEME, TLS_SCHEME];
+/// The URL scheme of Redis found through Sentinel:
+/// `redis+sentinel://[[user][:password]@]sentinel[:port][,sentinel…]/service[/db][?…]`.
+pub const SENTINEL_SCHEME: &str = "redis+sentinel";
+
+/// Redis found through Sentinel, over TLS (to the data nodes and the sentinels).
+pub const SENTINEL_TLS_SCHEME: &str = "rediss+sentinel";
+
+/// Every URL scheme this backend answers to.
+pub const SCHEMES: [&str; 4] = [SCHEME, TLS_SCHEME, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME];
+
+/// The port Sentinel listens on unless told otherwise.
+const DEFAULT_SENTINEL_PORT: u16 = 26379;
+/// The most replicas the replication guard may wait for.
+const MAX_WAIT_REPLICAS: u32 = 100;
+/// Default for [`RedisConfig::replication_guard`]'s bound.
+const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The port Redis listens on unless told otherwise.
 const DEFAULT_PORT: u16 = 6379;
@@ -43,6 +57,10 @@ const KEYS: &[&str] = &[
     "ca",
     "cert",
     "key",
+    "wait_replicas",
+    "wait_timeout_ms",
+    "sentinel_username",
+    "sentinel_password",
 ];
 
 /// The environment variables that override a URL key.
@@ -66,6 +84,10 @@ const ENV_KEYS: &[(&str, &str)] = &[
 /// | poll interval: the longest a waiter or observer goes without looking at the seat itself | 1 s | `?poll_interval_ms=` | in the URL |
 /// | CA certificate (PEM) to verify the server with TLS | the system's roots | `?ca=/path` | in the URL |
 /// | client certificate and key (PEM) for TLS | none | `?cert=/path&key=/path` | in the URL |
+/// | Sentinel: the sentinels to ask for the primary of `service` | off (one server) | `redis+sentinel://s1:26379,s2,s3/service[/db]` (`rediss+sentinel://` for TLS) | the scheme of `TENURE_REDIS_URL` |
+/// | Sentinel's own credentials | none | `?sentinel_username=…&sentinel_password=…` | in the URL |
+/// | replication guard: a grant or renewal counts only once this many replicas have it | 0 (off) | `?wait_replicas=1` | in the URL |
+/// | the guard's bound: how long to wait for the replicas | 500 ms | `?wait_timeout_ms=` | in the URL |
 ///
 /// URL components are percent-decoded (`%40` for `@` in a password). A bad URL, an
 /// unknown parameter, a bad port, database or prefix is
@@ -86,28 +108,57 @@ pub struct RedisConfig {
     ca_file: Option<PathBuf>,
     cert_file: Option<PathBuf>,
     key_file: Option<PathBuf>,
+    sentinel: Option<Sentinel>,
+    wait_replicas: u32,
+    wait_timeout: Duration,
+}
+
+/// Where Sentinel is: the sentinels to ask and the name of the monitored primary.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(crate) struct Sentinel {
+    pub(crate) service: String,
+    pub(crate) nodes: Vec<(String, u16)>,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<Secret>,
 }
 
 /// The URL without the password: `redis://[user@]host:port/db?prefix=…`.
 impl fmt::Display for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
+        let scheme = match (&self.sentinel, self.tls) {
+            (None, false) => SCHEME,
+            (None, true) => TLS_SCHEME,
+            (Some(_), false) => SENTINEL_SCHEME,
+            (Some(_), true) => SENTINEL_TLS_SCHEME,
+        };
         write!(f, "{scheme}://")?;
         if let Some(user) = &self.username {
             write!(f, "{}@", encode(user))?;
         }
-        if self.host.contains(':') {
-            write!(f, "[{}]", self.host)?;
-        } else {
-            f.write_str(&self.host)?;
+        let host_port = |f: &mut fmt::Formatter<'_>, host: &str, port: u16| {
+            if host.contains(':') {
+                write!(f, "[{host}]:{port}")
+            } else {
+                write!(f, "{host}:{port}")
+            }
+        };
+        match &self.sentinel {
+            None => host_port(f, &self.host, self.port)?,
+            Some(sentinel) => {
+                for (i, (host, port)) in sentinel.nodes.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    host_port(f, host, *port)?;
+                }
+                write!(f, "/{}", encode(&sentinel.service))?;
+            }
         }
-        write!(
-            f,
-            ":{}/{}?prefix={}",
-            self.port,
-            self.db,
-            encode(&self.prefix)
-        )
+        write!(f, "/{}?prefix={}", self.db, encode(&self.prefix))?;
+        if self.wait_replicas > 0 {
+            write!(f, "&wait_replicas={}", self.wait_replicas)?;
+        }
+        Ok(())
     }
 }
 
@@ -129,14 +180,40 @@ impl RedisConfig {
             ca_file: None,
             cert_file: None,
             key_file: None,
+            sentinel: None,
+            wait_replicas: 0,
+            wait_timeout: DEFAULT_WAIT_TIMEOUT,
         }
+    }
+
+    /// Settings for the primary that Sentinel monitors as `service`, asking the
+    /// sentinels at `nodes` (`(host, port)`) where it is. The client asks again after
+    /// a failover, and moves when the server it talks to turns out to be a replica.
+    pub fn sentinel<I, H>(service: impl Into<String>, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = (H, u16)>,
+        H: Into<String>,
+    {
+        let nodes: Vec<(String, u16)> = nodes.into_iter().map(|(h, p)| (h.into(), p)).collect();
+        let (host, port) = nodes.first().cloned().unwrap_or_default();
+        let mut config = RedisConfig::new(host, port);
+        config.sentinel = Some(Sentinel {
+            service: service.into(),
+            nodes,
+            username: None,
+            password: None,
+        });
+        config
     }
 
     /// Parse `redis://[[user][:password]@]host[:port][/db][?param=value&…]` or
     /// `rediss://…` (TLS); see the table above for the parameters.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = BackendUrl::parse(url)?;
-        url.expect_scheme(&[SCHEME, TLS_SCHEME])?;
+        url.expect_scheme(&SCHEMES)?;
+        if url.scheme == SENTINEL_SCHEME || url.scheme == SENTINEL_TLS_SCHEME {
+            return Self::from_sentinel_url(url);
+        }
         let [host] = url.hosts.as_slice() else {
             return Err(Error::invalid(
                 "url: expected one host (redis://host[:port]); Redis Cluster is not supported",
@@ -151,6 +228,38 @@ impl RedisConfig {
         if !path.is_empty() {
             config.db = parse_db(path)?;
         }
+        for (key, value) in url.query {
+            config.set(&key, value)?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn from_sentinel_url(url: BackendUrl) -> Result<Self> {
+        let nodes = url
+            .hosts
+            .iter()
+            .map(|h| host_port(h, Some(DEFAULT_SENTINEL_PORT)))
+            .collect::<Result<Vec<_>>>()?;
+        if nodes.is_empty() {
+            return Err(Error::invalid(
+                "url: expected the sentinels (redis+sentinel://host[:port][,host…]/service)",
+            ));
+        }
+        let mut path = url.path.trim_matches('/').splitn(2, '/');
+        let service = path.next().unwrap_or_default();
+        if service.is_empty() {
+            return Err(Error::invalid(
+                "url: expected the service name Sentinel monitors as the path (redis+sentinel://host/service[/db])",
+            ));
+        }
+        let mut config = RedisConfig::sentinel(service, nodes);
+        if let Some(db) = path.next().filter(|d| !d.is_empty()) {
+            config.db = parse_db(db)?;
+        }
+        config.tls = url.scheme == SENTINEL_TLS_SCHEME;
+        config.username = url.username;
+        config.password = url.password;
         for (key, value) in url.query {
             config.set(&key, value)?;
         }
@@ -189,6 +298,23 @@ impl RedisConfig {
             "ca" => self.ca_file = Some(value.into()),
             "cert" => self.cert_file = Some(value.into()),
             "key" => self.key_file = Some(value.into()),
+            "wait_replicas" => {
+                self.wait_replicas =
+                    parse_number(key, &value, 0, u64::from(MAX_WAIT_REPLICAS))? as u32
+            }
+            "wait_timeout_ms" => self.wait_timeout = parse_millis(key, &value)?,
+            "sentinel_username" | "sentinel_password" => {
+                let Some(sentinel) = self.sentinel.as_mut() else {
+                    return Err(Error::invalid(format!(
+                        "{key}: only with redis+sentinel:// (this URL names one server)"
+                    )));
+                };
+                if key == "sentinel_username" {
+                    sentinel.username = Some(value);
+                } else {
+                    sentinel.password = Some(Secret::new(value));
+                }
+            }
             other => return Err(unknown_key(other, KEYS)),
         }
         Ok(())
@@ -197,6 +323,36 @@ impl RedisConfig {
     /// Check every setting; the error names the offending one.
     pub fn validate(&self) -> Result<()> {
         validate_host(&self.host)?;
+        if let Some(sentinel) = &self.sentinel {
+            for (host, port) in &sentinel.nodes {
+                validate_host(host)?;
+                if *port == 0 {
+                    return Err(Error::invalid("port: must be from 1 to 65535"));
+                }
+            }
+            if sentinel.service.is_empty()
+                || !sentinel.service.chars().all(|c| c.is_ascii_graphic())
+            {
+                return Err(Error::invalid(format!(
+                    "service {:?}: must be the name Sentinel monitors (printable ASCII, no spaces)",
+                    sentinel.service
+                )));
+            }
+        }
+        if self.wait_replicas > MAX_WAIT_REPLICAS {
+            return Err(Error::invalid(format!(
+                "wait_replicas: {} is more than {MAX_WAIT_REPLICAS}",
+                self.wait_replicas
+            )));
+        }
+        if self.wait_replicas > 0
+            && (self.wait_timeout.is_zero() || self.wait_timeout >= self.request_timeout)
+        {
+            return Err(Error::invalid(format!(
+                "wait_timeout: {:?} must be greater than zero and below the request timeout {:?}",
+                self.wait_timeout, self.request_timeout
+            )));
+        }
         if self.port == 0 {
             return Err(Error::invalid("port: must be from 1 to 65535"));
         }
@@ -255,6 +411,17 @@ impl RedisConfig {
     pub fn password(mut self, password: impl Into<String>) -> Self {
         self.username = None;
         self.password = Some(Secret::new(password));
+        self
+    }
+
+    /// Count a grant or a renewal only once `replicas` replicas have it, waiting at
+    /// most `timeout` (Redis `WAIT`): a failover to a replica then cannot lose a grant
+    /// the holder was told about. A renewal that is not replicated in time fails, so
+    /// a primary cut off from its replicas loses its leaders by their deadline. 0
+    /// turns the guard off (the default).
+    pub fn replication_guard(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_replicas = replicas;
+        self.wait_timeout = timeout;
         self
     }
 
@@ -354,6 +521,16 @@ impl RedisConfig {
         self.poll_interval
     }
 
+    /// The replicas a grant or renewal waits for and the bound (`None`: no guard).
+    pub(crate) fn guard(&self) -> Option<(u32, Duration)> {
+        (self.wait_replicas > 0).then_some((self.wait_replicas, self.wait_timeout))
+    }
+
+    /// The Sentinel settings, with a URL of the `redis+sentinel://` form.
+    pub(crate) fn sentinel_settings(&self) -> Option<&Sentinel> {
+        self.sentinel.as_ref()
+    }
+
     pub(crate) fn secret(&self) -> Option<&str> {
         self.password.as_ref().map(Secret::expose)
     }
@@ -366,12 +543,23 @@ impl RedisConfig {
         (self.ca_file.as_ref(), identity)
     }
 
-    /// `host:port` for messages (IPv6 in brackets).
+    /// `host:port` for messages (IPv6 in brackets); with Sentinel, the sentinels'.
     pub(crate) fn address(&self) -> String {
-        if self.host.contains(':') {
-            format!("[{}]:{}", self.host, self.port)
-        } else {
-            format!("{}:{}", self.host, self.port)
+        let one = |host: &str, port: u16| {
+            if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            }
+        };
+        match &self.sentinel {
+            None => one(&self.host, self.port),
+            Some(sentinel) => sentinel
+                .nodes
+                .iter()
+                .map(|(h, p)| one(h, *p))
+                .collect::<Vec<_>>()
+                .join(","),
         }
     }
 }
@@ -418,6 +606,51 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sentinel_urls() {
+        let c = RedisConfig::from_url(
+            "redis+sentinel://:pw@127.0.0.1:26380,localhost/primary-1/3?wait_replicas=1&wait_timeout_ms=200&sentinel_password=sp",
+        )
+        .unwrap();
+        let sentinel = c.sentinel_settings().unwrap();
+        assert_eq!(sentinel.service, "primary-1");
+        assert_eq!(
+            sentinel.nodes,
+            vec![
+                ("127.0.0.1".to_string(), 26380),
+                ("localhost".to_string(), 26379)
+            ]
+        );
+        assert_eq!(sentinel.password.as_ref().map(|p| p.expose()), Some("sp"));
+        assert_eq!(c.database(), 3);
+        assert_eq!(c.guard(), Some((1, Duration::from_millis(200))));
+        assert_eq!(c.secret(), Some("pw"));
+        let shown = c.to_string();
+        assert_eq!(
+            shown,
+            "redis+sentinel://127.0.0.1:26380,localhost:26379/primary-1/3?prefix=tenure&wait_replicas=1"
+        );
+        assert!(!format!("{c:?}").contains("sp\""), "{c:?}");
+        assert!(RedisConfig::from_url("REDISS+SENTINEL://h/s")
+            .unwrap()
+            .is_tls());
+        assert_eq!(RedisConfig::from_url("redis://h").unwrap().guard(), None);
+        for (bad, says) in [
+            ("redis+sentinel://h", "service name"),
+            ("redis+sentinel://h/", "service name"),
+            ("redis+sentinel://h/s/x", "database"),
+            ("redis://h?sentinel_password=x", "only with redis+sentinel"),
+            ("redis://h?wait_replicas=101", "wait_replicas"),
+            (
+                "redis://h?wait_replicas=1&wait_timeout_ms=5000",
+                "wait_timeout",
+            ),
+        ] {
+            let e = RedisConfig::from_url(bad).unwrap_err();
+            assert!(e.message().contains(says), "{bad}: {e}");
+        }
+    }
     use std::collections::HashMap;
     use tenure_core::ErrorKind;
 

@@ -14,15 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisResult, ScriptInvocation, Value};
+use redis::{RedisResult, ScriptInvocation, ServerErrorKind, Value};
 use tenure_core::backend::{Purpose, Requests};
-use tenure_core::Result;
+use tenure_core::{ErrorKind, Result};
 
-use crate::error::{map, poisons_connection};
+use crate::error::{map, own, poisons_connection};
+use crate::target::Target;
 
 /// The shared command connection of a backend.
 pub(crate) struct Conn {
-    client: Client,
+    target: Arc<Target>,
     config: ConnectionManagerConfig,
     /// The request layer: timeout, error tags (the server's `host:port`) and count.
     requests: Arc<Requests>,
@@ -37,7 +38,11 @@ struct Slot {
 }
 
 impl Conn {
-    pub(crate) fn new(client: Client, requests: Arc<Requests>, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        target: Arc<Target>,
+        requests: Arc<Requests>,
+        connect_timeout: Duration,
+    ) -> Self {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             .set_response_timeout(Some(requests.timeout()))
@@ -45,7 +50,7 @@ impl Conn {
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(200));
         Conn {
-            client,
+            target,
             config,
             requests,
             slot: Mutex::new(Slot {
@@ -56,22 +61,34 @@ impl Conn {
         }
     }
 
-    /// The current manager and its generation, creating one if needed.
-    fn current(&self) -> RedisResult<(u64, ConnectionManager)> {
+    /// The current manager and its generation, creating one if needed (asking
+    /// Sentinel for the primary first, with a `redis+sentinel://` URL).
+    async fn current(&self, what: &str) -> Result<(u64, ConnectionManager)> {
+        if let Some(current) = self.reuse() {
+            return Ok(current);
+        }
+        let client = self.target.client().await?;
+        let manager = ConnectionManager::new_lazy_with_config(client, self.config.clone())
+            .map_err(|e| map(what, e))?;
+        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        // Another request may have made one meanwhile: use that one.
+        if let Some(m) = &slot.manager {
+            return Ok((slot.generation, m.clone()));
+        }
+        slot.manager = Some(manager.clone());
+        Ok((slot.generation, manager))
+    }
+
+    /// The manager in use, unless there is none or it was marked unusable.
+    fn reuse(&self) -> Option<(u64, ConnectionManager)> {
         let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
         let suspect = self.suspect.load(Ordering::SeqCst);
         if suspect == slot.generation && slot.manager.is_some() {
             slot.manager = None;
             slot.generation += 1;
-            tracing::debug!("replacing a Redis connection that timed out");
+            tracing::debug!("replacing a Redis connection that failed or timed out");
         }
-        if let Some(m) = &slot.manager {
-            return Ok((slot.generation, m.clone()));
-        }
-        let manager =
-            ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())?;
-        slot.manager = Some(manager.clone());
-        Ok((slot.generation, manager))
+        slot.manager.as_ref().map(|m| (slot.generation, m.clone()))
     }
 
     fn poison(&self, generation: u64) {
@@ -87,9 +104,9 @@ impl Conn {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let (generation, manager) = match self.current() {
+        let (generation, manager) = match self.current(what).await {
             Ok(current) => current,
-            Err(e) => return Err(self.requests.tag(map(what, e))),
+            Err(e) => return Err(self.requests.tag(e)),
         };
         let request = async move {
             let mut guard = Abandoned {
@@ -118,6 +135,51 @@ impl Conn {
             invocation.invoke_async(&mut c).await
         })
         .await
+    }
+}
+
+impl Conn {
+    /// Run a script whose writes count only once `guard`'s replicas have them
+    /// (`(replicas, bound)`; `None` runs the script alone): the script and a `WAIT` go
+    /// in one pipeline, so the `WAIT` covers this connection's write even if the
+    /// connection is replaced right after. Fewer replicas than asked within the bound
+    /// is `Unavailable`: the write happened on the primary but must not be relied on.
+    pub(crate) async fn script_replicated(
+        &self,
+        purpose: Purpose,
+        what: &str,
+        invocation: &ScriptInvocation<'_>,
+        guard: Option<(u32, Duration)>,
+    ) -> Result<Value> {
+        let Some((replicas, bound)) = guard else {
+            return self.script(purpose, what, invocation).await;
+        };
+        let ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX).max(1);
+        let (value, acked): (Value, i64) = self
+            .run(purpose, what, |mut c| async move {
+                let mut pipe = redis::pipe();
+                pipe.invoke_script(invocation)
+                    .cmd("WAIT")
+                    .arg(replicas)
+                    .arg(ms);
+                match pipe.query_async(&mut c).await {
+                    Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        invocation.load_async(&mut c).await?;
+                        pipe.query_async(&mut c).await
+                    }
+                    other => other,
+                }
+            })
+            .await?;
+        if acked < i64::from(replicas) {
+            return Err(self.requests.tag(own(
+                ErrorKind::Unavailable,
+                format!(
+                    "{what}: {acked} of {replicas} replica(s) confirmed the write within {bound:?} (replication guard)"
+                ),
+            )));
+        }
+        Ok(value)
     }
 }
 

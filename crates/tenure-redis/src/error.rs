@@ -102,6 +102,11 @@ fn kind_of(err: &RedisError) -> ErrorKind {
 /// answer may still arrive and be taken for the answer to a later request), so it must
 /// not be used again.
 pub(crate) fn poisons_connection(err: &RedisError) -> bool {
+    // A primary that was demoted answers writes with READONLY: connect again, so that
+    // with Sentinel the new primary is asked for.
+    if err.code() == Some("READONLY") {
+        return true;
+    }
     match err.kind() {
         RedisKind::Io | RedisKind::Parse | RedisKind::AuthenticationFailed | RedisKind::Client => {
             true

@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use redis::Client;
 use tenure_core::backend::{Purpose, Requests};
 use tenure_core::Retry;
+
+use crate::target::Target;
 use tokio::sync::{mpsc, watch, Notify};
 
 /// How often the subscriber connection is checked with a `PING`.
@@ -36,7 +37,7 @@ pub(crate) struct Hub {
 /// What the task needs, kept until the first registration starts it.
 struct Starter {
     commands: mpsc::UnboundedReceiver<Command>,
-    client: Client,
+    target: Arc<Target>,
     connect_timeout: Duration,
     request_timeout: Duration,
     requests: Arc<Requests>,
@@ -149,7 +150,7 @@ impl Drop for Registration {
 
 impl Hub {
     pub(crate) fn new(
-        client: Client,
+        target: Arc<Target>,
         connect_timeout: Duration,
         request_timeout: Duration,
         requests: Arc<Requests>,
@@ -160,7 +161,7 @@ impl Hub {
             commands: tx,
             start: Mutex::new(Some(Starter {
                 commands: rx,
-                client,
+                target,
                 connect_timeout,
                 request_timeout,
                 requests,
@@ -248,8 +249,11 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
             }
         }
         attempt = attempt.saturating_add(1);
-        let client = s.client.clone();
-        let connect = tokio::time::timeout(s.connect_timeout, client.get_async_pubsub());
+        let target = s.target.clone();
+        let connect = tokio::time::timeout(s.connect_timeout, async move {
+            let client = target.client().await.map_err(|e| e.to_string())?;
+            client.get_async_pubsub().await.map_err(|e| e.to_string())
+        });
         tokio::pin!(connect);
         let connecting = loop {
             tokio::select! {

@@ -12,9 +12,10 @@ mod members;
 mod scripts;
 mod session;
 mod shared;
+mod target;
 
 pub use backend::RedisBackend;
-pub use config::{RedisConfig, SCHEME, SCHEMES, TLS_SCHEME};
+pub use config::{RedisConfig, SCHEME, SCHEMES, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME, TLS_SCHEME};
 
 /// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
 pub const DRIVER: tenure_core::backend::Driver =

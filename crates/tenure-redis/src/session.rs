@@ -179,7 +179,12 @@ impl Inner {
             .arg(keep_ms);
         let reply = shared
             .conn
-            .script(Purpose::Election, "campaign", &invocation)
+            .script_replicated(
+                Purpose::Election,
+                "campaign",
+                &invocation,
+                shared.config.guard(),
+            )
             .await?;
         parse_acquire(&reply)
     }
@@ -231,7 +236,12 @@ impl Inner {
         }
         let reply = shared
             .conn
-            .script(Purpose::Renewal, "keep-alive", &invocation)
+            .script_replicated(
+                Purpose::Renewal,
+                "keep-alive",
+                &invocation,
+                shared.config.guard(),
+            )
             .await?;
         match reply {
             Value::Int(-1) => Err(session_gone("keep-alive", &self.id)),

@@ -1,0 +1,169 @@
+//! Where the connections go: the one server of a `redis://` URL, or the primary that
+//! Sentinel names for a `redis+sentinel://` URL, asked again whenever a connection is
+//! made (after a failure, a timeout, or a `READONLY` answer from a primary that was
+//! demoted), so the backend follows a failover.
+
+use std::time::Duration;
+
+use redis::{
+    AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
+    RedisConnectionInfo, TlsCertificates,
+};
+use tenure_core::{Error, ErrorKind, Result};
+
+use crate::config::{RedisConfig, Sentinel};
+use crate::error::{map, own};
+
+/// The server the command and subscriber connections go to.
+pub(crate) enum Target {
+    /// One server.
+    Fixed(Client),
+    /// The primary Sentinel names (asked each time).
+    Sentinel(RedisConfig),
+}
+
+impl Target {
+    pub(crate) fn new(config: &RedisConfig) -> Result<Self> {
+        Ok(match config.sentinel_settings() {
+            None => Target::Fixed(data_client(config, (config.host(), config.port()))?),
+            Some(_) => Target::Sentinel(config.clone()),
+        })
+    }
+
+    /// A client for the server to use now: the configured one, or the primary the
+    /// first sentinel that answers names.
+    pub(crate) async fn client(&self) -> Result<Client> {
+        match self {
+            Target::Fixed(client) => Ok(client.clone()),
+            Target::Sentinel(config) => {
+                let Some(sentinel) = config.sentinel_settings() else {
+                    return Err(Error::invalid("sentinel: no sentinels configured"));
+                };
+                let (host, port) = primary(config, sentinel).await?;
+                tracing::debug!(%host, port, service = %sentinel.service, "Sentinel named the primary");
+                data_client(config, (&host, port))
+            }
+        }
+    }
+}
+
+/// A client for a data node at `host:port` with the configured credentials and database.
+fn data_client(config: &RedisConfig, at: (&str, u16)) -> Result<Client> {
+    client_at(
+        config,
+        at,
+        (config.username(), config.secret()),
+        config.database(),
+    )
+}
+
+/// Ask the sentinels in turn where the primary of the service is; the first answer
+/// wins. Each sentinel gets the connect timeout.
+async fn primary(config: &RedisConfig, sentinel: &Sentinel) -> Result<(String, u16)> {
+    let limit = config.get_connect_timeout();
+    let mut last = None;
+    for (host, port) in &sentinel.nodes {
+        let asked = ask(config, sentinel, (host, *port), limit).await;
+        match asked {
+            Ok(Some(primary)) => return Ok(primary),
+            Ok(None) => {
+                last = Some(own(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "sentinel {host}:{port} does not know a primary for {:?}",
+                        sentinel.service
+                    ),
+                ))
+            }
+            Err(e) => last = Some(e.with_endpoint(format!("{host}:{port}"))),
+        }
+    }
+    Err(last.unwrap_or_else(|| own(ErrorKind::Unavailable, "no sentinel to ask")))
+}
+
+async fn ask(
+    config: &RedisConfig,
+    sentinel: &Sentinel,
+    at: (&str, u16),
+    limit: Duration,
+) -> Result<Option<(String, u16)>> {
+    let password = sentinel.password.as_ref().map(|p| p.expose());
+    let client = client_at(config, at, (sentinel.username.as_deref(), password), 0)?;
+    let options = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(limit))
+        .set_response_timeout(Some(limit));
+    let asking = async {
+        let mut connection = client
+            .get_multiplexed_async_connection_with_config(&options)
+            .await
+            .map_err(|e| map("ask sentinel", e))?;
+        redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&sentinel.service)
+            .query_async::<Option<(String, u16)>>(&mut connection)
+            .await
+            .map_err(|e| map("ask sentinel", e))
+    };
+    match tokio::time::timeout(limit, asking).await {
+        Ok(answer) => answer,
+        Err(_) => Err(crate::error::timed_out("ask sentinel", limit)),
+    }
+}
+
+/// A redis client for the server at `host:port` with `config`'s TLS settings,
+/// authenticating as `user` with `password`, on database `db`.
+fn client_at(
+    config: &RedisConfig,
+    (host, port): (&str, u16),
+    (user, password): (Option<&str>, Option<&str>),
+    db: i64,
+) -> Result<Client> {
+    let addr = if config.is_tls() {
+        // rustls needs a process-wide crypto provider; keep one that is already there.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        ConnectionAddr::TcpTls {
+            host: host.to_string(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host.to_string(), port)
+    };
+    let mut redis_info = RedisConnectionInfo::default().set_db(db);
+    if let Some(user) = user {
+        redis_info = redis_info.set_username(user);
+    }
+    if let Some(password) = password {
+        redis_info = redis_info.set_password(password);
+    }
+    let info = addr
+        .into_connection_info()
+        .map_err(|e| map("redis url", e))?
+        .set_redis_settings(redis_info);
+    let (ca, identity) = config.tls_files();
+    if config.is_tls() && (ca.is_some() || identity.is_some()) {
+        let read = |what: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| {
+                Error::invalid(format!("{what}: cannot read {}", path.display())).with_source(e)
+            })
+        };
+        let root_cert = ca.map(|p| read("ca", p)).transpose()?;
+        let client_tls = match identity {
+            Some((cert, key)) => Some(ClientTlsConfig {
+                client_cert: read("cert", cert)?,
+                client_key: read("key", key)?,
+            }),
+            None => None,
+        };
+        return Client::build_with_tls(
+            info,
+            TlsCertificates {
+                client_tls,
+                root_cert,
+            },
+        )
+        .map_err(|e| map("TLS settings", e));
+    }
+    Client::open(info).map_err(|e| map("redis url", e))
+}
