@@ -90,6 +90,6 @@ pub use fencing::{
 pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
 pub use server::{
-    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members, RedisServer, StoreServer,
-    ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
+    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members, RedisSentinels, RedisServer,
+    StoreServer, ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
 };

@@ -55,6 +55,15 @@ struct Launch {
     args: Vec<OsString>,
 }
 
+impl Launch {
+    fn of(program: &Path, args: Vec<String>) -> Self {
+        Launch {
+            program: program.to_path_buf(),
+            args: args.into_iter().map(OsString::from).collect(),
+        }
+    }
+}
+
 impl Kind {
     fn name(self) -> &'static str {
         match self {
@@ -1457,5 +1466,228 @@ impl std::ops::Deref for ZooKeeperEnsemble {
 impl std::ops::DerefMut for ZooKeeperEnsemble {
     fn deref_mut(&mut self) -> &mut Members {
         &mut self.members
+    }
+}
+
+/// Redis under Sentinel on loopback: a primary, two replicas of it, and three
+/// sentinels that monitor it as [`service`](Self::service) (quorum 2, a primary that
+/// does not answer for [`DOWN_AFTER`](Self::DOWN_AFTER) is down, failover timeout 4 s).
+/// Data node `0` starts as the primary and `1`, `2` as its replicas; after a failover
+/// one replica is the primary, which [`primary`](Self::primary) reports. Two replicas,
+/// so that a replication guard of one replica still has one after a failover. Faults per node through
+/// [`data`](Self::data) and [`sentinels`](Self::sentinels).
+pub struct RedisSentinels {
+    data: Members,
+    sentinels: Members,
+    service: String,
+}
+
+impl RedisSentinels {
+    /// How long Sentinel waits before it counts a silent primary as down.
+    pub const DOWN_AFTER: Duration = Duration::from_millis(1000);
+
+    /// Start the primary, the replicas and three sentinels, and wait until the
+    /// replicas follow the primary and every sentinel knows them and the other two
+    /// sentinels (so a failover can happen).
+    pub async fn start() -> Result<Self> {
+        let program = require_program(
+            "redis-server",
+            "redis-server",
+            "the apt package redis-server",
+        )?;
+        let service = format!("tenure-{}", std::process::id());
+        let primary_port = free_port()?;
+        let replicas = [free_port()?, free_port()?].map(|p| (p, Some(primary_port)));
+        let mut data = Vec::new();
+        for (port, replica_of) in [(primary_port, None)].into_iter().chain(replicas) {
+            let (root, dir) = temp_root("tenure-redis-data-")?;
+            let mut args: Vec<String> = vec![
+                "--port".into(),
+                port.to_string(),
+                "--bind".into(),
+                "127.0.0.1".into(),
+                "--save".into(),
+                "".into(),
+                "--appendonly".into(),
+                "no".into(),
+                "--dir".into(),
+                dir.display().to_string(),
+            ];
+            if let Some(of) = replica_of {
+                args.extend(["--replicaof".into(), "127.0.0.1".into(), of.to_string()]);
+            }
+            let mut local = Local::new(Launch::of(&program, args), dir, root);
+            local.spawn(Kind::Redis)?;
+            data.push((loopback(port), local));
+        }
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let port = free_port()?;
+            let (root, dir) = temp_root("tenure-redis-sentinel-")?;
+            let config = root.path().join("sentinel.conf");
+            let down = Self::DOWN_AFTER.as_millis();
+            let text = format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {service} 127.0.0.1 {primary_port} 2\n\
+                 sentinel down-after-milliseconds {service} {down}\n\
+                 sentinel failover-timeout {service} 4000\n\
+                 sentinel parallel-syncs {service} 1\n",
+                dir.display()
+            );
+            std::fs::write(&config, text).map_err(|e| HarnessError::File {
+                path: config.clone(),
+                reason: format!("cannot write the Sentinel config: {e}"),
+            })?;
+            let args = vec![config.display().to_string(), "--sentinel".to_string()];
+            let mut local = Local::new(Launch::of(&program, args), dir, root);
+            local.spawn(Kind::Redis)?;
+            sentinels.push((loopback(port), local));
+        }
+        let group = RedisSentinels {
+            data: Members::ready(Kind::Redis, data).await?,
+            sentinels: Members::ready(Kind::Redis, sentinels).await?,
+            service,
+        };
+        group.wait_until_monitored().await?;
+        Ok(group)
+    }
+
+    /// The name the sentinels monitor the primary as.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// `redis+sentinel://s1,s2,s3/service` plus `query` (`"?…"` or empty).
+    pub fn url(&self, query: &str) -> String {
+        format!(
+            "redis+sentinel://{}/{}{query}",
+            self.sentinels.hosts(),
+            self.service
+        )
+    }
+
+    /// The primary and the replica (index 0 started as the primary).
+    pub fn data(&mut self) -> &mut Members {
+        &mut self.data
+    }
+
+    /// The three sentinels.
+    pub fn sentinels(&mut self) -> &mut Members {
+        &mut self.sentinels
+    }
+
+    /// The data node whose `ROLE` is `master` now (of those that answer).
+    pub async fn primary(&self) -> Result<usize> {
+        for (i, addr) in self.data.addrs().into_iter().enumerate() {
+            if let Ok(role) = redis_query::<Vec<redis::Value>>(addr, &["ROLE"]).await {
+                if matches!(role.first(), Some(redis::Value::BulkString(b)) if b == b"master") {
+                    return Ok(i);
+                }
+            }
+        }
+        Err(HarnessError::NotRunning {
+            what: "a Redis primary (no data node answers ROLE with master)".into(),
+        })
+    }
+
+    /// The data node the sentinels name as primary, once a majority agree on one
+    /// other than `old` (waits up to 30 s).
+    pub async fn wait_failover(&self, old: usize) -> Result<usize> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addrs = self.data.addrs();
+        while Instant::now() < deadline {
+            let mut votes = vec![0; addrs.len()];
+            for sentinel in self.sentinels.addrs() {
+                let named = redis_query::<Option<(String, u16)>>(
+                    sentinel,
+                    &["SENTINEL", "get-master-addr-by-name", &self.service],
+                )
+                .await;
+                if let Ok(Some((_, port))) = named {
+                    if let Some(i) = addrs.iter().position(|a| a.port() == port) {
+                        votes[i] += 1;
+                    }
+                }
+            }
+            if let Some(i) = (0..addrs.len()).find(|&i| i != old && votes[i] >= 2) {
+                return Ok(i);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(HarnessError::NotRunning {
+            what: format!("a Sentinel failover away from data node {old} within 30 s"),
+        })
+    }
+
+    async fn wait_until_monitored(&self) -> Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let mut known = true;
+            for replica in &self.data.addrs()[1..] {
+                known &= redis_query::<String>(*replica, &["INFO", "replication"])
+                    .await
+                    .is_ok_and(|info| info.contains("master_link_status:up"));
+            }
+            for sentinel in self.sentinels.addrs() {
+                let replicas = redis_query::<Vec<redis::Value>>(
+                    sentinel,
+                    &["SENTINEL", "replicas", &self.service],
+                )
+                .await
+                .map_or(0, |r| r.len());
+                let others = redis_query::<Vec<redis::Value>>(
+                    sentinel,
+                    &["SENTINEL", "sentinels", &self.service],
+                )
+                .await
+                .map_or(0, |s| s.len());
+                known &= replicas >= 2 && others >= 2;
+            }
+            if known {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(HarnessError::NotRunning {
+                    what: format!(
+                        "Sentinel monitoring of {} within {READY_TIMEOUT:?} (sentinel log: {})",
+                        self.service,
+                        self.sentinels.log_tail(0)
+                    ),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A temporary directory for one process and the `data` directory in it.
+fn temp_root(prefix: &str) -> Result<(TempDir, PathBuf)> {
+    let root = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+    let dir = root.path().join("data");
+    create_dir(&dir)?;
+    Ok((root, dir))
+}
+
+/// One command to the Redis (or Sentinel) at `addr`, with a 1 s bound.
+async fn redis_query<T: redis::FromRedisValue>(addr: SocketAddr, args: &[&str]) -> Result<T> {
+    let failed = |why: String| HarnessError::NotRunning {
+        what: format!("an answer from Redis at {addr}: {why}"),
+    };
+    let query = async {
+        let client = redis::Client::open(format!("redis://{addr}"))?;
+        let mut c = client.get_multiplexed_async_connection().await?;
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query_async::<T>(&mut c).await
+    };
+    match tokio::time::timeout(Duration::from_secs(1), query).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(failed(e.to_string())),
+        Err(_) => Err(failed("no answer within 1 s".into())),
     }
 }

@@ -1,0 +1,222 @@
+//! Redis under Sentinel (a primary, two replicas, three sentinels on loopback): the
+//! backend finds the primary through Sentinel and follows a failover; through a killed
+//! or a paused primary at most one candidate leads at any time, with and without the
+//! replication guard (`wait_replicas`); the guard refuses a grant and a renewal that no
+//! replica confirmed. Each failover test prints what it measured: whether the leader
+//! kept its seat, how long Sentinel took, the gap without a leader.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use tenure_core::{Candidate, ElectionName, FencingToken, Leadership, Session};
+use tenure_integration::cluster_faults::{self, election};
+use tenure_integration::RedisSentinels;
+use tenure_redis::RedisBackend;
+
+const TTL: Duration = Duration::from_secs(5);
+
+/// Short timeouts, so a request stuck on a dead or paused primary gives up well within
+/// the renew deadline.
+const PLAIN: &str = "?connect_timeout_ms=500&request_timeout_ms=800";
+
+/// The same with the replication guard: one replica must confirm each grant and renewal.
+const GUARDED: &str =
+    "?connect_timeout_ms=500&request_timeout_ms=800&wait_replicas=1&wait_timeout_ms=300";
+
+/// One group at a time: six Redis processes per test, and failovers are timing work.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn start() -> RedisSentinels {
+    cluster_faults::logs();
+    match RedisSentinels::start().await {
+        Ok(g) => g,
+        Err(e) => panic!("start Redis with Sentinel: {e}"),
+    }
+}
+
+async fn session(group: &RedisSentinels, query: &str) -> Session {
+    let url = group.url(query);
+    let backend = match RedisBackend::from_url(&url).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to {url}: {e}"),
+    };
+    cluster_faults::session(Arc::new(backend), TTL).await
+}
+
+/// A candidate that campaigns until granted (a campaign that fails during the
+/// failover is made again).
+fn waiter(s: Session, e: ElectionName) -> tokio::task::JoinHandle<Leadership> {
+    tokio::spawn(async move {
+        let me = Candidate::new("waiter").expect("candidate");
+        loop {
+            match s.campaign(&e, &me).await {
+                Ok(l) => return l,
+                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => panic!("campaign: {e}"),
+            }
+        }
+    })
+}
+
+/// The leader's side: when its lost signal fires it resigns, as a runner does.
+/// Reports when it lost its seat (`None`: it kept it).
+fn resign_on_loss(a: Leadership) -> tokio::task::JoinHandle<Option<Instant>> {
+    tokio::spawn(async move {
+        a.lost().cancelled().await;
+        let lost = a.lost_at();
+        let _ = a.resign().await;
+        lost
+    })
+}
+
+/// Kill (or pause, then resume after the failover) the primary while `holder` leads
+/// and a waiter waits, with the backend settings `query`. Checks that the waiter is
+/// granted only after the holder's lost signal and with a larger token, and that
+/// someone leads afterwards; returns a line with the figures.
+async fn failover(query: &str, pause: bool) -> String {
+    let _serial = SERIAL.lock().await;
+    let mut group = start().await;
+    let (sa, sb) = (session(&group, query).await, session(&group, query).await);
+    let e = election("sentinel");
+    let a = cluster_faults::lead_in(&sa, &e).await;
+    let a_token: FencingToken = a.token();
+    let a_lost = resign_on_loss(a);
+    let b = waiter(sb, e.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old = group.primary().await.expect("primary");
+    let fault = Instant::now();
+    if pause {
+        group.data().pause(old).expect("pause the primary");
+    } else {
+        group.data().kill(old).await.expect("kill the primary");
+    }
+    let new = group.wait_failover(old).await.expect("failover");
+    let promoted = fault.elapsed();
+    if pause {
+        // The old primary comes back after the failover; Sentinel makes it a replica.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        group.data().resume(old).expect("resume the old primary");
+    }
+    let within = TTL * 3;
+    let granted = tokio::time::timeout(within, b).await;
+    let what = if pause { "paused" } else { "killed" };
+    let head = format!(
+        "{what} primary, {}: Sentinel promoted node {new} {:.1} s after the fault",
+        if query == GUARDED {
+            "guard on"
+        } else {
+            "guard off"
+        },
+        promoted.as_secs_f64()
+    );
+    match granted {
+        // Nobody took the seat: the holder kept it through the failover.
+        Err(_) => {
+            assert!(
+                !a_lost.is_finished(),
+                "the holder lost its seat and nobody was granted it within {within:?}"
+            );
+            // The new primary has the holder's seat, with the holder's token.
+            let reader = session(&group, query).await;
+            let leader = reader.leader(&e).await.expect("read the leader");
+            assert_eq!(
+                leader.map(|l| l.token),
+                Some(a_token),
+                "the seat after the failover"
+            );
+            format!("{head}; the holder kept its seat")
+        }
+        Ok(b) => {
+            let b = b.expect("waiter task");
+            let lost = tokio::time::timeout(Duration::from_secs(1), a_lost)
+                .await
+                .ok()
+                .and_then(|r| r.ok())
+                .flatten();
+            let Some(lost) = lost else {
+                panic!(
+                    "two leaders: the waiter was granted (token {}) while the holder (token {}) had no lost signal",
+                    b.token(),
+                    a_token
+                );
+            };
+            assert!(
+                lost <= b.granted_at(),
+                "overlap of {:?}: the waiter was granted before the holder's lost signal",
+                lost.saturating_duration_since(b.granted_at())
+            );
+            assert!(b.token() > a_token, "tokens went back");
+            format!(
+                "{head}; the holder lost its seat {:.1} s after the fault, the waiter was granted {:.1} s after that (no overlap)",
+                lost.saturating_duration_since(fault).as_secs_f64(),
+                b.granted_at().saturating_duration_since(lost).as_secs_f64()
+            )
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_at_most_one_leads_without_the_guard() {
+    eprintln!("{}", failover(PLAIN, false).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_at_most_one_leads_with_the_guard() {
+    eprintln!("{}", failover(GUARDED, false).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_primary_is_replaced_at_most_one_leads_without_the_guard() {
+    eprintln!("{}", failover(PLAIN, true).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_primary_is_replaced_at_most_one_leads_with_the_guard() {
+    eprintln!("{}", failover(GUARDED, true).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_replication_guard_refuses_what_no_replica_confirmed() {
+    let _serial = SERIAL.lock().await;
+    let mut group = start().await;
+    let guarded = session(&group, GUARDED).await;
+    let held = cluster_faults::lead(&guarded, "guard-held").await;
+    let plain = session(&group, PLAIN).await;
+    let primary = group.primary().await.expect("primary");
+    let replicas: Vec<usize> = (0..3).filter(|&i| i != primary).collect();
+    for &r in &replicas {
+        group.data().pause(r).expect("pause a replica");
+    }
+    // Without the guard, a grant needs the primary only.
+    let unguarded = tokio::time::timeout(
+        Duration::from_secs(2),
+        cluster_faults::lead(&plain, "guard-off"),
+    )
+    .await
+    .expect("an unguarded grant while the replicas are paused");
+    assert!(unguarded.is_leader());
+    // With it, a grant is not reported, and the leader's renewals fail: it loses its
+    // seat by its deadline.
+    let e = election("guard-on");
+    let me = Candidate::new("guarded").expect("candidate");
+    let refused = tokio::time::timeout(Duration::from_secs(2), guarded.campaign(&e, &me)).await;
+    assert!(
+        refused.is_err(),
+        "a grant no replica confirmed was reported"
+    );
+    let lost = tokio::time::timeout(TTL, held.lost().cancelled()).await;
+    assert!(
+        lost.is_ok(),
+        "a leader whose renewals no replica confirmed kept its seat"
+    );
+    for &r in &replicas {
+        group.data().resume(r).expect("resume a replica");
+    }
+    let granted = tokio::time::timeout(TTL * 2, guarded.campaign(&e, &me))
+        .await
+        .expect("granted once a replica confirms")
+        .expect("campaign");
+    assert!(granted.is_leader());
+}
