@@ -27,6 +27,7 @@ pub use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 /// | `mem://[NAME]` | always | in-memory store of this process ([`MemoryBackend`]) |
 /// | `etcd://host:port[,…][?prefix=…]`, `etcds://…` (TLS) | `etcd` | etcd v3 (`EtcdBackend`) |
 /// | `redis://[user:password@]host[:port][/db][?prefix=…]`, `rediss://…` (TLS) | `redis` | a Redis primary (`RedisBackend`) |
+/// | `redis+sentinel://[user:password@]sentinel[:port][,…]/service[/db]`, `rediss+sentinel://…` | `redis` | the Redis primary Sentinel names, followed through failovers (`RedisBackend`) |
 /// | `zk://[user:password@]host:port[,…][/chroot][?session_timeout=…]` | `zookeeper` | ZooKeeper, Curator LeaderLatch-style nodes (`ZooKeeperBackend`) |
 /// | `azblob://account/container[/prefix][?endpoint=…&poll_interval_ms=…]` (credentials from `AZURE_STORAGE_*`) | `azure` | Azure Blob leases (`AzureBackend`) |
 /// | `peer://host:port?id=…&peers=…[&algorithm=…]` | `peer` | this process as one node of a peer cluster, no store (`peer::PeerBackend`) |
