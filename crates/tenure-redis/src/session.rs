@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use redis::Value;
 use tenure_core::backend::Purpose;
-use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::backend::{BackendSession, CampaignMode, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::CancellationToken;
 
@@ -155,12 +155,13 @@ impl Inner {
         }
     }
 
-    /// Run the acquire script once; `wait` joins the queue if the seat is taken.
+    /// Run the acquire script once; with [`CampaignMode::Wait`] it joins the queue if
+    /// the seat is taken.
     async fn acquire(
         &self,
         keys: &ElectionKeys,
         candidate: &Candidate,
-        wait: bool,
+        mode: CampaignMode,
     ) -> Result<Acquired> {
         let shared = &self.shared;
         let keep_ms = millis_up(shared.config.get_poll_interval() * 2).saturating_add(self.ttl_ms);
@@ -173,7 +174,10 @@ impl Inner {
             .arg(self.ttl_ms)
             .arg(candidate.id())
             .arg(candidate.value())
-            .arg(if wait { "1" } else { "0" })
+            .arg(match mode {
+                CampaignMode::Wait => "1",
+                CampaignMode::TryOnce => "0",
+            })
             .arg(&keys.channel)
             .arg(&keys.waits)
             .arg(keep_ms);
@@ -332,7 +336,7 @@ impl BackendSession for RedisSession {
         loop {
             inner.check_open()?;
             let was_subscribed = registration.is_subscribed();
-            let next = match inner.acquire(&keys, candidate, true).await? {
+            let next = match inner.acquire(&keys, candidate, CampaignMode::Wait).await? {
                 Acquired::Granted(token) => {
                     inner.granted(election, token);
                     return Ok(token);
@@ -360,7 +364,10 @@ impl BackendSession for RedisSession {
         let inner = &self.inner;
         inner.check_open()?;
         let keys = inner.shared.keys(election);
-        match inner.acquire(&keys, candidate, false).await? {
+        match inner
+            .acquire(&keys, candidate, CampaignMode::TryOnce)
+            .await?
+        {
             Acquired::Granted(token) => {
                 inner.granted(election, token);
                 Ok(Some(token))

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::FutureExt;
-use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::backend::{BackendSession, CampaignMode, SessionEvents};
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result};
 use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, WatchedEvent};
 
@@ -337,16 +337,16 @@ impl ZkSession {
         }
     }
 
-    /// Campaign until leading (`wait`) or once (`!wait`).
+    /// Campaign until leading ([`CampaignMode::Wait`]) or once.
     async fn run(
         &self,
         election: &ElectionName,
         candidate: &Candidate,
-        wait: bool,
+        mode: CampaignMode,
     ) -> Result<Option<FencingToken>> {
         let client = self.client()?;
         let dir = election_dir(election);
-        if !wait && self.node(election).is_none() {
+        if mode == CampaignMode::TryOnce && self.node(election).is_none() {
             // Do not queue behind a holder: look first.
             match self
                 .shared
@@ -393,7 +393,7 @@ impl ZkSession {
                     watch.map(|(_, w)| w),
                 )));
             }
-            if !wait {
+            if mode == CampaignMode::TryOnce {
                 self.delete(&client, election, &dir, &node).await?;
                 return Ok(None);
             }
@@ -648,7 +648,7 @@ impl BackendSession for ZkSession {
         election: &ElectionName,
         candidate: &Candidate,
     ) -> Result<FencingToken> {
-        match self.run(election, candidate, true).await? {
+        match self.run(election, candidate, CampaignMode::Wait).await? {
             Some(token) => Ok(token),
             None => Err(own(ErrorKind::Backend, "campaign ended without a grant")),
         }
@@ -659,7 +659,7 @@ impl BackendSession for ZkSession {
         election: &ElectionName,
         candidate: &Candidate,
     ) -> Result<Option<FencingToken>> {
-        self.run(election, candidate, false).await
+        self.run(election, candidate, CampaignMode::TryOnce).await
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
