@@ -40,7 +40,10 @@ use crate::fencing::{check_fencing_at, tenures, FencingViolation, GuardedResourc
 use crate::fencing::{write_loop_command, WriteRecord};
 use crate::os::{free_port, monotonic_now_ns};
 use crate::proxy::TcpProxy;
-use crate::server::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
+use crate::server::{
+    AzuriteServer, EtcdCluster, EtcdServer, Members, RedisSentinels, RedisServer,
+    ZooKeeperEnsemble, ZooKeeperServer,
+};
 
 /// The election every candidate of a chaos run campaigns in.
 pub const CHAOS_ELECTION: &str = "chaos/seat";
@@ -73,6 +76,13 @@ pub enum ChaosBackend {
     /// A local Azurite (`azblob://`, Azure Blob leases), each candidate through its own
     /// proxy.
     Azure,
+    /// A 3-member etcd cluster; the candidates name every member. Member faults.
+    EtcdCluster,
+    /// A 3-server ZooKeeper ensemble; the candidates name every server. Member faults.
+    ZooKeeperEnsemble,
+    /// Redis with two replicas under three sentinels (`redis+sentinel://`, replication
+    /// guard of one replica). Data node faults.
+    RedisSentinel,
 }
 
 impl ChaosBackend {
@@ -85,8 +95,15 @@ impl ChaosBackend {
         ChaosBackend::Azure,
     ];
 
+    /// The clustered stores, whose runs inject faults into single members.
+    pub const CLUSTERS: [ChaosBackend; 3] = [
+        ChaosBackend::EtcdCluster,
+        ChaosBackend::ZooKeeperEnsemble,
+        ChaosBackend::RedisSentinel,
+    ];
+
     /// The name used on the command line: `etcd`, `redis`, `zookeeper`, `peer`,
-    /// `azure`.
+    /// `azure`, `etcd-cluster`, `zookeeper-ensemble`, `redis-sentinel`.
     pub fn name(self) -> &'static str {
         match self {
             ChaosBackend::Etcd => "etcd",
@@ -94,7 +111,16 @@ impl ChaosBackend {
             ChaosBackend::ZooKeeper => "zookeeper",
             ChaosBackend::Peer => "peer",
             ChaosBackend::Azure => "azure",
+            ChaosBackend::EtcdCluster => "etcd-cluster",
+            ChaosBackend::ZooKeeperEnsemble => "zookeeper-ensemble",
+            ChaosBackend::RedisSentinel => "redis-sentinel",
         }
+    }
+
+    /// Whether the store is a cluster whose members the run stops and restarts one
+    /// at a time (the candidates then reach the members directly, not through proxies).
+    pub fn is_cluster(self) -> bool {
+        Self::CLUSTERS.contains(&self)
     }
 
     /// The fault kinds that apply to this backend.
@@ -102,6 +128,12 @@ impl ChaosBackend {
         use FaultKind::*;
         match self {
             ChaosBackend::Peer => &[KillHolder, StopHolder, Partition, CutLink, Blackhole],
+            ChaosBackend::EtcdCluster | ChaosBackend::ZooKeeperEnsemble => {
+                &[KillHolder, StopHolder, StopMember, RestartMember]
+            }
+            // A killed Redis without persistence comes back empty: that is the restart
+            // limit of the single-server runs, not a member fault Sentinel can mend.
+            ChaosBackend::RedisSentinel => &[KillHolder, StopHolder, StopMember],
             _ => &[
                 KillHolder,
                 StopHolder,
@@ -137,6 +169,11 @@ impl ChaosBackend {
         match self {
             ChaosBackend::Peer => Duration::from_secs(1),
             ChaosBackend::Azure => AZURE_MIN_LEASE,
+            // A member's failure must fit in the renew deadline with a margin, as in the
+            // cluster tests: 5 s.
+            ChaosBackend::EtcdCluster
+            | ChaosBackend::ZooKeeperEnsemble
+            | ChaosBackend::RedisSentinel => Duration::from_secs(5),
             _ => Duration::from_secs(2),
         }
     }
@@ -166,9 +203,13 @@ impl FromStr for ChaosBackend {
             "zookeeper" | "zk" => Ok(ChaosBackend::ZooKeeper),
             "peer" => Ok(ChaosBackend::Peer),
             "azure" | "azblob" => Ok(ChaosBackend::Azure),
+            "etcd-cluster" => Ok(ChaosBackend::EtcdCluster),
+            "zookeeper-ensemble" | "zk-ensemble" => Ok(ChaosBackend::ZooKeeperEnsemble),
+            "redis-sentinel" => Ok(ChaosBackend::RedisSentinel),
             other => Err(HarnessError::Chaos {
                 reason: format!(
-                    "unknown backend {other:?} (known: etcd, redis, zookeeper, peer, azure)"
+                    "unknown backend {other:?} (known: etcd, redis, zookeeper, peer, azure, \
+                     etcd-cluster, zookeeper-ensemble, redis-sentinel)"
                 ),
             }),
         }
@@ -197,6 +238,12 @@ pub enum FaultKind {
     Partition,
     /// Peer: cut the link between two nodes, both ways (each still reaches the third).
     CutLink,
+    /// Cluster: SIGSTOP one member (the store's leader or primary half of the time)
+    /// for longer than the renew deadline, then SIGCONT.
+    StopMember,
+    /// Cluster: SIGKILL one member (the leader half of the time) and start it again
+    /// after up to a TTL and a half.
+    RestartMember,
 }
 
 impl FaultKind {
@@ -211,6 +258,8 @@ impl FaultKind {
             FaultKind::Blackhole => "blackhole",
             FaultKind::Partition => "partition",
             FaultKind::CutLink => "cut_link",
+            FaultKind::StopMember => "stop_member",
+            FaultKind::RestartMember => "restart_member",
         }
     }
 }
@@ -467,6 +516,9 @@ enum Store {
     Redis(RedisServer),
     ZooKeeper(ZooKeeperServer),
     Azure(AzuriteServer),
+    EtcdCluster(EtcdCluster),
+    ZooKeeperEnsemble(ZooKeeperEnsemble),
+    RedisSentinel(RedisSentinels),
 }
 
 impl Store {
@@ -476,6 +528,11 @@ impl Store {
             ChaosBackend::Redis => Store::Redis(RedisServer::start().await?),
             ChaosBackend::ZooKeeper => Store::ZooKeeper(ZooKeeperServer::start().await?),
             ChaosBackend::Azure => Store::Azure(AzuriteServer::start().await?),
+            ChaosBackend::EtcdCluster => Store::EtcdCluster(EtcdCluster::start(3).await?),
+            ChaosBackend::ZooKeeperEnsemble => {
+                Store::ZooKeeperEnsemble(ZooKeeperEnsemble::start(3).await?)
+            }
+            ChaosBackend::RedisSentinel => Store::RedisSentinel(RedisSentinels::start().await?),
             ChaosBackend::Peer => return Ok(None),
         };
         if store.is_external() {
@@ -495,15 +552,41 @@ impl Store {
             Store::Redis(s) => s.is_external(),
             Store::ZooKeeper(s) => s.is_external(),
             Store::Azure(s) => s.is_external(),
+            Store::EtcdCluster(_) | Store::ZooKeeperEnsemble(_) | Store::RedisSentinel(_) => false,
         }
     }
 
-    fn addr(&self) -> std::net::SocketAddr {
+    /// The one server's address, which each candidate reaches through its own proxy;
+    /// `None` for a cluster (the candidates name every member).
+    fn proxied(&self) -> Option<std::net::SocketAddr> {
         match self {
-            Store::Etcd(s) => s.addr(),
-            Store::Redis(s) => s.addr(),
-            Store::ZooKeeper(s) => s.addr(),
-            Store::Azure(s) => s.addr(),
+            Store::Etcd(s) => Some(s.addr()),
+            Store::Redis(s) => Some(s.addr()),
+            Store::ZooKeeper(s) => Some(s.addr()),
+            Store::Azure(s) => Some(s.addr()),
+            Store::EtcdCluster(_) | Store::ZooKeeperEnsemble(_) | Store::RedisSentinel(_) => None,
+        }
+    }
+
+    /// A cluster's members (for a Redis group, its data nodes).
+    fn members(&mut self) -> Option<&mut Members> {
+        match self {
+            Store::EtcdCluster(c) => Some(c),
+            Store::ZooKeeperEnsemble(e) => Some(e),
+            Store::RedisSentinel(g) => Some(g.data()),
+            _ => None,
+        }
+    }
+
+    /// The member that leads the cluster now (raft leader, ensemble leader, primary).
+    async fn leader_member(&self) -> Result<usize> {
+        match self {
+            Store::EtcdCluster(c) => c.leader(),
+            Store::ZooKeeperEnsemble(e) => e.leader().await,
+            Store::RedisSentinel(g) => g.primary().await,
+            _ => Err(HarnessError::Chaos {
+                reason: "not a cluster".into(),
+            }),
         }
     }
 
@@ -513,15 +596,23 @@ impl Store {
             Store::Redis(s) => s.pause(),
             Store::ZooKeeper(s) => s.pause(),
             Store::Azure(s) => s.pause(),
+            _ => Err(HarnessError::Chaos {
+                reason: "a cluster's members are paused one at a time".into(),
+            }),
         }
     }
 
-    fn resume(&self) -> Result<()> {
+    /// SIGCONT the server, or every member of a cluster.
+    fn resume(&mut self) -> Result<()> {
         match self {
             Store::Etcd(s) => s.resume(),
             Store::Redis(s) => s.resume(),
             Store::ZooKeeper(s) => s.resume(),
             Store::Azure(s) => s.resume(),
+            _ => match self.members() {
+                Some(members) => (0..members.len()).try_for_each(|i| members.resume(i)),
+                None => Ok(()),
+            },
         }
     }
 
@@ -533,6 +624,9 @@ impl Store {
             // Orderly: Azurite saves its state every 5 s, and a SIGKILL would lose
             // acknowledged writes, which Azure Storage does not (see the module docs).
             Store::Azure(s) => s.terminate().await,
+            _ => Err(HarnessError::Chaos {
+                reason: "a cluster's members are killed one at a time".into(),
+            }),
         }
     }
 
@@ -542,12 +636,28 @@ impl Store {
             Store::Redis(s) => s.restart().await,
             Store::ZooKeeper(s) => s.restart().await,
             Store::Azure(s) => s.restart().await,
+            _ => Err(HarnessError::Chaos {
+                reason: "a cluster's members are restarted one at a time".into(),
+            }),
         }
     }
 
-    /// The URL a candidate uses to reach the store through `via` (its proxy).
-    fn url(&self, via: std::net::SocketAddr, seed: u64) -> String {
+    /// The URL a candidate uses to reach the store: through `via` (its proxy) for one
+    /// server, every member for a cluster.
+    fn url(&self, via: Option<std::net::SocketAddr>, seed: u64) -> String {
+        let via = via.map(|v| v.to_string()).unwrap_or_default();
         match self {
+            Store::EtcdCluster(c) => format!(
+                "etcd://{}?prefix=chaos-{seed}&connect_timeout_ms=1000",
+                c.hosts()
+            ),
+            Store::ZooKeeperEnsemble(e) => {
+                format!("zk://{}/chaos-{seed}?connect_timeout=2s", e.hosts())
+            }
+            Store::RedisSentinel(g) => g.url(&format!(
+                "?prefix=chaos-{seed}&connect_timeout_ms=500&request_timeout_ms=800\
+                 &wait_replicas=1&wait_timeout_ms=300"
+            )),
             Store::Etcd(_) => format!(
                 "etcd://{via}?prefix=chaos-{seed}&connect_timeout_ms=1000&request_timeout_ms=1000"
             ),
@@ -565,9 +675,9 @@ impl Store {
 
     /// The environment a candidate needs besides its URL: Azure's account and key, with
     /// the blob endpoint at `via` (its proxy), as a connection string.
-    fn env(&self, via: std::net::SocketAddr) -> Vec<(&'static str, String)> {
-        match self {
-            Store::Azure(_) => vec![(
+    fn env(&self, via: Option<std::net::SocketAddr>) -> Vec<(&'static str, String)> {
+        match (self, via) {
+            (Store::Azure(_), Some(via)) => vec![(
                 "AZURE_STORAGE_CONNECTION_STRING",
                 AzuriteServer::connection_string(
                     &format!("http://{via}/{}", AzuriteServer::ACCOUNT),
@@ -699,9 +809,9 @@ pub async fn run_chaos(opts: ChaosOptions) -> Result<ChaosReport> {
     let resource = GuardedResource::start().await?;
     let store = Store::start(opts.backend).await?;
     let mut proxies = Vec::new();
-    if let Some(store) = &store {
+    if let Some(addr) = store.as_ref().and_then(Store::proxied) {
         for _ in 0..opts.candidates {
-            proxies.push(TcpProxy::start(store.addr()).await?);
+            proxies.push(TcpProxy::start(addr).await?);
         }
     }
     let peer = match opts.backend {
@@ -752,10 +862,15 @@ impl Run {
 
     fn url(&self, slot: usize) -> String {
         match (&self.store, &self.peer) {
-            (Some(store), _) => store.url(self.proxies[slot].addr(), self.opts.seed),
+            (Some(store), _) => store.url(self.proxy_addr(slot), self.opts.seed),
             (None, Some(peer)) => peer.url(slot),
             (None, None) => String::new(),
         }
+    }
+
+    /// The proxy of `slot` (none for a cluster).
+    fn proxy_addr(&self, slot: usize) -> Option<std::net::SocketAddr> {
+        self.proxies.get(slot).map(TcpProxy::addr)
     }
 
     /// Starts a new candidate in `slot`.
@@ -767,7 +882,7 @@ impl Run {
         let url = self.url(slot);
         let mut env = vec![("RUST_LOG", "warn".to_owned())];
         if let Some(store) = &self.store {
-            env.extend(store.env(self.proxies[slot].addr()));
+            env.extend(store.env(self.proxy_addr(slot)));
         }
         let args = campaign_args(
             &url,
@@ -899,7 +1014,7 @@ impl Run {
                 }
                 self.note(kind, format!("SIGSTOP the store for {pause:?}"));
                 tokio::time::sleep(pause).await;
-                if let Some(store) = &self.store {
+                if let Some(store) = &mut self.store {
                     store.resume()?;
                 }
             }
@@ -915,6 +1030,29 @@ impl Run {
                 tokio::time::sleep(down).await;
                 if let Some(store) = &mut self.store {
                     store.restart().await?;
+                }
+            }
+            FaultKind::StopMember | FaultKind::RestartMember => {
+                let (member, which) = self.member_target().await;
+                let Some(members) = self.store.as_mut().and_then(Store::members) else {
+                    return Ok(());
+                };
+                if kind == FaultKind::StopMember {
+                    let pause = self.rng.between(renew_deadline + ttl / 4, ttl * 2);
+                    members.pause(member)?;
+                    self.note(kind, format!("SIGSTOP {which} for {pause:?}"));
+                    tokio::time::sleep(pause).await;
+                    if let Some(members) = self.store.as_mut().and_then(Store::members) {
+                        members.resume(member)?;
+                    }
+                } else {
+                    let down = self.rng.between(Duration::ZERO, ttl * 3 / 2);
+                    members.kill(member).await?;
+                    self.note(kind, format!("SIGKILL {which}, restart after {down:?}"));
+                    tokio::time::sleep(down).await;
+                    if let Some(members) = self.store.as_mut().and_then(Store::members) {
+                        members.restart(member).await?;
+                    }
                 }
             }
             FaultKind::Cut | FaultKind::Blackhole | FaultKind::Partition | FaultKind::CutLink => {
@@ -958,6 +1096,25 @@ impl Run {
         Ok(())
     }
 
+    /// A member to hurt: the cluster's leader (raft leader, ensemble leader, primary)
+    /// half of the time, else a random member; with a line that says which.
+    async fn member_target(&mut self) -> (usize, String) {
+        let n = match self.store.as_mut().and_then(Store::members) {
+            Some(m) => m.len().max(1),
+            None => 1,
+        };
+        let random = self.rng.below(n);
+        if self.rng.below(2) == 0 {
+            if let Some(Ok(leader)) = match &self.store {
+                Some(store) => Some(store.leader_member().await),
+                None => None,
+            } {
+                return (leader, format!("member {leader} (the leader)"));
+            }
+        }
+        (random, format!("member {random}"))
+    }
+
     /// The proxies of `links`.
     fn links(&self, links: Links) -> Vec<&TcpProxy> {
         match (links, &self.peer) {
@@ -970,7 +1127,7 @@ impl Run {
 
     /// Resumes anything paused, terminates every candidate and returns every log.
     async fn stop(&mut self) -> Vec<Vec<Event>> {
-        if let Some(store) = &self.store {
+        if let Some(store) = &mut self.store {
             let _ = store.resume();
         }
         for proxy in &self.proxies {
@@ -1279,9 +1436,14 @@ mod tests {
 
     #[test]
     fn backends_parse_and_name_their_faults() {
-        for b in ChaosBackend::ALL {
+        for b in ChaosBackend::ALL.into_iter().chain(ChaosBackend::CLUSTERS) {
             assert_eq!(b.name().parse::<ChaosBackend>().unwrap(), b);
             assert!(!b.faults().is_empty());
+        }
+        for b in ChaosBackend::CLUSTERS {
+            assert!(b.is_cluster());
+            assert!(b.faults().contains(&FaultKind::StopMember));
+            assert!(!b.faults().contains(&FaultKind::Cut));
         }
         assert!("cassandra".parse::<ChaosBackend>().is_err());
         assert_eq!(

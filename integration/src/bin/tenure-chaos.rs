@@ -20,7 +20,8 @@ use tenure_integration::{run_chaos, ChaosBackend, ChaosOptions};
 #[derive(Debug, Parser)]
 #[command(name = "tenure-chaos", version, about)]
 struct Args {
-    /// etcd, redis, zookeeper, peer or azure.
+    /// etcd, redis, zookeeper, peer or azure; or a cluster with member faults:
+    /// etcd-cluster, zookeeper-ensemble or redis-sentinel.
     #[arg(long)]
     backend: String,
     /// How long to inject faults: 90s, 30m, 2h (a bare number is seconds).

@@ -1,0 +1,66 @@
+//! Bounded chaos runs on the clustered stores, one round of every fault kind each:
+//! three `tenure campaign` processes naming every member, the holder killed and
+//! stopped, one member (the store's leader half of the time) stopped past the renew
+//! deadline or killed and restarted; then the safety check (no overlapping tenures,
+//! increasing tokens, no stale write accepted). With a TTL of 5 s a round takes about
+//! a minute. The runs go one at a time: each runs three to six store processes.
+//!
+//! `TENURE_CHAOS_DURATION` turns a run into a soak of that length (e.g. `30m`, see
+//! docs/reliability.md) and `TENURE_CHAOS_SEED` replays a seed.
+
+use std::time::Duration;
+
+use tenure_integration::chaos::parse_duration;
+use tenure_integration::cli_faults::tenure_bin;
+use tenure_integration::{run_chaos, ChaosBackend, ChaosOptions};
+
+/// Ends a one-round run that hangs; a round takes about a minute.
+const ONE_ROUND_LIMIT: Duration = Duration::from_secs(4 * 60);
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn chaos(backend: ChaosBackend) {
+    let _serial = SERIAL.lock().await;
+    let mut options = ChaosOptions::new(backend, tenure_bin());
+    match std::env::var("TENURE_CHAOS_DURATION") {
+        Ok(d) => options.duration = parse_duration(&d).expect("TENURE_CHAOS_DURATION"),
+        Err(_) => {
+            options.duration = ONE_ROUND_LIMIT;
+            options.rounds = Some(1);
+        }
+    }
+    if let Ok(seed) = std::env::var("TENURE_CHAOS_SEED") {
+        options.seed = seed.trim().parse().expect("TENURE_CHAOS_SEED is a number");
+    }
+    let report = run_chaos(options).await.expect("chaos run");
+    eprintln!("{report}");
+    eprintln!("faults:\n{}", report.fault_log.join("\n"));
+    assert!(
+        report.passed(),
+        "{report}\nfaults:\n{}\nleadership events:\n{}",
+        report.fault_log.join("\n"),
+        report.timeline.join("\n")
+    );
+    assert!(report.grants >= 2, "fewer than two grants:\n{report}");
+    for kind in backend.faults() {
+        assert!(
+            report.faults.get(kind).copied().unwrap_or(0) > 0,
+            "{kind} was never injected:\n{report}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_etcd_cluster() {
+    chaos(ChaosBackend::EtcdCluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_zookeeper_ensemble() {
+    chaos(ChaosBackend::ZooKeeperEnsemble).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_redis_sentinel() {
+    chaos(ChaosBackend::RedisSentinel).await;
+}
