@@ -1203,6 +1203,54 @@ impl Run {
     }
 }
 
+/// A bounded run as the test suites make one, and its checks: `duration` of faults,
+/// or with `rounds` that many rounds of every fault kind (bounded by `duration`);
+/// `TENURE_CHAOS_DURATION` (a soak) and `TENURE_CHAOS_SEED` (a replay) override them.
+/// Panics with the report, the fault log and the leadership events on any violation,
+/// on fewer than two grants, and, unless the duration was overridden, when a fault
+/// kind of the backend was never injected.
+pub async fn assert_bounded_run(
+    backend: ChaosBackend,
+    tenure_bin: impl Into<PathBuf>,
+    duration: Duration,
+    rounds: Option<usize>,
+) {
+    let mut options = ChaosOptions::new(backend, tenure_bin);
+    let given = std::env::var("TENURE_CHAOS_DURATION").ok();
+    options.duration = duration;
+    options.rounds = rounds;
+    if let Some(d) = &given {
+        options.duration = parse_duration(d).expect("TENURE_CHAOS_DURATION");
+        options.rounds = None;
+    }
+    if let Ok(seed) = std::env::var("TENURE_CHAOS_SEED") {
+        options.seed = seed.trim().parse().expect("TENURE_CHAOS_SEED is a number");
+    }
+    let report = run_chaos(options).await.expect("chaos run");
+    eprintln!("{report}");
+    eprintln!("faults:\n{}", report.fault_log.join("\n"));
+    if !report.passed() {
+        for (label, tail) in &report.stderr {
+            eprintln!("--- stderr of {label}:\n{tail}");
+        }
+    }
+    assert!(
+        report.passed(),
+        "{report}\nfaults:\n{}\nleadership events:\n{}",
+        report.fault_log.join("\n"),
+        report.timeline.join("\n")
+    );
+    assert!(report.grants >= 2, "fewer than two grants:\n{report}");
+    if given.is_none() {
+        for kind in backend.faults() {
+            assert!(
+                report.faults.get(kind).copied().unwrap_or(0) > 0,
+                "{kind} was never injected:\n{report}"
+            );
+        }
+    }
+}
+
 /// The leadership events of `logs` in time order, one line each, with times in seconds
 /// after `start_ns`.
 fn timeline(logs: &[Vec<Event>], start_ns: u64) -> Vec<String> {

@@ -237,19 +237,7 @@ impl Kind {
                     "the apt package redis-server",
                 )?;
                 create_dir(data_dir)?;
-                let args: Vec<OsString> = vec![
-                    "--port".into(),
-                    port.to_string().into(),
-                    "--bind".into(),
-                    "127.0.0.1".into(),
-                    "--save".into(),
-                    "".into(),
-                    "--appendonly".into(),
-                    "no".into(),
-                    "--dir".into(),
-                    data_dir.into(),
-                ];
-                Ok(Launch { program, args })
+                Ok(Launch::of(&program, redis_args(port, data_dir)))
             }
             Kind::Azurite => {
                 let program = find_azurite()?;
@@ -270,6 +258,16 @@ impl Kind {
             }
         }
     }
+}
+
+/// A Redis server on loopback `port` without persistence, its files in `dir`.
+fn redis_args(port: u16, dir: &Path) -> Vec<String> {
+    let mut args: Vec<String> = ["--port", &port.to_string(), "--bind", "127.0.0.1"]
+        .map(String::from)
+        .to_vec();
+    args.extend(["--save", "", "--appendonly", "no", "--dir"].map(String::from));
+    args.push(dir.display().to_string());
+    args
 }
 
 fn create_dir(dir: &Path) -> Result<()> {
@@ -1501,18 +1499,7 @@ impl RedisSentinels {
         let mut data = Vec::new();
         for (port, replica_of) in [(primary_port, None)].into_iter().chain(replicas) {
             let (root, dir) = temp_root("tenure-redis-data-")?;
-            let mut args: Vec<String> = vec![
-                "--port".into(),
-                port.to_string(),
-                "--bind".into(),
-                "127.0.0.1".into(),
-                "--save".into(),
-                "".into(),
-                "--appendonly".into(),
-                "no".into(),
-                "--dir".into(),
-                dir.display().to_string(),
-            ];
+            let mut args = redis_args(port, &dir);
             if let Some(of) = replica_of {
                 args.extend(["--replicaof".into(), "127.0.0.1".into(), of.to_string()]);
             }

@@ -14,9 +14,9 @@
 
 use std::time::Duration;
 
-use tenure_integration::chaos::parse_duration;
+use tenure_integration::chaos::assert_bounded_run;
 use tenure_integration::cli_faults::tenure_bin;
-use tenure_integration::{run_chaos, ChaosBackend, ChaosOptions};
+use tenure_integration::ChaosBackend;
 
 /// Faults are injected this long unless `TENURE_CHAOS_DURATION` says otherwise.
 const DEFAULT_DURATION: Duration = Duration::from_secs(60);
@@ -26,51 +26,11 @@ const DEFAULT_DURATION: Duration = Duration::from_secs(60);
 const ONE_ROUND_LIMIT: Duration = Duration::from_secs(8 * 60);
 
 async fn chaos(backend: ChaosBackend) {
-    chaos_with(backend, None).await;
+    assert_bounded_run(backend, tenure_bin(), DEFAULT_DURATION, None).await;
 }
 
-/// Runs `backend` for the default duration, or, with `rounds`, for that many rounds of
-/// every fault kind.
 async fn chaos_with(backend: ChaosBackend, rounds: Option<usize>) {
-    let mut options = ChaosOptions::new(backend, tenure_bin());
-    let given = std::env::var("TENURE_CHAOS_DURATION").ok();
-    options.duration = match (&given, rounds) {
-        (Some(d), _) => parse_duration(d).expect("TENURE_CHAOS_DURATION"),
-        (None, Some(_)) => ONE_ROUND_LIMIT,
-        (None, None) => DEFAULT_DURATION,
-    };
-    if given.is_none() {
-        options.rounds = rounds;
-    }
-    // Every fault kind must have been injected in a run of the default length (or
-    // round); a shorter or one-round-less override may miss some.
-    let full = given.is_none() || (rounds.is_none() && options.duration >= DEFAULT_DURATION);
-    if let Ok(seed) = std::env::var("TENURE_CHAOS_SEED") {
-        options.seed = seed.trim().parse().expect("TENURE_CHAOS_SEED is a number");
-    }
-    let report = run_chaos(options).await.expect("chaos run");
-    eprintln!("{report}");
-    eprintln!("leadership events:\n{}", report.timeline.join("\n"));
-    if !report.passed() {
-        for (label, tail) in &report.stderr {
-            eprintln!("--- stderr of {label}:\n{tail}");
-        }
-    }
-    assert!(
-        report.passed(),
-        "{report}\nfaults:\n{}\nleadership events:\n{}",
-        report.fault_log.join("\n"),
-        report.timeline.join("\n")
-    );
-    assert!(report.grants >= 2, "fewer than two grants:\n{report}");
-    if full {
-        for kind in backend.faults() {
-            assert!(
-                report.faults.get(kind).copied().unwrap_or(0) > 0,
-                "{kind} was never injected:\n{report}"
-            );
-        }
-    }
+    assert_bounded_run(backend, tenure_bin(), ONE_ROUND_LIMIT, rounds).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

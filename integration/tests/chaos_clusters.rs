@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use tenure_integration::chaos::parse_duration;
+use tenure_integration::chaos::assert_bounded_run;
 use tenure_integration::cli_faults::tenure_bin;
-use tenure_integration::{run_chaos, ChaosBackend, ChaosOptions};
+use tenure_integration::ChaosBackend;
 
 /// Ends a one-round run that hangs; a round takes about a minute.
 const ONE_ROUND_LIMIT: Duration = Duration::from_secs(4 * 60);
@@ -21,33 +21,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn chaos(backend: ChaosBackend) {
     let _serial = SERIAL.lock().await;
-    let mut options = ChaosOptions::new(backend, tenure_bin());
-    match std::env::var("TENURE_CHAOS_DURATION") {
-        Ok(d) => options.duration = parse_duration(&d).expect("TENURE_CHAOS_DURATION"),
-        Err(_) => {
-            options.duration = ONE_ROUND_LIMIT;
-            options.rounds = Some(1);
-        }
-    }
-    if let Ok(seed) = std::env::var("TENURE_CHAOS_SEED") {
-        options.seed = seed.trim().parse().expect("TENURE_CHAOS_SEED is a number");
-    }
-    let report = run_chaos(options).await.expect("chaos run");
-    eprintln!("{report}");
-    eprintln!("faults:\n{}", report.fault_log.join("\n"));
-    assert!(
-        report.passed(),
-        "{report}\nfaults:\n{}\nleadership events:\n{}",
-        report.fault_log.join("\n"),
-        report.timeline.join("\n")
-    );
-    assert!(report.grants >= 2, "fewer than two grants:\n{report}");
-    for kind in backend.faults() {
-        assert!(
-            report.faults.get(kind).copied().unwrap_or(0) > 0,
-            "{kind} was never injected:\n{report}"
-        );
-    }
+    assert_bounded_run(backend, tenure_bin(), ONE_ROUND_LIMIT, Some(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
