@@ -164,21 +164,9 @@ impl RedisBackend {
         let mut cursor = 0u64;
         let mut freed = 0;
         loop {
-            let (next, keys): (u64, Vec<String>) = shared
+            let (next, keys) = shared
                 .conn
-                .run(Purpose::Election, "expire session: scan seats", |mut c| {
-                    let pattern = pattern.clone();
-                    async move {
-                        redis::cmd("SCAN")
-                            .arg(cursor)
-                            .arg("MATCH")
-                            .arg(pattern)
-                            .arg("COUNT")
-                            .arg(1000)
-                            .query_async(&mut c)
-                            .await
-                    }
-                })
+                .scan("expire session: scan seats", cursor, &pattern)
                 .await?;
             for key in keys {
                 let Some(name) = key
@@ -224,25 +212,9 @@ impl RedisBackend {
         let hash_prefix = members_key_prefix(shared.config.key_prefix());
         let mut cursor = 0u64;
         loop {
-            let (next, keys): (u64, Vec<String>) = shared
+            let (next, keys) = shared
                 .conn
-                .run(
-                    Purpose::Election,
-                    "expire session: scan namespaces",
-                    |mut c| {
-                        let pattern = pattern.clone();
-                        async move {
-                            redis::cmd("SCAN")
-                                .arg(cursor)
-                                .arg("MATCH")
-                                .arg(pattern)
-                                .arg("COUNT")
-                                .arg(1000)
-                                .query_async(&mut c)
-                                .await
-                        }
-                    },
-                )
+                .scan("expire session: scan namespaces", cursor, &pattern)
                 .await?;
             for key in keys {
                 let Some(namespace) = key

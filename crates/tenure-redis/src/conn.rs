@@ -139,6 +139,27 @@ impl Conn {
 }
 
 impl Conn {
+    /// One `SCAN` step over the keys matching `pattern` from `cursor`: the next cursor
+    /// (0 at the end) and the keys.
+    pub(crate) async fn scan(
+        &self,
+        what: &str,
+        cursor: u64,
+        pattern: &str,
+    ) -> Result<(u64, Vec<String>)> {
+        self.run(Purpose::Election, what, |mut c| async move {
+            redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut c)
+                .await
+        })
+        .await
+    }
+
     /// Run a script whose writes count only once `guard`'s replicas have them
     /// (`(replicas, bound)`; `None` runs the script alone): the script and a `WAIT` go
     /// in one pipeline, so the `WAIT` covers this connection's write even if the
