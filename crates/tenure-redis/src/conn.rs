@@ -104,9 +104,12 @@ impl Conn {
         F: FnOnce(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let (generation, manager) = match self.current(what).await {
-            Ok(current) => current,
-            Err(e) => return Err(self.requests.tag(e)),
+        // Finding the server (with Sentinel: asking the sentinels) is bounded too.
+        let limit = self.requests.timeout();
+        let (generation, manager) = match tokio::time::timeout(limit, self.current(what)).await {
+            Ok(Ok(current)) => current,
+            Ok(Err(e)) => return Err(self.requests.tag(e)),
+            Err(_) => return Err(self.requests.tag(self.requests.timed_out(what, limit))),
         };
         let request = async move {
             let mut guard = Abandoned {
