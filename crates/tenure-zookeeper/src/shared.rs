@@ -141,10 +141,10 @@ fn source_is(e: &Error, want: &zookeeper_client::Error) -> bool {
 }
 
 /// How long a connection may stay silent before the client counts it as lost and
-/// reconnects to the next server: a fifth of the session timeout (the client pings
-/// every 3/8 of it while idle).
+/// reconnects to the next server: an eighth of the session timeout (the client pings
+/// every 3/8 of that while idle, so a live server is never silent that long).
 pub(crate) fn connection_timeout(session_timeout: Duration) -> Duration {
-    (session_timeout / 5).max(Duration::from_millis(10))
+    (session_timeout / 8).max(Duration::from_millis(10))
 }
 
 /// Connect one client with `session_timeout`, authenticated and chrooted, within the
@@ -156,12 +156,14 @@ pub(crate) async fn connect_client(
     detached: bool,
 ) -> Result<Client> {
     let limit = config.get_connect_timeout();
-    // A connection that hears nothing (pings included) for a fifth of the session
-    // timeout counts as lost, and the client moves on to the next server: a crashed or
-    // stopped server then costs at most that plus one reconnect, well within the renew
-    // deadline (two thirds of the TTL by default) even when the last renewal was a full
-    // renew interval (a quarter) ago. zookeeper-client's default, two fifths, leaves no
-    // room for the reconnect; the reference clients' two thirds is past the deadline.
+    // A connection that hears nothing (pings included) for an eighth of the session
+    // timeout counts as lost, and the client moves on to the next server. A renewal
+    // sent a renew interval (a quarter TTL) after the last confirmed one has 5/12 of
+    // the TTL before the renew deadline: the silence, then a re-attach, which waits
+    // for a new ensemble leader when the silent server was the leader (the followers
+    // first wait out syncLimit x tickTime). A fifth of the TTL left too little of that
+    // budget for the election; zookeeper-client's default, two fifths, leaves no room
+    // at all, and the reference clients' two thirds is past the deadline.
     let mut connector = Client::connector()
         .with_session_timeout(session_timeout)
         .with_connection_timeout(connection_timeout(session_timeout));
