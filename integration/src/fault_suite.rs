@@ -4,13 +4,17 @@
 //! file calls the scenarios with its spec. The candidates are real `tenure campaign`
 //! processes writing their token to a [`GuardedResource`].
 
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use crate::cli_faults::{
     assert_fenced, assert_no_stale_write_accepted, campaign_args, is, ms, next_leader, refused,
     stop_all, tenure_bin, wait,
 };
-use crate::{monotonic_now_ns, CandidateProcess, Event, GuardedResource, StoreServer};
+use crate::{
+    check_fencing, free_port, monotonic_now_ns, CandidateProcess, Event, FencingViolation,
+    GuardedResource, StoreServer, TcpProxy,
+};
 
 /// How often a leader's command writes its token to the guarded resource.
 pub const WRITE_EVERY: Duration = Duration::from_millis(100);
@@ -55,6 +59,30 @@ impl FaultSpec {
             successor_bound: ttl * 2,
             renew_deadline: ttl * 2 / 3,
         }
+    }
+
+    /// The same spec with the session TTL `ttl` (and the bounds that follow from it).
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        let slack = self.failover_bound.saturating_sub(self.ttl);
+        self.failover_bound = ttl + slack;
+        self.holder_pause = ttl * 2;
+        self.successor_bound = ttl * 2;
+        self.renew_deadline = ttl * 2 / 3;
+        self.ttl = ttl;
+        self
+    }
+
+    /// `tenure` run with `args` and this spec's environment, to its exit: its exit
+    /// code, its stderr and how long it took.
+    fn run_cli(&self, args: &[&str]) -> (Option<i32>, String, Duration) {
+        let started = Instant::now();
+        let out = Command::new(tenure_bin())
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .expect("run tenure");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr, started.elapsed())
     }
 
     /// `tenure campaign` for `id` in `election`, writing its token to `resource` every
@@ -220,4 +248,249 @@ pub async fn sigstop_of_the_store(spec: &FaultSpec, store: &dyn StoreServer) {
     assert_no_stale_write_accepted(&resource);
     assert_fenced(&[&a, &b]);
     stop_all(vec![a, b]).await;
+}
+
+/// `store`'s endpoint with its address replaced by `proxy`'s: the same store, reached
+/// through the proxy.
+pub fn via(store: &dyn StoreServer, proxy: &TcpProxy) -> String {
+    store
+        .endpoint()
+        .replacen(&store.addr().to_string(), &proxy.addr().to_string(), 1)
+}
+
+/// A cut connection: the holder reaches the store through a proxy, a waiter directly.
+/// Once the link is cut the holder reports `lost` by its renew deadline and before
+/// the waiter's grant; after the link heals the old holder campaigns again by itself
+/// and, once the waiter resigns, leads with a larger token.
+pub async fn cut_connection(store: &dyn StoreServer, spec_at: &dyn Fn(&str) -> FaultSpec) {
+    let resource = GuardedResource::start().await.expect("resource");
+    let proxy = TcpProxy::start(store.addr()).await.expect("proxy");
+    let direct = spec_at(store.endpoint());
+    let through_proxy = spec_at(&via(store, &proxy));
+    let election = "faults/cut";
+    let a = through_proxy.candidate(election, "a", &resource);
+    let a_elected = wait(&a, is(Event::ELECTED), direct.start_bound).await;
+    let mut b = direct.candidate(election, "b", &resource);
+    wait(&b, is("campaigning"), direct.start_bound).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cut = monotonic_now_ns();
+    proxy.cut().await.expect("cut");
+    let lost = wait(
+        &a,
+        is(Event::LOST),
+        direct.renew_deadline + Duration::from_secs(2),
+    )
+    .await;
+    let b_elected = wait(&b, is(Event::ELECTED), direct.successor_bound).await;
+    assert!(
+        lost.mono_ns <= b_elected.mono_ns,
+        "lost after the successor"
+    );
+    assert!(lost.mono_ns <= cut + direct.renew_deadline.as_nanos() as u64);
+    proxy.heal().await.expect("heal");
+    // a campaigns again by itself; once b leaves, a leads with a new token.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    b.terminate().await.expect("terminate b");
+    let again = wait(
+        &a,
+        |e| e.is(Event::ELECTED) && e.mono_ns > lost.mono_ns,
+        direct.start_bound,
+    )
+    .await;
+    eprintln!(
+        "{} cut: lost {:.0} ms after the cut, b elected after {:.0} ms",
+        store.name(),
+        ms(lost.mono_ns - cut),
+        ms(b_elected.mono_ns - cut)
+    );
+    assert!(b_elected.token > a_elected.token);
+    assert!(again.token > b_elected.token);
+    assert_no_stale_write_accepted(&resource);
+    assert_fenced(&[&a, &b]);
+    stop_all(vec![a, b]).await;
+}
+
+/// What a store's restart (SIGKILL, then the same port and data directory) does to
+/// the election, which differs by store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// The store is down longer than the TTL: the holder gives up at its deadline and
+    /// once the store is back someone leads again with a larger token (etcd).
+    DownPastTheTtl,
+    /// The store comes straight back within the session timeout: the holder keeps its
+    /// seat and no waiter is elected (ZooKeeper: sessions outlive a restart; give the
+    /// spec a TTL well above the restart time).
+    KeepsTheSeat,
+    /// The store comes back without its data: the holder learns at its next renewal,
+    /// the next grant still has a larger token, the tenures may overlap (the documented
+    /// limit of a store without persistence) but no stale write is accepted (Redis).
+    LosesItsData,
+}
+
+/// A restart of the store with two candidates, checked as `expect` says. Needs a local
+/// server: with an external one it says so and does nothing.
+pub async fn store_restart(spec: &FaultSpec, store: &mut dyn StoreServer, expect: Restart) {
+    if store.is_external() {
+        eprintln!(
+            "restart of {}: not run: it restarts the server, and {} names an external one",
+            store.name(),
+            store.env_var()
+        );
+        return;
+    }
+    let resource = GuardedResource::start().await.expect("resource");
+    let election = "faults/restart";
+    let a = spec.candidate(election, "a", &resource);
+    let b = spec.candidate(election, "b", &resource);
+    let (first, elected) = next_leader(&[&a, &b], 0, spec.start_bound).await;
+    let holder = [&a, &b][first];
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let down = monotonic_now_ns();
+    store.kill().await.expect("kill the store");
+    if expect == Restart::DownPastTheTtl {
+        tokio::time::sleep(spec.ttl + Duration::from_millis(500)).await;
+    }
+    store.restart().await.expect("restart the store");
+    let up = monotonic_now_ns();
+    match expect {
+        Restart::DownPastTheTtl => {
+            let (_, again) = next_leader(&[&a, &b], down, spec.ttl * 5).await;
+            eprintln!(
+                "{} restart: leader again {:.0} ms after the store came back",
+                store.name(),
+                ms(again.mono_ns.saturating_sub(up))
+            );
+            assert!(
+                again.token > elected.token,
+                "tokens continue after a restart"
+            );
+            assert_fenced(&[&a, &b]);
+        }
+        Restart::KeepsTheSeat => {
+            // Well past reconnecting, still within the deadline had renewals failed.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            eprintln!("{} restart: down for {:.0} ms", store.name(), ms(up - down));
+            assert!(
+                !holder.events().iter().any(|e| e.is(Event::LOST)),
+                "the holder lost its seat across a {:.0} ms restart: {:?}\n{}",
+                ms(up - down),
+                holder.events(),
+                holder.stderr_tail()
+            );
+            let waiter = [&a, &b][1 - first];
+            assert!(
+                !waiter.events().iter().any(|e| e.is(Event::ELECTED)),
+                "the waiter was elected"
+            );
+            assert_fenced(&[&a, &b]);
+        }
+        Restart::LosesItsData => {
+            let renewal = spec.ttl / 4;
+            let lost = wait(
+                holder,
+                |e| e.is(Event::LOST) && e.mono_ns > elected.mono_ns,
+                renewal + Duration::from_secs(2),
+            )
+            .await;
+            let (who, next) = next_leader(&[&a, &b], up, spec.ttl * 3).await;
+            eprintln!(
+                "{} restarted without data: the holder lost {:.0} ms after ({:?}); {} elected after {:.0} ms",
+                store.name(),
+                ms(lost.mono_ns.saturating_sub(up)),
+                lost.reason,
+                ["a", "b"][who],
+                ms(next.mono_ns.saturating_sub(up)),
+            );
+            let (old, new) = (elected.token.expect("token"), next.token.expect("token"));
+            assert!(new > old, "token {new} after {old}");
+            assert!(
+                lost.mono_ns <= up + (renewal + Duration::from_millis(500)).as_nanos() as u64,
+                "lost {:.0} ms after the restart",
+                ms(lost.mono_ns.saturating_sub(up))
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(resource.accepted().iter().any(|w| w.token == new));
+            let logs: Vec<Vec<Event>> = [&a, &b].iter().map(|c| c.events()).collect();
+            for v in check_fencing(&logs) {
+                match v {
+                    FencingViolation::Overlap { .. } => {
+                        eprintln!("overlap after data loss (allowed): {v}")
+                    }
+                    other => panic!("fencing violation: {other}\n{logs:#?}"),
+                }
+            }
+        }
+    }
+    assert_no_stale_write_accepted(&resource);
+    stop_all(vec![a, b]).await;
+}
+
+/// An unreachable store, as a user meets it: `tenure campaign` against an address
+/// where nothing listens, and against one that accepts but never answers (a black
+/// hole), exits 1 within its connect timeout with one `unavailable` or `timeout` line.
+pub async fn unreachable_store(store: &dyn StoreServer, spec_at: &dyn Fn(&str) -> FaultSpec) {
+    let port = free_port().expect("port");
+    let nothing =
+        store
+            .endpoint()
+            .replacen(&store.addr().to_string(), &format!("127.0.0.1:{port}"), 1);
+    let proxy = TcpProxy::start(store.addr()).await.expect("proxy");
+    proxy.blackhole().await.expect("blackhole");
+    for (endpoint, what) in [
+        (nothing, "nothing listens"),
+        (via(store, &proxy), "black hole"),
+    ] {
+        let spec = spec_at(&endpoint);
+        let limit = Duration::from_millis(700);
+        let (code, stderr, took) = spec.run_cli(&[
+            "campaign",
+            "--backend",
+            &spec.url,
+            "--election",
+            "x",
+            "--id",
+            "a",
+            "--connect-timeout",
+            &limit.as_secs_f64().to_string(),
+            "--ttl",
+            &spec.ttl.as_secs_f64().to_string(),
+        ]);
+        eprintln!("{} unreachable ({what}): exit after {took:?}", store.name());
+        assert_eq!(code, Some(1), "{what}: {stderr}");
+        assert!(
+            stderr.starts_with("tenure: unavailable") || stderr.starts_with("tenure: timeout"),
+            "{what}: {stderr}"
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{what}: {stderr}");
+        assert!(
+            took <= limit + Duration::from_millis(800),
+            "{what}: took {took:?}"
+        );
+    }
+}
+
+/// Credentials the store refuses, as a user meets them: for each spec `tenure
+/// campaign` exits 1 with one `unauthorized` line that does not show `secret`; and
+/// `right` campaigns and resigns end to end.
+pub async fn wrong_credentials(wrong: &[FaultSpec], right: &FaultSpec, secret: &str) {
+    for spec in wrong {
+        let (code, stderr, _) = spec.run_cli(&[
+            "campaign",
+            "--backend",
+            &spec.url,
+            "--election",
+            "x",
+            "--id",
+            "a",
+            "--ttl",
+            &spec.ttl.as_secs_f64().to_string(),
+        ]);
+        assert_eq!(code, Some(1), "{}: {stderr}", spec.url);
+        assert!(stderr.starts_with("tenure: unauthorized"), "{stderr}");
+        assert!(!stderr.contains(secret), "{stderr}");
+    }
+    let resource = GuardedResource::start().await.expect("resource");
+    let a = right.candidate("faults/credentials", "a", &resource);
+    wait(&a, is(Event::ELECTED), right.start_bound).await;
+    stop_all(vec![a]).await;
 }

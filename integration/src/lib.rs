@@ -67,9 +67,11 @@ pub mod curator;
 mod error;
 pub mod fault_suite;
 mod fencing;
+pub mod membership;
 mod os;
 mod probe;
 mod proxy;
+mod proxy_faults;
 mod server;
 mod shared;
 
@@ -89,6 +91,7 @@ pub use fencing::{
 };
 pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
+pub use proxy_faults::ProxyFaults;
 pub use server::{
     workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members, RedisSentinels, RedisServer,
     StoreServer, ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use tempfile::TempDir;
 
 use crate::error::{HarnessError, Result};
@@ -843,13 +844,39 @@ macro_rules! server_handle {
             fn resume(&self) -> Result<()> {
                 self.core.resume()
             }
+
+            fn endpoint(&self) -> &str {
+                self.core.endpoint()
+            }
+
+            fn addr(&self) -> SocketAddr {
+                self.core.addr()
+            }
+
+            fn kill(&mut self) -> BoxFuture<'_, Result<()>> {
+                Box::pin(self.core.kill())
+            }
+
+            fn restart(&mut self) -> BoxFuture<'_, Result<()>> {
+                Box::pin(self.core.restart())
+            }
         }
     };
 }
 
 /// What the shared fault suite needs of any store the harness runs, local or named by
-/// its environment variable: its name and whether it can be frozen.
+/// its environment variable: where it listens, and the faults on its process.
 pub trait StoreServer: Send + Sync {
+    /// The client endpoint (each store's own form, as the handle's `endpoint`).
+    fn endpoint(&self) -> &str;
+    /// The socket address the server listens on (what a [`TcpProxy`](crate::TcpProxy)
+    /// forwards to).
+    fn addr(&self) -> SocketAddr;
+    /// Kill the server process (SIGKILL); it stays down until [`restart`](Self::restart).
+    fn kill(&mut self) -> BoxFuture<'_, Result<()>>;
+    /// Kill the server process if it runs and start it again on the same port with
+    /// the same data directory, once it answers.
+    fn restart(&mut self) -> BoxFuture<'_, Result<()>>;
     /// The store's name, for messages.
     fn name(&self) -> &'static str;
     /// The environment variable that names an external server instead.

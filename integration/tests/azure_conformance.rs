@@ -7,12 +7,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::backend::Clause;
-use tenure_core::testing::{random_prefix, Env, Faults};
+use tenure_core::testing::{random_prefix, Env};
 use tenure_core::{DynBackend, ErrorKind, Session, Timing};
-use tenure_integration::{AzuriteServer, TcpProxy};
+use tenure_integration::{AzuriteServer, ProxyFaults};
 
 tenure_integration::shared_server!(AzuriteServer, "Azurite");
 
@@ -42,54 +41,6 @@ fn azure_timing() -> Timing {
     t
 }
 
-/// Disconnects black-hole a victim backend's link through a proxy; Azure has no session
-/// object to expire.
-struct AzureFaults {
-    endpoint: String,
-    server: SocketAddr,
-    container: String,
-    proxy: tokio::sync::Mutex<Option<TcpProxy>>,
-}
-
-#[async_trait]
-impl Faults for AzureFaults {
-    async fn victim_backend(&self, _env: &Env) -> Result<DynBackend, String> {
-        let proxy = TcpProxy::start(self.server)
-            .await
-            .map_err(|e| e.to_string())?;
-        let endpoint =
-            self.endpoint
-                .replacen(&self.server.to_string(), &proxy.addr().to_string(), 1);
-        let backend = AzureBackend::connect(config(&endpoint, &self.container))
-            .await
-            .map_err(|e| e.to_string())?;
-        *self.proxy.lock().await = Some(proxy);
-        Ok(Arc::new(backend))
-    }
-
-    async fn disconnect(&self, _session: &Session) -> Result<(), String> {
-        match self.proxy.lock().await.as_ref() {
-            Some(p) => p.blackhole().await.map_err(|e| e.to_string()),
-            None => Err("no victim backend behind a proxy".into()),
-        }
-    }
-
-    async fn reconnect(&self, _session: &Session) -> Result<(), String> {
-        match self.proxy.lock().await.as_ref() {
-            Some(p) => p.heal().await.map_err(|e| e.to_string()),
-            None => Err("no victim backend behind a proxy".into()),
-        }
-    }
-
-    async fn expire(&self, _session: &Session) -> Result<(), String> {
-        Err(
-            "Azure Blob Storage has no session object to expire: a session is a lease id \
-             in this process, and its leases lapse one by one"
-                .into(),
-        )
-    }
-}
-
 async fn azure_env() -> Env {
     let (endpoint, server) = server();
     let container = container();
@@ -99,12 +50,15 @@ async fn azure_env() -> Env {
     };
     let mut env = Env::new(Arc::new(backend), azure_timing());
     env.slack = Duration::from_millis(1500);
-    env.faults = Arc::new(AzureFaults {
-        endpoint,
-        server,
-        container,
-        proxy: tokio::sync::Mutex::new(None),
+    // Disconnects black-hole a victim backend's link through a proxy.
+    let faults = ProxyFaults::new(&endpoint, server, move |at| {
+        let config = config(&at, &container);
+        async move { Ok(Arc::new(AzureBackend::connect(config).await?) as DynBackend) }
     });
+    env.faults = Arc::new(faults.no_expiry(
+        "Azure Blob Storage has no session object to expire: a session is a lease id \
+         in this process, and its leases lapse one by one",
+    ));
     env
 }
 

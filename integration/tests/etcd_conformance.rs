@@ -7,11 +7,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use tenure_core::testing::{Env, Faults};
+use tenure_core::testing::Env;
 use tenure_core::{DynBackend, Session, Timing};
 use tenure_etcd::EtcdBackend;
-use tenure_integration::{EtcdServer, TcpProxy};
+use tenure_integration::{EtcdServer, ProxyFaults};
 
 tenure_integration::shared_server!(EtcdServer, "etcd");
 
@@ -33,49 +32,6 @@ fn etcd_timing() -> Timing {
     t
 }
 
-/// Disconnects cut a victim backend's link through a proxy; expiry revokes the lease
-/// through the main backend.
-struct EtcdFaults {
-    server: SocketAddr,
-    admin: EtcdBackend,
-    proxy: tokio::sync::Mutex<Option<TcpProxy>>,
-}
-
-#[async_trait]
-impl Faults for EtcdFaults {
-    async fn victim_backend(&self, _env: &Env) -> Result<DynBackend, String> {
-        let proxy = TcpProxy::start(self.server)
-            .await
-            .map_err(|e| e.to_string())?;
-        let backend = EtcdBackend::from_url(&url(proxy.addr()))
-            .await
-            .map_err(|e| e.to_string())?;
-        *self.proxy.lock().await = Some(proxy);
-        Ok(Arc::new(backend))
-    }
-
-    async fn disconnect(&self, _session: &Session) -> Result<(), String> {
-        match self.proxy.lock().await.as_ref() {
-            Some(p) => p.blackhole().await.map_err(|e| e.to_string()),
-            None => Err("no victim backend behind a proxy".into()),
-        }
-    }
-
-    async fn reconnect(&self, _session: &Session) -> Result<(), String> {
-        match self.proxy.lock().await.as_ref() {
-            Some(p) => p.heal().await.map_err(|e| e.to_string()),
-            None => Err("no victim backend behind a proxy".into()),
-        }
-    }
-
-    async fn expire(&self, session: &Session) -> Result<(), String> {
-        self.admin
-            .revoke_session(&session.id())
-            .await
-            .map_err(|e| e.to_string())
-    }
-}
-
 async fn etcd_env() -> Env {
     let server = server_addr();
     let backend = match EtcdBackend::from_url(&url(server)).await {
@@ -84,11 +40,16 @@ async fn etcd_env() -> Env {
     };
     let mut env = Env::new(Arc::new(backend.clone()), etcd_timing());
     env.slack = Duration::from_millis(500);
-    env.faults = Arc::new(EtcdFaults {
-        server,
-        admin: backend,
-        proxy: tokio::sync::Mutex::new(None),
+    // Disconnects cut a victim backend's link through a proxy; expiry revokes the
+    // lease through the main backend.
+    let faults = ProxyFaults::new(&server.to_string(), server, |at| async move {
+        let b = EtcdBackend::from_url(&url(at.parse().expect("addr"))).await?;
+        Ok(Arc::new(b) as DynBackend)
     });
+    env.faults = Arc::new(faults.expire_with(move |id| {
+        let backend = backend.clone();
+        async move { backend.revoke_session(&id).await }
+    }));
     env
 }
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::{BackendSession, Capabilities, Clause, SessionEvents};
-use tenure_core::testing::{Env, Faults};
+use tenure_core::testing::Env;
 use tenure_core::{Backend, DynBackend, ElectionName, LeaderInfo, LeaderStream, Session, Timing};
-use tenure_integration::{RedisServer, TcpProxy};
+use tenure_integration::{ProxyFaults, RedisServer};
 use tenure_redis::RedisBackend;
 
 tenure_integration::shared_server!(RedisServer, "Redis");
@@ -28,11 +28,6 @@ fn url(endpoint: &str) -> String {
     )
 }
 
-/// The same server reached through `proxy`.
-fn url_via(endpoint: &str, server: SocketAddr, proxy: SocketAddr) -> String {
-    url(&endpoint.replacen(&server.to_string(), &proxy.to_string(), 1))
-}
-
 /// TTL 1 s, renew every 100 ms, leadership valid for 600 ms after the last confirmed
 /// renewal was sent.
 fn redis_timing() -> Timing {
@@ -43,51 +38,6 @@ fn redis_timing() -> Timing {
     t
 }
 
-/// Disconnects black-hole a victim backend's link through a proxy; expiry ends the
-/// session's keys through the main backend.
-struct RedisFaults {
-    endpoint: String,
-    server: SocketAddr,
-    admin: RedisBackend,
-    proxy: tokio::sync::Mutex<Option<TcpProxy>>,
-}
-
-#[async_trait]
-impl Faults for RedisFaults {
-    async fn victim_backend(&self, _env: &Env) -> Result<DynBackend, String> {
-        let proxy = TcpProxy::start(self.server)
-            .await
-            .map_err(|e| e.to_string())?;
-        let backend = RedisBackend::from_url(&url_via(&self.endpoint, self.server, proxy.addr()))
-            .await
-            .map_err(|e| e.to_string())?;
-        *self.proxy.lock().await = Some(proxy);
-        Ok(Arc::new(backend))
-    }
-
-    async fn disconnect(&self, _session: &Session) -> Result<(), String> {
-        match self.proxy.lock().await.as_ref() {
-            Some(p) => p.blackhole().await.map_err(|e| e.to_string()),
-            None => Err("no victim backend behind a proxy".into()),
-        }
-    }
-
-    async fn reconnect(&self, _session: &Session) -> Result<(), String> {
-        match self.proxy.lock().await.as_ref() {
-            Some(p) => p.heal().await.map_err(|e| e.to_string()),
-            None => Err("no victim backend behind a proxy".into()),
-        }
-    }
-
-    async fn expire(&self, session: &Session) -> Result<(), String> {
-        self.admin
-            .expire_session(&session.id())
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
-}
-
 async fn redis_env() -> Env {
     let (endpoint, server) = server();
     let backend = match RedisBackend::from_url(&url(&endpoint)).await {
@@ -96,12 +46,15 @@ async fn redis_env() -> Env {
     };
     let mut env = Env::new(Arc::new(backend.clone()), redis_timing());
     env.slack = Duration::from_millis(500);
-    env.faults = Arc::new(RedisFaults {
-        endpoint,
-        server,
-        admin: backend,
-        proxy: tokio::sync::Mutex::new(None),
+    // Disconnects black-hole a victim backend's link through a proxy; expiry ends the
+    // session's keys through the main backend.
+    let faults = ProxyFaults::new(&endpoint, server, |at| async move {
+        Ok(Arc::new(RedisBackend::from_url(&url(&at)).await?) as DynBackend)
     });
+    env.faults = Arc::new(faults.expire_with(move |id| {
+        let backend = backend.clone();
+        async move { backend.expire_session(&id).await.map(|_| ()) }
+    }));
     env
 }
 

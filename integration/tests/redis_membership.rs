@@ -3,17 +3,15 @@
 //! own): registrations cost the renewal nothing (one script call whatever their number,
 //! and they stay alive through it), a crashed member goes at its session's expiry
 //! although nothing is published, watchers cost one list per expiry while nothing
-//! changes, the latest registration of an id wins and only its session removes it,
-//! foreign and dead entries are not members, and watchers converge after the link broke.
+//! changes, an ended session's members go at once, and foreign and dead entries are not
+//! members.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use tenure_core::backend::{BackendSession, SessionEvents};
-use tenure_core::{Backend, Candidate, ElectionName, ErrorKind, Member, MemberStream};
-use tenure_integration::{RedisServer, TcpProxy};
+use tenure_core::{Backend, Candidate, ErrorKind};
+use tenure_integration::membership::{member, name, open, pairs, until};
+use tenure_integration::RedisServer;
 use tenure_redis::RedisBackend;
 
 fn prefix() -> &'static str {
@@ -75,53 +73,6 @@ async fn reset_stats(c: &mut redis::aio::MultiplexedConnection) {
         .query_async::<()>(c)
         .await
         .expect("CONFIG RESETSTAT");
-}
-
-fn name(s: &str) -> ElectionName {
-    ElectionName::new(s).expect("name")
-}
-
-fn member(id: &str, value: &str) -> Member {
-    Member::new(id, value).expect("member")
-}
-
-async fn open(b: &RedisBackend, ttl: Duration) -> Arc<dyn BackendSession> {
-    let (events, _) = SessionEvents::channel();
-    b.open_session(ttl, events).await.expect("open session")
-}
-
-fn pairs(members: &[Member]) -> Vec<(String, String)> {
-    members
-        .iter()
-        .map(|m| (m.id().to_string(), m.value().to_string()))
-        .collect()
-}
-
-fn want(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|(i, v)| (i.to_string(), v.to_string()))
-        .collect()
-}
-
-/// Read the stream until it shows `list`; fails after `within`.
-async fn until(w: &mut MemberStream, list: &[(&str, &str)], within: Duration) {
-    let wanted = want(list);
-    let deadline = tokio::time::Instant::now() + within;
-    let mut seen = None;
-    loop {
-        match tokio::time::timeout_at(deadline, w.next()).await {
-            Ok(Some(Ok(members))) => {
-                let got = pairs(&members);
-                if got == wanted {
-                    return;
-                }
-                seen = Some(got);
-            }
-            Ok(Some(Err(e))) => seen = Some(vec![("error".into(), e.to_string())]),
-            Ok(None) => panic!("the member stream ended; wanted {wanted:?}"),
-            Err(_) => panic!("wanted {wanted:?} within {within:?}; last seen {seen:?}"),
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,54 +201,6 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_latest_registration_wins_and_only_its_session_removes_it() {
-    let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint()).await;
-    let ttl = Duration::from_secs(10);
-    let ns = name("latest/ns");
-    let (sa, sb) = (open(&b, ttl).await, open(&b, ttl).await);
-    let mut w = b.watch_members(&ns).await.expect("watch");
-    until(&mut w, &[], Duration::from_secs(1)).await;
-    sa.register_member(&ns, &member("x", "from a"))
-        .await
-        .expect("a");
-    until(&mut w, &[("x", "from a")], Duration::from_secs(1)).await;
-    sb.register_member(&ns, &member("x", "from b"))
-        .await
-        .expect("b");
-    until(&mut w, &[("x", "from b")], Duration::from_secs(1)).await;
-    sa.unregister_member(&ns, "x").await.expect("unregister a");
-    sa.close().await.expect("close a");
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(
-        pairs(&b.members(&ns).await.expect("members")),
-        want(&[("x", "from b")])
-    );
-    // Registering the same value again changes nothing.
-    sb.register_member(&ns, &member("x", "from b"))
-        .await
-        .expect("again");
-    sb.register_member(&ns, &member("y", "1")).await.expect("y");
-    until(
-        &mut w,
-        &[("x", "from b"), ("y", "1")],
-        Duration::from_secs(1),
-    )
-    .await;
-    sb.unregister_member(&ns, "x").await.expect("unregister b");
-    until(&mut w, &[("y", "1")], Duration::from_secs(1)).await;
-    let bad = sb.unregister_member(&ns, "a/b").await.expect_err("bad id");
-    assert_eq!(bad.kind(), ErrorKind::InvalidArgument);
-    sb.close().await.expect("close b");
-    until(&mut w, &[], Duration::from_secs(1)).await;
-    let closed = sb
-        .register_member(&ns, &member("z", ""))
-        .await
-        .expect_err("closed session");
-    assert_eq!(closed.kind(), ErrorKind::Closed);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ended_session_loses_its_members_at_once_and_cannot_register() {
     let server = RedisServer::start().await.expect("redis");
     let b = backend(server.endpoint()).await;
@@ -358,7 +261,7 @@ async fn foreign_and_dead_entries_are_not_members() {
         .expect("HSET");
     assert_eq!(
         pairs(&b.members(&ns).await.expect("members")),
-        want(&[("live", "v")])
+        [("live".to_string(), "v".to_string())]
     );
     // The dead session's entry was deleted by the list; the foreign ones are left.
     let fields: Vec<String> = redis::cmd("HKEYS")
@@ -370,36 +273,4 @@ async fn foreign_and_dead_entries_are_not_members() {
     fields.sort();
     assert_eq!(fields, ["bad/id", "live", "no-newline"]);
     s.close().await.expect("close");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watcher_converges_after_its_link_was_cut() {
-    let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint()).await;
-    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
-    let endpoint =
-        server
-            .endpoint()
-            .replacen(&server.addr().to_string(), &proxy.addr().to_string(), 1);
-    let watcher = backend(&endpoint).await;
-    let ns = name("cut/ns");
-    let s = open(&b, Duration::from_secs(10)).await;
-    s.register_member(&ns, &member("a", "1"))
-        .await
-        .expect("register");
-    let mut w = watcher.watch_members(&ns).await.expect("watch");
-    until(&mut w, &[("a", "1")], Duration::from_secs(1)).await;
-    proxy.cut().await.expect("cut");
-    // Changes while the watcher hears nothing.
-    s.register_member(&ns, &member("a", "2"))
-        .await
-        .expect("change");
-    s.register_member(&ns, &member("b", "1"))
-        .await
-        .expect("join");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    proxy.heal().await.expect("heal");
-    until(&mut w, &[("a", "2"), ("b", "1")], Duration::from_secs(5)).await;
-    s.close().await.expect("close");
-    until(&mut w, &[], Duration::from_secs(2)).await;
 }

@@ -8,11 +8,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::StreamExt;
-use tenure_core::testing::{Env, Faults};
+use tenure_core::testing::Env;
 use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
-use tenure_integration::{TcpProxy, ZooKeeperServer};
+use tenure_integration::{ProxyFaults, ZooKeeperServer};
 use tenure_zookeeper::ZooKeeperBackend;
 
 tenure_integration::shared_server!(ZooKeeperServer, "ZooKeeper");
@@ -35,57 +34,6 @@ fn zk_timing() -> Timing {
     t
 }
 
-/// Disconnects cut a victim backend's link through a proxy; expiry closes the session
-/// from a second connection with its id and password.
-struct ZkFaults {
-    server: SocketAddr,
-    backends: Mutex<Vec<ZooKeeperBackend>>,
-    proxy: tokio::sync::Mutex<Option<TcpProxy>>,
-}
-
-#[async_trait]
-impl Faults for ZkFaults {
-    async fn victim_backend(&self, _env: &Env) -> Result<DynBackend, String> {
-        let proxy = TcpProxy::start(self.server)
-            .await
-            .map_err(|e| e.to_string())?;
-        let backend = ZooKeeperBackend::from_url(&url(proxy.addr()))
-            .await
-            .map_err(|e| e.to_string())?;
-        *self.proxy.lock().await = Some(proxy);
-        if let Ok(mut b) = self.backends.lock() {
-            b.push(backend.clone());
-        }
-        Ok(Arc::new(backend))
-    }
-
-    async fn disconnect(&self, _session: &Session) -> Result<(), String> {
-        match self.proxy.lock().await.as_ref() {
-            Some(p) => p.blackhole().await.map_err(|e| e.to_string()),
-            None => Err("no victim backend behind a proxy".into()),
-        }
-    }
-
-    async fn reconnect(&self, _session: &Session) -> Result<(), String> {
-        match self.proxy.lock().await.as_ref() {
-            Some(p) => p.heal().await.map_err(|e| e.to_string()),
-            None => Err("no victim backend behind a proxy".into()),
-        }
-    }
-
-    async fn expire(&self, session: &Session) -> Result<(), String> {
-        let backends = self.backends.lock().map_err(|e| e.to_string())?.clone();
-        let mut last = "no backend".to_string();
-        for b in backends {
-            match b.expire_session(&session.id()).await {
-                Ok(()) => return Ok(()),
-                Err(e) => last = e.to_string(),
-            }
-        }
-        Err(last)
-    }
-}
-
 async fn zk_env() -> Env {
     let server = server_addr();
     let backend = match ZooKeeperBackend::from_url(&url(server)).await {
@@ -96,11 +44,34 @@ async fn zk_env() -> Env {
     // The server expires sessions in tickTime buckets (up to 1 s late here), and an
     // abandoned session is dropped once renewals stop for twice their interval.
     env.slack = Duration::from_millis(1500);
-    env.faults = Arc::new(ZkFaults {
-        server,
-        backends: Mutex::new(vec![backend]),
-        proxy: tokio::sync::Mutex::new(None),
+    // Disconnects cut a victim backend's link through a proxy; expiry closes the
+    // session from a second connection with its id and password, which only the
+    // backend that opened it knows: every backend made here is asked.
+    let backends = Arc::new(Mutex::new(vec![backend]));
+    let known = backends.clone();
+    let faults = ProxyFaults::new(&server.to_string(), server, move |at| {
+        let known = known.clone();
+        async move {
+            let b = ZooKeeperBackend::from_url(&url(at.parse().expect("addr"))).await?;
+            if let Ok(mut k) = known.lock() {
+                k.push(b.clone());
+            }
+            Ok(Arc::new(b) as DynBackend)
+        }
     });
+    env.faults = Arc::new(faults.expire_with(move |id| {
+        let backends = backends.lock().map(|b| b.clone()).unwrap_or_default();
+        async move {
+            let mut last = tenure_core::Error::new(ErrorKind::InvalidArgument, "no backend");
+            for b in backends {
+                match b.expire_session(&id).await {
+                    Ok(()) => return Ok(()),
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        }
+    }));
     env
 }
 

@@ -336,6 +336,7 @@ impl Session {
 
     /// Remove this session's registration `id` under `namespace`. Idempotent.
     pub async fn unregister(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        Member::check_id(id)?;
         let core = self.core();
         core.lock_registrations()
             .remove(&(namespace.clone(), id.to_string()));

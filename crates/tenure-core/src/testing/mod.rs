@@ -945,12 +945,25 @@ fn ids_values(list: &[Member]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Read `stream` until a list equals `want` (as (id, value) pairs, sorted by id).
-async fn watch_until(
+/// Read `stream` until a list equals `want` (as (id, value) pairs, sorted by id);
+/// panics, saying `what`, if it does not within `bound` or the stream yields an error.
+pub async fn watch_until(
     stream: &mut MemberStream,
     want: &[(&str, &str)],
     bound: Duration,
     what: &str,
+) {
+    watch_for(stream, want, bound, what, false).await
+}
+
+/// [`watch_until`] that reads past errors (while the store is unreachable, a stream
+/// yields them and goes on).
+async fn watch_for(
+    stream: &mut MemberStream,
+    want: &[(&str, &str)],
+    bound: Duration,
+    what: &str,
+    errors_ok: bool,
 ) {
     let want: Vec<(String, String)> = want
         .iter()
@@ -961,6 +974,10 @@ async fn watch_until(
         while let Some(item) = stream.next().await {
             let list = match item {
                 Ok(l) => l,
+                Err(e) if errors_ok => {
+                    last = Some(vec![("error".to_string(), e.to_string())]);
+                    continue;
+                }
                 Err(e) => panic!("{what}: member stream error: {e}"),
             };
             let got = ids_values(&list);
@@ -1086,6 +1103,41 @@ pub async fn check_membership(env: &Env) {
         Err(why) => eprintln!("membership after expiry not checked: {why}"),
     }
     sd.close().await.expect("close d");
+
+    // The latest registration of an id wins across sessions, and only the session
+    // that made it removes it: the earlier one unregistering or closing does not.
+    let sf = env.session().await;
+    sf.register(&ns, &member("x", "from f"))
+        .await
+        .expect("register x from f");
+    watch_until(&mut w, &[("a", "2"), ("x", "from f")], quick, "x from f").await;
+    sa.register(&ns, &member("x", "from a"))
+        .await
+        .expect("register x from a");
+    watch_until(&mut w, &[("a", "2"), ("x", "from a")], quick, "x from a").await;
+    sf.unregister(&ns, "x").await.expect("unregister x from f");
+    let bad = sf
+        .unregister(&ns, "a/b")
+        .await
+        .expect_err("a bad member id");
+    assert_eq!(bad.kind(), ErrorKind::InvalidArgument, "{bad}");
+    sf.close().await.expect("close f");
+    let closed = sf
+        .register(&ns, &member("z", ""))
+        .await
+        .expect_err("register on a closed session");
+    assert_eq!(closed.kind(), ErrorKind::Closed, "{closed}");
+    sa.register(&ns, &member("y", "1"))
+        .await
+        .expect("register y");
+    watch_until(
+        &mut w,
+        &[("a", "2"), ("x", "from a"), ("y", "1")],
+        quick,
+        "the latest registration outlives the earlier session",
+    )
+    .await;
+    members_until(&sa, &ns, &[("a", "2"), ("x", "from a"), ("y", "1")], quick).await;
     sa.close().await.expect("close a");
     watch_until(&mut w, &[], quick, "all gone").await;
 
@@ -1126,6 +1178,57 @@ pub async fn check_membership(env: &Env) {
     se.close().await.expect("close e");
 }
 
+/// Clause 13 (membership) through a broken link: a watcher whose connection to the
+/// store is cut while members change shows the current list once the link heals,
+/// without being restarted.
+pub async fn check_membership_after_a_cut(env: &Env) {
+    if env.not_applicable(Clause::Membership) {
+        return;
+    }
+    let victim = match env.faults.victim_backend(env).await {
+        Ok(b) => b,
+        Err(why) => return eprintln!("membership cut not checked: {why}"),
+    };
+    let quick = env.caps().observe_poll.unwrap_or_default() * 2 + env.timing.ttl / 2 + env.slack;
+    let ns = env.election("cut");
+    let watcher = env.session_on(victim).await;
+    let s = env.session().await;
+    s.register(&ns, &member("a", "1"))
+        .await
+        .expect("register a");
+    let mut w = watcher.watch_members(&ns).await.expect("watch_members");
+    watch_until(&mut w, &[("a", "1")], quick, "before the cut").await;
+    if let Err(why) = env.faults.disconnect(&watcher).await {
+        return eprintln!("membership cut not checked: {why}");
+    }
+    // Changes while the watcher hears nothing (shorter than its renew deadline).
+    s.register(&ns, &member("a", "2")).await.expect("change a");
+    s.register(&ns, &member("b", "1"))
+        .await
+        .expect("register b");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.faults.reconnect(&watcher).await.expect("reconnect");
+    let healed = quick + env.timing.ttl * 2 + env.slack;
+    watch_for(
+        &mut w,
+        &[("a", "2"), ("b", "1")],
+        healed,
+        "after the cut",
+        true,
+    )
+    .await;
+    s.close().await.expect("close");
+    watch_for(
+        &mut w,
+        &[],
+        quick + env.slack,
+        "all gone after the cut",
+        true,
+    )
+    .await;
+    drop(watcher);
+}
+
 /// Run every check against `env`'s backend, one `#[tokio::test]` per clause.
 ///
 /// `$make_env` is an async expression evaluating to an [`Env`]. The calling crate needs
@@ -1146,6 +1249,7 @@ macro_rules! conformance_tests {
             clause_11_stall_detection => check_stall_detection,
             clause_12_bad_input => check_bad_input,
             clause_13_membership => check_membership,
+            clause_13_membership_after_a_cut => check_membership_after_a_cut,
             session_holds_many_elections => check_many_elections_one_session
         );
         #[tokio::test(flavor = "current_thread")]

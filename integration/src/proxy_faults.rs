@@ -1,0 +1,105 @@
+//! The conformance suite's fault hooks ([`Faults`]) for any store reached over TCP:
+//! the suite's victim backend reaches the store through a [`TcpProxy`] (disconnect
+//! black-holes the link, reconnect heals it), and expiry is whatever the store offers,
+//! given as a function of the session id.
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use tenure_core::testing::{Env, Faults};
+use tenure_core::{DynBackend, Session};
+
+use crate::TcpProxy;
+
+type Connect =
+    Box<dyn Fn(String) -> BoxFuture<'static, tenure_core::Result<DynBackend>> + Send + Sync>;
+type Expire = Box<dyn Fn(String) -> BoxFuture<'static, tenure_core::Result<()>> + Send + Sync>;
+
+/// [`Faults`] through a proxy in front of the store; see the module docs.
+pub struct ProxyFaults {
+    endpoint: String,
+    server: SocketAddr,
+    connect: Connect,
+    expire: Result<Expire, &'static str>,
+    proxy: tokio::sync::Mutex<Option<TcpProxy>>,
+}
+
+impl ProxyFaults {
+    /// Hooks for the store at `endpoint` (listening on `server`); `connect` makes a
+    /// backend from an endpoint of the same form (the proxy's address in place of the
+    /// server's). Expiry is unsupported until [`expire_with`](Self::expire_with).
+    pub fn new<C, F>(endpoint: &str, server: SocketAddr, connect: C) -> Self
+    where
+        C: Fn(String) -> F + Send + Sync + 'static,
+        F: Future<Output = tenure_core::Result<DynBackend>> + Send + 'static,
+    {
+        ProxyFaults {
+            endpoint: endpoint.to_string(),
+            server,
+            connect: Box::new(move |e| Box::pin(connect(e))),
+            expire: Err("this store's tests do not expire sessions"),
+            proxy: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// Expire a session (given its id) the store's own way.
+    pub fn expire_with<E, F>(mut self, expire: E) -> Self
+    where
+        E: Fn(String) -> F + Send + Sync + 'static,
+        F: Future<Output = tenure_core::Result<()>> + Send + 'static,
+    {
+        self.expire = Ok(Box::new(move |id| Box::pin(expire(id))));
+        self
+    }
+
+    /// Why the store has no session to expire.
+    pub fn no_expiry(mut self, why: &'static str) -> Self {
+        self.expire = Err(why);
+        self
+    }
+
+    async fn with_proxy(&self, heal: bool) -> Result<(), String> {
+        let proxy = self.proxy.lock().await;
+        let Some(p) = proxy.as_ref() else {
+            return Err("no victim backend behind a proxy".into());
+        };
+        let done = if heal {
+            p.heal().await
+        } else {
+            p.blackhole().await
+        };
+        done.map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait]
+impl Faults for ProxyFaults {
+    async fn victim_backend(&self, _env: &Env) -> Result<DynBackend, String> {
+        let proxy = TcpProxy::start(self.server)
+            .await
+            .map_err(|e| e.to_string())?;
+        let endpoint =
+            self.endpoint
+                .replacen(&self.server.to_string(), &proxy.addr().to_string(), 1);
+        let backend = (self.connect)(endpoint).await.map_err(|e| e.to_string())?;
+        *self.proxy.lock().await = Some(proxy);
+        Ok(backend)
+    }
+
+    async fn disconnect(&self, _session: &Session) -> Result<(), String> {
+        self.with_proxy(false).await
+    }
+
+    async fn reconnect(&self, _session: &Session) -> Result<(), String> {
+        self.with_proxy(true).await
+    }
+
+    async fn expire(&self, session: &Session) -> Result<(), String> {
+        match &self.expire {
+            Ok(expire) => expire(session.id()).await.map_err(|e| e.to_string()),
+            Err(why) => Err((*why).to_string()),
+        }
+    }
+}
