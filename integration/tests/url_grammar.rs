@@ -159,3 +159,32 @@ fn passwords_never_show_whether_accepted_or_refused() {
         assert!(!format!("{e} {e:?}").contains(secret), "{}: {e}", b.name);
     }
 }
+
+#[test]
+fn the_store_backends_take_the_same_timeouts() {
+    // The four stores share the kit's timeout keys: a duration with a unit or plain
+    // milliseconds, and zero or nonsense is an error naming the key.
+    for b in backends()
+        .into_iter()
+        .filter(|b| ["etcd", "redis", "zk", "azblob"].contains(&b.name))
+    {
+        for good in [
+            "connect_timeout=750ms&request_timeout=2s",
+            "connect_timeout_ms=750&request_timeout_ms=2000",
+        ] {
+            let parsed = (b.parse)(&with_query(b.base, good))
+                .unwrap_or_else(|e| panic!("{}: {good}: {e}", b.name));
+            assert!(parsed.contains("750ms"), "{}: {parsed}", b.name);
+            assert!(parsed.contains("2s"), "{}: {parsed}", b.name);
+        }
+        for (bad, key) in [
+            ("connect_timeout=0s", "connect_timeout"),
+            ("request_timeout_ms=0", "request_timeout_ms"),
+            ("connect_timeout=5", "connect_timeout"),
+        ] {
+            let e = (b.parse)(&with_query(b.base, bad)).expect_err(bad);
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{}: {bad}", b.name);
+            assert!(e.message().starts_with(key), "{}: {bad}: {e}", b.name);
+        }
+    }
+}

@@ -7,21 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use azure_core::credentials::TokenCredential;
-use tenure_core::backend::config::{parse_bool, parse_millis, unknown_key, BackendUrl};
+use tenure_core::backend::config::{
+    parse_bool, parse_millis, unknown_key_in, BackendUrl, Timeouts,
+};
 use tenure_core::{Error, Result};
 
 /// The URL scheme of this backend: `azblob://account/container[/prefix][?…]`.
 pub const SCHEME: &str = "azblob";
 
 /// The URL query keys.
-const KEYS: &[&str] = &[
-    "endpoint",
-    "auth",
-    "create_container",
-    "poll_interval_ms",
-    "connect_timeout_ms",
-    "request_timeout_ms",
-];
+const KEYS: &[&str] = &["endpoint", "auth", "create_container", "poll_interval_ms"];
 
 /// Default for [`AzureConfig::connect_timeout`] and [`AzureConfig::request_timeout`].
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -106,8 +101,8 @@ impl PartialEq for Credential {
 /// | credentials | Entra ID | `?auth=key\|sas\|entra\|managed_identity\|developer_tools` (which source to use; never the secret itself) | `AZURE_STORAGE_CONNECTION_STRING`, `AZURE_STORAGE_KEY`, `AZURE_STORAGE_SAS_TOKEN`; Entra ID: `AZURE_TENANT_ID` + `AZURE_CLIENT_ID` + `AZURE_CLIENT_SECRET`, else the Azure CLI login |
 /// | create the container if missing | yes | `?create_container=false` | — |
 /// | poll interval: how often waiters try to acquire and observers read | 1 s (at least 100 ms) | `?poll_interval_ms=` | — |
-/// | connect timeout | 5 s | `?connect_timeout_ms=` | — |
-/// | request timeout | 5 s | `?request_timeout_ms=` | — |
+/// | connect timeout | 5 s | `?connect_timeout=5s` or `?connect_timeout_ms=5000` | — |
+/// | request timeout | 5 s | `?request_timeout=5s` or `?request_timeout_ms=5000` | — |
 ///
 /// A bad URL, an unknown parameter or a bad value is
 /// [`ErrorKind::InvalidArgument`](tenure_core::ErrorKind) naming the problem; messages
@@ -121,8 +116,7 @@ pub struct AzureConfig {
     credential: Option<Credential>,
     create_container: bool,
     poll_interval: Duration,
-    connect_timeout: Duration,
-    request_timeout: Duration,
+    timeouts: Timeouts,
 }
 
 impl fmt::Debug for AzureConfig {
@@ -141,8 +135,7 @@ impl fmt::Debug for AzureConfig {
             )
             .field("create_container", &self.create_container)
             .field("poll_interval", &self.poll_interval)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
+            .field("timeouts", &self.timeouts)
             .finish()
     }
 }
@@ -176,8 +169,7 @@ impl AzureConfig {
             credential: None,
             create_container: true,
             poll_interval: DEFAULT_POLL_INTERVAL,
-            connect_timeout: DEFAULT_TIMEOUT,
-            request_timeout: DEFAULT_TIMEOUT,
+            timeouts: Timeouts::new(DEFAULT_TIMEOUT),
         }
     }
 
@@ -349,19 +341,20 @@ impl AzureConfig {
     }
 
     fn set(&mut self, key: &str, value: String) -> Result<()> {
+        if self.timeouts.set(key, &value)? {
+            return Ok(());
+        }
         match key {
             "endpoint" => self.endpoint = Some(value),
             "create_container" => self.create_container = parse_bool(key, &value)?,
             "poll_interval_ms" => self.poll_interval = parse_millis(key, &value)?,
-            "connect_timeout_ms" => self.connect_timeout = parse_millis(key, &value)?,
-            "request_timeout_ms" => self.request_timeout = parse_millis(key, &value)?,
             "key" | "sas" | "sig" | "accountkey" | "account_key" => {
                 return Err(Error::invalid(format!(
                     "url: parameter {key:?}: secrets do not go in the URL; use \
                      AZURE_STORAGE_KEY, AZURE_STORAGE_SAS_TOKEN or AZURE_STORAGE_CONNECTION_STRING"
                 )))
             }
-            other => return Err(unknown_key(other, KEYS)),
+            other => return Err(unknown_key_in(other, &[KEYS, Timeouts::KEYS])),
         }
         Ok(())
     }
@@ -438,14 +431,7 @@ impl AzureConfig {
                 self.poll_interval
             )));
         }
-        for (name, d) in [
-            ("connect_timeout", self.connect_timeout),
-            ("request_timeout", self.request_timeout),
-        ] {
-            if d.is_zero() {
-                return Err(Error::invalid(format!("{name}: must be greater than zero")));
-            }
-        }
+        self.timeouts.validate()?;
         match &self.credential {
             Some(Credential::SharedKey(k))
                 if azure_core::base64::decode(k).map_or(true, |b| b.is_empty()) =>
@@ -512,13 +498,13 @@ impl AzureConfig {
 
     /// The longest connecting may take (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.timeouts.connect = timeout;
         self
     }
 
     /// The longest any single request may wait for its answer (default 5 s).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.timeouts.request = timeout;
         self
     }
 
@@ -557,12 +543,12 @@ impl AzureConfig {
 
     /// The connect timeout.
     pub fn get_connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.timeouts.connect
     }
 
     /// The request timeout.
     pub fn get_request_timeout(&self) -> Duration {
-        self.request_timeout
+        self.timeouts.request
     }
 
     /// Which kind of credential is configured (`"shared key"`, …), never the secret.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, parse_bool, parse_millis, unknown_key, BackendUrl, Secret,
+    encode, env_overrides, parse_bool, unknown_key_in, BackendUrl, Secret, Timeouts, TlsFiles,
 };
 use tenure_core::{Error, Result};
 
@@ -27,15 +27,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The URL query keys.
 const KEYS: &[&str] = &[
-    "prefix",
-    "username",
-    "password",
-    "ca",
-    "cert",
-    "key",
-    "domain",
-    "connect_timeout_ms",
-    "request_timeout_ms",
+    "prefix", "username", "password", "ca", "cert", "key", "domain",
 ];
 
 /// The environment variables that set a URL key.
@@ -62,8 +54,8 @@ const ENV_KEYS: &[(&str, &str)] = &[
 /// | CA certificate (PEM file, required with TLS) | none | `ca=` | `TENURE_ETCD_CA_FILE` |
 /// | client certificate and key (PEM files) | none | `cert=`, `key=` | `TENURE_ETCD_CERT_FILE`, `TENURE_ETCD_KEY_FILE` |
 /// | TLS server name | the endpoint's host | `domain=` | `TENURE_ETCD_DOMAIN` |
-/// | connect timeout | 5 s | `connect_timeout_ms=` | `TENURE_ETCD_CONNECT_TIMEOUT_MS` |
-/// | request timeout | 5 s | `request_timeout_ms=` | `TENURE_ETCD_REQUEST_TIMEOUT_MS` |
+/// | connect timeout | 5 s | `connect_timeout=5s` or `connect_timeout_ms=5000` | `TENURE_ETCD_CONNECT_TIMEOUT_MS` |
+/// | request timeout | 5 s | `request_timeout=5s` or `request_timeout_ms=5000` | `TENURE_ETCD_REQUEST_TIMEOUT_MS` |
 ///
 /// URL values are percent-decoded. Unknown parameters, empty hosts, bad ports and bad
 /// prefixes are [`ErrorKind::InvalidArgument`](tenure_core::ErrorKind) naming the
@@ -75,12 +67,9 @@ pub struct EtcdConfig {
     username: Option<String>,
     password: Option<Secret>,
     tls: bool,
-    ca_file: Option<PathBuf>,
-    cert_file: Option<PathBuf>,
-    key_file: Option<PathBuf>,
+    files: TlsFiles,
     domain: Option<String>,
-    connect_timeout: Duration,
-    request_timeout: Duration,
+    timeouts: Timeouts,
 }
 
 /// The URL form without the password: `etcd://[user@]h1:2379,h2:2379?prefix=…`.
@@ -108,12 +97,9 @@ impl EtcdConfig {
             username: None,
             password: None,
             tls: false,
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
+            files: TlsFiles::default(),
             domain: None,
-            connect_timeout: DEFAULT_TIMEOUT,
-            request_timeout: DEFAULT_TIMEOUT,
+            timeouts: Timeouts::new(DEFAULT_TIMEOUT),
         }
     }
 
@@ -174,17 +160,18 @@ impl EtcdConfig {
     }
 
     fn set(&mut self, key: &str, value: String) -> Result<()> {
+        if self.timeouts.set(key, &value)? {
+            return Ok(());
+        }
         match key {
             "prefix" => self.prefix = value,
             "username" | "user" => self.username = Some(value),
             "password" => self.password = Some(Secret::new(value)),
-            "ca" => self.ca_file = Some(value.into()),
-            "cert" => self.cert_file = Some(value.into()),
-            "key" => self.key_file = Some(value.into()),
+            "ca" | "cert" | "key" => {
+                self.files.set(key, value);
+            }
             "domain" => self.domain = Some(value),
-            "connect_timeout_ms" => self.connect_timeout = parse_millis(key, &value)?,
-            "request_timeout_ms" => self.request_timeout = parse_millis(key, &value)?,
-            other => return Err(unknown_key(other, KEYS)),
+            other => return Err(unknown_key_in(other, &[KEYS, Timeouts::KEYS])),
         }
         Ok(())
     }
@@ -206,29 +193,14 @@ impl EtcdConfig {
         if self.password.is_some() && self.username.is_none() {
             return Err(Error::invalid("password: given without a username"));
         }
-        if self.tls && self.ca_file.is_none() {
+        if self.tls && self.files.ca.is_none() {
             return Err(Error::invalid(
                 "ca: TLS (etcds://) needs the CA certificate file that signed the server's \
                  certificate (ca=/path/ca.pem)",
             ));
         }
-        if !self.tls && (self.ca_file.is_some() || self.cert_file.is_some()) {
-            return Err(Error::invalid(
-                "ca/cert: TLS files given for a plain etcd:// connection; use etcds://",
-            ));
-        }
-        if self.cert_file.is_some() != self.key_file.is_some() {
-            return Err(Error::invalid(
-                "cert/key: a client certificate needs both cert= and key=",
-            ));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(Error::invalid("connect_timeout: must be greater than zero"));
-        }
-        if self.request_timeout.is_zero() {
-            return Err(Error::invalid("request_timeout: must be greater than zero"));
-        }
-        Ok(())
+        self.files.validate(self.tls, SCHEME, TLS_SCHEME)?;
+        self.timeouts.validate()
     }
 
     /// Keep tenure's keys under `prefix` (default `tenure`): an election `E` lives at
@@ -248,7 +220,7 @@ impl EtcdConfig {
     /// Use TLS, verifying the server with the CA certificate in `ca_file` (PEM).
     pub fn tls(mut self, ca_file: impl Into<PathBuf>) -> Self {
         self.tls = true;
-        self.ca_file = Some(ca_file.into());
+        self.files.ca = Some(ca_file.into());
         self
     }
 
@@ -258,8 +230,8 @@ impl EtcdConfig {
         cert_file: impl Into<PathBuf>,
         key_file: impl Into<PathBuf>,
     ) -> Self {
-        self.cert_file = Some(cert_file.into());
-        self.key_file = Some(key_file.into());
+        self.files.cert = Some(cert_file.into());
+        self.files.key = Some(key_file.into());
         self
     }
 
@@ -271,13 +243,13 @@ impl EtcdConfig {
 
     /// The longest connecting (and the first request) may take (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.timeouts.connect = timeout;
         self
     }
 
     /// The longest any single request may wait for its answer (default 5 s).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.timeouts.request = timeout;
         self
     }
 
@@ -303,12 +275,12 @@ impl EtcdConfig {
 
     /// The connect timeout.
     pub fn get_connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.timeouts.connect
     }
 
     /// The request timeout.
     pub fn get_request_timeout(&self) -> Duration {
-        self.request_timeout
+        self.timeouts.request
     }
 
     pub(crate) fn password(&self) -> Option<&str> {
@@ -316,11 +288,11 @@ impl EtcdConfig {
     }
 
     pub(crate) fn tls_files(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
-        let identity = match (&self.cert_file, &self.key_file) {
+        let identity = match (&self.files.cert, &self.files.key) {
             (Some(c), Some(k)) => Some((c, k)),
             _ => None,
         };
-        (self.ca_file.as_ref(), identity)
+        (self.files.ca.as_ref(), identity)
     }
 
     pub(crate) fn tls_domain(&self) -> Option<&str> {

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, host_port, parse_millis, parse_number, unknown_key, BackendUrl, Secret,
+    encode, env_overrides, host_port, parse_millis, parse_number, unknown_key_in, BackendUrl,
+    Secret, Timeouts, TlsFiles,
 };
 use tenure_core::{Error, Result};
 
@@ -51,8 +52,6 @@ const KEYS: &[&str] = &[
     "prefix",
     "username",
     "password",
-    "connect_timeout_ms",
-    "request_timeout_ms",
     "poll_interval_ms",
     "ca",
     "cert",
@@ -79,8 +78,8 @@ const ENV_KEYS: &[(&str, &str)] = &[
 /// | username (ACL) and password | none (the default user, no `AUTH`) | `redis://user:password@host`, or `redis://:password@host` for the default user | `TENURE_REDIS_USERNAME`, `TENURE_REDIS_PASSWORD` (override the URL) |
 /// | database number | 0 | `redis://host/2` | in the URL |
 /// | key prefix | `tenure` | `?prefix=` | `TENURE_REDIS_PREFIX` |
-/// | connect timeout | 5 s | `?connect_timeout_ms=` | in the URL |
-/// | request timeout | 5 s | `?request_timeout_ms=` | in the URL |
+/// | connect timeout | 5 s | `?connect_timeout=5s` or `?connect_timeout_ms=5000` | in the URL |
+/// | request timeout | 5 s | `?request_timeout=5s` or `?request_timeout_ms=5000` | in the URL |
 /// | poll interval: the longest a waiter or observer goes without looking at the seat itself | 1 s | `?poll_interval_ms=` | in the URL |
 /// | CA certificate (PEM) to verify the server with TLS | the system's roots | `?ca=/path` | in the URL |
 /// | client certificate and key (PEM) for TLS | none | `?cert=/path&key=/path` | in the URL |
@@ -102,12 +101,9 @@ pub struct RedisConfig {
     password: Option<Secret>,
     db: i64,
     prefix: String,
-    connect_timeout: Duration,
-    request_timeout: Duration,
+    timeouts: Timeouts,
     poll_interval: Duration,
-    ca_file: Option<PathBuf>,
-    cert_file: Option<PathBuf>,
-    key_file: Option<PathBuf>,
+    files: TlsFiles,
     sentinel: Option<Sentinel>,
     wait_replicas: u32,
     wait_timeout: Duration,
@@ -174,12 +170,9 @@ impl RedisConfig {
             password: None,
             db: 0,
             prefix: DEFAULT_PREFIX.to_string(),
-            connect_timeout: DEFAULT_TIMEOUT,
-            request_timeout: DEFAULT_TIMEOUT,
+            timeouts: Timeouts::new(DEFAULT_TIMEOUT),
             poll_interval: DEFAULT_POLL_INTERVAL,
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
+            files: TlsFiles::default(),
             sentinel: None,
             wait_replicas: 0,
             wait_timeout: DEFAULT_WAIT_TIMEOUT,
@@ -288,16 +281,17 @@ impl RedisConfig {
     }
 
     fn set(&mut self, key: &str, value: String) -> Result<()> {
+        if self.timeouts.set(key, &value)? {
+            return Ok(());
+        }
         match key {
             "prefix" => self.prefix = value,
             "username" => self.username = Some(value),
             "password" => self.password = Some(Secret::new(value)),
-            "connect_timeout_ms" => self.connect_timeout = parse_millis(key, &value)?,
-            "request_timeout_ms" => self.request_timeout = parse_millis(key, &value)?,
             "poll_interval_ms" => self.poll_interval = parse_millis(key, &value)?,
-            "ca" => self.ca_file = Some(value.into()),
-            "cert" => self.cert_file = Some(value.into()),
-            "key" => self.key_file = Some(value.into()),
+            "ca" | "cert" | "key" => {
+                self.files.set(key, value);
+            }
             "wait_replicas" => {
                 self.wait_replicas =
                     parse_number(key, &value, 0, u64::from(MAX_WAIT_REPLICAS))? as u32
@@ -315,7 +309,7 @@ impl RedisConfig {
                     sentinel.password = Some(Secret::new(value));
                 }
             }
-            other => return Err(unknown_key(other, KEYS)),
+            other => return Err(unknown_key_in(other, &[KEYS, Timeouts::KEYS])),
         }
         Ok(())
     }
@@ -346,11 +340,11 @@ impl RedisConfig {
             )));
         }
         if self.wait_replicas > 0
-            && (self.wait_timeout.is_zero() || self.wait_timeout >= self.request_timeout)
+            && (self.wait_timeout.is_zero() || self.wait_timeout >= self.timeouts.request)
         {
             return Err(Error::invalid(format!(
                 "wait_timeout: {:?} must be greater than zero and below the request timeout {:?}",
-                self.wait_timeout, self.request_timeout
+                self.wait_timeout, self.timeouts.request
             )));
         }
         if self.port == 0 {
@@ -371,24 +365,10 @@ impl RedisConfig {
                 "password: a username needs a password (redis://user:password@host)",
             ));
         }
-        if !self.tls && (self.ca_file.is_some() || self.cert_file.is_some()) {
-            return Err(Error::invalid(
-                "ca/cert: TLS files given for a plain redis:// connection; use rediss://",
-            ));
-        }
-        if self.cert_file.is_some() != self.key_file.is_some() {
-            return Err(Error::invalid(
-                "cert/key: a client certificate needs both cert= and key=",
-            ));
-        }
-        for (name, d) in [
-            ("connect_timeout", self.connect_timeout),
-            ("request_timeout", self.request_timeout),
-            ("poll_interval", self.poll_interval),
-        ] {
-            if d.is_zero() {
-                return Err(Error::invalid(format!("{name}: must be greater than zero")));
-            }
+        self.files.validate(self.tls, SCHEME, TLS_SCHEME)?;
+        self.timeouts.validate()?;
+        if self.poll_interval.is_zero() {
+            return Err(Error::invalid("poll_interval: must be greater than zero"));
         }
         Ok(())
     }
@@ -440,26 +420,26 @@ impl RedisConfig {
 
     /// Verify the server's TLS certificate with the CA certificate in `path` (PEM).
     pub fn ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.ca_file = Some(path.into());
+        self.files.ca = Some(path.into());
         self
     }
 
     /// Present a client certificate (PEM files) over TLS.
     pub fn client_identity(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
-        self.cert_file = Some(cert.into());
-        self.key_file = Some(key.into());
+        self.files.cert = Some(cert.into());
+        self.files.key = Some(key.into());
         self
     }
 
     /// The longest connecting may take (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.timeouts.connect = timeout;
         self
     }
 
     /// The longest any single request may wait for its answer (default 5 s).
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.timeouts.request = timeout;
         self
     }
 
@@ -508,12 +488,12 @@ impl RedisConfig {
 
     /// The connect timeout.
     pub fn get_connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.timeouts.connect
     }
 
     /// The request timeout.
     pub fn get_request_timeout(&self) -> Duration {
-        self.request_timeout
+        self.timeouts.request
     }
 
     /// The poll interval.
@@ -536,11 +516,11 @@ impl RedisConfig {
     }
 
     pub(crate) fn tls_files(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
-        let identity = match (&self.cert_file, &self.key_file) {
+        let identity = match (&self.files.cert, &self.files.key) {
             (Some(c), Some(k)) => Some((c, k)),
             _ => None,
         };
-        (self.ca_file.as_ref(), identity)
+        (self.files.ca.as_ref(), identity)
     }
 
     /// `host:port` for messages (IPv6 in brackets); with Sentinel, the sentinels'.

@@ -4,7 +4,8 @@ use std::fmt;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, parse_duration, parse_millis, unknown_key, BackendUrl, Secret,
+    encode, env_overrides, parse_duration, parse_millis, unknown_key_in, BackendUrl, Secret,
+    Timeouts,
 };
 use tenure_core::{Error, Result};
 
@@ -20,11 +21,7 @@ const KEYS: &[&str] = &[
     "username",
     "password",
     "session_timeout",
-    "connect_timeout",
-    "request_timeout",
     "session_timeout_ms",
-    "connect_timeout_ms",
-    "request_timeout_ms",
 ];
 
 /// The environment variables that set a URL key.
@@ -45,8 +42,8 @@ const ENV_KEYS: &[(&str, &str)] = &[
 /// | chroot (created if missing) | `/tenure` | path: `zk://h:2181/apps/tenure` (`/` for none) | `TENURE_ZK_CHROOT` |
 /// | digest user and password | none | `user:password@` before the hosts | `TENURE_ZK_USERNAME`, `TENURE_ZK_PASSWORD` |
 /// | session timeout of the backend's reader session (leader reads, observers) | 10 s | `session_timeout=10s` | `TENURE_ZK_SESSION_TIMEOUT_MS` |
-/// | connect timeout | 5 s | `connect_timeout=5s` | `TENURE_ZK_CONNECT_TIMEOUT_MS` |
-/// | request timeout | 5 s | `request_timeout=5s` | `TENURE_ZK_REQUEST_TIMEOUT_MS` |
+/// | connect timeout | 5 s | `connect_timeout=5s` or `connect_timeout_ms=5000` | `TENURE_ZK_CONNECT_TIMEOUT_MS` |
+/// | request timeout | 5 s | `request_timeout=5s` or `request_timeout_ms=5000` | `TENURE_ZK_REQUEST_TIMEOUT_MS` |
 ///
 /// Durations in URLs take `ms` or `s` (`1500ms`, `10s`); `…_ms=` forms take plain
 /// milliseconds. The session timeout of a tenure session is its TTL, not this setting.
@@ -59,8 +56,7 @@ pub struct ZooKeeperConfig {
     username: Option<String>,
     password: Option<Secret>,
     session_timeout: Duration,
-    connect_timeout: Duration,
-    request_timeout: Duration,
+    timeouts: Timeouts,
 }
 
 /// The URL form without the password: `zk://[user@]h1:2181,h2:2181/chroot`.
@@ -87,8 +83,7 @@ impl ZooKeeperConfig {
             username: None,
             password: None,
             session_timeout: DEFAULT_SESSION_TIMEOUT,
-            connect_timeout: DEFAULT_TIMEOUT,
-            request_timeout: DEFAULT_TIMEOUT,
+            timeouts: Timeouts::new(DEFAULT_TIMEOUT),
         }
     }
 
@@ -128,17 +123,16 @@ impl ZooKeeperConfig {
     }
 
     fn set(&mut self, key: &str, value: String) -> Result<()> {
+        if self.timeouts.set(key, &value)? {
+            return Ok(());
+        }
         match key {
             "chroot" => self.chroot = value,
             "username" | "user" => self.username = Some(value),
             "password" => self.password = Some(Secret::new(value)),
             "session_timeout" => self.session_timeout = parse_duration(key, &value)?,
-            "connect_timeout" => self.connect_timeout = parse_duration(key, &value)?,
-            "request_timeout" => self.request_timeout = parse_duration(key, &value)?,
             "session_timeout_ms" => self.session_timeout = parse_millis(key, &value)?,
-            "connect_timeout_ms" => self.connect_timeout = parse_millis(key, &value)?,
-            "request_timeout_ms" => self.request_timeout = parse_millis(key, &value)?,
-            other => return Err(unknown_key(other, KEYS)),
+            other => return Err(unknown_key_in(other, &[KEYS, Timeouts::KEYS])),
         }
         Ok(())
     }
@@ -180,16 +174,10 @@ impl ZooKeeperConfig {
         if self.username.is_none() && self.password.is_some() {
             return Err(Error::invalid("password: set without a user name"));
         }
-        for (name, d) in [
-            ("session_timeout", self.session_timeout),
-            ("connect_timeout", self.connect_timeout),
-            ("request_timeout", self.request_timeout),
-        ] {
-            if d.is_zero() {
-                return Err(Error::invalid(format!("{name}: must be > 0")));
-            }
+        if self.session_timeout.is_zero() {
+            return Err(Error::invalid("session_timeout: must be greater than zero"));
         }
-        Ok(())
+        self.timeouts.validate()
     }
 
     /// Use `chroot` (an absolute path, created if missing; `/` for none).
@@ -213,13 +201,13 @@ impl ZooKeeperConfig {
 
     /// Limit for connecting (a session established).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.timeouts.connect = timeout;
         self
     }
 
     /// Limit for any single request.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
+        self.timeouts.request = timeout;
         self
     }
 
@@ -251,12 +239,12 @@ impl ZooKeeperConfig {
 
     /// The connect timeout.
     pub fn get_connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        self.timeouts.connect
     }
 
     /// The request timeout.
     pub fn get_request_timeout(&self) -> Duration {
-        self.request_timeout
+        self.timeouts.request
     }
 
     /// The connect string for zookeeper-client (no chroot: the backend applies it).

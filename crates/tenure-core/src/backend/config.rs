@@ -23,6 +23,7 @@
 //! hosts; everything after the authority follows the same RFC 3986 rules it does.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -385,6 +386,114 @@ pub fn parse_number(key: &str, value: &str, min: u64, max: u64) -> Result<u64> {
             "{key}: {value:?} is not a whole number from {min} to {max}"
         ))),
     }
+}
+
+/// The two timeouts every store's config has, with one grammar on every backend:
+/// `connect_timeout=` and `request_timeout=` take a duration with a unit (`750ms`,
+/// `2s`), the `…_ms=` forms plain milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// The longest connecting may take.
+    pub connect: Duration,
+    /// The longest one request may wait for its answer.
+    pub request: Duration,
+}
+
+impl Timeouts {
+    /// The URL keys [`set`](Self::set) takes.
+    pub const KEYS: &'static [&'static str] = &[
+        "connect_timeout",
+        "request_timeout",
+        "connect_timeout_ms",
+        "request_timeout_ms",
+    ];
+
+    /// Both timeouts at `default`.
+    pub const fn new(default: Duration) -> Self {
+        Timeouts {
+            connect: default,
+            request: default,
+        }
+    }
+
+    /// Apply one of [`KEYS`](Self::KEYS); `Ok(false)` if `key` is not one of them.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool> {
+        let (slot, ms) = match key {
+            "connect_timeout" => (&mut self.connect, false),
+            "request_timeout" => (&mut self.request, false),
+            "connect_timeout_ms" => (&mut self.connect, true),
+            "request_timeout_ms" => (&mut self.request, true),
+            _ => return Ok(false),
+        };
+        *slot = if ms {
+            parse_millis(key, value)?
+        } else {
+            parse_duration(key, value)?
+        };
+        Ok(true)
+    }
+
+    /// Both positive; the error names the one that is not.
+    pub fn validate(&self) -> Result<()> {
+        for (name, d) in [
+            ("connect_timeout", self.connect),
+            ("request_timeout", self.request),
+        ] {
+            if d.is_zero() {
+                return Err(Error::invalid(format!("{name}: must be greater than zero")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The TLS files of a store's config (`ca=`, `cert=`, `key=`: PEM paths).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The CA certificate that signed the server's certificate.
+    pub ca: Option<PathBuf>,
+    /// The client certificate to present.
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    pub key: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// The URL keys [`set`](Self::set) takes.
+    pub const KEYS: &'static [&'static str] = &["ca", "cert", "key"];
+
+    /// Apply one of [`KEYS`](Self::KEYS); false if `key` is not one of them.
+    pub fn set(&mut self, key: &str, value: String) -> bool {
+        let slot = match key {
+            "ca" => &mut self.ca,
+            "cert" => &mut self.cert,
+            "key" => &mut self.key,
+            _ => return false,
+        };
+        *slot = Some(value.into());
+        true
+    }
+
+    /// The files fit the connection: none over a plain one (`plain` and `secure`
+    /// name the two schemes in the message), a certificate only with its key.
+    pub fn validate(&self, tls: bool, plain: &str, secure: &str) -> Result<()> {
+        if !tls && (self.ca.is_some() || self.cert.is_some()) {
+            return Err(Error::invalid(format!(
+                "ca/cert: TLS files given for a plain {plain}:// connection; use {secure}://"
+            )));
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(Error::invalid(
+                "cert/key: a client certificate needs both cert= and key=",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// [`unknown_key`] for a backend whose keys are its own table plus shared ones.
+pub fn unknown_key_in(key: &str, tables: &[&[&str]]) -> Error {
+    unknown_key(key, &tables.concat())
 }
 
 /// Apply environment overrides: for each `(variable, key)` of `table` whose variable is
