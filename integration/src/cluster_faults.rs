@@ -1,11 +1,80 @@
-//! What the clustered-store tests share (`etcd_cluster.rs`, `zookeeper_ensemble.rs`):
-//! a session over every member, a leadership in a fresh election, and holding it
-//! through a fault.
+//! One fault suite for clustered stores (`etcd_cluster.rs`, `zookeeper_ensemble.rs`),
+//! the way [`fault_suite`](crate::fault_suite) is one for single servers: each
+//! scenario is an `async fn` over a [`StoreCluster`], and each store's file runs them
+//! on its own cluster. A healthy leader must keep its seat through any one member's
+//! crash, pause or restart; losing quorum loses it by the deadline, and quorum's
+//! return elects again.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use tenure_core::testing::random_prefix;
 use tenure_core::{Candidate, DynBackend, ElectionName, Leadership, Session, Timing};
+
+use crate::{EtcdCluster, Members, Result, ZooKeeperEnsemble};
+
+/// The session TTL of the cluster scenarios.
+pub const TTL: Duration = Duration::from_secs(5);
+
+/// What the cluster scenarios need of a local store cluster: its members (faults on
+/// one at a time), a backend over every member, and which member leads the store.
+pub trait StoreCluster: std::ops::DerefMut<Target = Members> + Send + Sync {
+    /// A backend over every member (the URL a user writes), default timeouts.
+    fn connect(&self) -> BoxFuture<'_, DynBackend>;
+    /// Waits until every running member serves and one leads; its index.
+    fn wait_leader(&self) -> BoxFuture<'_, Result<usize>>;
+    /// How long a member cut off from the quorum may go on answering.
+    fn sync_window(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl StoreCluster for EtcdCluster {
+    fn connect(&self) -> BoxFuture<'_, DynBackend> {
+        Box::pin(async move {
+            let url = format!("etcd://{}", self.hosts());
+            match tenure_etcd::EtcdBackend::from_url(&url).await {
+                Ok(b) => Arc::new(b) as DynBackend,
+                Err(e) => panic!("connect to {url}: {e}"),
+            }
+        })
+    }
+
+    fn wait_leader(&self) -> BoxFuture<'_, Result<usize>> {
+        Box::pin(async move {
+            let started = Instant::now();
+            loop {
+                match self.leader() {
+                    Ok(i) => return Ok(i),
+                    Err(e) if started.elapsed() > Duration::from_secs(30) => return Err(e),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        })
+    }
+}
+
+impl StoreCluster for ZooKeeperEnsemble {
+    fn connect(&self) -> BoxFuture<'_, DynBackend> {
+        Box::pin(async move {
+            let url = format!("zk://{}", self.hosts());
+            match tenure_zookeeper::ZooKeeperBackend::from_url(&url).await {
+                Ok(b) => Arc::new(b) as DynBackend,
+                Err(e) => panic!("connect to {url}: {e}"),
+            }
+        })
+    }
+
+    fn wait_leader(&self) -> BoxFuture<'_, Result<usize>> {
+        Box::pin(ZooKeeperEnsemble::wait_leader(self))
+    }
+
+    /// The ensemble's `syncLimit` × `tickTime`.
+    fn sync_window(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}
 
 /// With `RUST_LOG` set, logs to the test's output (shown when a test fails).
 pub fn logs() {
@@ -60,4 +129,118 @@ pub async fn hold_through(leadership: &Leadership, how_long: Duration, what: &st
         _ = tokio::time::sleep(how_long) => {}
     }
     assert!(leadership.is_leader(), "{what}: not leader afterwards");
+}
+
+/// A session with [`TTL`] over every member of `cluster`.
+async fn cluster_session(cluster: &dyn StoreCluster) -> Session {
+    session(cluster.connect().await, TTL).await
+}
+
+async fn leader_of(cluster: &dyn StoreCluster) -> usize {
+    match cluster.wait_leader().await {
+        Ok(i) => i,
+        Err(e) => panic!("the store's leader: {e}"),
+    }
+}
+
+/// Each member in turn paused past the TTL under one leadership, so the member the
+/// session talks to (and whichever it moves to) is paused at least once.
+pub async fn pausing_each_member(cluster: &dyn StoreCluster) {
+    let s = cluster_session(cluster).await;
+    let l = lead(&s, "pause-each").await;
+    for member in 0..cluster.len() {
+        leader_of(cluster).await;
+        cluster.pause(member).expect("pause");
+        let what = format!("member {member} paused past the TTL");
+        hold_through(&l, TTL + Duration::from_secs(1), &what).await;
+        cluster.resume(member).expect("resume");
+        hold_through(
+            &l,
+            Duration::from_secs(1),
+            &format!("member {member} resumed"),
+        )
+        .await;
+    }
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+}
+
+/// The store's own leader paused past the TTL, then resumed.
+pub async fn pausing_the_store_leader(cluster: &dyn StoreCluster) {
+    let s = cluster_session(cluster).await;
+    let l = lead(&s, "pause-leader").await;
+    let leader = leader_of(cluster).await;
+    cluster.pause(leader).expect("pause");
+    hold_through(&l, Duration::from_secs(8), "store leader paused for 8 s").await;
+    cluster.resume(leader).expect("resume");
+    hold_through(&l, Duration::from_secs(4), "store leader resumed").await;
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+}
+
+/// The store's own leader killed (SIGKILL), down past the TTL, then restarted.
+pub async fn killing_the_store_leader(cluster: &mut dyn StoreCluster) {
+    let s = cluster_session(cluster).await;
+    let l = lead(&s, "kill-leader").await;
+    let leader = leader_of(cluster).await;
+    cluster.kill(leader).await.expect("kill");
+    // Past the TTL: a session given up while the rest keeps quorum would be gone.
+    hold_through(&l, TTL + Duration::from_secs(2), "store leader killed").await;
+    cluster.restart(leader).await.expect("restart");
+    hold_through(&l, Duration::from_secs(3), "store leader back").await;
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+}
+
+/// A rolling restart: one member at a time, each down for 2 s, the next only once
+/// all serve again.
+pub async fn a_rolling_restart(cluster: &mut dyn StoreCluster) {
+    let s = cluster_session(cluster).await;
+    let l = lead(&s, "rolling").await;
+    for member in 0..cluster.len() {
+        cluster.kill(member).await.expect("kill");
+        hold_through(&l, Duration::from_secs(2), &format!("member {member} down")).await;
+        cluster.restart(member).await.expect("restart");
+        leader_of(cluster).await;
+        hold_through(&l, Duration::from_secs(1), &format!("member {member} back")).await;
+    }
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+}
+
+/// Two of three members stopped past the TTL: no renewal can be confirmed, so the
+/// lost signal fires by the renew deadline (plus the window in which a member cut
+/// off from the quorum may still answer); once quorum returns the same session is
+/// elected again with a larger token.
+pub async fn losing_quorum(cluster: &dyn StoreCluster) {
+    let s = cluster_session(cluster).await;
+    let election = election("quorum");
+    let l = lead_in(&s, &election).await;
+    let timing = Timing::from_ttl(TTL);
+    cluster.pause(0).expect("pause");
+    cluster.pause(1).expect("pause");
+    let paused = Instant::now();
+    tokio::time::timeout(
+        timing.renew_deadline + cluster.sync_window() + Duration::from_secs(1),
+        l.lost().cancelled(),
+    )
+    .await
+    .expect("the lost signal fires by the renew deadline without quorum");
+    assert!(!l.is_leader());
+    let waited = TTL + Duration::from_secs(1);
+    tokio::time::sleep(waited.saturating_sub(paused.elapsed())).await;
+    cluster.resume(0).expect("resume");
+    cluster.resume(1).expect("resume");
+    let back = Instant::now();
+    let again = tokio::time::timeout(
+        TTL + Duration::from_secs(5),
+        s.campaign(&election, &Candidate::new("holder").expect("candidate")),
+    )
+    .await
+    .expect("elected again within TTL + 5 s of quorum's return")
+    .expect("campaign");
+    assert!(again.token() > l.token(), "a new grant has a larger token");
+    eprintln!("elected again {:?} after quorum returned", back.elapsed());
+    again.resign().await.expect("resign");
+    s.close().await.expect("close");
 }
