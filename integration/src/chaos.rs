@@ -27,6 +27,7 @@
 //! (they read back as expired), an emulator limit the Azure README states: like a Redis
 //! restart, overlaps that span it are allowed, stale writes are not.
 
+use crate::StoreServer;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
@@ -510,12 +511,10 @@ impl Rng {
     }
 }
 
-/// The store of a run.
+/// The store of a run: one server (each candidate reaches it through its own proxy)
+/// or a cluster (the candidates name every member).
 enum Store {
-    Etcd(EtcdServer),
-    Redis(RedisServer),
-    ZooKeeper(ZooKeeperServer),
-    Azure(AzuriteServer),
+    Single(ChaosBackend, Box<dyn StoreServer>),
     EtcdCluster(EtcdCluster),
     ZooKeeperEnsemble(ZooKeeperEnsemble),
     RedisSentinel(RedisSentinels),
@@ -523,11 +522,12 @@ enum Store {
 
 impl Store {
     async fn start(backend: ChaosBackend) -> Result<Option<Store>> {
+        let single = |s: Box<dyn StoreServer>| Store::Single(backend, s);
         let store = match backend {
-            ChaosBackend::Etcd => Store::Etcd(EtcdServer::start().await?),
-            ChaosBackend::Redis => Store::Redis(RedisServer::start().await?),
-            ChaosBackend::ZooKeeper => Store::ZooKeeper(ZooKeeperServer::start().await?),
-            ChaosBackend::Azure => Store::Azure(AzuriteServer::start().await?),
+            ChaosBackend::Etcd => single(Box::new(EtcdServer::start().await?)),
+            ChaosBackend::Redis => single(Box::new(RedisServer::start().await?)),
+            ChaosBackend::ZooKeeper => single(Box::new(ZooKeeperServer::start().await?)),
+            ChaosBackend::Azure => single(Box::new(AzuriteServer::start().await?)),
             ChaosBackend::EtcdCluster => Store::EtcdCluster(EtcdCluster::start(3).await?),
             ChaosBackend::ZooKeeperEnsemble => {
                 Store::ZooKeeperEnsemble(ZooKeeperEnsemble::start(3).await?)
@@ -535,36 +535,26 @@ impl Store {
             ChaosBackend::RedisSentinel => Store::RedisSentinel(RedisSentinels::start().await?),
             ChaosBackend::Peer => return Ok(None),
         };
-        if store.is_external() {
-            return Err(HarnessError::Chaos {
-                reason: "chaos pauses and restarts the store, so it needs a local server: \
-                         unset TENURE_TEST_ETCD, TENURE_TEST_REDIS, TENURE_TEST_ZOOKEEPER \
-                         and TENURE_TEST_AZURITE"
-                    .into(),
-            });
+        if let Store::Single(_, s) = &store {
+            if s.is_external() {
+                return Err(HarnessError::Chaos {
+                    reason: format!(
+                        "chaos pauses and restarts the store, so it needs a local server: \
+                         unset {}",
+                        s.env_var()
+                    ),
+                });
+            }
         }
         Ok(Some(store))
     }
 
-    fn is_external(&self) -> bool {
-        match self {
-            Store::Etcd(s) => s.is_external(),
-            Store::Redis(s) => s.is_external(),
-            Store::ZooKeeper(s) => s.is_external(),
-            Store::Azure(s) => s.is_external(),
-            Store::EtcdCluster(_) | Store::ZooKeeperEnsemble(_) | Store::RedisSentinel(_) => false,
-        }
-    }
-
     /// The one server's address, which each candidate reaches through its own proxy;
-    /// `None` for a cluster (the candidates name every member).
+    /// `None` for a cluster.
     fn proxied(&self) -> Option<std::net::SocketAddr> {
         match self {
-            Store::Etcd(s) => Some(s.addr()),
-            Store::Redis(s) => Some(s.addr()),
-            Store::ZooKeeper(s) => Some(s.addr()),
-            Store::Azure(s) => Some(s.addr()),
-            Store::EtcdCluster(_) | Store::ZooKeeperEnsemble(_) | Store::RedisSentinel(_) => None,
+            Store::Single(_, s) => Some(s.addr()),
+            _ => None,
         }
     }
 
@@ -574,7 +564,7 @@ impl Store {
             Store::EtcdCluster(c) => Some(c),
             Store::ZooKeeperEnsemble(e) => Some(e),
             Store::RedisSentinel(g) => Some(g.data()),
-            _ => None,
+            Store::Single(..) => None,
         }
     }
 
@@ -584,68 +574,58 @@ impl Store {
             Store::EtcdCluster(c) => c.leader(),
             Store::ZooKeeperEnsemble(e) => e.leader().await,
             Store::RedisSentinel(g) => g.primary().await,
-            _ => Err(HarnessError::Chaos {
+            Store::Single(..) => Err(HarnessError::Chaos {
                 reason: "not a cluster".into(),
             }),
         }
     }
 
-    fn pause(&self) -> Result<()> {
+    /// The one server, for the faults on the whole store.
+    fn single(&mut self, fault: &str) -> Result<&mut Box<dyn StoreServer>> {
         match self {
-            Store::Etcd(s) => s.pause(),
-            Store::Redis(s) => s.pause(),
-            Store::ZooKeeper(s) => s.pause(),
-            Store::Azure(s) => s.pause(),
+            Store::Single(_, s) => Ok(s),
             _ => Err(HarnessError::Chaos {
-                reason: "a cluster's members are paused one at a time".into(),
+                reason: format!("a cluster's members get {fault} one at a time"),
             }),
         }
+    }
+
+    fn pause(&mut self) -> Result<()> {
+        self.single("paused")?.pause()
     }
 
     /// SIGCONT the server, or every member of a cluster.
     fn resume(&mut self) -> Result<()> {
-        match self {
-            Store::Etcd(s) => s.resume(),
-            Store::Redis(s) => s.resume(),
-            Store::ZooKeeper(s) => s.resume(),
-            Store::Azure(s) => s.resume(),
-            _ => match self.members() {
-                Some(members) => (0..members.len()).try_for_each(|i| members.resume(i)),
-                None => Ok(()),
-            },
+        if let Store::Single(_, s) = self {
+            return s.resume();
+        }
+        match self.members() {
+            Some(members) => (0..members.len()).try_for_each(|i| members.resume(i)),
+            None => Ok(()),
         }
     }
 
     async fn kill(&mut self) -> Result<()> {
-        match self {
-            Store::Etcd(s) => s.kill().await,
-            Store::Redis(s) => s.kill().await,
-            Store::ZooKeeper(s) => s.kill().await,
+        let azure = matches!(self, Store::Single(ChaosBackend::Azure, _));
+        let server = self.single("killed")?;
+        if azure {
             // Orderly: Azurite saves its state every 5 s, and a SIGKILL would lose
             // acknowledged writes, which Azure Storage does not (see the module docs).
-            Store::Azure(s) => s.terminate().await,
-            _ => Err(HarnessError::Chaos {
-                reason: "a cluster's members are killed one at a time".into(),
-            }),
+            server.terminate().await
+        } else {
+            server.kill().await
         }
     }
 
     async fn restart(&mut self) -> Result<()> {
-        match self {
-            Store::Etcd(s) => s.restart().await,
-            Store::Redis(s) => s.restart().await,
-            Store::ZooKeeper(s) => s.restart().await,
-            Store::Azure(s) => s.restart().await,
-            _ => Err(HarnessError::Chaos {
-                reason: "a cluster's members are restarted one at a time".into(),
-            }),
-        }
+        self.single("restarted")?.restart().await
     }
 
     /// The URL a candidate uses to reach the store: through `via` (its proxy) for one
     /// server, every member for a cluster.
     fn url(&self, via: Option<std::net::SocketAddr>, seed: u64) -> String {
         let via = via.map(|v| v.to_string()).unwrap_or_default();
+        let timeouts = "connect_timeout=1s&request_timeout=1s";
         match self {
             Store::EtcdCluster(c) => format!(
                 "etcd://{}?prefix=chaos-{seed}&connect_timeout_ms=1000",
@@ -658,16 +638,16 @@ impl Store {
                 "?prefix=chaos-{seed}&connect_timeout_ms=500&request_timeout_ms=800\
                  &wait_replicas=1&wait_timeout_ms=300"
             )),
-            Store::Etcd(_) => format!(
-                "etcd://{via}?prefix=chaos-{seed}&connect_timeout_ms=1000&request_timeout_ms=1000"
-            ),
-            Store::Redis(_) => format!(
-                "redis://{via}?prefix=chaos-{seed}&connect_timeout_ms=1000&request_timeout_ms=1000"
-            ),
-            Store::ZooKeeper(_) => {
-                format!("zk://{via}/chaos-{seed}?connect_timeout=1s&request_timeout=1s")
+            Store::Single(ChaosBackend::Etcd, _) => {
+                format!("etcd://{via}?prefix=chaos-{seed}&{timeouts}")
             }
-            Store::Azure(_) => format!(
+            Store::Single(ChaosBackend::Redis, _) => {
+                format!("redis://{via}?prefix=chaos-{seed}&{timeouts}")
+            }
+            Store::Single(ChaosBackend::ZooKeeper, _) => {
+                format!("zk://{via}/chaos-{seed}?{timeouts}")
+            }
+            Store::Single(..) => format!(
                 "azblob:///chaos-{seed}?poll_interval_ms=100&request_timeout_ms=1000&connect_timeout_ms=2000"
             ),
         }
@@ -677,7 +657,7 @@ impl Store {
     /// the blob endpoint at `via` (its proxy), as a connection string.
     fn env(&self, via: Option<std::net::SocketAddr>) -> Vec<(&'static str, String)> {
         match (self, via) {
-            (Store::Azure(_), Some(via)) => vec![(
+            (Store::Single(ChaosBackend::Azure, _), Some(via)) => vec![(
                 "AZURE_STORAGE_CONNECTION_STRING",
                 AzuriteServer::connection_string(
                     &format!("http://{via}/{}", AzuriteServer::ACCOUNT),
@@ -1009,7 +989,7 @@ impl Run {
             }
             FaultKind::StopServer => {
                 let pause = self.rng.between(renew_deadline + ttl / 4, ttl * 2);
-                if let Some(store) = &self.store {
+                if let Some(store) = &mut self.store {
                     store.pause()?;
                 }
                 self.note(kind, format!("SIGSTOP the store for {pause:?}"));

@@ -860,6 +860,10 @@ macro_rules! server_handle {
             fn restart(&mut self) -> BoxFuture<'_, Result<()>> {
                 Box::pin(self.core.restart())
             }
+
+            fn terminate(&mut self) -> BoxFuture<'_, Result<()>> {
+                Box::pin(self.core.terminate())
+            }
         }
     };
 }
@@ -877,6 +881,9 @@ pub trait StoreServer: Send + Sync {
     /// Kill the server process if it runs and start it again on the same port with
     /// the same data directory, once it answers.
     fn restart(&mut self) -> BoxFuture<'_, Result<()>>;
+    /// Stop the server process the orderly way (SIGTERM, then SIGKILL after a grace
+    /// period); it stays down until [`restart`](Self::restart).
+    fn terminate(&mut self) -> BoxFuture<'_, Result<()>>;
     /// The store's name, for messages.
     fn name(&self) -> &'static str;
     /// The environment variable that names an external server instead.

@@ -232,12 +232,13 @@ where
     }
 }
 
-async fn etcd_connect(url: String) -> Result<DynBackend, Error> {
-    Ok(Arc::new(EtcdBackend::from_url(&url).await?) as DynBackend)
-}
-
-async fn redis_connect(url: String) -> Result<DynBackend, Error> {
-    Ok(Arc::new(RedisBackend::from_url(&url).await?) as DynBackend)
+/// A backend for `url`, by its scheme (`etcd`/`etcds` or `redis`/`rediss`).
+async fn connect(url: String) -> Result<DynBackend, Error> {
+    if url.starts_with("etcd") {
+        Ok(Arc::new(EtcdBackend::from_url(&url).await?) as DynBackend)
+    } else {
+        Ok(Arc::new(RedisBackend::from_url(&url).await?) as DynBackend)
+    }
 }
 
 fn tls_url(scheme: &str, port: u16, ca: &Path, client: Option<(&Path, &Path)>) -> String {
@@ -254,115 +255,62 @@ fn tls_url(scheme: &str, port: u16, ca: &Path, client: Option<(&Path, &Path)>) -
 const REFUSED: &[ErrorKind] = &[ErrorKind::Unauthorized, ErrorKind::Unavailable];
 const NO_ANSWER: &[ErrorKind] = &[ErrorKind::Unavailable, ErrorKind::Timeout];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_over_tls_with_generated_certificates() {
-    let pki = Pki::new();
-    let server = etcd(&pki).await;
+/// The same checks on a store that serves TLS only and requires client certificates
+/// (`plain` and `secure` are its two schemes): the right CA and client certificate
+/// elect a leader (the server may take a moment after it listens before it serves);
+/// a wrong CA, no client certificate or a foreign one are refused; plain text to the
+/// TLS port gets no answer.
+async fn mutual_tls(plain: &str, secure: &str, pki: &Pki, port: u16) {
     let (ca, other_ca) = (pki.path("ca.pem"), pki.path("other-ca.pem"));
     let client = (pki.path("client.pem"), pki.path("client.key"));
     let other = (pki.path("other-client.pem"), pki.path("other-client.key"));
     let client = Some((client.0.as_path(), client.1.as_path()));
-    // The right CA and client certificate: a leader, end to end. etcd may take a moment
-    // after it listens before it serves.
-    let url = tls_url("etcds", server.port, &ca, client);
+    let url = tls_url(secure, port, &ca, client);
     let started = Instant::now();
     let backend = loop {
-        match etcd_connect(url.clone()).await {
+        match connect(url.clone()).await {
             Ok(b) => break b,
             Err(e) if started.elapsed() < Duration::from_secs(20) => {
-                eprintln!("etcd over TLS not ready yet: {e}");
+                eprintln!("{secure}:// not ready yet: {e}");
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(e) => panic!("etcd over TLS with the right certificates: {e}"),
+            Err(e) => panic!("{secure}:// with the right certificates: {e}"),
         }
     };
     elect_and_resign(backend).await;
-    fails(
-        "etcds:// with the wrong CA",
-        tls_url("etcds", server.port, &other_ca, client),
-        REFUSED,
-        etcd_connect,
-    )
-    .await;
-    fails(
-        "etcds:// without a client certificate",
-        tls_url("etcds", server.port, &ca, None),
-        REFUSED,
-        etcd_connect,
-    )
-    .await;
-    fails(
-        "etcds:// with a client certificate from another CA",
-        tls_url(
-            "etcds",
-            server.port,
-            &ca,
-            Some((other.0.as_path(), other.1.as_path())),
+    let other = Some((other.0.as_path(), other.1.as_path()));
+    for (what, url, kinds) in [
+        ("the wrong CA", tls_url(secure, port, &other_ca, client), REFUSED),
+        ("no client certificate", tls_url(secure, port, &ca, None), REFUSED),
+        (
+            "a client certificate from another CA",
+            tls_url(secure, port, &ca, other),
+            REFUSED,
         ),
-        REFUSED,
-        etcd_connect,
-    )
-    .await;
-    fails(
-        "plain etcd:// to the TLS port",
-        format!(
-            "etcd://127.0.0.1:{}?connect_timeout_ms={CONNECT_TIMEOUT_MS}&request_timeout_ms={CONNECT_TIMEOUT_MS}",
-            server.port
+        (
+            "plain text to the TLS port",
+            format!(
+                "{plain}://127.0.0.1:{port}?connect_timeout_ms={CONNECT_TIMEOUT_MS}&request_timeout_ms={CONNECT_TIMEOUT_MS}"
+            ),
+            NO_ANSWER,
         ),
-        NO_ANSWER,
-        etcd_connect,
-    )
-    .await;
+    ] {
+        fails(&format!("{secure}:// with {what}"), url, kinds, connect).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_over_tls_with_generated_certificates() {
+    let pki = Pki::new();
+    let server = etcd(&pki).await;
+    mutual_tls("etcd", "etcds", &pki, server.port).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_over_tls_with_generated_certificates() {
     let pki = Pki::new();
     let server = redis(&pki, true).await;
-    let (ca, other_ca) = (pki.path("ca.pem"), pki.path("other-ca.pem"));
-    let client = (pki.path("client.pem"), pki.path("client.key"));
-    let other = (pki.path("other-client.pem"), pki.path("other-client.key"));
-    let client = Some((client.0.as_path(), client.1.as_path()));
-    let backend = redis_connect(tls_url("rediss", server.port, &ca, client))
-        .await
-        .expect("Redis over TLS with the right certificates");
-    elect_and_resign(backend).await;
-    fails(
-        "rediss:// with the wrong CA",
-        tls_url("rediss", server.port, &other_ca, client),
-        REFUSED,
-        redis_connect,
-    )
-    .await;
-    fails(
-        "rediss:// without a client certificate",
-        tls_url("rediss", server.port, &ca, None),
-        REFUSED,
-        redis_connect,
-    )
-    .await;
-    fails(
-        "rediss:// with a client certificate from another CA",
-        tls_url(
-            "rediss",
-            server.port,
-            &ca,
-            Some((other.0.as_path(), other.1.as_path())),
-        ),
-        REFUSED,
-        redis_connect,
-    )
-    .await;
-    fails(
-        "plain redis:// to the TLS port",
-        format!(
-            "redis://127.0.0.1:{}?connect_timeout_ms={CONNECT_TIMEOUT_MS}&request_timeout_ms={CONNECT_TIMEOUT_MS}",
-            server.port
-        ),
-        NO_ANSWER,
-        redis_connect,
-    )
-    .await;
+    mutual_tls("redis", "rediss", &pki, server.port).await;
 }
 
 /// A Redis that serves TLS without asking for client certificates: the CA alone is
@@ -373,12 +321,12 @@ async fn redis_over_tls_verifies_the_server_with_its_ca() {
     let pki = Pki::new();
     let server = redis(&pki, false).await;
     let ca = pki.path("ca.pem");
-    let backend = redis_connect(tls_url("rediss", server.port, &ca, None))
+    let backend = connect(tls_url("rediss", server.port, &ca, None))
         .await
         .expect("Redis over TLS with the CA only");
     elect_and_resign(backend).await;
     let started = Instant::now();
-    let err = redis_connect(format!(
+    let err = connect(format!(
         "rediss://127.0.0.1:{}?connect_timeout_ms={CONNECT_TIMEOUT_MS}",
         server.port
     ))
@@ -386,7 +334,7 @@ async fn redis_over_tls_verifies_the_server_with_its_ca() {
     .expect_err("an issuer the system's roots do not know");
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
     assert!(started.elapsed() < Duration::from_millis(CONNECT_TIMEOUT_MS) + SLACK);
-    let err = redis_connect(format!(
+    let err = connect(format!(
         "rediss://127.0.0.1:{}?ca=/no/such/ca.pem",
         server.port
     ))
