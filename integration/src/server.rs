@@ -1611,6 +1611,24 @@ impl RedisSentinels {
         })
     }
 
+    /// Asks the first sentinel that answers for a failover now (`SENTINEL FAILOVER`):
+    /// a replica is promoted while the primary lives, and Sentinel then turns the old
+    /// primary into a replica of the new one.
+    pub async fn force_failover(&self) -> Result<()> {
+        let mut last = None;
+        for sentinel in self.sentinels.addrs() {
+            match redis_query::<redis::Value>(sentinel, &["SENTINEL", "FAILOVER", &self.service])
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(HarnessError::NotRunning {
+            what: "a sentinel".into(),
+        }))
+    }
+
     /// The data node the sentinels name as primary, once a majority agree on one
     /// other than `old` (waits up to 30 s).
     pub async fn wait_failover(&self, old: usize) -> Result<usize> {

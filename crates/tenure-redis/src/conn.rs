@@ -35,6 +35,8 @@ pub(crate) struct Conn {
 struct Slot {
     generation: u64,
     manager: Option<ConnectionManager>,
+    /// The target's count of primary switches when the manager was made.
+    switches: u64,
 }
 
 impl Conn {
@@ -56,6 +58,7 @@ impl Conn {
             slot: Mutex::new(Slot {
                 generation: 1,
                 manager: None,
+                switches: 0,
             }),
             suspect: AtomicU64::new(0),
         }
@@ -67,6 +70,9 @@ impl Conn {
         if let Some(current) = self.reuse() {
             return Ok(current);
         }
+        // Read before asking for the primary: a switch announced meanwhile replaces
+        // this connection at the next request.
+        let switches = self.target.switches();
         let client = self.target.client().await?;
         let manager = ConnectionManager::new_lazy_with_config(client, self.config.clone())
             .map_err(|e| map(what, e))?;
@@ -76,6 +82,7 @@ impl Conn {
             return Ok((slot.generation, m.clone()));
         }
         slot.manager = Some(manager.clone());
+        slot.switches = switches;
         Ok((slot.generation, manager))
     }
 
@@ -87,6 +94,11 @@ impl Conn {
             slot.manager = None;
             slot.generation += 1;
             tracing::debug!("replacing a Redis connection that failed or timed out");
+        } else if slot.manager.is_some() && slot.switches != self.target.switches() {
+            // Sentinel announced a new primary since this connection was made.
+            slot.manager = None;
+            slot.generation += 1;
+            tracing::debug!("replacing a Redis connection to a replaced primary");
         }
         slot.manager.as_ref().map(|m| (slot.generation, m.clone()))
     }

@@ -3,8 +3,11 @@
 //! made (after a failure, a timeout, or a `READONLY` answer from a primary that was
 //! demoted), so the backend follows a failover.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
     RedisConnectionInfo, TlsCertificates,
@@ -18,16 +21,79 @@ use crate::error::{map, own};
 pub(crate) enum Target {
     /// One server.
     Fixed(Client),
-    /// The primary Sentinel names (asked each time).
-    Sentinel(RedisConfig),
+    /// The primary Sentinel names (asked each time a connection is made), and the
+    /// count of the switches of primary the sentinels announced.
+    Sentinel {
+        config: RedisConfig,
+        switches: Arc<Switches>,
+        _listeners: Vec<Watch>,
+    },
+}
+
+/// The primary switches Sentinel announced for the service (`+switch-master`): a
+/// connection made before the latest one goes to a primary Sentinel has replaced,
+/// which may still take writes until Sentinel demotes it (seconds later, at its next
+/// look at it). Counting them lets the connections follow at once.
+#[derive(Default)]
+pub(crate) struct Switches {
+    count: AtomicU64,
+    last: Mutex<String>,
+}
+
+impl Switches {
+    /// Note an announcement (each sentinel sends its own: counted once).
+    fn announce(&self, payload: &str) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if *last != payload {
+            *last = payload.to_string();
+            self.count.fetch_add(1, Ordering::SeqCst);
+            tracing::info!(switch = %payload, "Sentinel switched the primary");
+        }
+    }
+}
+
+/// A task listening to one sentinel's announcements; stopped with the target.
+pub(crate) struct Watch(tokio::task::JoinHandle<()>);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Target {
+    /// Must run in a Tokio runtime: with Sentinel it starts one listener per sentinel.
     pub(crate) fn new(config: &RedisConfig) -> Result<Self> {
-        Ok(match config.sentinel_settings() {
-            None => Target::Fixed(data_client(config, (config.host(), config.port()))?),
-            Some(_) => Target::Sentinel(config.clone()),
+        let Some(sentinel) = config.sentinel_settings() else {
+            return Ok(Target::Fixed(data_client(
+                config,
+                (config.host(), config.port()),
+            )?));
+        };
+        let switches = Arc::new(Switches::default());
+        let watches = sentinel
+            .nodes
+            .iter()
+            .map(|(host, port)| {
+                let (config, switches) = (config.clone(), switches.clone());
+                let at = (host.clone(), *port);
+                Watch(tokio::spawn(listen(config, at, switches)))
+            })
+            .collect();
+        Ok(Target::Sentinel {
+            config: config.clone(),
+            switches,
+            _listeners: watches,
         })
+    }
+
+    /// How many primary switches Sentinel announced so far (always 0 for one server):
+    /// a connection made at an earlier count must be replaced.
+    pub(crate) fn switches(&self) -> u64 {
+        match self {
+            Target::Fixed(_) => 0,
+            Target::Sentinel { switches, .. } => switches.count.load(Ordering::SeqCst),
+        }
     }
 
     /// A client for the server to use now: the configured one, or the primary the
@@ -35,7 +101,7 @@ impl Target {
     pub(crate) async fn client(&self) -> Result<Client> {
         match self {
             Target::Fixed(client) => Ok(client.clone()),
-            Target::Sentinel(config) => {
+            Target::Sentinel { config, .. } => {
                 let Some(sentinel) = config.sentinel_settings() else {
                     return Err(Error::invalid("sentinel: no sentinels configured"));
                 };
@@ -79,6 +145,60 @@ async fn primary(config: &RedisConfig, sentinel: &Sentinel) -> Result<(String, u
         }
     }
     Err(last.unwrap_or_else(|| own(ErrorKind::Unavailable, "no sentinel to ask")))
+}
+
+/// Listen to the sentinel at `at` for `+switch-master` announcements of the service,
+/// reconnecting (after 0.1 s, doubling up to 2 s) whenever the connection fails. Each
+/// sentinel announces every switch, so one that is down or paused costs nothing while
+/// another listens.
+async fn listen(config: RedisConfig, at: (String, u16), switches: Arc<Switches>) {
+    let Some(sentinel) = config.sentinel_settings() else {
+        return;
+    };
+    let limit = config.get_connect_timeout();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let password = sentinel.password.as_ref().map(|p| p.expose());
+        let subscribed = async {
+            let client = client_at(
+                &config,
+                (&at.0, at.1),
+                (sentinel.username.as_deref(), password),
+                0,
+            )?;
+            let mut pubsub = client
+                .get_async_pubsub()
+                .await
+                .map_err(|e| map("subscribe to sentinel", e))?;
+            pubsub
+                .subscribe("+switch-master")
+                .await
+                .map_err(|e| map("subscribe to sentinel", e))?;
+            Ok::<_, Error>(pubsub)
+        };
+        match tokio::time::timeout(limit, subscribed).await {
+            Ok(Ok(pubsub)) => {
+                backoff = Duration::from_millis(100);
+                let mut messages = pubsub.into_on_message();
+                while let Some(message) = messages.next().await {
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    // `<service> <old-ip> <old-port> <new-ip> <new-port>`
+                    if payload.split(' ').next() == Some(sentinel.service.as_str()) {
+                        switches.announce(&payload);
+                    }
+                }
+                tracing::debug!(sentinel = %format!("{}:{}", at.0, at.1), "sentinel subscription ended");
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(sentinel = %format!("{}:{}", at.0, at.1), error = %e, "cannot listen to sentinel");
+            }
+            Err(_) => {
+                tracing::debug!(sentinel = %format!("{}:{}", at.0, at.1), "no answer from sentinel");
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
 }
 
 async fn ask(
