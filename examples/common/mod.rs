@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use tenure::{Candidate, DynBackend, ElectionName, Session, Timing};
+use tenure::{Candidate, DynBackend, ElectionName, Observer, Session, Timing};
 
 /// The URL from the first argument, else `TENURE_BACKEND`, else `default`.
 pub fn url(default: &str) -> String {
@@ -21,8 +21,9 @@ pub async fn connect_campaign_observe(url: &str, timing: Timing) -> tenure::Resu
     let backend: DynBackend = tenure::connect(url).await?;
     let election = ElectionName::new(format!("examples/report-{}", std::process::id()))?;
 
-    // An observer: one line per leader change.
-    let mut leaders = backend.observe(&election).await?;
+    // An observer (no session needed): one line per leader change.
+    let observer = Observer::new(backend.clone(), timing.connect_timeout);
+    let mut leaders = observer.observe(&election).await?;
     let observer = tokio::spawn(async move {
         while let Some(Ok(leader)) = leaders.next().await {
             match leader {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::json;
-use tenure::{DynBackend, ElectionName, Error, ErrorKind, Result};
+use tenure::{DynBackend, ElectionName, Observer, Result};
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{positive_seconds, ObserveArgs};
@@ -43,14 +43,7 @@ pub async fn run_observe(
 ) -> Result<()> {
     let election = &plan.election;
     let limit = plan.connect_timeout;
-    let mut stream = tokio::time::timeout(limit, backend.observe(election))
-        .await
-        .map_err(|_| {
-            Error::new(
-                ErrorKind::Timeout,
-                format!("no answer within connect_timeout {limit:?}"),
-            )
-        })??;
+    let mut stream = Observer::new(backend, limit).observe(election).await?;
     let mut last = None;
     loop {
         let item = tokio::select! {

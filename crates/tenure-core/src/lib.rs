@@ -8,6 +8,7 @@ mod leadership;
 mod memory;
 pub mod metrics;
 mod name;
+mod observer;
 mod runner;
 mod session;
 mod timing;
@@ -24,6 +25,7 @@ pub use name::{
     Candidate, ElectionName, FencingToken, LeaderInfo, Member, MAX_CANDIDATE_ID_LEN,
     MAX_CANDIDATE_VALUE_LEN, MAX_ELECTION_NAME_LEN, MAX_MEMBER_ID_LEN, MAX_MEMBER_VALUE_LEN,
 };
+pub use observer::Observer;
 pub use runner::{LeaderContext, LeaderRunner, LeadershipEvent, ResignCause};
 pub use session::Session;
 pub use timing::{Retry, Timing, CLOCK_DRIFT_MARGIN};

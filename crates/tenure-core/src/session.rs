@@ -19,6 +19,7 @@ use crate::backend::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::leadership::{GrantState, Leadership, LossReason};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
+use crate::observer::Observer;
 use crate::timing::Timing;
 
 /// A liveness scope in a store. Everything held through a session is lost when it
@@ -305,16 +306,21 @@ impl Session {
         }
     }
 
-    /// The current holder of `election` (anyone may ask).
-    pub async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+    /// The reads this session makes (leaders, members), as an [`Observer`] on its
+    /// backend bounded by its connect timeout.
+    pub fn observer(&self) -> Observer {
         let core = self.core();
-        with_timeout(&core.timing, core.backend.leader(election)).await
+        Observer::new(core.backend.clone(), core.timing.connect_timeout)
     }
 
-    /// Leader changes of `election` (see [`Backend::observe`](crate::Backend::observe)).
+    /// The current holder of `election` (anyone may ask; see [`Observer::leader`]).
+    pub async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        self.observer().leader(election).await
+    }
+
+    /// Leader changes of `election` (see [`Observer::observe`]).
     pub async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        let core = self.core();
-        with_timeout(&core.timing, core.backend.observe(election)).await
+        self.observer().observe(election).await
     }
 
     /// Register `member` under `namespace` for as long as this session lives (the store
@@ -349,19 +355,20 @@ impl Session {
         .map_err(|e| core.tag(e))
     }
 
-    /// The members of `namespace` right now (see [`Backend::members`](crate::Backend::members)).
+    /// The members of `namespace` right now (see [`Observer::members`]).
     pub async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
         let core = self.core();
-        with_timeout(&core.timing, core.backend.members(namespace))
+        self.observer()
+            .members(namespace)
             .await
             .map_err(|e| core.tag(e))
     }
 
-    /// Member lists of `namespace` as they change (see
-    /// [`Backend::watch_members`](crate::Backend::watch_members)).
+    /// Member lists of `namespace` as they change (see [`Observer::watch_members`]).
     pub async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
         let core = self.core();
-        with_timeout(&core.timing, core.backend.watch_members(namespace))
+        self.observer()
+            .watch_members(namespace)
             .await
             .map_err(|e| core.tag(e))
     }
