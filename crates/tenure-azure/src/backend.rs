@@ -90,16 +90,6 @@ impl AzureBackend {
         })
     }
 
-    /// Parse `url` with [`AzureConfig::from_url`] and connect.
-    pub async fn from_url(url: &str) -> Result<Self> {
-        AzureConfig::from_url(url)?.connect().await
-    }
-
-    /// Read the settings with [`AzureConfig::from_env`] and connect.
-    pub async fn from_env() -> Result<Self> {
-        AzureConfig::from_env()?.connect().await
-    }
-
     /// The settings this backend was connected with.
     pub fn config(&self) -> &AzureConfig {
         &self.shared.store.config
@@ -125,12 +115,7 @@ impl AzureBackend {
     }
 }
 
-impl AzureConfig {
-    /// Connect; see [`AzureBackend::connect`].
-    pub async fn connect(self) -> Result<AzureBackend> {
-        AzureBackend::connect(self).await
-    }
-}
+tenure_core::store_constructors!(AzureBackend, AzureConfig);
 
 #[async_trait]
 impl Backend for AzureBackend {

@@ -87,16 +87,6 @@ impl EtcdBackend {
         })
     }
 
-    /// Parse `url` with [`EtcdConfig::from_url`] and connect.
-    pub async fn from_url(url: &str) -> Result<Self> {
-        EtcdConfig::from_url(url)?.connect().await
-    }
-
-    /// Read the settings with [`EtcdConfig::from_env`] and connect.
-    pub async fn from_env() -> Result<Self> {
-        EtcdConfig::from_env()?.connect().await
-    }
-
     /// The settings this backend was connected with.
     pub fn config(&self) -> &EtcdConfig {
         &self.shared.config
@@ -122,12 +112,7 @@ impl EtcdBackend {
 /// One observed state, or the error shared by every observer.
 type Observed = Result<Option<LeaderInfo>>;
 
-impl EtcdConfig {
-    /// Connect; see [`EtcdBackend::connect`].
-    pub async fn connect(self) -> Result<EtcdBackend> {
-        EtcdBackend::connect(self).await
-    }
-}
+tenure_core::store_constructors!(EtcdBackend, EtcdConfig);
 
 #[async_trait]
 impl Backend for EtcdBackend {

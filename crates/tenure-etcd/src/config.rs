@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, parse_bool, unknown_key_in, BackendUrl, Secret, Timeouts, TlsFiles,
+    encode, env_overrides, finish, parse_bool, unknown_key_in, BackendUrl, Secret, Timeouts,
+    TlsFiles,
 };
 use tenure_core::{Error, Result};
 
@@ -113,11 +114,7 @@ impl EtcdConfig {
         config.tls = url.scheme == TLS_SCHEME;
         config.username = url.username;
         config.password = url.password;
-        for (key, value) in url.query {
-            config.set(&key, value)?;
-        }
-        config.validate()?;
-        Ok(config)
+        finish(config, url.query, Self::set, Self::validate)
     }
 
     /// Read `TENURE_ETCD_ENDPOINTS` (required), `TENURE_ETCD_PREFIX`,

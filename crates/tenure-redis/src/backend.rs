@@ -120,16 +120,6 @@ impl RedisBackend {
         })
     }
 
-    /// Parse `url` with [`RedisConfig::from_url`] and connect.
-    pub async fn from_url(url: &str) -> Result<Self> {
-        RedisConfig::from_url(url)?.connect().await
-    }
-
-    /// Read the settings with [`RedisConfig::from_env`] and connect.
-    pub async fn from_env() -> Result<Self> {
-        RedisConfig::from_env()?.connect().await
-    }
-
     /// The settings this backend was connected with.
     pub fn config(&self) -> &RedisConfig {
         &self.shared.config
@@ -247,12 +237,7 @@ impl RedisBackend {
 /// [`Error::detached`] copy).
 type Observed = Result<Option<LeaderInfo>>;
 
-impl RedisConfig {
-    /// Connect; see [`RedisBackend::connect`].
-    pub async fn connect(self) -> Result<RedisBackend> {
-        RedisBackend::connect(self).await
-    }
-}
+tenure_core::store_constructors!(RedisBackend, RedisConfig);
 
 #[async_trait]
 impl Backend for RedisBackend {

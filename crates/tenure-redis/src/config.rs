@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, host_port, parse_millis, parse_number, unknown_key_in, BackendUrl,
-    Secret, Timeouts, TlsFiles,
+    encode, env_overrides, finish, host_port, parse_millis, parse_number, unknown_key_in,
+    BackendUrl, Secret, Timeouts, TlsFiles,
 };
 use tenure_core::{Error, Result};
 
@@ -221,11 +221,7 @@ impl RedisConfig {
         if !path.is_empty() {
             config.db = parse_db(path)?;
         }
-        for (key, value) in url.query {
-            config.set(&key, value)?;
-        }
-        config.validate()?;
-        Ok(config)
+        finish(config, url.query, Self::set, Self::validate)
     }
 
     fn from_sentinel_url(url: BackendUrl) -> Result<Self> {
@@ -253,11 +249,7 @@ impl RedisConfig {
         config.tls = url.scheme == SENTINEL_TLS_SCHEME;
         config.username = url.username;
         config.password = url.password;
-        for (key, value) in url.query {
-            config.set(&key, value)?;
-        }
-        config.validate()?;
-        Ok(config)
+        finish(config, url.query, Self::set, Self::validate)
     }
 
     /// Read `TENURE_REDIS_URL` (required; any URL [`from_url`](Self::from_url) takes),

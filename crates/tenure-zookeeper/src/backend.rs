@@ -45,12 +45,7 @@ impl fmt::Debug for ZooKeeperBackend {
     }
 }
 
-impl ZooKeeperConfig {
-    /// Connect with these settings (see [`ZooKeeperBackend::connect`]).
-    pub async fn connect(self) -> Result<ZooKeeperBackend> {
-        ZooKeeperBackend::connect(self).await
-    }
-}
+tenure_core::store_constructors!(ZooKeeperBackend, ZooKeeperConfig);
 
 impl ZooKeeperBackend {
     /// Connect to ZooKeeper, create the chroot if it is missing and check that it can be
@@ -99,16 +94,6 @@ impl ZooKeeperBackend {
         Ok(ZooKeeperBackend {
             shared: Arc::new(Shared::new(config, reader)),
         })
-    }
-
-    /// Parse `url` with [`ZooKeeperConfig::from_url`] and connect.
-    pub async fn from_url(url: &str) -> Result<Self> {
-        ZooKeeperConfig::from_url(url)?.connect().await
-    }
-
-    /// Read the settings with [`ZooKeeperConfig::from_env`] and connect.
-    pub async fn from_env() -> Result<Self> {
-        ZooKeeperConfig::from_env()?.connect().await
     }
 
     /// The settings this backend was connected with.

@@ -4,8 +4,8 @@ use std::fmt;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, parse_duration, parse_millis, unknown_key_in, BackendUrl, Secret,
-    Timeouts,
+    encode, env_overrides, finish, parse_duration, parse_millis, unknown_key_in, BackendUrl,
+    Secret, Timeouts,
 };
 use tenure_core::{Error, Result};
 
@@ -98,11 +98,7 @@ impl ZooKeeperConfig {
         if !url.path.is_empty() {
             config.chroot = url.path;
         }
-        for (key, value) in url.query {
-            config.set(&key, value)?;
-        }
-        config.validate()?;
-        Ok(config)
+        finish(config, url.query, Self::set, Self::validate)
     }
 
     /// Read `TENURE_ZK_HOSTS` (required), `TENURE_ZK_CHROOT`, `TENURE_ZK_USERNAME`,

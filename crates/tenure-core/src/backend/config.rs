@@ -491,6 +491,21 @@ impl TlsFiles {
     }
 }
 
+/// The end of every store's `from_url`: apply the query's pairs to `config` in order
+/// with `set` (an unknown key is its error), then `validate` the whole.
+pub fn finish<C>(
+    mut config: C,
+    query: Vec<(String, String)>,
+    set: impl Fn(&mut C, &str, String) -> Result<()>,
+    validate: impl Fn(&C) -> Result<()>,
+) -> Result<C> {
+    for (key, value) in query {
+        set(&mut config, &key, value)?;
+    }
+    validate(&config)?;
+    Ok(config)
+}
+
 /// [`unknown_key`] for a backend whose keys are its own table plus shared ones.
 pub fn unknown_key_in(key: &str, tables: &[&[&str]]) -> Error {
     unknown_key(key, &tables.concat())
@@ -516,6 +531,33 @@ pub fn env_overrides(
 
 fn without_url(message: &str) -> &str {
     message.strip_prefix("url: ").unwrap_or(message)
+}
+
+/// The constructors every store backend offers, written once: for a backend `B` with
+/// config `C` (which has `from_url`, `from_env`, and `B::connect(C)`), `B::from_url`,
+/// `B::from_env` and `C::connect`.
+#[macro_export]
+macro_rules! store_constructors {
+    ($backend:ident, $config:ident) => {
+        impl $backend {
+            #[doc = concat!("Parse `url` with [`", stringify!($config), "::from_url`] and connect.")]
+            pub async fn from_url(url: &str) -> $crate::Result<Self> {
+                $config::from_url(url)?.connect().await
+            }
+
+            #[doc = concat!("Read the settings with [`", stringify!($config), "::from_env`] and connect.")]
+            pub async fn from_env() -> $crate::Result<Self> {
+                $config::from_env()?.connect().await
+            }
+        }
+
+        impl $config {
+            #[doc = concat!("Connect with these settings; see [`", stringify!($backend), "::connect`].")]
+            pub async fn connect(self) -> $crate::Result<$backend> {
+                $backend::connect(self).await
+            }
+        }
+    };
 }
 
 #[cfg(test)]
