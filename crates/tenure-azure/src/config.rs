@@ -119,6 +119,8 @@ pub struct AzureConfig {
     timeouts: Timeouts,
 }
 
+tenure_core::config_timeouts!(AzureConfig);
+
 impl fmt::Debug for AzureConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AzureConfig")
@@ -496,18 +498,6 @@ impl AzureConfig {
         self
     }
 
-    /// The longest connecting may take (default 5 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
-        self
-    }
-
-    /// The longest any single request may wait for its answer (default 5 s).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.request = timeout;
-        self
-    }
-
     /// The storage account.
     pub fn account(&self) -> &str {
         &self.account
@@ -539,16 +529,6 @@ impl AzureConfig {
     /// The poll interval.
     pub fn get_poll_interval(&self) -> Duration {
         self.poll_interval
-    }
-
-    /// The connect timeout.
-    pub fn get_connect_timeout(&self) -> Duration {
-        self.timeouts.connect
-    }
-
-    /// The request timeout.
-    pub fn get_request_timeout(&self) -> Duration {
-        self.timeouts.request
     }
 
     /// Which kind of credential is configured (`"shared key"`, …), never the secret.

@@ -73,6 +73,8 @@ pub struct EtcdConfig {
     timeouts: Timeouts,
 }
 
+tenure_core::config_timeouts!(EtcdConfig);
+
 /// The URL form without the password: `etcd://[user@]h1:2379,h2:2379?prefix=…`.
 impl fmt::Display for EtcdConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -238,18 +240,6 @@ impl EtcdConfig {
         self
     }
 
-    /// The longest connecting (and the first request) may take (default 5 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
-        self
-    }
-
-    /// The longest any single request may wait for its answer (default 5 s).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.request = timeout;
-        self
-    }
-
     /// The endpoints, `host:port`.
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
@@ -268,16 +258,6 @@ impl EtcdConfig {
     /// Whether TLS is on.
     pub fn is_tls(&self) -> bool {
         self.tls
-    }
-
-    /// The connect timeout.
-    pub fn get_connect_timeout(&self) -> Duration {
-        self.timeouts.connect
-    }
-
-    /// The request timeout.
-    pub fn get_request_timeout(&self) -> Duration {
-        self.timeouts.request
     }
 
     pub(crate) fn password(&self) -> Option<&str> {

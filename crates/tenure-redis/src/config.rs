@@ -109,6 +109,8 @@ pub struct RedisConfig {
     wait_timeout: Duration,
 }
 
+tenure_core::config_timeouts!(RedisConfig);
+
 /// Where Sentinel is: the sentinels to ask and the name of the monitored primary.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub(crate) struct Sentinel {
@@ -423,18 +425,6 @@ impl RedisConfig {
         self
     }
 
-    /// The longest connecting may take (default 5 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
-        self
-    }
-
-    /// The longest any single request may wait for its answer (default 5 s).
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.request = timeout;
-        self
-    }
-
     /// The longest a waiting candidate or an observer goes without reading the seat
     /// itself, in case a pub/sub message was lost (default 1 s). Waiters look again
     /// after a random 80–100 % of it.
@@ -476,16 +466,6 @@ impl RedisConfig {
     /// The key prefix.
     pub fn key_prefix(&self) -> &str {
         &self.prefix
-    }
-
-    /// The connect timeout.
-    pub fn get_connect_timeout(&self) -> Duration {
-        self.timeouts.connect
-    }
-
-    /// The request timeout.
-    pub fn get_request_timeout(&self) -> Duration {
-        self.timeouts.request
     }
 
     /// The poll interval.

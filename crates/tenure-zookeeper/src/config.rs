@@ -59,6 +59,8 @@ pub struct ZooKeeperConfig {
     timeouts: Timeouts,
 }
 
+tenure_core::config_timeouts!(ZooKeeperConfig);
+
 /// The URL form without the password: `zk://[user@]h1:2181,h2:2181/chroot`.
 impl fmt::Display for ZooKeeperConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -195,18 +197,6 @@ impl ZooKeeperConfig {
         self
     }
 
-    /// Limit for connecting (a session established).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.connect = timeout;
-        self
-    }
-
-    /// Limit for any single request.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.timeouts.request = timeout;
-        self
-    }
-
     /// The `host:port` list.
     pub fn hosts(&self) -> &[String] {
         &self.hosts
@@ -231,16 +221,6 @@ impl ZooKeeperConfig {
     /// The reader session's timeout.
     pub fn get_session_timeout(&self) -> Duration {
         self.session_timeout
-    }
-
-    /// The connect timeout.
-    pub fn get_connect_timeout(&self) -> Duration {
-        self.timeouts.connect
-    }
-
-    /// The request timeout.
-    pub fn get_request_timeout(&self) -> Duration {
-        self.timeouts.request
     }
 
     /// The connect string for zookeeper-client (no chroot: the backend applies it).

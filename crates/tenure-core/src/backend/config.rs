@@ -560,6 +560,39 @@ macro_rules! store_constructors {
     };
 }
 
+/// The timeout settings of a store's config, written once: for a config type with a
+/// `timeouts: Timeouts` field, the builders `connect_timeout(d)` and
+/// `request_timeout(d)` and the getters `get_connect_timeout()` and
+/// `get_request_timeout()`.
+#[macro_export]
+macro_rules! config_timeouts {
+    ($config:ident) => {
+        impl $config {
+            /// The longest connecting (and the first answer) may take (default 5 s).
+            pub fn connect_timeout(mut self, timeout: ::std::time::Duration) -> Self {
+                self.timeouts.connect = timeout;
+                self
+            }
+
+            /// The longest any single request may wait for its answer (default 5 s).
+            pub fn request_timeout(mut self, timeout: ::std::time::Duration) -> Self {
+                self.timeouts.request = timeout;
+                self
+            }
+
+            /// The connect timeout.
+            pub fn get_connect_timeout(&self) -> ::std::time::Duration {
+                self.timeouts.connect
+            }
+
+            /// The request timeout.
+            pub fn get_request_timeout(&self) -> ::std::time::Duration {
+                self.timeouts.request
+            }
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
