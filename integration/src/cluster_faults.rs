@@ -24,6 +24,8 @@ pub trait StoreCluster: std::ops::DerefMut<Target = Members> + Send + Sync {
     fn connect(&self) -> BoxFuture<'_, DynBackend>;
     /// Waits until every running member serves and one leads; its index.
     fn wait_leader(&self) -> BoxFuture<'_, Result<usize>>;
+    /// The members `session` talks to now (its renewals, its keep-alive stream).
+    fn in_use<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<Vec<usize>>>;
     /// How long a member cut off from the quorum may go on answering.
     fn sync_window(&self) -> Duration {
         Duration::ZERO
@@ -31,6 +33,13 @@ pub trait StoreCluster: std::ops::DerefMut<Target = Members> + Send + Sync {
 }
 
 impl StoreCluster for EtcdCluster {
+    /// The members this process is connected to: the scenarios run one client, so
+    /// they are the session's (its requests go to one member and move on only when it
+    /// does not answer).
+    fn in_use<'a>(&'a self, _session: &'a Session) -> BoxFuture<'a, Result<Vec<usize>>> {
+        Box::pin(async move { self.connected_from(std::process::id()) })
+    }
+
     fn connect(&self) -> BoxFuture<'_, DynBackend> {
         Box::pin(async move {
             let url = format!("etcd://{}", self.hosts());
@@ -56,6 +65,11 @@ impl StoreCluster for EtcdCluster {
 }
 
 impl StoreCluster for ZooKeeperEnsemble {
+    /// The server the session's connection is on (`cons`).
+    fn in_use<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<Vec<usize>>> {
+        Box::pin(async move { Ok(self.serving(&session.id()).await?.into_iter().collect()) })
+    }
+
     fn connect(&self) -> BoxFuture<'_, DynBackend> {
         Box::pin(async move {
             let url = format!("zk://{}", self.hosts());
@@ -161,6 +175,34 @@ pub async fn pausing_each_member(cluster: &dyn StoreCluster) {
         )
         .await;
     }
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+}
+
+/// The member the session talks to (for etcd, the one serving its lease keep-alives)
+/// paused for 8 s, past the TTL, then resumed: the session moves to another member.
+pub async fn pausing_the_member_in_use(cluster: &dyn StoreCluster) {
+    let s = cluster_session(cluster).await;
+    let l = lead(&s, "pause-in-use").await;
+    let used = match cluster.in_use(&s).await {
+        Ok(used) => used,
+        Err(e) => panic!("which member the session uses: {e}"),
+    };
+    let Some(&member) = used.first() else {
+        panic!("the session is connected to no member");
+    };
+    eprintln!("the session talks to member(s) {used:?}: pausing {member}");
+    cluster.pause(member).expect("pause");
+    hold_through(
+        &l,
+        Duration::from_secs(8),
+        "the member in use paused for 8 s",
+    )
+    .await;
+    let moved = cluster.in_use(&s).await.unwrap_or_default();
+    eprintln!("while member {member} is paused the session talks to {moved:?}");
+    cluster.resume(member).expect("resume");
+    hold_through(&l, Duration::from_secs(2), "the member in use resumed").await;
     l.resign().await.expect("resign");
     s.close().await.expect("close");
 }

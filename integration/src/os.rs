@@ -194,6 +194,49 @@ pub(crate) fn file_tail(path: &Path, max_bytes: u64) -> String {
     }
 }
 
+/// The remote ports of the TCP connections process `pid` has established to
+/// 127.0.0.1 now: its socket inodes (`/proc/PID/fd`) matched against the connection
+/// table of its network namespace (`/proc/PID/net/tcp`). Linux only.
+pub(crate) fn loopback_peers(pid: u32) -> Result<Vec<u16>> {
+    let read_err = |what: String, e: std::io::Error| HarnessError::io(what, e);
+    let mut inodes = std::collections::HashSet::new();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map_err(|e| read_err(format!("listing /proc/{pid}/fd"), e))?;
+    for fd in fds.flatten() {
+        if let Ok(target) = std::fs::read_link(fd.path()) {
+            let target = target.to_string_lossy().into_owned();
+            if let Some(inode) = target
+                .strip_prefix("socket:[")
+                .and_then(|t| t.strip_suffix(']'))
+            {
+                inodes.insert(inode.to_string());
+            }
+        }
+    }
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp"))
+        .map_err(|e| read_err(format!("reading /proc/{pid}/net/tcp"), e))?;
+    let mut ports = Vec::new();
+    for line in table.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // sl local remote st tx:rx tr:when retrnsmt uid timeout inode
+        let (Some(remote), Some(state), Some(inode)) =
+            (fields.get(2), fields.get(3), fields.get(9))
+        else {
+            continue;
+        };
+        // 01: established; 0100007F: 127.0.0.1 in the kernel's byte order.
+        if *state != "01" || !inodes.contains(*inode) {
+            continue;
+        }
+        if let Some(("0100007F", port)) = remote.split_once(':') {
+            if let Ok(port) = u16::from_str_radix(port, 16) {
+                ports.push(port);
+            }
+        }
+    }
+    Ok(ports)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,5 +282,17 @@ mod tests {
         assert!(tail.starts_with("…line "), "{tail}");
         assert!(tail.ends_with("line 99\n"), "{tail}");
         assert!(file_tail(&dir.path().join("missing"), 10).contains("cannot read"));
+    }
+
+    #[test]
+    fn loopback_peers_sees_a_connection_of_this_process() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let before = super::loopback_peers(std::process::id()).unwrap();
+        assert!(!before.contains(&port));
+        let _client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let _server = listener.accept().unwrap();
+        let after = super::loopback_peers(std::process::id()).unwrap();
+        assert!(after.contains(&port), "{after:?} lacks {port}");
     }
 }

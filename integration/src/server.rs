@@ -1340,6 +1340,34 @@ impl ZooKeeperEnsemble {
             })
     }
 
+    /// The server the ZooKeeper session `session_id` (16 hex digits, as
+    /// [`Session::id`](tenure_core::Session::id) gives it) is connected to now, asked
+    /// with each server's `cons` (its connections and their session ids).
+    pub async fn serving(&self, session_id: &str) -> Result<Option<usize>> {
+        let Ok(wanted) = u64::from_str_radix(session_id, 16) else {
+            return Err(HarnessError::io(
+                "reading a ZooKeeper session id",
+                std::io::Error::other(format!("{session_id:?} is not hex")),
+            ));
+        };
+        for (i, addr) in self.members.addrs().into_iter().enumerate() {
+            let Ok(answer) =
+                probe::exchange(addr, b"cons", |_| false, Duration::from_secs(1)).await
+            else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&answer);
+            let has = text.split("sid=0x").skip(1).any(|rest| {
+                let hex: String = rest.chars().take_while(char::is_ascii_hexdigit).collect();
+                u64::from_str_radix(&hex, 16) == Ok(wanted)
+            });
+            if has {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
     /// The index of the server whose `srvr` says `Mode: leader`.
     pub async fn leader(&self) -> Result<usize> {
         let mut answers = Vec::new();
@@ -1445,6 +1473,19 @@ impl Members {
             Some((_, local)) => local.pid(self.kind),
             None => Err(self.missing(i)),
         }
+    }
+
+    /// The members process `pid` has a TCP connection to now (for this test process,
+    /// `std::process::id()`): where its clients' requests and streams go.
+    pub fn connected_from(&self, pid: u32) -> Result<Vec<usize>> {
+        let peers = crate::os::loopback_peers(pid)?;
+        Ok(self
+            .addrs()
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| peers.contains(&a.port()))
+            .map(|(i, _)| i)
+            .collect())
     }
 
     /// SIGSTOP member `i`: its connections stay open, it answers nothing.

@@ -26,6 +26,12 @@ async fn pausing_each_member_costs_no_leadership() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_the_member_the_session_uses_costs_no_leadership() {
+    let _serial = SERIAL.lock().await;
+    cluster_faults::pausing_the_member_in_use(&start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_raft_leader_costs_no_leadership() {
     let _serial = SERIAL.lock().await;
     cluster_faults::pausing_the_store_leader(&start().await).await;

@@ -25,6 +25,12 @@ async fn pausing_each_server_in_turn_costs_no_leadership() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_the_member_the_session_uses_costs_no_leadership() {
+    let _one = SERIAL.lock().await;
+    cluster_faults::pausing_the_member_in_use(&start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_ensemble_leader_costs_no_leadership() {
     let _one = SERIAL.lock().await;
     cluster_faults::pausing_the_store_leader(&start().await).await;
