@@ -69,7 +69,7 @@ pub mod fault_suite;
 mod fencing;
 pub mod membership;
 mod os;
-mod probe;
+pub mod probe;
 mod proxy;
 mod proxy_faults;
 mod server;

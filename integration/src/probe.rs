@@ -1,4 +1,5 @@
-//! Readiness probes: the smallest request each store answers once it serves.
+//! Readiness probes: the smallest request each store answers once it serves, and the
+//! raw exchange they are made of (for tests that talk to a store below any client).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -7,14 +8,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// How a probe error that timed out begins.
-pub(crate) const NO_ANSWER: &str = "no answer";
+pub const NO_ANSWER: &str = "no answer";
 
 /// The most bytes a probe reads from one answer.
 const MAX_ANSWER: usize = 64 * 1024;
 
 /// Sends `request` to `addr` and reads until `done` says the answer is
 /// complete, the peer closes, or `timeout` passes. Returns what was read.
-pub(crate) async fn exchange(
+pub async fn exchange(
     addr: SocketAddr,
     request: &[u8],
     done: impl Fn(&[u8]) -> bool,
@@ -52,11 +53,7 @@ pub(crate) async fn exchange(
 
 /// An HTTP/1.1 `GET path` with `Connection: close`; returns the whole
 /// response (status line, headers and body) as text.
-pub(crate) async fn http_get(
-    addr: SocketAddr,
-    path: &str,
-    timeout: Duration,
-) -> Result<String, String> {
+pub async fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<String, String> {
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     let answer = exchange(addr, request.as_bytes(), |_| false, timeout).await?;
     Ok(String::from_utf8_lossy(&answer).into_owned())
@@ -76,7 +73,7 @@ fn excerpt(text: &str) -> String {
 }
 
 /// etcd is ready when `GET /health` says `"health":"true"`.
-pub(crate) async fn etcd(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+pub async fn etcd(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
     let answer = http_get(addr, "/health", timeout).await?;
     if answer.contains("\"health\":\"true\"") {
         Ok(())
@@ -87,7 +84,7 @@ pub(crate) async fn etcd(addr: SocketAddr, timeout: Duration) -> Result<(), Stri
 
 /// ZooKeeper is ready when `srvr` reports a mode (before that it answers
 /// "This ZooKeeper instance is not currently serving requests").
-pub(crate) async fn zookeeper(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+pub async fn zookeeper(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
     let answer = exchange(addr, b"srvr", |_| false, timeout).await?;
     let text = String::from_utf8_lossy(&answer);
     if text.contains("Mode:") {
@@ -98,7 +95,7 @@ pub(crate) async fn zookeeper(addr: SocketAddr, timeout: Duration) -> Result<(),
 }
 
 /// Redis is ready when `PING` gets `+PONG`.
-pub(crate) async fn redis(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+pub async fn redis(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
     let answer = exchange(
         addr,
         b"*1\r\n$4\r\nPING\r\n",
@@ -118,7 +115,7 @@ pub(crate) async fn redis(addr: SocketAddr, timeout: Duration) -> Result<(), Str
 
 /// Azurite is ready when its blob endpoint answers HTTP at all (without
 /// credentials the answer is an error status, which is fine).
-pub(crate) async fn azurite(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+pub async fn azurite(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
     let answer = http_get(addr, "/devstoreaccount1?comp=list", timeout).await?;
     if answer.starts_with("HTTP/1.") {
         Ok(())

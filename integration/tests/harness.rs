@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use tenure_integration::probe::{self, exchange};
 use tenure_integration::{
     check_fencing, check_fencing_at, monotonic_now_ns, tenures, AzuriteServer, CandidateProcess,
     EtcdServer, Event, FencingViolation, GuardedResource, HarnessError, LinkState, RedisServer,
@@ -18,34 +19,7 @@ use tokio::net::{TcpListener, TcpStream};
 const QUICK: Duration = Duration::from_millis(500);
 const PATIENT: Duration = Duration::from_secs(5);
 
-/// Sends `request` on a fresh connection and reads until `done` or EOF,
-/// failing after `timeout`.
-async fn exchange(
-    addr: SocketAddr,
-    request: &[u8],
-    done: impl Fn(&[u8]) -> bool,
-    timeout: Duration,
-) -> Result<Vec<u8>, String> {
-    let work = async {
-        let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-        stream.write_all(request).await.map_err(|e| e.to_string())?;
-        let mut answer = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = stream.read(&mut buf).await.map_err(|e| e.to_string())?;
-            if n == 0 || {
-                answer.extend_from_slice(&buf[..n]);
-                done(&answer)
-            } {
-                return Ok(answer);
-            }
-        }
-    };
-    tokio::time::timeout(timeout, work)
-        .await
-        .unwrap_or_else(|_| Err("timed out".to_owned()))
-}
-
+/// An HTTP/1.1 request with a JSON body, answered in full (`Connection: close`).
 async fn http(
     addr: SocketAddr,
     method: &str,
@@ -62,48 +36,6 @@ async fn http(
     Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
-async fn etcd_healthy(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
-    let answer = http(addr, "GET", "/health", "", timeout).await?;
-    if answer.contains("\"health\":\"true\"") {
-        Ok(())
-    } else {
-        Err(answer)
-    }
-}
-
-async fn zk_ruok(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
-    let answer = exchange(addr, b"ruok", |_| false, timeout).await?;
-    if answer == b"imok" {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&answer).into_owned())
-    }
-}
-
-async fn redis_ping(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
-    let answer = exchange(
-        addr,
-        b"*1\r\n$4\r\nPING\r\n",
-        |a| a.ends_with(b"\r\n"),
-        timeout,
-    )
-    .await?;
-    if answer == b"+PONG\r\n" {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&answer).into_owned())
-    }
-}
-
-async fn azurite_answers(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
-    let answer = http(addr, "GET", "/devstoreaccount1?comp=list", "", timeout).await?;
-    if answer.starts_with("HTTP/1.1 ") {
-        Ok(())
-    } else {
-        Err(answer)
-    }
-}
-
 /// The fault-injection life cycle every server handle must support:
 /// answers; paused, does not; resumed, does; killed, refuses; restarted on
 /// the same port with a new process, answers again.
@@ -112,15 +44,19 @@ macro_rules! check_lifecycle {
         let server = &mut $server;
         let addr = server.addr();
         assert!(!server.is_external());
-        $ping(addr, PATIENT).await.expect("answers after start");
+        probe::$ping(addr, PATIENT)
+            .await
+            .expect("answers after start");
 
         server.pause().unwrap();
-        let err = $ping(addr, QUICK)
+        let err = probe::$ping(addr, QUICK)
             .await
             .expect_err("must not answer while paused");
-        assert_eq!(err, "timed out");
+        assert!(err.starts_with(probe::NO_ANSWER), "{err}");
         server.resume().unwrap();
-        $ping(addr, PATIENT).await.expect("answers after resume");
+        probe::$ping(addr, PATIENT)
+            .await
+            .expect("answers after resume");
 
         let pid = server.pid().unwrap();
         server.restart().await.unwrap();
@@ -131,12 +67,14 @@ macro_rules! check_lifecycle {
         );
         assert_eq!(server.addr(), addr, "restart keeps the port");
         assert_ne!(server.pid().unwrap(), pid, "restart starts a new process");
-        $ping(addr, PATIENT).await.expect("answers after restart");
+        probe::$ping(addr, PATIENT)
+            .await
+            .expect("answers after restart");
 
         // Restarting a paused server works too.
         server.pause().unwrap();
         server.restart().await.unwrap();
-        $ping(addr, PATIENT)
+        probe::$ping(addr, PATIENT)
             .await
             .expect("answers after restart from pause");
 
@@ -151,7 +89,7 @@ macro_rules! check_lifecycle {
             Err(HarnessError::NotRunning { .. })
         ));
         server.restart().await.unwrap();
-        $ping(addr, PATIENT)
+        probe::$ping(addr, PATIENT)
             .await
             .expect("answers after kill + restart");
     }};
@@ -177,7 +115,7 @@ async fn etcd_server_lifecycle_and_data_survive_restart() {
     .unwrap();
     assert!(put.starts_with("HTTP/1.1 200"), "{put}");
 
-    check_lifecycle!(etcd, etcd_healthy);
+    check_lifecycle!(etcd, etcd);
 
     assert_eq!(etcd.data_dir().unwrap(), data_dir);
     let range = http(
@@ -206,7 +144,7 @@ async fn zookeeper_server_lifecycle() {
     let srvr = String::from_utf8_lossy(&srvr);
     assert!(srvr.contains("Mode: standalone"), "{srvr}");
 
-    check_lifecycle!(zk, zk_ruok);
+    check_lifecycle!(zk, zookeeper);
 
     // tickTime=1000 shows in `conf`.
     let conf = exchange(zk.addr(), b"conf", |_| false, PATIENT)
@@ -222,7 +160,7 @@ async fn redis_server_lifecycle() {
     let mut redis = RedisServer::start().await.unwrap();
     eprintln!("Redis ready in {:?}", redis.startup_time().unwrap());
     assert_eq!(redis.endpoint(), format!("redis://{}", redis.addr()));
-    check_lifecycle!(redis, redis_ping);
+    check_lifecycle!(redis, redis);
 }
 
 #[tokio::test]
@@ -233,7 +171,7 @@ async fn azurite_server_lifecycle() {
         azurite.endpoint(),
         format!("http://{}/devstoreaccount1", azurite.addr())
     );
-    check_lifecycle!(azurite, azurite_answers);
+    check_lifecycle!(azurite, azurite);
 }
 
 /// A local echo server for the proxy tests.
@@ -349,16 +287,14 @@ async fn proxy_forwards_cuts_blackholes_and_heals() {
 async fn proxy_in_front_of_a_real_server() {
     let redis = RedisServer::start().await.unwrap();
     let proxy = TcpProxy::start(redis.addr()).await.unwrap();
-    redis_ping(proxy.addr(), PATIENT).await.unwrap();
+    probe::redis(proxy.addr(), PATIENT).await.unwrap();
     proxy.blackhole().await.unwrap();
-    assert_eq!(
-        redis_ping(proxy.addr(), QUICK).await,
-        Err("timed out".to_owned())
-    );
+    let err = probe::redis(proxy.addr(), QUICK).await.unwrap_err();
+    assert!(err.starts_with(probe::NO_ANSWER), "{err}");
     proxy.cut().await.unwrap();
-    assert!(redis_ping(proxy.addr(), QUICK).await.is_err());
+    assert!(probe::redis(proxy.addr(), QUICK).await.is_err());
     proxy.heal().await.unwrap();
-    redis_ping(proxy.addr(), PATIENT).await.unwrap();
+    probe::redis(proxy.addr(), PATIENT).await.unwrap();
 }
 
 #[tokio::test]
