@@ -201,16 +201,9 @@ pub async fn sigstop_of_the_holder(spec: &FaultSpec) {
 /// counted from its last confirmed renewal (before the pause), well before the store
 /// could expire the session; once the store runs again the campaigns go on by
 /// themselves and the next grant has a larger token. Needs a local server: with an
-/// external one it says so and does nothing.
+/// external one it fails, saying so.
 pub async fn sigstop_of_the_store(spec: &FaultSpec, store: &dyn StoreServer) {
-    if store.is_external() {
-        eprintln!(
-            "sigstop of {}: not run: it stops the server, and {} names an external one",
-            store.name(),
-            store.env_var()
-        );
-        return;
-    }
+    store.require_local("it stops the server");
     let resource = GuardedResource::start().await.expect("resource");
     let election = "faults/sigstop-store";
     let a = spec.candidate(election, "a", &resource);
@@ -328,16 +321,9 @@ pub enum Restart {
 }
 
 /// A restart of the store with two candidates, checked as `expect` says. Needs a local
-/// server: with an external one it says so and does nothing.
+/// server: with an external one it fails, saying so.
 pub async fn store_restart(spec: &FaultSpec, store: &mut dyn StoreServer, expect: Restart) {
-    if store.is_external() {
-        eprintln!(
-            "restart of {}: not run: it restarts the server, and {} names an external one",
-            store.name(),
-            store.env_var()
-        );
-        return;
-    }
+    store.require_local("it restarts the server");
     let resource = GuardedResource::start().await.expect("resource");
     let election = "faults/restart";
     let a = spec.candidate(election, "a", &resource);

@@ -884,6 +884,17 @@ pub trait StoreServer: Send + Sync {
     /// Stop the server process the orderly way (SIGTERM, then SIGKILL after a grace
     /// period); it stays down until [`restart`](Self::restart).
     fn terminate(&mut self) -> BoxFuture<'_, Result<()>>;
+    /// For a test that needs its own server (it stops, restarts or reconfigures it,
+    /// or counts all its commands; `why` says which): panics, naming the variable to
+    /// unset, when the server is external. Such a test never passes without running.
+    fn require_local(&self, why: &str) {
+        assert!(
+            !self.is_external(),
+            "{}: {why}, so this test needs a local server: unset {}",
+            self.name(),
+            self.env_var()
+        );
+    }
     /// The store's name, for messages.
     fn name(&self) -> &'static str;
     /// The environment variable that names an external server instead.

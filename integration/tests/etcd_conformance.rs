@@ -1,5 +1,6 @@
 //! The whole election contract against a real etcd: one server for this test binary
-//! (or the one named by `TENURE_TEST_ETCD`), a random election prefix per test, a TTL of
+//! (or the one named by `TENURE_TEST_ETCD`, every member of a cluster given as
+//! `http://h1:2379,h2:2379,h3:2379`), a random election prefix per test, a TTL of
 //! 2 s, and faults injected through a TCP proxy (disconnect) and lease revocation
 //! (expiry).
 
@@ -18,8 +19,10 @@ fn server_addr() -> SocketAddr {
     shared_server().1
 }
 
-fn url(addr: SocketAddr) -> String {
-    format!("etcd://{addr}?prefix=tenure-test&connect_timeout_ms=1000&request_timeout_ms=1000")
+/// The URL for `hosts` (`host:port`, or every member of an external cluster).
+fn url(hosts: &str) -> String {
+    let hosts = hosts.trim_start_matches("http://");
+    format!("etcd://{hosts}?prefix=tenure-test&connect_timeout_ms=1000&request_timeout_ms=1000")
 }
 
 /// TTL 2 s (etcd leases are whole seconds), renew every 300 ms, leadership valid for
@@ -34,7 +37,8 @@ fn etcd_timing() -> Timing {
 
 async fn etcd_env() -> Env {
     let server = server_addr();
-    let backend = match EtcdBackend::from_url(&url(server)).await {
+    // Every member when `TENURE_TEST_ETCD` names a cluster.
+    let backend = match EtcdBackend::from_url(&url(&shared_server().0)).await {
         Ok(b) => b,
         Err(e) => panic!("connect to etcd at {server}: {e}"),
     };
@@ -43,7 +47,7 @@ async fn etcd_env() -> Env {
     // Disconnects cut a victim backend's link through a proxy; expiry revokes the
     // lease through the main backend.
     let faults = ProxyFaults::new(&server.to_string(), server, |at| async move {
-        let b = EtcdBackend::from_url(&url(at.parse().expect("addr"))).await?;
+        let b = EtcdBackend::from_url(&url(&at)).await?;
         Ok(Arc::new(b) as DynBackend)
     });
     env.faults = Arc::new(faults.expire_with(move |id| {

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use tenure_integration::fault_suite::{self, FaultSpec, Restart};
-use tenure_integration::EtcdServer;
+use tenure_integration::{EtcdServer, StoreServer};
 
 /// The candidates' session TTL.
 const TTL: Duration = Duration::from_secs(2);
@@ -66,11 +66,7 @@ async fn unreachable_endpoint_fails_within_the_connect_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_password_is_unauthorized() {
     let etcd = EtcdServer::start().await.expect("etcd");
-    assert!(
-        !etcd.is_external(),
-        "this test turns authentication on, so it needs a local etcd: unset {}",
-        EtcdServer::ENV
-    );
+    etcd.require_local("it turns authentication on");
     let password = "right-Pa55word";
     etcd.enable_auth(password).expect("etcd auth");
     let host = etcd.addr();

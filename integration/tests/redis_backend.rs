@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
-use tenure_integration::{RedisServer, TcpProxy};
+use tenure_integration::{RedisServer, StoreServer, TcpProxy};
 use tenure_redis::RedisBackend;
 
 #[path = "support/capture.rs"]
@@ -30,14 +30,6 @@ fn url(endpoint: &str, extra: &str) -> String {
         "{endpoint}{sep}prefix={}&connect_timeout_ms=1000&request_timeout_ms=500{extra}",
         prefix()
     )
-}
-
-/// Whether `server` is this test's own; says why the test does not run otherwise.
-fn own(server: &RedisServer, why: &str) -> bool {
-    if server.is_external() {
-        eprintln!("not run against the server in {}: {why}", RedisServer::ENV);
-    }
-    !server.is_external()
 }
 
 async fn backend(endpoint: &str, extra: &str) -> RedisBackend {
@@ -150,9 +142,7 @@ async fn answers_stay_in_step_after_the_link_lost_bytes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_renewal_call_per_interval_whatever_the_number_of_elections() {
     let server = RedisServer::start().await.expect("redis");
-    if !own(&server, "it counts the script calls of the whole server") {
-        return;
-    }
+    server.require_local("it counts the script calls of the whole server");
     let b = backend(server.endpoint(), "&poll_interval_ms=60000").await;
     let mut raw = raw(&server).await;
     let mut t = timing(Duration::from_secs(4));
@@ -490,9 +480,7 @@ async fn connections_received(c: &mut redis::aio::MultiplexedConnection) -> u64 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_backend_keeps_its_connections() {
     let server = RedisServer::start().await.expect("redis");
-    if !own(&server, "it counts the connections of the whole server") {
-        return;
-    }
+    server.require_local("it counts the connections of the whole server");
     let mut raw = raw(&server).await;
     let b = backend(server.endpoint(), "").await;
     let t = timing(Duration::from_secs(1));
@@ -519,9 +507,7 @@ async fn an_idle_backend_keeps_its_connections() {
 #[tokio::test(flavor = "current_thread")]
 async fn passwords_never_reach_logs_debug_or_errors() {
     let server = RedisServer::start().await.expect("redis");
-    if !own(&server, "it sets a password on the server") {
-        return;
-    }
+    server.require_local("it sets a password on the server");
     let secret = "Sup3r-S3cret-pw";
     let mut raw = raw(&server).await;
     let (captured, _guard) = Captured::install_default();

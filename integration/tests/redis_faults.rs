@@ -13,7 +13,7 @@ use std::time::Duration;
 use tenure_core::testing::random_prefix;
 use tenure_core::ErrorKind;
 use tenure_integration::fault_suite::{self, FaultSpec, Restart};
-use tenure_integration::RedisServer;
+use tenure_integration::{RedisServer, StoreServer};
 use tenure_redis::RedisBackend;
 
 /// The candidates' session TTL.
@@ -88,11 +88,7 @@ async fn admin(redis: &RedisServer, args: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_password_or_missing_permission_is_unauthorized() {
     let redis = RedisServer::start().await.expect("redis");
-    assert!(
-        !redis.is_external(),
-        "this test turns authentication on, so it needs a local Redis: unset {}",
-        RedisServer::ENV
-    );
+    redis.require_local("it turns authentication on");
     let host = redis.addr();
     let password = "right-Pa55word";
     // A user who may touch only keys under `other:`, and one who may not run scripts.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use tenure_core::{Backend, Candidate, ErrorKind};
 use tenure_integration::membership::{member, name, open, pairs, until};
-use tenure_integration::RedisServer;
+use tenure_integration::{RedisServer, StoreServer};
 use tenure_redis::RedisBackend;
 
 fn prefix() -> &'static str {
@@ -32,14 +32,6 @@ async fn backend(endpoint: &str) -> RedisBackend {
         Ok(b) => b,
         Err(e) => panic!("connect to {endpoint}: {e}"),
     }
-}
-
-/// Whether `server` is this test's own; says why the test does not run otherwise.
-fn own(server: &RedisServer, why: &str) -> bool {
-    if server.is_external() {
-        eprintln!("not run against the server in {}: {why}", RedisServer::ENV);
-    }
-    !server.is_external()
 }
 
 async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -78,9 +70,7 @@ async fn reset_stats(c: &mut redis::aio::MultiplexedConnection) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
     let server = RedisServer::start().await.expect("redis");
-    if !own(&server, "it counts the server's commands") {
-        return;
-    }
+    server.require_local("it counts the server's commands");
     let b = backend(server.endpoint()).await;
     let ttl = Duration::from_secs(1);
     let s = open(&b, ttl).await;
@@ -141,9 +131,7 @@ async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
     let server = RedisServer::start().await.expect("redis");
-    if !own(&server, "it counts the server's commands") {
-        return;
-    }
+    server.require_local("it counts the server's commands");
     let b = backend(server.endpoint()).await;
     let ttl = Duration::from_secs(1);
     let ns = name("crash/ns");

@@ -1,5 +1,6 @@
 //! The whole election contract against a real ZooKeeper: one server for this test binary
-//! (or the one named by `TENURE_TEST_ZOOKEEPER`), a random election prefix per test, a
+//! (or the one named by `TENURE_TEST_ZOOKEEPER`, every server of an ensemble given as
+//! `h1:2181,h2:2181,h3:2181`), a random election prefix per test, a
 //! TTL (session timeout) of 2 s (the server's tickTime is 1000 ms, so 2 s is its
 //! shortest), and faults injected through a TCP proxy (disconnect) and by closing the
 //! session from a second connection with the same session id (expiry).
@@ -20,8 +21,9 @@ fn server_addr() -> SocketAddr {
     shared_server().1
 }
 
-fn url(addr: SocketAddr) -> String {
-    format!("zk://{addr}/tenure-test?connect_timeout=2s&request_timeout=1s&session_timeout=4s")
+/// The URL for `hosts` (`host:port`, or every server of an external ensemble).
+fn url(hosts: impl std::fmt::Display) -> String {
+    format!("zk://{hosts}/tenure-test?connect_timeout=2s&request_timeout=1s&session_timeout=4s")
 }
 
 /// TTL 2 s (the shortest session timeout at tickTime 1000 ms), renew every 300 ms,
@@ -36,7 +38,8 @@ fn zk_timing() -> Timing {
 
 async fn zk_env() -> Env {
     let server = server_addr();
-    let backend = match ZooKeeperBackend::from_url(&url(server)).await {
+    // Every server when `TENURE_TEST_ZOOKEEPER` names an ensemble.
+    let backend = match ZooKeeperBackend::from_url(&url(shared_server().0)).await {
         Ok(b) => b,
         Err(e) => panic!("connect to ZooKeeper at {server}: {e}"),
     };
@@ -52,7 +55,7 @@ async fn zk_env() -> Env {
     let faults = ProxyFaults::new(&server.to_string(), server, move |at| {
         let known = known.clone();
         async move {
-            let b = ZooKeeperBackend::from_url(&url(at.parse().expect("addr"))).await?;
+            let b = ZooKeeperBackend::from_url(&url(&at)).await?;
             if let Ok(mut k) = known.lock() {
                 k.push(b.clone());
             }
