@@ -197,6 +197,25 @@ pub async fn sigstop_of_the_holder(spec: &FaultSpec) {
     stop_all(vec![a, b]).await;
 }
 
+/// A guarded resource and two candidates `a` and `b` in `election`, once one of them
+/// leads: which one (0 or 1) and its `elected` event.
+async fn two_candidates(
+    spec: &FaultSpec,
+    election: &str,
+) -> (
+    GuardedResource,
+    CandidateProcess,
+    CandidateProcess,
+    usize,
+    Event,
+) {
+    let resource = GuardedResource::start().await.expect("resource");
+    let a = spec.candidate(election, "a", &resource);
+    let b = spec.candidate(election, "b", &resource);
+    let (first, elected) = next_leader(&[&a, &b], 0, spec.start_bound).await;
+    (resource, a, b, first, elected)
+}
+
 /// SIGSTOP of the store itself: the holder's lost signal fires by its renew deadline,
 /// counted from its last confirmed renewal (before the pause), well before the store
 /// could expire the session; once the store runs again the campaigns go on by
@@ -204,11 +223,7 @@ pub async fn sigstop_of_the_holder(spec: &FaultSpec) {
 /// external one it fails, saying so.
 pub async fn sigstop_of_the_store(spec: &FaultSpec, store: &dyn StoreServer) {
     store.require_local("it stops the server");
-    let resource = GuardedResource::start().await.expect("resource");
-    let election = "faults/sigstop-store";
-    let a = spec.candidate(election, "a", &resource);
-    let b = spec.candidate(election, "b", &resource);
-    let (first, elected) = next_leader(&[&a, &b], 0, spec.start_bound).await;
+    let (resource, a, b, first, elected) = two_candidates(spec, "faults/sigstop-store").await;
     let holder = [&a, &b][first];
     tokio::time::sleep(Duration::from_millis(700)).await;
     let paused = monotonic_now_ns();
@@ -324,11 +339,7 @@ pub enum Restart {
 /// server: with an external one it fails, saying so.
 pub async fn store_restart(spec: &FaultSpec, store: &mut dyn StoreServer, expect: Restart) {
     store.require_local("it restarts the server");
-    let resource = GuardedResource::start().await.expect("resource");
-    let election = "faults/restart";
-    let a = spec.candidate(election, "a", &resource);
-    let b = spec.candidate(election, "b", &resource);
-    let (first, elected) = next_leader(&[&a, &b], 0, spec.start_bound).await;
+    let (resource, a, b, first, elected) = two_candidates(spec, "faults/restart").await;
     let holder = [&a, &b][first];
     tokio::time::sleep(Duration::from_millis(600)).await;
     let down = monotonic_now_ns();
