@@ -287,3 +287,20 @@ fn client_at(
     }
     Client::open(info).map_err(|e| map("redis url", e))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_switch_counts_once_whichever_sentinels_announce_it() {
+        let s = Switches::default();
+        s.announce("svc 127.0.0.1 1 127.0.0.1 2");
+        s.announce("svc 127.0.0.1 1 127.0.0.1 2");
+        s.announce("svc 127.0.0.1 1 127.0.0.1 2");
+        assert_eq!(s.count.load(Ordering::SeqCst), 1);
+        s.announce("svc 127.0.0.1 2 127.0.0.1 3");
+        s.announce("svc 127.0.0.1 2 127.0.0.1 3");
+        assert_eq!(s.count.load(Ordering::SeqCst), 2);
+    }
+}
