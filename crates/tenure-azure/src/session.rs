@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -119,15 +120,18 @@ impl Inner {
 
     /// Take the lease on blob `name` with `lease`, creating the blob (and the
     /// container, if allowed) when missing. `Ok(false)` if someone else holds it.
-    async fn take_lease(&self, name: &str, lease: &str, what: &str) -> Result<bool> {
+    /// Acquire `lease` on `name` (creating the blob or container if missing): when
+    /// the acquire that succeeded was sent, or `None` if another lease holds the blob.
+    async fn take_lease(&self, name: &str, lease: &str, what: &str) -> Result<Option<Instant>> {
         let store = &self.shared.store;
         for _ in 0..4 {
+            let sent = Instant::now();
             let failure = match store.acquire(name, lease, self.secs).await {
-                Ok(()) => return Ok(true),
+                Ok(()) => return Ok(Some(sent)),
                 Err(f) => f,
             };
             if failure.code_is("LeaseAlreadyPresent") {
-                return Ok(false);
+                return Ok(None);
             } else if failure.code_is("BlobNotFound") {
                 self.create_blob(name, what).await?;
             } else if failure.code_is("ContainerNotFound") {
@@ -196,10 +200,23 @@ impl Inner {
     ) -> Result<Attempt> {
         self.check_open()?;
         let name = self.shared.layout.election(election);
-        if !self.take_lease(&name, lease, "campaign").await? {
+        let Some(acquired) = self.take_lease(&name, lease, "campaign").await? else {
             return Ok(Attempt::Held);
-        }
+        };
         match self.write_token(&name, candidate, lease).await {
+            Ok(token) if grant_too_old(acquired.elapsed(), self.secs) => {
+                // The lease runs from the acquire, but the core counts a grant valid
+                // from the session's last renewal, which may have been sent after the
+                // acquire without this lease (a process stopped between the two). A
+                // grant that comes back late is given up rather than reported.
+                tracing::warn!(election = %election, token = token.0, age = ?acquired.elapsed(), "grant came back too late to be safe; giving it back");
+                self.retire(election, lease);
+                self.give_back(&name, lease).await;
+                Err(own(
+                    ErrorKind::Unavailable,
+                    "campaign: the grant came back too late to be safe (given back)",
+                ))
+            }
             Ok(token) => {
                 if self.closed.load(Ordering::SeqCst) {
                     self.retire(election, lease);
@@ -494,6 +511,7 @@ impl BackendSession for AzureSession {
                 if inner
                     .take_lease(&name, &inner.lease_id, "register member")
                     .await?
+                    .is_some()
                 {
                     taken = true;
                     break;
@@ -550,5 +568,36 @@ impl BackendSession for AzureSession {
             members.remove(&key);
         }
         Ok(())
+    }
+}
+
+/// Whether a grant whose lease was acquired `age` ago (send time of the acquire) is
+/// too old to report, for leases of `lease_secs`. The core counts a grant valid until
+/// the send time of the session's last confirmed renewal plus the renew deadline
+/// (at most `lease × (1 − CLOCK_DRIFT_MARGIN)`), and that renewal may have been sent
+/// after the acquire; the lease itself ends one lease after the acquire reached the
+/// store. Reported only within half the drift margin of the acquire, the grant's
+/// deadline always comes before the lease's end, with the other half left for clock
+/// drift.
+fn grant_too_old(age: Duration, lease_secs: i32) -> bool {
+    let lease = Duration::from_secs(u64::try_from(lease_secs).unwrap_or(0));
+    age > lease.mul_f64(tenure_core::CLOCK_DRIFT_MARGIN / 2.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_is_reported_only_soon_after_its_acquire() {
+        // 15 s leases: within 375 ms (half of 5 %) of the acquire.
+        assert!(!grant_too_old(Duration::from_millis(100), 15));
+        assert!(!grant_too_old(Duration::from_millis(375), 15));
+        assert!(grant_too_old(Duration::from_millis(400), 15));
+        // The chaos run that showed it: the acquire sent, the process stopped for
+        // 25.7 s, the grant reported after the lease had ended and another holder
+        // had the seat.
+        assert!(grant_too_old(Duration::from_millis(25_900), 15));
+        assert!(!grant_too_old(Duration::from_millis(1_400), 60));
     }
 }
