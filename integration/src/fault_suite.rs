@@ -72,12 +72,26 @@ impl FaultSpec {
         self
     }
 
-    /// `tenure` run with `args` and this spec's environment, to its exit: its exit
-    /// code, its stderr and how long it took.
-    fn run_cli(&self, args: &[&str]) -> (Option<i32>, String, Duration) {
+    /// `tenure campaign` for `a` in election `x` on this spec's URL, TTL and
+    /// environment, plus `extra` arguments, run to its exit: its exit code, its stderr
+    /// and how long it took. For inputs that must fail before any leadership.
+    fn campaign_to_exit(&self, extra: &[&str]) -> (Option<i32>, String, Duration) {
+        let ttl = self.ttl.as_secs_f64().to_string();
+        // Found (and built, the first time) before the clock starts.
+        let bin = tenure_bin();
         let started = Instant::now();
-        let out = Command::new(tenure_bin())
-            .args(args)
+        let out = Command::new(bin)
+            .args([
+                "campaign",
+                "--backend",
+                &self.url,
+                "--election",
+                "x",
+                "--id",
+                "a",
+            ])
+            .args(["--ttl", &ttl])
+            .args(extra)
             .envs(self.env.iter().map(|(k, v)| (*k, v.as_str())))
             .output()
             .expect("run tenure");
@@ -439,19 +453,8 @@ pub async fn unreachable_store(store: &dyn StoreServer, spec_at: &dyn Fn(&str) -
     ] {
         let spec = spec_at(&endpoint);
         let limit = Duration::from_millis(700);
-        let (code, stderr, took) = spec.run_cli(&[
-            "campaign",
-            "--backend",
-            &spec.url,
-            "--election",
-            "x",
-            "--id",
-            "a",
-            "--connect-timeout",
-            &limit.as_secs_f64().to_string(),
-            "--ttl",
-            &spec.ttl.as_secs_f64().to_string(),
-        ]);
+        let (code, stderr, took) =
+            spec.campaign_to_exit(&["--connect-timeout", &limit.as_secs_f64().to_string()]);
         eprintln!("{} unreachable ({what}): exit after {took:?}", store.name());
         assert_eq!(code, Some(1), "{what}: {stderr}");
         assert!(
@@ -471,17 +474,7 @@ pub async fn unreachable_store(store: &dyn StoreServer, spec_at: &dyn Fn(&str) -
 /// `right` campaigns and resigns end to end.
 pub async fn wrong_credentials(wrong: &[FaultSpec], right: &FaultSpec, secret: &str) {
     for spec in wrong {
-        let (code, stderr, _) = spec.run_cli(&[
-            "campaign",
-            "--backend",
-            &spec.url,
-            "--election",
-            "x",
-            "--id",
-            "a",
-            "--ttl",
-            &spec.ttl.as_secs_f64().to_string(),
-        ]);
+        let (code, stderr, _) = spec.campaign_to_exit(&[]);
         assert_eq!(code, Some(1), "{}: {stderr}", spec.url);
         assert!(stderr.starts_with("tenure: unauthorized"), "{stderr}");
         assert!(!stderr.contains(secret), "{stderr}");
