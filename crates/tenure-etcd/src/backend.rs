@@ -1,25 +1,25 @@
 //! The backend: connection, leader reads and observation.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{BackendSession, Capabilities, SessionEvents};
+use tenure_core::backend::{BackendSession, Capabilities, Published, SessionEvents};
 use tenure_core::{
-    Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Retry,
-    Timing,
+    Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
 };
-use tokio::sync::watch;
 
 use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
 use crate::config::SCHEME;
 use crate::error::{map, timed_out};
+use crate::follow::{follow, Follower};
 use crate::keys::{decode_leader, election_range, member_range, parse_lease_hex};
-use crate::members::{self, Listed};
+use crate::members::{self, Members};
 use crate::ops::{self, prefix_end};
-use crate::proto::WatchCreateRequest;
+use crate::proto::Event;
 use crate::session::EtcdSession;
 use crate::shared::Shared;
 
@@ -109,9 +109,6 @@ impl EtcdBackend {
     }
 }
 
-/// One observed state, or the error shared by every observer.
-type Observed = Result<Option<LeaderInfo>>;
-
 tenure_core::store_constructors!(EtcdBackend, EtcdConfig);
 
 #[async_trait]
@@ -153,18 +150,14 @@ impl Backend for EtcdBackend {
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        let range = election_range(self.shared.prefix(), election);
-        let (first, revision) = self.shared.first_candidate(&range).await?;
-        let first = first.map(|kv| decode_leader(&kv.value, kv.create_revision));
-        let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
-        tokio::spawn(observe_task(
-            self.shared.clone(),
-            range,
-            first,
-            revision,
-            tx,
+        let mut leader = Leader(election_range(self.shared.prefix(), election));
+        let (first, revision) = leader.read(&self.shared).await?;
+        let (published, stream) = Published::new(first);
+        let (shared, range) = (self.shared.clone(), leader.0.clone());
+        tokio::spawn(follow(
+            shared, range, revision, published, leader, "observe",
         ));
-        Ok(tenure_core::backend::watch_stream(rx, |v| v))
+        Ok(stream)
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -179,113 +172,41 @@ impl Backend for EtcdBackend {
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
         let range = member_range(self.shared.prefix(), namespace);
-        let (members, revision) = members::list(&self.shared, &range).await?;
-        let first: Vec<Member> = members.values().cloned().collect();
-        let (tx, rx) = watch::channel::<Listed>(Ok(first));
-        tokio::spawn(members::watch_task(
-            self.shared.clone(),
+        let mut members = Members {
+            range: range.clone(),
+            members: BTreeMap::new(),
+        };
+        let (first, revision) = members.read(&self.shared).await?;
+        let (published, stream) = Published::new(first);
+        let shared = self.shared.clone();
+        tokio::spawn(follow(
+            shared,
             range,
-            members,
             revision,
-            tx,
+            published,
+            members,
+            "watch members",
         ));
-        Ok(tenure_core::backend::watch_stream(rx, |v| v))
+        Ok(stream)
     }
 }
 
-/// Follows one election for its observers: a watch on the election's range; after every
-/// event (and after the watch breaks or is compacted) it re-reads the first key and
-/// publishes it when it changed. Ends when every observer is gone.
-async fn observe_task(
-    shared: Arc<Shared>,
-    range: String,
-    mut last: Option<LeaderInfo>,
-    revision: i64,
-    tx: watch::Sender<Observed>,
-) {
-    let retry = Retry::default();
-    let mut attempt = 0u32;
-    let mut from = revision + 1;
-    let mut failed = false;
-    let publish = |state: Observed| {
-        let _ = tx.send_replace(state);
-    };
-    loop {
-        if tx.is_closed() {
-            return;
-        }
-        shared.count();
-        let create = WatchCreateRequest {
-            key: range.as_bytes().to_vec(),
-            range_end: prefix_end(range.as_bytes()),
-            start_revision: from,
-            ..Default::default()
-        };
-        let opened = shared.call("observe", shared.client.watch(create)).await;
-        let mut stream = match opened {
-            Ok(s) => {
-                attempt = 0;
-                Some(s)
-            }
-            Err(e) => {
-                if !failed {
-                    publish(Err(e));
-                    failed = true;
-                }
-                None
-            }
-        };
-        // Follow the stream until it breaks.
-        while let Some(s) = stream.as_mut() {
-            let message = tokio::select! {
-                _ = tx.closed() => return,
-                m = s.message() => m,
-            };
-            match message {
-                Ok(Some(response)) if response.canceled => stream = None,
-                Ok(Some(response)) if response.events.is_empty() => {}
-                Ok(Some(_)) => {
-                    shared.count();
-                    match shared.first_candidate(&range).await {
-                        Ok((kv, at)) => {
-                            let state = kv.map(|kv| decode_leader(&kv.value, kv.create_revision));
-                            from = from.max(at + 1);
-                            if state != last || failed {
-                                last = state.clone();
-                                failed = false;
-                                publish(Ok(state));
-                            }
-                        }
-                        Err(_) => stream = None,
-                    }
-                }
-                Ok(None) | Err(_) => stream = None,
-            }
-        }
-        // The watch broke, was cancelled (compaction) or never opened: read the state
-        // again and watch from there.
-        let delay = retry.delay(attempt);
-        attempt = attempt.saturating_add(1);
-        tokio::select! {
-            _ = tx.closed() => return,
-            _ = tokio::time::sleep(if attempt > 1 { delay } else { Duration::ZERO }) => {}
-        }
-        match shared.first_candidate(&range).await {
-            Ok((kv, at)) => {
-                let state = kv.map(|kv| decode_leader(&kv.value, kv.create_revision));
-                from = at + 1;
-                if state != last || failed {
-                    last = state.clone();
-                    failed = false;
-                    publish(Ok(state));
-                }
-            }
-            Err(e) => {
-                if !failed {
-                    publish(Err(e));
-                    failed = true;
-                }
-            }
-        }
+/// One election's leader, kept from its key range: the first key by create revision,
+/// read again after every batch of events.
+struct Leader(String);
+
+impl Follower for Leader {
+    type State = Option<LeaderInfo>;
+
+    async fn read(&mut self, shared: &Shared) -> Result<(Option<LeaderInfo>, i64)> {
+        let (first, revision) = shared.first_candidate(&self.0).await?;
+        Ok((
+            first.map(|kv| decode_leader(&kv.value, kv.create_revision)),
+            revision,
+        ))
+    }
+
+    async fn apply(&mut self, shared: &Shared, _: &[Event]) -> Option<Option<LeaderInfo>> {
+        self.read(shared).await.ok().map(|(state, _)| state)
     }
 }

@@ -6,6 +6,7 @@ mod backend;
 mod client;
 mod config;
 mod error;
+mod follow;
 mod keys;
 mod members;
 mod ops;

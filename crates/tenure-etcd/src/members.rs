@@ -2,21 +2,17 @@
 //! registering session's lease; lists are range reads, watchers follow a prefix watch.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use tenure_core::{Member, Result, Retry};
-use tokio::sync::watch;
+use tenure_core::{Member, Result};
 
+use crate::follow::Follower;
 use crate::keys::decode_member;
 use crate::ops::{self, prefix_end};
-use crate::proto::{EventType, WatchCreateRequest};
+use crate::proto::{Event, EventType};
 use crate::shared::Shared;
 
 /// Members read per request: 64 values of at most 128 KiB fit in one answer.
 const PAGE: i64 = 64;
-
-/// One published member list, or the error shared by every watcher.
-pub(crate) type Listed = tenure_core::Result<Vec<Member>>;
 
 /// Read every member of the namespace `range` at one revision, page by page; returns
 /// them by id and the revision read at.
@@ -55,109 +51,41 @@ fn sorted(members: &BTreeMap<String, Member>) -> Vec<Member> {
     members.values().cloned().collect()
 }
 
-/// Follows one namespace for its watchers: a prefix watch from just after the revision
-/// of the last list, applying each batch of events to the list and publishing it when
-/// it changed; after a broken or compacted watch it lists again and watches from there.
-/// Ends when every watcher is gone.
-pub(crate) async fn watch_task(
-    shared: std::sync::Arc<Shared>,
-    range: String,
-    mut members: BTreeMap<String, Member>,
-    revision: i64,
-    tx: watch::Sender<Listed>,
-) {
-    let retry = Retry::default();
-    let mut attempt = 0u32;
-    let mut from = revision + 1;
-    let mut failed = false;
-    let publish = |state: Listed| {
-        let _ = tx.send_replace(state);
-    };
-    loop {
-        if tx.is_closed() {
-            return;
-        }
-        let create = WatchCreateRequest {
-            key: range.as_bytes().to_vec(),
-            range_end: prefix_end(range.as_bytes()),
-            start_revision: from,
-            ..Default::default()
-        };
-        let opened = shared
-            .call("watch members", shared.client.watch(create))
-            .await;
-        let mut stream = match opened {
-            Ok(s) => Some(s),
-            Err(e) => {
-                if !failed {
-                    publish(Err(e));
-                    failed = true;
-                }
-                None
-            }
-        };
-        while let Some(s) = stream.as_mut() {
-            let message = tokio::select! {
-                _ = tx.closed() => return,
-                m = s.message() => m,
+/// One namespace's members, kept from its key range (see [`crate::follow`]).
+pub(crate) struct Members {
+    pub(crate) range: String,
+    pub(crate) members: BTreeMap<String, Member>,
+}
+
+impl Follower for Members {
+    type State = Vec<Member>;
+
+    async fn read(&mut self, shared: &Shared) -> Result<(Vec<Member>, i64)> {
+        let (members, at) = list(shared, &self.range).await?;
+        self.members = members;
+        Ok((sorted(&self.members), at))
+    }
+
+    /// Each event changes one member: no request.
+    async fn apply(&mut self, _: &Shared, events: &[Event]) -> Option<Vec<Member>> {
+        for event in events {
+            let Some(kv) = &event.kv else { continue };
+            let Some(id) = std::str::from_utf8(&kv.key)
+                .ok()
+                .and_then(|k| k.strip_prefix(self.range.as_str()))
+            else {
+                continue;
             };
-            match message {
-                Ok(Some(response)) if response.canceled => stream = None,
-                Ok(Some(response)) => {
-                    attempt = 0;
-                    let mut changed = false;
-                    for event in &response.events {
-                        let Some(kv) = &event.kv else { continue };
-                        from = from.max(kv.mod_revision + 1);
-                        let Some(id) = std::str::from_utf8(&kv.key)
-                            .ok()
-                            .and_then(|k| k.strip_prefix(range.as_str()))
-                        else {
-                            continue;
-                        };
-                        let put = event.r#type == EventType::Put as i32;
-                        // A foreign value that replaced a member makes it no member.
-                        let now = put.then(|| decode_member(&range, &kv.key, &kv.value));
-                        match now.flatten() {
-                            Some(m) if members.get(id) == Some(&m) => {}
-                            Some(m) => {
-                                members.insert(id.to_string(), m);
-                                changed = true;
-                            }
-                            None => changed |= members.remove(id).is_some(),
-                        }
-                    }
-                    if changed || failed {
-                        failed = false;
-                        publish(Ok(sorted(&members)));
-                    }
-                }
-                Ok(None) | Err(_) => stream = None,
-            }
+            let put = event.r#type == EventType::Put as i32;
+            // A foreign value that replaced a member makes it no member.
+            match put
+                .then(|| decode_member(&self.range, &kv.key, &kv.value))
+                .flatten()
+            {
+                Some(m) => self.members.insert(id.to_string(), m),
+                None => self.members.remove(id),
+            };
         }
-        // The watch broke, was cancelled (compaction) or never opened: list again and
-        // watch from there.
-        let delay = retry.delay(attempt);
-        attempt = attempt.saturating_add(1);
-        tokio::select! {
-            _ = tx.closed() => return,
-            _ = tokio::time::sleep(if attempt > 1 { delay } else { Duration::ZERO }) => {}
-        }
-        match list(&shared, &range).await {
-            Ok((now, at)) => {
-                from = at + 1;
-                if now != members || failed {
-                    members = now;
-                    failed = false;
-                    publish(Ok(sorted(&members)));
-                }
-            }
-            Err(e) => {
-                if !failed {
-                    publish(Err(e));
-                    failed = true;
-                }
-            }
-        }
+        Some(sorted(&self.members))
     }
 }

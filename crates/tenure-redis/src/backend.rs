@@ -7,22 +7,21 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::{AsyncConnectionConfig, Value};
 use tenure_core::backend::{BackendSession, Capabilities, Clause, SessionEvents};
-use tenure_core::backend::{Purpose, Requests};
+use tenure_core::backend::{Published, Purpose, Requests};
 use tenure_core::{
-    Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Retry,
-    Timing,
+    Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
 };
-use tokio::sync::watch;
 
 use crate::config::RedisConfig;
 use crate::config::SCHEME;
 use crate::conn::Conn;
 use crate::error::{map, timed_out};
-use crate::hub::{Hub, Registration};
+use crate::follow::follow;
+use crate::hub::Hub;
 use crate::keys::{
     members_key_prefix, members_pattern, millis_up, seat_pattern, session_key_prefix,
 };
-use crate::members::{self, Listed};
+use crate::members;
 use crate::scripts::{READ_SCRIPT, RELEASE_SCRIPT, UNREGISTER_SCRIPT};
 use crate::session::RedisSession;
 use crate::shared::{as_int, Shared};
@@ -233,10 +232,6 @@ impl RedisBackend {
     }
 }
 
-/// One observed state, or an error shared so it can be cloned (each receiver gets a
-/// [`Error::detached`] copy).
-type Observed = Result<Option<LeaderInfo>>;
-
 tenure_core::store_constructors!(RedisBackend, RedisConfig);
 
 #[async_trait]
@@ -278,21 +273,21 @@ impl Backend for RedisBackend {
         let keys = self.shared.keys(election);
         let shared = self.shared.clone();
         self.shared.count();
+        // Subscribe before the first read, so no change after it goes unheard.
         let registration = shared.hub.observer(&keys.channel);
         let subscribed = registration.is_subscribed();
         let (pttl, seat) = shared.read(&keys.seat).await?;
-        let first = seat.map(|s| s.info);
-        let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
+        let (published, stream) = Published::new(seat.map(|s| s.info));
         let next = shared.next_look(pttl);
-        tokio::spawn(observe_task(
-            shared,
-            keys.seat,
-            registration,
-            first,
-            (next, subscribed),
-            tx,
-        ));
-        Ok(tenure_core::backend::watch_stream(rx, |v| v))
+        let poll = shared.config.get_poll_interval();
+        tokio::spawn(async move {
+            let read = || async {
+                let (pttl, seat) = shared.read(&keys.seat).await?;
+                Ok((seat.map(|s| s.info), shared.next_look(pttl)))
+            };
+            follow(registration, published, (next, subscribed), poll, read).await
+        });
+        Ok(stream)
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -312,62 +307,16 @@ impl Backend for RedisBackend {
         let registration = shared.hub.observer(&keys.channel);
         let subscribed = registration.is_subscribed();
         let (first, earliest) = members::list(&shared, &keys.hash).await?;
-        let (tx, rx) = watch::channel::<Listed>(Ok(first.clone()));
-        tokio::spawn(members::watch_task(
-            shared,
-            keys.hash,
-            registration,
-            first,
-            (members::next_look(earliest), subscribed),
-            tx,
-        ));
-        Ok(tenure_core::backend::watch_stream(rx, |v| v))
-    }
-}
-
-/// Follows one election for its observers: reads the seat again after every message on
-/// its channel, when the holder's TTL would run out, and at least every poll interval
-/// (messages can be lost); publishes each state that differs from the last. Ends when
-/// every observer is gone.
-async fn observe_task(
-    shared: Arc<Shared>,
-    seat: String,
-    registration: Registration,
-    mut last: Option<LeaderInfo>,
-    (mut next, mut subscribed): (Duration, bool),
-    tx: watch::Sender<Observed>,
-) {
-    let retry = Retry::default();
-    let mut failures = 0u32;
-    let mut failed = false;
-    loop {
-        tokio::select! {
-            _ = tx.closed() => return,
-            _ = registration.woken() => {}
-            _ = tokio::time::sleep(next) => {}
-            // A change published before the subscription was confirmed was missed.
-            _ = registration.subscribed(), if !subscribed => {}
-        }
-        subscribed = registration.is_subscribed();
-        match shared.read(&seat).await {
-            Ok((pttl, holder)) => {
-                failures = 0;
-                next = shared.next_look(pttl);
-                let state = holder.map(|s| s.info);
-                if state != last || failed {
-                    last = state.clone();
-                    failed = false;
-                    let _ = tx.send_replace(Ok(state));
-                }
-            }
-            Err(e) => {
-                next = retry.delay(failures).min(shared.config.get_poll_interval());
-                failures = failures.saturating_add(1);
-                if !failed {
-                    failed = true;
-                    let _ = tx.send_replace(Err(e));
-                }
-            }
-        }
+        let (published, stream) = Published::new(first);
+        let next = members::next_look(earliest);
+        let poll = shared.config.get_poll_interval();
+        tokio::spawn(async move {
+            let read = || async {
+                let (members, earliest) = members::list(&shared, &keys.hash).await?;
+                Ok((members, members::next_look(earliest)))
+            };
+            follow(registration, published, (next, subscribed), poll, read).await
+        });
+        Ok(stream)
     }
 }

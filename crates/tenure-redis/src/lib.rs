@@ -6,6 +6,7 @@ mod backend;
 mod config;
 mod conn;
 mod error;
+mod follow;
 mod hub;
 mod keys;
 mod members;

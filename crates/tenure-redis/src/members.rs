@@ -3,22 +3,15 @@
 //! registrations without touching them. Watchers hear the namespace's channel and look
 //! again when the earliest session among the members would expire.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
 use tenure_core::backend::Purpose;
-use tenure_core::{Member, Result, Retry};
-use tokio::sync::watch;
+use tenure_core::{Member, Result};
 
 use crate::error::unexpected;
-use crate::hub::Registration;
 use crate::scripts::LIST_SCRIPT;
 use crate::shared::{as_int, Shared};
-
-/// One published member list, or an error shared so it can be cloned (each receiver
-/// gets a [`tenure_core::Error::detached`] copy).
-pub(crate) type Listed = tenure_core::Result<Vec<Member>>;
 
 /// How long a watcher waits for a change when no member could expire.
 const IDLE: Duration = Duration::from_secs(24 * 3600);
@@ -69,52 +62,6 @@ fn parse_list(reply: &Value) -> Result<(Vec<Member>, Option<Duration>)> {
 /// session expired.
 pub(crate) fn next_look(earliest: Option<Duration>) -> Duration {
     earliest.map_or(IDLE, |d| d + Duration::from_millis(1))
-}
-
-/// Follows one namespace for its watchers: lists again after every message on its
-/// channel, after a re-subscription, and when the earliest member session would expire
-/// (no message is published when a session merely expires); publishes each list that
-/// differs from the last. Ends when every watcher is gone.
-pub(crate) async fn watch_task(
-    shared: Arc<Shared>,
-    hash: String,
-    registration: Registration,
-    mut last: Vec<Member>,
-    (mut next, mut subscribed): (Duration, bool),
-    tx: watch::Sender<Listed>,
-) {
-    let retry = Retry::default();
-    let mut failures = 0u32;
-    let mut failed = false;
-    loop {
-        tokio::select! {
-            _ = tx.closed() => return,
-            _ = registration.woken() => {}
-            _ = tokio::time::sleep(next) => {}
-            // A change published before the subscription was confirmed was missed.
-            _ = registration.subscribed(), if !subscribed => {}
-        }
-        subscribed = registration.is_subscribed();
-        match list(&shared, &hash).await {
-            Ok((members, earliest)) => {
-                failures = 0;
-                next = next_look(earliest);
-                if members != last || failed {
-                    last = members.clone();
-                    failed = false;
-                    let _ = tx.send_replace(Ok(members));
-                }
-            }
-            Err(e) => {
-                next = retry.delay(failures).min(shared.config.get_poll_interval());
-                failures = failures.saturating_add(1);
-                if !failed {
-                    failed = true;
-                    let _ = tx.send_replace(Err(e));
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

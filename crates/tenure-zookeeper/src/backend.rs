@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{BackendSession, Capabilities, SessionEvents};
+use tenure_core::backend::{BackendSession, Capabilities, Published, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
     Result, Retry, Timing,
 };
-use tokio::sync::watch;
 use zookeeper_client::{Acls, CreateMode};
 
 use crate::config::ZooKeeperConfig;
@@ -166,10 +165,6 @@ impl ZooKeeperBackend {
     }
 }
 
-/// One observed state, or an error shared so it can be cloned (each receiver gets a
-/// [`Error::detached`] copy).
-type Observed = Result<Option<LeaderInfo>>;
-
 #[async_trait]
 impl Backend for ZooKeeperBackend {
     fn scheme(&self) -> &'static str {
@@ -220,9 +215,9 @@ impl Backend for ZooKeeperBackend {
         let client = self.shared.reader().await?;
         let dir = election_dir(election);
         let first = self.shared.read_leader(&client, &dir).await?;
-        let (tx, rx) = watch::channel::<Observed>(Ok(first.clone()));
-        tokio::spawn(observe_task(self.shared.clone(), dir, first, tx));
-        Ok(tenure_core::backend::watch_stream(rx, |v| v))
+        let (published, stream) = Published::new(first);
+        tokio::spawn(observe_task(self.shared.clone(), dir, published));
+        Ok(stream)
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -261,14 +256,12 @@ impl Backend for ZooKeeperBackend {
 async fn observe_task(
     shared: Arc<Shared>,
     dir: String,
-    mut last: Option<LeaderInfo>,
-    tx: watch::Sender<Observed>,
+    mut published: Published<Option<LeaderInfo>>,
 ) {
     let retry = Retry::default();
     let mut attempt = 0u32;
-    let mut failed = false;
     loop {
-        if tx.is_closed() {
+        if published.is_closed() {
             return;
         }
         let step = async {
@@ -293,25 +286,18 @@ async fn observe_task(
         match step.await {
             Ok((state, watcher)) => {
                 attempt = 0;
-                if state != last || failed {
-                    last = state.clone();
-                    failed = false;
-                    let _ = tx.send_replace(Ok(state));
-                }
+                published.publish(Ok(state));
                 tokio::select! {
-                    _ = tx.closed() => return,
+                    _ = published.closed() => return,
                     _ = watcher.changed() => {}
                 }
             }
             Err(e) => {
-                if !failed {
-                    let _ = tx.send_replace(Err(e));
-                    failed = true;
-                }
+                published.publish(Err(e));
                 let delay = retry.delay(attempt);
                 attempt = attempt.saturating_add(1);
                 tokio::select! {
-                    _ = tx.closed() => return,
+                    _ = published.closed() => return,
                     _ = tokio::time::sleep(delay) => {}
                 }
             }

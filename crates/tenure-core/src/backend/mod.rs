@@ -6,9 +6,11 @@
 
 pub mod config;
 pub mod requests;
+mod stream;
 
 pub use crate::url::MEM_DRIVER;
 pub use requests::{Purpose, Requests};
+pub use stream::{poll_stream, watch_stream, Published};
 
 use std::fmt;
 use std::future::Future;
@@ -18,7 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_core::Stream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::error::Result;
 use crate::error::{Error, ErrorKind};
@@ -106,89 +108,6 @@ pub fn membership_unsupported(scheme: &str) -> Error {
         ErrorKind::Unsupported,
         format!("membership is not supported by the {scheme} backend"),
     )
-}
-
-/// A stream over a watch channel that a backend keeps up to date: the current value
-/// first, then each change (a slow reader sees the latest value, never a stale one).
-/// `map` turns the channel's value into a stream item. The stream ends when the sender
-/// is dropped. Serves as a [`LeaderStream`] or a [`MemberStream`].
-pub fn watch_stream<T, U, F>(
-    rx: watch::Receiver<T>,
-    map: F,
-) -> Pin<Box<dyn Stream<Item = Result<U>> + Send + 'static>>
-where
-    T: Clone + Send + Sync + 'static,
-    U: Send + 'static,
-    F: Fn(T) -> Result<U> + Send + Sync + 'static,
-{
-    let map = Arc::new(map);
-    Box::pin(futures::stream::unfold(
-        (rx, true),
-        move |(mut rx, first)| {
-            let map = map.clone();
-            async move {
-                if !first && rx.changed().await.is_err() {
-                    return None;
-                }
-                let value = rx.borrow_and_update().clone();
-                Some((map(value), (rx, false)))
-            }
-        },
-    ))
-}
-
-/// A stream for a store that cannot notify: `first` at once, then `read` every
-/// `interval`, yielding the state when it differs from the last one yielded. It keeps
-/// the stream rule of the contract: a failed read yields one `Err` per outage (the
-/// first failure after a good read), and the state again once a read succeeds. Reads
-/// happen only while the stream is polled; dropping it stops them.
-pub fn poll_stream<T, F, Fut>(
-    first: T,
-    interval: Duration,
-    read: F,
-) -> Pin<Box<dyn Stream<Item = Result<T>> + Send + 'static>>
-where
-    T: PartialEq + Clone + Send + Sync + 'static,
-    F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<T>> + Send + 'static,
-{
-    struct Polling<T> {
-        last: T,
-        failed: bool,
-        started: bool,
-    }
-    let read = Arc::new(read);
-    let state = Polling {
-        last: first,
-        failed: false,
-        started: false,
-    };
-    Box::pin(futures::stream::unfold(state, move |mut state| {
-        let read = read.clone();
-        async move {
-            if !state.started {
-                state.started = true;
-                let item = Ok(state.last.clone());
-                return Some((item, state));
-            }
-            loop {
-                tokio::time::sleep(interval).await;
-                match read().await {
-                    Ok(now) if now != state.last || state.failed => {
-                        state.failed = false;
-                        state.last = now.clone();
-                        return Some((Ok(now), state));
-                    }
-                    Ok(_) => {}
-                    Err(e) if !state.failed => {
-                        state.failed = true;
-                        return Some((Err(e), state));
-                    }
-                    Err(_) => {}
-                }
-            }
-        }
-    }))
 }
 
 /// A backend behind an `Arc`, as services hold it.
@@ -457,77 +376,5 @@ impl Capabilities {
             Some((_, why)) => Err(why),
             None => Ok(()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use futures::StreamExt;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    #[tokio::test(start_paused = true)]
-    async fn poll_streams_yield_changes_and_one_error_per_outage() {
-        // The store answers 1, 1, error, error, 2, 2, 3 on successive reads.
-        let answers: Vec<Result<u32>> = vec![
-            Ok(1),
-            Ok(1),
-            Err(Error::new(ErrorKind::Unavailable, "down")),
-            Err(Error::new(ErrorKind::Unavailable, "still down")),
-            Ok(2),
-            Ok(2),
-            Ok(3),
-        ];
-        let answers = Arc::new(std::sync::Mutex::new(answers.into_iter()));
-        let reads = Arc::new(AtomicUsize::new(0));
-        let counted = reads.clone();
-        let mut stream = poll_stream(1u32, Duration::from_secs(1), move || {
-            counted.fetch_add(1, Ordering::SeqCst);
-            let next = answers.lock().unwrap().next();
-            async move { next.unwrap_or(Ok(3)) }
-        });
-        assert_eq!(stream.next().await.unwrap().unwrap(), 1);
-        assert_eq!(
-            reads.load(Ordering::SeqCst),
-            0,
-            "the first item needs no read"
-        );
-        let e = stream.next().await.unwrap().unwrap_err();
-        assert_eq!(e.message(), "down");
-        assert_eq!(stream.next().await.unwrap().unwrap(), 2);
-        assert_eq!(stream.next().await.unwrap().unwrap(), 3);
-        assert_eq!(reads.load(Ordering::SeqCst), 7);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_recovered_poll_stream_repeats_an_unchanged_state() {
-        // After an error the consumer must learn the state is good again, even when it
-        // did not change.
-        let answers = Arc::new(std::sync::Mutex::new(
-            vec![Err(Error::new(ErrorKind::Timeout, "slow")), Ok(5u32)].into_iter(),
-        ));
-        let mut stream = poll_stream(5u32, Duration::from_millis(10), move || {
-            let next = answers.lock().unwrap().next();
-            async move { next.unwrap_or(Ok(5)) }
-        });
-        assert_eq!(stream.next().await.unwrap().unwrap(), 5);
-        assert!(stream.next().await.unwrap().is_err());
-        assert_eq!(stream.next().await.unwrap().unwrap(), 5);
-    }
-
-    #[tokio::test]
-    async fn watch_streams_start_with_the_current_value_and_end_with_the_sender() {
-        let (tx, rx) = watch::channel(1u32);
-        let mut stream = watch_stream(rx, |v| Ok(v * 10));
-        assert_eq!(stream.next().await.unwrap().unwrap(), 10);
-        tx.send_replace(2);
-        tx.send_replace(3);
-        assert_eq!(
-            stream.next().await.unwrap().unwrap(),
-            30,
-            "coalesced to the latest"
-        );
-        drop(tx);
-        assert!(stream.next().await.is_none());
     }
 }
