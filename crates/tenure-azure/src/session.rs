@@ -10,15 +10,14 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use tenure_core::backend::{BackendSession, SessionEvents};
-use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result};
-use tokio_util::sync::CancellationToken;
+use tenure_core::backend::{BackendSession, Lifetime, SessionEvents};
+use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
+use tokio_util::sync::DropGuard;
 
 use crate::error::{own, Failure};
 use crate::names::{grant_metadata, jittered, new_lease_id, token_of};
@@ -31,6 +30,7 @@ const RENEW_CONCURRENCY: usize = 32;
 /// The session handed to the core.
 pub(crate) struct AzureSession {
     inner: Arc<Inner>,
+    _stop: DropGuard,
 }
 
 /// A seat held (or being given back): its token and the lease id it is held with.
@@ -57,22 +57,12 @@ struct Inner {
     /// Member registrations: (namespace, id) → blob name.
     members: Mutex<HashMap<(ElectionName, String), String>>,
     events: SessionEvents,
-    stop: CancellationToken,
-    closed: AtomicBool,
+    life: Lifetime,
 }
 
 impl fmt::Debug for AzureSession {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AzureSession")
-            .field("lease_id", &self.inner.lease_id)
-            .field("lease_secs", &self.inner.secs)
-            .finish()
-    }
-}
-
-impl Drop for AzureSession {
-    fn drop(&mut self) {
-        self.inner.stop.cancel();
+        self.inner.life.fmt(f)
     }
 }
 
@@ -88,36 +78,26 @@ enum Attempt {
 
 impl AzureSession {
     pub(crate) fn new(shared: Arc<Shared>, secs: i32, events: SessionEvents) -> Self {
+        let lease_id = new_lease_id();
+        let inner = Arc::new(Inner {
+            shared,
+            life: Lifetime::new(crate::config::SCHEME, lease_id.clone()),
+            lease_id,
+            secs,
+            held: Mutex::new(HashMap::new()),
+            releasing: Mutex::new(HashMap::new()),
+            campaigning: Mutex::new(HashMap::new()),
+            members: Mutex::new(HashMap::new()),
+            events,
+        });
         AzureSession {
-            inner: Arc::new(Inner {
-                shared,
-                lease_id: new_lease_id(),
-                secs,
-                held: Mutex::new(HashMap::new()),
-                releasing: Mutex::new(HashMap::new()),
-                campaigning: Mutex::new(HashMap::new()),
-                members: Mutex::new(HashMap::new()),
-                events,
-                stop: CancellationToken::new(),
-                closed: AtomicBool::new(false),
-            }),
+            _stop: inner.life.guard(),
+            inner,
         }
     }
-}
-
-fn closed_error() -> Error {
-    Error::closed().with_backend(crate::config::SCHEME)
 }
 
 impl Inner {
-    fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::SeqCst) {
-            Err(closed_error())
-        } else {
-            Ok(())
-        }
-    }
-
     /// Take the lease on blob `name` with `lease`, creating the blob (and the
     /// container, if allowed) when missing. `Ok(false)` if someone else holds it.
     /// Acquire `lease` on `name` (creating the blob or container if missing): when
@@ -198,7 +178,7 @@ impl Inner {
         candidate: &Candidate,
         lease: &str,
     ) -> Result<Attempt> {
-        self.check_open()?;
+        self.life.check_open()?;
         let name = self.shared.layout.election(election);
         let Some(acquired) = self.take_lease(&name, lease, "campaign").await? else {
             return Ok(Attempt::Held);
@@ -218,10 +198,10 @@ impl Inner {
                 ))
             }
             Ok(token) => {
-                if self.closed.load(Ordering::SeqCst) {
+                if let Err(closed) = self.life.check_open() {
                     self.retire(election, lease);
                     self.give_back(&name, lease).await;
-                    return Err(closed_error());
+                    return Err(closed);
                 }
                 let seat = Seat {
                     token,
@@ -307,7 +287,7 @@ impl BackendSession for AzureSession {
 
     async fn keep_alive(&self) -> Result<()> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let elections: Vec<(ElectionName, Seat)> = lock(&inner.held)
             .iter()
             .map(|(e, seat)| (e.clone(), seat.clone()))
@@ -391,7 +371,7 @@ impl BackendSession for AzureSession {
                 Attempt::Held => {
                     tokio::select! {
                         _ = tokio::time::sleep(jittered(poll)) => {}
-                        _ = self.inner.stop.cancelled() => return Err(closed_error()),
+                        _ = self.inner.life.stopped() => return Err(self.inner.life.closed_error()),
                     }
                 }
             }
@@ -459,10 +439,9 @@ impl BackendSession for AzureSession {
 
     async fn close(&self) -> Result<()> {
         let inner = &self.inner;
-        if inner.closed.swap(true, Ordering::SeqCst) {
+        if !inner.life.close() {
             return Ok(());
         }
-        inner.stop.cancel();
         let mut elections: Vec<(ElectionName, String)> = lock(&inner.held)
             .drain()
             .map(|(e, seat)| (e, seat.lease))
@@ -501,7 +480,7 @@ impl BackendSession for AzureSession {
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let key = (namespace.clone(), member.id().to_string());
         let name = inner.shared.layout.member(namespace, member.id());
         let registered = lock(&inner.members).contains_key(&key);

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, finish, parse_bool, unknown_key_in, BackendUrl, Secret, Timeouts,
+    encode, finish, from_env_table, parse_bool, unknown_key_in, BackendUrl, Secret, Timeouts,
     TlsFiles,
 };
 use tenure_core::{Error, Result};
@@ -42,6 +42,7 @@ const ENV_KEYS: &[(&str, &str)] = &[
     ("TENURE_ETCD_DOMAIN", "domain"),
     ("TENURE_ETCD_CONNECT_TIMEOUT_MS", "connect_timeout_ms"),
     ("TENURE_ETCD_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
+    ("TENURE_ETCD_TLS", "tls"),
 ];
 
 /// How to reach etcd and where tenure keeps its keys there.
@@ -129,33 +130,26 @@ impl EtcdConfig {
     }
 
     fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
-        let endpoints = var("TENURE_ETCD_ENDPOINTS").ok_or_else(|| {
-            Error::invalid("TENURE_ETCD_ENDPOINTS: not set (e.g. 127.0.0.1:2379)")
-        })?;
-        let mut tls = false;
-        let mut hosts = Vec::new();
-        for e in endpoints.split(',').map(str::trim) {
-            if let Some(h) = e.strip_prefix("https://") {
-                tls = true;
-                hosts.push(h.trim_end_matches('/').to_string());
-            } else {
-                hosts.push(
-                    e.strip_prefix("http://")
-                        .unwrap_or(e)
-                        .trim_end_matches('/')
-                        .to_string(),
-                );
+        let build = |endpoints: &str| {
+            let endpoints: Vec<&str> = endpoints.split(',').map(str::trim).collect();
+            let mut config = EtcdConfig::new(endpoints.iter().map(|e| {
+                let e = e.strip_prefix("https://").unwrap_or(e);
+                e.strip_prefix("http://").unwrap_or(e).trim_end_matches('/')
+            }));
+            config.tls = endpoints.iter().any(|e| e.starts_with("https://"));
+            Ok(config)
+        };
+        // `TENURE_ETCD_TLS` (an https endpoint also turns TLS on) is not a URL key: the
+        // URL's scheme says it.
+        let set = |config: &mut Self, key: &str, value: String| match key {
+            "tls" => {
+                config.tls |= parse_bool(key, &value)?;
+                Ok(())
             }
-        }
-        let mut config = EtcdConfig::new(hosts);
-        config.tls = tls;
-        env_overrides(&get, ENV_KEYS, |key, value| config.set(key, value))?;
-        if let Some(v) = var("TENURE_ETCD_TLS") {
-            config.tls |= parse_bool("TENURE_ETCD_TLS", &v)?;
-        }
-        config.validate()?;
-        Ok(config)
+            _ => config.set(key, value),
+        };
+        let required = ("TENURE_ETCD_ENDPOINTS", "127.0.0.1:2379");
+        from_env_table(get, required, build, ENV_KEYS, set, Self::validate)
     }
 
     fn set(&mut self, key: &str, value: String) -> Result<()> {

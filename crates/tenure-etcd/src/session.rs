@@ -2,14 +2,13 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::backend::{BackendSession, Lifetime, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::client::KeepAliveStream;
 use crate::error::own;
@@ -24,12 +23,12 @@ use crate::watcher::{Fired, KeyWatch, KeyWatcher};
 /// The session handed to the core. Dropping it stops its background tasks.
 pub(crate) struct EtcdSession {
     inner: Arc<Inner>,
+    _stop: DropGuard,
 }
 
 struct Inner {
     shared: Arc<Shared>,
     lease: i64,
-    id: String,
     /// The keep-alive stream, taken out while a keep-alive is in flight: if that call is
     /// dropped half-way, the next one opens a fresh stream rather than reading a stale
     /// answer.
@@ -41,8 +40,7 @@ struct Inner {
     watcher: KeyWatcher,
     candidacies: Mutex<HashMap<ElectionName, Candidacy>>,
     events: SessionEvents,
-    stop: CancellationToken,
-    closed: AtomicBool,
+    life: Lifetime,
 }
 
 /// This session's key in one election.
@@ -57,15 +55,7 @@ struct Candidacy {
 
 impl fmt::Debug for EtcdSession {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdSession")
-            .field("lease", &self.inner.id)
-            .finish()
-    }
-}
-
-impl Drop for EtcdSession {
-    fn drop(&mut self) {
-        self.inner.stop.cancel();
+        self.inner.life.fmt(f)
     }
 }
 
@@ -102,25 +92,25 @@ impl EtcdSession {
         }
         let lease = granted.id;
         let answer_limit = answer_limit(&shared, ttl);
-        let stop = CancellationToken::new();
+        let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
         let watcher = KeyWatcher::spawn(
             shared.client.clone(),
             shared.config.get_request_timeout(),
-            stop.clone(),
+            life.child_token(),
         );
+        let inner = Arc::new(Inner {
+            shared,
+            lease,
+            keeper: tokio::sync::Mutex::new(None),
+            answer_limit,
+            watcher,
+            candidacies: Mutex::new(HashMap::new()),
+            events,
+            life,
+        });
         Ok(EtcdSession {
-            inner: Arc::new(Inner {
-                shared,
-                lease,
-                id: lease_hex(lease),
-                keeper: tokio::sync::Mutex::new(None),
-                answer_limit,
-                watcher,
-                candidacies: Mutex::new(HashMap::new()),
-                events,
-                stop,
-                closed: AtomicBool::new(false),
-            }),
+            _stop: inner.life.guard(),
+            inner,
         })
     }
 }
@@ -134,21 +124,9 @@ fn answer_limit(shared: &Shared, ttl: Duration) -> Duration {
     shared.client.member_timeout().min(ttl / 10)
 }
 
-fn closed_error() -> tenure_core::Error {
-    tenure_core::Error::closed().with_backend(crate::config::SCHEME)
-}
-
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, HashMap<ElectionName, Candidacy>> {
         self.candidacies.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::SeqCst) {
-            Err(closed_error())
-        } else {
-            Ok(())
-        }
     }
 
     fn key(&self, election: &ElectionName) -> String {
@@ -252,7 +230,7 @@ impl Inner {
 
     /// Record the grant and watch the key while it is held.
     fn granted(self: &Arc<Self>, election: &ElectionName, revision: i64, own_watch: KeyWatch) {
-        let stop = self.stop.child_token();
+        let stop = self.life.child_token();
         self.lock().insert(
             election.clone(),
             Candidacy {
@@ -348,12 +326,12 @@ impl Inner {
 #[async_trait]
 impl BackendSession for EtcdSession {
     fn id(&self) -> &str {
-        &self.inner.id
+        self.inner.life.id()
     }
 
     async fn keep_alive(&self) -> Result<()> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let mut slot = inner.keeper.lock().await;
         let renewal = inner
             .shared
@@ -363,7 +341,7 @@ impl BackendSession for EtcdSession {
         if answer.ttl <= 0 {
             return Err(own(
                 ErrorKind::SessionExpired,
-                format!("keep-alive: etcd no longer has lease {}", inner.id),
+                format!("keep-alive: etcd no longer has lease {}", inner.life.id()),
             ));
         }
         *slot = Some(stream);
@@ -376,7 +354,7 @@ impl BackendSession for EtcdSession {
         candidate: &Candidate,
     ) -> Result<FencingToken> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let key = inner.key(election);
         let range = election_range(inner.shared.prefix(), election);
         let value = encode_candidate(candidate);
@@ -385,7 +363,7 @@ impl BackendSession for EtcdSession {
             .await?;
         let mut own_watch = inner.watch_own(&key, revision);
         loop {
-            inner.check_open()?;
+            inner.life.check_open()?;
             let queue = inner.look_at_queue(&range, &key, revision).await?;
             if !queue.own_present {
                 // Our key is gone (lease expired, or deleted by someone): queue again.
@@ -420,7 +398,7 @@ impl BackendSession for EtcdSession {
                     // Look again; the key may be gone.
                     own_watch = inner.watch_own(&key, revision);
                 }
-                _ = inner.stop.cancelled() => return Err(closed_error()),
+                _ = inner.life.stopped() => return Err(inner.life.closed_error()),
             }
         }
     }
@@ -431,7 +409,7 @@ impl BackendSession for EtcdSession {
         candidate: &Candidate,
     ) -> Result<Option<FencingToken>> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let key = inner.key(election);
         let value = encode_candidate(candidate);
         let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
@@ -475,7 +453,7 @@ impl BackendSession for EtcdSession {
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let key = member_key(inner.shared.prefix(), namespace, member.id());
         // A put on a revoked or expired lease fails with "lease not found":
         // SessionExpired.
@@ -506,10 +484,9 @@ impl BackendSession for EtcdSession {
 
     async fn close(&self) -> Result<()> {
         let inner = &self.inner;
-        if inner.closed.swap(true, Ordering::SeqCst) {
+        if !inner.life.close() {
             return Ok(());
         }
-        inner.stop.cancel();
         inner.lock().clear();
         match inner
             .shared

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, finish, host_port, parse_millis, parse_number, unknown_key_in,
+    encode, finish, from_env_table, host_port, parse_millis, parse_number, unknown_key_in,
     BackendUrl, Secret, Timeouts, TlsFiles,
 };
 use tenure_core::{Error, Result};
@@ -263,15 +263,15 @@ impl RedisConfig {
     }
 
     pub(crate) fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
-        let url = var("TENURE_REDIS_URL").ok_or_else(|| {
-            Error::invalid("TENURE_REDIS_URL: not set (e.g. redis://127.0.0.1:6379)")
-        })?;
-        let mut config = Self::from_url(url.trim())
-            .map_err(|e| Error::invalid(format!("TENURE_REDIS_URL: {}", e.message())))?;
-        env_overrides(&get, ENV_KEYS, |key, value| config.set(key, value))?;
-        config.validate()?;
-        Ok(config)
+        let required = ("TENURE_REDIS_URL", "redis://127.0.0.1:6379");
+        from_env_table(
+            get,
+            required,
+            Self::from_url,
+            ENV_KEYS,
+            Self::set,
+            Self::validate,
+        )
     }
 
     fn set(&mut self, key: &str, value: String) -> Result<()> {

@@ -3,15 +3,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use redis::Value;
 use tenure_core::backend::Purpose;
-use tenure_core::backend::{BackendSession, CampaignMode, SessionEvents};
+use tenure_core::backend::{BackendSession, CampaignMode, Lifetime, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
 
 use crate::error::{own, session_gone, unexpected};
 use crate::keys::{millis_up, new_session_id, session_key, ElectionKeys};
@@ -27,6 +26,7 @@ const RENEW_BATCH: usize = 20_000;
 /// The session handed to the core. Dropping it ends its waiting campaigns.
 pub(crate) struct RedisSession {
     inner: Arc<Inner>,
+    _stop: DropGuard,
 }
 
 struct Inner {
@@ -41,21 +41,12 @@ struct Inner {
     /// The member ids this session registered, by namespace (removed on close).
     members: Mutex<HashMap<ElectionName, HashSet<String>>>,
     events: SessionEvents,
-    stop: CancellationToken,
-    closed: AtomicBool,
+    life: Lifetime,
 }
 
 impl fmt::Debug for RedisSession {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisSession")
-            .field("id", &self.inner.id)
-            .finish()
-    }
-}
-
-impl Drop for RedisSession {
-    fn drop(&mut self) {
-        self.inner.stop.cancel();
+        self.inner.life.fmt(f)
     }
 }
 
@@ -103,20 +94,21 @@ impl RedisSession {
                 .await?;
             match created {
                 Value::Okay | Value::SimpleString(_) => {
+                    let inner = Arc::new(Inner {
+                        shared,
+                        life: Lifetime::new(crate::config::SCHEME, id.clone()),
+                        id,
+                        key,
+                        ttl_ms,
+                        held: Mutex::new(HashMap::new()),
+                        waiting: Mutex::new(HashSet::new()),
+                        members: Mutex::new(HashMap::new()),
+                        events,
+                    });
                     return Ok(RedisSession {
-                        inner: Arc::new(Inner {
-                            shared,
-                            id,
-                            key,
-                            ttl_ms,
-                            held: Mutex::new(HashMap::new()),
-                            waiting: Mutex::new(HashSet::new()),
-                            members: Mutex::new(HashMap::new()),
-                            events,
-                            stop: CancellationToken::new(),
-                            closed: AtomicBool::new(false),
-                        }),
-                    })
+                        _stop: inner.life.guard(),
+                        inner,
+                    });
                 }
                 // The id is taken (never expected with 128 random bits): draw again.
                 Value::Nil => continue,
@@ -128,10 +120,6 @@ impl RedisSession {
             "open session: could not find a free session id",
         ))
     }
-}
-
-fn closed_error() -> tenure_core::Error {
-    tenure_core::Error::closed().with_backend(crate::config::SCHEME)
 }
 
 /// Removes an election from the waiting set when its campaign ends in any way.
@@ -147,14 +135,6 @@ impl Drop for Waiting<'_> {
 }
 
 impl Inner {
-    fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::SeqCst) {
-            Err(closed_error())
-        } else {
-            Ok(())
-        }
-    }
-
     /// Run the acquire script once; with [`CampaignMode::Wait`] it joins the queue if
     /// the seat is taken.
     async fn acquire(
@@ -295,7 +275,7 @@ impl BackendSession for RedisSession {
 
     async fn keep_alive(&self) -> Result<()> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let snapshot: Vec<(ElectionName, FencingToken)> = lock(&inner.held)
             .iter()
             .map(|(e, t)| (e.clone(), *t))
@@ -325,7 +305,7 @@ impl BackendSession for RedisSession {
         candidate: &Candidate,
     ) -> Result<FencingToken> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let keys = inner.shared.keys(election);
         let registration = inner.shared.hub.waiter(&keys.channel, &inner.id);
         lock(&inner.waiting).insert(election.clone());
@@ -334,7 +314,7 @@ impl BackendSession for RedisSession {
             election: election.clone(),
         };
         loop {
-            inner.check_open()?;
+            inner.life.check_open()?;
             let was_subscribed = registration.is_subscribed();
             let next = match inner.acquire(&keys, candidate, CampaignMode::Wait).await? {
                 Acquired::Granted(token) => {
@@ -351,7 +331,7 @@ impl BackendSession for RedisSession {
                 _ = tokio::time::sleep(next) => {}
                 // A release published before the subscription was confirmed was missed.
                 _ = registration.subscribed(), if !was_subscribed => {}
-                _ = inner.stop.cancelled() => return Err(closed_error()),
+                _ = inner.life.stopped() => return Err(inner.life.closed_error()),
             }
         }
     }
@@ -362,7 +342,7 @@ impl BackendSession for RedisSession {
         candidate: &Candidate,
     ) -> Result<Option<FencingToken>> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let keys = inner.shared.keys(election);
         match inner
             .acquire(&keys, candidate, CampaignMode::TryOnce)
@@ -407,7 +387,7 @@ impl BackendSession for RedisSession {
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
         let inner = &self.inner;
-        inner.check_open()?;
+        inner.life.check_open()?;
         let keys = inner.shared.member_keys(namespace);
         lock(&inner.members)
             .entry(namespace.clone())
@@ -449,10 +429,9 @@ impl BackendSession for RedisSession {
 
     async fn close(&self) -> Result<()> {
         let inner = &self.inner;
-        if inner.closed.swap(true, Ordering::SeqCst) {
+        if !inner.life.close() {
             return Ok(());
         }
-        inner.stop.cancel();
         let registered: Vec<(ElectionName, Vec<String>)> = lock(&inner.members)
             .drain()
             .map(|(ns, ids)| (ns, ids.into_iter().collect()))

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, env_overrides, finish, parse_duration, parse_millis, unknown_key_in, BackendUrl,
+    encode, finish, from_env_table, parse_duration, parse_millis, unknown_key_in, BackendUrl,
     Secret, Timeouts,
 };
 use tenure_core::{Error, Result};
@@ -111,13 +111,9 @@ impl ZooKeeperConfig {
     }
 
     fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let var = |name: &str| get(name).filter(|v| !v.trim().is_empty());
-        let hosts = var("TENURE_ZK_HOSTS")
-            .ok_or_else(|| Error::invalid("TENURE_ZK_HOSTS: not set (e.g. 127.0.0.1:2181)"))?;
-        let mut config = ZooKeeperConfig::new(hosts.split(',').map(str::trim));
-        env_overrides(&get, ENV_KEYS, |key, value| config.set(key, value))?;
-        config.validate()?;
-        Ok(config)
+        let build = |hosts: &str| Ok(ZooKeeperConfig::new(hosts.split(',').map(str::trim)));
+        let required = ("TENURE_ZK_HOSTS", "127.0.0.1:2181");
+        from_env_table(get, required, build, ENV_KEYS, Self::set, Self::validate)
     }
 
     fn set(&mut self, key: &str, value: String) -> Result<()> {

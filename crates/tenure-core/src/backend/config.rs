@@ -529,6 +529,28 @@ pub fn env_overrides(
     Ok(())
 }
 
+/// The whole of a store's `from_env`, read through `get`: the variable `required` must
+/// be set (else an error that shows `example`), `build` makes the config from its
+/// value, then the overrides of `table` apply with `set` (see [`env_overrides`]) and
+/// `validate` checks the whole. Errors name the variable they come from.
+pub fn from_env_table<C>(
+    get: impl Fn(&str) -> Option<String>,
+    (required, example): (&str, &str),
+    build: impl FnOnce(&str) -> Result<C>,
+    table: &[(&str, &str)],
+    set: impl Fn(&mut C, &str, String) -> Result<()>,
+    validate: impl Fn(&C) -> Result<()>,
+) -> Result<C> {
+    let value = get(required)
+        .filter(|v| !v.trim().is_empty())
+        .ok_or_else(|| Error::invalid(format!("{required}: not set (e.g. {example})")))?;
+    let mut config =
+        build(value.trim()).map_err(|e| Error::invalid(format!("{required}: {}", e.message())))?;
+    env_overrides(&get, table, |key, value| set(&mut config, key, value))?;
+    validate(&config)?;
+    Ok(config)
+}
+
 fn without_url(message: &str) -> &str {
     message.strip_prefix("url: ").unwrap_or(message)
 }

@@ -5,10 +5,12 @@
 //! [`Leadership`](crate::Leadership), which drive these.
 
 pub mod config;
+mod life;
 pub mod requests;
 mod stream;
 
 pub use crate::url::MEM_DRIVER;
+pub use life::Lifetime;
 pub use requests::{Purpose, Requests};
 pub use stream::{poll_stream, watch_stream, Published};
 
