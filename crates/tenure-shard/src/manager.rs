@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use tracing::Instrument;
 
 use crate::assign::Plan;
 use crate::config::{Layout, Shard, ShardManagerBuilder};
-use crate::state::{NodeState, View};
+use crate::state::{Changed, NodeState, ShardSet, View};
 use crate::view::{plan_after, plan_for, ShardView};
 
 /// What happens to this node's shards.
@@ -293,11 +294,10 @@ impl ShardManagerBuilder {
             plan: None,
             planned_view: Arc::new(View::build(&[], shards)),
             next_plan_at: Instant::now(),
-            held: HashMap::new(),
-            campaigning: HashMap::new(),
-            started: std::collections::HashSet::new(),
+            held: ByShard::default(),
+            campaigning: ByShard::default(),
             permits: Arc::new(tokio::sync::Semaphore::new(self.campaign_limit)),
-            failures: HashMap::new(),
+            failures: ByShard::default(),
             retry_at: Some(Instant::now() + self.startup_quiet),
             startup: Some(Startup {
                 ids: Vec::new(),
@@ -305,6 +305,15 @@ impl ShardManagerBuilder {
                 quiet: self.startup_quiet,
             }),
             pending: VecDeque::new(),
+            queued: ShardSet::new(shards),
+            mine: NodeState::new(shards, self.weight),
+            mine_changed: false,
+            me: None,
+            replan_at: None,
+            dirty: Dirty::all(shards),
+            view_dirty: Dirty::all(shards),
+            unsettled: Counted::new(shards),
+            misplaced: Counted::new(shards),
             bucket: Bucket::new(self.handoff_rate, self.handoff_burst),
             internal_tx,
             events: events_tx,
@@ -465,6 +474,126 @@ impl Bucket {
     }
 }
 
+/// How long the member list must hold still before a plan kept across changes (see
+/// [`follows_plan`]) is computed again from it.
+const PLAN_QUIET: Duration = Duration::from_millis(100);
+
+/// Whether going from `old` to `new` (the same nodes; `changed` the shards whose claims
+/// changed) only did what `plan` asked: every new holder of a changed shard is its
+/// preferred node, the holder it had, or none. Such a change leaves the plan as it is,
+/// and computing it again (O(P) or more) is work for nothing. Anything else (a node's
+/// weight or drain flag, a shard taken by another node) calls for a new plan.
+fn follows_plan(old: &View, new: &View, plan: &Plan, changed: &[usize]) -> bool {
+    old.nodes == new.nodes
+        && changed.iter().all(|&s| {
+            let h = new.holders.get(s);
+            h.is_none() || h == old.holders.get(s) || h == plan.preferred(s)
+        })
+}
+
+/// Hashes a shard index with one multiplication: SipHash over the controller's maps
+/// was a third of its time at 40,000 shards.
+#[derive(Default)]
+struct ShardHasher(u64);
+
+impl std::hash::Hasher for ShardHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A map keyed by shard index.
+type ByShard<V> = HashMap<usize, V, BuildHasherDefault<ShardHasher>>;
+
+/// Shards to look at again: each marked once, or all of them.
+struct Dirty {
+    all: bool,
+    marked: ShardSet,
+    list: Vec<usize>,
+    shards: usize,
+}
+
+impl Dirty {
+    fn all(shards: usize) -> Self {
+        Dirty {
+            all: true,
+            marked: ShardSet::new(shards),
+            list: Vec::new(),
+            shards,
+        }
+    }
+
+    fn mark(&mut self, s: usize) {
+        if !self.all && !self.marked.contains(s) {
+            self.marked.set(s, true);
+            self.list.push(s);
+        }
+    }
+
+    fn mark_all(&mut self) {
+        self.all = true;
+    }
+
+    /// Move `other`'s marks into this one.
+    fn absorb(&mut self, other: &mut Dirty) {
+        if other.all {
+            self.all = true;
+        }
+        for s in other.take() {
+            self.mark(s);
+        }
+    }
+
+    /// The marked shards (every shard after `mark_all`), clearing the marks.
+    fn take(&mut self) -> Vec<usize> {
+        for &s in &self.list {
+            self.marked.set(s, false);
+        }
+        if std::mem::take(&mut self.all) {
+            self.list.clear();
+            (0..self.shards).collect()
+        } else {
+            std::mem::take(&mut self.list)
+        }
+    }
+}
+
+/// A set of shards with its size.
+struct Counted {
+    set: ShardSet,
+    count: usize,
+}
+
+impl Counted {
+    fn new(shards: usize) -> Self {
+        Counted {
+            set: ShardSet::new(shards),
+            count: 0,
+        }
+    }
+
+    fn set(&mut self, s: usize, on: bool) {
+        if self.set.contains(s) != on {
+            self.set.set(s, on);
+            if on {
+                self.count += 1;
+            } else {
+                self.count -= 1;
+            }
+        }
+    }
+}
+
 struct Startup {
     ids: Vec<String>,
     since: Instant,
@@ -486,22 +615,41 @@ struct Controller {
     /// Plans of large namespaces cost milliseconds; the next is computed no earlier
     /// than this, so a busy member list cannot keep a node computing.
     next_plan_at: Instant,
-    held: HashMap<usize, Held>,
-    campaigning: HashMap<usize, JoinHandle<()>>,
-    /// Campaigns that hold a permit (the ones other nodes may see as campaigning).
-    started: std::collections::HashSet<usize>,
+    held: ByShard<Held>,
+    campaigning: ByShard<JoinHandle<()>>,
     /// Bounds the campaigns in flight, so a node that must take thousands of shards
     /// at once does not swamp the store (and its own renewals).
     permits: Arc<tokio::sync::Semaphore>,
     /// Failed campaigns: shard → (attempts, not before).
-    failures: HashMap<usize, (u32, Instant)>,
+    failures: ByShard<(u32, Instant)>,
     retry_at: Option<Instant>,
     /// Until the member list first holds still, no campaigns start (so that nodes
     /// started together do not all grab shards from partial views and hand them
     /// back a moment later).
     startup: Option<Startup>,
-    /// Shards to hand off, with the node that campaigns for each.
+    /// Shards to hand off, with the node that campaigns for each; checked again when
+    /// their turn comes. `queued` marks the shards in it.
     pending: VecDeque<(usize, Option<String>)>,
+    queued: ShardSet,
+    /// This node's published state: what it holds, and the campaigns that hold a
+    /// permit (the ones other nodes may see as campaigning); `mine_changed` when it
+    /// differs from the last one handed to the publisher.
+    mine: NodeState,
+    mine_changed: bool,
+    /// This node's number in the view of the last reconcile.
+    me: Option<u32>,
+    /// When to plan again from the latest member list: set when a new list only
+    /// moved shards the way the plan asked, so the plan was kept.
+    replan_at: Option<Instant>,
+    /// Shards to look at in the next reconcile (grants, losses, retries, plan moves).
+    dirty: Dirty,
+    /// Shards the member list changed since the last plan: looked at once a plan for
+    /// that list is in place.
+    view_dirty: Dirty,
+    /// Shards not led by their preferred node in the last reconcile's view and plan.
+    unsettled: Counted,
+    /// Shards held that the plan gives to another node (or none).
+    misplaced: Counted,
     bucket: Bucket,
     internal_tx: mpsc::UnboundedSender<Internal>,
     events: mpsc::UnboundedSender<ShardEvent>,
@@ -556,6 +704,9 @@ impl Controller {
                 cmd = commands.recv() => match cmd {
                     Some(Command::Drain) => {
                         self.draining = true;
+                        self.mine.draining = true;
+                        self.mine_changed = true;
+                        self.dirty.mark_all();
                     }
                     Some(Command::Close(done)) => {
                         self.shutdown().await;
@@ -568,6 +719,10 @@ impl Controller {
                     }
                 },
                 _ = sleep => {
+                    if self.replan_at.is_some_and(|at| at <= Instant::now()) {
+                        self.replan_at = None;
+                        self.plan = None;
+                    }
                     if !members_open {
                         if let Ok(s) = self.session.watch_members(&self.layout.namespace).await {
                             members = s;
@@ -606,6 +761,7 @@ impl Controller {
         let (layout, view) = (self.layout.clone(), self.view.clone());
         let started = std::time::Instant::now();
         let plan = if layout.shards.len() >= 20_000 {
+            let previous = previous.clone();
             match tokio::task::spawn_blocking(move || {
                 plan_after(previous.as_deref(), &layout, &view)
             })
@@ -622,6 +778,17 @@ impl Controller {
         };
         // Spend at most about a fifth of the time computing plans.
         self.next_plan_at = Instant::now() + started.elapsed() * 4;
+        // Look again at the shards whose preferred node moved.
+        match previous {
+            Some(prev) if prev.shards() == plan.shards() => {
+                for s in 0..plan.shards() {
+                    if prev.preferred(s) != plan.preferred(s) {
+                        self.view_dirty.mark(s);
+                    }
+                }
+            }
+            _ => self.view_dirty.mark_all(),
+        }
         self.planned_view = self.view.clone();
         self.plan = Some(plan);
     }
@@ -636,15 +803,37 @@ impl Controller {
                 self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
             }
         }
-        self.view = Arc::new(View::build(list, self.layout.shards.len()));
-        self.plan = None;
+        let (view, changed) = View::update(&self.view, list, self.layout.shards.len());
+        let keep = match (&changed, &self.plan) {
+            (Changed::Shards(shards), Some(plan)) => follows_plan(&self.view, &view, plan, shards),
+            _ => false,
+        };
+        match changed {
+            Changed::All => self.view_dirty.mark_all(),
+            Changed::Shards(shards) => shards.into_iter().for_each(|s| self.view_dirty.mark(s)),
+        }
+        self.view = Arc::new(view);
+        if keep {
+            // The plan still holds for the new list (same node numbers); plan again
+            // from the latest list once it has been quiet a while, so that every node
+            // ends on the plan of the same list.
+            self.planned_view = self.view.clone();
+            let at = Instant::now() + PLAN_QUIET;
+            self.replan_at = Some(at);
+            self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+        } else {
+            self.plan = None;
+            self.replan_at = None;
+        }
     }
 
     fn handle(&mut self, msg: Internal) {
+        let (Internal::Started(s) | Internal::Granted(s, _) | Internal::Lost(s, _, _)) = &msg;
+        self.dirty.mark(*s);
         match msg {
             Internal::Started(s) => {
                 if self.campaigning.contains_key(&s) {
-                    self.started.insert(s);
+                    self.set_campaigning(s, true);
                 }
             }
             Internal::Granted(s, Ok(leadership)) => {
@@ -653,7 +842,7 @@ impl Controller {
                 if let Some(t) = self.campaigning.remove(&s) {
                     t.abort();
                 }
-                self.started.remove(&s);
+                self.set_campaigning(s, false);
                 self.failures.remove(&s);
                 let watch = leadership.watch();
                 let token = leadership.token();
@@ -666,6 +855,7 @@ impl Controller {
                     let _ = tx.send(Internal::Lost(s, token, reason));
                 });
                 lock(&self.held_watches).insert(s, watch.clone());
+                self.set_held(s, true);
                 self.held.insert(
                     s,
                     Held {
@@ -682,7 +872,7 @@ impl Controller {
             }
             Internal::Granted(s, Err(e)) => {
                 self.campaigning.remove(&s);
-                self.started.remove(&s);
+                self.set_campaigning(s, false);
                 if self.held.contains_key(&s) {
                     tracing::debug!(shard = s, error = %e, "a second campaign for a held shard ended");
                     return;
@@ -701,6 +891,7 @@ impl Controller {
                 let ours = self.held.get(&s).is_some_and(|h| h.watch.token() == token);
                 if ours {
                     self.held.remove(&s);
+                    self.set_held(s, false);
                     lock(&self.held_watches).remove(&s);
                     tracing::info!(shard = s, %token, %reason, "leadership lost");
                     let _ = self.events.send(ShardEvent::Lost {
@@ -713,6 +904,8 @@ impl Controller {
         }
     }
 
+    /// Bring this node in line with the plan, looking only at the shards that may
+    /// have changed since the last time (see [`Dirty`]); counters are kept as it goes.
     fn reconcile(&mut self) {
         let Some(plan) = self
             .plan
@@ -721,9 +914,13 @@ impl Controller {
         else {
             return;
         };
-        // Node numbers in the plan index the view it was computed for.
+        // Node numbers in the plan index the view it was computed for. The member
+        // list's changes count once a plan for that list is in place.
         let view = match &self.plan {
-            Some(_) => self.planned_view.clone(),
+            Some(_) => {
+                self.dirty.absorb(&mut self.view_dirty);
+                self.planned_view.clone()
+            }
             None => match lock(&self.picture).as_ref() {
                 Some((v, _)) => v.clone(),
                 None => return,
@@ -731,57 +928,33 @@ impl Controller {
         };
         *lock(&self.picture) = Some((view.clone(), plan.clone()));
         let me = view.index_of(&self.node_id);
+        if me != self.me {
+            self.me = me;
+            self.dirty.mark_all();
+        }
         let now = Instant::now();
         if let Some(st) = &self.startup {
             if me.is_some() && now >= st.since + st.quiet {
                 self.startup = None;
+                self.dirty.mark_all();
             } else {
                 let at = st.since + st.quiet;
                 self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
             }
         }
-        let starting = self.startup.is_some();
-        let mut pending = VecDeque::new();
-        let mut settled = true;
-        for s in 0..self.layout.shards.len() {
-            let pref = plan.preferred(s);
-            if view.holders[s].is_none() || view.holders[s] != pref {
-                settled = false;
-            }
-            let mine = !self.draining && me.is_some() && pref == me;
-            let holding = self.held.contains_key(&s);
-            if mine {
-                let blocked = self.failures.get(&s).is_some_and(|(_, at)| *at > now);
-                if !holding && !self.campaigning.contains_key(&s) && !blocked && !starting {
-                    self.start_campaign(s);
-                }
-                continue;
-            }
-            if let Some(task) = self.campaigning.remove(&s) {
-                task.abort();
-                self.started.remove(&s);
-            }
-            if holding {
-                match pref {
-                    // The preferred node campaigns for it: hand it over now.
-                    Some(t) if Some(t) != me && view.states[t as usize].campaigning.contains(s) => {
-                        pending.push_back((s, Some(view.nodes[t as usize].id.clone())));
-                    }
-                    // Draining, and the assignment (which already sees this node
-                    // draining) has nobody else for it.
-                    None if self.draining => pending.push_back((s, None)),
-                    _ => {}
-                }
+        for (s, (_, at)) in &self.failures {
+            if *at <= now {
+                self.dirty.mark(*s);
             }
         }
-        let misplaced = self.held.keys().filter(|s| {
-            let pref = plan.preferred(**s);
-            self.draining || me.is_none() || pref != me
-        });
-        let waiting = misplaced.count();
-        self.pending = pending;
-        self.run_handoffs();
-        self.publish_state();
+        for s in self.dirty.take() {
+            self.examine(s, &view, &plan, now);
+        }
+        self.run_handoffs(&view, &plan);
+        if self.mine_changed {
+            self.mine_changed = false;
+            self.publish.send_replace(self.mine.encode());
+        }
         self.version += 1;
         let target = me.map_or(0, |m| plan.target(m) as usize);
         let status = ShardStatus {
@@ -789,13 +962,72 @@ impl Controller {
             held: self.held.len(),
             campaigning: self.campaigning.len(),
             target: if self.draining { 0 } else { target },
-            pending_handoffs: waiting,
+            pending_handoffs: self.misplaced.count,
             draining: self.draining,
-            settled,
+            settled: self.unsettled.count == 0,
             version: self.version,
         };
         crate::metrics::record(&self.layout, &self.node_id, &status, &view);
         self.status.send_replace(status);
+    }
+
+    /// Look at shard `s`: campaign for it if it is this node's and not yet held or
+    /// asked for, withdraw a campaign that is no longer wanted, queue a handoff the
+    /// plan asks for, and update the counters.
+    fn examine(&mut self, s: usize, view: &View, plan: &Plan, now: Instant) {
+        let pref = plan.preferred(s);
+        self.unsettled.set(
+            s,
+            view.holders.get(s).is_none() || view.holders.get(s) != pref,
+        );
+        let mine = !self.draining && self.me.is_some() && pref == self.me;
+        let holding = self.held.contains_key(&s);
+        self.misplaced.set(s, holding && !mine);
+        if mine {
+            let blocked = self.failures.get(&s).is_some_and(|(_, at)| *at > now);
+            let starting = self.startup.is_some();
+            if !holding && !self.campaigning.contains_key(&s) && !blocked && !starting {
+                self.start_campaign(s);
+            }
+            return;
+        }
+        if let Some(task) = self.campaigning.remove(&s) {
+            task.abort();
+            self.set_campaigning(s, false);
+        }
+        if holding && !self.queued.contains(s) {
+            if let Some(to) = self.handoff_of(s, view, plan) {
+                self.queued.set(s, true);
+                self.pending.push_back((s, to));
+            }
+        }
+    }
+
+    /// Whether held shard `s` should go now: `Some(to)` when its preferred node `to`
+    /// campaigns for it, or `Some(None)` when draining and the plan (which already
+    /// sees this node draining) has nobody else for it.
+    fn handoff_of(&self, s: usize, view: &View, plan: &Plan) -> Option<Option<String>> {
+        match plan.preferred(s) {
+            Some(t) if Some(t) != self.me && view.states[t as usize].campaigning.contains(s) => {
+                Some(Some(view.nodes[t as usize].id.clone()))
+            }
+            None if self.draining => Some(None),
+            _ => None,
+        }
+    }
+
+    fn set_campaigning(&mut self, s: usize, on: bool) {
+        if self.mine.campaigning.contains(s) != on {
+            self.mine.campaigning.set(s, on);
+            self.mine_changed = true;
+        }
+    }
+
+    fn set_held(&mut self, s: usize, on: bool) {
+        if self.mine.held.contains(s) != on {
+            self.mine.held.set(s, on);
+            self.mine_changed = true;
+        }
     }
 
     fn start_campaign(&mut self, s: usize) {
@@ -815,15 +1047,27 @@ impl Controller {
         self.campaigning.insert(s, task);
     }
 
-    fn run_handoffs(&mut self) {
-        while let Some((s, to)) = self.pending.front().cloned() {
-            if !self.bucket.take() {
+    /// Start the queued handoffs the token bucket allows, each checked again first.
+    fn run_handoffs(&mut self, view: &View, plan: &Plan) {
+        while let Some(&(s, _)) = self.pending.front() {
+            // Still held and still to hand over (the plan or the claims may have moved
+            // since it was queued)?
+            let due = self.held.contains_key(&s) && self.handoff_of(s, view, plan).is_some();
+            if due && !self.bucket.take() {
                 return;
             }
             self.pending.pop_front();
+            self.queued.set(s, false);
+            if !due {
+                continue;
+            }
+            let to = self.handoff_of(s, view, plan).flatten();
             let Some(mut held) = self.held.remove(&s) else {
                 continue;
             };
+            self.set_held(s, false);
+            self.misplaced.set(s, false);
+            self.dirty.mark(s);
             lock(&self.held_watches).remove(&s);
             let token = held.watch.token();
             tracing::debug!(shard = s, %token, to = ?to, "handing off");
@@ -842,28 +1086,8 @@ impl Controller {
         }
     }
 
-    fn publish_state(&mut self) {
-        let mut st = NodeState::new(self.layout.shards.len(), self.weight);
-        st.draining = self.draining;
-        for s in self.held.keys() {
-            st.held.set(*s, true);
-        }
-        for s in &self.started {
-            st.campaigning.set(*s, true);
-        }
-        let value = st.encode();
-        self.publish.send_if_modified(|cur| {
-            if *cur == value {
-                false
-            } else {
-                *cur = value;
-                true
-            }
-        });
-    }
-
     async fn shutdown(&mut self) {
-        self.started.clear();
+        self.mine = NodeState::new(self.layout.shards.len(), self.weight);
         for (_, t) in self.campaigning.drain() {
             t.abort();
         }

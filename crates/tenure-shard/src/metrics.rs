@@ -25,16 +25,12 @@ pub const MEMBERS: &str = "tenure_shard_members";
 
 /// Max over mean of leaderships of the active nodes in `view` (0 if none lead).
 pub(crate) fn imbalance(view: &View) -> f64 {
-    let mut leads = vec![0usize; view.nodes.len()];
-    for h in view.holders.iter().flatten() {
-        leads[*h as usize] += 1;
-    }
     crate::view::max_over_mean(
         view.nodes
             .iter()
-            .zip(leads)
+            .zip(&view.leads)
             .filter(|(n, _)| !n.draining)
-            .map(|(_, l)| l),
+            .map(|(_, l)| *l),
     )
 }
 

@@ -63,16 +63,12 @@ impl ShardView {
             .iter()
             .map(|s| ShardInfo {
                 shard: s.clone(),
-                leader: view.holders[s.index()].map(name),
+                leader: view.holders.get(s.index()).map(name),
                 preferred: plan.preferred(s.index()).map(name),
                 replicas: plan.replicas(s.index()).iter().map(|n| name(*n)).collect(),
                 token: None,
             })
             .collect();
-        let mut leads = vec![0usize; view.nodes.len()];
-        for h in view.holders.iter().flatten() {
-            leads[*h as usize] += 1;
-        }
         let nodes = view
             .nodes
             .iter()
@@ -81,7 +77,7 @@ impl ShardView {
                 id: n.id.clone(),
                 weight: n.weight,
                 draining: n.draining,
-                leads: leads[i],
+                leads: view.leads[i],
                 target: plan.target(i as u32) as usize,
                 planned: plan.load(i as u32) as usize,
             })
@@ -147,6 +143,6 @@ pub(crate) fn plan_after(previous: Option<&Plan>, layout: &Layout, view: &View) 
         &layout.hashes,
         &view.nodes,
         layout.replication,
-        &view.holders,
+        &view.holders.to_vec(),
     ))
 }

@@ -122,3 +122,17 @@ async fn api_futures_are_send() {
         .expect("map");
     spawnable(&map.snapshot());
 }
+
+/// The join and crash scenarios at 100,000 shards (10 nodes): balance, moves about the
+/// newcomer's share, only the dead node's shards moving, all checked as at 256. With
+/// paused time the settle budget is virtual; the CPU work is real (about 40 s unoptimized).
+#[tokio::test(start_paused = true)]
+async fn the_scenarios_hold_at_100_000_shards() {
+    let mut env = ShardEnv::memory();
+    env.shards = 100_000;
+    env.nodes = 10;
+    env.timing = Timing::default();
+    env.settle = Duration::from_secs(600);
+    check_join(&env).await;
+    check_crash(&env).await;
+}
