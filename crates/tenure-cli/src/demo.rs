@@ -38,7 +38,8 @@ pub struct DemoOptions {
     pub handoff_rate: (f64, u32),
     /// Pause between the script's steps (so a viewer can follow; 0 in tests).
     pub pause: Duration,
-    /// How long one step may take to settle before the demo gives up.
+    /// How long a step may go without progress (no node taking, giving up or asking
+    /// for a shard) before the demo gives up on it.
     pub step_limit: Duration,
 }
 
@@ -551,17 +552,47 @@ impl Demo {
         })
     }
 
-    /// Why the demo gave up waiting for `what`.
+    /// What each node is doing, for telling apart progress from a stall: changes
+    /// whenever a node takes, gives up or asks for a shard, or sees the members change.
+    fn progress(&self) -> Vec<(usize, usize, usize, usize, bool)> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let s = n.manager.status().borrow().clone();
+                (
+                    s.held,
+                    s.campaigning,
+                    s.pending_handoffs,
+                    s.members,
+                    s.settled,
+                )
+            })
+            .collect()
+    }
+
+    /// Why the demo gave up waiting for `what`: each node's counters, in words.
     fn not_settled(&self, what: &str) -> Error {
         let states: Vec<String> = self
             .nodes
             .iter()
-            .map(|n| format!("{}: {:?}", n.id, n.manager.status().borrow()))
+            .map(|n| {
+                let s = n.manager.status().borrow().clone();
+                format!(
+                    "{} holds {} (target {}), campaigns for {}, has {} to hand off, sees {} members{}",
+                    n.id,
+                    s.held,
+                    s.target,
+                    s.campaigning,
+                    s.pending_handoffs,
+                    s.members,
+                    if s.settled { "" } else { ", not every shard with its preferred node" }
+                )
+            })
             .collect();
         Error::new(
             ErrorKind::Timeout,
             format!(
-                "{what}: not settled within {:?} ({})",
+                "{what}: no progress for {:?} and not settled: {}",
                 self.options.step_limit,
                 states.join("; ")
             ),
@@ -995,12 +1026,17 @@ async fn script(
 }
 
 /// Settle without holding the demo's lock between checks (the view draws meanwhile).
+/// The budget scales with the work: the demo gives up only after `step_limit` in which
+/// no node took, gave up or asked for a shard, however long the whole step takes.
 async fn settle(demo: &Arc<tokio::sync::Mutex<Demo>>, what: &str) -> Result<Instant> {
     let limit = demo.lock().await.options.step_limit;
-    let t0 = Instant::now();
+    let mut last = (demo.lock().await.progress(), Instant::now());
     let mut since: Option<Instant> = None;
     loop {
-        let quiet = demo.lock().await.quiet();
+        let (quiet, now) = {
+            let d = demo.lock().await;
+            (d.quiet(), d.progress())
+        };
         if quiet {
             let s = *since.get_or_insert_with(Instant::now);
             if s.elapsed() >= Duration::from_millis(100) {
@@ -1009,24 +1045,45 @@ async fn settle(demo: &Arc<tokio::sync::Mutex<Demo>>, what: &str) -> Result<Inst
         } else {
             since = None;
         }
-        if t0.elapsed() > limit {
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() > limit {
             return Err(demo.lock().await.not_settled(what));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
-/// Drain `id` without holding the demo's lock while it runs.
+/// Drain `id` without holding the demo's lock while it runs. Like [`settle`], it gives
+/// up only after `step_limit` in which the node handed nothing over.
 async fn drain_node(demo: &Arc<tokio::sync::Mutex<Demo>>, id: &str) -> Result<()> {
     let (manager, limit) = {
         let d = demo.lock().await;
         (d.node(id)?.manager.clone(), d.options.step_limit)
     };
-    match tokio::time::timeout(limit, manager.drain()).await {
-        Ok(r) => r,
-        Err(_) => Err(Error::new(
-            ErrorKind::Timeout,
-            format!("drain of {id}: not done within {limit:?}"),
-        )),
+    let mut status = manager.status();
+    let left = |s: &tenure::shard::ShardStatus| (s.held, s.campaigning);
+    let mut last = (left(&status.borrow()), Instant::now());
+    let drain = manager.drain();
+    tokio::pin!(drain);
+    loop {
+        tokio::select! {
+            r = &mut drain => return r,
+            _ = status.changed() => {
+                let now = left(&status.borrow_and_update());
+                if now != last.0 {
+                    last = (now, Instant::now());
+                }
+            }
+            _ = tokio::time::sleep_until(last.1 + limit) => {
+                let (held, campaigning) = last.0;
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "drain of {id}: nothing handed over for {limit:?}; it still holds {held} shards and campaigns for {campaigning}"
+                    ),
+                ));
+            }
+        }
     }
 }

@@ -8,8 +8,11 @@ use tenure_core::{DynBackend, ElectionName, Error, Member, Result, Timing};
 
 use crate::hash::key_hash;
 
-/// The most shards one namespace may have.
-pub const MAX_SHARDS: usize = 1_000_000;
+/// The most shards one namespace may have: the most whose node state (two bitmaps of
+/// one bit per shard, in base64) still fits in one member value
+/// ([`MAX_MEMBER_VALUE_LEN`](tenure_core::MAX_MEMBER_VALUE_LEN), 128 KiB) when a node
+/// holds or campaigns for every shard.
+pub const MAX_SHARDS: usize = 390_000;
 /// The largest replication factor accepted.
 pub const MAX_REPLICATION: usize = 16;
 /// The largest node weight accepted.

@@ -358,6 +358,23 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_state_of_the_largest_layout_can_be_published() {
+        let p = crate::config::MAX_SHARDS;
+        let mut st = NodeState::new(p, crate::config::MAX_WEIGHT);
+        st.draining = true;
+        for s in 0..p {
+            st.held.set(s, true);
+            st.campaigning.set(s, true);
+        }
+        let value = st.encode();
+        assert!(
+            Member::new("a-node-id-of-some-length", &value).is_ok(),
+            "{} bytes for {p} shards",
+            value.len()
+        );
+    }
+
+    #[test]
     fn bad_values_are_reported_not_used() {
         for bad in [
             "",
