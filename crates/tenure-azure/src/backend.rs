@@ -13,7 +13,7 @@ use tenure_core::{
 
 use crate::config::AzureConfig;
 use crate::config::SCHEME;
-use crate::error::{own, timed_out};
+use crate::error::TAG;
 use crate::names::Layout;
 use crate::session::AzureSession;
 use crate::shared::Shared;
@@ -68,21 +68,22 @@ impl AzureBackend {
                         .await
                         .map_err(|f| f.into_error(what))?;
                 } else {
-                    return Err(own(
-                        ErrorKind::InvalidArgument,
-                        format!(
+                    return Err(TAG
+                        .own(
+                            ErrorKind::InvalidArgument,
+                            format!(
                             "{what}: container {:?} does not exist and create_container is false",
                             config.container()
                         ),
-                    )
-                    .with_endpoint(&url));
+                        )
+                        .with_endpoint(&url));
                 }
             }
             Ok(())
         };
         match tokio::time::timeout(limit, probe).await {
             Ok(r) => r?,
-            Err(_) => return Err(timed_out(what, limit).with_endpoint(&url)),
+            Err(_) => return Err(TAG.timed_out(what, limit).with_endpoint(&url)),
         }
         tracing::debug!(%config, "connected to Azure Blob Storage");
         Ok(AzureBackend {

@@ -1,12 +1,14 @@
 //! The one place where Azure client errors become `tenure_core::Error`s.
 
-use std::time::Duration;
-
 use azure_core::error::ErrorKind as AzureKind;
 use azure_core::http::StatusCode;
+use tenure_core::backend::Tag;
 use tenure_core::{Error, ErrorKind};
 
 use crate::config::SCHEME;
+
+/// The error constructors of this backend (own errors, timeouts, a closed session).
+pub(crate) const TAG: Tag = Tag::new(SCHEME, "Azure Blob Storage");
 
 /// What a failed request was, as the backend's logic needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +45,9 @@ impl Failure {
     /// (redacted) text of the client's error its cause, printed once on the error's line
     /// (tenure_core::Error's rule), and the endpoint the URL the request went to.
     pub(crate) fn into_error(self, what: &str) -> Error {
-        let e = own(self.error.kind, what).with_source(Cause(self.error.text));
+        let e = TAG
+            .own(self.error.kind, what)
+            .with_source(Cause(self.error.text));
         match self.endpoint {
             Some(endpoint) => e.with_endpoint(endpoint),
             None => e,
@@ -176,19 +180,6 @@ pub(crate) fn redact(text: &str) -> String {
         out.push_str("SharedKey <redacted>");
     }
     out
-}
-
-/// An error of `kind` raised by this crate.
-pub(crate) fn own(kind: ErrorKind, message: impl Into<String>) -> Error {
-    Error::new(kind, message).with_backend(SCHEME)
-}
-
-/// The error for a request that got no answer within `limit`.
-pub(crate) fn timed_out(what: &str, limit: Duration) -> Error {
-    own(
-        ErrorKind::Timeout,
-        format!("{what}: no answer from Azure Blob Storage within {limit:?}"),
-    )
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use tenure_core::backend::{BackendSession, Lifetime, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::DropGuard;
 
-use crate::error::{own, Failure};
+use crate::error::{Failure, TAG};
 use crate::names::{grant_metadata, jittered, new_lease_id, token_of};
 use crate::shared::Shared;
 use crate::store::lease_lost;
@@ -120,7 +120,7 @@ impl Inner {
                 return Err(failure.into_error(what));
             }
         }
-        Err(own(
+        Err(TAG.own(
             ErrorKind::Unavailable,
             format!("{what}: the blob keeps disappearing; trying again later"),
         ))
@@ -137,7 +137,7 @@ impl Inner {
     async fn create_container(&self, what: &str) -> Result<()> {
         let config = &self.shared.store.config;
         if !config.creates_container() {
-            return Err(own(
+            return Err(TAG.own(
                 ErrorKind::InvalidArgument,
                 format!(
                     "{what}: container {:?} does not exist and create_container is false",
@@ -192,7 +192,7 @@ impl Inner {
                 tracing::warn!(election = %election, token = token.0, age = ?acquired.elapsed(), "grant came back too late to be safe; giving it back");
                 self.retire(election, lease);
                 self.give_back(&name, lease).await;
-                Err(own(
+                Err(TAG.own(
                     ErrorKind::Unavailable,
                     "campaign: the grant came back too late to be safe (given back)",
                 ))
@@ -233,15 +233,15 @@ impl Inner {
             .properties(name)
             .await
             .map_err(|f| f.into_error("campaign: read token"))?
-            .ok_or_else(|| own(ErrorKind::Unavailable, "campaign: the blob vanished"))?;
+            .ok_or_else(|| TAG.own(ErrorKind::Unavailable, "campaign: the blob vanished"))?;
         let previous = token_of(&props.metadata).ok_or_else(|| {
-            own(
+            TAG.own(
                 ErrorKind::Backend,
                 format!("campaign: blob {name:?} holds a fencing counter tenure did not write"),
             )
         })?;
         let next = previous.checked_add(1).ok_or_else(|| {
-            own(
+            TAG.own(
                 ErrorKind::Backend,
                 "campaign: the fencing counter is exhausted",
             )
@@ -249,7 +249,7 @@ impl Inner {
         let metadata = grant_metadata(next, candidate.id(), candidate.value());
         match store.set_metadata(name, lease, &metadata).await {
             Ok(()) => Ok(FencingToken(next)),
-            Err(f) if lease_lost(&f) => Err(own(
+            Err(f) if lease_lost(&f) => Err(TAG.own(
                 ErrorKind::Unavailable,
                 format!(
                     "campaign: lost the lease before the token was written ({})",
@@ -503,7 +503,7 @@ impl BackendSession for AzureSession {
                 }
             }
             if !taken {
-                return Err(own(
+                return Err(TAG.own(
                     ErrorKind::Unavailable,
                     "register member: another session keeps taking this id",
                 ));

@@ -19,7 +19,7 @@ use tenure_core::{Error, ErrorKind, Result};
 
 use crate::auth::{SasPolicy, SharedKeyPolicy};
 use crate::config::{AzureConfig, Credential, EntraSource};
-use crate::error::{classify, own, Cause, ErrorKindAndText, Failure};
+use crate::error::{classify, Cause, ErrorKindAndText, Failure, TAG};
 
 /// The REST API version sent with every request: the newest that Azurite 3.35 accepts
 /// without `--skipApiVersionCheck`, and one Azure serves.
@@ -83,7 +83,7 @@ impl Store {
         };
         let url_text = url.to_string();
         let container = BlobContainerClient::new(url, token, Some(options)).map_err(|e| {
-            own(ErrorKind::InvalidArgument, "endpoint")
+            TAG.own(ErrorKind::InvalidArgument, "endpoint")
                 .with_source(Cause(classify(&e).error.text))
                 .with_endpoint(&endpoint)
         })?;
@@ -336,7 +336,7 @@ fn timeout_failure(limit: Duration) -> Failure {
 /// The Entra ID credential `source` names.
 fn entra(source: EntraSource) -> Result<Arc<dyn azure_core::credentials::TokenCredential>> {
     let fail = |e: azure_core::Error| {
-        own(ErrorKind::Unauthorized, "Entra ID credential")
+        TAG.own(ErrorKind::Unauthorized, "Entra ID credential")
             .with_source(Cause(classify(&e).error.text))
     };
     let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());

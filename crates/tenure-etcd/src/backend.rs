@@ -14,7 +14,7 @@ use tenure_core::{
 use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
 use crate::config::SCHEME;
-use crate::error::{map, timed_out};
+use crate::error::{map, TAG};
 use crate::follow::{follow, Follower};
 use crate::keys::{decode_leader, election_range, member_range, parse_lease_hex};
 use crate::members::{self, Members};
@@ -79,7 +79,7 @@ impl EtcdBackend {
         let endpoint = config.endpoints().join(",");
         match tokio::time::timeout(limit, connecting).await {
             Ok(r) => r.map_err(|e| map("connect", e).with_endpoint(&endpoint))?,
-            Err(_) => return Err(timed_out("connect", limit).with_endpoint(&endpoint)),
+            Err(_) => return Err(TAG.timed_out("connect", limit).with_endpoint(&endpoint)),
         };
         tracing::debug!(%config, "connected to etcd");
         Ok(EtcdBackend {

@@ -3,10 +3,14 @@
 
 use std::error::Error as StdError;
 
+use tenure_core::backend::Tag;
 use tenure_core::{Error, ErrorKind};
 use tonic::{Code, Status};
 
 use crate::config::SCHEME;
+
+/// The error constructors of this backend (own errors, timeouts, a closed session).
+pub(crate) const TAG: Tag = Tag::new(SCHEME, "etcd");
 
 /// Map a gRPC status; `what` says which operation failed (e.g. `"campaign"`). The
 /// message is `what` alone; the status is the cause, so the error prints each part of
@@ -49,19 +53,6 @@ fn chain_text(status: &Status) -> String {
         source = inner.source();
     }
     text
-}
-
-/// An error of `kind` raised by this crate itself.
-pub(crate) fn own(kind: ErrorKind, message: impl Into<String>) -> Error {
-    Error::new(kind, message).with_backend(SCHEME)
-}
-
-/// The error for a request that got no answer within `limit`.
-pub(crate) fn timed_out(what: &str, limit: std::time::Duration) -> Error {
-    own(
-        ErrorKind::Timeout,
-        format!("{what}: no answer from etcd within {limit:?}"),
-    )
 }
 
 /// The kind of a gRPC status from etcd. etcd reports some conditions with generic codes

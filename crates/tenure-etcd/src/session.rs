@@ -11,7 +11,7 @@ use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Resu
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::client::KeepAliveStream;
-use crate::error::own;
+use crate::error::TAG;
 use crate::keys::{
     candidate_key, election_range, encode_candidate, lease_hex, member_key, token_of,
 };
@@ -78,7 +78,7 @@ impl EtcdSession {
             .call("open session", shared.client.lease_grant(seconds))
             .await?;
         if !granted.error.is_empty() {
-            return Err(own(
+            return Err(TAG.own(
                 ErrorKind::Backend,
                 format!("open session: etcd refused the lease: {}", granted.error),
             ));
@@ -193,7 +193,7 @@ impl Inner {
             let txn = ops::delete_if_created_at(key, existing);
             self.txn("campaign: replace an old key", txn).await?;
         }
-        Err(own(
+        Err(TAG.own(
             ErrorKind::Backend,
             format!("campaign {election}: the candidate key keeps changing under us"),
         ))
@@ -339,7 +339,7 @@ impl BackendSession for EtcdSession {
             .keep_alive(inner.lease, slot.take(), inner.answer_limit);
         let (stream, answer) = inner.shared.renew("keep-alive", renewal).await?;
         if answer.ttl <= 0 {
-            return Err(own(
+            return Err(TAG.own(
                 ErrorKind::SessionExpired,
                 format!("keep-alive: etcd no longer has lease {}", inner.life.id()),
             ));

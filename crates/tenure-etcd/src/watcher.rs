@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{EtcdClient, WatchStream};
-use crate::error::{map, own, timed_out};
+use crate::error::{map, TAG};
 use crate::proto::{FilterType, WatchCreateRequest, WatchResponse};
 
 /// What ended a key watch. Each watch reports once.
@@ -53,15 +53,12 @@ impl KeyWatch {
     /// Wait until the watch reports. After it has reported once, reports `Broken`.
     pub(crate) async fn fired(&mut self) -> Fired {
         let Some(rx) = self.fired.as_mut() else {
-            return Fired::Broken(own(ErrorKind::Backend, "key watch already reported"));
+            return Fired::Broken(TAG.own(ErrorKind::Backend, "key watch already reported"));
         };
         let result = rx.await;
         self.fired = None;
         result.unwrap_or_else(|_| {
-            Fired::Broken(own(
-                ErrorKind::Unavailable,
-                "the session's watch task stopped",
-            ))
+            Fired::Broken(TAG.own(ErrorKind::Unavailable, "the session's watch task stopped"))
         })
     }
 }
@@ -142,7 +139,7 @@ async fn run(
                                     Ok(())
                                 }
                                 Ok(Err(e)) => Err(map("watch", e)),
-                                Err(_) => Err(timed_out("watch", request_timeout)),
+                                Err(_) => Err(TAG.timed_out("watch", request_timeout)),
                             }
                         }
                     };
@@ -176,7 +173,7 @@ async fn run(
                             let why = if response.compact_revision > 0 {
                                 Fired::Compacted
                             } else {
-                                Fired::Broken(own(
+                                Fired::Broken(TAG.own(
                                     ErrorKind::Unavailable,
                                     format!("watch cancelled by etcd: {}", response.cancel_reason),
                                 ))
@@ -209,6 +206,8 @@ async fn run(
 
 fn fail_all(active: &mut HashMap<i64, oneshot::Sender<Fired>>, why: &str) {
     for (_, fire) in active.drain() {
-        let _ = fire.send(Fired::Broken(own(ErrorKind::Unavailable, why.to_string())));
+        let _ = fire.send(Fired::Broken(
+            TAG.own(ErrorKind::Unavailable, why.to_string()),
+        ));
     }
 }

@@ -15,7 +15,7 @@ use tenure_core::{
 use crate::config::RedisConfig;
 use crate::config::SCHEME;
 use crate::conn::Conn;
-use crate::error::{map, timed_out};
+use crate::error::{map, TAG};
 use crate::follow::follow;
 use crate::hub::Hub;
 use crate::keys::{
@@ -92,7 +92,7 @@ impl RedisBackend {
         };
         match tokio::time::timeout(limit, probe).await {
             Ok(r) => r?,
-            Err(_) => return Err(timed_out("connect", limit).with_endpoint(&address)),
+            Err(_) => return Err(TAG.timed_out("connect", limit).with_endpoint(&address)),
         }
         tracing::debug!(%config, "connected to Redis");
         let requests = Arc::new(Requests::new(

@@ -18,7 +18,7 @@ use redis::{RedisResult, ScriptInvocation, ServerErrorKind, Value};
 use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{ErrorKind, Result};
 
-use crate::error::{map, own, poisons_connection};
+use crate::error::{map, poisons_connection, TAG};
 use crate::target::Target;
 
 /// The shared command connection of a backend.
@@ -208,7 +208,7 @@ impl Conn {
             })
             .await?;
         if acked < i64::from(replicas) {
-            return Err(self.requests.tag(own(
+            return Err(self.requests.tag(TAG.own(
                 ErrorKind::Unavailable,
                 format!(
                     "{what}: {acked} of {replicas} replica(s) confirmed the write within {bound:?} (replication guard)"

@@ -1,11 +1,13 @@
 //! The one place where redis client errors become `tenure_core::Error`s.
 
-use std::time::Duration;
-
 use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
+use tenure_core::backend::Tag;
 use tenure_core::{Error, ErrorKind};
 
 use crate::config::SCHEME;
+
+/// The error constructors of this backend (own errors, timeouts, a closed session).
+pub(crate) const TAG: Tag = Tag::new(SCHEME, "Redis");
 
 /// Map a redis client error; `what` says which operation failed (e.g. `"campaign"`).
 ///
@@ -13,25 +15,12 @@ use crate::config::SCHEME;
 /// `what` alone (tenure_core::Error's rule). The caller adds the endpoint.
 pub(crate) fn map(what: &str, err: RedisError) -> Error {
     let kind = kind_of(&err);
-    Error::new(kind, what).with_backend(SCHEME).with_source(err)
-}
-
-/// An error of `kind` raised by this crate itself.
-pub(crate) fn own(kind: ErrorKind, message: impl Into<String>) -> Error {
-    Error::new(kind, message).with_backend(SCHEME)
-}
-
-/// The error for a request that got no answer within `limit`.
-pub(crate) fn timed_out(what: &str, limit: Duration) -> Error {
-    own(
-        ErrorKind::Timeout,
-        format!("{what}: no answer from Redis within {limit:?}"),
-    )
+    TAG.wrap(kind, what, err)
 }
 
 /// The error for a session the store no longer has.
 pub(crate) fn session_gone(what: &str, id: &str) -> Error {
-    own(
+    TAG.own(
         ErrorKind::SessionExpired,
         format!("{what}: Redis no longer has session {id}"),
     )
@@ -40,7 +29,7 @@ pub(crate) fn session_gone(what: &str, id: &str) -> Error {
 /// An answer of a shape this crate does not expect (a foreign value in one of its keys,
 /// or a script of another version).
 pub(crate) fn unexpected(what: &str, detail: impl std::fmt::Display) -> Error {
-    own(
+    TAG.own(
         ErrorKind::Backend,
         format!("{what}: unexpected answer from Redis: {detail}"),
     )

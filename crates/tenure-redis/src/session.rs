@@ -12,7 +12,7 @@ use tenure_core::backend::{BackendSession, CampaignMode, Lifetime, SessionEvents
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::DropGuard;
 
-use crate::error::{own, session_gone, unexpected};
+use crate::error::{session_gone, unexpected, TAG};
 use crate::keys::{millis_up, new_session_id, session_key, ElectionKeys};
 use crate::scripts::{
     ACQUIRE_SCRIPT, CLOSE_SCRIPT, REGISTER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, UNREGISTER_SCRIPT,
@@ -115,7 +115,7 @@ impl RedisSession {
                 other => return Err(unexpected("open session", format!("{other:?}"))),
             }
         }
-        Err(own(
+        Err(TAG.own(
             ErrorKind::Backend,
             "open session: could not find a free session id",
         ))

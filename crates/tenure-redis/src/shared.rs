@@ -10,7 +10,7 @@ use tenure_core::{ElectionName, ErrorKind, Result};
 
 use crate::config::RedisConfig;
 use crate::conn::Conn;
-use crate::error::{own, unexpected};
+use crate::error::{unexpected, TAG};
 use crate::hub::Hub;
 use crate::keys::{jittered, parse_seat, ElectionKeys, MemberKeys, Seat};
 use crate::scripts::READ_SCRIPT;
@@ -70,7 +70,7 @@ fn parse_read(reply: &Value) -> Result<(i64, Option<Seat>)> {
         None | Some(Value::Nil) => Ok((pttl, None)),
         Some(Value::BulkString(raw)) => match parse_seat(raw) {
             Some(seat) => Ok((pttl, Some(seat))),
-            None => Err(own(
+            None => Err(TAG.own(
                 ErrorKind::Backend,
                 "read leader: the seat key holds a value tenure did not write",
             )),

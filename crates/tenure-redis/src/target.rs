@@ -15,7 +15,7 @@ use redis::{
 use tenure_core::{Error, ErrorKind, Result};
 
 use crate::config::{RedisConfig, Sentinel};
-use crate::error::{map, own};
+use crate::error::{map, TAG};
 
 /// The server the command and subscriber connections go to.
 pub(crate) enum Target {
@@ -133,7 +133,7 @@ async fn primary(config: &RedisConfig, sentinel: &Sentinel) -> Result<(String, u
         match asked {
             Ok(Some(primary)) => return Ok(primary),
             Ok(None) => {
-                last = Some(own(
+                last = Some(TAG.own(
                     ErrorKind::Unavailable,
                     format!(
                         "sentinel {host}:{port} does not know a primary for {:?}",
@@ -144,7 +144,7 @@ async fn primary(config: &RedisConfig, sentinel: &Sentinel) -> Result<(String, u
             Err(e) => last = Some(e.with_endpoint(format!("{host}:{port}"))),
         }
     }
-    Err(last.unwrap_or_else(|| own(ErrorKind::Unavailable, "no sentinel to ask")))
+    Err(last.unwrap_or_else(|| TAG.own(ErrorKind::Unavailable, "no sentinel to ask")))
 }
 
 /// Listen to the sentinel at `at` for `+switch-master` announcements of the service,
@@ -226,7 +226,7 @@ async fn ask(
     };
     match tokio::time::timeout(limit, asking).await {
         Ok(answer) => answer,
-        Err(_) => Err(crate::error::timed_out("ask sentinel", limit)),
+        Err(_) => Err(crate::error::TAG.timed_out("ask sentinel", limit)),
     }
 }
 

@@ -13,7 +13,7 @@ use tenure_core::{
 use zookeeper_client::{Acls, CreateMode};
 
 use crate::config::ZooKeeperConfig;
-use crate::error::{map, own, timed_out};
+use crate::error::{map, TAG};
 use crate::members::{self, namespace_dir, MemberCache};
 use crate::nodes::election_dir;
 use crate::session::ZkSession;
@@ -66,28 +66,28 @@ impl ZooKeeperBackend {
                 .await?;
                 let missing = tokio::time::timeout(limit, root.check_stat(chroot))
                     .await
-                    .map_err(|_| timed_out("connect", limit))?
+                    .map_err(|_| TAG.timed_out("connect", limit))?
                     .map_err(|e| map("connect: check chroot", e))?
                     .is_none();
                 if missing {
                     let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
                     tokio::time::timeout(limit, root.mkdir(chroot, &options))
                         .await
-                        .map_err(|_| timed_out("connect", limit))?
+                        .map_err(|_| TAG.timed_out("connect", limit))?
                         .map_err(|e| map(&format!("connect: create chroot {chroot}"), e))?;
                 }
             }
             let reader = connect_client(&config, config.get_session_timeout(), None, false).await?;
             tokio::time::timeout(limit, reader.list_children("/"))
                 .await
-                .map_err(|_| timed_out("connect", limit))?
+                .map_err(|_| TAG.timed_out("connect", limit))?
                 .map_err(|e| map(&format!("connect: read chroot {chroot}"), e))?;
             Ok::<_, Error>(reader)
         };
         let hosts = config.connect_string();
         let reader = match tokio::time::timeout(limit, setup).await {
             Ok(r) => r.map_err(|e| e.with_endpoint(&hosts))?,
-            Err(_) => return Err(timed_out("connect", limit).with_endpoint(&hosts)),
+            Err(_) => return Err(TAG.timed_out("connect", limit).with_endpoint(&hosts)),
         };
         tracing::debug!(%config, "connected to ZooKeeper");
         Ok(ZooKeeperBackend {
@@ -114,7 +114,7 @@ impl ZooKeeperBackend {
     /// tests.
     pub async fn expire_session(&self, session_id: &str) -> Result<()> {
         let (info, _) = self.shared.session(session_id).ok_or_else(|| {
-            own(
+            TAG.own(
                 ErrorKind::SessionExpired,
                 format!("session {session_id}: not open through this backend"),
             )
@@ -139,7 +139,7 @@ impl ZooKeeperBackend {
                 Err(e) => return Err(e),
             }
         }
-        Err(own(
+        Err(TAG.own(
             ErrorKind::Backend,
             format!("session {session_id}: still open after 10 attempts to close it"),
         ))
@@ -154,7 +154,7 @@ impl ZooKeeperBackend {
     /// followed by this is a crash; `abandon` alone leaves it to the renewal watchdog).
     pub fn drop_connection(&self, session_id: &str) -> Result<()> {
         let (_, slot) = self.shared.session(session_id).ok_or_else(|| {
-            own(
+            TAG.own(
                 ErrorKind::SessionExpired,
                 format!("session {session_id}: not open through this backend"),
             )

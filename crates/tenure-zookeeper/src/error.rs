@@ -1,11 +1,13 @@
 //! The one place where zookeeper-client errors become `tenure_core::Error`s.
 
-use std::time::Duration;
-
+use tenure_core::backend::Tag;
 use tenure_core::{Error, ErrorKind};
 use zookeeper_client::Error as ZkError;
 
 use crate::SCHEME;
+
+/// The error constructors of this backend (own errors, timeouts, a closed session).
+pub(crate) const TAG: Tag = Tag::new(SCHEME, "ZooKeeper");
 
 /// Map a zookeeper-client error; `what` says which operation failed (e.g. `"campaign"`).
 ///
@@ -13,25 +15,7 @@ use crate::SCHEME;
 /// `what` alone (tenure_core::Error's rule). The caller adds the endpoint.
 pub(crate) fn map(what: &str, err: ZkError) -> Error {
     let kind = kind_of(&err);
-    Error::new(kind, what).with_backend(SCHEME).with_source(err)
-}
-
-/// An error of `kind` raised by this crate itself.
-pub(crate) fn own(kind: ErrorKind, message: impl Into<String>) -> Error {
-    Error::new(kind, message).with_backend(SCHEME)
-}
-
-/// The error for a request that got no answer within `limit`.
-pub(crate) fn timed_out(what: &str, limit: Duration) -> Error {
-    own(
-        ErrorKind::Timeout,
-        format!("{what}: no answer from ZooKeeper within {limit:?}"),
-    )
-}
-
-/// The error for a session that was closed by this process.
-pub(crate) fn closed() -> Error {
-    Error::closed().with_backend(SCHEME)
+    TAG.wrap(kind, what, err)
 }
 
 fn kind_of(err: &ZkError) -> ErrorKind {

@@ -13,7 +13,7 @@ use tenure_core::backend::{BackendSession, CampaignMode, SessionEvents};
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result};
 use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, WatchedEvent};
 
-use crate::error::{closed, own};
+use crate::error::TAG;
 use crate::members::{namespace_dir, parse_registration, registration_prefix};
 use crate::nodes::{
     election_dir, encode, protected_prefix, random_uuid, sequence_of, sorted_latches, token_of,
@@ -202,9 +202,9 @@ impl ZkSession {
             .ended_by_owner
             .load(std::sync::atomic::Ordering::SeqCst)
         {
-            closed()
+            TAG.closed()
         } else {
-            own(
+            TAG.own(
                 ErrorKind::SessionExpired,
                 format!("ZooKeeper session {how}"),
             )
@@ -220,13 +220,12 @@ impl ZkSession {
             .ok_or_else(|| self.ended("ended"))?;
         match client.state() {
             SessionState::Expired => {
-                Err(own(ErrorKind::SessionExpired, "ZooKeeper session expired"))
+                Err(TAG.own(ErrorKind::SessionExpired, "ZooKeeper session expired"))
             }
             SessionState::Closed => Err(self.ended("closed by the server")),
-            SessionState::AuthFailed => Err(own(
-                ErrorKind::Unauthorized,
-                "ZooKeeper authentication failed",
-            )),
+            SessionState::AuthFailed => {
+                Err(TAG.own(ErrorKind::Unauthorized, "ZooKeeper authentication failed"))
+            }
             _ => Ok(client),
         }
     }
@@ -453,9 +452,9 @@ impl ZkSession {
                     if state.is_terminated() {
                         return Err(match state {
                             SessionState::AuthFailed => {
-                                own(ErrorKind::Unauthorized, "ZooKeeper authentication failed")
+                                TAG.own(ErrorKind::Unauthorized, "ZooKeeper authentication failed")
                             }
-                            _ => own(ErrorKind::SessionExpired, "ZooKeeper session ended"),
+                            _ => TAG.own(ErrorKind::SessionExpired, "ZooKeeper session ended"),
                         });
                     }
                 }
@@ -595,7 +594,7 @@ impl ZkSession {
                 }
             }
         }
-        Err(own(
+        Err(TAG.own(
             ErrorKind::Backend,
             "register member: the transaction answered without the created node",
         ))
@@ -650,7 +649,7 @@ impl BackendSession for ZkSession {
     ) -> Result<FencingToken> {
         match self.run(election, candidate, CampaignMode::Wait).await? {
             Some(token) => Ok(token),
-            None => Err(own(ErrorKind::Backend, "campaign ended without a grant")),
+            None => Err(TAG.own(ErrorKind::Backend, "campaign ended without a grant")),
         }
     }
 

@@ -12,7 +12,7 @@ use tenure_core::{Error, ErrorKind, LeaderInfo, Result};
 use zookeeper_client::{Client, SessionInfo};
 
 use crate::config::ZooKeeperConfig;
-use crate::error::{map, own, timed_out};
+use crate::error::{map, TAG};
 use crate::nodes::{decode, sorted_latches};
 
 /// What the backend and its sessions share.
@@ -180,15 +180,16 @@ pub(crate) async fn connect_client(
     let client = match tokio::time::timeout(limit, connector.connect(&hosts)).await {
         Ok(Ok(c)) => c,
         Ok(Err(zookeeper_client::Error::Timeout)) => {
-            return Err(own(
-                ErrorKind::Unavailable,
-                "connect: no ZooKeeper server answered",
-            )
-            .with_endpoint(&hosts))
+            return Err(TAG
+                .own(
+                    ErrorKind::Unavailable,
+                    "connect: no ZooKeeper server answered",
+                )
+                .with_endpoint(&hosts))
         }
         Ok(Err(e)) => return Err(map("connect", e).with_endpoint(&hosts)),
         // The same error as the whole connect's timeout, which may come first.
-        Err(_) => return Err(timed_out("connect", limit).with_endpoint(&hosts)),
+        Err(_) => return Err(TAG.timed_out("connect", limit).with_endpoint(&hosts)),
     };
     let chroot = config.chroot_or_root();
     if chroot == "/" {

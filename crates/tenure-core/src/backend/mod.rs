@@ -11,7 +11,7 @@ mod stream;
 
 pub use crate::url::MEM_DRIVER;
 pub use life::Lifetime;
-pub use requests::{Purpose, Requests};
+pub use requests::{Purpose, Requests, Tag};
 pub use stream::{poll_stream, watch_stream, Published};
 
 use std::fmt;

@@ -25,6 +25,51 @@ pub enum Purpose {
     Renewal,
 }
 
+/// The error constructors of one backend, each error tagged with its scheme: a backend
+/// declares one (`const TAG: Tag = Tag::new("etcd", "etcd")`) instead of writing its own
+/// `own`/`timed_out`/`closed` helpers.
+#[derive(Clone, Copy, Debug)]
+pub struct Tag {
+    scheme: &'static str,
+    store: &'static str,
+}
+
+impl Tag {
+    /// The tag of a backend of `scheme` talking to `store` (its name in messages).
+    pub const fn new(scheme: &'static str, store: &'static str) -> Self {
+        Tag { scheme, store }
+    }
+
+    /// An error of `kind` raised by the backend itself.
+    pub fn own(self, kind: ErrorKind, message: impl Into<String>) -> Error {
+        Error::new(kind, message).with_backend(self.scheme)
+    }
+
+    /// An error of `kind` for the operation `what`, caused by the store client's
+    /// `source` (printed once, as the cause).
+    pub fn wrap(
+        self,
+        kind: ErrorKind,
+        what: &str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        self.own(kind, what).with_source(source)
+    }
+
+    /// The error for a request (`what`) that got no answer within `limit`.
+    pub fn timed_out(self, what: &str, limit: Duration) -> Error {
+        self.own(
+            ErrorKind::Timeout,
+            format!("{what}: no answer from {} within {limit:?}", self.store),
+        )
+    }
+
+    /// The error of a request on a session the caller closed.
+    pub fn closed(self) -> Error {
+        Error::closed().with_backend(self.scheme)
+    }
+}
+
 /// The request layer of one backend: see the [module docs](self).
 #[derive(Debug)]
 pub struct Requests {
@@ -101,15 +146,12 @@ impl Requests {
 
     /// An error of `kind` raised by the backend itself, tagged with its scheme.
     pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error::new(kind, message).with_backend(self.scheme)
+        Tag::new(self.scheme, self.store).own(kind, message)
     }
 
     /// The error for a request (`what`) that got no answer within `limit`.
     pub fn timed_out(&self, what: &str, limit: Duration) -> Error {
-        self.error(
-            ErrorKind::Timeout,
-            format!("{what}: no answer from {} within {limit:?}", self.store),
-        )
+        Tag::new(self.scheme, self.store).timed_out(what, limit)
     }
 
     /// `error` with the backend and the endpoint attached (a backend tag it already has
