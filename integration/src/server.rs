@@ -1036,44 +1036,54 @@ mod tests {
 
     #[test]
     fn external_endpoints_are_normalised() {
-        let ok = |kind: Kind, value: &str| kind.external(value).unwrap();
-        assert_eq!(
-            ok(Kind::Etcd, "127.0.0.1:2379"),
-            ("http://127.0.0.1:2379".into(), "127.0.0.1:2379".into())
-        );
-        assert_eq!(
-            ok(Kind::Etcd, "http://localhost:2379/"),
-            ("http://localhost:2379".into(), "localhost:2379".into())
-        );
-        assert_eq!(
-            ok(Kind::ZooKeeper, "zk1:2181,zk2:2181/chroot"),
-            ("zk1:2181,zk2:2181/chroot".into(), "zk1:2181".into())
-        );
-        assert_eq!(
-            ok(Kind::Redis, "redis://:secret@127.0.0.1:6379/0"),
+        let azurite = "http://127.0.0.1:10000/devstoreaccount1";
+        for (kind, value, endpoint, addr) in [
             (
-                "redis://:secret@127.0.0.1:6379/0".into(),
-                "127.0.0.1:6379".into()
-            )
-        );
-        assert_eq!(
-            ok(Kind::Redis, "127.0.0.1:6379"),
-            ("redis://127.0.0.1:6379".into(), "127.0.0.1:6379".into())
-        );
-        assert_eq!(
-            ok(Kind::Azurite, "http://127.0.0.1:10000"),
+                Kind::Etcd,
+                "127.0.0.1:2379",
+                "http://127.0.0.1:2379",
+                "127.0.0.1:2379",
+            ),
             (
-                "http://127.0.0.1:10000/devstoreaccount1".into(),
-                "127.0.0.1:10000".into()
-            )
-        );
-        assert_eq!(
-            ok(Kind::Azurite, "http://127.0.0.1:10000/devstoreaccount1/"),
+                Kind::Etcd,
+                "http://localhost:2379/",
+                "http://localhost:2379",
+                "localhost:2379",
+            ),
             (
-                "http://127.0.0.1:10000/devstoreaccount1".into(),
-                "127.0.0.1:10000".into()
-            )
-        );
+                Kind::ZooKeeper,
+                "zk1:2181,zk2:2181/chroot",
+                "zk1:2181,zk2:2181/chroot",
+                "zk1:2181",
+            ),
+            (
+                Kind::Redis,
+                "redis://:secret@127.0.0.1:6379/0",
+                "redis://:secret@127.0.0.1:6379/0",
+                "127.0.0.1:6379",
+            ),
+            (
+                Kind::Redis,
+                "127.0.0.1:6379",
+                "redis://127.0.0.1:6379",
+                "127.0.0.1:6379",
+            ),
+            (
+                Kind::Azurite,
+                "http://127.0.0.1:10000",
+                azurite,
+                "127.0.0.1:10000",
+            ),
+            (
+                Kind::Azurite,
+                "http://127.0.0.1:10000/devstoreaccount1/",
+                azurite,
+                "127.0.0.1:10000",
+            ),
+        ] {
+            let found = kind.external(value).unwrap();
+            assert_eq!(found, (endpoint.to_string(), addr.to_string()), "{value}");
+        }
         assert!(Kind::ZooKeeper.external("http://zk:2181").is_err());
         assert!(Kind::Redis.external("redis://localhost").is_err());
         assert!(Kind::Etcd.external("  ").is_err());
@@ -1082,13 +1092,14 @@ mod tests {
     #[test]
     fn local_endpoints_have_the_documented_shape() {
         let addr = loopback(1234);
-        assert_eq!(Kind::Etcd.endpoint(addr), "http://127.0.0.1:1234");
-        assert_eq!(Kind::ZooKeeper.endpoint(addr), "127.0.0.1:1234");
-        assert_eq!(Kind::Redis.endpoint(addr), "redis://127.0.0.1:1234");
-        assert_eq!(
-            Kind::Azurite.endpoint(addr),
-            "http://127.0.0.1:1234/devstoreaccount1"
-        );
+        for (kind, endpoint) in [
+            (Kind::Etcd, "http://127.0.0.1:1234"),
+            (Kind::ZooKeeper, "127.0.0.1:1234"),
+            (Kind::Redis, "redis://127.0.0.1:1234"),
+            (Kind::Azurite, "http://127.0.0.1:1234/devstoreaccount1"),
+        ] {
+            assert_eq!(kind.endpoint(addr), endpoint);
+        }
     }
 
     #[test]
