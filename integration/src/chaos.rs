@@ -1183,6 +1183,18 @@ impl Run {
     }
 }
 
+/// Stamps one test per `name => backend` (a [`ChaosBackend`] variant), each calling
+/// `$run(backend)`, an `async fn` of the test file (usually an [`assert_bounded_run`]).
+#[macro_export]
+macro_rules! chaos_tests {
+    ($run:path: $($name:ident => $backend:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            $run($crate::ChaosBackend::$backend).await;
+        }
+    )*};
+}
+
 /// A bounded run as the test suites make one, and its checks: `duration` of faults,
 /// or with `rounds` that many rounds of every fault kind (bounded by `duration`);
 /// `TENURE_CHAOS_DURATION` (a soak) and `TENURE_CHAOS_SEED` (a replay) override them.
