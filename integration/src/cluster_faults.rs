@@ -90,6 +90,43 @@ impl StoreCluster for ZooKeeperEnsemble {
     }
 }
 
+/// Runs the scenario named `scenario` (one of the six [`cluster_fault_tests!`] stamps)
+/// on `cluster`.
+pub async fn run(scenario: &str, cluster: &mut dyn StoreCluster) {
+    match scenario {
+        "pausing_each_member" => pausing_each_member(cluster).await,
+        "pausing_the_member_in_use" => pausing_the_member_in_use(cluster).await,
+        "pausing_the_store_leader" => pausing_the_store_leader(cluster).await,
+        "killing_the_store_leader" => killing_the_store_leader(cluster).await,
+        "a_rolling_restart" => a_rolling_restart(cluster).await,
+        "losing_quorum" => losing_quorum(cluster).await,
+        other => panic!("no cluster fault scenario {other}"),
+    }
+}
+
+/// Stamps the cluster scenarios as tests, each named after its scenario and run on a
+/// fresh cluster, one at a time: each runs several store processes, and two side by
+/// side on a 2-core machine starve each other's heartbeats, which is not the fault
+/// under test. `$start` starts a cluster (its `.await` is a `Result` of a
+/// [`StoreCluster`]).
+#[macro_export]
+macro_rules! cluster_fault_tests {
+    ($start:expr) => {
+        static SERIAL: ::tokio::sync::Mutex<()> = ::tokio::sync::Mutex::const_new(());
+        $crate::cluster_fault_tests!(@each $start, pausing_each_member pausing_the_member_in_use
+            pausing_the_store_leader killing_the_store_leader a_rolling_restart losing_quorum);
+    };
+    (@each $start:expr, $($scenario:ident)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $scenario() {
+            let _serial = SERIAL.lock().await;
+            $crate::cluster_faults::logs();
+            let mut cluster = $start.await.expect(concat!("start the cluster: ", stringify!($start)));
+            $crate::cluster_faults::run(stringify!($scenario), &mut cluster).await;
+        }
+    )*};
+}
+
 /// With `RUST_LOG` set, logs to the test's output (shown when a test fails).
 pub fn logs() {
     let _ = tracing_subscriber::fmt()
