@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use tenure_core::backend::{BackendSession, Capabilities, Clause, SessionEvents};
 use tenure_core::testing::Env;
 use tenure_core::{Backend, DynBackend, ElectionName, LeaderInfo, LeaderStream, Session, Timing};
-use tenure_integration::{ProxyFaults, RedisServer};
+use tenure_integration::{timing_ms, ProxyFaults, RedisServer};
 use tenure_redis::RedisBackend;
 
 tenure_integration::shared_server!(RedisServer, "Redis");
@@ -28,34 +28,26 @@ fn url(endpoint: &str) -> String {
     )
 }
 
-/// TTL 1 s, renew every 100 ms, leadership valid for 600 ms after the last confirmed
-/// renewal was sent.
-fn redis_timing() -> Timing {
-    let mut t = Timing::from_ttl(Duration::from_secs(1));
-    t.renew_interval = Duration::from_millis(100);
-    t.renew_deadline = Duration::from_millis(600);
-    t.connect_timeout = Duration::from_secs(1);
-    t
-}
-
 async fn redis_env() -> Env {
     let (endpoint, server) = server();
     let backend = match RedisBackend::from_url(&url(&endpoint)).await {
         Ok(b) => b,
         Err(e) => panic!("connect to Redis at {server}: {e}"),
     };
-    let mut env = Env::new(Arc::new(backend.clone()), redis_timing());
-    env.slack = Duration::from_millis(500);
     // Disconnects black-hole a victim backend's link through a proxy; expiry ends the
     // session's keys through the main backend.
     let faults = ProxyFaults::new(&endpoint, server, |at| async move {
         Ok(Arc::new(RedisBackend::from_url(&url(&at)).await?) as DynBackend)
     });
-    env.faults = Arc::new(faults.expire_with(move |id| {
-        let backend = backend.clone();
+    let main = backend.clone();
+    let faults = faults.expire_with(move |id| {
+        let backend = main.clone();
         async move { backend.expire_session(&id).await.map(|_| ()) }
-    }));
-    env
+    });
+    // TTL 1 s, renew every 100 ms, leadership valid for 600 ms after the last
+    // confirmed renewal was sent.
+    let timing = timing_ms(1000, 100, 600, 1000);
+    faults.env(Arc::new(backend), timing, Duration::from_millis(500))
 }
 
 tenure_core::conformance_tests!(redis_env());
