@@ -16,6 +16,46 @@ use crate::{
     GuardedResource, StoreServer, TcpProxy,
 };
 
+/// Runs the shared scenario named `scenario` (one of the five [`fault_tests!`] stamps)
+/// on `store`; `spec_in(endpoint, namespace)` says how candidates reach it, the
+/// namespace (key prefix, chroot or container) being one random name for the test.
+pub async fn run_shared(
+    scenario: &str,
+    store: &dyn StoreServer,
+    spec_in: &dyn Fn(&str, &str) -> FaultSpec,
+) {
+    let namespace = tenure_core::testing::random_prefix();
+    let spec_at = |endpoint: &str| spec_in(endpoint, &namespace);
+    let spec = spec_at(store.endpoint());
+    match scenario {
+        "sigkill_of_the_holder" => sigkill_of_the_holder(&spec).await,
+        "sigstop_of_the_holder" => sigstop_of_the_holder(&spec).await,
+        "sigstop_of_the_store" => sigstop_of_the_store(&spec, store).await,
+        "cut_connection" => cut_connection(store, &spec_at).await,
+        "unreachable_store" => unreachable_store(store, &spec_at).await,
+        other => panic!("no shared fault scenario {other}"),
+    }
+}
+
+/// Stamps a store's tests of the five scenarios every store shares, each named after
+/// its scenario and run on a store of its own: `$start` starts the store (an
+/// expression whose `.await` is a `Result` of a [`StoreServer`]), `$spec_in` is as in
+/// [`run_shared`].
+#[macro_export]
+macro_rules! fault_tests {
+    ($start:expr, $spec_in:expr) => {
+        $crate::fault_tests!(@each $start, $spec_in, sigkill_of_the_holder sigstop_of_the_holder
+            sigstop_of_the_store cut_connection unreachable_store);
+    };
+    (@each $start:expr, $spec_in:expr, $($scenario:ident)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $scenario() {
+            let store = $start.await.expect("start the store");
+            $crate::fault_suite::run_shared(stringify!($scenario), &store, &$spec_in).await;
+        }
+    )*};
+}
+
 /// How often a leader's command writes its token to the guarded resource.
 pub const WRITE_EVERY: Duration = Duration::from_millis(100);
 

@@ -62,30 +62,7 @@ fn spec(endpoint: &str) -> FaultSpec {
     spec_in(endpoint, &container())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_of_the_holder_fails_over_within_lease_and_poll() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    fault_suite::sigkill_of_the_holder(&spec(azurite.endpoint())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_of_the_holder_past_the_lease() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    fault_suite::sigstop_of_the_holder(&spec(azurite.endpoint())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_of_azurite_fires_lost_by_the_deadline() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    fault_suite::sigstop_of_the_store(&spec(azurite.endpoint()), &azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cut_connection_then_the_campaign_goes_on() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    let c = container();
-    fault_suite::cut_connection(&azurite, &|e: &str| spec_in(e, &c)).await;
-}
+tenure_integration::fault_tests!(AzuriteServer::start(), spec_in);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_key_is_unauthorized_and_never_shown() {
@@ -113,12 +90,6 @@ async fn wrong_key_is_unauthorized_and_never_shown() {
         wrong,
     )
     .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_endpoint_fails_within_the_connect_timeout() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    fault_suite::unreachable_store(&azurite, &spec).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
