@@ -72,6 +72,7 @@ mod os;
 pub mod probe;
 mod proxy;
 mod proxy_faults;
+pub mod redis_admin;
 mod server;
 mod shared;
 
