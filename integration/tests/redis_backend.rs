@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
+use tenure_core::{
+    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, Session, Timing,
+};
 use tenure_integration::redis_admin::{
     cmd, command_calls, connect, connections_received, reset_stats,
 };
@@ -60,6 +62,25 @@ async fn session(b: &RedisBackend, t: &Timing) -> Session {
     Session::open(Arc::new(b.clone()) as DynBackend, t.clone())
         .await
         .expect("session")
+}
+
+type Waiter = tokio::task::JoinHandle<(tenure_core::Result<Leadership>, Session)>;
+
+/// `s` campaigning for `e` as `b` in a task of its own, which gives the session back.
+fn spawn_b(s: Session, e: &ElectionName) -> Waiter {
+    let e = e.clone();
+    tokio::spawn(async move { (s.campaign(&e, &cand("b")).await, s) })
+}
+
+/// The grant `waiter` got within `within` (panics saying `what` if none), and its
+/// session.
+async fn wait_grant(waiter: Waiter, within: Duration, what: &str) -> (Leadership, Session) {
+    match tokio::time::timeout(within, waiter).await {
+        Ok(Ok((Ok(l), s))) => (l, s),
+        Ok(Ok((Err(e), _))) => panic!("{what}: campaign: {e}"),
+        Ok(Err(e)) => panic!("{what}: task: {e}"),
+        Err(_) => panic!("{what}: not within {within:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,18 +242,11 @@ async fn crash_failover_follows_the_ttl_not_the_poll_interval() {
     let e = name("crash/ttl");
     let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
     let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-    let waiter = {
-        let e = e.clone();
-        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-    };
+    let waiter = spawn_b(sb, &e);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let crashed = tokio::time::Instant::now();
     sa.abandon();
-    let (granted, _sb) = tokio::time::timeout(Duration::from_secs(3), waiter)
-        .await
-        .expect("failover within 3 s")
-        .expect("task");
-    let granted = granted.expect("campaign");
+    let (granted, _sb) = wait_grant(waiter, Duration::from_secs(3), "failover within 3 s").await;
     let gap = granted.granted_at() - crashed;
     eprintln!("crash failover with TTL {:?}: {gap:?}", t.ttl);
     assert!(gap <= t.ttl + Duration::from_millis(150), "{gap:?}");
@@ -252,19 +266,17 @@ async fn waiters_and_observers_converge_when_no_message_comes() {
     let mut observed = b.observe(&e).await.expect("observe");
     let first = observed.next().await.expect("item").expect("state");
     assert_eq!(first.map(|l| l.id), Some("a".into()));
-    let waiter = {
-        let e = e.clone();
-        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-    };
+    let waiter = spawn_b(sb, &e);
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The seat disappears without a message (as when a message is lost).
     let removed = Instant::now();
     cmd::<()>(&mut raw, &["DEL", &format!("{}:seat:silent", prefix())]).await;
-    let (granted, _sb) = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .expect("the waiter looked again by itself")
-        .expect("task");
-    let granted = granted.expect("campaign");
+    let (granted, _sb) = wait_grant(
+        waiter,
+        Duration::from_secs(2),
+        "the waiter looked again by itself",
+    )
+    .await;
     eprintln!(
         "waiter granted {:?} after a silent delete",
         removed.elapsed()
@@ -365,18 +377,12 @@ async fn the_first_handover_of_a_new_backend_is_prompt() {
         let e = name(&format!("first/{round}"));
         let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
         let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-        let waiter = {
-            let e = e.clone();
-            tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-        };
+        let waiter = spawn_b(sb, &e);
         tokio::time::sleep(Duration::from_millis(30)).await;
         let t0 = tokio::time::Instant::now();
         a.resign().await.expect("resign");
-        let (granted, _sb) = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("granted")
-            .expect("task");
-        gaps.push(granted.expect("campaign").granted_at() - t0);
+        let (granted, _sb) = wait_grant(waiter, Duration::from_secs(5), "granted").await;
+        gaps.push(granted.granted_at() - t0);
     }
     gaps.sort();
     eprintln!("first handovers: {gaps:?}");
@@ -396,21 +402,20 @@ async fn a_queued_session_that_stopped_waiting_is_skipped() {
         session(&b, &t).await,
     );
     let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-    let waiter = {
-        let e = e.clone();
-        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-    };
+    let waiter = spawn_b(sb, &e);
     tokio::time::sleep(Duration::from_millis(100)).await;
     // A live session first in line that no longer waits (its withdrawal was lost).
     let queue = format!("{}:queue:ghost", prefix());
     cmd::<()>(&mut raw, &["ZADD", &queue, "0", &ghost.id()]).await;
     let t0 = tokio::time::Instant::now();
     a.resign().await.expect("resign");
-    let (granted, _sb) = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the live waiter was woken, not the ghost")
-        .expect("task");
-    let gap = granted.expect("campaign").granted_at() - t0;
+    let (granted, _sb) = wait_grant(
+        waiter,
+        Duration::from_secs(5),
+        "the live waiter was woken, not the ghost",
+    )
+    .await;
+    let gap = granted.granted_at() - t0;
     assert!(gap < Duration::from_secs(1), "{gap:?}");
     let left: Vec<String> = cmd(&mut raw, &["ZRANGE", &queue, "0", "-1"]).await;
     assert!(left.is_empty(), "{left:?}");
@@ -427,10 +432,7 @@ async fn an_idle_backend_keeps_its_connections() {
     let e = name("idle");
     let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
     let _a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-    let waiter = {
-        let e = e.clone();
-        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-    };
+    let waiter = spawn_b(sb, &e);
     let _observed = b.observe(&e).await.expect("observe");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = connections_received(&mut raw).await;
