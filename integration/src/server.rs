@@ -157,42 +157,13 @@ impl Kind {
         match self {
             Kind::Etcd => {
                 let program = require_program("etcd", "etcd", "the apt package etcd-server")?;
-                let peer_port = free_port()?;
-                let client = format!("http://127.0.0.1:{port}");
-                let peer = format!("http://127.0.0.1:{peer_port}");
-                let args: Vec<OsString> = vec![
-                    "--name".into(),
-                    "e1".into(),
-                    "--data-dir".into(),
-                    data_dir.into(),
-                    "--listen-client-urls".into(),
-                    client.clone().into(),
-                    "--advertise-client-urls".into(),
-                    client.into(),
-                    "--listen-peer-urls".into(),
-                    peer.clone().into(),
-                    "--initial-advertise-peer-urls".into(),
-                    peer.clone().into(),
-                    "--initial-cluster".into(),
-                    format!("e1={peer}").into(),
-                    "--initial-cluster-state".into(),
-                    "new".into(),
-                    "--heartbeat-interval".into(),
-                    "10".into(),
-                    "--election-timeout".into(),
-                    "100".into(),
-                    "--logger".into(),
-                    "zap".into(),
-                    "--log-level".into(),
-                    "warn".into(),
-                ];
-                Ok(Launch { program, args })
+                let peer = free_port()?;
+                let cluster = format!("e1=http://127.0.0.1:{peer}");
+                let args = etcd_args("e1", data_dir, (port, peer), &cluster, 10, "");
+                Ok(Launch::of(&program, args))
             }
             Kind::ZooKeeper => {
-                let java = find_java()?;
-                let classpath = zookeeper_classpath()?;
                 create_dir(data_dir)?;
-                let config = root.join("zoo.cfg");
                 // A shorter tick keeps session timeouts up to 20 s allowed.
                 let tick = match zk_tick {
                     Some(t) => format!(
@@ -201,35 +172,8 @@ impl Kind {
                     ),
                     None => "tickTime=1000\n".to_string(),
                 };
-                let text = format!(
-                    "{tick}\
-                     initLimit=10\n\
-                     syncLimit=5\n\
-                     dataDir={}\n\
-                     clientPort={port}\n\
-                     clientPortAddress=127.0.0.1\n\
-                     admin.enableServer=false\n\
-                     4lw.commands.whitelist=*\n",
-                    data_dir.display()
-                );
-                std::fs::write(&config, text).map_err(|e| HarnessError::File {
-                    path: config.clone(),
-                    reason: format!("cannot write ZooKeeper config: {e}"),
-                })?;
-                let args: Vec<OsString> = vec![
-                    "-Xmx256m".into(),
-                    "-XX:+UseSerialGC".into(),
-                    "-XX:TieredStopAtLevel=1".into(),
-                    "-Dzookeeper.jmx.log4j.disable=true".into(),
-                    "-cp".into(),
-                    classpath.into(),
-                    "org.apache.zookeeper.server.ZooKeeperServerMain".into(),
-                    config.into(),
-                ];
-                Ok(Launch {
-                    program: java,
-                    args,
-                })
+                let config = format!("{tick}syncLimit=5\n");
+                zookeeper_launch(root, data_dir, port, &config, "ZooKeeperServerMain")
             }
             Kind::Redis => {
                 let program = require_program(
@@ -243,22 +187,86 @@ impl Kind {
             Kind::Azurite => {
                 let program = find_azurite()?;
                 create_dir(data_dir)?;
-                let args: Vec<OsString> = vec![
-                    "--blobHost".into(),
-                    "127.0.0.1".into(),
-                    "--blobPort".into(),
-                    port.to_string().into(),
-                    "--location".into(),
-                    data_dir.into(),
-                    "--skipApiVersionCheck".into(),
-                    "--loose".into(),
-                    "--disableTelemetry".into(),
-                    "--silent".into(),
-                ];
-                Ok(Launch { program, args })
+                let mut args = words(&format!(
+                    "--blobHost 127.0.0.1 --blobPort {port} --skipApiVersionCheck --loose \
+                     --disableTelemetry --silent --location"
+                ));
+                args.push(data_dir.display().to_string());
+                Ok(Launch::of(&program, args))
             }
         }
     }
+}
+
+/// The words of `text` (no word of it may contain white space).
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace().map(String::from).collect()
+}
+
+/// An etcd member `name` with its data in `data_dir`, serving clients on loopback port
+/// `ports.0` and peers on `ports.1`, in the new cluster `cluster` (`name=peer-url,…`),
+/// with a raft heartbeat of `beat_ms` and an election timeout ten times that; `extra`
+/// are more flags.
+fn etcd_args(
+    name: &str,
+    data_dir: &Path,
+    (client, peer): (u16, u16),
+    cluster: &str,
+    beat_ms: u32,
+    extra: &str,
+) -> Vec<String> {
+    let client = format!("http://127.0.0.1:{client}");
+    let peer = format!("http://127.0.0.1:{peer}");
+    let mut args = words(&format!(
+        "--name {name} --listen-client-urls {client} --advertise-client-urls {client} \
+         --listen-peer-urls {peer} --initial-advertise-peer-urls {peer} \
+         --initial-cluster {cluster} --initial-cluster-state new {extra} \
+         --heartbeat-interval {beat_ms} --election-timeout {} \
+         --logger zap --log-level warn --data-dir",
+        beat_ms * 10
+    ));
+    args.push(data_dir.display().to_string());
+    args
+}
+
+/// Writes `text` to `path`; `what` names the file in the error.
+fn write_file(path: &Path, text: &str, what: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| HarnessError::File {
+        path: path.to_path_buf(),
+        reason: format!("cannot write {what}: {e}"),
+    })
+}
+
+/// A ZooKeeper server (`main`, a class of `org.apache.zookeeper.server`) with its data
+/// in `data_dir`, serving clients on loopback `port`, configured by `root/zoo.cfg`:
+/// `config` (its tick and limits) and the settings every server here shares.
+fn zookeeper_launch(
+    root: &Path,
+    data_dir: &Path,
+    port: u16,
+    config: &str,
+    main: &str,
+) -> Result<Launch> {
+    let java = find_java()?;
+    let classpath = zookeeper_classpath()?;
+    let path = root.join("zoo.cfg");
+    let text = format!(
+        "{config}initLimit=10\n\
+         dataDir={}\n\
+         clientPort={port}\n\
+         clientPortAddress=127.0.0.1\n\
+         admin.enableServer=false\n\
+         4lw.commands.whitelist=*\n",
+        data_dir.display()
+    );
+    write_file(&path, &text, "ZooKeeper config")?;
+    let mut args = words(
+        "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dzookeeper.jmx.log4j.disable=true",
+    );
+    args.extend(["-cp".into(), classpath]);
+    args.push(format!("org.apache.zookeeper.server.{main}"));
+    args.push(path.display().to_string());
+    Ok(Launch::of(&java, args))
 }
 
 /// A Redis server on loopback `port` without persistence, its files in `dir`.
@@ -643,14 +651,8 @@ impl ServerCore {
     }
 
     fn local_mut(&mut self) -> Result<&mut Local> {
-        match self.local {
-            Some(ref mut local) => Ok(local),
-            None => Err(HarnessError::ExternalServer {
-                server: self.kind.name(),
-                endpoint: self.endpoint.clone(),
-                variable: self.kind.env_var(),
-            }),
-        }
+        let external = self.external_error();
+        self.local.as_mut().ok_or(external)
     }
 
     fn external_error(&self) -> HarnessError {
@@ -1152,56 +1154,21 @@ impl EtcdCluster {
             .enumerate()
             .map(|(i, (_, peer))| format!("e{i}=http://127.0.0.1:{peer}"))
             .collect();
+        let token = format!("--initial-cluster-token tenure-{}", std::process::id());
         let mut members = Vec::new();
-        for (i, (client, peer)) in ports.iter().enumerate() {
-            let root = tempfile::Builder::new()
-                .prefix("tenure-etcd-cluster-")
-                .tempdir()
-                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
-            let data_dir = root.path().join("data");
-            let client_url = format!("http://127.0.0.1:{client}");
-            let peer_url = format!("http://127.0.0.1:{peer}");
-            let args: Vec<OsString> = [
-                "--name".to_string(),
-                format!("e{i}"),
-                "--data-dir".to_string(),
-                data_dir.display().to_string(),
-                "--listen-client-urls".to_string(),
-                client_url.clone(),
-                "--advertise-client-urls".to_string(),
-                client_url,
-                "--listen-peer-urls".to_string(),
-                peer_url.clone(),
-                "--initial-advertise-peer-urls".to_string(),
-                peer_url,
-                "--initial-cluster".to_string(),
-                initial.join(","),
-                "--initial-cluster-state".to_string(),
-                "new".to_string(),
-                "--initial-cluster-token".to_string(),
-                format!("tenure-{}", std::process::id()),
-                "--heartbeat-interval".to_string(),
-                "20".to_string(),
-                "--election-timeout".to_string(),
-                "200".to_string(),
-                "--logger".to_string(),
-                "zap".to_string(),
-                "--log-level".to_string(),
-                "warn".to_string(),
-            ]
-            .into_iter()
-            .map(OsString::from)
-            .collect();
-            let mut local = Local::new(
-                Launch {
-                    program: program.clone(),
-                    args,
-                },
-                data_dir,
-                root,
+        for (i, ports) in ports.iter().enumerate() {
+            let (root, data_dir) = temp_root("tenure-etcd-cluster-")?;
+            let args = etcd_args(
+                &format!("e{i}"),
+                &data_dir,
+                *ports,
+                &initial.join(","),
+                20,
+                &token,
             );
+            let mut local = Local::new(Launch::of(&program, args), data_dir, root);
             local.spawn(Kind::Etcd)?;
-            members.push((loopback(*client), local));
+            members.push((loopback(ports.0), local));
         }
         Ok(EtcdCluster {
             members: Members::ready(Kind::Etcd, members).await?,
@@ -1271,8 +1238,6 @@ pub struct ZooKeeperEnsemble {
 impl ZooKeeperEnsemble {
     /// Starts `size` servers together and waits until each serves.
     pub async fn start(size: usize) -> Result<Self> {
-        let java = find_java()?;
-        let classpath = zookeeper_classpath()?;
         let ports: Vec<(u16, u16, u16)> = (0..size)
             .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
             .collect::<Result<_>>()?;
@@ -1285,54 +1250,20 @@ impl ZooKeeperEnsemble {
             .collect();
         let mut members = Vec::new();
         for (i, (client, _, _)) in ports.iter().enumerate() {
-            let root = tempfile::Builder::new()
-                .prefix("tenure-zookeeper-ensemble-")
-                .tempdir()
-                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
-            let data_dir = root.path().join("data");
-            create_dir(&data_dir)?;
-            let myid = data_dir.join("myid");
-            std::fs::write(&myid, format!("{}\n", i + 1)).map_err(|e| HarnessError::File {
-                path: myid.clone(),
-                reason: format!("cannot write myid: {e}"),
-            })?;
-            let config = root.path().join("zoo.cfg");
-            let text = format!(
-                "tickTime=500\n\
-                 minSessionTimeout=1000\n\
-                 maxSessionTimeout=20000\n\
-                 initLimit=10\n\
-                 syncLimit=2\n\
-                 dataDir={}\n\
-                 clientPort={client}\n\
-                 clientPortAddress=127.0.0.1\n\
-                 admin.enableServer=false\n\
-                 4lw.commands.whitelist=*\n\
-                 {servers}",
-                data_dir.display()
+            let (root, data_dir) = temp_root("tenure-zookeeper-ensemble-")?;
+            write_file(&data_dir.join("myid"), &format!("{}\n", i + 1), "myid")?;
+            let config = format!(
+                "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=20000\nsyncLimit=2\n\
+                 {servers}"
             );
-            std::fs::write(&config, text).map_err(|e| HarnessError::File {
-                path: config.clone(),
-                reason: format!("cannot write ZooKeeper config: {e}"),
-            })?;
-            let args: Vec<OsString> = vec![
-                "-Xmx256m".into(),
-                "-XX:+UseSerialGC".into(),
-                "-XX:TieredStopAtLevel=1".into(),
-                "-Dzookeeper.jmx.log4j.disable=true".into(),
-                "-cp".into(),
-                classpath.clone().into(),
-                "org.apache.zookeeper.server.quorum.QuorumPeerMain".into(),
-                config.into(),
-            ];
-            let mut local = Local::new(
-                Launch {
-                    program: java.clone(),
-                    args,
-                },
-                data_dir,
-                root,
-            );
+            let launch = zookeeper_launch(
+                root.path(),
+                &data_dir,
+                *client,
+                &config,
+                "quorum.QuorumPeerMain",
+            )?;
+            let mut local = Local::new(launch, data_dir, root);
             local.spawn(Kind::ZooKeeper)?;
             members.push((loopback(*client), local));
         }
@@ -1618,10 +1549,7 @@ impl RedisSentinels {
                  sentinel parallel-syncs {service} 1\n",
                 dir.display()
             );
-            std::fs::write(&config, text).map_err(|e| HarnessError::File {
-                path: config.clone(),
-                reason: format!("cannot write the Sentinel config: {e}"),
-            })?;
+            write_file(&config, &text, "the Sentinel config")?;
             let args = vec![config.display().to_string(), "--sentinel".to_string()];
             let mut local = Local::new(Launch::of(&program, args), dir, root);
             local.spawn(Kind::Redis)?;
