@@ -167,6 +167,16 @@ pub async fn lead(session: &Session, what: &str) -> Leadership {
     lead_in(session, &election(what)).await
 }
 
+/// A session on `backend` with `ttl` leads a fresh election named after `what`,
+/// resigns and closes: the backend works end to end.
+pub async fn elect_and_resign(backend: DynBackend, ttl: Duration, what: &str) {
+    let s = session(backend, ttl).await;
+    let l = lead(&s, what).await;
+    assert!(l.is_leader(), "{what}: not leader after the grant");
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+}
+
 /// Holds for `how_long`; panics if the lost signal fires meanwhile (`what` names the
 /// fault) or if the leadership is not valid afterwards.
 pub async fn hold_through(leadership: &Leadership, how_long: Duration, what: &str) {

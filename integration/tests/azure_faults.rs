@@ -16,6 +16,7 @@ use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::testing::random_prefix;
 use tenure_core::{Candidate, ElectionName, ErrorKind, LossReason, Session, Timing};
 use tenure_integration::cli_faults::{assert_fenced, is, ms, stop_all, wait};
+use tenure_integration::cluster_faults::elect_and_resign;
 use tenure_integration::fault_suite::{self, FaultSpec};
 use tenure_integration::{AzuriteServer, Event, GuardedResource};
 
@@ -214,18 +215,7 @@ async fn secrets_never_reach_tracing() {
     tracing::info!(?config, %config, "config");
     let backend = config.connect().await.expect("right key");
     tracing::info!(?backend, "backend");
-    let s = Session::open(Arc::new(backend), Timing::from_ttl(TTL))
-        .await
-        .expect("session");
-    let l = s
-        .campaign(
-            &ElectionName::new("traced").unwrap(),
-            &Candidate::new("a").unwrap(),
-        )
-        .await
-        .expect("campaign");
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    elect_and_resign(Arc::new(backend), TTL, "traced").await;
     let text = captured.text();
     assert!(text.contains("connect failed"), "nothing captured: {text}");
     for secret in [wrong, AzuriteServer::ACCOUNT_KEY, "U0lHTkFUVVJFLVMzQ1JFVA"] {

@@ -16,8 +16,9 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     SanType,
 };
-use tenure_core::{Candidate, DynBackend, ElectionName, Error, ErrorKind, Session, Timing};
+use tenure_core::{DynBackend, Error, ErrorKind};
 use tenure_etcd::EtcdBackend;
+use tenure_integration::cluster_faults::elect_and_resign;
 use tenure_integration::free_port;
 use tenure_redis::RedisBackend;
 
@@ -198,20 +199,6 @@ async fn redis(pki: &Pki, client_auth: bool) -> Server {
     }
 }
 
-async fn elect_and_resign(backend: DynBackend) {
-    let session = Session::open(backend, Timing::from_ttl(Duration::from_secs(2)))
-        .await
-        .expect("session");
-    let election = ElectionName::new("tls/check").expect("name");
-    let l = session
-        .campaign(&election, &Candidate::new("a").expect("id"))
-        .await
-        .expect("campaign");
-    assert!(l.is_leader());
-    l.resign().await.expect("resign");
-    session.close().await.expect("close");
-}
-
 /// `connect(url)` fails with one of `kinds` within the connect timeout plus slack.
 async fn fails<F, Fut>(what: &str, url: String, kinds: &[ErrorKind], connect: F)
 where
@@ -277,7 +264,7 @@ async fn mutual_tls(plain: &str, secure: &str, pki: &Pki, port: u16) {
             Err(e) => panic!("{secure}:// with the right certificates: {e}"),
         }
     };
-    elect_and_resign(backend).await;
+    elect_and_resign(backend, Duration::from_secs(2), "tls").await;
     let other = Some((other.0.as_path(), other.1.as_path()));
     for (what, url, kinds) in [
         ("the wrong CA", tls_url(secure, port, &other_ca, client), REFUSED),
@@ -324,7 +311,7 @@ async fn redis_over_tls_verifies_the_server_with_its_ca() {
     let backend = connect(tls_url("rediss", server.port, &ca, None))
         .await
         .expect("Redis over TLS with the CA only");
-    elect_and_resign(backend).await;
+    elect_and_resign(backend, Duration::from_secs(2), "tls").await;
     let started = Instant::now();
     let err = connect(format!(
         "rediss://127.0.0.1:{}?connect_timeout_ms={CONNECT_TIMEOUT_MS}",
