@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use tenure_core::testing::{Env, Faults};
-use tenure_core::{DynBackend, Session, Timing};
+use tenure_core::{DynBackend, Error, ErrorKind, Session, Timing};
 
 use crate::TcpProxy;
 
@@ -62,11 +62,11 @@ impl ProxyFaults {
         self
     }
 
-    /// The conformance suite's env on `backend`: `timing`, `slack` on its liveness
-    /// bounds, and these hooks.
-    pub fn env(self, backend: DynBackend, timing: Timing, slack: Duration) -> Env {
+    /// The conformance suite's env on `backend`: `timing`, `slack_ms` milliseconds of
+    /// slack on its liveness bounds, and these hooks.
+    pub fn env(self, backend: DynBackend, timing: Timing, slack_ms: u64) -> Env {
         let mut env = Env::new(backend, timing);
-        env.slack = slack;
+        env.slack = Duration::from_millis(slack_ms);
         env.faults = Arc::new(self);
         env
     }
@@ -123,4 +123,20 @@ pub fn timing_ms(ttl: u64, renew: u64, deadline: u64, connect: u64) -> Timing {
     t.renew_deadline = Duration::from_millis(deadline);
     t.connect_timeout = Duration::from_millis(connect);
     t
+}
+
+/// Asserts that `backend` refuses a session with each TTL of `ttls` as an invalid
+/// argument naming the field (`ttl…`); returns the errors.
+pub async fn assert_ttls_refused(backend: &DynBackend, ttls: &[Duration]) -> Vec<Error> {
+    let mut errors = Vec::new();
+    for &ttl in ttls {
+        let err = match Session::open(backend.clone(), Timing::from_ttl(ttl)).await {
+            Ok(_) => panic!("a session with TTL {ttl:?} was opened"),
+            Err(e) => e,
+        };
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{ttl:?}: {err}");
+        assert!(err.message().starts_with("ttl"), "{ttl:?}: {err}");
+        errors.push(err);
+    }
+    errors
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::backend::Clause;
 use tenure_core::testing::{random_prefix, Env};
-use tenure_core::{DynBackend, ErrorKind, Session, Timing};
-use tenure_integration::{timing_ms, AzuriteServer, ProxyFaults};
+use tenure_core::{DynBackend, Session, Timing};
+use tenure_integration::{assert_ttls_refused, timing_ms, AzuriteServer, ProxyFaults};
 
 tenure_integration::shared_server!(AzuriteServer, "Azurite");
 
@@ -49,8 +49,11 @@ async fn azure_env() -> Env {
     );
     // Lease 15 s, renew every second, leadership valid for 10 s after the last
     // confirmed renewal was sent.
-    let timing = timing_ms(15_000, 1000, 10_000, 2000);
-    faults.env(Arc::new(backend), timing, Duration::from_millis(1500))
+    faults.env(
+        Arc::new(backend),
+        timing_ms(15_000, 1000, 10_000, 2000),
+        1500,
+    )
 }
 
 tenure_core::conformance_tests!(azure_env());
@@ -60,17 +63,8 @@ tenure_core::conformance_tests!(azure_env());
 #[tokio::test]
 async fn lease_durations_azure_does_not_grant_are_rejected() {
     let env = azure_env().await;
-    for ttl in [
-        Duration::from_secs(10),
-        Duration::from_secs(61),
-        Duration::from_millis(15_500),
-    ] {
-        let timing = Timing::from_ttl(ttl);
-        let err = Session::open(env.backend.clone(), timing)
-            .await
-            .expect_err("lease out of range");
-        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-        assert!(err.message().starts_with("ttl"), "{err}");
+    let ttls = [10_000, 61_000, 15_500].map(Duration::from_millis);
+    for err in assert_ttls_refused(&env.backend, &ttls).await {
         assert!(err.message().contains("15"), "{err}");
     }
     for secs in [15, 60] {

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::testing::Env;
-use tenure_core::{DynBackend, Session, Timing};
+use tenure_core::DynBackend;
 use tenure_etcd::EtcdBackend;
-use tenure_integration::{timing_ms, EtcdServer, ProxyFaults};
+use tenure_integration::{assert_ttls_refused, timing_ms, EtcdServer, ProxyFaults};
 
 tenure_integration::shared_server!(EtcdServer, "etcd");
 
@@ -45,8 +45,7 @@ async fn etcd_env() -> Env {
     });
     // TTL 2 s (etcd leases are whole seconds), renew every 300 ms, leadership valid
     // for 1.2 s after the last confirmed renewal was sent.
-    let timing = timing_ms(2000, 300, 1200, 1000);
-    faults.env(Arc::new(backend), timing, Duration::from_millis(500))
+    faults.env(Arc::new(backend), timing_ms(2000, 300, 1200, 1000), 500)
 }
 
 tenure_core::conformance_tests!(etcd_env());
@@ -54,11 +53,6 @@ tenure_core::conformance_tests!(etcd_env());
 /// Not in the shared suite: sub-second TTLs are refused, naming the field.
 #[tokio::test]
 async fn sub_second_ttl_is_rejected() {
-    let env = etcd_env().await;
-    let timing = Timing::from_ttl(Duration::from_millis(900));
-    let err = Session::open(env.backend.clone(), timing)
-        .await
-        .expect_err("900 ms TTL");
-    assert_eq!(err.kind(), tenure_core::ErrorKind::InvalidArgument);
-    assert!(err.message().starts_with("ttl"), "{err}");
+    let ttls = [Duration::from_millis(900)];
+    assert_ttls_refused(&etcd_env().await.backend, &ttls).await;
 }

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure_core::testing::Env;
-use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
+use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session};
 use tenure_integration::membership::{member, open, pairs, until, until_where};
-use tenure_integration::{timing_ms, ProxyFaults, ZooKeeperServer};
+use tenure_integration::{assert_ttls_refused, timing_ms, ProxyFaults, ZooKeeperServer};
 use tenure_zookeeper::ZooKeeperBackend;
 
 tenure_integration::shared_server!(ZooKeeperServer, "ZooKeeper");
@@ -66,8 +66,7 @@ async fn zk_env() -> Env {
     // leadership valid for 1.2 s after the last confirmed renewal was sent. The server
     // expires sessions in tickTime buckets (up to 1 s late here), and an abandoned
     // session is dropped once renewals stop for twice their interval.
-    let timing = timing_ms(2000, 300, 1200, 2000);
-    faults.env(Arc::new(main), timing, Duration::from_millis(1500))
+    faults.env(Arc::new(main), timing_ms(2000, 300, 1200, 2000), 1500)
 }
 
 tenure_core::conformance_tests!(zk_env());
@@ -75,14 +74,8 @@ tenure_core::conformance_tests!(zk_env());
 /// Not in the shared suite: a TTL the server would clamp is refused, naming the field.
 #[tokio::test]
 async fn ttl_outside_the_session_timeout_range_is_rejected() {
-    let env = zk_env().await;
-    for ttl in [Duration::from_millis(1500), Duration::from_secs(25)] {
-        let err = Session::open(env.backend.clone(), Timing::from_ttl(ttl))
-            .await
-            .expect_err("clamped TTL");
-        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
-        assert!(err.message().starts_with("ttl"), "{err}");
-    }
+    let ttls = [Duration::from_millis(1500), Duration::from_secs(25)];
+    assert_ttls_refused(&zk_env().await.backend, &ttls).await;
 }
 
 /// Tokens are creation zxids: a session closed with `close()` hands over at once and
