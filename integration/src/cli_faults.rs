@@ -193,13 +193,24 @@ pub fn assert_no_stale_write_accepted(resource: &GuardedResource) {
     }
 }
 
-/// How many writes of `writer` with `token` the resource refused.
-pub fn refused(resource: &GuardedResource, writer: &str, token: u64) -> usize {
-    resource
-        .refused()
-        .iter()
-        .filter(|w| w.writer == writer && w.token == token)
-        .count()
+/// Asserts that the resource refused writes of `writer` with `token` (`what` they are).
+pub fn assert_refused(resource: &GuardedResource, writer: &str, token: u64, what: &str) {
+    let refused = resource.refused();
+    assert!(
+        refused
+            .iter()
+            .any(|w| w.writer == writer && w.token == token),
+        "{what} were not refused: {:?}",
+        resource.writes()
+    );
+}
+
+/// The end of a fault scenario: no stale write accepted, no fencing violation among
+/// `candidates`, and every one of them stopped.
+pub async fn finish(resource: &GuardedResource, candidates: Vec<CandidateProcess>) {
+    assert_no_stale_write_accepted(resource);
+    assert_fenced(&candidates.iter().collect::<Vec<_>>());
+    stop_all(candidates).await;
 }
 
 /// Terminate every candidate still running (SIGTERM, then wait).

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::cli_faults::{
-    assert_fenced, assert_no_stale_write_accepted, campaign_args, is, ms, next_leader, refused,
-    stop_all, tenure_bin, wait,
+    assert_fenced, assert_no_stale_write_accepted, assert_refused, campaign_args, finish, is, ms,
+    next_leader, stop_all, tenure_bin, wait,
 };
 use crate::{
     check_fencing, free_port, monotonic_now_ns, CandidateProcess, Event, FencingViolation,
@@ -192,14 +192,8 @@ pub async fn sigkill_of_the_holder(spec: &FaultSpec) {
     assert!(next.token.expect("token") > a_token);
     // The dead holder's command goes on writing with its old token: refused.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "the dead holder's writes were not refused: {:?}",
-        resource.writes()
-    );
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b, &c]);
-    stop_all(vec![a, b, c]).await;
+    assert_refused(&resource, "a", a_token, "the dead holder's writes");
+    finish(&resource, vec![a, b, c]).await;
 }
 
 /// SIGSTOP of the holder past the TTL: the waiter is granted while the holder is
@@ -241,14 +235,8 @@ pub async fn sigstop_of_the_holder(spec: &FaultSpec) {
     // While the holder's process was stopped its command kept writing the old token:
     // once the successor wrote, those writes were refused.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "stale writes were not refused: {:?}",
-        resource.writes()
-    );
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    assert_refused(&resource, "a", a_token, "stale writes");
+    finish(&resource, vec![a, b]).await;
 }
 
 /// A guarded resource and two candidates `a` and `b` in `election`, once one of them
@@ -307,9 +295,7 @@ pub async fn sigstop_of_the_store(spec: &FaultSpec, store: &dyn StoreServer) {
     );
     let (_, again) = next_leader(&[&a, &b], lost.mono_ns, spec.ttl * 5).await;
     assert!(again.token > elected.token);
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    finish(&resource, vec![a, b]).await;
 }
 
 /// `store`'s endpoint with its address replaced by `proxy`'s: the same store, reached
@@ -367,9 +353,7 @@ pub async fn cut_connection(store: &dyn StoreServer, spec_at: &dyn Fn(&str) -> F
     );
     assert!(b_elected.token > a_elected.token);
     assert!(again.token > b_elected.token);
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    finish(&resource, vec![a, b]).await;
 }
 
 /// What a store's restart (SIGKILL, then the same port and data directory) does to

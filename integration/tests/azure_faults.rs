@@ -15,7 +15,7 @@ use std::time::Duration;
 use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::testing::random_prefix;
 use tenure_core::{Candidate, ElectionName, ErrorKind, LossReason, Session, Timing};
-use tenure_integration::cli_faults::{assert_fenced, is, ms, stop_all, wait};
+use tenure_integration::cli_faults::{finish, is, ms, wait};
 use tenure_integration::cluster_faults::elect_and_resign;
 use tenure_integration::fault_suite::{self, FaultSpec};
 use tenure_integration::{AzuriteServer, Event, GuardedResource};
@@ -186,8 +186,7 @@ async fn cli_resign_hands_over_within_the_poll_interval() {
     eprintln!("CLI handover: b elected {:.0} ms after a resigned", ms(gap));
     assert!(b_elected.token > a_elected.token);
     assert!(resigned.mono_ns <= b_elected.mono_ns);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    finish(&resource, vec![a, b]).await;
 }
 
 /// Keys and signatures stay out of every log line, at the most verbose level, on
