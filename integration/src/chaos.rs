@@ -878,19 +878,7 @@ impl Run {
 
     /// The slot whose candidate holds the seat now, if any.
     fn holder(&self) -> Option<usize> {
-        self.slots.iter().position(|c| {
-            c.events()
-                .iter()
-                .rev()
-                .find(|e| {
-                    e.is(Event::ELECTED)
-                        || e.is(Event::LOST)
-                        || e.is(Event::RESIGNED)
-                        || e.is(Event::KILLED)
-                        || e.is(Event::EXITED)
-                })
-                .is_some_and(|e| e.is(Event::ELECTED))
-        })
+        self.slots.iter().position(CandidateProcess::leads)
     }
 
     /// The holder, or a random slot when nobody holds the seat.

@@ -176,11 +176,7 @@ impl Kind {
                 zookeeper_launch(root, data_dir, port, &config, "ZooKeeperServerMain")
             }
             Kind::Redis => {
-                let program = require_program(
-                    "redis-server",
-                    "redis-server",
-                    "the apt package redis-server",
-                )?;
+                let program = require_program("redis-server", "redis-server", REDIS_PACKAGE)?;
                 create_dir(data_dir)?;
                 Ok(Launch::of(&program, redis_args(port, data_dir)))
             }
@@ -268,6 +264,9 @@ fn zookeeper_launch(
     args.push(path.display().to_string());
     Ok(Launch::of(&java, args))
 }
+
+/// Where `redis-server` comes from.
+const REDIS_PACKAGE: &str = "the apt package redis-server";
 
 /// A Redis server on loopback `port` without persistence, its files in `dir`.
 fn redis_args(port: u16, dir: &Path) -> Vec<String> {
@@ -1469,31 +1468,25 @@ impl Members {
     }
 }
 
-impl std::ops::Deref for EtcdCluster {
-    type Target = Members;
-    fn deref(&self) -> &Members {
-        &self.members
-    }
+/// A cluster handle derefs to its [`Members`].
+macro_rules! deref_members {
+    ($($cluster:ty),*) => {$(
+        impl std::ops::Deref for $cluster {
+            type Target = Members;
+            fn deref(&self) -> &Members {
+                &self.members
+            }
+        }
+
+        impl std::ops::DerefMut for $cluster {
+            fn deref_mut(&mut self) -> &mut Members {
+                &mut self.members
+            }
+        }
+    )*};
 }
 
-impl std::ops::DerefMut for EtcdCluster {
-    fn deref_mut(&mut self) -> &mut Members {
-        &mut self.members
-    }
-}
-
-impl std::ops::Deref for ZooKeeperEnsemble {
-    type Target = Members;
-    fn deref(&self) -> &Members {
-        &self.members
-    }
-}
-
-impl std::ops::DerefMut for ZooKeeperEnsemble {
-    fn deref_mut(&mut self) -> &mut Members {
-        &mut self.members
-    }
-}
+deref_members!(EtcdCluster, ZooKeeperEnsemble);
 
 /// Redis under Sentinel on loopback: a primary, two replicas of it, and three
 /// sentinels that monitor it as [`service`](Self::service) (quorum 2, a primary that
@@ -1516,11 +1509,7 @@ impl RedisSentinels {
     /// replicas follow the primary and every sentinel knows them and the other two
     /// sentinels (so a failover can happen).
     pub async fn start() -> Result<Self> {
-        let program = require_program(
-            "redis-server",
-            "redis-server",
-            "the apt package redis-server",
-        )?;
+        let program = require_program("redis-server", "redis-server", REDIS_PACKAGE)?;
         let service = format!("tenure-{}", std::process::id());
         let primary_port = free_port()?;
         let replicas = [free_port()?, free_port()?].map(|p| (p, Some(primary_port)));

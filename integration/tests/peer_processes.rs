@@ -93,24 +93,9 @@ fn dump(nodes: &[CandidateProcess]) -> String {
         .join("\n")
 }
 
-/// How many of `nodes` hold the seat now (their last elected is not followed
-/// by a lost, resigned or the kill).
+/// How many of `nodes` hold the seat now.
 fn holders(nodes: &[CandidateProcess]) -> usize {
-    nodes
-        .iter()
-        .filter(|n| {
-            n.events()
-                .iter()
-                .rev()
-                .find(|e| {
-                    e.is(Event::ELECTED)
-                        || e.is(Event::LOST)
-                        || e.is(Event::RESIGNED)
-                        || e.is(Event::KILLED)
-                })
-                .is_some_and(|e| e.is(Event::ELECTED))
-        })
-        .count()
+    nodes.iter().filter(|n| n.leads()).count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
