@@ -93,34 +93,6 @@ pub fn campaign_args(
     .collect()
 }
 
-/// Start `tenure campaign` for `id` in `election` on `backend_url` with session TTL
-/// `ttl`; while it leads, its command writes its token to `resource` every
-/// `write_every`. The command is bounded by `timeout 60` so that a write loop orphaned
-/// by a SIGKILLed candidate cannot outlive the test for long.
-pub fn spawn_writer(
-    backend_url: &str,
-    election: &str,
-    id: &str,
-    ttl: Duration,
-    resource: &GuardedResource,
-    write_every: Duration,
-) -> CandidateProcess {
-    let writes = resource.write_loop_command(write_every);
-    let args = campaign_args(
-        backend_url,
-        election,
-        id,
-        ttl,
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-        &writes,
-    );
-    match CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]) {
-        Ok(c) => c,
-        Err(e) => panic!("starting candidate {id}: {e}"),
-    }
-}
-
 /// A predicate matching events of `kind`.
 pub fn is(kind: &'static str) -> impl Fn(&Event) -> bool {
     move |e| e.is(kind)

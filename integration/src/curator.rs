@@ -233,11 +233,6 @@ impl CuratorLatch {
         &self.node
     }
 
-    /// The name of the latch's node (the last path segment).
-    pub fn node_name(&self) -> &str {
-        self.node.rsplit('/').next().unwrap_or(&self.node)
-    }
-
     /// Every stdout line so far.
     pub fn lines(&self) -> Vec<String> {
         self.lock().lines.clone()
@@ -249,7 +244,7 @@ impl CuratorLatch {
     }
 
     /// How many stdout lines so far.
-    pub fn line_count(&self) -> usize {
+    fn line_count(&self) -> usize {
         self.lock().lines.len()
     }
 
@@ -297,18 +292,6 @@ impl CuratorLatch {
                 events: self.lines().join("\n"),
             }),
         }
-    }
-
-    /// Wait until the latch has printed `line` `n` times in all.
-    pub async fn wait_count(&self, line: &str, n: usize, timeout: Duration) -> Result<()> {
-        let mut seen = 0usize;
-        let mut from = 0usize;
-        while seen < n {
-            let (i, _) = self.wait_line(from, |l| l == line, timeout).await?;
-            seen += 1;
-            from = i + 1;
-        }
-        Ok(())
     }
 
     /// Send one command line.
