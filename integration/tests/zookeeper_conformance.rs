@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure_core::testing::Env;
-use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session};
+use tenure_core::{
+    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, LossReason, Session,
+};
 use tenure_integration::membership::{member, open, pairs, until, until_where};
 use tenure_integration::{assert_ttls_refused, timing_ms, ProxyFaults, ZooKeeperServer};
 use tenure_zookeeper::ZooKeeperBackend;
@@ -265,12 +267,33 @@ async fn node_of(admin: &zookeeper_client::Client, election: &ElectionName, id: 
     panic!("no node of {id} in {dir}");
 }
 
+/// Deletes the node of `holder` (with its id) by hand: it is revoked within 2 s, and
+/// `next` is granted within 2 s with a larger token.
+async fn revoke_by_hand(
+    admin: &zookeeper_client::Client,
+    election: &ElectionName,
+    (holder, id): (&Leadership, &str),
+    next: tokio::task::JoinHandle<Leadership>,
+) -> Leadership {
+    let node = node_of(admin, election, id).await;
+    admin.delete(&node, None).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(2), holder.lost_wait())
+        .await
+        .unwrap_or_else(|_| panic!("{id} lost within 2 s"));
+    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
+    let next = tokio::time::timeout(Duration::from_secs(2), next)
+        .await
+        .expect("the next in line granted within 2 s")
+        .unwrap();
+    assert!(next.token() > holder.token());
+    next
+}
+
 /// A leader whose node an operator deletes gets `lost` (revoked) and the next in line
 /// is granted; a waiter whose node is deleted queues again; a resign is not reported as
 /// a revocation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_deleted_by_hand_revoke_and_requeue() {
-    use tenure_core::LossReason;
     let env = zk_env().await;
     let election = ElectionName::new(format!("{}/by-hand", env.prefix)).unwrap();
     let admin = zookeeper_client::Client::connect(&server_addr().to_string())
@@ -299,19 +322,7 @@ async fn nodes_deleted_by_hand_revoke_and_requeue() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // The leader's node goes: a is revoked, b (next in line) is granted.
-    admin
-        .delete(&node_of(&admin, &election, "a").await, None)
-        .await
-        .unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(2), a.lost_wait())
-        .await
-        .expect("a lost within 2 s");
-    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
-    let b = tokio::time::timeout(Duration::from_secs(2), b)
-        .await
-        .expect("b granted within 2 s")
-        .unwrap();
-    assert!(b.token() > a.token());
+    let b = revoke_by_hand(&admin, &election, (&a, "a"), b).await;
 
     // A waiter's node goes: c queues again with a new node (behind b).
     let old_c = node_of(&admin, &election, "c").await;
@@ -336,19 +347,7 @@ async fn nodes_deleted_by_hand_revoke_and_requeue() {
     assert!(b.is_leader());
 
     // The leader granted by its predecessor's delete is guarded too.
-    admin
-        .delete(&node_of(&admin, &election, "b").await, None)
-        .await
-        .unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(2), b.lost_wait())
-        .await
-        .expect("b lost within 2 s");
-    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
-    let c = tokio::time::timeout(Duration::from_secs(2), c)
-        .await
-        .expect("c granted within 2 s")
-        .unwrap();
-    assert!(c.token() > b.token());
+    let c = revoke_by_hand(&admin, &election, (&b, "b"), c).await;
     let leader = env.backend.leader(&election).await.unwrap().unwrap();
     assert_eq!((leader.id.as_str(), leader.token), ("c", c.token()));
 
