@@ -94,6 +94,6 @@ pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
 pub use proxy_faults::{assert_ttls_refused, timing_ms, ProxyFaults};
 pub use server::{
-    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members, RedisSentinels, RedisServer,
-    StoreServer, ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
+    start_with_passwords, workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members,
+    RedisSentinels, RedisServer, StoreServer, ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
 };

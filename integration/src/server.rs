@@ -942,6 +942,25 @@ impl EtcdServer {
     }
 }
 
+/// A local Redis that requires `redis_password` and a local etcd whose `root` user has
+/// `etcd_password`, auth on: for the tests of credentials. Panics (naming the variable
+/// to unset) where a server is external, and when either cannot be set up.
+pub async fn start_with_passwords(
+    redis_password: &str,
+    etcd_password: &str,
+) -> (RedisServer, EtcdServer) {
+    let redis = RedisServer::start().await.expect("redis");
+    let etcd = EtcdServer::start().await.expect("etcd");
+    redis.require_local("it sets a password on the server");
+    etcd.require_local("it turns authentication on");
+    redis
+        .require_password(redis_password)
+        .await
+        .expect("CONFIG SET requirepass");
+    etcd.enable_auth(etcd_password).expect("etcd auth");
+    (redis, etcd)
+}
+
 impl RedisServer {
     /// Sets `requirepass` (`CONFIG SET`): from then on clients need `password`.
     pub async fn require_password(&self, password: &str) -> Result<()> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tenure_core::Error;
 use tenure_etcd::{EtcdBackend, EtcdConfig};
 use tenure_integration::cluster_faults::elect_and_resign;
-use tenure_integration::{free_port, EtcdServer, RedisServer, ZooKeeperServer};
+use tenure_integration::{free_port, start_with_passwords, ZooKeeperServer};
 use tenure_redis::{RedisBackend, RedisConfig};
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 
@@ -120,20 +120,8 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
     }
 
     // Real servers: a wrong password is refused, the right one works.
-    let redis_server = RedisServer::start().await.expect("redis");
-    let etcd_server = EtcdServer::start().await.expect("etcd");
+    let (redis_server, etcd_server) = start_with_passwords(REDIS_SECRET, ETCD_SECRET).await;
     let zk_server = ZooKeeperServer::start().await.expect("zookeeper");
-    assert!(
-        !redis_server.is_external() && !etcd_server.is_external(),
-        "this test sets passwords on the servers: unset {} and {}",
-        RedisServer::ENV,
-        EtcdServer::ENV
-    );
-    redis_server
-        .require_password(REDIS_SECRET)
-        .await
-        .expect("CONFIG SET requirepass");
-    etcd_server.enable_auth(ETCD_SECRET).expect("etcd auth");
     let (r, e, z) = (
         redis_server.addr(),
         etcd_server.addr(),
