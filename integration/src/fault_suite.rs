@@ -37,12 +37,32 @@ pub async fn run_shared(
     }
 }
 
+/// [`store_restart`] on `store`, its candidates reaching it by `spec_in` (as in
+/// [`run_shared`]).
+pub async fn run_restart(
+    store: &mut dyn StoreServer,
+    spec_in: &dyn Fn(&str, &str) -> FaultSpec,
+    expect: Restart,
+) {
+    let spec = spec_in(store.endpoint(), &tenure_core::testing::random_prefix());
+    store_restart(&spec, store, expect).await;
+}
+
 /// Stamps a store's tests of the five scenarios every store shares, each named after
 /// its scenario and run on a store of its own: `$start` starts the store (an
 /// expression whose `.await` is a `Result` of a [`StoreServer`]), `$spec_in` is as in
-/// [`run_shared`].
+/// [`run_shared`]. With `restart: expect`, also `store_restart` ([`run_restart`]).
 #[macro_export]
 macro_rules! fault_tests {
+    ($start:expr, $spec_in:expr, restart: $restart:expr) => {
+        $crate::fault_tests!($start, $spec_in);
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn store_restart() {
+            let mut store = $start.await.expect("start the store");
+            $crate::fault_suite::run_restart(&mut store, &$spec_in, $restart).await;
+        }
+    };
     ($start:expr, $spec_in:expr) => {
         $crate::fault_tests!(@each $start, $spec_in, sigkill_of_the_holder sigstop_of_the_holder
             sigstop_of_the_store cut_connection unreachable_store);
@@ -55,6 +75,9 @@ macro_rules! fault_tests {
         }
     )*};
 }
+
+/// The query of 1 s connect and request timeouts, in every backend's URL grammar.
+pub const TIMEOUTS: &str = "connect_timeout=1s&request_timeout=1s";
 
 /// How often a leader's command writes its token to the guarded resource.
 pub const WRITE_EVERY: Duration = Duration::from_millis(100);
@@ -364,8 +387,7 @@ pub enum Restart {
     /// once the store is back someone leads again with a larger token (etcd).
     DownPastTheTtl,
     /// The store comes straight back within the session timeout: the holder keeps its
-    /// seat and no waiter is elected (ZooKeeper: sessions outlive a restart; give the
-    /// spec a TTL well above the restart time).
+    /// seat and no waiter is elected (ZooKeeper: sessions outlive a restart).
     KeepsTheSeat,
     /// The store comes back without its data: the holder learns at its next renewal,
     /// the next grant still has a larger token, the tenures may overlap (the documented
@@ -373,10 +395,18 @@ pub enum Restart {
     LosesItsData,
 }
 
-/// A restart of the store with two candidates, checked as `expect` says. Needs a local
-/// server: with an external one it fails, saying so.
+/// A restart of the store with two candidates, checked as `expect` says (a seat kept
+/// across the restart needs a session that outlives it: [`Restart::KeepsTheSeat`] runs
+/// with a TTL of at least 10 s). Needs a local server: with an external one it fails,
+/// saying so.
 pub async fn store_restart(spec: &FaultSpec, store: &mut dyn StoreServer, expect: Restart) {
     store.require_local("it restarts the server");
+    let longer = spec.clone().with_ttl(spec.ttl.max(Duration::from_secs(10)));
+    let spec = if expect == Restart::KeepsTheSeat {
+        &longer
+    } else {
+        spec
+    };
     let (resource, a, b, first, elected) = two_candidates(spec, "faults/restart").await;
     let holder = [&a, &b][first];
     tokio::time::sleep(Duration::from_millis(600)).await;

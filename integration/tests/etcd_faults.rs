@@ -9,8 +9,7 @@
 
 use std::time::Duration;
 
-use tenure_core::testing::random_prefix;
-use tenure_integration::fault_suite::{self, FaultSpec, Restart};
+use tenure_integration::fault_suite::{self, FaultSpec, Restart, TIMEOUTS};
 use tenure_integration::{EtcdServer, StoreServer};
 
 /// The candidates' session TTL.
@@ -20,21 +19,11 @@ const TTL: Duration = Duration::from_secs(2);
 /// failover within the TTL and one second.
 fn spec_in(endpoint: &str, prefix: &str) -> FaultSpec {
     let host = endpoint.trim_start_matches("http://");
-    FaultSpec::new(
-        format!("etcd://{host}?prefix={prefix}&connect_timeout_ms=1000&request_timeout_ms=1000"),
-        TTL,
-        Duration::from_secs(1),
-    )
+    let url = format!("etcd://{host}?prefix={prefix}&{TIMEOUTS}");
+    FaultSpec::new(url, TTL, Duration::from_secs(1))
 }
 
-tenure_integration::fault_tests!(EtcdServer::start(), spec_in);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_restart_campaigns_resume() {
-    let mut etcd = EtcdServer::start().await.expect("etcd");
-    let spec = spec_in(etcd.endpoint(), &random_prefix());
-    fault_suite::store_restart(&spec, &mut etcd, Restart::DownPastTheTtl).await;
-}
+tenure_integration::fault_tests!(EtcdServer::start(), spec_in, restart: Restart::DownPastTheTtl);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_password_is_unauthorized() {

@@ -10,9 +10,8 @@
 
 use std::time::Duration;
 
-use tenure_core::testing::random_prefix;
 use tenure_core::ErrorKind;
-use tenure_integration::fault_suite::{self, FaultSpec, Restart};
+use tenure_integration::fault_suite::{self, FaultSpec, Restart, TIMEOUTS};
 use tenure_integration::redis_admin::{cmd, connect};
 use tenure_integration::{RedisServer, StoreServer};
 use tenure_redis::RedisBackend;
@@ -23,21 +22,11 @@ const TTL: Duration = Duration::from_secs(2);
 /// How candidates reach Redis at `endpoint`: 1 s timeouts, keys under `prefix`.
 fn spec_in(endpoint: &str, prefix: &str) -> FaultSpec {
     let sep = if endpoint.contains('?') { '&' } else { '?' };
-    FaultSpec::new(
-        format!("{endpoint}{sep}prefix={prefix}&connect_timeout_ms=1000&request_timeout_ms=1000"),
-        TTL,
-        Duration::from_millis(300),
-    )
+    let url = format!("{endpoint}{sep}prefix={prefix}&{TIMEOUTS}");
+    FaultSpec::new(url, TTL, Duration::from_millis(300))
 }
 
-tenure_integration::fault_tests!(RedisServer::start(), spec_in);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_without_persistence_keeps_tokens_increasing() {
-    let mut redis = RedisServer::start().await.expect("redis");
-    let spec = spec_in(redis.endpoint(), &random_prefix());
-    fault_suite::store_restart(&spec, &mut redis, Restart::LosesItsData).await;
-}
+tenure_integration::fault_tests!(RedisServer::start(), spec_in, restart: Restart::LosesItsData);
 
 async fn admin(redis: &RedisServer, args: &[&str]) {
     let mut c = connect(redis.endpoint()).await;

@@ -12,9 +12,8 @@
 
 use std::time::Duration;
 
-use tenure_core::testing::random_prefix;
 use tenure_core::ErrorKind;
-use tenure_integration::fault_suite::{self, FaultSpec, Restart};
+use tenure_integration::fault_suite::{FaultSpec, Restart, TIMEOUTS};
 use tenure_integration::ZooKeeperServer;
 use tenure_zookeeper::ZooKeeperBackend;
 
@@ -26,22 +25,11 @@ const TTL: Duration = Duration::from_secs(2);
 /// timeouts; the server expires sessions in tickTime buckets, so failover may take up to
 /// a second past the TTL.
 fn spec_in(endpoint: &str, chroot: &str) -> FaultSpec {
-    FaultSpec::new(
-        format!("zk://{endpoint}/{chroot}?connect_timeout=1s&request_timeout=1s"),
-        TTL,
-        Duration::from_millis(1500),
-    )
+    let url = format!("zk://{endpoint}/{chroot}?{TIMEOUTS}");
+    FaultSpec::new(url, TTL, Duration::from_millis(1500))
 }
 
-tenure_integration::fault_tests!(ZooKeeperServer::start(), spec_in);
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_within_the_session_timeout_keeps_leadership() {
-    let mut zk = ZooKeeperServer::start().await.expect("zookeeper");
-    // A 10 s session (deadline 6.7 s) outlives a restart of about a second.
-    let spec = spec_in(zk.endpoint(), &random_prefix()).with_ttl(Duration::from_secs(10));
-    fault_suite::store_restart(&spec, &mut zk, Restart::KeepsTheSeat).await;
-}
+tenure_integration::fault_tests!(ZooKeeperServer::start(), spec_in, restart: Restart::KeepsTheSeat);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chroot_the_client_may_not_write_is_unauthorized() {
