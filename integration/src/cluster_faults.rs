@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use tenure_core::testing::random_prefix;
-use tenure_core::{Candidate, DynBackend, ElectionName, Leadership, Session, Timing};
+use tenure_core::{Backend, Candidate, DynBackend, ElectionName, Leadership, Session, Timing};
 
 use crate::{EtcdCluster, Members, Result, ZooKeeperEnsemble};
 
@@ -32,6 +32,14 @@ pub trait StoreCluster: std::ops::DerefMut<Target = Members> + Send + Sync {
     }
 }
 
+/// The backend `url` gave, or a panic naming the URL.
+fn connected<B: Backend + 'static>(url: &str, backend: tenure_core::Result<B>) -> DynBackend {
+    match backend {
+        Ok(b) => Arc::new(b),
+        Err(e) => panic!("connect to {url}: {e}"),
+    }
+}
+
 impl StoreCluster for EtcdCluster {
     /// The members this process is connected to: the scenarios run one client, so
     /// they are the session's (its requests go to one member and move on only when it
@@ -43,10 +51,7 @@ impl StoreCluster for EtcdCluster {
     fn connect(&self) -> BoxFuture<'_, DynBackend> {
         Box::pin(async move {
             let url = format!("etcd://{}", self.hosts());
-            match tenure_etcd::EtcdBackend::from_url(&url).await {
-                Ok(b) => Arc::new(b) as DynBackend,
-                Err(e) => panic!("connect to {url}: {e}"),
-            }
+            connected(&url, tenure_etcd::EtcdBackend::from_url(&url).await)
         })
     }
 
@@ -73,10 +78,10 @@ impl StoreCluster for ZooKeeperEnsemble {
     fn connect(&self) -> BoxFuture<'_, DynBackend> {
         Box::pin(async move {
             let url = format!("zk://{}", self.hosts());
-            match tenure_zookeeper::ZooKeeperBackend::from_url(&url).await {
-                Ok(b) => Arc::new(b) as DynBackend,
-                Err(e) => panic!("connect to {url}: {e}"),
-            }
+            connected(
+                &url,
+                tenure_zookeeper::ZooKeeperBackend::from_url(&url).await,
+            )
         })
     }
 
