@@ -243,7 +243,7 @@ fn zookeeper_launch(
     config: &str,
     main: &str,
 ) -> Result<Launch> {
-    let java = find_java()?;
+    let java = find_java("java (needed by ZooKeeper)")?;
     let classpath = zookeeper_classpath()?;
     let path = root.join("zoo.cfg");
     let text = format!(
@@ -293,7 +293,7 @@ fn require_program(program: &str, what: &'static str, package: &'static str) -> 
     })
 }
 
-fn find_java() -> Result<PathBuf> {
+pub(crate) fn find_java(what: &'static str) -> Result<PathBuf> {
     if let Some(home) = std::env::var_os("JAVA_HOME") {
         let java = Path::new(&home).join("bin/java");
         if is_executable(&java) {
@@ -302,13 +302,31 @@ fn find_java() -> Result<PathBuf> {
     }
     require_program(
         "java",
-        "java (needed by ZooKeeper)",
+        what,
         "the apt package zookeeper, which pulls in a Java runtime",
     )
 }
 
 /// Where Debian puts Java libraries.
-const JAVA_LIB_DIR: &str = "/usr/share/java";
+pub(crate) const JAVA_LIB_DIR: &str = "/usr/share/java";
+
+/// The jar `<prefix><version>.jar` in [`JAVA_LIB_DIR`] with the highest version (one
+/// that starts with a digit), if any.
+pub(crate) fn versioned_jar(prefix: &str) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(JAVA_LIB_DIR)
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix(prefix))
+                .and_then(|rest| rest.strip_suffix(".jar"))
+                .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
 
 /// The class path for a standalone ZooKeeper server: the ZooKeeper jar (whose
 /// manifest names its own dependencies), its jute and slf4j API jars when they
@@ -319,36 +337,19 @@ fn zookeeper_classpath() -> Result<String> {
         let path = dir.join(name);
         path.is_file().then_some(path)
     };
-    let versioned = |prefix: &str| -> Option<PathBuf> {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .ok()?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| {
-                path.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix(prefix))
-                    .and_then(|rest| rest.strip_suffix(".jar"))
-                    .is_some_and(|version| {
-                        version.chars().next().is_some_and(|c| c.is_ascii_digit())
-                    })
-            })
-            .collect();
-        found.sort();
-        found.pop()
-    };
     let server = existing("zookeeper.jar")
-        .or_else(|| versioned("zookeeper-"))
+        .or_else(|| versioned_jar("zookeeper-"))
         .ok_or_else(|| HarnessError::MissingBinary {
             what: "ZooKeeper",
             detail: format!("no zookeeper.jar in {JAVA_LIB_DIR}"),
             package: "the apt package zookeeper",
         })?;
     let mut parts = vec![server];
-    parts.extend(existing("zookeeper-jute.jar").or_else(|| versioned("zookeeper-jute-")));
-    parts.extend(existing("slf4j-api.jar").or_else(|| versioned("slf4j-api-")));
+    parts.extend(existing("zookeeper-jute.jar").or_else(|| versioned_jar("zookeeper-jute-")));
+    parts.extend(existing("slf4j-api.jar").or_else(|| versioned_jar("slf4j-api-")));
     parts.extend(
         existing("slf4j-simple.jar")
-            .or_else(|| versioned("slf4j-simple-"))
+            .or_else(|| versioned_jar("slf4j-simple-"))
             .or_else(|| existing("slf4j-nop.jar")),
     );
     let joined: Vec<String> = parts.iter().map(|p| p.display().to_string()).collect();
