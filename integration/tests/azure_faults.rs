@@ -34,6 +34,11 @@ fn container() -> String {
     random_prefix().to_ascii_lowercase()
 }
 
+/// The development account on `azurite`, in a container of its own, without a key.
+fn account(azurite: &AzuriteServer) -> AzureConfig {
+    AzureConfig::new(AzuriteServer::ACCOUNT, container()).endpoint(azurite.endpoint())
+}
+
 /// How candidates reach Azurite at `endpoint` with the account `key`, in `container`:
 /// credentials through the environment, leases of 15 s (so the holder is stopped for
 /// the lease and 3 s more), waiters polling every 100 ms.
@@ -69,17 +74,14 @@ tenure_integration::fault_tests!(AzuriteServer::start(), spec_in);
 async fn wrong_key_is_unauthorized_and_never_shown() {
     let azurite = AzuriteServer::start().await.expect("azurite");
     let wrong = "d3Jvbmcta2V5LVMzQ1JFVC1ub3QtdGhlLWRldi1rZXk="; // base64, not the dev key
-    let config = AzureConfig::new(AzuriteServer::ACCOUNT, container())
-        .endpoint(azurite.endpoint())
-        .shared_key(wrong);
+    let config = account(&azurite).shared_key(wrong);
     let text = format!("{config:?} {config}");
     assert!(!text.contains(wrong), "{text}");
     let err = AzureBackend::connect(config).await.expect_err("wrong key");
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
     assert!(!format!("{err} {err:?}").contains(wrong), "{err}");
     // A SAS Azurite cannot verify is refused the same way, and not repeated.
-    let config = AzureConfig::new(AzuriteServer::ACCOUNT, container())
-        .endpoint(azurite.endpoint())
+    let config = account(&azurite)
         .sas("sv=2025-11-05&ss=b&srt=sco&sp=rwdlc&se=2099-01-01T00:00:00Z&sig=UzNDUkVUc2ln");
     let err = AzureBackend::connect(config).await.expect_err("bad sas");
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
@@ -196,16 +198,14 @@ async fn secrets_never_reach_tracing() {
     let azurite = AzuriteServer::start().await.expect("azurite");
     let (captured, _guard) = Captured::install_default();
     let wrong = "d3Jvbmcta2V5LVMzQ1JFVC1ub3QtdGhlLWRldi1rZXk=";
-    let err = AzureConfig::new(AzuriteServer::ACCOUNT, container())
-        .endpoint(azurite.endpoint())
+    let err = account(&azurite)
         .shared_key(wrong)
         .connect()
         .await
         .expect_err("wrong key");
     tracing::error!(error = %err, debug = ?err, "connect failed");
     let sas = "sv=2025-11-05&sp=rwdlc&se=2099-01-01T00:00:00Z&sig=U0lHTkFUVVJFLVMzQ1JFVA";
-    let _ = AzureConfig::new(AzuriteServer::ACCOUNT, container())
-        .endpoint(azurite.endpoint())
+    let _ = account(&azurite)
         .sas(sas)
         .connect()
         .await
