@@ -198,22 +198,20 @@ impl FromStr for ChaosBackend {
     type Err = HarnessError;
 
     fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "etcd" => Ok(ChaosBackend::Etcd),
-            "redis" => Ok(ChaosBackend::Redis),
-            "zookeeper" | "zk" => Ok(ChaosBackend::ZooKeeper),
-            "peer" => Ok(ChaosBackend::Peer),
-            "azure" | "azblob" => Ok(ChaosBackend::Azure),
-            "etcd-cluster" => Ok(ChaosBackend::EtcdCluster),
-            "zookeeper-ensemble" | "zk-ensemble" => Ok(ChaosBackend::ZooKeeperEnsemble),
-            "redis-sentinel" => Ok(ChaosBackend::RedisSentinel),
-            other => Err(HarnessError::Chaos {
-                reason: format!(
-                    "unknown backend {other:?} (known: etcd, redis, zookeeper, peer, azure, \
-                     etcd-cluster, zookeeper-ensemble, redis-sentinel)"
-                ),
-            }),
-        }
+        let given = s.trim().to_ascii_lowercase();
+        let name = match given.as_str() {
+            "zk" => "zookeeper",
+            "azblob" => "azure",
+            "zk-ensemble" => "zookeeper-ensemble",
+            other => other,
+        };
+        let every = || Self::ALL.into_iter().chain(Self::CLUSTERS);
+        every().find(|b| b.name() == name).ok_or_else(|| {
+            let known: Vec<&str> = every().map(Self::name).collect();
+            HarnessError::Chaos {
+                reason: format!("unknown backend {given:?} (known: {})", known.join(", ")),
+            }
+        })
     }
 }
 
