@@ -97,3 +97,4 @@ pub use server::{
     start_with_passwords, workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members,
     RedisSentinels, RedisServer, StoreServer, ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
 };
+pub use shared::run_prefix;

@@ -1,10 +1,25 @@
 //! A plain Redis client for tests that set things up on the server or look at it:
-//! one connection, commands as string slices, and the server's counters.
+//! one connection, commands as string slices, and the server's counters; and the
+//! backend those tests measure.
 
 use std::collections::HashMap;
 
 use redis::aio::MultiplexedConnection;
 use redis::FromRedisValue;
+use tenure_redis::RedisBackend;
+
+/// The backend on `endpoint` with keys under [`run_prefix`](crate::run_prefix), a 1 s
+/// connect and a 500 ms request timeout, and the query pairs `extra` (`&k=v…`).
+pub async fn backend(endpoint: &str, extra: &str) -> RedisBackend {
+    let sep = if endpoint.contains('?') { '&' } else { '?' };
+    let prefix = crate::run_prefix();
+    let timeouts = "connect_timeout_ms=1000&request_timeout_ms=500";
+    let url = format!("{endpoint}{sep}prefix={prefix}&{timeouts}{extra}");
+    match RedisBackend::from_url(&url).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to {endpoint}: {e}"),
+    }
+}
 
 /// A connection to the Redis at `endpoint` (a `redis://` URL).
 pub async fn connect(endpoint: &str) -> MultiplexedConnection {

@@ -9,17 +9,12 @@ use std::time::{Duration, Instant};
 use tenure_core::{Backend, ErrorKind};
 use tenure_etcd::EtcdBackend;
 use tenure_integration::membership::{member, name, open, until, until_where};
-use tenure_integration::EtcdServer;
-
-fn prefix() -> &'static str {
-    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PREFIX.get_or_init(tenure_core::testing::random_prefix)
-}
+use tenure_integration::{run_prefix, EtcdServer};
 
 async fn backend(addr: std::net::SocketAddr) -> EtcdBackend {
     let url = format!(
         "etcd://{addr}?prefix={}&connect_timeout_ms=1000&request_timeout_ms=1000",
-        prefix()
+        run_prefix()
     );
     match EtcdBackend::from_url(&url).await {
         Ok(b) => b,

@@ -13,36 +13,14 @@ use tenure_core::{
     Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, Session, Timing,
 };
 use tenure_integration::redis_admin::{
-    cmd, command_calls, connect, connections_received, reset_stats,
+    backend, cmd, command_calls, connect, connections_received, reset_stats,
 };
-use tenure_integration::{RedisServer, StoreServer, TcpProxy};
+use tenure_integration::{run_prefix, RedisServer, StoreServer, TcpProxy};
 use tenure_redis::RedisBackend;
 
 #[path = "support/capture.rs"]
 mod capture;
 use capture::Captured;
-
-/// The key prefix of this test binary's run: fresh, so runs against an external server
-/// (`TENURE_TEST_REDIS`) do not meet each other's keys.
-fn prefix() -> &'static str {
-    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PREFIX.get_or_init(tenure_core::testing::random_prefix)
-}
-
-fn url(endpoint: &str, extra: &str) -> String {
-    let sep = if endpoint.contains('?') { '&' } else { '?' };
-    format!(
-        "{endpoint}{sep}prefix={}&connect_timeout_ms=1000&request_timeout_ms=500{extra}",
-        prefix()
-    )
-}
-
-async fn backend(endpoint: &str, extra: &str) -> RedisBackend {
-    match RedisBackend::from_url(&url(endpoint, extra)).await {
-        Ok(b) => b,
-        Err(e) => panic!("connect to {endpoint}: {e}"),
-    }
-}
 
 fn timing(ttl: Duration) -> Timing {
     let mut t = Timing::from_ttl(ttl);
@@ -186,7 +164,7 @@ async fn tokens_continue_above_a_lost_or_lagging_counter() {
     let t = timing(Duration::from_secs(10));
     let s = session(&b, &t).await;
     let e = name("reborn");
-    let counter = format!("{}:token:reborn", prefix());
+    let counter = format!("{}:token:reborn", run_prefix());
     let mut last = 0u64;
     for round in 0..4 {
         let l = s.campaign(&e, &cand("a")).await.expect("campaign");
@@ -270,7 +248,7 @@ async fn waiters_and_observers_converge_when_no_message_comes() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The seat disappears without a message (as when a message is lost).
     let removed = Instant::now();
-    cmd::<()>(&mut raw, &["DEL", &format!("{}:seat:silent", prefix())]).await;
+    cmd::<()>(&mut raw, &["DEL", &format!("{}:seat:silent", run_prefix())]).await;
     let (granted, _sb) = wait_grant(
         waiter,
         Duration::from_secs(2),
@@ -405,7 +383,7 @@ async fn a_queued_session_that_stopped_waiting_is_skipped() {
     let waiter = spawn_b(sb, &e);
     tokio::time::sleep(Duration::from_millis(100)).await;
     // A live session first in line that no longer waits (its withdrawal was lost).
-    let queue = format!("{}:queue:ghost", prefix());
+    let queue = format!("{}:queue:ghost", run_prefix());
     cmd::<()>(&mut raw, &["ZADD", &queue, "0", &ghost.id()]).await;
     let t0 = tokio::time::Instant::now();
     a.resign().await.expect("resign");

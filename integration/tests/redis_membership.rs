@@ -11,35 +11,14 @@ use std::time::{Duration, Instant};
 
 use tenure_core::{Backend, Candidate, ErrorKind};
 use tenure_integration::membership::{member, name, open, pairs, until};
-use tenure_integration::redis_admin::{cmd, command_calls, connect, reset_stats};
-use tenure_integration::{RedisServer, StoreServer};
-use tenure_redis::RedisBackend;
-
-fn prefix() -> &'static str {
-    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PREFIX.get_or_init(tenure_core::testing::random_prefix)
-}
-
-fn url(endpoint: &str) -> String {
-    let sep = if endpoint.contains('?') { '&' } else { '?' };
-    format!(
-        "{endpoint}{sep}prefix={}&connect_timeout_ms=1000&request_timeout_ms=500&poll_interval_ms=1000",
-        prefix()
-    )
-}
-
-async fn backend(endpoint: &str) -> RedisBackend {
-    match RedisBackend::from_url(&url(endpoint)).await {
-        Ok(b) => b,
-        Err(e) => panic!("connect to {endpoint}: {e}"),
-    }
-}
+use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats};
+use tenure_integration::{run_prefix, RedisServer, StoreServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
     let server = RedisServer::start().await.expect("redis");
     server.require_local("it counts the server's commands");
-    let b = backend(server.endpoint()).await;
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
     let ttl = Duration::from_secs(1);
     let s = open(&b, ttl).await;
     let e = name("renew/held");
@@ -100,7 +79,7 @@ async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
 async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
     let server = RedisServer::start().await.expect("redis");
     server.require_local("it counts the server's commands");
-    let b = backend(server.endpoint()).await;
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
     let ttl = Duration::from_secs(1);
     let ns = name("crash/ns");
     let alive = open(&b, ttl).await;
@@ -159,7 +138,7 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ended_session_loses_its_members_at_once_and_cannot_register() {
     let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint()).await;
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
     let ns = name("ended/ns");
     let s = open(&b, Duration::from_secs(30)).await;
     s.register_member(&ns, &member("m", "1"))
@@ -190,9 +169,9 @@ async fn an_ended_session_loses_its_members_at_once_and_cannot_register() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_and_dead_entries_are_not_members() {
     let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint()).await;
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
     let ns = name("foreign/ns");
-    let hash = format!("{}:members:foreign/ns", prefix());
+    let hash = format!("{}:members:foreign/ns", run_prefix());
     let mut c = connect(server.endpoint()).await;
     let dead = "00000000000000000000000000000000\nvalue";
     cmd::<()>(
