@@ -91,6 +91,26 @@ pub(crate) async fn renewal_samples(
     Ok(samples)
 }
 
+/// Closes `session` (which held `n` elections) and makes the figure of its renewal
+/// `samples`, with `note`.
+pub(crate) async fn renewal_figure(
+    session: Arc<dyn BackendSession>,
+    n: usize,
+    note: String,
+    samples: Vec<Duration>,
+) -> Result<Figure, String> {
+    session
+        .close()
+        .await
+        .map_err(|e| format!("close session: {e}"))?;
+    let name = format!("renewal of a session holding {n} election(s)");
+    Ok(Figure {
+        name,
+        note,
+        samples,
+    })
+}
+
 /// Measure etcd: on `endpoint` (`host:port`) if given, else on a local etcd started by
 /// the harness (or the one in `TENURE_TEST_ETCD`), stopped afterwards.
 pub async fn bench_etcd(

@@ -11,8 +11,8 @@ use tenure_core::{Candidate, Session};
 use tokio::time::Instant;
 
 use crate::bench::{
-    bench_backend, given_or_local, names, renewal_samples, session_holding, BenchOptions,
-    BenchTable, Figure,
+    bench_backend, given_or_local, names, renewal_figure, renewal_samples, session_holding,
+    BenchOptions, BenchTable, Figure,
 };
 use crate::AzuriteServer;
 
@@ -81,17 +81,9 @@ async fn measure_renewal(
     let before = backend.requests();
     let samples = renewal_samples(&session, RENEWALS).await?;
     let per_renewal = (backend.requests() - before) as f64 / RENEWALS as f64;
-    session
-        .close()
-        .await
-        .map_err(|e| format!("close session: {e}"))?;
-    Ok(Figure {
-        name: format!("renewal of a session holding {n} election(s)"),
-        note: format!(
-            "{per_renewal:.0} requests per renewal (one per held lease, up to 32 at once)"
-        ),
-        samples,
-    })
+    let note =
+        format!("{per_renewal:.0} requests per renewal (one per held lease, up to 32 at once)");
+    renewal_figure(session, n, note, samples).await
 }
 
 /// A session (renewed by the core) holding `n` elections for several renew intervals:

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tenure_redis::RedisBackend;
 
 use crate::bench::{
-    bench_backend, given_or_local, renewal_samples, session_holding, BenchOptions, BenchTable,
-    Figure,
+    bench_backend, given_or_local, renewal_figure, renewal_samples, session_holding, BenchOptions,
+    BenchTable, Figure,
 };
 use crate::RedisServer;
 
@@ -87,18 +87,11 @@ async fn measure_renewal(
         .map_err(|e| format!("CONFIG RESETSTAT: {e}"))?;
     let samples = renewal_samples(&session, RENEWALS).await?;
     let (calls, usec) = script_calls(stats).await?;
-    session
-        .close()
-        .await
-        .map_err(|e| format!("close session: {e}"))?;
-    Ok(Figure {
-        name: format!("renewal of a session holding {n} election(s)"),
-        note: format!(
-            "{:.2} round trips (script calls) per renewal, {usec:.0} µs of server time each",
-            calls as f64 / RENEWALS as f64
-        ),
-        samples,
-    })
+    let per = calls as f64 / RENEWALS as f64;
+    let note = format!(
+        "{per:.2} round trips (script calls) per renewal, {usec:.0} µs of server time each"
+    );
+    renewal_figure(session, n, note, samples).await
 }
 
 /// `EVALSHA` calls and microseconds per call since the last `CONFIG RESETSTAT`.
