@@ -695,15 +695,15 @@ impl ServerCore {
     }
 
     pub(crate) fn pause(&self) -> Result<()> {
-        let local = self.local_ref()?;
-        let pid = local.pid(self.kind)?;
-        stop_process(pid, self.kind.name())
+        stop_process(self.local_ref()?.pid(self.kind)?, self.kind.name())
     }
 
     pub(crate) fn resume(&self) -> Result<()> {
-        let local = self.local_ref()?;
-        let pid = local.pid(self.kind)?;
-        send_signal(pid, libc::SIGCONT, self.kind.name())
+        send_signal(
+            self.local_ref()?.pid(self.kind)?,
+            libc::SIGCONT,
+            self.kind.name(),
+        )
     }
 
     pub(crate) async fn kill(&mut self) -> Result<()> {
