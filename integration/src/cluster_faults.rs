@@ -178,6 +178,11 @@ pub async fn elect_and_resign(backend: DynBackend, ttl: Duration, what: &str) {
     let s = session(backend, ttl).await;
     let l = lead(&s, what).await;
     assert!(l.is_leader(), "{what}: not leader after the grant");
+    resign_and_close(l, s).await;
+}
+
+/// Resigns `l` and closes its session `s`.
+pub async fn resign_and_close(l: Leadership, s: Session) {
     l.resign().await.expect("resign");
     s.close().await.expect("close");
 }
@@ -227,8 +232,7 @@ pub async fn pausing_each_member(cluster: &dyn StoreCluster) {
         )
         .await;
     }
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// The member the session talks to (for etcd, the one serving its lease keep-alives)
@@ -255,8 +259,7 @@ pub async fn pausing_the_member_in_use(cluster: &dyn StoreCluster) {
     eprintln!("while member {member} is paused the session talks to {moved:?}");
     cluster.resume(member).expect("resume");
     hold_through(&l, Duration::from_secs(2), "the member in use resumed").await;
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// The store's own leader paused past the TTL, then resumed.
@@ -268,8 +271,7 @@ pub async fn pausing_the_store_leader(cluster: &dyn StoreCluster) {
     hold_through(&l, Duration::from_secs(8), "store leader paused for 8 s").await;
     cluster.resume(leader).expect("resume");
     hold_through(&l, Duration::from_secs(4), "store leader resumed").await;
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// The store's own leader killed (SIGKILL), down past the TTL, then restarted.
@@ -282,8 +284,7 @@ pub async fn killing_the_store_leader(cluster: &mut dyn StoreCluster) {
     hold_through(&l, TTL + Duration::from_secs(2), "store leader killed").await;
     cluster.restart(leader).await.expect("restart");
     hold_through(&l, Duration::from_secs(3), "store leader back").await;
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// A rolling restart: one member at a time, each down for 2 s, the next only once
@@ -298,8 +299,7 @@ pub async fn a_rolling_restart(cluster: &mut dyn StoreCluster) {
         leader_of(cluster).await;
         hold_through(&l, Duration::from_secs(1), &format!("member {member} back")).await;
     }
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// Two of three members stopped past the TTL: no renewal can be confirmed, so the
@@ -335,6 +335,5 @@ pub async fn losing_quorum(cluster: &dyn StoreCluster) {
     .expect("campaign");
     assert!(again.token() > l.token(), "a new grant has a larger token");
     eprintln!("elected again {:?} after quorum returned", back.elapsed());
-    again.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(again, s).await;
 }
