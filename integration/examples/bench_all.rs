@@ -1,6 +1,6 @@
 //! `tenure bench` on local servers: starts etcd, Redis, ZooKeeper and Azurite with the
 //! harness (or uses the ones named by `TENURE_TEST_*`), then runs the `tenure` binary
-//! (built with cargo in this example's profile) as `tenure bench --etcd … --redis … --zk
+//! (`TENURE_BIN`, else built with cargo in this example's profile) as `tenure bench --etcd … --redis … --zk
 //! … --azure …`, which measures them and the in-memory backend, prints the Markdown
 //! table and writes the SVG chart. `scripts/bench.sh` runs this.
 //!
@@ -13,12 +13,8 @@
 
 use std::process::{Command, Stdio};
 
-use tenure_integration::cli_faults::build_tenure_cli;
+use tenure_integration::cli_faults::tenure_bin;
 use tenure_integration::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
-
-/// Azurite's well-known development account key (public; not a secret).
-const AZURITE_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
 struct Flags {
     runs: usize,
@@ -63,7 +59,7 @@ fn main() {
         && std::env::var_os("AZURE_STORAGE_CONNECTION_STRING").is_none()
     {
         // Before any other thread exists.
-        std::env::set_var("AZURE_STORAGE_KEY", AZURITE_KEY);
+        std::env::set_var("AZURE_STORAGE_KEY", AzuriteServer::ACCOUNT_KEY);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -77,10 +73,7 @@ fn main() {
 
 async fn run(f: Flags) {
     let say = |s: &str| eprintln!("bench_all: {s}");
-    let tenure = match build_tenure() {
-        Ok(b) => b,
-        Err(e) => fail(&format!("building the tenure CLI: {e}")),
-    };
+    let tenure = tenure_bin();
     let mut bench = Command::new(&tenure);
     bench.arg("bench");
     for name in ["ETCD", "REDIS", "ZK", "AZURE"] {
@@ -90,44 +83,52 @@ async fn run(f: Flags) {
     let mut missing = Vec::new();
     say("starting etcd, Redis, ZooKeeper and Azurite");
     let etcd = EtcdServer::start().await;
-    match &etcd {
-        Ok(s) => {
-            bench.arg("--etcd");
-            bench.arg(format!("etcd://{}?prefix=tenure-bench", s.addr()));
-        }
-        Err(e) => missing.push(("etcd", format!("etcd could not be started: {e}"))),
-    }
     let redis = RedisServer::start().await;
-    match &redis {
-        Ok(s) => {
-            bench.args(["--redis", s.endpoint()]);
-        }
-        Err(e) => missing.push(("redis", format!("Redis could not be started: {e}"))),
-    }
     let zk = ZooKeeperServer::start().await;
-    match &zk {
-        Ok(s) => {
-            bench.arg("--zk");
-            bench.arg(format!("zk://{}/tenure-bench", s.endpoint()));
-        }
-        Err(e) => missing.push(("zookeeper", format!("ZooKeeper could not be started: {e}"))),
-    }
     let azurite = if f.azure {
         Some(AzuriteServer::start().await)
     } else {
         None
     };
-    match &azurite {
-        Some(Ok(s)) => {
-            bench.arg("--azure");
-            bench.arg(format!(
-                "azblob://devstoreaccount1/bench-{}?endpoint={}&poll_interval_ms=100",
-                std::process::id(),
-                s.endpoint()
-            ));
+    let azure_url = |s: &AzuriteServer| {
+        let id = std::process::id();
+        format!(
+            "azblob://devstoreaccount1/bench-{id}?endpoint={}&poll_interval_ms=100",
+            s.endpoint()
+        )
+    };
+    let servers = [
+        (
+            "etcd",
+            "etcd",
+            etcd.as_ref()
+                .map(|s| format!("etcd://{}?prefix=tenure-bench", s.addr())),
+        ),
+        (
+            "redis",
+            "Redis",
+            redis.as_ref().map(|s| s.endpoint().to_string()),
+        ),
+        (
+            "zk",
+            "ZooKeeper",
+            zk.as_ref()
+                .map(|s| format!("zk://{}/tenure-bench", s.endpoint())),
+        ),
+    ];
+    let azure = azurite
+        .as_ref()
+        .map(|a| ("azure", "Azurite", a.as_ref().map(azure_url)));
+    for (flag, what, url) in servers.into_iter().chain(azure) {
+        match url {
+            Ok(url) => {
+                bench.args([format!("--{flag}"), url]);
+            }
+            Err(e) => {
+                let name = if flag == "zk" { "zookeeper" } else { flag };
+                missing.push((name, format!("{what} could not be started: {e}")));
+            }
         }
-        Some(Err(e)) => missing.push(("azure", format!("Azurite could not be started: {e}"))),
-        None => {}
     }
     bench
         .args(["--runs", &f.runs.to_string()])
@@ -155,17 +156,6 @@ async fn run(f: Flags) {
     if !out.status.success() {
         fail(&format!("tenure bench failed: {}", out.status));
     }
-}
-
-/// The `tenure` binary of this example's profile (`<target>/<profile>/examples/bench_all`
-/// → `<target>/<profile>/tenure`), built with cargo.
-fn build_tenure() -> Result<std::path::PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let profile_dir = exe
-        .parent()
-        .and_then(|examples| examples.parent())
-        .ok_or("cannot locate the target directory")?;
-    build_tenure_cli(profile_dir)
 }
 
 fn number(arg: &str, value: &str) -> f64 {

@@ -9,6 +9,10 @@
 //! same.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tenure_core::backend::{BackendSession, SessionEvents};
+use tenure_core::{Backend, Candidate, ElectionName};
 
 #[path = "../../crates/tenure-cli/src/bench.rs"]
 mod measure;
@@ -36,6 +40,75 @@ pub(crate) async fn given_or_local<S>(
             Ok((Some(server), e))
         }
     }
+}
+
+/// `n` election names `<prefix>/<what>-<n>/<i>`.
+pub(crate) fn names(prefix: &str, what: &str, n: usize) -> Result<Vec<ElectionName>, String> {
+    (0..n)
+        .map(|i| ElectionName::new(format!("{prefix}/{what}-{n}/{i:05}")))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())
+}
+
+/// A backend session with `ttl` (renewed by nothing but the caller) holding `n`
+/// elections, campaigned for `batch` at once.
+pub(crate) async fn session_holding(
+    backend: &dyn Backend,
+    ttl: Duration,
+    prefix: &str,
+    n: usize,
+    batch: usize,
+) -> Result<Arc<dyn BackendSession>, String> {
+    let (events, _) = SessionEvents::channel();
+    let session = backend
+        .open_session(ttl, events)
+        .await
+        .map_err(|e| format!("open session: {e}"))?;
+    let me = Candidate::new("renewer").map_err(|e| e.to_string())?;
+    for chunk in names(prefix, "renew", n)?.chunks(batch) {
+        let grants = futures::future::join_all(chunk.iter().map(|e| session.campaign(e, &me)));
+        for g in grants.await {
+            g.map_err(|e| format!("campaign: {e}"))?;
+        }
+    }
+    Ok(session)
+}
+
+/// The latencies of `renewals` renewals (`keep_alive`) of `session`.
+pub(crate) async fn renewal_samples(
+    session: &Arc<dyn BackendSession>,
+    renewals: usize,
+) -> Result<Vec<Duration>, String> {
+    let mut samples = Vec::with_capacity(renewals);
+    for _ in 0..renewals {
+        let t0 = Instant::now();
+        session
+            .keep_alive()
+            .await
+            .map_err(|e| format!("renewal: {e}"))?;
+        samples.push(t0.elapsed());
+    }
+    Ok(samples)
+}
+
+/// Closes `session` (which held `n` elections) and makes the figure of its renewal
+/// `samples`, with `note`.
+pub(crate) async fn renewal_figure(
+    session: Arc<dyn BackendSession>,
+    n: usize,
+    note: String,
+    samples: Vec<Duration>,
+) -> Result<Figure, String> {
+    session
+        .close()
+        .await
+        .map_err(|e| format!("close session: {e}"))?;
+    let name = format!("renewal of a session holding {n} election(s)");
+    Ok(Figure {
+        name,
+        note,
+        samples,
+    })
 }
 
 /// Measure etcd: on `endpoint` (`host:port`) if given, else on a local etcd started by

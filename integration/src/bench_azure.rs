@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_azure::{AzureBackend, AzureConfig};
-use tenure_core::backend::{BackendSession, SessionEvents};
-use tenure_core::{Backend, Candidate, ElectionName, Session};
+use tenure_core::{Candidate, Session};
 use tokio::time::Instant;
 
-use crate::bench::{bench_backend, given_or_local, BenchOptions, BenchTable, Figure};
+use crate::bench::{
+    bench_backend, given_or_local, names, renewal_figure, renewal_samples, session_holding,
+    BenchOptions, BenchTable, Figure,
+};
 use crate::AzuriteServer;
 
 /// Held-election counts for the renewal figures.
@@ -68,13 +70,6 @@ pub async fn bench_azure(
     Ok(table)
 }
 
-fn names(prefix: &str, what: &str, n: usize) -> Result<Vec<ElectionName>, String> {
-    (0..n)
-        .map(|i| ElectionName::new(format!("{prefix}/{what}-{n}/{i:05}")))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())
-}
-
 /// One renewal (`keep_alive`) of a backend session holding `n` elections: latency
 /// samples, and requests per renewal.
 async fn measure_renewal(
@@ -82,41 +77,13 @@ async fn measure_renewal(
     n: usize,
     options: &BenchOptions,
 ) -> Result<Figure, String> {
-    let (events, _rx) = SessionEvents::channel();
-    let session: Arc<dyn BackendSession> = backend
-        .open_session(options.timing.ttl, events)
-        .await
-        .map_err(|e| format!("open session: {e}"))?;
-    let me = Candidate::new("renewer").map_err(|e| e.to_string())?;
-    let elections = names(&options.prefix, "renew", n)?;
-    for batch in elections.chunks(16) {
-        let grants = futures::future::join_all(batch.iter().map(|e| session.campaign(e, &me)));
-        for g in grants.await {
-            g.map_err(|e| format!("campaign: {e}"))?;
-        }
-    }
+    let session = session_holding(backend, options.timing.ttl, &options.prefix, n, 16).await?;
     let before = backend.requests();
-    let mut samples = Vec::with_capacity(RENEWALS);
-    for _ in 0..RENEWALS {
-        let t0 = Instant::now();
-        session
-            .keep_alive()
-            .await
-            .map_err(|e| format!("renewal: {e}"))?;
-        samples.push(t0.elapsed());
-    }
+    let samples = renewal_samples(&session, RENEWALS).await?;
     let per_renewal = (backend.requests() - before) as f64 / RENEWALS as f64;
-    session
-        .close()
-        .await
-        .map_err(|e| format!("close session: {e}"))?;
-    Ok(Figure {
-        name: format!("renewal of a session holding {n} election(s)"),
-        note: format!(
-            "{per_renewal:.0} requests per renewal (one per held lease, up to 32 at once)"
-        ),
-        samples,
-    })
+    let note =
+        format!("{per_renewal:.0} requests per renewal (one per held lease, up to 32 at once)");
+    renewal_figure(session, n, note, samples).await
 }
 
 /// A session (renewed by the core) holding `n` elections for several renew intervals:

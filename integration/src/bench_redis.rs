@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::backend::{BackendSession, SessionEvents};
-use tenure_core::{Candidate, ElectionName};
 use tenure_redis::RedisBackend;
-use tokio::time::Instant;
 
-use crate::bench::{bench_backend, given_or_local, BenchOptions, BenchTable, Figure};
+use crate::bench::{
+    bench_backend, given_or_local, renewal_figure, renewal_samples, session_holding, BenchOptions,
+    BenchTable, Figure,
+};
 use crate::RedisServer;
 
 /// Held-election counts for the renewal figures.
@@ -78,51 +78,20 @@ async fn measure_renewal(
     n: usize,
     options: &BenchOptions,
 ) -> Result<Figure, String> {
-    use tenure_core::Backend;
-    let (events, _rx) = SessionEvents::channel();
-    // The backend session itself, so that nothing renews it but this measurement.
-    let session: Arc<dyn BackendSession> = backend
-        .open_session(options.timing.ttl.max(Duration::from_secs(60)), events)
-        .await
-        .map_err(|e| format!("open session: {e}"))?;
-    let me = Candidate::new("renewer").map_err(|e| e.to_string())?;
-    let names: Vec<ElectionName> = (0..n)
-        .map(|i| ElectionName::new(format!("{}/renew-{n}/{i:05}", options.prefix)))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    for batch in names.chunks(CAMPAIGN_BATCH) {
-        let grants = futures::future::join_all(batch.iter().map(|e| session.campaign(e, &me)));
-        for g in grants.await {
-            g.map_err(|e| format!("campaign: {e}"))?;
-        }
-    }
+    let ttl = options.timing.ttl.max(Duration::from_secs(60));
+    let session = session_holding(backend, ttl, &options.prefix, n, CAMPAIGN_BATCH).await?;
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query_async(stats)
         .await
         .map_err(|e| format!("CONFIG RESETSTAT: {e}"))?;
-    let mut samples = Vec::with_capacity(RENEWALS);
-    for _ in 0..RENEWALS {
-        let t0 = Instant::now();
-        session
-            .keep_alive()
-            .await
-            .map_err(|e| format!("renewal: {e}"))?;
-        samples.push(t0.elapsed());
-    }
+    let samples = renewal_samples(&session, RENEWALS).await?;
     let (calls, usec) = script_calls(stats).await?;
-    session
-        .close()
-        .await
-        .map_err(|e| format!("close session: {e}"))?;
-    Ok(Figure {
-        name: format!("renewal of a session holding {n} election(s)"),
-        note: format!(
-            "{:.2} round trips (script calls) per renewal, {usec:.0} µs of server time each",
-            calls as f64 / RENEWALS as f64
-        ),
-        samples,
-    })
+    let per = calls as f64 / RENEWALS as f64;
+    let note = format!(
+        "{per:.2} round trips (script calls) per renewal, {usec:.0} µs of server time each"
+    );
+    renewal_figure(session, n, note, samples).await
 }
 
 /// `EVALSHA` calls and microseconds per call since the last `CONFIG RESETSTAT`.

@@ -231,6 +231,21 @@ impl CandidateProcess {
         self.shared.lock().events.clone()
     }
 
+    /// Whether it leads now: its last `elected` is not followed by `lost`, `resigned`,
+    /// `killed` or `exited`.
+    pub fn leads(&self) -> bool {
+        let ends = [
+            Event::ELECTED,
+            Event::LOST,
+            Event::RESIGNED,
+            Event::KILLED,
+            Event::EXITED,
+        ];
+        let events = self.events();
+        let last = events.iter().rev().find(|e| ends.iter().any(|k| e.is(k)));
+        last.is_some_and(|e| e.is(Event::ELECTED))
+    }
+
     /// Stdout lines that were not events.
     pub fn other_stdout(&self) -> Vec<String> {
         self.shared.lock().other_stdout.clone()

@@ -198,22 +198,20 @@ impl FromStr for ChaosBackend {
     type Err = HarnessError;
 
     fn from_str(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "etcd" => Ok(ChaosBackend::Etcd),
-            "redis" => Ok(ChaosBackend::Redis),
-            "zookeeper" | "zk" => Ok(ChaosBackend::ZooKeeper),
-            "peer" => Ok(ChaosBackend::Peer),
-            "azure" | "azblob" => Ok(ChaosBackend::Azure),
-            "etcd-cluster" => Ok(ChaosBackend::EtcdCluster),
-            "zookeeper-ensemble" | "zk-ensemble" => Ok(ChaosBackend::ZooKeeperEnsemble),
-            "redis-sentinel" => Ok(ChaosBackend::RedisSentinel),
-            other => Err(HarnessError::Chaos {
-                reason: format!(
-                    "unknown backend {other:?} (known: etcd, redis, zookeeper, peer, azure, \
-                     etcd-cluster, zookeeper-ensemble, redis-sentinel)"
-                ),
-            }),
-        }
+        let given = s.trim().to_ascii_lowercase();
+        let name = match given.as_str() {
+            "zk" => "zookeeper",
+            "azblob" => "azure",
+            "zk-ensemble" => "zookeeper-ensemble",
+            other => other,
+        };
+        let every = || Self::ALL.into_iter().chain(Self::CLUSTERS);
+        every().find(|b| b.name() == name).ok_or_else(|| {
+            let known: Vec<&str> = every().map(Self::name).collect();
+            HarnessError::Chaos {
+                reason: format!("unknown backend {given:?} (known: {})", known.join(", ")),
+            }
+        })
     }
 }
 
@@ -878,19 +876,7 @@ impl Run {
 
     /// The slot whose candidate holds the seat now, if any.
     fn holder(&self) -> Option<usize> {
-        self.slots.iter().position(|c| {
-            c.events()
-                .iter()
-                .rev()
-                .find(|e| {
-                    e.is(Event::ELECTED)
-                        || e.is(Event::LOST)
-                        || e.is(Event::RESIGNED)
-                        || e.is(Event::KILLED)
-                        || e.is(Event::EXITED)
-                })
-                .is_some_and(|e| e.is(Event::ELECTED))
-        })
+        self.slots.iter().position(CandidateProcess::leads)
     }
 
     /// The holder, or a random slot when nobody holds the seat.
@@ -1181,6 +1167,18 @@ impl Run {
             superseded_writes_before_successor: superseded,
         }
     }
+}
+
+/// Stamps one test per `name => backend` (a [`ChaosBackend`] variant), each calling
+/// `$run(backend)`, an `async fn` of the test file (usually an [`assert_bounded_run`]).
+#[macro_export]
+macro_rules! chaos_tests {
+    ($run:path: $($name:ident => $backend:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            $run($crate::ChaosBackend::$backend).await;
+        }
+    )*};
 }
 
 /// A bounded run as the test suites make one, and its checks: `duration` of faults,

@@ -93,34 +93,6 @@ pub fn campaign_args(
     .collect()
 }
 
-/// Start `tenure campaign` for `id` in `election` on `backend_url` with session TTL
-/// `ttl`; while it leads, its command writes its token to `resource` every
-/// `write_every`. The command is bounded by `timeout 60` so that a write loop orphaned
-/// by a SIGKILLed candidate cannot outlive the test for long.
-pub fn spawn_writer(
-    backend_url: &str,
-    election: &str,
-    id: &str,
-    ttl: Duration,
-    resource: &GuardedResource,
-    write_every: Duration,
-) -> CandidateProcess {
-    let writes = resource.write_loop_command(write_every);
-    let args = campaign_args(
-        backend_url,
-        election,
-        id,
-        ttl,
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-        &writes,
-    );
-    match CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]) {
-        Ok(c) => c,
-        Err(e) => panic!("starting candidate {id}: {e}"),
-    }
-}
-
 /// A predicate matching events of `kind`.
 pub fn is(kind: &'static str) -> impl Fn(&Event) -> bool {
     move |e| e.is(kind)
@@ -193,13 +165,24 @@ pub fn assert_no_stale_write_accepted(resource: &GuardedResource) {
     }
 }
 
-/// How many writes of `writer` with `token` the resource refused.
-pub fn refused(resource: &GuardedResource, writer: &str, token: u64) -> usize {
-    resource
-        .refused()
-        .iter()
-        .filter(|w| w.writer == writer && w.token == token)
-        .count()
+/// Asserts that the resource refused writes of `writer` with `token` (`what` they are).
+pub fn assert_refused(resource: &GuardedResource, writer: &str, token: u64, what: &str) {
+    let refused = resource.refused();
+    assert!(
+        refused
+            .iter()
+            .any(|w| w.writer == writer && w.token == token),
+        "{what} were not refused: {:?}",
+        resource.writes()
+    );
+}
+
+/// The end of a fault scenario: no stale write accepted, no fencing violation among
+/// `candidates`, and every one of them stopped.
+pub async fn finish(resource: &GuardedResource, candidates: Vec<CandidateProcess>) {
+    assert_no_stale_write_accepted(resource);
+    assert_fenced(&candidates.iter().collect::<Vec<_>>());
+    stop_all(candidates).await;
 }
 
 /// Terminate every candidate still running (SIGTERM, then wait).

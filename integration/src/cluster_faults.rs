@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use tenure_core::testing::random_prefix;
-use tenure_core::{Candidate, DynBackend, ElectionName, Leadership, Session, Timing};
+use tenure_core::{Backend, Candidate, DynBackend, ElectionName, Leadership, Session, Timing};
 
 use crate::{EtcdCluster, Members, Result, ZooKeeperEnsemble};
 
@@ -32,6 +32,14 @@ pub trait StoreCluster: std::ops::DerefMut<Target = Members> + Send + Sync {
     }
 }
 
+/// The backend `url` gave, or a panic naming the URL.
+fn connected<B: Backend + 'static>(url: &str, backend: tenure_core::Result<B>) -> DynBackend {
+    match backend {
+        Ok(b) => Arc::new(b),
+        Err(e) => panic!("connect to {url}: {e}"),
+    }
+}
+
 impl StoreCluster for EtcdCluster {
     /// The members this process is connected to: the scenarios run one client, so
     /// they are the session's (its requests go to one member and move on only when it
@@ -43,10 +51,7 @@ impl StoreCluster for EtcdCluster {
     fn connect(&self) -> BoxFuture<'_, DynBackend> {
         Box::pin(async move {
             let url = format!("etcd://{}", self.hosts());
-            match tenure_etcd::EtcdBackend::from_url(&url).await {
-                Ok(b) => Arc::new(b) as DynBackend,
-                Err(e) => panic!("connect to {url}: {e}"),
-            }
+            connected(&url, tenure_etcd::EtcdBackend::from_url(&url).await)
         })
     }
 
@@ -73,10 +78,10 @@ impl StoreCluster for ZooKeeperEnsemble {
     fn connect(&self) -> BoxFuture<'_, DynBackend> {
         Box::pin(async move {
             let url = format!("zk://{}", self.hosts());
-            match tenure_zookeeper::ZooKeeperBackend::from_url(&url).await {
-                Ok(b) => Arc::new(b) as DynBackend,
-                Err(e) => panic!("connect to {url}: {e}"),
-            }
+            connected(
+                &url,
+                tenure_zookeeper::ZooKeeperBackend::from_url(&url).await,
+            )
         })
     }
 
@@ -88,6 +93,43 @@ impl StoreCluster for ZooKeeperEnsemble {
     fn sync_window(&self) -> Duration {
         Duration::from_secs(1)
     }
+}
+
+/// Runs the scenario named `scenario` (one of the six [`cluster_fault_tests!`] stamps)
+/// on `cluster`.
+pub async fn run(scenario: &str, cluster: &mut dyn StoreCluster) {
+    match scenario {
+        "pausing_each_member" => pausing_each_member(cluster).await,
+        "pausing_the_member_in_use" => pausing_the_member_in_use(cluster).await,
+        "pausing_the_store_leader" => pausing_the_store_leader(cluster).await,
+        "killing_the_store_leader" => killing_the_store_leader(cluster).await,
+        "a_rolling_restart" => a_rolling_restart(cluster).await,
+        "losing_quorum" => losing_quorum(cluster).await,
+        other => panic!("no cluster fault scenario {other}"),
+    }
+}
+
+/// Stamps the cluster scenarios as tests, each named after its scenario and run on a
+/// fresh cluster, one at a time: each runs several store processes, and two side by
+/// side on a 2-core machine starve each other's heartbeats, which is not the fault
+/// under test. `$start` starts a cluster (its `.await` is a `Result` of a
+/// [`StoreCluster`]).
+#[macro_export]
+macro_rules! cluster_fault_tests {
+    ($start:expr) => {
+        static SERIAL: ::tokio::sync::Mutex<()> = ::tokio::sync::Mutex::const_new(());
+        $crate::cluster_fault_tests!(@each $start, pausing_each_member pausing_the_member_in_use
+            pausing_the_store_leader killing_the_store_leader a_rolling_restart losing_quorum);
+    };
+    (@each $start:expr, $($scenario:ident)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $scenario() {
+            let _serial = SERIAL.lock().await;
+            $crate::cluster_faults::logs();
+            let mut cluster = $start.await.expect(concat!("start the cluster: ", stringify!($start)));
+            $crate::cluster_faults::run(stringify!($scenario), &mut cluster).await;
+        }
+    )*};
 }
 
 /// With `RUST_LOG` set, logs to the test's output (shown when a test fails).
@@ -128,6 +170,21 @@ pub async fn lead_in(session: &Session, election: &ElectionName) -> Leadership {
 /// Leadership of a fresh election named after `what`.
 pub async fn lead(session: &Session, what: &str) -> Leadership {
     lead_in(session, &election(what)).await
+}
+
+/// A session on `backend` with `ttl` leads a fresh election named after `what`,
+/// resigns and closes: the backend works end to end.
+pub async fn elect_and_resign(backend: DynBackend, ttl: Duration, what: &str) {
+    let s = session(backend, ttl).await;
+    let l = lead(&s, what).await;
+    assert!(l.is_leader(), "{what}: not leader after the grant");
+    resign_and_close(l, s).await;
+}
+
+/// Resigns `l` and closes its session `s`.
+pub async fn resign_and_close(l: Leadership, s: Session) {
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
 }
 
 /// Holds for `how_long`; panics if the lost signal fires meanwhile (`what` names the
@@ -175,8 +232,7 @@ pub async fn pausing_each_member(cluster: &dyn StoreCluster) {
         )
         .await;
     }
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// The member the session talks to (for etcd, the one serving its lease keep-alives)
@@ -203,8 +259,7 @@ pub async fn pausing_the_member_in_use(cluster: &dyn StoreCluster) {
     eprintln!("while member {member} is paused the session talks to {moved:?}");
     cluster.resume(member).expect("resume");
     hold_through(&l, Duration::from_secs(2), "the member in use resumed").await;
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// The store's own leader paused past the TTL, then resumed.
@@ -216,8 +271,7 @@ pub async fn pausing_the_store_leader(cluster: &dyn StoreCluster) {
     hold_through(&l, Duration::from_secs(8), "store leader paused for 8 s").await;
     cluster.resume(leader).expect("resume");
     hold_through(&l, Duration::from_secs(4), "store leader resumed").await;
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// The store's own leader killed (SIGKILL), down past the TTL, then restarted.
@@ -230,8 +284,7 @@ pub async fn killing_the_store_leader(cluster: &mut dyn StoreCluster) {
     hold_through(&l, TTL + Duration::from_secs(2), "store leader killed").await;
     cluster.restart(leader).await.expect("restart");
     hold_through(&l, Duration::from_secs(3), "store leader back").await;
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// A rolling restart: one member at a time, each down for 2 s, the next only once
@@ -246,8 +299,7 @@ pub async fn a_rolling_restart(cluster: &mut dyn StoreCluster) {
         leader_of(cluster).await;
         hold_through(&l, Duration::from_secs(1), &format!("member {member} back")).await;
     }
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(l, s).await;
 }
 
 /// Two of three members stopped past the TTL: no renewal can be confirmed, so the
@@ -283,6 +335,5 @@ pub async fn losing_quorum(cluster: &dyn StoreCluster) {
     .expect("campaign");
     assert!(again.token() > l.token(), "a new grant has a larger token");
     eprintln!("elected again {:?} after quorum returned", back.elapsed());
-    again.resign().await.expect("resign");
-    s.close().await.expect("close");
+    resign_and_close(again, s).await;
 }

@@ -19,9 +19,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::watch;
 
 use crate::error::{HarnessError, Result};
-
-/// Where Debian puts Java libraries.
-const JAVA_LIB_DIR: &str = "/usr/share/java";
+use crate::server::{find_java, versioned_jar, JAVA_LIB_DIR};
 
 /// The jars of the probe's class path, in order: Curator (recipes, framework, client),
 /// the ZooKeeper client and its wire format, Guava, the slf4j API and its no-op
@@ -59,17 +57,13 @@ const STDERR_LINES: usize = 100;
 /// The Curator version the probe runs with, from the versioned name Debian gives
 /// `curator-recipes.jar` (`curator-recipes-5.4.0.jar`), if there is one.
 pub fn curator_version() -> Option<String> {
-    std::fs::read_dir(JAVA_LIB_DIR)
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .find_map(|name| {
-            let version = name
-                .strip_prefix("curator-recipes-")?
-                .strip_suffix(".jar")?;
-            version
-                .starts_with(|c: char| c.is_ascii_digit())
-                .then(|| version.to_string())
-        })
+    let jar = versioned_jar("curator-recipes-")?;
+    let name = jar.file_name()?.to_str()?;
+    Some(
+        name.strip_prefix("curator-recipes-")?
+            .strip_suffix(".jar")?
+            .to_string(),
+    )
 }
 
 /// The class path for the probe, or a [`HarnessError::MissingBinary`] naming the
@@ -92,32 +86,6 @@ fn classpath_in(dir: &Path) -> Result<String> {
         parts.push(path.display().to_string());
     }
     Ok(parts.join(":"))
-}
-
-/// `$JAVA_HOME/bin/java`, else `java` from `PATH`.
-fn find_java() -> Result<PathBuf> {
-    let executable = |p: &Path| {
-        use std::os::unix::fs::PermissionsExt;
-        p.metadata()
-            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            .unwrap_or(false)
-    };
-    if let Some(home) = std::env::var_os("JAVA_HOME") {
-        let java = Path::new(&home).join("bin/java");
-        if executable(&java) {
-            return Ok(java);
-        }
-    }
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|d| d.join("java"))
-        .find(|p| executable(p))
-        .ok_or_else(|| HarnessError::MissingBinary {
-            what: "java (needed by the Curator probe)",
-            detail: "no `java` in PATH or $JAVA_HOME/bin".into(),
-            package: "the apt package zookeeper, which pulls in a Java runtime",
-        })
 }
 
 /// The probe's source file, `integration/java/LatchProbe.java`.
@@ -167,7 +135,7 @@ impl CuratorLatch {
     /// (at most [`CURATOR_START_TIMEOUT`]). A missing `java` or jar is an error naming
     /// `bash scripts/install-test-deps.sh`.
     pub async fn start(connect: &str, path: &str, id: &str) -> Result<Self> {
-        let java = find_java()?;
+        let java = find_java("java (needed by the Curator probe)")?;
         let classpath = curator_classpath()?;
         let source = probe_source()?;
         let what = format!("Curator latch {id:?} on {path}");
@@ -233,11 +201,6 @@ impl CuratorLatch {
         &self.node
     }
 
-    /// The name of the latch's node (the last path segment).
-    pub fn node_name(&self) -> &str {
-        self.node.rsplit('/').next().unwrap_or(&self.node)
-    }
-
     /// Every stdout line so far.
     pub fn lines(&self) -> Vec<String> {
         self.lock().lines.clone()
@@ -249,7 +212,7 @@ impl CuratorLatch {
     }
 
     /// How many stdout lines so far.
-    pub fn line_count(&self) -> usize {
+    fn line_count(&self) -> usize {
         self.lock().lines.len()
     }
 
@@ -297,18 +260,6 @@ impl CuratorLatch {
                 events: self.lines().join("\n"),
             }),
         }
-    }
-
-    /// Wait until the latch has printed `line` `n` times in all.
-    pub async fn wait_count(&self, line: &str, n: usize, timeout: Duration) -> Result<()> {
-        let mut seen = 0usize;
-        let mut from = 0usize;
-        while seen < n {
-            let (i, _) = self.wait_line(from, |l| l == line, timeout).await?;
-            seen += 1;
-            from = i + 1;
-        }
-        Ok(())
     }
 
     /// Send one command line.

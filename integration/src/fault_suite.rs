@@ -8,13 +8,76 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::cli_faults::{
-    assert_fenced, assert_no_stale_write_accepted, campaign_args, is, ms, next_leader, refused,
-    stop_all, tenure_bin, wait,
+    assert_fenced, assert_no_stale_write_accepted, assert_refused, campaign_args, finish, is, ms,
+    next_leader, stop_all, tenure_bin, wait,
 };
 use crate::{
     check_fencing, free_port, monotonic_now_ns, CandidateProcess, Event, FencingViolation,
     GuardedResource, StoreServer, TcpProxy,
 };
+
+/// Runs the shared scenario named `scenario` (one of the five [`fault_tests!`] stamps)
+/// on `store`; `spec_in(endpoint, namespace)` says how candidates reach it, the
+/// namespace (key prefix, chroot or container) being one random name for the test.
+pub async fn run_shared(
+    scenario: &str,
+    store: &dyn StoreServer,
+    spec_in: &dyn Fn(&str, &str) -> FaultSpec,
+) {
+    let namespace = tenure_core::testing::random_prefix();
+    let spec_at = |endpoint: &str| spec_in(endpoint, &namespace);
+    let spec = spec_at(store.endpoint());
+    match scenario {
+        "sigkill_of_the_holder" => sigkill_of_the_holder(&spec).await,
+        "sigstop_of_the_holder" => sigstop_of_the_holder(&spec).await,
+        "sigstop_of_the_store" => sigstop_of_the_store(&spec, store).await,
+        "cut_connection" => cut_connection(store, &spec_at).await,
+        "unreachable_store" => unreachable_store(store, &spec_at).await,
+        other => panic!("no shared fault scenario {other}"),
+    }
+}
+
+/// [`store_restart`] on `store`, its candidates reaching it by `spec_in` (as in
+/// [`run_shared`]).
+pub async fn run_restart(
+    store: &mut dyn StoreServer,
+    spec_in: &dyn Fn(&str, &str) -> FaultSpec,
+    expect: Restart,
+) {
+    let spec = spec_in(store.endpoint(), &tenure_core::testing::random_prefix());
+    store_restart(&spec, store, expect).await;
+}
+
+/// Stamps a store's tests of the five scenarios every store shares, each named after
+/// its scenario and run on a store of its own: `$start` starts the store (an
+/// expression whose `.await` is a `Result` of a [`StoreServer`]), `$spec_in` is as in
+/// [`run_shared`]. With `restart: expect`, also `store_restart` ([`run_restart`]).
+#[macro_export]
+macro_rules! fault_tests {
+    ($start:expr, $spec_in:expr, restart: $restart:expr) => {
+        $crate::fault_tests!($start, $spec_in);
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn store_restart() {
+            let mut store = $start.await.expect("start the store");
+            $crate::fault_suite::run_restart(&mut store, &$spec_in, $restart).await;
+        }
+    };
+    ($start:expr, $spec_in:expr) => {
+        $crate::fault_tests!(@each $start, $spec_in, sigkill_of_the_holder sigstop_of_the_holder
+            sigstop_of_the_store cut_connection unreachable_store);
+    };
+    (@each $start:expr, $spec_in:expr, $($scenario:ident)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $scenario() {
+            let store = $start.await.expect("start the store");
+            $crate::fault_suite::run_shared(stringify!($scenario), &store, &$spec_in).await;
+        }
+    )*};
+}
+
+/// The query of 1 s connect and request timeouts, in every backend's URL grammar.
+pub const TIMEOUTS: &str = "connect_timeout=1s&request_timeout=1s";
 
 /// How often a leader's command writes its token to the guarded resource.
 pub const WRITE_EVERY: Duration = Duration::from_millis(100);
@@ -152,14 +215,8 @@ pub async fn sigkill_of_the_holder(spec: &FaultSpec) {
     assert!(next.token.expect("token") > a_token);
     // The dead holder's command goes on writing with its old token: refused.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "the dead holder's writes were not refused: {:?}",
-        resource.writes()
-    );
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b, &c]);
-    stop_all(vec![a, b, c]).await;
+    assert_refused(&resource, "a", a_token, "the dead holder's writes");
+    finish(&resource, vec![a, b, c]).await;
 }
 
 /// SIGSTOP of the holder past the TTL: the waiter is granted while the holder is
@@ -201,14 +258,8 @@ pub async fn sigstop_of_the_holder(spec: &FaultSpec) {
     // While the holder's process was stopped its command kept writing the old token:
     // once the successor wrote, those writes were refused.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        refused(&resource, "a", a_token) > 0,
-        "stale writes were not refused: {:?}",
-        resource.writes()
-    );
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    assert_refused(&resource, "a", a_token, "stale writes");
+    finish(&resource, vec![a, b]).await;
 }
 
 /// A guarded resource and two candidates `a` and `b` in `election`, once one of them
@@ -267,9 +318,7 @@ pub async fn sigstop_of_the_store(spec: &FaultSpec, store: &dyn StoreServer) {
     );
     let (_, again) = next_leader(&[&a, &b], lost.mono_ns, spec.ttl * 5).await;
     assert!(again.token > elected.token);
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    finish(&resource, vec![a, b]).await;
 }
 
 /// `store`'s endpoint with its address replaced by `proxy`'s: the same store, reached
@@ -327,9 +376,7 @@ pub async fn cut_connection(store: &dyn StoreServer, spec_at: &dyn Fn(&str) -> F
     );
     assert!(b_elected.token > a_elected.token);
     assert!(again.token > b_elected.token);
-    assert_no_stale_write_accepted(&resource);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    finish(&resource, vec![a, b]).await;
 }
 
 /// What a store's restart (SIGKILL, then the same port and data directory) does to
@@ -340,8 +387,7 @@ pub enum Restart {
     /// once the store is back someone leads again with a larger token (etcd).
     DownPastTheTtl,
     /// The store comes straight back within the session timeout: the holder keeps its
-    /// seat and no waiter is elected (ZooKeeper: sessions outlive a restart; give the
-    /// spec a TTL well above the restart time).
+    /// seat and no waiter is elected (ZooKeeper: sessions outlive a restart).
     KeepsTheSeat,
     /// The store comes back without its data: the holder learns at its next renewal,
     /// the next grant still has a larger token, the tenures may overlap (the documented
@@ -349,10 +395,18 @@ pub enum Restart {
     LosesItsData,
 }
 
-/// A restart of the store with two candidates, checked as `expect` says. Needs a local
-/// server: with an external one it fails, saying so.
+/// A restart of the store with two candidates, checked as `expect` says (a seat kept
+/// across the restart needs a session that outlives it: [`Restart::KeepsTheSeat`] runs
+/// with a TTL of at least 10 s). Needs a local server: with an external one it fails,
+/// saying so.
 pub async fn store_restart(spec: &FaultSpec, store: &mut dyn StoreServer, expect: Restart) {
     store.require_local("it restarts the server");
+    let longer = spec.clone().with_ttl(spec.ttl.max(Duration::from_secs(10)));
+    let spec = if expect == Restart::KeepsTheSeat {
+        &longer
+    } else {
+        spec
+    };
     let (resource, a, b, first, elected) = two_candidates(spec, "faults/restart").await;
     let holder = [&a, &b][first];
     tokio::time::sleep(Duration::from_millis(600)).await;

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use crate::candidate::Event;
 use crate::error::{HarnessError, Result};
-use crate::os::{loopback, monotonic_now_ns};
+use crate::os::{listen_loopback, monotonic_now_ns};
 
 /// The longest request line the guarded resource reads.
 const MAX_LINE: u64 = 4096;
@@ -73,12 +73,7 @@ pub struct GuardedResource {
 impl GuardedResource {
     /// Starts the server on a free loopback port.
     pub async fn start() -> Result<Self> {
-        let listener = TcpListener::bind(loopback(0))
-            .await
-            .map_err(|e| HarnessError::io("binding the guarded resource on 127.0.0.1:0", e))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| HarnessError::io("reading the guarded resource address", e))?;
+        let (listener, addr) = listen_loopback("the guarded resource").await?;
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let task = tokio::spawn(serve(listener, Arc::clone(&ledger)));
         Ok(GuardedResource { addr, ledger, task })
@@ -508,6 +503,7 @@ pub fn check_fencing_at(logs: &[Vec<Event>], now_ns: u64) -> Vec<FencingViolatio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::os::loopback;
 
     fn ledger_answers(lines: &[&str]) -> (Vec<String>, Ledger) {
         let mut ledger = Ledger::default();

@@ -72,6 +72,7 @@ mod os;
 pub mod probe;
 mod proxy;
 mod proxy_faults;
+pub mod redis_admin;
 mod server;
 mod shared;
 
@@ -91,8 +92,9 @@ pub use fencing::{
 };
 pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
-pub use proxy_faults::ProxyFaults;
+pub use proxy_faults::{assert_ttls_refused, timing_ms, ProxyFaults};
 pub use server::{
-    workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members, RedisSentinels, RedisServer,
-    StoreServer, ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
+    start_with_passwords, workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members,
+    RedisSentinels, RedisServer, StoreServer, ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
 };
+pub use shared::run_prefix;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use tenure_core::backend::{BackendSession, SessionEvents};
 use tenure_core::{Backend, ElectionName, Member, MemberStream};
 
@@ -45,4 +46,27 @@ pub fn pairs(members: &[Member]) -> Vec<(String, String)> {
 pub async fn until(w: &mut MemberStream, list: &[(&str, &str)], within: Duration) {
     let what = format!("{list:?}");
     tenure_core::testing::watch_until(w, list, within, &what).await;
+}
+
+/// Read `w` until `ok` accepts a list; panics, saying `what` and the last list seen,
+/// after `within`, or at once when the stream ends or yields an error.
+pub async fn until_where(
+    w: &mut MemberStream,
+    what: &str,
+    within: Duration,
+    ok: impl Fn(&[Member]) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut seen = None;
+    loop {
+        match tokio::time::timeout_at(deadline, w.next()).await {
+            Ok(Some(Ok(members))) if ok(&members) => return,
+            Ok(Some(Ok(members))) => {
+                seen = Some(format!("{} members: {:?}", members.len(), members.first()))
+            }
+            Ok(Some(Err(e))) => panic!("{what}: member stream error: {e}"),
+            Ok(None) => panic!("{what}: the member stream ended"),
+            Err(_) => panic!("{what}: not within {within:?}; last seen {seen:?}"),
+        }
+    }
 }

@@ -148,6 +148,17 @@ pub fn free_port() -> Result<u16> {
     ))
 }
 
+/// A listener on a free loopback port and its address; `what` names it in errors.
+pub(crate) async fn listen_loopback(what: &str) -> Result<(tokio::net::TcpListener, SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind(loopback(0))
+        .await
+        .map_err(|e| HarnessError::io(format!("binding {what} on 127.0.0.1:0"), e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| HarnessError::io(format!("reading the address of {what}"), e))?;
+    Ok((listener, addr))
+}
+
 /// The loopback address with `port`.
 pub(crate) fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, port))

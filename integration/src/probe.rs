@@ -51,12 +51,40 @@ pub async fn exchange(
     }
 }
 
-/// An HTTP/1.1 `GET path` with `Connection: close`; returns the whole
-/// response (status line, headers and body) as text.
-pub async fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<String, String> {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+/// An HTTP/1.1 request with `Connection: close` and a JSON `body` (if any); returns
+/// the whole response (status line, headers and body) as text.
+pub async fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    let json = if body.is_empty() {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{json}\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     let answer = exchange(addr, request.as_bytes(), |_| false, timeout).await?;
     Ok(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// [`http`] `GET path`.
+pub async fn http_get(addr: SocketAddr, path: &str, timeout: Duration) -> Result<String, String> {
+    http(addr, "GET", path, "", timeout).await
+}
+
+/// `Ok` when `ok`, else an error saying what `asked` answered.
+fn answered(ok: bool, asked: &str, answer: &str) -> Result<(), String> {
+    match ok {
+        true => Ok(()),
+        false => Err(format!("{asked} answered {}", excerpt(answer))),
+    }
 }
 
 /// Shortens a probe answer for an error message.
@@ -75,11 +103,7 @@ fn excerpt(text: &str) -> String {
 /// etcd is ready when `GET /health` says `"health":"true"`.
 pub async fn etcd(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
     let answer = http_get(addr, "/health", timeout).await?;
-    if answer.contains("\"health\":\"true\"") {
-        Ok(())
-    } else {
-        Err(format!("/health answered {}", excerpt(&answer)))
-    }
+    answered(answer.contains("\"health\":\"true\""), "/health", &answer)
 }
 
 /// ZooKeeper is ready when `srvr` reports a mode (before that it answers
@@ -87,41 +111,22 @@ pub async fn etcd(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
 pub async fn zookeeper(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
     let answer = exchange(addr, b"srvr", |_| false, timeout).await?;
     let text = String::from_utf8_lossy(&answer);
-    if text.contains("Mode:") {
-        Ok(())
-    } else {
-        Err(format!("srvr answered {}", excerpt(&text)))
-    }
+    answered(text.contains("Mode:"), "srvr", &text)
 }
 
 /// Redis is ready when `PING` gets `+PONG`.
 pub async fn redis(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
-    let answer = exchange(
-        addr,
-        b"*1\r\n$4\r\nPING\r\n",
-        |a| a.ends_with(b"\r\n"),
-        timeout,
-    )
-    .await?;
-    if answer.starts_with(b"+PONG") {
-        Ok(())
-    } else {
-        Err(format!(
-            "PING answered {}",
-            excerpt(&String::from_utf8_lossy(&answer))
-        ))
-    }
+    let ping = b"*1\r\n$4\r\nPING\r\n";
+    let answer = exchange(addr, ping, |a| a.ends_with(b"\r\n"), timeout).await?;
+    let text = String::from_utf8_lossy(&answer);
+    answered(text.starts_with("+PONG"), "PING", &text)
 }
 
 /// Azurite is ready when its blob endpoint answers HTTP at all (without
 /// credentials the answer is an error status, which is fine).
 pub async fn azurite(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
     let answer = http_get(addr, "/devstoreaccount1?comp=list", timeout).await?;
-    if answer.starts_with("HTTP/1.") {
-        Ok(())
-    } else {
-        Err(format!("blob endpoint answered {}", excerpt(&answer)))
-    }
+    answered(answer.starts_with("HTTP/1."), "blob endpoint", &answer)
 }
 
 #[cfg(test)]

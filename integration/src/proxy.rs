@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::error::{HarnessError, Result};
-use crate::os::loopback;
+use crate::os::listen_loopback;
 
 /// What the proxy currently does with traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,12 +60,7 @@ pub struct TcpProxy {
 impl TcpProxy {
     /// Starts a proxy on a free loopback port that forwards to `upstream`.
     pub async fn start(upstream: SocketAddr) -> Result<Self> {
-        let listener = TcpListener::bind(loopback(0))
-            .await
-            .map_err(|e| HarnessError::io("binding the proxy listener on 127.0.0.1:0", e))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| HarnessError::io("reading the proxy listener address", e))?;
+        let (listener, addr) = listen_loopback("the proxy listener").await?;
         let (commands, command_rx) = mpsc::channel(4);
         let (state_tx, state) = watch::channel(LinkState::Healthy);
         let counters = Arc::new(Counters::default());

@@ -5,11 +5,13 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
 use tenure_core::testing::{Env, Faults};
-use tenure_core::{DynBackend, Session};
+use tenure_core::{DynBackend, Error, ErrorKind, Session, Timing};
 
 use crate::TcpProxy;
 
@@ -60,6 +62,15 @@ impl ProxyFaults {
         self
     }
 
+    /// The conformance suite's env on `backend`: `timing`, `slack_ms` milliseconds of
+    /// slack on its liveness bounds, and these hooks.
+    pub fn env(self, backend: DynBackend, timing: Timing, slack_ms: u64) -> Env {
+        let mut env = Env::new(backend, timing);
+        env.slack = Duration::from_millis(slack_ms);
+        env.faults = Arc::new(self);
+        env
+    }
+
     async fn with_proxy(&self, heal: bool) -> Result<(), String> {
         let proxy = self.proxy.lock().await;
         let Some(p) = proxy.as_ref() else {
@@ -102,4 +113,30 @@ impl Faults for ProxyFaults {
             Err(why) => Err((*why).to_string()),
         }
     }
+}
+
+/// A suite's timing, in milliseconds: TTL `ttl`, a renewal every `renew`, leadership
+/// valid for `deadline` after the last confirmed renewal was sent, `connect` to connect.
+pub fn timing_ms(ttl: u64, renew: u64, deadline: u64, connect: u64) -> Timing {
+    let mut t = Timing::from_ttl(Duration::from_millis(ttl));
+    t.renew_interval = Duration::from_millis(renew);
+    t.renew_deadline = Duration::from_millis(deadline);
+    t.connect_timeout = Duration::from_millis(connect);
+    t
+}
+
+/// Asserts that `backend` refuses a session with each TTL of `ttls` as an invalid
+/// argument naming the field (`ttl…`); returns the errors.
+pub async fn assert_ttls_refused(backend: &DynBackend, ttls: &[Duration]) -> Vec<Error> {
+    let mut errors = Vec::new();
+    for &ttl in ttls {
+        let err = match Session::open(backend.clone(), Timing::from_ttl(ttl)).await {
+            Ok(_) => panic!("a session with TTL {ttl:?} was opened"),
+            Err(e) => e,
+        };
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{ttl:?}: {err}");
+        assert!(err.message().starts_with("ttl"), "{ttl:?}: {err}");
+        errors.push(err);
+    }
+    errors
 }

@@ -157,42 +157,13 @@ impl Kind {
         match self {
             Kind::Etcd => {
                 let program = require_program("etcd", "etcd", "the apt package etcd-server")?;
-                let peer_port = free_port()?;
-                let client = format!("http://127.0.0.1:{port}");
-                let peer = format!("http://127.0.0.1:{peer_port}");
-                let args: Vec<OsString> = vec![
-                    "--name".into(),
-                    "e1".into(),
-                    "--data-dir".into(),
-                    data_dir.into(),
-                    "--listen-client-urls".into(),
-                    client.clone().into(),
-                    "--advertise-client-urls".into(),
-                    client.into(),
-                    "--listen-peer-urls".into(),
-                    peer.clone().into(),
-                    "--initial-advertise-peer-urls".into(),
-                    peer.clone().into(),
-                    "--initial-cluster".into(),
-                    format!("e1={peer}").into(),
-                    "--initial-cluster-state".into(),
-                    "new".into(),
-                    "--heartbeat-interval".into(),
-                    "10".into(),
-                    "--election-timeout".into(),
-                    "100".into(),
-                    "--logger".into(),
-                    "zap".into(),
-                    "--log-level".into(),
-                    "warn".into(),
-                ];
-                Ok(Launch { program, args })
+                let peer = free_port()?;
+                let cluster = format!("e1=http://127.0.0.1:{peer}");
+                let args = etcd_args("e1", data_dir, (port, peer), &cluster, 10, "");
+                Ok(Launch::of(&program, args))
             }
             Kind::ZooKeeper => {
-                let java = find_java()?;
-                let classpath = zookeeper_classpath()?;
                 create_dir(data_dir)?;
-                let config = root.join("zoo.cfg");
                 // A shorter tick keeps session timeouts up to 20 s allowed.
                 let tick = match zk_tick {
                     Some(t) => format!(
@@ -201,65 +172,101 @@ impl Kind {
                     ),
                     None => "tickTime=1000\n".to_string(),
                 };
-                let text = format!(
-                    "{tick}\
-                     initLimit=10\n\
-                     syncLimit=5\n\
-                     dataDir={}\n\
-                     clientPort={port}\n\
-                     clientPortAddress=127.0.0.1\n\
-                     admin.enableServer=false\n\
-                     4lw.commands.whitelist=*\n",
-                    data_dir.display()
-                );
-                std::fs::write(&config, text).map_err(|e| HarnessError::File {
-                    path: config.clone(),
-                    reason: format!("cannot write ZooKeeper config: {e}"),
-                })?;
-                let args: Vec<OsString> = vec![
-                    "-Xmx256m".into(),
-                    "-XX:+UseSerialGC".into(),
-                    "-XX:TieredStopAtLevel=1".into(),
-                    "-Dzookeeper.jmx.log4j.disable=true".into(),
-                    "-cp".into(),
-                    classpath.into(),
-                    "org.apache.zookeeper.server.ZooKeeperServerMain".into(),
-                    config.into(),
-                ];
-                Ok(Launch {
-                    program: java,
-                    args,
-                })
+                let config = format!("{tick}syncLimit=5\n");
+                zookeeper_launch(root, data_dir, port, &config, "ZooKeeperServerMain")
             }
             Kind::Redis => {
-                let program = require_program(
-                    "redis-server",
-                    "redis-server",
-                    "the apt package redis-server",
-                )?;
+                let program = require_program("redis-server", "redis-server", REDIS_PACKAGE)?;
                 create_dir(data_dir)?;
                 Ok(Launch::of(&program, redis_args(port, data_dir)))
             }
             Kind::Azurite => {
                 let program = find_azurite()?;
                 create_dir(data_dir)?;
-                let args: Vec<OsString> = vec![
-                    "--blobHost".into(),
-                    "127.0.0.1".into(),
-                    "--blobPort".into(),
-                    port.to_string().into(),
-                    "--location".into(),
-                    data_dir.into(),
-                    "--skipApiVersionCheck".into(),
-                    "--loose".into(),
-                    "--disableTelemetry".into(),
-                    "--silent".into(),
-                ];
-                Ok(Launch { program, args })
+                let mut args = words(&format!(
+                    "--blobHost 127.0.0.1 --blobPort {port} --skipApiVersionCheck --loose \
+                     --disableTelemetry --silent --location"
+                ));
+                args.push(data_dir.display().to_string());
+                Ok(Launch::of(&program, args))
             }
         }
     }
 }
+
+/// The words of `text` (no word of it may contain white space).
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace().map(String::from).collect()
+}
+
+/// An etcd member `name` with its data in `data_dir`, serving clients on loopback port
+/// `ports.0` and peers on `ports.1`, in the new cluster `cluster` (`name=peer-url,…`),
+/// with a raft heartbeat of `beat_ms` and an election timeout ten times that; `extra`
+/// are more flags.
+fn etcd_args(
+    name: &str,
+    data_dir: &Path,
+    (client, peer): (u16, u16),
+    cluster: &str,
+    beat_ms: u32,
+    extra: &str,
+) -> Vec<String> {
+    let client = format!("http://127.0.0.1:{client}");
+    let peer = format!("http://127.0.0.1:{peer}");
+    let mut args = words(&format!(
+        "--name {name} --listen-client-urls {client} --advertise-client-urls {client} \
+         --listen-peer-urls {peer} --initial-advertise-peer-urls {peer} \
+         --initial-cluster {cluster} --initial-cluster-state new {extra} \
+         --heartbeat-interval {beat_ms} --election-timeout {} \
+         --logger zap --log-level warn --data-dir",
+        beat_ms * 10
+    ));
+    args.push(data_dir.display().to_string());
+    args
+}
+
+/// Writes `text` to `path`; `what` names the file in the error.
+fn write_file(path: &Path, text: &str, what: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| HarnessError::File {
+        path: path.to_path_buf(),
+        reason: format!("cannot write {what}: {e}"),
+    })
+}
+
+/// A ZooKeeper server (`main`, a class of `org.apache.zookeeper.server`) with its data
+/// in `data_dir`, serving clients on loopback `port`, configured by `root/zoo.cfg`:
+/// `config` (its tick and limits) and the settings every server here shares.
+fn zookeeper_launch(
+    root: &Path,
+    data_dir: &Path,
+    port: u16,
+    config: &str,
+    main: &str,
+) -> Result<Launch> {
+    let java = find_java("java (needed by ZooKeeper)")?;
+    let classpath = zookeeper_classpath()?;
+    let path = root.join("zoo.cfg");
+    let text = format!(
+        "{config}initLimit=10\n\
+         dataDir={}\n\
+         clientPort={port}\n\
+         clientPortAddress=127.0.0.1\n\
+         admin.enableServer=false\n\
+         4lw.commands.whitelist=*\n",
+        data_dir.display()
+    );
+    write_file(&path, &text, "ZooKeeper config")?;
+    let mut args = words(
+        "-Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dzookeeper.jmx.log4j.disable=true",
+    );
+    args.extend(["-cp".into(), classpath]);
+    args.push(format!("org.apache.zookeeper.server.{main}"));
+    args.push(path.display().to_string());
+    Ok(Launch::of(&java, args))
+}
+
+/// Where `redis-server` comes from.
+const REDIS_PACKAGE: &str = "the apt package redis-server";
 
 /// A Redis server on loopback `port` without persistence, its files in `dir`.
 fn redis_args(port: u16, dir: &Path) -> Vec<String> {
@@ -286,7 +293,7 @@ fn require_program(program: &str, what: &'static str, package: &'static str) -> 
     })
 }
 
-fn find_java() -> Result<PathBuf> {
+pub(crate) fn find_java(what: &'static str) -> Result<PathBuf> {
     if let Some(home) = std::env::var_os("JAVA_HOME") {
         let java = Path::new(&home).join("bin/java");
         if is_executable(&java) {
@@ -295,13 +302,31 @@ fn find_java() -> Result<PathBuf> {
     }
     require_program(
         "java",
-        "java (needed by ZooKeeper)",
+        what,
         "the apt package zookeeper, which pulls in a Java runtime",
     )
 }
 
 /// Where Debian puts Java libraries.
-const JAVA_LIB_DIR: &str = "/usr/share/java";
+pub(crate) const JAVA_LIB_DIR: &str = "/usr/share/java";
+
+/// The jar `<prefix><version>.jar` in [`JAVA_LIB_DIR`] with the highest version (one
+/// that starts with a digit), if any.
+pub(crate) fn versioned_jar(prefix: &str) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(JAVA_LIB_DIR)
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix(prefix))
+                .and_then(|rest| rest.strip_suffix(".jar"))
+                .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
 
 /// The class path for a standalone ZooKeeper server: the ZooKeeper jar (whose
 /// manifest names its own dependencies), its jute and slf4j API jars when they
@@ -312,36 +337,19 @@ fn zookeeper_classpath() -> Result<String> {
         let path = dir.join(name);
         path.is_file().then_some(path)
     };
-    let versioned = |prefix: &str| -> Option<PathBuf> {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .ok()?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|path| {
-                path.file_name()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.strip_prefix(prefix))
-                    .and_then(|rest| rest.strip_suffix(".jar"))
-                    .is_some_and(|version| {
-                        version.chars().next().is_some_and(|c| c.is_ascii_digit())
-                    })
-            })
-            .collect();
-        found.sort();
-        found.pop()
-    };
     let server = existing("zookeeper.jar")
-        .or_else(|| versioned("zookeeper-"))
+        .or_else(|| versioned_jar("zookeeper-"))
         .ok_or_else(|| HarnessError::MissingBinary {
             what: "ZooKeeper",
             detail: format!("no zookeeper.jar in {JAVA_LIB_DIR}"),
             package: "the apt package zookeeper",
         })?;
     let mut parts = vec![server];
-    parts.extend(existing("zookeeper-jute.jar").or_else(|| versioned("zookeeper-jute-")));
-    parts.extend(existing("slf4j-api.jar").or_else(|| versioned("slf4j-api-")));
+    parts.extend(existing("zookeeper-jute.jar").or_else(|| versioned_jar("zookeeper-jute-")));
+    parts.extend(existing("slf4j-api.jar").or_else(|| versioned_jar("slf4j-api-")));
     parts.extend(
         existing("slf4j-simple.jar")
-            .or_else(|| versioned("slf4j-simple-"))
+            .or_else(|| versioned_jar("slf4j-simple-"))
             .or_else(|| existing("slf4j-nop.jar")),
     );
     let joined: Vec<String> = parts.iter().map(|p| p.display().to_string()).collect();
@@ -643,14 +651,8 @@ impl ServerCore {
     }
 
     fn local_mut(&mut self) -> Result<&mut Local> {
-        match self.local {
-            Some(ref mut local) => Ok(local),
-            None => Err(HarnessError::ExternalServer {
-                server: self.kind.name(),
-                endpoint: self.endpoint.clone(),
-                variable: self.kind.env_var(),
-            }),
-        }
+        let external = self.external_error();
+        self.local.as_mut().ok_or(external)
     }
 
     fn external_error(&self) -> HarnessError {
@@ -693,15 +695,15 @@ impl ServerCore {
     }
 
     pub(crate) fn pause(&self) -> Result<()> {
-        let local = self.local_ref()?;
-        let pid = local.pid(self.kind)?;
-        stop_process(pid, self.kind.name())
+        stop_process(self.local_ref()?.pid(self.kind)?, self.kind.name())
     }
 
     pub(crate) fn resume(&self) -> Result<()> {
-        let local = self.local_ref()?;
-        let pid = local.pid(self.kind)?;
-        send_signal(pid, libc::SIGCONT, self.kind.name())
+        send_signal(
+            self.local_ref()?.pid(self.kind)?,
+            libc::SIGCONT,
+            self.kind.name(),
+        )
     }
 
     pub(crate) async fn kill(&mut self) -> Result<()> {
@@ -941,6 +943,25 @@ impl EtcdServer {
     }
 }
 
+/// A local Redis that requires `redis_password` and a local etcd whose `root` user has
+/// `etcd_password`, auth on: for the tests of credentials. Panics (naming the variable
+/// to unset) where a server is external, and when either cannot be set up.
+pub async fn start_with_passwords(
+    redis_password: &str,
+    etcd_password: &str,
+) -> (RedisServer, EtcdServer) {
+    let redis = RedisServer::start().await.expect("redis");
+    let etcd = EtcdServer::start().await.expect("etcd");
+    redis.require_local("it sets a password on the server");
+    etcd.require_local("it turns authentication on");
+    redis
+        .require_password(redis_password)
+        .await
+        .expect("CONFIG SET requirepass");
+    etcd.enable_auth(etcd_password).expect("etcd auth");
+    (redis, etcd)
+}
+
 impl RedisServer {
     /// Sets `requirepass` (`CONFIG SET`): from then on clients need `password`.
     pub async fn require_password(&self, password: &str) -> Result<()> {
@@ -1036,44 +1057,54 @@ mod tests {
 
     #[test]
     fn external_endpoints_are_normalised() {
-        let ok = |kind: Kind, value: &str| kind.external(value).unwrap();
-        assert_eq!(
-            ok(Kind::Etcd, "127.0.0.1:2379"),
-            ("http://127.0.0.1:2379".into(), "127.0.0.1:2379".into())
-        );
-        assert_eq!(
-            ok(Kind::Etcd, "http://localhost:2379/"),
-            ("http://localhost:2379".into(), "localhost:2379".into())
-        );
-        assert_eq!(
-            ok(Kind::ZooKeeper, "zk1:2181,zk2:2181/chroot"),
-            ("zk1:2181,zk2:2181/chroot".into(), "zk1:2181".into())
-        );
-        assert_eq!(
-            ok(Kind::Redis, "redis://:secret@127.0.0.1:6379/0"),
+        let azurite = "http://127.0.0.1:10000/devstoreaccount1";
+        for (kind, value, endpoint, addr) in [
             (
-                "redis://:secret@127.0.0.1:6379/0".into(),
-                "127.0.0.1:6379".into()
-            )
-        );
-        assert_eq!(
-            ok(Kind::Redis, "127.0.0.1:6379"),
-            ("redis://127.0.0.1:6379".into(), "127.0.0.1:6379".into())
-        );
-        assert_eq!(
-            ok(Kind::Azurite, "http://127.0.0.1:10000"),
+                Kind::Etcd,
+                "127.0.0.1:2379",
+                "http://127.0.0.1:2379",
+                "127.0.0.1:2379",
+            ),
             (
-                "http://127.0.0.1:10000/devstoreaccount1".into(),
-                "127.0.0.1:10000".into()
-            )
-        );
-        assert_eq!(
-            ok(Kind::Azurite, "http://127.0.0.1:10000/devstoreaccount1/"),
+                Kind::Etcd,
+                "http://localhost:2379/",
+                "http://localhost:2379",
+                "localhost:2379",
+            ),
             (
-                "http://127.0.0.1:10000/devstoreaccount1".into(),
-                "127.0.0.1:10000".into()
-            )
-        );
+                Kind::ZooKeeper,
+                "zk1:2181,zk2:2181/chroot",
+                "zk1:2181,zk2:2181/chroot",
+                "zk1:2181",
+            ),
+            (
+                Kind::Redis,
+                "redis://:secret@127.0.0.1:6379/0",
+                "redis://:secret@127.0.0.1:6379/0",
+                "127.0.0.1:6379",
+            ),
+            (
+                Kind::Redis,
+                "127.0.0.1:6379",
+                "redis://127.0.0.1:6379",
+                "127.0.0.1:6379",
+            ),
+            (
+                Kind::Azurite,
+                "http://127.0.0.1:10000",
+                azurite,
+                "127.0.0.1:10000",
+            ),
+            (
+                Kind::Azurite,
+                "http://127.0.0.1:10000/devstoreaccount1/",
+                azurite,
+                "127.0.0.1:10000",
+            ),
+        ] {
+            let found = kind.external(value).unwrap();
+            assert_eq!(found, (endpoint.to_string(), addr.to_string()), "{value}");
+        }
         assert!(Kind::ZooKeeper.external("http://zk:2181").is_err());
         assert!(Kind::Redis.external("redis://localhost").is_err());
         assert!(Kind::Etcd.external("  ").is_err());
@@ -1082,13 +1113,14 @@ mod tests {
     #[test]
     fn local_endpoints_have_the_documented_shape() {
         let addr = loopback(1234);
-        assert_eq!(Kind::Etcd.endpoint(addr), "http://127.0.0.1:1234");
-        assert_eq!(Kind::ZooKeeper.endpoint(addr), "127.0.0.1:1234");
-        assert_eq!(Kind::Redis.endpoint(addr), "redis://127.0.0.1:1234");
-        assert_eq!(
-            Kind::Azurite.endpoint(addr),
-            "http://127.0.0.1:1234/devstoreaccount1"
-        );
+        for (kind, endpoint) in [
+            (Kind::Etcd, "http://127.0.0.1:1234"),
+            (Kind::ZooKeeper, "127.0.0.1:1234"),
+            (Kind::Redis, "redis://127.0.0.1:1234"),
+            (Kind::Azurite, "http://127.0.0.1:1234/devstoreaccount1"),
+        ] {
+            assert_eq!(kind.endpoint(addr), endpoint);
+        }
     }
 
     #[test]
@@ -1141,56 +1173,21 @@ impl EtcdCluster {
             .enumerate()
             .map(|(i, (_, peer))| format!("e{i}=http://127.0.0.1:{peer}"))
             .collect();
+        let token = format!("--initial-cluster-token tenure-{}", std::process::id());
         let mut members = Vec::new();
-        for (i, (client, peer)) in ports.iter().enumerate() {
-            let root = tempfile::Builder::new()
-                .prefix("tenure-etcd-cluster-")
-                .tempdir()
-                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
-            let data_dir = root.path().join("data");
-            let client_url = format!("http://127.0.0.1:{client}");
-            let peer_url = format!("http://127.0.0.1:{peer}");
-            let args: Vec<OsString> = [
-                "--name".to_string(),
-                format!("e{i}"),
-                "--data-dir".to_string(),
-                data_dir.display().to_string(),
-                "--listen-client-urls".to_string(),
-                client_url.clone(),
-                "--advertise-client-urls".to_string(),
-                client_url,
-                "--listen-peer-urls".to_string(),
-                peer_url.clone(),
-                "--initial-advertise-peer-urls".to_string(),
-                peer_url,
-                "--initial-cluster".to_string(),
-                initial.join(","),
-                "--initial-cluster-state".to_string(),
-                "new".to_string(),
-                "--initial-cluster-token".to_string(),
-                format!("tenure-{}", std::process::id()),
-                "--heartbeat-interval".to_string(),
-                "20".to_string(),
-                "--election-timeout".to_string(),
-                "200".to_string(),
-                "--logger".to_string(),
-                "zap".to_string(),
-                "--log-level".to_string(),
-                "warn".to_string(),
-            ]
-            .into_iter()
-            .map(OsString::from)
-            .collect();
-            let mut local = Local::new(
-                Launch {
-                    program: program.clone(),
-                    args,
-                },
-                data_dir,
-                root,
+        for (i, ports) in ports.iter().enumerate() {
+            let (root, data_dir) = temp_root("tenure-etcd-cluster-")?;
+            let args = etcd_args(
+                &format!("e{i}"),
+                &data_dir,
+                *ports,
+                &initial.join(","),
+                20,
+                &token,
             );
+            let mut local = Local::new(Launch::of(&program, args), data_dir, root);
             local.spawn(Kind::Etcd)?;
-            members.push((loopback(*client), local));
+            members.push((loopback(ports.0), local));
         }
         Ok(EtcdCluster {
             members: Members::ready(Kind::Etcd, members).await?,
@@ -1260,8 +1257,6 @@ pub struct ZooKeeperEnsemble {
 impl ZooKeeperEnsemble {
     /// Starts `size` servers together and waits until each serves.
     pub async fn start(size: usize) -> Result<Self> {
-        let java = find_java()?;
-        let classpath = zookeeper_classpath()?;
         let ports: Vec<(u16, u16, u16)> = (0..size)
             .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
             .collect::<Result<_>>()?;
@@ -1274,54 +1269,20 @@ impl ZooKeeperEnsemble {
             .collect();
         let mut members = Vec::new();
         for (i, (client, _, _)) in ports.iter().enumerate() {
-            let root = tempfile::Builder::new()
-                .prefix("tenure-zookeeper-ensemble-")
-                .tempdir()
-                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
-            let data_dir = root.path().join("data");
-            create_dir(&data_dir)?;
-            let myid = data_dir.join("myid");
-            std::fs::write(&myid, format!("{}\n", i + 1)).map_err(|e| HarnessError::File {
-                path: myid.clone(),
-                reason: format!("cannot write myid: {e}"),
-            })?;
-            let config = root.path().join("zoo.cfg");
-            let text = format!(
-                "tickTime=500\n\
-                 minSessionTimeout=1000\n\
-                 maxSessionTimeout=20000\n\
-                 initLimit=10\n\
-                 syncLimit=2\n\
-                 dataDir={}\n\
-                 clientPort={client}\n\
-                 clientPortAddress=127.0.0.1\n\
-                 admin.enableServer=false\n\
-                 4lw.commands.whitelist=*\n\
-                 {servers}",
-                data_dir.display()
+            let (root, data_dir) = temp_root("tenure-zookeeper-ensemble-")?;
+            write_file(&data_dir.join("myid"), &format!("{}\n", i + 1), "myid")?;
+            let config = format!(
+                "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=20000\nsyncLimit=2\n\
+                 {servers}"
             );
-            std::fs::write(&config, text).map_err(|e| HarnessError::File {
-                path: config.clone(),
-                reason: format!("cannot write ZooKeeper config: {e}"),
-            })?;
-            let args: Vec<OsString> = vec![
-                "-Xmx256m".into(),
-                "-XX:+UseSerialGC".into(),
-                "-XX:TieredStopAtLevel=1".into(),
-                "-Dzookeeper.jmx.log4j.disable=true".into(),
-                "-cp".into(),
-                classpath.clone().into(),
-                "org.apache.zookeeper.server.quorum.QuorumPeerMain".into(),
-                config.into(),
-            ];
-            let mut local = Local::new(
-                Launch {
-                    program: java.clone(),
-                    args,
-                },
-                data_dir,
-                root,
-            );
+            let launch = zookeeper_launch(
+                root.path(),
+                &data_dir,
+                *client,
+                &config,
+                "quorum.QuorumPeerMain",
+            )?;
+            let mut local = Local::new(launch, data_dir, root);
             local.spawn(Kind::ZooKeeper)?;
             members.push((loopback(*client), local));
         }
@@ -1527,31 +1488,25 @@ impl Members {
     }
 }
 
-impl std::ops::Deref for EtcdCluster {
-    type Target = Members;
-    fn deref(&self) -> &Members {
-        &self.members
-    }
+/// A cluster handle derefs to its [`Members`].
+macro_rules! deref_members {
+    ($($cluster:ty),*) => {$(
+        impl std::ops::Deref for $cluster {
+            type Target = Members;
+            fn deref(&self) -> &Members {
+                &self.members
+            }
+        }
+
+        impl std::ops::DerefMut for $cluster {
+            fn deref_mut(&mut self) -> &mut Members {
+                &mut self.members
+            }
+        }
+    )*};
 }
 
-impl std::ops::DerefMut for EtcdCluster {
-    fn deref_mut(&mut self) -> &mut Members {
-        &mut self.members
-    }
-}
-
-impl std::ops::Deref for ZooKeeperEnsemble {
-    type Target = Members;
-    fn deref(&self) -> &Members {
-        &self.members
-    }
-}
-
-impl std::ops::DerefMut for ZooKeeperEnsemble {
-    fn deref_mut(&mut self) -> &mut Members {
-        &mut self.members
-    }
-}
+deref_members!(EtcdCluster, ZooKeeperEnsemble);
 
 /// Redis under Sentinel on loopback: a primary, two replicas of it, and three
 /// sentinels that monitor it as [`service`](Self::service) (quorum 2, a primary that
@@ -1574,11 +1529,7 @@ impl RedisSentinels {
     /// replicas follow the primary and every sentinel knows them and the other two
     /// sentinels (so a failover can happen).
     pub async fn start() -> Result<Self> {
-        let program = require_program(
-            "redis-server",
-            "redis-server",
-            "the apt package redis-server",
-        )?;
+        let program = require_program("redis-server", "redis-server", REDIS_PACKAGE)?;
         let service = format!("tenure-{}", std::process::id());
         let primary_port = free_port()?;
         let replicas = [free_port()?, free_port()?].map(|p| (p, Some(primary_port)));
@@ -1607,10 +1558,7 @@ impl RedisSentinels {
                  sentinel parallel-syncs {service} 1\n",
                 dir.display()
             );
-            std::fs::write(&config, text).map_err(|e| HarnessError::File {
-                path: config.clone(),
-                reason: format!("cannot write the Sentinel config: {e}"),
-            })?;
+            write_file(&config, &text, "the Sentinel config")?;
             let args = vec![config.display().to_string(), "--sentinel".to_string()];
             let mut local = Local::new(Launch::of(&program, args), dir, root);
             local.spawn(Kind::Redis)?;

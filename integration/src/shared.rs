@@ -1,4 +1,11 @@
-//! One server per test binary, shared by its tests.
+//! One server per test binary, shared by its tests, and one key prefix.
+
+/// A random key prefix, the same for every test of this test binary (a fresh one per
+/// run, so runs against an external server do not meet each other's keys).
+pub fn run_prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(tenure_core::testing::random_prefix)
+}
 
 /// Defines `fn shared_server() -> (String, SocketAddr)` for a test binary: starts one
 /// `$server` (a harness server type) the first time it is called, on a thread of its

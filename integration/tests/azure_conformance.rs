@@ -10,8 +10,8 @@ use std::time::Duration;
 use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::backend::Clause;
 use tenure_core::testing::{random_prefix, Env};
-use tenure_core::{DynBackend, ErrorKind, Session, Timing};
-use tenure_integration::{AzuriteServer, ProxyFaults};
+use tenure_core::{DynBackend, Session, Timing};
+use tenure_integration::{assert_ttls_refused, timing_ms, AzuriteServer, ProxyFaults};
 
 tenure_integration::shared_server!(AzuriteServer, "Azurite");
 
@@ -31,16 +31,6 @@ fn config(endpoint: &str, container: &str) -> AzureConfig {
         .request_timeout(Duration::from_secs(1))
 }
 
-/// Lease 15 s, renew every second, leadership valid for 10 s after the last confirmed
-/// renewal was sent.
-fn azure_timing() -> Timing {
-    let mut t = Timing::from_ttl(Duration::from_secs(15));
-    t.renew_interval = Duration::from_secs(1);
-    t.renew_deadline = Duration::from_secs(10);
-    t.connect_timeout = Duration::from_secs(2);
-    t
-}
-
 async fn azure_env() -> Env {
     let (endpoint, server) = server();
     let container = container();
@@ -48,18 +38,22 @@ async fn azure_env() -> Env {
         Ok(b) => b,
         Err(e) => panic!("connect to Azurite at {server}: {e}"),
     };
-    let mut env = Env::new(Arc::new(backend), azure_timing());
-    env.slack = Duration::from_millis(1500);
     // Disconnects black-hole a victim backend's link through a proxy.
     let faults = ProxyFaults::new(&endpoint, server, move |at| {
         let config = config(&at, &container);
         async move { Ok(Arc::new(AzureBackend::connect(config).await?) as DynBackend) }
     });
-    env.faults = Arc::new(faults.no_expiry(
+    let faults = faults.no_expiry(
         "Azure Blob Storage has no session object to expire: a session is a lease id \
          in this process, and its leases lapse one by one",
-    ));
-    env
+    );
+    // Lease 15 s, renew every second, leadership valid for 10 s after the last
+    // confirmed renewal was sent.
+    faults.env(
+        Arc::new(backend),
+        timing_ms(15_000, 1000, 10_000, 2000),
+        1500,
+    )
 }
 
 tenure_core::conformance_tests!(azure_env());
@@ -69,17 +63,8 @@ tenure_core::conformance_tests!(azure_env());
 #[tokio::test]
 async fn lease_durations_azure_does_not_grant_are_rejected() {
     let env = azure_env().await;
-    for ttl in [
-        Duration::from_secs(10),
-        Duration::from_secs(61),
-        Duration::from_millis(15_500),
-    ] {
-        let timing = Timing::from_ttl(ttl);
-        let err = Session::open(env.backend.clone(), timing)
-            .await
-            .expect_err("lease out of range");
-        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-        assert!(err.message().starts_with("ttl"), "{err}");
+    let ttls = [10_000, 61_000, 15_500].map(Duration::from_millis);
+    for err in assert_ttls_refused(&env.backend, &ttls).await {
         assert!(err.message().contains("15"), "{err}");
     }
     for secs in [15, 60] {

@@ -15,7 +15,8 @@ use std::time::Duration;
 use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::testing::random_prefix;
 use tenure_core::{Candidate, ElectionName, ErrorKind, LossReason, Session, Timing};
-use tenure_integration::cli_faults::{assert_fenced, is, ms, stop_all, wait};
+use tenure_integration::cli_faults::{finish, is, ms, wait};
+use tenure_integration::cluster_faults::elect_and_resign;
 use tenure_integration::fault_suite::{self, FaultSpec};
 use tenure_integration::{AzuriteServer, Event, GuardedResource};
 
@@ -31,6 +32,11 @@ const POLL: Duration = Duration::from_millis(100);
 /// A container of its own for each test.
 fn container() -> String {
     random_prefix().to_ascii_lowercase()
+}
+
+/// The development account on `azurite`, in a container of its own, without a key.
+fn account(azurite: &AzuriteServer) -> AzureConfig {
+    AzureConfig::new(AzuriteServer::ACCOUNT, container()).endpoint(azurite.endpoint())
 }
 
 /// How candidates reach Azurite at `endpoint` with the account `key`, in `container`:
@@ -62,46 +68,20 @@ fn spec(endpoint: &str) -> FaultSpec {
     spec_in(endpoint, &container())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_of_the_holder_fails_over_within_lease_and_poll() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    fault_suite::sigkill_of_the_holder(&spec(azurite.endpoint())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_of_the_holder_past_the_lease() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    fault_suite::sigstop_of_the_holder(&spec(azurite.endpoint())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_of_azurite_fires_lost_by_the_deadline() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    fault_suite::sigstop_of_the_store(&spec(azurite.endpoint()), &azurite).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cut_connection_then_the_campaign_goes_on() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    let c = container();
-    fault_suite::cut_connection(&azurite, &|e: &str| spec_in(e, &c)).await;
-}
+tenure_integration::fault_tests!(AzuriteServer::start(), spec_in);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_key_is_unauthorized_and_never_shown() {
     let azurite = AzuriteServer::start().await.expect("azurite");
     let wrong = "d3Jvbmcta2V5LVMzQ1JFVC1ub3QtdGhlLWRldi1rZXk="; // base64, not the dev key
-    let config = AzureConfig::new(AzuriteServer::ACCOUNT, container())
-        .endpoint(azurite.endpoint())
-        .shared_key(wrong);
+    let config = account(&azurite).shared_key(wrong);
     let text = format!("{config:?} {config}");
     assert!(!text.contains(wrong), "{text}");
     let err = AzureBackend::connect(config).await.expect_err("wrong key");
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
     assert!(!format!("{err} {err:?}").contains(wrong), "{err}");
     // A SAS Azurite cannot verify is refused the same way, and not repeated.
-    let config = AzureConfig::new(AzuriteServer::ACCOUNT, container())
-        .endpoint(azurite.endpoint())
+    let config = account(&azurite)
         .sas("sv=2025-11-05&ss=b&srt=sco&sp=rwdlc&se=2099-01-01T00:00:00Z&sig=UzNDUkVUc2ln");
     let err = AzureBackend::connect(config).await.expect_err("bad sas");
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
@@ -113,12 +93,6 @@ async fn wrong_key_is_unauthorized_and_never_shown() {
         wrong,
     )
     .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_endpoint_fails_within_the_connect_timeout() {
-    let azurite = AzuriteServer::start().await.expect("azurite");
-    fault_suite::unreachable_store(&azurite, &spec).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,8 +188,7 @@ async fn cli_resign_hands_over_within_the_poll_interval() {
     eprintln!("CLI handover: b elected {:.0} ms after a resigned", ms(gap));
     assert!(b_elected.token > a_elected.token);
     assert!(resigned.mono_ns <= b_elected.mono_ns);
-    assert_fenced(&[&a, &b]);
-    stop_all(vec![a, b]).await;
+    finish(&resource, vec![a, b]).await;
 }
 
 /// Keys and signatures stay out of every log line, at the most verbose level, on
@@ -225,36 +198,19 @@ async fn secrets_never_reach_tracing() {
     let azurite = AzuriteServer::start().await.expect("azurite");
     let (captured, _guard) = Captured::install_default();
     let wrong = "d3Jvbmcta2V5LVMzQ1JFVC1ub3QtdGhlLWRldi1rZXk=";
-    let err = AzureConfig::new(AzuriteServer::ACCOUNT, container())
-        .endpoint(azurite.endpoint())
-        .shared_key(wrong)
-        .connect()
-        .await
-        .expect_err("wrong key");
-    tracing::error!(error = %err, debug = ?err, "connect failed");
     let sas = "sv=2025-11-05&sp=rwdlc&se=2099-01-01T00:00:00Z&sig=U0lHTkFUVVJFLVMzQ1JFVA";
-    let _ = AzureConfig::new(AzuriteServer::ACCOUNT, container())
-        .endpoint(azurite.endpoint())
-        .sas(sas)
-        .connect()
-        .await
-        .expect_err("bad sas");
+    for (config, what) in [
+        (account(&azurite).shared_key(wrong), "wrong key"),
+        (account(&azurite).sas(sas), "bad sas"),
+    ] {
+        let err = config.connect().await.expect_err(what);
+        tracing::error!(error = %err, debug = ?err, "connect failed");
+    }
     let config = AzureConfig::development(azurite.endpoint(), container());
     tracing::info!(?config, %config, "config");
     let backend = config.connect().await.expect("right key");
     tracing::info!(?backend, "backend");
-    let s = Session::open(Arc::new(backend), Timing::from_ttl(TTL))
-        .await
-        .expect("session");
-    let l = s
-        .campaign(
-            &ElectionName::new("traced").unwrap(),
-            &Candidate::new("a").unwrap(),
-        )
-        .await
-        .expect("campaign");
-    l.resign().await.expect("resign");
-    s.close().await.expect("close");
+    elect_and_resign(Arc::new(backend), TTL, "traced").await;
     let text = captured.text();
     assert!(text.contains("connect failed"), "nothing captured: {text}");
     for secret in [wrong, AzuriteServer::ACCOUNT_KEY, "U0lHTkFUVVJFLVMzQ1JFVA"] {

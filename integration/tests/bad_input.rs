@@ -14,7 +14,9 @@ use tenure_azure::AzureConfig;
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, Member, Timing};
 use tenure_etcd::EtcdBackend;
 use tenure_integration::chaos::parse_duration;
-use tenure_integration::{workspace_root, AzuriteServer, EtcdServer, RedisServer};
+use tenure_integration::{
+    start_with_passwords, workspace_root, AzuriteServer, EtcdServer, RedisServer,
+};
 use tenure_peer::PeerBackend;
 use tenure_redis::RedisBackend;
 use tenure_zookeeper::ZooKeeperBackend;
@@ -177,19 +179,8 @@ async fn garbage() -> SocketAddr {
 }
 
 async fn places() -> Places {
-    let redis = RedisServer::start().await.expect("redis");
-    let etcd = EtcdServer::start().await.expect("etcd");
-    assert!(
-        !redis.is_external() && !etcd.is_external(),
-        "the credential rows set passwords on the servers: unset {} and {}",
-        RedisServer::ENV,
-        EtcdServer::ENV
-    );
-    redis
-        .require_password(PASSWORD)
-        .await
-        .expect("CONFIG SET requirepass");
-    etcd.enable_auth(PASSWORD).expect("etcd auth");
+    // The credential rows need servers with passwords.
+    let (redis, etcd) = start_with_passwords(PASSWORD, PASSWORD).await;
     let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     Places {
         closed: SocketAddr::from((

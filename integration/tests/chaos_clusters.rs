@@ -24,17 +24,5 @@ async fn chaos(backend: ChaosBackend) {
     assert_bounded_run(backend, tenure_bin(), ONE_ROUND_LIMIT, Some(1)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_etcd_cluster() {
-    chaos(ChaosBackend::EtcdCluster).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_zookeeper_ensemble() {
-    chaos(ChaosBackend::ZooKeeperEnsemble).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_redis_sentinel() {
-    chaos(ChaosBackend::RedisSentinel).await;
-}
+tenure_integration::chaos_tests!(chaos: chaos_etcd_cluster => EtcdCluster,
+    chaos_zookeeper_ensemble => ZooKeeperEnsemble, chaos_redis_sentinel => RedisSentinel);

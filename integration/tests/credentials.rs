@@ -7,9 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{Candidate, DynBackend, ElectionName, Error, Session, Timing};
+use tenure_core::Error;
 use tenure_etcd::{EtcdBackend, EtcdConfig};
-use tenure_integration::{free_port, EtcdServer, RedisServer, ZooKeeperServer};
+use tenure_integration::cluster_faults::elect_and_resign;
+use tenure_integration::{free_port, start_with_passwords, ZooKeeperServer};
 use tenure_redis::{RedisBackend, RedisConfig};
 use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 
@@ -41,19 +42,6 @@ fn assert_clean(what: &str, text: &str) {
             "{what} contains a password:\n{text}"
         );
     }
-}
-
-async fn elect(backend: DynBackend) {
-    let session = Session::open(backend, Timing::from_ttl(Duration::from_secs(2)))
-        .await
-        .expect("session");
-    let election = ElectionName::new("credentials/check").expect("name");
-    let l = session
-        .campaign(&election, &Candidate::new("a").expect("id"))
-        .await
-        .expect("campaign");
-    l.resign().await.expect("resign");
-    session.close().await.expect("close");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +79,7 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
         texts.push((what.to_owned(), format!("{debug_text}\n{display_text}")));
     }
 
-    // Bad URLs that carry a password.
+    // Bad URLs that carry a password, and nothing listening: the connection errors.
     for (what, result) in [
         (
             "etcd bad url",
@@ -120,78 +108,53 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
             ZooKeeperConfig::from_url(&format!("zk://u:{ZK_SECRET}@127.0.0.1:2181/bad//chroot"))
                 .map(drop),
         ),
+        ("etcd unreachable", etcd.clone().connect().await.map(drop)),
+        ("redis unreachable", redis.clone().connect().await.map(drop)),
+        (
+            "zookeeper unreachable",
+            zk.clone().connect().await.map(drop),
+        ),
     ] {
         let e = result.expect_err(what);
         texts.push((what.to_owned(), render(&e)));
     }
 
-    // Nothing listening: the connection errors.
-    let e = etcd
-        .clone()
-        .connect()
-        .await
-        .expect_err("etcd on a closed port");
-    texts.push(("etcd unreachable".into(), render(&e)));
-    let e = redis
-        .clone()
-        .connect()
-        .await
-        .expect_err("redis on a closed port");
-    texts.push(("redis unreachable".into(), render(&e)));
-    let e = zk
-        .clone()
-        .connect()
-        .await
-        .expect_err("zookeeper on a closed port");
-    texts.push(("zookeeper unreachable".into(), render(&e)));
-
     // Real servers: a wrong password is refused, the right one works.
-    let redis_server = RedisServer::start().await.expect("redis");
-    let etcd_server = EtcdServer::start().await.expect("etcd");
+    let (redis_server, etcd_server) = start_with_passwords(REDIS_SECRET, ETCD_SECRET).await;
     let zk_server = ZooKeeperServer::start().await.expect("zookeeper");
-    assert!(
-        !redis_server.is_external() && !etcd_server.is_external(),
-        "this test sets passwords on the servers: unset {} and {}",
-        RedisServer::ENV,
-        EtcdServer::ENV
-    );
-    redis_server
-        .require_password(REDIS_SECRET)
-        .await
-        .expect("CONFIG SET requirepass");
-    etcd_server.enable_auth(ETCD_SECRET).expect("etcd auth");
     let (r, e, z) = (
         redis_server.addr(),
         etcd_server.addr(),
         zk_server.endpoint().to_owned(),
     );
-    let wrong_redis = format!("{REDIS_SECRET}x");
-    let e1 = RedisBackend::from_url(&format!("redis://:{wrong_redis}@{r}"))
-        .await
-        .expect_err("wrong redis password");
-    texts.push(("redis wrong password".into(), render(&e1)));
-    let wrong_etcd = format!("{ETCD_SECRET}x");
-    let e2 = EtcdBackend::from_url(&format!("etcd://root:{wrong_etcd}@{e}"))
-        .await
-        .expect_err("wrong etcd password");
-    texts.push(("etcd wrong password".into(), render(&e2)));
-    elect(Arc::new(
-        RedisBackend::from_url(&format!("redis://:{REDIS_SECRET}@{r}"))
-            .await
-            .expect("right redis password"),
-    ))
-    .await;
-    elect(Arc::new(
-        EtcdBackend::from_url(&format!("etcd://root:{ETCD_SECRET}@{e}"))
-            .await
-            .expect("right etcd password"),
-    ))
-    .await;
-    elect(Arc::new(
-        ZooKeeperBackend::from_url(&format!("zk://user:{ZK_SECRET}@{z}/credentials"))
-            .await
-            .expect("zookeeper with digest credentials"),
-    ))
+    let (wrong_redis, wrong_etcd) = (format!("{REDIS_SECRET}x"), format!("{ETCD_SECRET}x"));
+    for (what, result) in [
+        (
+            "redis wrong password",
+            RedisBackend::from_url(&format!("redis://:{wrong_redis}@{r}"))
+                .await
+                .map(drop),
+        ),
+        (
+            "etcd wrong password",
+            EtcdBackend::from_url(&format!("etcd://root:{wrong_etcd}@{e}"))
+                .await
+                .map(drop),
+        ),
+    ] {
+        texts.push((what.to_owned(), render(&result.expect_err(what))));
+    }
+    let ttl = Duration::from_secs(2);
+    let redis = RedisBackend::from_url(&format!("redis://:{REDIS_SECRET}@{r}")).await;
+    elect_and_resign(Arc::new(redis.expect("right redis password")), ttl, "redis").await;
+    let etcd = EtcdBackend::from_url(&format!("etcd://root:{ETCD_SECRET}@{e}")).await;
+    elect_and_resign(Arc::new(etcd.expect("right etcd password")), ttl, "etcd").await;
+    let zk = ZooKeeperBackend::from_url(&format!("zk://user:{ZK_SECRET}@{z}/credentials")).await;
+    elect_and_resign(
+        Arc::new(zk.expect("zookeeper with digest credentials")),
+        ttl,
+        "zk",
+    )
     .await;
 
     for (what, text) in &texts {

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::testing::Env;
-use tenure_core::{DynBackend, Session, Timing};
+use tenure_core::DynBackend;
 use tenure_etcd::EtcdBackend;
-use tenure_integration::{EtcdServer, ProxyFaults};
+use tenure_integration::{assert_ttls_refused, timing_ms, EtcdServer, ProxyFaults};
 
 tenure_integration::shared_server!(EtcdServer, "etcd");
 
@@ -25,16 +25,6 @@ fn url(hosts: &str) -> String {
     format!("etcd://{hosts}?prefix=tenure-test&connect_timeout_ms=1000&request_timeout_ms=1000")
 }
 
-/// TTL 2 s (etcd leases are whole seconds), renew every 300 ms, leadership valid for
-/// 1.2 s after the last confirmed renewal was sent.
-fn etcd_timing() -> Timing {
-    let mut t = Timing::from_ttl(Duration::from_secs(2));
-    t.renew_interval = Duration::from_millis(300);
-    t.renew_deadline = Duration::from_millis(1200);
-    t.connect_timeout = Duration::from_secs(1);
-    t
-}
-
 async fn etcd_env() -> Env {
     let server = server_addr();
     // Every member when `TENURE_TEST_ETCD` names a cluster.
@@ -42,19 +32,20 @@ async fn etcd_env() -> Env {
         Ok(b) => b,
         Err(e) => panic!("connect to etcd at {server}: {e}"),
     };
-    let mut env = Env::new(Arc::new(backend.clone()), etcd_timing());
-    env.slack = Duration::from_millis(500);
     // Disconnects cut a victim backend's link through a proxy; expiry revokes the
     // lease through the main backend.
     let faults = ProxyFaults::new(&server.to_string(), server, |at| async move {
         let b = EtcdBackend::from_url(&url(&at)).await?;
         Ok(Arc::new(b) as DynBackend)
     });
-    env.faults = Arc::new(faults.expire_with(move |id| {
-        let backend = backend.clone();
+    let main = backend.clone();
+    let faults = faults.expire_with(move |id| {
+        let backend = main.clone();
         async move { backend.revoke_session(&id).await }
-    }));
-    env
+    });
+    // TTL 2 s (etcd leases are whole seconds), renew every 300 ms, leadership valid
+    // for 1.2 s after the last confirmed renewal was sent.
+    faults.env(Arc::new(backend), timing_ms(2000, 300, 1200, 1000), 500)
 }
 
 tenure_core::conformance_tests!(etcd_env());
@@ -62,11 +53,6 @@ tenure_core::conformance_tests!(etcd_env());
 /// Not in the shared suite: sub-second TTLs are refused, naming the field.
 #[tokio::test]
 async fn sub_second_ttl_is_rejected() {
-    let env = etcd_env().await;
-    let timing = Timing::from_ttl(Duration::from_millis(900));
-    let err = Session::open(env.backend.clone(), timing)
-        .await
-        .expect_err("900 ms TTL");
-    assert_eq!(err.kind(), tenure_core::ErrorKind::InvalidArgument);
-    assert!(err.message().starts_with("ttl"), "{err}");
+    let ttls = [Duration::from_millis(900)];
+    assert_ttls_refused(&etcd_env().await.backend, &ttls).await;
 }

@@ -6,49 +6,19 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use tenure_core::{Backend, ErrorKind, Member, MemberStream};
+use tenure_core::{Backend, ErrorKind};
 use tenure_etcd::EtcdBackend;
-use tenure_integration::membership::{member, name, open, until};
-use tenure_integration::EtcdServer;
-
-fn prefix() -> &'static str {
-    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PREFIX.get_or_init(tenure_core::testing::random_prefix)
-}
+use tenure_integration::membership::{member, name, open, until, until_where};
+use tenure_integration::{run_prefix, EtcdServer};
 
 async fn backend(addr: std::net::SocketAddr) -> EtcdBackend {
     let url = format!(
         "etcd://{addr}?prefix={}&connect_timeout_ms=1000&request_timeout_ms=1000",
-        prefix()
+        run_prefix()
     );
     match EtcdBackend::from_url(&url).await {
         Ok(b) => b,
         Err(e) => panic!("connect to {addr}: {e}"),
-    }
-}
-
-/// Read the stream until `ok` accepts what it shows; fails after `within`.
-async fn until_list(
-    w: &mut MemberStream,
-    ok: impl Fn(&[Member]) -> bool,
-    within: Duration,
-    what: &str,
-) {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut seen = None;
-    loop {
-        match tokio::time::timeout_at(deadline, w.next()).await {
-            Ok(Some(Ok(members))) => {
-                if ok(&members) {
-                    return;
-                }
-                seen = Some(format!("{} members: {:?}", members.len(), members.first()));
-            }
-            Ok(Some(Err(e))) => seen = Some(e.to_string()),
-            Ok(None) => panic!("{what}: the member stream ended"),
-            Err(_) => panic!("{what}: not within {within:?}; last seen {seen:?}"),
-        }
     }
 }
 
@@ -131,21 +101,15 @@ async fn large_values_are_listed_and_watched() {
         assert_eq!(m.id(), format!("m-{i:03}"));
         assert_eq!(m.value(), value(i));
     }
-    until_list(
-        &mut w,
-        |m| m.len() == n && m.iter().enumerate().all(|(i, m)| m.value() == value(i)),
-        Duration::from_secs(10),
-        "70 large members",
-    )
+    until_where(&mut w, "70 large members", Duration::from_secs(10), |m| {
+        m.len() == n && m.iter().enumerate().all(|(i, m)| m.value() == value(i))
+    })
     .await;
     // A watcher that starts now gets them all in its first list.
     let mut late = b.watch_members(&ns).await.expect("watch");
-    until_list(
-        &mut late,
-        |m| m.len() == n,
-        Duration::from_secs(1),
-        "first list",
-    )
+    until_where(&mut late, "first list", Duration::from_secs(1), |m| {
+        m.len() == n
+    })
     .await;
     s.close().await.expect("close");
     until(&mut w, &[], Duration::from_secs(2)).await;

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tenure_integration::probe::{self, exchange};
+use tenure_integration::probe::{self, exchange, http};
 use tenure_integration::{
     check_fencing, check_fencing_at, monotonic_now_ns, tenures, AzuriteServer, CandidateProcess,
     EtcdServer, Event, FencingViolation, GuardedResource, HarnessError, LinkState, RedisServer,
@@ -18,23 +18,6 @@ use tokio::net::{TcpListener, TcpStream};
 
 const QUICK: Duration = Duration::from_millis(500);
 const PATIENT: Duration = Duration::from_secs(5);
-
-/// An HTTP/1.1 request with a JSON body, answered in full (`Connection: close`).
-async fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: &str,
-    timeout: Duration,
-) -> Result<String, String> {
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    let answer = exchange(addr, request.as_bytes(), |_| false, timeout).await?;
-    Ok(String::from_utf8_lossy(&answer).into_owned())
-}
 
 /// The fault-injection life cycle every server handle must support:
 /// answers; paused, does not; resumed, does; killed, refuses; restarted on

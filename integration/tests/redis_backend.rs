@@ -9,44 +9,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
-use tenure_integration::{RedisServer, StoreServer, TcpProxy};
+use tenure_core::{
+    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, Session, Timing,
+};
+use tenure_integration::redis_admin::{
+    backend, cmd, command_calls, connect, connections_received, reset_stats,
+};
+use tenure_integration::{run_prefix, RedisServer, StoreServer, TcpProxy};
 use tenure_redis::RedisBackend;
 
 #[path = "support/capture.rs"]
 mod capture;
 use capture::Captured;
-
-/// The key prefix of this test binary's run: fresh, so runs against an external server
-/// (`TENURE_TEST_REDIS`) do not meet each other's keys.
-fn prefix() -> &'static str {
-    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PREFIX.get_or_init(tenure_core::testing::random_prefix)
-}
-
-fn url(endpoint: &str, extra: &str) -> String {
-    let sep = if endpoint.contains('?') { '&' } else { '?' };
-    format!(
-        "{endpoint}{sep}prefix={}&connect_timeout_ms=1000&request_timeout_ms=500{extra}",
-        prefix()
-    )
-}
-
-async fn backend(endpoint: &str, extra: &str) -> RedisBackend {
-    match RedisBackend::from_url(&url(endpoint, extra)).await {
-        Ok(b) => b,
-        Err(e) => panic!("connect to {endpoint}: {e}"),
-    }
-}
-
-/// A plain client for setting things up and looking at the server.
-async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(server.endpoint()).expect("client");
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("raw connection")
-}
 
 fn timing(ttl: Duration) -> Timing {
     let mut t = Timing::from_ttl(ttl);
@@ -68,18 +42,23 @@ async fn session(b: &RedisBackend, t: &Timing) -> Session {
         .expect("session")
 }
 
-/// How often the server ran `EVALSHA` since the last `CONFIG RESETSTAT`.
-async fn evalsha_calls(c: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(c)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+type Waiter = tokio::task::JoinHandle<(tenure_core::Result<Leadership>, Session)>;
+
+/// `s` campaigning for `e` as `b` in a task of its own, which gives the session back.
+fn spawn_b(s: Session, e: &ElectionName) -> Waiter {
+    let e = e.clone();
+    tokio::spawn(async move { (s.campaign(&e, &cand("b")).await, s) })
+}
+
+/// The grant `waiter` got within `within` (panics saying `what` if none), and its
+/// session.
+async fn wait_grant(waiter: Waiter, within: Duration, what: &str) -> (Leadership, Session) {
+    match tokio::time::timeout(within, waiter).await {
+        Ok(Ok((Ok(l), s))) => (l, s),
+        Ok(Ok((Err(e), _))) => panic!("{what}: campaign: {e}"),
+        Ok(Err(e)) => panic!("{what}: task: {e}"),
+        Err(_) => panic!("{what}: not within {within:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,7 +123,7 @@ async fn one_renewal_call_per_interval_whatever_the_number_of_elections() {
     let server = RedisServer::start().await.expect("redis");
     server.require_local("it counts the script calls of the whole server");
     let b = backend(server.endpoint(), "&poll_interval_ms=60000").await;
-    let mut raw = raw(&server).await;
+    let mut raw = connect(server.endpoint()).await;
     let mut t = timing(Duration::from_secs(4));
     t.renew_interval = Duration::from_millis(200);
     for n in [1usize, 100, 2000] {
@@ -158,14 +137,14 @@ async fn one_renewal_call_per_interval_whatever_the_number_of_elections() {
                     .expect("campaign"),
             );
         }
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut raw)
-            .await
-            .expect("RESETSTAT");
+        reset_stats(&mut raw).await;
         let window = Duration::from_millis(1000);
         tokio::time::sleep(window).await;
-        let calls = evalsha_calls(&mut raw).await;
+        let calls = command_calls(&mut raw)
+            .await
+            .get("evalsha")
+            .copied()
+            .unwrap_or(0);
         let intervals = (window.as_millis() / t.renew_interval.as_millis()) as u64;
         eprintln!("{n} elections: {calls} renewal calls in {window:?} ({intervals} intervals)");
         assert!(
@@ -181,10 +160,11 @@ async fn one_renewal_call_per_interval_whatever_the_number_of_elections() {
 async fn tokens_continue_above_a_lost_or_lagging_counter() {
     let server = RedisServer::start().await.expect("redis");
     let b = backend(server.endpoint(), "").await;
-    let mut raw = raw(&server).await;
+    let mut raw = connect(server.endpoint()).await;
     let t = timing(Duration::from_secs(10));
     let s = session(&b, &t).await;
     let e = name("reborn");
+    let counter = format!("{}:token:reborn", run_prefix());
     let mut last = 0u64;
     for round in 0..4 {
         let l = s.campaign(&e, &cand("a")).await.expect("campaign");
@@ -204,20 +184,11 @@ async fn tokens_continue_above_a_lost_or_lagging_counter() {
         match round {
             // The counter is lost, as after a restart without persistence.
             0 => {
-                let _: () = redis::cmd("DEL")
-                    .arg(format!("{}:token:reborn", prefix()))
-                    .query_async(&mut raw)
-                    .await
-                    .expect("DEL");
+                cmd::<()>(&mut raw, &["DEL", &counter]).await;
             }
             // The counter lags, as on a replica that missed the last writes.
             1 => {
-                let _: () = redis::cmd("SET")
-                    .arg(format!("{}:token:reborn", prefix()))
-                    .arg(last - 5)
-                    .query_async(&mut raw)
-                    .await
-                    .expect("SET");
+                cmd::<()>(&mut raw, &["SET", &counter, &(last - 5).to_string()]).await;
             }
             _ => {}
         }
@@ -234,11 +205,7 @@ async fn tokens_continue_above_a_lost_or_lagging_counter() {
         tokens.push(l.token().get());
         l.resign().await.expect("resign");
         if i % 2 == 0 {
-            let _: () = redis::cmd("DEL")
-                .arg(format!("{}:token:reborn", prefix()))
-                .query_async(&mut raw)
-                .await
-                .expect("DEL");
+            cmd::<()>(&mut raw, &["DEL", &counter]).await;
         }
     }
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
@@ -253,18 +220,11 @@ async fn crash_failover_follows_the_ttl_not_the_poll_interval() {
     let e = name("crash/ttl");
     let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
     let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-    let waiter = {
-        let e = e.clone();
-        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-    };
+    let waiter = spawn_b(sb, &e);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let crashed = tokio::time::Instant::now();
     sa.abandon();
-    let (granted, _sb) = tokio::time::timeout(Duration::from_secs(3), waiter)
-        .await
-        .expect("failover within 3 s")
-        .expect("task");
-    let granted = granted.expect("campaign");
+    let (granted, _sb) = wait_grant(waiter, Duration::from_secs(3), "failover within 3 s").await;
     let gap = granted.granted_at() - crashed;
     eprintln!("crash failover with TTL {:?}: {gap:?}", t.ttl);
     assert!(gap <= t.ttl + Duration::from_millis(150), "{gap:?}");
@@ -276,7 +236,7 @@ async fn crash_failover_follows_the_ttl_not_the_poll_interval() {
 async fn waiters_and_observers_converge_when_no_message_comes() {
     let server = RedisServer::start().await.expect("redis");
     let b = backend(server.endpoint(), "&poll_interval_ms=300").await;
-    let mut raw = raw(&server).await;
+    let mut raw = connect(server.endpoint()).await;
     let t = timing(Duration::from_secs(20));
     let e = name("silent");
     let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
@@ -284,23 +244,17 @@ async fn waiters_and_observers_converge_when_no_message_comes() {
     let mut observed = b.observe(&e).await.expect("observe");
     let first = observed.next().await.expect("item").expect("state");
     assert_eq!(first.map(|l| l.id), Some("a".into()));
-    let waiter = {
-        let e = e.clone();
-        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-    };
+    let waiter = spawn_b(sb, &e);
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The seat disappears without a message (as when a message is lost).
     let removed = Instant::now();
-    let _: () = redis::cmd("DEL")
-        .arg(format!("{}:seat:silent", prefix()))
-        .query_async(&mut raw)
-        .await
-        .expect("DEL");
-    let (granted, _sb) = tokio::time::timeout(Duration::from_secs(2), waiter)
-        .await
-        .expect("the waiter looked again by itself")
-        .expect("task");
-    let granted = granted.expect("campaign");
+    cmd::<()>(&mut raw, &["DEL", &format!("{}:seat:silent", run_prefix())]).await;
+    let (granted, _sb) = wait_grant(
+        waiter,
+        Duration::from_secs(2),
+        "the waiter looked again by itself",
+    )
+    .await;
     eprintln!(
         "waiter granted {:?} after a silent delete",
         removed.elapsed()
@@ -401,18 +355,12 @@ async fn the_first_handover_of_a_new_backend_is_prompt() {
         let e = name(&format!("first/{round}"));
         let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
         let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-        let waiter = {
-            let e = e.clone();
-            tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-        };
+        let waiter = spawn_b(sb, &e);
         tokio::time::sleep(Duration::from_millis(30)).await;
         let t0 = tokio::time::Instant::now();
         a.resign().await.expect("resign");
-        let (granted, _sb) = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .expect("granted")
-            .expect("task");
-        gaps.push(granted.expect("campaign").granted_at() - t0);
+        let (granted, _sb) = wait_grant(waiter, Duration::from_secs(5), "granted").await;
+        gaps.push(granted.granted_at() - t0);
     }
     gaps.sort();
     eprintln!("first handovers: {gaps:?}");
@@ -423,7 +371,7 @@ async fn the_first_handover_of_a_new_backend_is_prompt() {
 async fn a_queued_session_that_stopped_waiting_is_skipped() {
     let server = RedisServer::start().await.expect("redis");
     let b = backend(server.endpoint(), "&poll_interval_ms=30000").await;
-    let mut raw = raw(&server).await;
+    let mut raw = connect(server.endpoint()).await;
     let t = timing(Duration::from_secs(10));
     let e = name("ghost");
     let (sa, sb, ghost) = (
@@ -432,65 +380,37 @@ async fn a_queued_session_that_stopped_waiting_is_skipped() {
         session(&b, &t).await,
     );
     let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-    let waiter = {
-        let e = e.clone();
-        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-    };
+    let waiter = spawn_b(sb, &e);
     tokio::time::sleep(Duration::from_millis(100)).await;
     // A live session first in line that no longer waits (its withdrawal was lost).
-    let _: () = redis::cmd("ZADD")
-        .arg(format!("{}:queue:ghost", prefix()))
-        .arg(0)
-        .arg(ghost.id())
-        .query_async(&mut raw)
-        .await
-        .expect("ZADD");
+    let queue = format!("{}:queue:ghost", run_prefix());
+    cmd::<()>(&mut raw, &["ZADD", &queue, "0", &ghost.id()]).await;
     let t0 = tokio::time::Instant::now();
     a.resign().await.expect("resign");
-    let (granted, _sb) = tokio::time::timeout(Duration::from_secs(5), waiter)
-        .await
-        .expect("the live waiter was woken, not the ghost")
-        .expect("task");
-    let gap = granted.expect("campaign").granted_at() - t0;
+    let (granted, _sb) = wait_grant(
+        waiter,
+        Duration::from_secs(5),
+        "the live waiter was woken, not the ghost",
+    )
+    .await;
+    let gap = granted.granted_at() - t0;
     assert!(gap < Duration::from_secs(1), "{gap:?}");
-    let left: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("{}:queue:ghost", prefix()))
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut raw)
-        .await
-        .expect("ZRANGE");
+    let left: Vec<String> = cmd(&mut raw, &["ZRANGE", &queue, "0", "-1"]).await;
     assert!(left.is_empty(), "{left:?}");
     drop(ghost);
-}
-
-/// Connections the server has accepted since it started.
-async fn connections_received(c: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query_async(c)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_connections_received:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("total_connections_received")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_backend_keeps_its_connections() {
     let server = RedisServer::start().await.expect("redis");
     server.require_local("it counts the connections of the whole server");
-    let mut raw = raw(&server).await;
+    let mut raw = connect(server.endpoint()).await;
     let b = backend(server.endpoint(), "").await;
     let t = timing(Duration::from_secs(1));
     let e = name("idle");
     let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
     let _a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-    let waiter = {
-        let e = e.clone();
-        tokio::spawn(async move { (sb.campaign(&e, &cand("b")).await, sb) })
-    };
+    let waiter = spawn_b(sb, &e);
     let _observed = b.observe(&e).await.expect("observe");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = connections_received(&mut raw).await;
@@ -509,19 +429,13 @@ async fn passwords_never_reach_logs_debug_or_errors() {
     let server = RedisServer::start().await.expect("redis");
     server.require_local("it sets a password on the server");
     let secret = "Sup3r-S3cret-pw";
-    let mut raw = raw(&server).await;
+    let mut raw = connect(server.endpoint()).await;
     let (captured, _guard) = Captured::install_default();
     let base = server.endpoint().trim_start_matches("redis://").to_string();
     let right = format!("redis://:{secret}@{base}?prefix=pw");
     // Without a password, then with the wrong and the right one.
     let unauthenticated = format!("redis://{base}?prefix=pw");
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("requirepass")
-        .arg(secret)
-        .query_async(&mut raw)
-        .await
-        .expect("requirepass");
+    cmd::<()>(&mut raw, &["CONFIG", "SET", "requirepass", secret]).await;
     let err = RedisBackend::from_url(&unauthenticated)
         .await
         .expect_err("no password");

@@ -10,8 +10,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_core::backend::{BackendSession, Capabilities, Clause, SessionEvents};
 use tenure_core::testing::Env;
-use tenure_core::{Backend, DynBackend, ElectionName, LeaderInfo, LeaderStream, Session, Timing};
-use tenure_integration::{ProxyFaults, RedisServer};
+use tenure_core::{Backend, DynBackend, ElectionName, LeaderInfo, LeaderStream, Timing};
+use tenure_integration::{assert_ttls_refused, timing_ms, ProxyFaults, RedisServer};
 use tenure_redis::RedisBackend;
 
 tenure_integration::shared_server!(RedisServer, "Redis");
@@ -28,34 +28,25 @@ fn url(endpoint: &str) -> String {
     )
 }
 
-/// TTL 1 s, renew every 100 ms, leadership valid for 600 ms after the last confirmed
-/// renewal was sent.
-fn redis_timing() -> Timing {
-    let mut t = Timing::from_ttl(Duration::from_secs(1));
-    t.renew_interval = Duration::from_millis(100);
-    t.renew_deadline = Duration::from_millis(600);
-    t.connect_timeout = Duration::from_secs(1);
-    t
-}
-
 async fn redis_env() -> Env {
     let (endpoint, server) = server();
     let backend = match RedisBackend::from_url(&url(&endpoint)).await {
         Ok(b) => b,
         Err(e) => panic!("connect to Redis at {server}: {e}"),
     };
-    let mut env = Env::new(Arc::new(backend.clone()), redis_timing());
-    env.slack = Duration::from_millis(500);
     // Disconnects black-hole a victim backend's link through a proxy; expiry ends the
     // session's keys through the main backend.
     let faults = ProxyFaults::new(&endpoint, server, |at| async move {
         Ok(Arc::new(RedisBackend::from_url(&url(&at)).await?) as DynBackend)
     });
-    env.faults = Arc::new(faults.expire_with(move |id| {
-        let backend = backend.clone();
+    let main = backend.clone();
+    let faults = faults.expire_with(move |id| {
+        let backend = main.clone();
         async move { backend.expire_session(&id).await.map(|_| ()) }
-    }));
-    env
+    });
+    // TTL 1 s, renew every 100 ms, leadership valid for 600 ms after the last
+    // confirmed renewal was sent.
+    faults.env(Arc::new(backend), timing_ms(1000, 100, 600, 1000), 500)
 }
 
 tenure_core::conformance_tests!(redis_env());
@@ -111,11 +102,6 @@ async fn clause_01_at_most_one_holder_while_redis_keeps_its_data() {
 /// Not in the shared suite: a TTL Redis cannot store is refused, naming the field.
 #[tokio::test]
 async fn absurd_ttl_is_rejected() {
-    let env = redis_env().await;
-    let timing = Timing::from_ttl(Duration::from_secs(100 * 365 * 24 * 3600));
-    let err = Session::open(env.backend.clone(), timing)
-        .await
-        .expect_err("a century");
-    assert_eq!(err.kind(), tenure_core::ErrorKind::InvalidArgument);
-    assert!(err.message().starts_with("ttl"), "{err}");
+    let century = [Duration::from_secs(100 * 365 * 24 * 3600)];
+    assert_ttls_refused(&redis_env().await.backend, &century).await;
 }

@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use tenure_core::testing::random_prefix;
 use tenure_core::ErrorKind;
-use tenure_integration::fault_suite::{self, FaultSpec, Restart};
+use tenure_integration::fault_suite::{self, FaultSpec, Restart, TIMEOUTS};
+use tenure_integration::redis_admin::{cmd, connect};
 use tenure_integration::{RedisServer, StoreServer};
 use tenure_redis::RedisBackend;
 
@@ -20,69 +20,17 @@ use tenure_redis::RedisBackend;
 const TTL: Duration = Duration::from_secs(2);
 
 /// How candidates reach Redis at `endpoint`: 1 s timeouts, keys under `prefix`.
-fn spec_at(endpoint: &str, prefix: &str) -> FaultSpec {
+fn spec_in(endpoint: &str, prefix: &str) -> FaultSpec {
     let sep = if endpoint.contains('?') { '&' } else { '?' };
-    FaultSpec::new(
-        format!("{endpoint}{sep}prefix={prefix}&connect_timeout_ms=1000&request_timeout_ms=1000"),
-        TTL,
-        Duration::from_millis(300),
-    )
+    let url = format!("{endpoint}{sep}prefix={prefix}&{TIMEOUTS}");
+    FaultSpec::new(url, TTL, Duration::from_millis(300))
 }
 
-/// How candidates reach Redis at `endpoint`, under a prefix of their own.
-fn spec(endpoint: &str) -> FaultSpec {
-    spec_at(endpoint, &random_prefix())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_of_the_holder_fails_over_within_the_ttl() {
-    let redis = RedisServer::start().await.expect("redis");
-    fault_suite::sigkill_of_the_holder(&spec(redis.endpoint())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_of_the_holder_for_two_ttls() {
-    let redis = RedisServer::start().await.expect("redis");
-    fault_suite::sigstop_of_the_holder(&spec(redis.endpoint())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_of_redis_fires_lost_before_the_ttl() {
-    let redis = RedisServer::start().await.expect("redis");
-    fault_suite::sigstop_of_the_store(&spec(redis.endpoint()), &redis).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_without_persistence_keeps_tokens_increasing() {
-    let mut redis = RedisServer::start().await.expect("redis");
-    let spec = spec(redis.endpoint());
-    fault_suite::store_restart(&spec, &mut redis, Restart::LosesItsData).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cut_connection_then_the_campaign_goes_on() {
-    let redis = RedisServer::start().await.expect("redis");
-    let prefix = random_prefix();
-    fault_suite::cut_connection(&redis, &|e: &str| spec_at(e, &prefix)).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_server_fails_within_the_connect_timeout() {
-    let redis = RedisServer::start().await.expect("redis");
-    fault_suite::unreachable_store(&redis, &spec).await;
-}
+tenure_integration::fault_tests!(RedisServer::start(), spec_in, restart: Restart::LosesItsData);
 
 async fn admin(redis: &RedisServer, args: &[&str]) {
-    let client = redis::Client::open(redis.endpoint()).expect("client");
-    let mut c = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin connection");
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    let _: redis::Value = cmd.query_async(&mut c).await.expect("admin command");
+    let mut c = connect(redis.endpoint()).await;
+    cmd::<redis::Value>(&mut c, args).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,67 +11,14 @@ use std::time::{Duration, Instant};
 
 use tenure_core::{Backend, Candidate, ErrorKind};
 use tenure_integration::membership::{member, name, open, pairs, until};
-use tenure_integration::{RedisServer, StoreServer};
-use tenure_redis::RedisBackend;
-
-fn prefix() -> &'static str {
-    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PREFIX.get_or_init(tenure_core::testing::random_prefix)
-}
-
-fn url(endpoint: &str) -> String {
-    let sep = if endpoint.contains('?') { '&' } else { '?' };
-    format!(
-        "{endpoint}{sep}prefix={}&connect_timeout_ms=1000&request_timeout_ms=500&poll_interval_ms=1000",
-        prefix()
-    )
-}
-
-async fn backend(endpoint: &str) -> RedisBackend {
-    match RedisBackend::from_url(&url(endpoint)).await {
-        Ok(b) => b,
-        Err(e) => panic!("connect to {endpoint}: {e}"),
-    }
-}
-
-async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(server.endpoint()).expect("client");
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("raw connection")
-}
-
-/// Calls per command since the last `CONFIG RESETSTAT`, without `INFO` and `CONFIG`.
-async fn command_calls(c: &mut redis::aio::MultiplexedConnection) -> HashMap<String, u64> {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(c)
-        .await
-        .expect("INFO");
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
-            let calls = rest.split(',').next()?.parse().ok()?;
-            Some((name.to_string(), calls))
-        })
-        .filter(|(name, _)| !name.starts_with("info") && !name.starts_with("config"))
-        .collect()
-}
-
-async fn reset_stats(c: &mut redis::aio::MultiplexedConnection) {
-    redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async::<()>(c)
-        .await
-        .expect("CONFIG RESETSTAT");
-}
+use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats};
+use tenure_integration::{run_prefix, RedisServer, StoreServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
     let server = RedisServer::start().await.expect("redis");
     server.require_local("it counts the server's commands");
-    let b = backend(server.endpoint()).await;
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
     let ttl = Duration::from_secs(1);
     let s = open(&b, ttl).await;
     let e = name("renew/held");
@@ -90,7 +37,7 @@ async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
         }
     }
     s.keep_alive().await.expect("keep-alive"); // loads the script
-    let mut c = raw(&server).await;
+    let mut c = connect(server.endpoint()).await;
     reset_stats(&mut c).await;
     // Renew over twice the TTL: the registrations live only through the renewals.
     let t0 = Instant::now();
@@ -132,7 +79,7 @@ async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
 async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
     let server = RedisServer::start().await.expect("redis");
     server.require_local("it counts the server's commands");
-    let b = backend(server.endpoint()).await;
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
     let ttl = Duration::from_secs(1);
     let ns = name("crash/ns");
     let alive = open(&b, ttl).await;
@@ -161,7 +108,7 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
         Duration::from_secs(1),
     )
     .await;
-    let mut c = raw(&server).await;
+    let mut c = connect(server.endpoint()).await;
     reset_stats(&mut c).await;
     // The last renewal of the crashed session; then it goes silent.
     crashed.keep_alive().await.expect("keep-alive");
@@ -191,7 +138,7 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ended_session_loses_its_members_at_once_and_cannot_register() {
     let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint()).await;
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
     let ns = name("ended/ns");
     let s = open(&b, Duration::from_secs(30)).await;
     s.register_member(&ns, &member("m", "1"))
@@ -222,42 +169,29 @@ async fn an_ended_session_loses_its_members_at_once_and_cannot_register() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_and_dead_entries_are_not_members() {
     let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint()).await;
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
     let ns = name("foreign/ns");
-    let hash = format!("{}:members:foreign/ns", prefix());
-    let mut c = raw(&server).await;
-    let _: () = redis::cmd("HSET")
-        .arg(&hash)
-        .arg("no-newline")
-        .arg("plain")
-        .arg("dead")
-        .arg("00000000000000000000000000000000\nvalue")
-        .query_async(&mut c)
-        .await
-        .expect("HSET");
+    let hash = format!("{}:members:foreign/ns", run_prefix());
+    let mut c = connect(server.endpoint()).await;
+    let dead = "00000000000000000000000000000000\nvalue";
+    cmd::<()>(
+        &mut c,
+        &["HSET", &hash, "no-newline", "plain", "dead", dead],
+    )
+    .await;
     let s = open(&b, Duration::from_secs(10)).await;
     s.register_member(&ns, &member("live", "v"))
         .await
         .expect("register");
     // A live session's entry under an id tenure would not accept.
-    let _: () = redis::cmd("HSET")
-        .arg(&hash)
-        .arg("bad/id")
-        .arg(format!("{}\nvalue", s.id()))
-        .query_async(&mut c)
-        .await
-        .expect("HSET");
+    let live = format!("{}\nvalue", s.id());
+    cmd::<()>(&mut c, &["HSET", &hash, "bad/id", &live]).await;
     assert_eq!(
         pairs(&b.members(&ns).await.expect("members")),
         [("live".to_string(), "v".to_string())]
     );
     // The dead session's entry was deleted by the list; the foreign ones are left.
-    let fields: Vec<String> = redis::cmd("HKEYS")
-        .arg(&hash)
-        .query_async(&mut c)
-        .await
-        .expect("HKEYS");
-    let mut fields = fields;
+    let mut fields: Vec<String> = cmd(&mut c, &["HKEYS", &hash]).await;
     fields.sort();
     assert_eq!(fields, ["bad/id", "live", "no-newline"]);
     s.close().await.expect("close");

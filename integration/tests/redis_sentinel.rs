@@ -174,38 +174,27 @@ async fn failover(query: &str, fault_kind: Fault) -> String {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_primary_at_most_one_leads_without_the_guard() {
-    eprintln!("{}", failover(PLAIN, Fault::Kill).await);
+/// One test per fault, without (`PLAIN`) and with (`GUARDED`) the replication guard.
+macro_rules! failover_tests {
+    ($($name:ident => $query:ident, $fault:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            eprintln!("{}", failover($query, Fault::$fault).await);
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_primary_at_most_one_leads_with_the_guard() {
-    eprintln!("{}", failover(GUARDED, Fault::Kill).await);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_primary_is_replaced_at_most_one_leads_without_the_guard() {
-    eprintln!("{}", failover(PLAIN, Fault::Pause).await);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_primary_is_replaced_at_most_one_leads_with_the_guard() {
-    eprintln!("{}", failover(GUARDED, Fault::Pause).await);
-}
-
-/// The old primary takes writes until Sentinel demotes it, seconds after the
-/// promotion: a backend that stayed on it kept a holder renewing there while the new
-/// primary expired its session and granted the seat to a waiter (an overlap, measured
-/// at 44–47 ms before connections followed Sentinel's `+switch-master`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_promoted_while_the_primary_lives_at_most_one_leads_without_the_guard() {
-    eprintln!("{}", failover(PLAIN, Fault::Promote).await);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_promoted_while_the_primary_lives_at_most_one_leads_with_the_guard() {
-    eprintln!("{}", failover(GUARDED, Fault::Promote).await);
+failover_tests! {
+    a_killed_primary_at_most_one_leads_without_the_guard => PLAIN, Kill;
+    a_killed_primary_at_most_one_leads_with_the_guard => GUARDED, Kill;
+    a_paused_primary_is_replaced_at_most_one_leads_without_the_guard => PLAIN, Pause;
+    a_paused_primary_is_replaced_at_most_one_leads_with_the_guard => GUARDED, Pause;
+    // The old primary takes writes until Sentinel demotes it, seconds after the
+    // promotion: a backend that stayed on it kept a holder renewing there while the new
+    // primary expired its session and granted the seat to a waiter (an overlap, measured
+    // at 44–47 ms before connections followed Sentinel's `+switch-master`).
+    a_replica_promoted_while_the_primary_lives_at_most_one_leads_without_the_guard => PLAIN, Promote;
+    a_replica_promoted_while_the_primary_lives_at_most_one_leads_with_the_guard => GUARDED, Promote;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,8 +16,9 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     SanType,
 };
-use tenure_core::{Candidate, DynBackend, ElectionName, Error, ErrorKind, Session, Timing};
+use tenure_core::{DynBackend, Error, ErrorKind};
 use tenure_etcd::EtcdBackend;
+use tenure_integration::cluster_faults::elect_and_resign;
 use tenure_integration::free_port;
 use tenure_redis::RedisBackend;
 
@@ -93,6 +94,15 @@ impl Pki {
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
+
+    /// A server's flags naming its certificate, its key and the CA it trusts.
+    fn server_flags(&self, cert: &str, key: &str, ca: &str) -> Vec<std::ffi::OsString> {
+        let files = [(cert, "server.pem"), (key, "server.key"), (ca, "ca.pem")];
+        files
+            .iter()
+            .flat_map(|(flag, file)| [flag.into(), self.path(file).into()])
+            .collect()
+    }
 }
 
 /// A server child process, killed on drop.
@@ -120,7 +130,13 @@ fn program(name: &str) -> Command {
     Command::new(name)
 }
 
-async fn wait_for_port(port: u16, what: &str) {
+/// Runs `cmd` (output discarded) and waits until it listens on `port`.
+async fn start(mut cmd: Command, port: u16, data: tempfile::TempDir, what: &str) -> Server {
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
     let started = Instant::now();
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -132,6 +148,11 @@ async fn wait_for_port(port: u16, what: &str) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Server {
+        child,
+        port,
+        _data: data,
+    }
 }
 
 /// etcd serving clients over TLS only, requiring a client certificate from `ca`.
@@ -140,8 +161,8 @@ async fn etcd(pki: &Pki) -> Server {
     let (port, peer_port) = (free_port().expect("port"), free_port().expect("port"));
     let client = format!("https://127.0.0.1:{port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
-    let child = program("etcd")
-        .args(["--name", "e1", "--data-dir"])
+    let mut cmd = program("etcd");
+    cmd.args(["--name", "e1", "--data-dir"])
         .arg(data.path())
         .args(["--listen-client-urls", &client])
         .args(["--advertise-client-urls", &client])
@@ -150,66 +171,24 @@ async fn etcd(pki: &Pki) -> Server {
         .args(["--initial-cluster", &format!("e1={peer}")])
         .args(["--initial-cluster-state", "new"])
         .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
-        .arg("--cert-file")
-        .arg(pki.path("server.pem"))
-        .arg("--key-file")
-        .arg(pki.path("server.key"))
-        .arg("--trusted-ca-file")
-        .arg(pki.path("ca.pem"))
+        .args(pki.server_flags("--cert-file", "--key-file", "--trusted-ca-file"))
         .arg("--client-cert-auth")
-        .args(["--logger", "zap", "--log-level", "error"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start etcd");
-    wait_for_port(port, "etcd with TLS").await;
-    Server {
-        child,
-        port,
-        _data: data,
-    }
+        .args(["--logger", "zap", "--log-level", "error"]);
+    start(cmd, port, data, "etcd with TLS").await
 }
 
 /// Redis serving TLS only; with `client_auth`, requiring a client certificate from `ca`.
 async fn redis(pki: &Pki, client_auth: bool) -> Server {
     let data = tempfile::tempdir().expect("temp dir");
     let port = free_port().expect("port");
-    let child = program("redis-server")
-        .args(["--port", "0", "--tls-port", &port.to_string()])
+    let mut cmd = program("redis-server");
+    cmd.args(["--port", "0", "--tls-port", &port.to_string()])
         .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(data.path())
-        .arg("--tls-cert-file")
-        .arg(pki.path("server.pem"))
-        .arg("--tls-key-file")
-        .arg(pki.path("server.key"))
-        .arg("--tls-ca-cert-file")
-        .arg(pki.path("ca.pem"))
-        .args(["--tls-auth-clients", if client_auth { "yes" } else { "no" }])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start redis-server");
-    wait_for_port(port, "redis-server with TLS").await;
-    Server {
-        child,
-        port,
-        _data: data,
-    }
-}
-
-async fn elect_and_resign(backend: DynBackend) {
-    let session = Session::open(backend, Timing::from_ttl(Duration::from_secs(2)))
-        .await
-        .expect("session");
-    let election = ElectionName::new("tls/check").expect("name");
-    let l = session
-        .campaign(&election, &Candidate::new("a").expect("id"))
-        .await
-        .expect("campaign");
-    assert!(l.is_leader());
-    l.resign().await.expect("resign");
-    session.close().await.expect("close");
+        .args(pki.server_flags("--tls-cert-file", "--tls-key-file", "--tls-ca-cert-file"))
+        .args(["--tls-auth-clients", if client_auth { "yes" } else { "no" }]);
+    start(cmd, port, data, "redis-server with TLS").await
 }
 
 /// `connect(url)` fails with one of `kinds` within the connect timeout plus slack.
@@ -277,7 +256,7 @@ async fn mutual_tls(plain: &str, secure: &str, pki: &Pki, port: u16) {
             Err(e) => panic!("{secure}:// with the right certificates: {e}"),
         }
     };
-    elect_and_resign(backend).await;
+    elect_and_resign(backend, Duration::from_secs(2), "tls").await;
     let other = Some((other.0.as_path(), other.1.as_path()));
     for (what, url, kinds) in [
         ("the wrong CA", tls_url(secure, port, &other_ca, client), REFUSED),
@@ -324,7 +303,7 @@ async fn redis_over_tls_verifies_the_server_with_its_ca() {
     let backend = connect(tls_url("rediss", server.port, &ca, None))
         .await
         .expect("Redis over TLS with the CA only");
-    elect_and_resign(backend).await;
+    elect_and_resign(backend, Duration::from_secs(2), "tls").await;
     let started = Instant::now();
     let err = connect(format!(
         "rediss://127.0.0.1:{}?connect_timeout_ms={CONNECT_TIMEOUT_MS}",

@@ -15,37 +15,27 @@ fn backends() -> Vec<Backend> {
     fn debug<T: std::fmt::Debug>(r: Result<T>) -> Result<String> {
         r.map(|c| format!("{c:?}"))
     }
+    fn b(name: &'static str, base: &'static str, parse: fn(&str) -> Result<String>) -> Backend {
+        Backend { name, base, parse }
+    }
+    let peer = "peer://127.0.0.1:7001?id=1&peers=1@127.0.0.1:7001";
     vec![
-        Backend {
-            name: "etcd",
-            base: "etcd://127.0.0.1:2379",
-            parse: |u| debug(tenure_etcd::EtcdConfig::from_url(u)),
-        },
-        Backend {
-            name: "redis",
-            base: "redis://127.0.0.1:6379",
-            parse: |u| debug(tenure_redis::RedisConfig::from_url(u)),
-        },
-        Backend {
-            name: "zk",
-            base: "zk://127.0.0.1:2181",
-            parse: |u| debug(tenure_zookeeper::ZooKeeperConfig::from_url(u)),
-        },
-        Backend {
-            name: "azblob",
-            base: "azblob://devstoreaccount1/elections",
-            parse: |u| debug(tenure_azure::AzureConfig::from_url(u)),
-        },
-        Backend {
-            name: "peer",
-            base: "peer://127.0.0.1:7001?id=1&peers=1@127.0.0.1:7001",
-            parse: |u| debug(tenure_peer::PeerConfig::from_url(u)),
-        },
-        Backend {
-            name: "mem",
-            base: "mem://store",
-            parse: |u| debug(MemoryBackend::from_url(u)),
-        },
+        b("etcd", "etcd://127.0.0.1:2379", |u| {
+            debug(tenure_etcd::EtcdConfig::from_url(u))
+        }),
+        b("redis", "redis://127.0.0.1:6379", |u| {
+            debug(tenure_redis::RedisConfig::from_url(u))
+        }),
+        b("zk", "zk://127.0.0.1:2181", |u| {
+            debug(tenure_zookeeper::ZooKeeperConfig::from_url(u))
+        }),
+        b("azblob", "azblob://devstoreaccount1/elections", |u| {
+            debug(tenure_azure::AzureConfig::from_url(u))
+        }),
+        b("peer", peer, |u| {
+            debug(tenure_peer::PeerConfig::from_url(u))
+        }),
+        b("mem", "mem://store", |u| debug(MemoryBackend::from_url(u))),
     ]
 }
 

@@ -9,10 +9,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use tenure_core::testing::Env;
-use tenure_core::{Backend, Candidate, DynBackend, ElectionName, ErrorKind, Session, Timing};
-use tenure_integration::{ProxyFaults, ZooKeeperServer};
+use tenure_core::{
+    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, LossReason, Session,
+};
+use tenure_integration::membership::{member, open, pairs, until, until_where};
+use tenure_integration::{assert_ttls_refused, timing_ms, ProxyFaults, ZooKeeperServer};
 use tenure_zookeeper::ZooKeeperBackend;
 
 tenure_integration::shared_server!(ZooKeeperServer, "ZooKeeper");
@@ -26,16 +28,6 @@ fn url(hosts: impl std::fmt::Display) -> String {
     format!("zk://{hosts}/tenure-test?connect_timeout=2s&request_timeout=1s&session_timeout=4s")
 }
 
-/// TTL 2 s (the shortest session timeout at tickTime 1000 ms), renew every 300 ms,
-/// leadership valid for 1.2 s after the last confirmed renewal was sent.
-fn zk_timing() -> Timing {
-    let mut t = Timing::from_ttl(Duration::from_secs(2));
-    t.renew_interval = Duration::from_millis(300);
-    t.renew_deadline = Duration::from_millis(1200);
-    t.connect_timeout = Duration::from_secs(2);
-    t
-}
-
 async fn zk_env() -> Env {
     let server = server_addr();
     // Every server when `TENURE_TEST_ZOOKEEPER` names an ensemble.
@@ -43,10 +35,7 @@ async fn zk_env() -> Env {
         Ok(b) => b,
         Err(e) => panic!("connect to ZooKeeper at {server}: {e}"),
     };
-    let mut env = Env::new(Arc::new(backend.clone()), zk_timing());
-    // The server expires sessions in tickTime buckets (up to 1 s late here), and an
-    // abandoned session is dropped once renewals stop for twice their interval.
-    env.slack = Duration::from_millis(1500);
+    let main = backend.clone();
     // Disconnects cut a victim backend's link through a proxy; expiry closes the
     // session from a second connection with its id and password, which only the
     // backend that opened it knows: every backend made here is asked.
@@ -62,7 +51,7 @@ async fn zk_env() -> Env {
             Ok(Arc::new(b) as DynBackend)
         }
     });
-    env.faults = Arc::new(faults.expire_with(move |id| {
+    let faults = faults.expire_with(move |id| {
         let backends = backends.lock().map(|b| b.clone()).unwrap_or_default();
         async move {
             let mut last = tenure_core::Error::new(ErrorKind::InvalidArgument, "no backend");
@@ -74,8 +63,12 @@ async fn zk_env() -> Env {
             }
             Err(last)
         }
-    }));
-    env
+    });
+    // TTL 2 s (the shortest session timeout at tickTime 1000 ms), renew every 300 ms,
+    // leadership valid for 1.2 s after the last confirmed renewal was sent. The server
+    // expires sessions in tickTime buckets (up to 1 s late here), and an abandoned
+    // session is dropped once renewals stop for twice their interval.
+    faults.env(Arc::new(main), timing_ms(2000, 300, 1200, 2000), 1500)
 }
 
 tenure_core::conformance_tests!(zk_env());
@@ -83,14 +76,8 @@ tenure_core::conformance_tests!(zk_env());
 /// Not in the shared suite: a TTL the server would clamp is refused, naming the field.
 #[tokio::test]
 async fn ttl_outside_the_session_timeout_range_is_rejected() {
-    let env = zk_env().await;
-    for ttl in [Duration::from_millis(1500), Duration::from_secs(25)] {
-        let err = Session::open(env.backend.clone(), Timing::from_ttl(ttl))
-            .await
-            .expect_err("clamped TTL");
-        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
-        assert!(err.message().starts_with("ttl"), "{err}");
-    }
+    let ttls = [Duration::from_millis(1500), Duration::from_secs(25)];
+    assert_ttls_refused(&zk_env().await.backend, &ttls).await;
 }
 
 /// Tokens are creation zxids: a session closed with `close()` hands over at once and
@@ -141,48 +128,16 @@ async fn unreachable_server_fails_fast() {
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
 }
 
-/// The next list from `stream` that `want` accepts, within 5 s.
-async fn next_list(
-    stream: &mut tenure_core::MemberStream,
-    what: &str,
-    want: impl Fn(&[(String, String)]) -> bool,
-) -> Vec<(String, String)> {
-    let wait = async {
-        loop {
-            let list = stream
-                .next()
-                .await
-                .expect("member stream ended")
-                .expect("member stream error");
-            let list: Vec<(String, String)> = list
-                .iter()
-                .map(|m| (m.id().to_string(), m.value().to_string()))
-                .collect();
-            if want(&list) {
-                return list;
-            }
-        }
-    };
-    match tokio::time::timeout(Duration::from_secs(5), wait).await {
-        Ok(l) => l,
-        Err(_) => panic!("no member list where {what} within 5 s"),
-    }
-}
+/// How long a member list may take to show a change.
+const SHOWN: Duration = Duration::from_secs(5);
 
-fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
-    list.iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect()
-}
-
-async fn listed(env: &Env, ns: &ElectionName) -> Vec<(String, String)> {
-    env.backend
-        .members(ns)
-        .await
-        .unwrap()
+/// Asserts that `env`'s backend lists exactly `want` in `ns`.
+async fn assert_listed(env: &Env, ns: &ElectionName, want: &[(&str, &str)]) {
+    let want: Vec<_> = want
         .iter()
-        .map(|m| (m.id().to_string(), m.value().to_string()))
-        .collect()
+        .map(|(id, v)| (id.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(pairs(&env.backend.members(ns).await.unwrap()), want);
 }
 
 /// Membership through backend sessions: register, replace (one node per registration,
@@ -191,69 +146,42 @@ async fn listed(env: &Env, ns: &ElectionName) -> Vec<(String, String)> {
 /// election of the same name as the namespace living beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_register_replace_unregister_and_watch() {
-    use tenure_core::backend::SessionEvents;
-    use tenure_core::Member;
     let env = zk_env().await;
     let ns = ElectionName::new(format!("{}/members/shards", env.prefix)).unwrap();
     let ttl = env.timing.ttl;
     let (a, b) = (
-        env.backend
-            .open_session(ttl, SessionEvents::channel().0)
-            .await
-            .unwrap(),
-        env.backend
-            .open_session(ttl, SessionEvents::channel().0)
-            .await
-            .unwrap(),
+        open(&*env.backend, ttl).await,
+        open(&*env.backend, ttl).await,
     );
     let mut stream = env.backend.watch_members(&ns).await.unwrap();
-    next_list(&mut stream, "empty at first", |l| l.is_empty()).await;
+    until(&mut stream, &[], SHOWN).await;
 
-    a.register_member(&ns, &Member::new("x", "1").unwrap())
-        .await
-        .unwrap();
-    assert_eq!(listed(&env, &ns).await, pairs(&[("x", "1")]));
-    next_list(&mut stream, "x=1", |l| l == pairs(&[("x", "1")])).await;
+    a.register_member(&ns, &member("x", "1")).await.unwrap();
+    assert_listed(&env, &ns, &[("x", "1")]).await;
+    until(&mut stream, &[("x", "1")], SHOWN).await;
 
-    a.register_member(&ns, &Member::new("x", "2").unwrap())
-        .await
-        .unwrap();
-    assert_eq!(listed(&env, &ns).await, pairs(&[("x", "2")]));
-    next_list(&mut stream, "x=2", |l| l == pairs(&[("x", "2")])).await;
+    a.register_member(&ns, &member("x", "2")).await.unwrap();
+    assert_listed(&env, &ns, &[("x", "2")]).await;
+    until(&mut stream, &[("x", "2")], SHOWN).await;
 
     // Another session registers the same id later: it wins; when it goes, a's shows.
-    b.register_member(&ns, &Member::new("x", "3").unwrap())
-        .await
-        .unwrap();
-    a.register_member(&ns, &Member::new("y", "").unwrap())
-        .await
-        .unwrap();
-    next_list(&mut stream, "x=3, y", |l| {
-        l == pairs(&[("x", "3"), ("y", "")])
-    })
-    .await;
+    b.register_member(&ns, &member("x", "3")).await.unwrap();
+    a.register_member(&ns, &member("y", "")).await.unwrap();
+    until(&mut stream, &[("x", "3"), ("y", "")], SHOWN).await;
     b.unregister_member(&ns, "x").await.unwrap();
     b.unregister_member(&ns, "x").await.unwrap();
-    next_list(&mut stream, "x=2 again", |l| {
-        l == pairs(&[("x", "2"), ("y", "")])
-    })
-    .await;
+    until(&mut stream, &[("x", "2"), ("y", "")], SHOWN).await;
     // Re-registering makes a's registration the latest again.
-    b.register_member(&ns, &Member::new("x", "5").unwrap())
-        .await
-        .unwrap();
-    a.register_member(&ns, &Member::new("x", "6").unwrap())
-        .await
-        .unwrap();
-    assert_eq!(listed(&env, &ns).await, pairs(&[("x", "6"), ("y", "")]));
+    b.register_member(&ns, &member("x", "5")).await.unwrap();
+    a.register_member(&ns, &member("x", "6")).await.unwrap();
+    assert_listed(&env, &ns, &[("x", "6"), ("y", "")]).await;
 
     // A value at the limit.
     let big = "v".repeat(tenure_core::MAX_MEMBER_VALUE_LEN);
-    a.register_member(&ns, &Member::new("z", &big).unwrap())
-        .await
-        .unwrap();
-    next_list(&mut stream, "z with 128 KiB", |l| {
-        l.iter().any(|(id, v)| id == "z" && v.len() == big.len())
+    a.register_member(&ns, &member("z", &big)).await.unwrap();
+    until_where(&mut stream, "z with 128 KiB", SHOWN, |l| {
+        l.iter()
+            .any(|m| m.id() == "z" && m.value().len() == big.len())
     })
     .await;
 
@@ -270,22 +198,19 @@ async fn membership_register_replace_unregister_and_watch() {
         let info = env.backend.leader(&election).await.unwrap().unwrap();
         assert_eq!((info.id.as_str(), info.token), ("leader", l.token()));
     }
-    assert_eq!(listed(&env, &ns).await.len(), 3);
+    assert_eq!(env.backend.members(&ns).await.unwrap().len(), 3);
 
     // Unregistering leaves the others; closing removes the session's registrations.
     a.unregister_member(&ns, "y").await.unwrap();
     a.unregister_member(&ns, "never").await.unwrap();
-    next_list(&mut stream, "x=6, z", |l| {
-        l.iter().map(|(id, _)| id.as_str()).eq(["x", "z"]) && l[0].1 == "6"
+    until_where(&mut stream, "x=6, z", SHOWN, |l| {
+        l.iter().map(|m| m.id()).eq(["x", "z"]) && l[0].value() == "6"
     })
     .await;
     a.close().await.unwrap();
-    next_list(&mut stream, "x=5 from b after a closed", |l| {
-        l == pairs(&[("x", "5")])
-    })
-    .await;
+    until(&mut stream, &[("x", "5")], SHOWN).await;
     b.close().await.unwrap();
-    next_list(&mut stream, "empty", |l| l.is_empty()).await;
+    until(&mut stream, &[], SHOWN).await;
 }
 
 /// A member whose ZooKeeper session expires disappears (the server deletes its node);
@@ -294,7 +219,6 @@ async fn membership_register_replace_unregister_and_watch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_go_when_their_session_expires() {
     use tenure_core::backend::SessionEvents;
-    use tenure_core::Member;
     let env = zk_env().await;
     let ns = ElectionName::new(format!("{}/expiry", env.prefix)).unwrap();
     let backend = ZooKeeperBackend::from_url(&url(server_addr()))
@@ -302,20 +226,13 @@ async fn members_go_when_their_session_expires() {
         .unwrap();
     let (events, mut rx) = SessionEvents::channel();
     let a = backend.open_session(env.timing.ttl, events).await.unwrap();
-    let b = backend
-        .open_session(env.timing.ttl, SessionEvents::channel().0)
-        .await
-        .unwrap();
-    a.register_member(&ns, &Member::new("a", "1").unwrap())
-        .await
-        .unwrap();
-    b.register_member(&ns, &Member::new("b", "2").unwrap())
-        .await
-        .unwrap();
+    let b = open(&backend, env.timing.ttl).await;
+    a.register_member(&ns, &member("a", "1")).await.unwrap();
+    b.register_member(&ns, &member("b", "2")).await.unwrap();
     let mut stream = env.backend.watch_members(&ns).await.unwrap();
-    next_list(&mut stream, "a and b", |l| l.len() == 2).await;
+    until_where(&mut stream, "a and b", SHOWN, |l| l.len() == 2).await;
     backend.expire_session(a.id()).await.unwrap();
-    next_list(&mut stream, "only b", |l| l == pairs(&[("b", "2")])).await;
+    until(&mut stream, &[("b", "2")], SHOWN).await;
     let event = tokio::time::timeout(Duration::from_secs(5), rx.recv())
         .await
         .expect("expiry reported")
@@ -326,12 +243,12 @@ async fn members_go_when_their_session_expires() {
     );
     // The expired session cannot register any more.
     let err = a
-        .register_member(&ns, &Member::new("a", "again").unwrap())
+        .register_member(&ns, &member("a", "again"))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::SessionExpired, "{err}");
     a.unregister_member(&ns, "a").await.unwrap();
-    assert_eq!(listed(&env, &ns).await, pairs(&[("b", "2")]));
+    assert_listed(&env, &ns, &[("b", "2")]).await;
     b.close().await.unwrap();
 }
 
@@ -350,12 +267,33 @@ async fn node_of(admin: &zookeeper_client::Client, election: &ElectionName, id: 
     panic!("no node of {id} in {dir}");
 }
 
+/// Deletes the node of `holder` (with its id) by hand: it is revoked within 2 s, and
+/// `next` is granted within 2 s with a larger token.
+async fn revoke_by_hand(
+    admin: &zookeeper_client::Client,
+    election: &ElectionName,
+    (holder, id): (&Leadership, &str),
+    next: tokio::task::JoinHandle<Leadership>,
+) -> Leadership {
+    let node = node_of(admin, election, id).await;
+    admin.delete(&node, None).await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(2), holder.lost_wait())
+        .await
+        .unwrap_or_else(|_| panic!("{id} lost within 2 s"));
+    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
+    let next = tokio::time::timeout(Duration::from_secs(2), next)
+        .await
+        .expect("the next in line granted within 2 s")
+        .unwrap();
+    assert!(next.token() > holder.token());
+    next
+}
+
 /// A leader whose node an operator deletes gets `lost` (revoked) and the next in line
 /// is granted; a waiter whose node is deleted queues again; a resign is not reported as
 /// a revocation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_deleted_by_hand_revoke_and_requeue() {
-    use tenure_core::LossReason;
     let env = zk_env().await;
     let election = ElectionName::new(format!("{}/by-hand", env.prefix)).unwrap();
     let admin = zookeeper_client::Client::connect(&server_addr().to_string())
@@ -384,19 +322,7 @@ async fn nodes_deleted_by_hand_revoke_and_requeue() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // The leader's node goes: a is revoked, b (next in line) is granted.
-    admin
-        .delete(&node_of(&admin, &election, "a").await, None)
-        .await
-        .unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(2), a.lost_wait())
-        .await
-        .expect("a lost within 2 s");
-    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
-    let b = tokio::time::timeout(Duration::from_secs(2), b)
-        .await
-        .expect("b granted within 2 s")
-        .unwrap();
-    assert!(b.token() > a.token());
+    let b = revoke_by_hand(&admin, &election, (&a, "a"), b).await;
 
     // A waiter's node goes: c queues again with a new node (behind b).
     let old_c = node_of(&admin, &election, "c").await;
@@ -421,19 +347,7 @@ async fn nodes_deleted_by_hand_revoke_and_requeue() {
     assert!(b.is_leader());
 
     // The leader granted by its predecessor's delete is guarded too.
-    admin
-        .delete(&node_of(&admin, &election, "b").await, None)
-        .await
-        .unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(2), b.lost_wait())
-        .await
-        .expect("b lost within 2 s");
-    assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
-    let c = tokio::time::timeout(Duration::from_secs(2), c)
-        .await
-        .expect("c granted within 2 s")
-        .unwrap();
-    assert!(c.token() > b.token());
+    let c = revoke_by_hand(&admin, &election, (&b, "b"), c).await;
     let leader = env.backend.leader(&election).await.unwrap().unwrap();
     assert_eq!((leader.id.as_str(), leader.token), ("c", c.token()));
 

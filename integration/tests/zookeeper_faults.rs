@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use tenure_core::ErrorKind;
-use tenure_integration::fault_suite::{self, FaultSpec, Restart};
+use tenure_integration::fault_suite::{FaultSpec, Restart, TIMEOUTS};
 use tenure_integration::ZooKeeperServer;
 use tenure_zookeeper::ZooKeeperBackend;
 
@@ -21,53 +21,15 @@ use tenure_zookeeper::ZooKeeperBackend;
 /// tickTime 1000 ms).
 const TTL: Duration = Duration::from_secs(2);
 
-/// How candidates reach ZooKeeper at `endpoint`: 1 s timeouts; the server expires
-/// sessions in tickTime buckets, so failover may take up to a second past the TTL.
-fn spec(endpoint: &str) -> FaultSpec {
-    FaultSpec::new(
-        format!("zk://{endpoint}/faults?connect_timeout=1s&request_timeout=1s"),
-        TTL,
-        Duration::from_millis(1500),
-    )
+/// How candidates reach ZooKeeper at `endpoint`, under the chroot `/chroot`: 1 s
+/// timeouts; the server expires sessions in tickTime buckets, so failover may take up to
+/// a second past the TTL.
+fn spec_in(endpoint: &str, chroot: &str) -> FaultSpec {
+    let url = format!("zk://{endpoint}/{chroot}?{TIMEOUTS}");
+    FaultSpec::new(url, TTL, Duration::from_millis(1500))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_of_the_holder_fails_over_within_the_session_timeout() {
-    let zk = ZooKeeperServer::start().await.expect("zookeeper");
-    fault_suite::sigkill_of_the_holder(&spec(zk.endpoint())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_of_the_holder_for_two_session_timeouts() {
-    let zk = ZooKeeperServer::start().await.expect("zookeeper");
-    fault_suite::sigstop_of_the_holder(&spec(zk.endpoint())).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_of_zookeeper_fires_lost_before_the_session_could_expire() {
-    let zk = ZooKeeperServer::start().await.expect("zookeeper");
-    fault_suite::sigstop_of_the_store(&spec(zk.endpoint()), &zk).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_within_the_session_timeout_keeps_leadership() {
-    let mut zk = ZooKeeperServer::start().await.expect("zookeeper");
-    // A 10 s session (deadline 6.7 s) outlives a restart of about a second.
-    let spec = spec(zk.endpoint()).with_ttl(Duration::from_secs(10));
-    fault_suite::store_restart(&spec, &mut zk, Restart::KeepsTheSeat).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cut_connection_fires_lost_and_campaigns_resume() {
-    let zk = ZooKeeperServer::start().await.expect("zookeeper");
-    fault_suite::cut_connection(&zk, &spec).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unreachable_server_fails_within_the_connect_timeout() {
-    let zk = ZooKeeperServer::start().await.expect("zookeeper");
-    fault_suite::unreachable_store(&zk, &spec).await;
-}
+tenure_integration::fault_tests!(ZooKeeperServer::start(), spec_in, restart: Restart::KeepsTheSeat);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chroot_the_client_may_not_write_is_unauthorized() {
