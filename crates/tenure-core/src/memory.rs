@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::backend::config::{unknown_key, BackendUrl};
@@ -85,14 +85,24 @@ fn at(e: Error, endpoint: Option<&str>) -> Error {
 /// The members of one namespace: registrations by (id, session), and the published list.
 struct NamespaceEntry {
     registrations: BTreeMap<(String, u64), (u64, Member)>,
+    /// The current list.
     watch: watch::Sender<Arc<Vec<Member>>>,
+    /// Every list after a change, in order, for watchers: a member that leaves and
+    /// comes back at once (an expired session whose core registers it again) is seen
+    /// leaving, as on a store whose watches report each event. A watcher more than
+    /// [`MEMBER_BACKLOG`] lists behind skips to the ones still kept.
+    changes: broadcast::Sender<Arc<Vec<Member>>>,
 }
+
+/// Lists kept for a slow member watcher (see [`NamespaceEntry::changes`]).
+const MEMBER_BACKLOG: usize = 256;
 
 impl NamespaceEntry {
     fn new() -> Self {
         NamespaceEntry {
             registrations: BTreeMap::new(),
             watch: watch::Sender::new(Arc::new(Vec::new())),
+            changes: broadcast::Sender::new(MEMBER_BACKLOG),
         }
     }
 
@@ -110,14 +120,12 @@ impl NamespaceEntry {
 
     fn publish(&self) {
         let list = self.list();
-        self.watch.send_if_modified(|cur| {
-            if **cur == list {
-                false
-            } else {
-                *cur = Arc::new(list);
-                true
-            }
-        });
+        if **self.watch.borrow() == list {
+            return;
+        }
+        let list = Arc::new(list);
+        self.watch.send_replace(list.clone());
+        let _ = self.changes.send(list);
     }
 }
 
@@ -517,18 +525,32 @@ impl Backend for MemoryBackend {
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        let rx = {
+        // The current list and the changes after it, taken under the store's lock so
+        // that no change falls between.
+        let (first, rx) = {
             let mut st = self.lock();
-            st.namespaces
+            let ns = st
+                .namespaces
                 .entry(namespace.clone())
-                .or_insert_with(NamespaceEntry::new)
-                .watch
-                .subscribe()
+                .or_insert_with(NamespaceEntry::new);
+            let first = ns.watch.borrow().clone();
+            (first, ns.changes.subscribe())
         };
-        Ok(crate::backend::watch_stream(
-            rx,
-            |list: Arc<Vec<Member>>| Ok(list.as_ref().clone()),
-        ))
+        Ok(Box::pin(futures::stream::unfold(
+            (Some(first), rx),
+            |(first, mut rx)| async move {
+                if let Some(list) = first {
+                    return Some((Ok(list.as_ref().clone()), (None, rx)));
+                }
+                loop {
+                    match rx.recv().await {
+                        Ok(list) => return Some((Ok(list.as_ref().clone()), (None, rx))),
+                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                }
+            },
+        )))
     }
 }
 
@@ -729,5 +751,43 @@ impl BackendSession for MemSession {
         }
         guard.gates.remove(&self.n);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+
+    fn ids(list: Vec<Member>) -> Vec<String> {
+        list.iter().map(|m| m.id().to_string()).collect()
+    }
+
+    /// The conformance check's expired-session step failed under load: the core's new
+    /// session registered the member again before the watcher read, and a watch
+    /// channel handed over only the latest list, in which the member never left.
+    #[tokio::test]
+    async fn a_member_that_leaves_and_returns_at_once_is_seen_leaving() {
+        let backend = MemoryBackend::new();
+        let ns = ElectionName::new("ns").unwrap();
+        let (events, _rx) = SessionEvents::channel();
+        let ttl = Duration::from_secs(10);
+        let a = backend.open_session(ttl, events.clone()).await.unwrap();
+        let d = backend.open_session(ttl, events).await.unwrap();
+        a.register_member(&ns, &Member::new("a", "1").unwrap())
+            .await
+            .unwrap();
+        d.register_member(&ns, &Member::new("d", "1").unwrap())
+            .await
+            .unwrap();
+        let mut w = backend.watch_members(&ns).await.unwrap();
+        assert_eq!(ids(w.next().await.unwrap().unwrap()), ["a", "d"]);
+        // d leaves and comes back before the watcher reads again.
+        d.unregister_member(&ns, "d").await.unwrap();
+        d.register_member(&ns, &Member::new("d", "1").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(ids(w.next().await.unwrap().unwrap()), ["a"]);
+        assert_eq!(ids(w.next().await.unwrap().unwrap()), ["a", "d"]);
     }
 }
