@@ -25,6 +25,8 @@
 //! This connects through `tenure::connect`; the typed way is each backend's
 //! `from_url` / config type (`tenure::EtcdBackend::from_url`, `tenure::EtcdConfig`, …).
 
+mod common;
+
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -32,10 +34,7 @@ use tenure::{Candidate, DynBackend, ElectionName, Observer, Session, Timing};
 
 #[tokio::main]
 async fn main() -> tenure::Result<()> {
-    let url = std::env::args()
-        .nth(1)
-        .or_else(|| std::env::var("TENURE_BACKEND").ok())
-        .unwrap_or_else(|| "mem://".to_string());
+    let url = common::backend_url();
     // Azure Blob leases last 15 s at the least; 5 s suits every other store.
     let ttl = if url.to_ascii_lowercase().starts_with("azblob") {
         15

@@ -11,6 +11,8 @@
 //! `--features shard,redis`) the nodes use that store; every backend with membership
 //! works (mem, etcd, redis, zk, azblob).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -97,10 +99,7 @@ async fn node(
 
 #[tokio::main]
 async fn main() -> tenure::Result<()> {
-    let url = std::env::args()
-        .nth(1)
-        .or_else(|| std::env::var("TENURE_BACKEND").ok())
-        .unwrap_or_else(|| "mem://".to_string());
+    let url = common::backend_url();
     let backend = tenure::connect(&url).await?;
     let layout = Layout::new(&format!("orders-{}", std::process::id()), 12, 2)?;
     let ledger: Ledger = Arc::default();
