@@ -57,6 +57,17 @@ fi
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done
 
+# cargo unpacks the temporary registry's tarballs under $CARGO_HOME/registry/src/-<hash>/
+# (the hash is of the registry's path, so the same for every run from one checkout) and
+# reuses an unpacked crate of the same name and version without looking at the new
+# tarball: a second run after a change verified the crates against the first run's
+# sources ("no `Tag` in `backend`"). Remove earlier unpackings of these crates first;
+# crates.io's unpackings (in index.crates.io-…) are not touched.
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+for c in "${crates[@]}"; do
+  rm -rf "$cargo_home"/registry/src/-*/"$c"-[0-9]*
+done
+
 log="$(mktemp "${TMPDIR:-/tmp}/package-check.XXXXXX")"
 trap 'rm -f "$log"' EXIT
 start=$SECONDS
