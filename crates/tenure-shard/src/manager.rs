@@ -627,9 +627,9 @@ struct Controller {
     /// started together do not all grab shards from partial views and hand them
     /// back a moment later).
     startup: Option<Startup>,
-    /// Shards to hand off, with the node that campaigns for each; checked again when
-    /// their turn comes. `queued` marks the shards in it.
-    pending: VecDeque<(usize, Option<String>)>,
+    /// Shards to hand off, checked again (and their new node found) when their turn
+    /// comes. `queued` marks the shards in it.
+    pending: VecDeque<usize>,
     queued: ShardSet,
     /// This node's published state: what it holds, and the campaigns that hold a
     /// permit (the ones other nodes may see as campaigning); `mine_changed` when it
@@ -995,11 +995,9 @@ impl Controller {
             task.abort();
             self.set_campaigning(s, false);
         }
-        if holding && !self.queued.contains(s) {
-            if let Some(to) = self.handoff_of(s, view, plan) {
-                self.queued.set(s, true);
-                self.pending.push_back((s, to));
-            }
+        if holding && !self.queued.contains(s) && self.handoff_of(s, view, plan).is_some() {
+            self.queued.set(s, true);
+            self.pending.push_back(s);
         }
     }
 
@@ -1049,20 +1047,20 @@ impl Controller {
 
     /// Start the queued handoffs the token bucket allows, each checked again first.
     fn run_handoffs(&mut self, view: &View, plan: &Plan) {
-        while let Some(&(s, _)) = self.pending.front() {
+        while let Some(&s) = self.pending.front() {
             // Still held and still to hand over (the plan or the claims may have moved
             // since it was queued)?
-            let due = self.held.contains_key(&s) && self.handoff_of(s, view, plan).is_some();
-            if due && !self.bucket.take() {
+            let due = self
+                .held
+                .contains_key(&s)
+                .then(|| self.handoff_of(s, view, plan));
+            let due = due.flatten();
+            if due.is_some() && !self.bucket.take() {
                 return;
             }
             self.pending.pop_front();
             self.queued.set(s, false);
-            if !due {
-                continue;
-            }
-            let to = self.handoff_of(s, view, plan).flatten();
-            let Some(mut held) = self.held.remove(&s) else {
+            let (Some(to), Some(mut held)) = (due, self.held.remove(&s)) else {
                 continue;
             };
             self.set_held(s, false);
