@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use crate::config::Config;
-use crate::machine::{earliest, ElectionAlgorithm, Outbox, Timer};
+use crate::machine::{earliest, outbox_outputs, ElectionAlgorithm, Outbox, Timer};
 use crate::message::Message;
 use crate::types::{Event, Instant, Leader, PeerId};
 
@@ -221,7 +221,7 @@ impl BullyCore {
     }
 
     fn handle_message(&mut self, now: Instant, from: PeerId, msg: Message) {
-        if !self.config.is_member(from) || from == self.me() {
+        if !self.config.is_other_member(from) {
             return;
         }
         match msg {
@@ -401,11 +401,6 @@ macro_rules! delegate_to_core {
             fn config(&self) -> &Config {
                 &self.0.config
             }
-            fn start(&mut self, now: Instant) {
-                if self.0.out.leader().is_none() {
-                    self.0.start_election(now);
-                }
-            }
             fn handle_message(&mut self, now: Instant, from: PeerId, msg: Message) {
                 self.0.handle_message(now, from, msg)
             }
@@ -418,18 +413,10 @@ macro_rules! delegate_to_core {
             fn start_election(&mut self, now: Instant) {
                 self.0.start_election(now)
             }
-            fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
-                self.0.out.poll_transmit()
-            }
             fn poll_timeout(&self) -> Option<Instant> {
                 self.0.poll_timeout()
             }
-            fn poll_event(&mut self) -> Option<Event> {
-                self.0.out.poll_event()
-            }
-            fn leader(&self) -> Option<Leader> {
-                self.0.out.leader()
-            }
+            outbox_outputs!(0.out);
         }
     };
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::machine::{earliest, ElectionAlgorithm, Outbox, Timer};
+use crate::machine::{earliest, outbox_outputs, ElectionAlgorithm, Outbox, Timer};
 use crate::message::Message;
 use crate::types::{Event, Instant, Leader, PeerId};
 
@@ -195,14 +195,8 @@ impl ElectionAlgorithm for CandidateOrdinary {
         &self.config
     }
 
-    fn start(&mut self, now: Instant) {
-        if self.out.leader().is_none() {
-            self.start_election(now);
-        }
-    }
-
     fn handle_message(&mut self, now: Instant, from: PeerId, msg: Message) {
-        if !self.config.is_member(from) || from == self.config.id() {
+        if !self.config.is_other_member(from) {
             return;
         }
         match msg {
@@ -300,9 +294,7 @@ impl ElectionAlgorithm for CandidateOrdinary {
         }
     }
 
-    fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
-        self.out.poll_transmit()
-    }
+    outbox_outputs!(out);
 
     fn poll_timeout(&self) -> Option<Instant> {
         earliest([
@@ -310,13 +302,5 @@ impl ElectionAlgorithm for CandidateOrdinary {
             self.answer_timer.at(),
             self.watch_timer.at(),
         ])
-    }
-
-    fn poll_event(&mut self) -> Option<Event> {
-        self.out.poll_event()
-    }
-
-    fn leader(&self) -> Option<Leader> {
-        self.out.leader()
     }
 }

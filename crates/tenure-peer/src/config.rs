@@ -180,6 +180,12 @@ impl Config {
         self.members.binary_search(&peer).is_ok()
     }
 
+    /// Whether `peer` is a member other than this process: the only senders
+    /// a machine takes messages from.
+    pub(crate) fn is_other_member(&self, peer: PeerId) -> bool {
+        peer != self.id && self.is_member(peer)
+    }
+
     /// Position of `peer` in ascending order, if it is a member.
     pub(crate) fn position(&self, peer: PeerId) -> Option<usize> {
         self.members.binary_search(&peer).ok()
@@ -211,6 +217,15 @@ impl std::error::Error for ConfigError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn other_members_exclude_self_and_strangers() {
+        let c = Config::new(PeerId(2), [PeerId(1), PeerId(2), PeerId(3)]).unwrap();
+        assert!(c.is_other_member(PeerId(1)));
+        assert!(c.is_other_member(PeerId(3)));
+        assert!(!c.is_other_member(PeerId(2)));
+        assert!(!c.is_other_member(PeerId(4)));
+    }
 
     #[test]
     fn rejects_bad_membership_and_timing() {

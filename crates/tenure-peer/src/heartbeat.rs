@@ -106,9 +106,7 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for Heartbeat<A> {
                     self.silence_timer
                         .set(now + self.inner.config().timing().leader_timeout);
                 }
-                Some(leader)
-                    if leader.id == me && from != me && self.inner.config().is_member(from) =>
-                {
+                Some(leader) if leader.id == me && self.inner.config().is_other_member(from) => {
                     self.inner.leader_conflict(now, from);
                 }
                 _ => {}

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::machine::{ElectionAlgorithm, Outbox, Timer};
+use crate::machine::{outbox_outputs, ElectionAlgorithm, Outbox, Timer};
 use crate::message::Message;
 use crate::types::{Event, Instant, Leader, PeerId};
 
@@ -251,10 +251,10 @@ impl ElectionAlgorithm for Invitation {
     }
 
     fn handle_message(&mut self, _now: Instant, from: PeerId, msg: Message) {
-        let me = self.config.id();
-        if !self.config.is_member(from) || from == me {
+        if !self.config.is_other_member(from) {
             return;
         }
+        let me = self.config.id();
         match msg {
             Message::Invite { epoch, group_size } => self.on_invite(from, epoch, group_size),
             Message::Accept { epoch, members } => self.on_accept(from, epoch, members),
@@ -337,19 +337,9 @@ impl ElectionAlgorithm for Invitation {
         }
     }
 
-    fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
-        self.out.poll_transmit()
-    }
+    outbox_outputs!(out);
 
     fn poll_timeout(&self) -> Option<Instant> {
         self.invite_timer.at()
-    }
-
-    fn poll_event(&mut self) -> Option<Event> {
-        self.out.poll_event()
-    }
-
-    fn leader(&self) -> Option<Leader> {
-        self.out.leader()
     }
 }

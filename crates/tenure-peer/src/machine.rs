@@ -36,8 +36,14 @@ pub trait ElectionAlgorithm: fmt::Debug {
         self.config().id()
     }
 
-    /// Starts the machine at `now`. Call once, before any other input.
-    fn start(&mut self, now: Instant);
+    /// Starts the machine at `now`. Call once, before any other input. The
+    /// default starts an election unless a leader is known already (restored
+    /// or announced before the start).
+    fn start(&mut self, now: Instant) {
+        if self.leader().is_none() {
+            self.start_election(now);
+        }
+    }
 
     /// A message from `from` arrived at `now`.
     fn handle_message(&mut self, now: Instant, from: PeerId, msg: Message);
@@ -180,6 +186,24 @@ impl Outbox {
     }
 }
 
+/// The output half of [`ElectionAlgorithm`] (`poll_transmit`, `poll_event`,
+/// `leader`) for a machine whose outputs queue in the [`Outbox`] at
+/// `self.<field path>`; used inside the trait impl.
+macro_rules! outbox_outputs {
+    ($($field:tt).+) => {
+        fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
+            self.$($field).+.poll_transmit()
+        }
+        fn poll_event(&mut self) -> Option<Event> {
+            self.$($field).+.poll_event()
+        }
+        fn leader(&self) -> Option<Leader> {
+            self.$($field).+.leader()
+        }
+    };
+}
+pub(crate) use outbox_outputs;
+
 /// One optional deadline.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Timer(Option<Instant>);
@@ -216,4 +240,57 @@ impl Timer {
 /// The earliest of several optional deadlines.
 pub(crate) fn earliest(deadlines: impl IntoIterator<Item = Option<Instant>>) -> Option<Instant> {
     deadlines.into_iter().flatten().min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Implements only the required methods; counts elections started.
+    #[derive(Debug)]
+    struct Minimal {
+        config: Config,
+        out: Outbox,
+        elections: u32,
+    }
+
+    impl ElectionAlgorithm for Minimal {
+        fn config(&self) -> &Config {
+            &self.config
+        }
+        fn handle_message(&mut self, _: Instant, _: PeerId, _: Message) {}
+        fn handle_timeout(&mut self, _: Instant) {}
+        fn peer_unreachable(&mut self, _: Instant, _: PeerId) {}
+        fn start_election(&mut self, _: Instant) {
+            self.elections += 1;
+        }
+        fn poll_timeout(&self) -> Option<Instant> {
+            None
+        }
+        outbox_outputs!(out);
+    }
+
+    fn minimal() -> Minimal {
+        let config = Config::new(PeerId(1), [PeerId(1), PeerId(2)]).unwrap();
+        Minimal {
+            config,
+            out: Outbox::default(),
+            elections: 0,
+        }
+    }
+
+    #[test]
+    fn default_start_elects_only_without_a_leader() {
+        let mut m = minimal();
+        m.start(Instant::ZERO);
+        assert_eq!(m.elections, 1);
+        let mut m = minimal();
+        m.out.set_leader(Some(Leader {
+            id: PeerId(2),
+            epoch: 1,
+        }));
+        m.start(Instant::ZERO);
+        assert_eq!(m.elections, 0);
+        assert_eq!(m.leader().map(|l| l.id), Some(PeerId(2)));
+    }
 }

@@ -585,7 +585,7 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
     }
 
     fn handle_message(&mut self, now: Instant, from: PeerId, msg: Message) {
-        if !self.inner.config().is_member(from) || from == self.me() {
+        if !self.inner.config().is_other_member(from) {
             return;
         }
         match msg {

@@ -1,7 +1,7 @@
 //! The ring algorithm (Chang & Roberts 1979), alive-set and max-only variants.
 
 use crate::config::Config;
-use crate::machine::{earliest, ElectionAlgorithm, Outbox, Timer};
+use crate::machine::{earliest, outbox_outputs, ElectionAlgorithm, Outbox, Timer};
 use crate::message::Message;
 use crate::types::{Event, Instant, Leader, PeerId};
 
@@ -274,14 +274,8 @@ impl ElectionAlgorithm for Ring {
         &self.config
     }
 
-    fn start(&mut self, now: Instant) {
-        if self.out.leader().is_none() {
-            self.start_election(now);
-        }
-    }
-
     fn handle_message(&mut self, now: Instant, from: PeerId, msg: Message) {
-        if !self.config.is_member(from) || from == self.config.id() {
+        if !self.config.is_other_member(from) {
             return;
         }
         match msg {
@@ -353,19 +347,9 @@ impl ElectionAlgorithm for Ring {
         self.dispatch(now, dest, msg);
     }
 
-    fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
-        self.out.poll_transmit()
-    }
+    outbox_outputs!(out);
 
     fn poll_timeout(&self) -> Option<Instant> {
         earliest([self.round_timer.at(), self.watch_timer.at()])
-    }
-
-    fn poll_event(&mut self) -> Option<Event> {
-        self.out.poll_event()
-    }
-
-    fn leader(&self) -> Option<Leader> {
-        self.out.leader()
     }
 }
