@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use crate::config::Config;
-use crate::machine::{earliest, outbox_outputs, ElectionAlgorithm, Outbox, Timer};
+use crate::machine::{earliest, outbox_outputs, Ballot, ElectionAlgorithm, Outbox, Timer, Watch};
 use crate::message::Message;
 use crate::types::{Event, Instant, Leader, PeerId};
 
@@ -16,12 +16,7 @@ pub const DEFAULT_ALTERNATIVES: usize = 2;
 enum Phase {
     Idle,
     /// Sent `Election` to every higher rank; collecting `Alive`.
-    Collecting {
-        epoch: u64,
-        asked: BTreeSet<PeerId>,
-        alive: BTreeSet<PeerId>,
-        unreachable: BTreeSet<PeerId>,
-    },
+    Collecting(Ballot),
     /// Nominated the highest responder; waiting for its announcement.
     Nominated {
         epoch: u64,
@@ -48,9 +43,8 @@ struct BullyCore {
     alternatives: Vec<PeerId>,
     phase: Phase,
     answer_timer: Timer,
-    /// Waiting for an announcement of at least this epoch.
-    watch_epoch: u64,
-    watch_timer: Timer,
+    /// Waiting for an announcement.
+    watch: Watch,
 }
 
 impl BullyCore {
@@ -63,8 +57,7 @@ impl BullyCore {
             alternatives: Vec::new(),
             phase: Phase::Idle,
             answer_timer: Timer::default(),
-            watch_epoch: 0,
-            watch_timer: Timer::default(),
+            watch: Watch::default(),
         }
     }
 
@@ -81,10 +74,9 @@ impl BullyCore {
         self.max_epoch = self.max_epoch.max(epoch);
     }
 
-    fn watch(&mut self, now: Instant, epoch: u64) {
-        self.watch_epoch = self.watch_epoch.max(epoch);
-        self.watch_timer
-            .set(now + self.config.timing().announce_timeout);
+    fn await_announcement(&mut self, now: Instant, epoch: u64) {
+        self.watch
+            .set(now + self.config.timing().announce_timeout, epoch);
     }
 
     fn start_election(&mut self, now: Instant) {
@@ -117,27 +109,18 @@ impl BullyCore {
             self.announce(epoch);
             return;
         }
-        for peer in &asked {
-            self.out.send(*peer, Message::Election { epoch });
-        }
-        self.phase = Phase::Collecting {
-            epoch,
-            asked,
-            alive: BTreeSet::new(),
-            unreachable: BTreeSet::new(),
-        };
+        self.phase = Phase::Collecting(Ballot::open(&mut self.out, epoch, asked));
         self.answer_timer
             .set(now + self.config.timing().answer_timeout);
     }
 
     /// Step 2 ends: pick the highest responder, or lead when none answered.
     fn decide(&mut self, now: Instant) {
-        let Phase::Collecting { epoch, alive, .. } =
-            std::mem::replace(&mut self.phase, Phase::Idle)
-        else {
+        let Phase::Collecting(ballot) = std::mem::replace(&mut self.phase, Phase::Idle) else {
             return;
         };
         self.answer_timer.clear();
+        let (epoch, alive) = ballot.close();
         let spares: VecDeque<PeerId> = alive.into_iter().rev().collect();
         self.nominate_next(now, epoch, spares);
     }
@@ -152,7 +135,7 @@ impl BullyCore {
                     nominee,
                     spares,
                 };
-                self.watch(now, epoch);
+                self.await_announcement(now, epoch);
             }
         }
     }
@@ -181,7 +164,7 @@ impl BullyCore {
         self.see_epoch(epoch);
         self.phase = Phase::Idle;
         self.answer_timer.clear();
-        self.watch_timer.clear();
+        self.watch.clear();
         let alternatives: Vec<PeerId> = match self.next_in_line {
             Some(count) => self
                 .config
@@ -230,7 +213,7 @@ impl BullyCore {
                 if from < self.me() {
                     self.out.send(from, Message::Alive { epoch });
                     if !self.leads_at_least(epoch) {
-                        self.watch(now, epoch);
+                        self.await_announcement(now, epoch);
                     }
                 }
             }
@@ -269,18 +252,13 @@ impl BullyCore {
     }
 
     fn on_alive(&mut self, now: Instant, from: PeerId, epoch: u64) {
-        match &mut self.phase {
-            Phase::Collecting {
-                epoch: current,
-                asked,
-                alive,
-                unreachable,
-            } if *current == epoch && asked.contains(&from) => {
-                alive.insert(from);
-                if alive.len() + unreachable.len() >= asked.len() {
-                    self.decide(now);
-                }
+        if let Phase::Collecting(ballot) = &mut self.phase {
+            if ballot.alive(epoch, from) {
+                self.decide(now);
             }
+            return;
+        }
+        match &self.phase {
             Phase::Failover {
                 epoch: current,
                 target,
@@ -288,7 +266,7 @@ impl BullyCore {
             } if *current == epoch && *target == from => {
                 self.phase = Phase::Idle;
                 self.answer_timer.clear();
-                self.watch(now, epoch);
+                self.await_announcement(now, epoch);
             }
             _ => {}
         }
@@ -322,7 +300,7 @@ impl BullyCore {
         }
         self.phase = Phase::Idle;
         self.answer_timer.clear();
-        self.watch_timer.clear();
+        self.watch.clear();
         self.alternatives = alternatives
             .into_iter()
             .filter(|p| self.config.is_member(*p))
@@ -331,23 +309,18 @@ impl BullyCore {
     }
 
     fn peer_unreachable(&mut self, now: Instant, peer: PeerId) {
-        match &mut self.phase {
-            Phase::Collecting {
-                asked,
-                alive,
-                unreachable,
-                ..
-            } if asked.contains(&peer) => {
-                unreachable.insert(peer);
-                if alive.len() + unreachable.len() >= asked.len() {
-                    self.decide(now);
-                }
+        if let Phase::Collecting(ballot) = &mut self.phase {
+            if ballot.unreachable(peer) {
+                self.decide(now);
             }
+            return;
+        }
+        match &self.phase {
             Phase::Nominated { nominee, .. } if *nominee == peer => {
                 if let Phase::Nominated { epoch, spares, .. } =
                     std::mem::replace(&mut self.phase, Phase::Idle)
                 {
-                    self.watch_timer.clear();
+                    self.watch.clear();
                     self.nominate_next(now, epoch, spares);
                 }
             }
@@ -376,22 +349,16 @@ impl BullyCore {
                 other => self.phase = other,
             }
         }
-        if self.watch_timer.fire(now) {
-            let settled = self
-                .out
-                .leader()
-                .is_some_and(|l| l.epoch >= self.watch_epoch);
-            if !settled {
-                self.phase = Phase::Idle;
-                self.answer_timer.clear();
-                self.out.set_leader(None);
-                self.bully_round(now);
-            }
+        if self.watch.lapsed(now, self.out.leader()) {
+            self.phase = Phase::Idle;
+            self.answer_timer.clear();
+            self.out.set_leader(None);
+            self.bully_round(now);
         }
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        earliest([self.answer_timer.at(), self.watch_timer.at()])
+        earliest([self.answer_timer.at(), self.watch.at()])
     }
 }
 

@@ -4,20 +4,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::machine::{earliest, outbox_outputs, ElectionAlgorithm, Outbox, Timer};
+use crate::machine::{earliest, outbox_outputs, Ballot, ElectionAlgorithm, Outbox, Timer, Watch};
 use crate::message::Message;
 use crate::types::{Event, Instant, Leader, PeerId};
-
-#[derive(Debug)]
-enum Phase {
-    Idle,
-    Collecting {
-        epoch: u64,
-        asked: BTreeSet<PeerId>,
-        alive: BTreeSet<PeerId>,
-        unreachable: BTreeSet<PeerId>,
-    },
-}
 
 /// Candidate/ordinary election: only candidates may lead.
 ///
@@ -43,11 +32,11 @@ pub struct CandidateOrdinary {
     out: Outbox,
     max_epoch: u64,
     suspected: Option<PeerId>,
-    phase: Phase,
+    /// The election this process runs, while it collects answers.
+    ballot: Option<Ballot>,
     delay_timer: Timer,
     answer_timer: Timer,
-    watch_epoch: u64,
-    watch_timer: Timer,
+    watch: Watch,
 }
 
 impl CandidateOrdinary {
@@ -64,11 +53,10 @@ impl CandidateOrdinary {
             out: Outbox::default(),
             max_epoch: 0,
             suspected: None,
-            phase: Phase::Idle,
+            ballot: None,
             delay_timer: Timer::default(),
             answer_timer: Timer::default(),
-            watch_epoch: 0,
-            watch_timer: Timer::default(),
+            watch: Watch::default(),
         }
     }
 
@@ -109,14 +97,8 @@ impl CandidateOrdinary {
         self.max_epoch
     }
 
-    fn watch(&mut self, now: Instant, epoch: u64) {
-        self.watch_epoch = self.watch_epoch.max(epoch);
-        self.watch_timer
-            .set(now + self.config.timing().announce_timeout);
-    }
-
     fn begin(&mut self, now: Instant) {
-        if self.out.leader().is_some() || matches!(self.phase, Phase::Collecting { .. }) {
+        if self.out.leader().is_some() || self.ballot.is_some() {
             return;
         }
         let epoch = self.next_epoch();
@@ -128,42 +110,22 @@ impl CandidateOrdinary {
             .copied()
             .filter(|p| *p != me && Some(*p) != suspected)
             .collect();
-        for peer in &asked {
-            self.out.send(*peer, Message::Election { epoch });
-        }
-        self.phase = Phase::Collecting {
-            epoch,
-            asked,
-            alive: BTreeSet::new(),
-            unreachable: BTreeSet::new(),
-        };
+        let ballot = Ballot::open(&mut self.out, epoch, asked);
+        let complete = ballot.is_complete();
+        self.ballot = Some(ballot);
         self.answer_timer
             .set(now + self.config.timing().answer_timeout);
-        self.maybe_decide(now);
-    }
-
-    fn maybe_decide(&mut self, now: Instant) {
-        if let Phase::Collecting {
-            asked,
-            alive,
-            unreachable,
-            ..
-        } = &self.phase
-        {
-            if alive.len() + unreachable.len() >= asked.len() {
-                self.decide(now);
-            }
+        if complete {
+            self.decide(now);
         }
     }
 
     fn decide(&mut self, now: Instant) {
-        let Phase::Collecting {
-            epoch, mut alive, ..
-        } = std::mem::replace(&mut self.phase, Phase::Idle)
-        else {
+        let Some(ballot) = self.ballot.take() else {
             return;
         };
         self.answer_timer.clear();
+        let (epoch, mut alive) = ballot.close();
         let me = self.config.id();
         if self.is_candidate() {
             alive.insert(me);
@@ -206,23 +168,15 @@ impl ElectionAlgorithm for CandidateOrdinary {
                     self.out.send(from, Message::Alive { epoch });
                     let settled = self.out.leader().is_some_and(|l| l.epoch >= epoch);
                     if !settled {
-                        self.watch(now, epoch);
+                        self.watch
+                            .set(now + self.config.timing().announce_timeout, epoch);
                     }
                 }
             }
-            Message::Alive { epoch } => {
-                if let Phase::Collecting {
-                    epoch: current,
-                    asked,
-                    alive,
-                    ..
-                } = &mut self.phase
-                {
-                    if *current == epoch && asked.contains(&from) {
-                        alive.insert(from);
-                    }
-                }
-                self.maybe_decide(now);
+            Message::Alive { epoch }
+                if self.ballot.as_mut().is_some_and(|b| b.alive(epoch, from)) =>
+            {
+                self.decide(now);
             }
             Message::Elected { leader, epoch, .. } => {
                 self.max_epoch = self.max_epoch.max(epoch);
@@ -234,10 +188,10 @@ impl ElectionAlgorithm for CandidateOrdinary {
                         return;
                     }
                 }
-                self.phase = Phase::Idle;
+                self.ballot = None;
                 self.delay_timer.clear();
                 self.answer_timer.clear();
-                self.watch_timer.clear();
+                self.watch.clear();
                 self.suspected = None;
                 self.out.set_leader(Some(Leader { id: leader, epoch }));
             }
@@ -252,27 +206,15 @@ impl ElectionAlgorithm for CandidateOrdinary {
         if self.answer_timer.fire(now) {
             self.decide(now);
         }
-        if self.watch_timer.fire(now) {
-            let settled = self
-                .out
-                .leader()
-                .is_some_and(|l| l.epoch >= self.watch_epoch);
-            if !settled {
-                self.start_election(now);
-            }
+        if self.watch.lapsed(now, self.out.leader()) {
+            self.start_election(now);
         }
     }
 
     fn peer_unreachable(&mut self, now: Instant, peer: PeerId) {
-        if let Phase::Collecting {
-            asked, unreachable, ..
-        } = &mut self.phase
-        {
-            if asked.contains(&peer) {
-                unreachable.insert(peer);
-            }
+        if self.ballot.as_mut().is_some_and(|b| b.unreachable(peer)) {
+            self.decide(now);
         }
-        self.maybe_decide(now);
     }
 
     fn start_election(&mut self, now: Instant) {
@@ -283,7 +225,7 @@ impl ElectionAlgorithm for CandidateOrdinary {
             }
         }
         self.out.set_leader(None);
-        if matches!(self.phase, Phase::Collecting { .. }) || self.delay_timer.is_set() {
+        if self.ballot.is_some() || self.delay_timer.is_set() {
             return;
         }
         let delay = self.tie_break_delay();
@@ -300,7 +242,7 @@ impl ElectionAlgorithm for CandidateOrdinary {
         earliest([
             self.delay_timer.at(),
             self.answer_timer.at(),
-            self.watch_timer.at(),
+            self.watch.at(),
         ])
     }
 }

@@ -1,7 +1,7 @@
 //! The interface every election state machine offers, and the bookkeeping
 //! they share.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 
 use crate::config::Config;
@@ -237,6 +237,100 @@ impl Timer {
     }
 }
 
+/// An election round's answers: `Election` went to `asked`, and the round is
+/// complete once each of them has answered `Alive` or been reported
+/// unreachable.
+#[derive(Debug)]
+pub(crate) struct Ballot {
+    epoch: u64,
+    asked: BTreeSet<PeerId>,
+    alive: BTreeSet<PeerId>,
+    unreachable: BTreeSet<PeerId>,
+}
+
+impl Ballot {
+    /// Sends `Election { epoch }` to every process in `asked`.
+    pub(crate) fn open(out: &mut Outbox, epoch: u64, asked: BTreeSet<PeerId>) -> Self {
+        for peer in &asked {
+            out.send(*peer, Message::Election { epoch });
+        }
+        Ballot {
+            epoch,
+            asked,
+            alive: BTreeSet::new(),
+            unreachable: BTreeSet::new(),
+        }
+    }
+
+    /// Counts `Alive { epoch }` from `from` if it answers this round; true
+    /// when that completes the round.
+    pub(crate) fn alive(&mut self, epoch: u64, from: PeerId) -> bool {
+        if epoch != self.epoch || !self.asked.contains(&from) {
+            return false;
+        }
+        self.alive.insert(from);
+        self.is_complete()
+    }
+
+    /// Counts `peer` out if it was asked; true when that completes the round.
+    pub(crate) fn unreachable(&mut self, peer: PeerId) -> bool {
+        if !self.asked.contains(&peer) {
+            return false;
+        }
+        self.unreachable.insert(peer);
+        self.is_complete()
+    }
+
+    /// Every asked process answered or is unreachable.
+    pub(crate) fn is_complete(&self) -> bool {
+        self.alive.len() + self.unreachable.len() >= self.asked.len()
+    }
+
+    /// The round's epoch and the processes that answered `Alive`.
+    pub(crate) fn close(self) -> (u64, BTreeSet<PeerId>) {
+        (self.epoch, self.alive)
+    }
+}
+
+/// Waiting for a leader of at least some epoch to be announced by a
+/// deadline.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Watch {
+    epoch: u64,
+    timer: Timer,
+}
+
+impl Watch {
+    /// Waits until `deadline` for a leader of `epoch` or later (or of the
+    /// highest epoch waited for so far).
+    pub(crate) fn set(&mut self, deadline: Instant, epoch: u64) {
+        self.epoch = self.epoch.max(epoch);
+        self.timer.set(deadline);
+    }
+
+    /// Stops waiting.
+    pub(crate) fn clear(&mut self) {
+        self.timer.clear();
+    }
+
+    /// Stops waiting if `epoch` is one waited for.
+    pub(crate) fn settle(&mut self, epoch: u64) {
+        if epoch >= self.epoch {
+            self.timer.clear();
+        }
+    }
+
+    pub(crate) fn at(self) -> Option<Instant> {
+        self.timer.at()
+    }
+
+    /// True (and cleared) when the deadline passed by `now` while `leader`
+    /// is none, or of an earlier epoch than the one waited for.
+    pub(crate) fn lapsed(&mut self, now: Instant, leader: Option<Leader>) -> bool {
+        self.timer.fire(now) && leader.is_none_or(|l| l.epoch < self.epoch)
+    }
+}
+
 /// The earliest of several optional deadlines.
 pub(crate) fn earliest(deadlines: impl IntoIterator<Item = Option<Instant>>) -> Option<Instant> {
     deadlines.into_iter().flatten().min()
@@ -292,5 +386,49 @@ mod tests {
         m.start(Instant::ZERO);
         assert_eq!(m.elections, 0);
         assert_eq!(m.leader().map(|l| l.id), Some(PeerId(2)));
+    }
+
+    #[test]
+    fn a_ballot_completes_when_every_asked_process_is_accounted_for() {
+        let mut out = Outbox::default();
+        let mut b = Ballot::open(&mut out, 4, BTreeSet::from([PeerId(2), PeerId(3)]));
+        let sent: Vec<_> = std::iter::from_fn(|| out.poll_transmit()).collect();
+        assert_eq!(
+            sent,
+            vec![
+                (PeerId(2), Message::Election { epoch: 4 }),
+                (PeerId(3), Message::Election { epoch: 4 })
+            ]
+        );
+        assert!(!b.alive(3, PeerId(2)), "another round's answer");
+        assert!(!b.alive(4, PeerId(9)), "not asked");
+        assert!(!b.unreachable(PeerId(9)), "not asked");
+        assert!(!b.alive(4, PeerId(2)));
+        assert!(b.unreachable(PeerId(3)));
+        assert_eq!(b.close(), (4, BTreeSet::from([PeerId(2)])));
+    }
+
+    #[test]
+    fn a_watch_lapses_only_without_a_leader_of_the_awaited_epoch() {
+        let t = Instant::ZERO + std::time::Duration::from_secs(1);
+        let leader = |epoch| {
+            Some(Leader {
+                id: PeerId(2),
+                epoch,
+            })
+        };
+        let mut w = Watch::default();
+        w.set(t, 5);
+        w.set(t, 3);
+        assert!(!w.lapsed(Instant::ZERO, None), "not due yet");
+        assert!(w.lapsed(t, leader(4)), "the highest epoch awaited stands");
+        w.set(t, 5);
+        assert!(!w.lapsed(t, leader(5)));
+        assert_eq!(w.at(), None, "fired");
+        w.set(t, 5);
+        w.settle(4);
+        assert_eq!(w.at(), Some(t));
+        w.settle(5);
+        assert_eq!(w.at(), None);
     }
 }

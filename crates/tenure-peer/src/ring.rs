@@ -1,7 +1,7 @@
 //! The ring algorithm (Chang & Roberts 1979), alive-set and max-only variants.
 
 use crate::config::Config;
-use crate::machine::{earliest, outbox_outputs, ElectionAlgorithm, Outbox, Timer};
+use crate::machine::{earliest, outbox_outputs, ElectionAlgorithm, Outbox, Timer, Watch};
 use crate::message::Message;
 use crate::types::{Event, Instant, Leader, PeerId};
 
@@ -51,8 +51,8 @@ pub struct Ring {
     /// The epoch of this process's own round, while it runs.
     round: Option<u64>,
     round_timer: Timer,
-    watch_epoch: u64,
-    watch_timer: Timer,
+    /// Waiting for the announcement of a round this process handed on.
+    watch: Watch,
     forwards: Vec<(PeerId, Instant, Message)>,
     last_live: Vec<PeerId>,
 }
@@ -67,8 +67,7 @@ impl Ring {
             max_epoch: 0,
             round: None,
             round_timer: Timer::default(),
-            watch_epoch: 0,
-            watch_timer: Timer::default(),
+            watch: Watch::default(),
             forwards: Vec::new(),
             last_live: Vec::new(),
         }
@@ -154,7 +153,7 @@ impl Ring {
         live.retain(|p| self.config.is_member(*p));
         self.round = None;
         self.round_timer.clear();
-        self.watch_timer.clear();
+        self.watch.clear();
         let leader = live.iter().copied().max().unwrap_or(me).max(me);
         let live = match self.variant {
             RingVariant::AliveSet => live,
@@ -213,9 +212,8 @@ impl Ring {
                 live = vec![max];
             }
         }
-        self.watch_epoch = self.watch_epoch.max(epoch);
-        self.watch_timer
-            .set(now + self.config.timing().round_timeout);
+        self.watch
+            .set(now + self.config.timing().round_timeout, epoch);
         let msg = Message::RingElection {
             initiator,
             epoch,
@@ -249,9 +247,7 @@ impl Ring {
                 self.round = None;
                 self.round_timer.clear();
             }
-            if epoch >= self.watch_epoch {
-                self.watch_timer.clear();
-            }
+            self.watch.settle(epoch);
             self.last_live = live.clone();
             self.out.set_leader(Some(Leader { id: leader, epoch }));
         }
@@ -301,14 +297,8 @@ impl ElectionAlgorithm for Ring {
             self.round = None;
             self.start_election(now);
         }
-        if self.watch_timer.fire(now) {
-            let settled = self
-                .out
-                .leader()
-                .is_some_and(|l| l.epoch >= self.watch_epoch);
-            if !settled && self.round.is_none() {
-                self.start_election(now);
-            }
+        if self.watch.lapsed(now, self.out.leader()) && self.round.is_none() {
+            self.start_election(now);
         }
     }
 
@@ -350,6 +340,6 @@ impl ElectionAlgorithm for Ring {
     outbox_outputs!(out);
 
     fn poll_timeout(&self) -> Option<Instant> {
-        earliest([self.round_timer.at(), self.watch_timer.at()])
+        earliest([self.round_timer.at(), self.watch.at()])
     }
 }
