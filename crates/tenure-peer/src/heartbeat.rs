@@ -1,9 +1,7 @@
 //! A heartbeat failure detector that wraps any election algorithm.
 
-use std::collections::VecDeque;
-
 use crate::config::Config;
-use crate::machine::{earliest, ElectionAlgorithm, Timer};
+use crate::machine::{earliest, ElectionAlgorithm, Relay, Timer};
 use crate::message::Message;
 use crate::types::{Durable, Event, Instant, Leader, PeerId};
 
@@ -24,7 +22,7 @@ use crate::types::{Durable, Event, Instant, Leader, PeerId};
 #[derive(Debug)]
 pub struct Heartbeat<A> {
     inner: A,
-    transmits: VecDeque<(PeerId, Message)>,
+    transmits: Relay,
     followed: Option<Leader>,
     beat_timer: Timer,
     silence_timer: Timer,
@@ -35,7 +33,7 @@ impl<A: ElectionAlgorithm> Heartbeat<A> {
     pub fn new(inner: A) -> Self {
         Heartbeat {
             inner,
-            transmits: VecDeque::new(),
+            transmits: Relay::default(),
             followed: None,
             beat_timer: Timer::default(),
             silence_timer: Timer::default(),
@@ -53,11 +51,8 @@ impl<A: ElectionAlgorithm> Heartbeat<A> {
     }
 
     fn beat(&mut self, now: Instant, epoch: u64) {
-        let others: Vec<PeerId> = self.inner.config().others().collect();
-        for peer in others {
-            self.transmits
-                .push_back((peer, Message::Heartbeat { epoch }));
-        }
+        self.transmits
+            .send_to_others(self.inner.config(), &Message::Heartbeat { epoch });
         self.beat_timer
             .set(now + self.inner.config().timing().heartbeat_interval);
     }
@@ -147,9 +142,7 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for Heartbeat<A> {
     }
 
     fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
-        self.inner
-            .poll_transmit()
-            .or_else(|| self.transmits.pop_front())
+        self.transmits.poll_after(&mut self.inner)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

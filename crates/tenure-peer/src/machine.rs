@@ -204,6 +204,32 @@ macro_rules! outbox_outputs {
 }
 pub(crate) use outbox_outputs;
 
+/// A wrapper's own messages (heartbeats, quorum traffic), sent after those
+/// of the machine it wraps.
+#[derive(Debug, Default)]
+pub(crate) struct Relay(VecDeque<(PeerId, Message)>);
+
+impl Relay {
+    pub(crate) fn send(&mut self, to: PeerId, msg: Message) {
+        self.0.push_back((to, msg));
+    }
+
+    /// Queues `msg` for every member of `config` but this process.
+    pub(crate) fn send_to_others(&mut self, config: &Config, msg: &Message) {
+        for peer in config.others() {
+            self.send(peer, msg.clone());
+        }
+    }
+
+    /// The next message to send: the wrapped machine's first, then these.
+    pub(crate) fn poll_after(
+        &mut self,
+        inner: &mut impl ElectionAlgorithm,
+    ) -> Option<(PeerId, Message)> {
+        inner.poll_transmit().or_else(|| self.0.pop_front())
+    }
+}
+
 /// One optional deadline.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Timer(Option<Instant>);

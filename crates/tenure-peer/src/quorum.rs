@@ -1,10 +1,10 @@
 //! The quorum guard: leadership only with a majority, fenced by epochs.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::machine::{earliest, ElectionAlgorithm, Outbox, Timer};
+use crate::machine::{earliest, ElectionAlgorithm, Outbox, Relay, Timer};
 use crate::message::Message;
 use crate::types::{Durable, Event, Instant, Leader, PeerId};
 
@@ -97,7 +97,7 @@ pub struct QuorumGuard<A> {
     lease_timer: Timer,
     retry_timer: Timer,
     follow_timer: Timer,
-    transmits: VecDeque<(PeerId, Message)>,
+    transmits: Relay,
     candidate: bool,
     inner_started: bool,
     sticky: bool,
@@ -124,7 +124,7 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             lease_timer: Timer::default(),
             retry_timer: Timer::default(),
             follow_timer: Timer::default(),
-            transmits: VecDeque::new(),
+            transmits: Relay::default(),
             candidate: true,
             inner_started: false,
             sticky: false,
@@ -264,10 +264,7 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
     }
 
     fn send_all(&mut self, msg: &Message) {
-        let others: Vec<PeerId> = self.inner.config().others().collect();
-        for peer in others {
-            self.transmits.push_back((peer, msg.clone()));
-        }
+        self.transmits.send_to_others(self.inner.config(), msg);
     }
 
     fn retry_delay(&self) -> Duration {
@@ -463,11 +460,11 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
                 if self.grantable(now, from, epoch) {
                     self.grant(now, from, epoch);
                     self.transmits
-                        .push_back((from, Message::QuorumAck { epoch, round: 0 }));
+                        .send(from, Message::QuorumAck { epoch, round: 0 });
                 } else {
                     let promised = self.promised;
                     self.transmits
-                        .push_back((from, Message::QuorumNack { epoch: promised }));
+                        .send(from, Message::QuorumNack { epoch: promised });
                 }
             }
             Message::QuorumRenew { epoch, round } => {
@@ -480,11 +477,11 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
                     self.grant(now, from, epoch);
                     self.follow(now, from, epoch);
                     self.transmits
-                        .push_back((from, Message::QuorumAck { epoch, round }));
+                        .send(from, Message::QuorumAck { epoch, round });
                 } else {
                     let promised = self.promised;
                     self.transmits
-                        .push_back((from, Message::QuorumNack { epoch: promised }));
+                        .send(from, Message::QuorumNack { epoch: promised });
                 }
             }
             Message::QuorumAck { epoch, round } => self.on_ack(now, from, epoch, round),
@@ -612,7 +609,7 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
             Message::Heartbeat { .. } => {}
             _ => self
                 .transmits
-                .push_back((from, Message::Candidacy { active: false })),
+                .send(from, Message::Candidacy { active: false }),
         }
         self.sync(now);
     }
@@ -675,9 +672,7 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
     }
 
     fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
-        self.inner
-            .poll_transmit()
-            .or_else(|| self.transmits.pop_front())
+        self.transmits.poll_after(&mut self.inner)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
