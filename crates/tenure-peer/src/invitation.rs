@@ -218,9 +218,17 @@ impl Invitation {
         }
         self.epoch = self.epoch.max(epoch).saturating_add(1);
         self.max_epoch = self.max_epoch.max(self.epoch);
-        for peer in &newcomers {
+        // `from` led the joining group: it knows its new leader.
+        self.welcome(&newcomers, Some(from));
+    }
+
+    /// Takes `newcomers` into the group at the current epoch: tells each but
+    /// `knows` that this process leads, and takes the new epoch itself.
+    fn welcome(&mut self, newcomers: &[PeerId], knows: Option<PeerId>) {
+        let me = self.config.id();
+        for peer in newcomers {
             self.members.insert(*peer);
-            if *peer != from {
+            if Some(*peer) != knows {
                 self.out.send(
                     *peer,
                     Message::Elected {
@@ -276,22 +284,7 @@ impl ElectionAlgorithm for Invitation {
                 // above anything this process has seen.
                 self.epoch = self.max_epoch.max(self.epoch).saturating_add(1);
                 self.max_epoch = self.epoch;
-                self.members.insert(from);
-                self.out.send(
-                    from,
-                    Message::Elected {
-                        leader: me,
-                        epoch: self.epoch,
-                        alternatives: Vec::new(),
-                    },
-                );
-                self.out.set_leader(Some(Leader {
-                    id: me,
-                    epoch: self.epoch,
-                }));
-                if self.complete() {
-                    self.invite_timer.clear();
-                }
+                self.welcome(&[from], None);
             }
             Message::Elected { leader, epoch, .. } => {
                 self.max_epoch = self.max_epoch.max(epoch);
