@@ -13,6 +13,7 @@ use tenure_core::{
     Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, Session, Timing,
 };
 use tenure_peer::{PeerAlgorithm, PeerBackend};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 fn cand(id: &str) -> Candidate {
@@ -32,6 +33,38 @@ async fn session(node: &PeerBackend) -> Session {
 
 async fn campaign(s: &Session, e: &ElectionName, c: &str) -> Leadership {
     s.campaign(e, &cand(c)).await.expect("campaign")
+}
+
+/// Campaigns for `c` in the background.
+fn campaign_later(s: &Session, e: &ElectionName, c: &str) -> JoinHandle<Leadership> {
+    let (s, e, c) = (s.clone(), e.clone(), c.to_owned());
+    tokio::spawn(async move { campaign(&s, &e, &c).await })
+}
+
+/// A three-node bully cluster where node 3 holds the seat as `c` and node 1
+/// has waited for it, as `a`, for 200 ms.
+struct Standoff {
+    nodes: Vec<PeerBackend>,
+    e: ElectionName,
+    s3: Session,
+    c: Leadership,
+    waiter: JoinHandle<Leadership>,
+}
+
+async fn standoff(name: &str) -> Standoff {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election(name);
+    let (s3, s1) = (session(&nodes[2]).await, session(&nodes[0]).await);
+    let c = campaign(&s3, &e, "c").await;
+    let waiter = campaign_later(&s1, &e, "a");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Standoff {
+        nodes,
+        e,
+        s3,
+        c,
+        waiter,
+    }
 }
 
 async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
@@ -55,10 +88,7 @@ async fn sessions_on_different_nodes_hand_over_and_every_node_observes() {
         campaign(&s1, &e, "a"),
     )
     .await;
-    let waiter = {
-        let (s3, e) = (s3.clone(), e.clone());
-        tokio::spawn(async move { campaign(&s3, &e, "c").await })
-    };
+    let waiter = campaign_later(&s3, &e, "c");
     // Node 3 outranks node 1 but does not take a held seat.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(!waiter.is_finished(), "node 3 took over a held seat");
@@ -104,15 +134,9 @@ async fn sessions_on_different_nodes_hand_over_and_every_node_observes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_node_is_replaced_after_its_lease_and_loses_first() {
-    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
-    let e = election("crash/node");
-    let (s3, s1) = (session(&nodes[2]).await, session(&nodes[0]).await);
-    let c = campaign(&s3, &e, "c").await;
-    let waiter = {
-        let (s1, e) = (s1.clone(), e.clone());
-        tokio::spawn(async move { campaign(&s1, &e, "a").await })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let Standoff {
+        nodes, c, waiter, ..
+    } = standoff("crash/node").await;
     let t0 = Instant::now();
     nodes[2].shutdown();
     let lease = support::fast_timing().lease;
@@ -184,22 +208,17 @@ async fn every_algorithm_elects_and_hands_over() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resigning_node_lets_a_waiting_node_win_before_trying_again() {
-    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
-    let e = election("hold-off");
-    let (s3, s1) = (session(&nodes[2]).await, session(&nodes[0]).await);
-    let c = campaign(&s3, &e, "c").await;
-    let waiter = {
-        let (s1, e) = (s1.clone(), e.clone());
-        tokio::spawn(async move { campaign(&s1, &e, "a").await })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let Standoff {
+        nodes: _nodes,
+        e,
+        s3,
+        c,
+        waiter,
+    } = standoff("hold-off").await;
     // Node 3 outranks node 1; resigning and campaigning again at once must
     // still hand the seat over.
     c.resign().await.expect("resign");
-    let again = {
-        let (s3, e) = (s3.clone(), e.clone());
-        tokio::spawn(async move { campaign(&s3, &e, "c").await })
-    };
+    let again = campaign_later(&s3, &e, "c");
     let a = within(Duration::from_secs(1), "node 1 wins", waiter)
         .await
         .expect("waiter");
@@ -300,10 +319,7 @@ async fn an_abandoned_session_is_replaced_within_its_ttl_on_any_node() {
         let sa = session(&nodes[0]).await;
         let sb = session(&nodes[waiter_node]).await;
         let a = campaign(&sa, &e, "a").await;
-        let waiter = {
-            let e = e.clone();
-            tokio::spawn(async move { campaign(&sb, &e, "b").await })
-        };
+        let waiter = campaign_later(&sb, &e, "b");
         tokio::time::sleep(Duration::from_millis(50)).await;
         let t0 = Instant::now();
         sa.abandon();

@@ -61,10 +61,9 @@ fn run_schedule_with(seed: u64, factory: impl Fn(u64) -> Factory) -> Simulation<
     sim
 }
 
-/// Safety over the whole run; liveness once everything is healed.
-fn check_run(algo: Algo, seed: u64) -> Result<(), String> {
-    let mut sim = run_schedule(algo, seed);
-    check_terms(&sim.terms()).map_err(|e| format!("during the schedule: {e}"))?;
+/// Repairs every partition, makes the network reliable, restarts every host
+/// and runs 30 s more.
+fn heal(sim: &mut Simulation<Machine>) {
     sim.repair();
     sim.set_network(Network::default());
     let hosts: Vec<PeerId> = sim.hosts().collect();
@@ -72,6 +71,21 @@ fn check_run(algo: Algo, seed: u64) -> Result<(), String> {
         sim.restart(h);
     }
     sim.run_for(Duration::from_secs(30));
+}
+
+/// Seeds per algorithm: `TENURE_SIM_RUNS`, or [`SEEDS_PER_ALGO`].
+fn runs_per_algo() -> u64 {
+    std::env::var("TENURE_SIM_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(SEEDS_PER_ALGO)
+}
+
+/// Safety over the whole run; liveness once everything is healed.
+fn check_run(algo: Algo, seed: u64) -> Result<(), String> {
+    let mut sim = run_schedule(algo, seed);
+    check_terms(&sim.terms()).map_err(|e| format!("during the schedule: {e}"))?;
+    heal(&mut sim);
     check_terms(&sim.terms()).map_err(|e| format!("after healing: {e}"))?;
     let leader = check_agreement(&sim).map_err(|e| format!("after healing: {e}"))?;
     let leaders = sim.self_leaders();
@@ -85,22 +99,13 @@ fn check_run(algo: Algo, seed: u64) -> Result<(), String> {
 /// connected, all agree on one leader.
 fn check_plain_run(algo: Algo, seed: u64) -> Result<(), String> {
     let mut sim = run_schedule_with(seed, |n| Box::new(detected(algo, n)));
-    sim.repair();
-    sim.set_network(Network::default());
-    let hosts: Vec<PeerId> = sim.hosts().collect();
-    for h in hosts {
-        sim.restart(h);
-    }
-    sim.run_for(Duration::from_secs(30));
+    heal(&mut sim);
     check_agreement(&sim).map(|_| ())
 }
 
 #[test]
 fn plain_algorithms_agree_once_healed() {
-    let runs = std::env::var("TENURE_SIM_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(SEEDS_PER_ALGO);
+    let runs = runs_per_algo();
     for algo in ALL {
         for i in 0..runs {
             let seed = 0xBEEF + i;
@@ -128,10 +133,7 @@ fn quorum_mode_is_safe_under_random_schedules() {
         }
         return;
     }
-    let runs = std::env::var("TENURE_SIM_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(SEEDS_PER_ALGO);
+    let runs = runs_per_algo();
     for algo in ALL {
         for i in 0..runs {
             report(algo, 0xC0FFEE + i);
