@@ -12,8 +12,7 @@ use std::time::Duration;
 use tenure_peer::sim::{Happening, Simulation};
 use tenure_peer::transport::TransportOptions;
 use tenure_peer::{
-    Bully, CandidateOrdinary, Config, ElectionAlgorithm, Event, Heartbeat, Invitation, NextInLine,
-    PeerId, PeerNode, Ring, RingVariant, Timing,
+    Bully, Config, ElectionAlgorithm, Event, Heartbeat, PeerAlgorithm, PeerId, PeerNode, Timing,
 };
 
 const SEED: u64 = 0xbe_2024;
@@ -24,43 +23,16 @@ const INVITATION_WINDOW: Duration = Duration::from_secs(120);
 
 type Machine = Box<dyn ElectionAlgorithm>;
 
-#[derive(Clone, Copy, Debug)]
-enum Algo {
-    Bully,
-    NextInLine,
-    CandidateOrdinary,
-    Invitation,
-    RingAliveSet,
-    RingMaxOnly,
-}
-
-const ALL: [Algo; 6] = [
-    Algo::Bully,
-    Algo::NextInLine,
-    Algo::CandidateOrdinary,
-    Algo::Invitation,
-    Algo::RingAliveSet,
-    Algo::RingMaxOnly,
-];
-
 fn ids(n: u64) -> Vec<PeerId> {
     (1..=n).map(PeerId).collect()
 }
 
-fn machine(algo: Algo, id: PeerId, n: u64) -> Machine {
+fn machine(algo: PeerAlgorithm, id: PeerId, n: u64) -> Machine {
     let config = Config::new(id, ids(n)).expect("valid config");
-    match algo {
-        Algo::Bully => Box::new(Bully::new(config)),
-        Algo::NextInLine => Box::new(NextInLine::new(config)),
-        // Every other process is a candidate, the highest included.
-        Algo::CandidateOrdinary => {
-            let candidates: Vec<PeerId> = ids(n).into_iter().filter(|p| p.get() % 2 == 0).collect();
-            Box::new(CandidateOrdinary::new(config, candidates))
-        }
-        Algo::Invitation => Box::new(Invitation::new(config)),
-        Algo::RingAliveSet => Box::new(Ring::new(config, RingVariant::AliveSet)),
-        Algo::RingMaxOnly => Box::new(Ring::new(config, RingVariant::MaxOnly)),
-    }
+    // For candidate/ordinary, every other process is a candidate, the
+    // highest included.
+    let candidates: Vec<PeerId> = ids(n).into_iter().filter(|p| p.get() % 2 == 0).collect();
+    algo.machine(config, &candidates)
 }
 
 struct Cost {
@@ -72,11 +44,11 @@ struct Cost {
 /// Settles a fresh cluster, crashes its leader, has the lowest live process
 /// notice (every live process, for invitation, whose members each follow
 /// their group leader), and measures until nothing is left to do.
-fn after_crash(algo: Algo, n: u64) -> Cost {
+fn after_crash(algo: PeerAlgorithm, n: u64) -> Cost {
     let mut sim = Simulation::new(SEED, ids(n), move |id| machine(algo, id, n));
     sim.start_all();
     match algo {
-        Algo::Invitation => sim.run_for(Duration::from_secs(120)),
+        PeerAlgorithm::Invitation => sim.run_for(Duration::from_secs(120)),
         _ => assert!(
             sim.run_until_idle(),
             "{algo:?} n={n}: start-up did not settle"
@@ -90,7 +62,7 @@ fn after_crash(algo: Algo, n: u64) -> Cost {
     sim.crash(leader);
     let live: Vec<PeerId> = ids(n).into_iter().filter(|p| *p != leader).collect();
     match algo {
-        Algo::Invitation => {
+        PeerAlgorithm::Invitation => {
             for p in &live {
                 sim.start_election(*p);
             }
@@ -99,7 +71,7 @@ fn after_crash(algo: Algo, n: u64) -> Cost {
     }
     match algo {
         // A group missing a member invites it forever: measure a window.
-        Algo::Invitation => sim.run_for(INVITATION_WINDOW),
+        PeerAlgorithm::Invitation => sim.run_for(INVITATION_WINDOW),
         _ => assert!(
             sim.run_until_idle(),
             "{algo:?} n={n}: election did not settle"
@@ -174,13 +146,14 @@ fn main() {
     println!("| algorithm | n | messages | simulated time | new leader |");
     println!("|---|---|---|---|---|");
     for n in [5, 25, 100] {
-        for algo in ALL {
+        for algo in PeerAlgorithm::ALL {
             let cost = after_crash(algo, n);
             let leader = cost
                 .leader
                 .map_or("no agreement".to_owned(), |l| l.to_string());
             println!(
-                "| {algo:?} | {n} | {} | {:.1} ms | {leader} |",
+                "| {} | {n} | {} | {:.1} ms | {leader} |",
+                algo.name(),
                 cost.messages,
                 cost.time.as_secs_f64() * 1e3
             );

@@ -6,13 +6,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{check_terms, ids, plain, Algo, Machine, ALL};
+use common::{check_terms, ids, plain, Machine};
 use tenure_peer::sim::{SimRng, Simulation};
+use tenure_peer::PeerAlgorithm;
 use tenure_peer::{Heartbeat, PeerId, QuorumGuard, Timing};
 
 type Guarded = QuorumGuard<Heartbeat<Machine>>;
 
-fn seat_sim(algo: Algo, n: u64, seed: u64) -> Simulation<Guarded> {
+fn seat_sim(algo: PeerAlgorithm, n: u64, seed: u64) -> Simulation<Guarded> {
     Simulation::new(seed, ids(n), move |id| {
         QuorumGuard::new(Heartbeat::new(plain(algo, id, n)))
             .standing_by()
@@ -35,13 +36,13 @@ fn lease() -> Duration {
 /// Candidate/ordinary only lets its configured candidates lead (odd ranks
 /// and the highest, see `common::plain`); the others are always picked from
 /// those.
-fn eligible(algo: Algo, id: u64, n: u64) -> bool {
-    algo != Algo::CandidateOrdinary || id % 2 == 1 || id == n
+fn eligible(algo: PeerAlgorithm, id: u64, n: u64) -> bool {
+    algo != PeerAlgorithm::CandidateOrdinary || id % 2 == 1 || id == n
 }
 
 #[test]
 fn only_candidates_lead_and_everyone_follows_them() {
-    for algo in ALL {
+    for algo in PeerAlgorithm::ALL {
         let n = 5;
         let mut sim = seat_sim(algo, n, 11);
         sim.start_all();
@@ -69,7 +70,7 @@ fn only_candidates_lead_and_everyone_follows_them() {
 
 #[test]
 fn a_sticky_leader_keeps_its_seat_when_a_higher_rank_joins() {
-    for algo in ALL {
+    for algo in PeerAlgorithm::ALL {
         let n = 5;
         let mut sim = seat_sim(algo, n, 12);
         sim.start_all();
@@ -102,7 +103,7 @@ fn a_sticky_leader_keeps_its_seat_when_a_higher_rank_joins() {
 
 #[test]
 fn relinquishing_with_candidacy_kept_wins_a_higher_epoch() {
-    let mut sim = seat_sim(Algo::Bully, 3, 13);
+    let mut sim = seat_sim(PeerAlgorithm::Bully, 3, 13);
     sim.start_all();
     set(&mut sim, 2, true);
     sim.run_for(lease() * 3);
@@ -121,7 +122,7 @@ fn relinquishing_with_candidacy_kept_wins_a_higher_epoch() {
 fn random_candidacy_changes_and_crashes_keep_the_quorum_promises() {
     let runs: u64 = 60;
     for seed in 0..runs {
-        let algo = ALL[(seed % ALL.len() as u64) as usize];
+        let algo = PeerAlgorithm::ALL[(seed % PeerAlgorithm::ALL.len() as u64) as usize];
         let n = 3 + seed % 3;
         let mut sim = seat_sim(algo, n, seed);
         let mut rng = SimRng::new(seed ^ 0x5eed);
@@ -160,7 +161,7 @@ fn random_candidacy_changes_and_crashes_keep_the_quorum_promises() {
 fn a_standing_by_member_still_counts_for_the_majority() {
     // Two of five are candidates: the three others must acknowledge, or no
     // one could win.
-    let mut sim = seat_sim(Algo::RingAliveSet, 5, 14);
+    let mut sim = seat_sim(PeerAlgorithm::Ring, 5, 14);
     sim.start_all();
     set(&mut sim, 2, true);
     set(&mut sim, 4, true);

@@ -4,8 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{check_agreement, check_terms, detected, guarded, ids, Algo, ALL};
+use common::{check_agreement, check_terms, detected, guarded, ids};
 use tenure_peer::sim::Simulation;
+use tenure_peer::PeerAlgorithm;
 use tenure_peer::{PeerId, Timing};
 
 const SEED: u64 = 42;
@@ -14,7 +15,7 @@ const MINORITY: [PeerId; 2] = [PeerId(4), PeerId(5)];
 
 #[test]
 fn plain_bully_elects_two_leaders_across_a_partition() {
-    let mut sim = Simulation::new(SEED, ids(5), detected(Algo::Bully, 5));
+    let mut sim = Simulation::new(SEED, ids(5), detected(PeerAlgorithm::Bully, 5));
     sim.start_all();
     sim.run_for(Duration::from_secs(3));
     assert_eq!(check_agreement(&sim), Ok(PeerId(5)), "seed {SEED}");
@@ -45,7 +46,7 @@ fn plain_bully_elects_two_leaders_across_a_partition() {
 
 #[test]
 fn every_plain_algorithm_splits_under_a_partition() {
-    for algo in ALL {
+    for algo in PeerAlgorithm::ALL {
         let mut sim = Simulation::new(SEED, ids(5), detected(algo, 5));
         sim.start_all();
         sim.run_for(Duration::from_secs(8));
@@ -63,7 +64,7 @@ fn every_plain_algorithm_splits_under_a_partition() {
 #[test]
 fn quorum_guard_keeps_one_leader_and_increasing_tokens() {
     let lease = Timing::default().lease;
-    let mut sim = Simulation::new(SEED, ids(5), guarded(Algo::Bully, 5));
+    let mut sim = Simulation::new(SEED, ids(5), guarded(PeerAlgorithm::Bully, 5));
     sim.start_all();
     sim.run_for(Duration::from_secs(5));
     assert_eq!(check_agreement(&sim), Ok(PeerId(5)), "seed {SEED}");

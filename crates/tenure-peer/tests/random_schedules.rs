@@ -8,16 +8,17 @@ mod common;
 
 use std::time::Duration;
 
-use common::{check_agreement, check_terms, detected, guarded, ids, Algo, Machine, ALL};
+use common::{check_agreement, check_terms, detected, guarded, ids, Machine};
 use proptest::prelude::*;
 use tenure_peer::sim::{Network, SimRng, Simulation};
+use tenure_peer::PeerAlgorithm;
 use tenure_peer::PeerId;
 
 /// Seeds per algorithm in the seeded loop.
 const SEEDS_PER_ALGO: u64 = 200;
 
 /// Builds and runs one random schedule of the quorum-guarded `algo`.
-fn run_schedule(algo: Algo, seed: u64) -> Simulation<Machine> {
+fn run_schedule(algo: PeerAlgorithm, seed: u64) -> Simulation<Machine> {
     run_schedule_with(seed, |n| Box::new(guarded(algo, n)))
 }
 
@@ -82,7 +83,7 @@ fn runs_per_algo() -> u64 {
 }
 
 /// Safety over the whole run; liveness once everything is healed.
-fn check_run(algo: Algo, seed: u64) -> Result<(), String> {
+fn check_run(algo: PeerAlgorithm, seed: u64) -> Result<(), String> {
     let mut sim = run_schedule(algo, seed);
     check_terms(&sim.terms()).map_err(|e| format!("during the schedule: {e}"))?;
     heal(&mut sim);
@@ -97,7 +98,7 @@ fn check_run(algo: Algo, seed: u64) -> Result<(), String> {
 
 /// Plain algorithms promise liveness only: once every host is up and
 /// connected, all agree on one leader.
-fn check_plain_run(algo: Algo, seed: u64) -> Result<(), String> {
+fn check_plain_run(algo: PeerAlgorithm, seed: u64) -> Result<(), String> {
     let mut sim = run_schedule_with(seed, |n| Box::new(detected(algo, n)));
     heal(&mut sim);
     check_agreement(&sim).map(|_| ())
@@ -106,7 +107,7 @@ fn check_plain_run(algo: Algo, seed: u64) -> Result<(), String> {
 #[test]
 fn plain_algorithms_agree_once_healed() {
     let runs = runs_per_algo();
-    for algo in ALL {
+    for algo in PeerAlgorithm::ALL {
         for i in 0..runs {
             let seed = 0xBEEF + i;
             if let Err(e) = check_plain_run(algo, seed) {
@@ -116,7 +117,7 @@ fn plain_algorithms_agree_once_healed() {
     }
 }
 
-fn report(algo: Algo, seed: u64) {
+fn report(algo: PeerAlgorithm, seed: u64) {
     if let Err(e) = check_run(algo, seed) {
         panic!(
             "{algo:?}, seed {seed}: {e}\n  rerun: TENURE_SIM_SEED={seed} cargo test -p tenure-peer --test random_schedules"
@@ -128,13 +129,13 @@ fn report(algo: Algo, seed: u64) {
 fn quorum_mode_is_safe_under_random_schedules() {
     if let Ok(seed) = std::env::var("TENURE_SIM_SEED") {
         let seed: u64 = seed.parse().expect("TENURE_SIM_SEED is a u64");
-        for algo in ALL {
+        for algo in PeerAlgorithm::ALL {
             report(algo, seed);
         }
         return;
     }
     let runs = runs_per_algo();
-    for algo in ALL {
+    for algo in PeerAlgorithm::ALL {
         for i in 0..runs {
             report(algo, 0xC0FFEE + i);
         }
@@ -145,8 +146,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
 
     #[test]
-    fn quorum_mode_is_safe_for_any_seed(seed in any::<u64>(), which in 0..ALL.len()) {
-        let algo = ALL[which];
+    fn quorum_mode_is_safe_for_any_seed(seed in any::<u64>(), which in 0..PeerAlgorithm::ALL.len()) {
+        let algo = PeerAlgorithm::ALL[which];
         let result = check_run(algo, seed);
         prop_assert!(result.is_ok(), "{:?}, seed {}: {:?}", algo, seed, result);
     }
@@ -154,7 +155,7 @@ proptest! {
 
 #[test]
 fn the_same_seed_gives_the_same_run() {
-    for algo in ALL {
+    for algo in PeerAlgorithm::ALL {
         let a = run_schedule(algo, 7);
         let b = run_schedule(algo, 7);
         assert_eq!(a.fingerprint(), b.fingerprint(), "{algo:?}");

@@ -2,8 +2,9 @@
 
 mod common;
 
-use common::{detected, guarded, plain, Machine, ALL};
+use common::{detected, guarded, plain, Machine};
 use tenure_peer::sim::SimRng;
+use tenure_peer::PeerAlgorithm;
 use tenure_peer::{Instant, Message, PeerId};
 
 fn small(rng: &mut SimRng) -> u64 {
@@ -114,7 +115,7 @@ fn hammer(mut m: Machine, seed: u64) {
 
 #[test]
 fn random_inputs_never_panic() {
-    for algo in ALL {
+    for algo in PeerAlgorithm::ALL {
         for seed in 0..40u64 {
             let n = 2 + seed % 5;
             let id = PeerId(1 + seed % n);
@@ -127,7 +128,7 @@ fn random_inputs_never_panic() {
 
 #[test]
 fn a_single_member_elects_itself() {
-    for algo in ALL {
+    for algo in PeerAlgorithm::ALL {
         for mut m in [plain(algo, PeerId(1), 1), guarded(algo, 1)(PeerId(1))] {
             let mut now = Instant::ZERO;
             m.start(now);

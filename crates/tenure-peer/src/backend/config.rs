@@ -8,7 +8,12 @@ use std::time::Duration;
 use tenure_core::backend::config::{parse_duration, unknown_key, BackendUrl};
 use tenure_core::{Error, Result};
 
+use crate::bully::{Bully, NextInLine};
+use crate::candidate::CandidateOrdinary;
 use crate::config::{Config, Timing};
+use crate::invitation::Invitation;
+use crate::machine::ElectionAlgorithm;
+use crate::ring::{Ring, RingVariant};
 use crate::transport::TransportOptions;
 use crate::types::PeerId;
 
@@ -80,6 +85,31 @@ impl PeerAlgorithm {
     /// The algorithm named `name` in a URL.
     pub fn from_name(name: &str) -> Option<PeerAlgorithm> {
         PeerAlgorithm::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// This algorithm's machine for `config`, without failure detection or
+    /// quorum guard. Only candidate/ordinary reads `candidates`: the members
+    /// that may lead (every member when it is empty).
+    pub fn machine(
+        self,
+        config: Config,
+        candidates: &[PeerId],
+    ) -> Box<dyn ElectionAlgorithm + Send> {
+        match self {
+            PeerAlgorithm::Bully => Box::new(Bully::new(config)),
+            PeerAlgorithm::NextInLine => Box::new(NextInLine::new(config)),
+            PeerAlgorithm::CandidateOrdinary => {
+                let candidates = if candidates.is_empty() {
+                    config.members().to_vec()
+                } else {
+                    candidates.to_vec()
+                };
+                Box::new(CandidateOrdinary::new(config, candidates))
+            }
+            PeerAlgorithm::Invitation => Box::new(Invitation::new(config)),
+            PeerAlgorithm::Ring => Box::new(Ring::new(config, RingVariant::AliveSet)),
+            PeerAlgorithm::RingMaxOnly => Box::new(Ring::new(config, RingVariant::MaxOnly)),
+        }
     }
 }
 
@@ -327,6 +357,28 @@ fn parse_addr(text: &str) -> std::result::Result<SocketAddr, String> {
 mod tests {
     use super::*;
     use tenure_core::ErrorKind;
+
+    #[test]
+    fn candidate_ordinary_machines_take_the_candidates_or_every_member() {
+        use crate::types::Instant;
+        let config = || Config::new(PeerId(3), [1, 2, 3].map(PeerId)).unwrap();
+        let mut all = PeerAlgorithm::CandidateOrdinary.machine(config(), &[]);
+        all.start(Instant::ZERO);
+        // 3 is the highest candidate: no tie-break delay, it asks 1 and 2.
+        let asked: Vec<PeerId> = std::iter::from_fn(|| all.poll_transmit())
+            .map(|(to, _)| to)
+            .collect();
+        assert_eq!(asked, [PeerId(1), PeerId(2)]);
+        // Only 1 may lead: 3 is ordinary and waits its delay first.
+        let mut one = PeerAlgorithm::CandidateOrdinary.machine(config(), &[PeerId(1)]);
+        one.start(Instant::ZERO);
+        assert_eq!(one.poll_transmit(), None);
+        let step = Timing::default().tie_break_step;
+        assert_eq!(one.poll_timeout(), Some(Instant::ZERO + step));
+        for algo in PeerAlgorithm::ALL {
+            assert_eq!(algo.machine(config(), &[]).id(), PeerId(3), "{algo:?}");
+        }
+    }
 
     const GOOD: &str = "peer://127.0.0.1:7001?id=1&peers=1@127.0.0.1:7001,2@127.0.0.1:7002,3@127.0.0.1:7003&algorithm=bully";
 

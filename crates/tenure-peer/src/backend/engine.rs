@@ -12,18 +12,14 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant as TokioInstant;
 use tokio_util::sync::CancellationToken;
 
-use super::config::{PeerAlgorithm, PeerConfig, PEER_SCHEME};
+use super::config::{PeerConfig, PEER_SCHEME};
 use super::state::StateFile;
-use crate::bully::{Bully, NextInLine};
-use crate::candidate::CandidateOrdinary;
 use crate::config::Config;
 use crate::heartbeat::Heartbeat;
-use crate::invitation::Invitation;
 use crate::machine::ElectionAlgorithm;
 use crate::message::Message;
 use crate::node::{sleep_until, Clock};
 use crate::quorum::QuorumGuard;
-use crate::ring::{Ring, RingVariant};
 use crate::transport::{Transport, TransportEvent};
 use crate::types::{Instant, PeerId};
 use crate::wire::Envelope;
@@ -201,21 +197,10 @@ impl Engine {
 
     fn new_machine(&self, name: &ElectionName, now: Instant) -> Machine {
         let config = self.machine_config.clone();
-        let algorithm: Box<dyn ElectionAlgorithm + Send> = match self.config.algorithm {
-            PeerAlgorithm::Bully => Box::new(Bully::new(config)),
-            PeerAlgorithm::NextInLine => Box::new(NextInLine::new(config)),
-            PeerAlgorithm::CandidateOrdinary => {
-                let candidates = if self.config.candidates.is_empty() {
-                    config.members().to_vec()
-                } else {
-                    self.config.candidates.clone()
-                };
-                Box::new(CandidateOrdinary::new(config, candidates))
-            }
-            PeerAlgorithm::Invitation => Box::new(Invitation::new(config)),
-            PeerAlgorithm::Ring => Box::new(Ring::new(config, RingVariant::AliveSet)),
-            PeerAlgorithm::RingMaxOnly => Box::new(Ring::new(config, RingVariant::MaxOnly)),
-        };
+        let algorithm = self
+            .config
+            .algorithm
+            .machine(config, &self.config.candidates);
         let mut machine = QuorumGuard::new(Heartbeat::new(algorithm))
             .standing_by()
             .with_sticky_leadership()

@@ -2,30 +2,7 @@
 #![allow(dead_code)]
 
 use tenure_peer::sim::{Simulation, Term};
-use tenure_peer::{
-    Bully, CandidateOrdinary, Config, ElectionAlgorithm, Heartbeat, Invitation, NextInLine, PeerId,
-    QuorumGuard, Ring, RingVariant,
-};
-
-/// Every algorithm, for tests that run them all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Algo {
-    Bully,
-    NextInLine,
-    CandidateOrdinary,
-    Invitation,
-    RingAliveSet,
-    RingMaxOnly,
-}
-
-pub const ALL: [Algo; 6] = [
-    Algo::Bully,
-    Algo::NextInLine,
-    Algo::CandidateOrdinary,
-    Algo::Invitation,
-    Algo::RingAliveSet,
-    Algo::RingMaxOnly,
-];
+use tenure_peer::{Config, ElectionAlgorithm, Heartbeat, PeerAlgorithm, PeerId, QuorumGuard};
 
 pub type Machine = Box<dyn ElectionAlgorithm>;
 
@@ -35,31 +12,22 @@ pub fn ids(n: u64) -> Vec<PeerId> {
 
 /// The plain algorithm for `id` among `1..=n`; candidates are the odd ranks
 /// plus the highest.
-pub fn plain(algo: Algo, id: PeerId, n: u64) -> Machine {
+pub fn plain(algo: PeerAlgorithm, id: PeerId, n: u64) -> Machine {
     let config = Config::new(id, ids(n)).expect("valid config");
-    match algo {
-        Algo::Bully => Box::new(Bully::new(config)),
-        Algo::NextInLine => Box::new(NextInLine::new(config)),
-        Algo::CandidateOrdinary => {
-            let candidates: Vec<PeerId> = ids(n)
-                .into_iter()
-                .filter(|p| p.get() % 2 == 1 || p.get() == n)
-                .collect();
-            Box::new(CandidateOrdinary::new(config, candidates))
-        }
-        Algo::Invitation => Box::new(Invitation::new(config)),
-        Algo::RingAliveSet => Box::new(Ring::new(config, RingVariant::AliveSet)),
-        Algo::RingMaxOnly => Box::new(Ring::new(config, RingVariant::MaxOnly)),
-    }
+    let candidates: Vec<PeerId> = ids(n)
+        .into_iter()
+        .filter(|p| p.get() % 2 == 1 || p.get() == n)
+        .collect();
+    algo.machine(config, &candidates)
 }
 
 /// The algorithm with heartbeat failure detection.
-pub fn detected(algo: Algo, n: u64) -> impl FnMut(PeerId) -> Machine + 'static {
+pub fn detected(algo: PeerAlgorithm, n: u64) -> impl FnMut(PeerId) -> Machine + 'static {
     move |id| Box::new(Heartbeat::new(plain(algo, id, n))) as Machine
 }
 
 /// The algorithm with heartbeat failure detection under the quorum guard.
-pub fn guarded(algo: Algo, n: u64) -> impl FnMut(PeerId) -> Machine + 'static {
+pub fn guarded(algo: PeerAlgorithm, n: u64) -> impl FnMut(PeerId) -> Machine + 'static {
     move |id| Box::new(QuorumGuard::new(Heartbeat::new(plain(algo, id, n)))) as Machine
 }
 
