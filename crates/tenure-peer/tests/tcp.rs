@@ -1,6 +1,8 @@
 //! The algorithms over real TCP on loopback, several nodes in one process,
 //! and the transport's robustness against whatever a connection sends.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,7 +15,7 @@ use tenure_peer::{
     Ring, RingVariant, Timing,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 fn fast_timing() -> Timing {
     Timing {
@@ -25,23 +27,12 @@ fn fast_timing() -> Timing {
     }
 }
 
-async fn listeners(n: u64) -> (Vec<TcpListener>, BTreeMap<PeerId, SocketAddr>) {
-    let mut ls = Vec::new();
-    let mut addrs = BTreeMap::new();
-    for id in 1..=n {
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        addrs.insert(PeerId(id), l.local_addr().expect("addr"));
-        ls.push(l);
-    }
-    (ls, addrs)
-}
-
 async fn cluster<A, F>(n: u64, make: F) -> (Vec<Option<PeerNode>>, BTreeMap<PeerId, SocketAddr>)
 where
     A: ElectionAlgorithm + Send + 'static,
     F: Fn(Config) -> A,
 {
-    let (ls, addrs) = listeners(n).await;
+    let (ls, addrs) = support::listeners(n).await;
     let members: Vec<PeerId> = addrs.keys().copied().collect();
     let mut nodes = Vec::new();
     for (i, l) in ls.into_iter().enumerate() {

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tenure_peer::{PeerAlgorithm, PeerBackend, PeerConfig, PeerId, Timing};
@@ -38,19 +39,26 @@ pub async fn cluster_now(n: u64, algorithm: PeerAlgorithm) -> Vec<PeerBackend> {
     cluster_with(n, algorithm, |_| {}).await
 }
 
+/// Listeners for members `1..=n` on free loopback ports, and their
+/// addresses.
+pub async fn listeners(n: u64) -> (Vec<TcpListener>, BTreeMap<PeerId, SocketAddr>) {
+    let mut ls = Vec::new();
+    let mut addrs = BTreeMap::new();
+    for id in 1..=n {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        addrs.insert(PeerId(id), l.local_addr().expect("addr"));
+        ls.push(l);
+    }
+    (ls, addrs)
+}
+
 /// Like [`cluster_now`], with `adjust` applied to every node's configuration.
 pub async fn cluster_with(
     n: u64,
     algorithm: PeerAlgorithm,
     adjust: impl Fn(&mut PeerConfig),
 ) -> Vec<PeerBackend> {
-    let mut listeners = Vec::new();
-    let mut members = BTreeMap::new();
-    for id in 1..=n {
-        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        members.insert(PeerId(id), l.local_addr().expect("addr"));
-        listeners.push(l);
-    }
+    let (listeners, members) = listeners(n).await;
     let mut nodes = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
         let id = PeerId(i as u64 + 1);
