@@ -1,9 +1,12 @@
 //! The `tenure` binary as a process: its handling of signals and bad input. (Campaigns
 //! driven in-process, two on one in-memory store, are unit tests in `src/campaign.rs`.)
 
+mod common;
+
 use std::process::Stdio;
 use std::time::Duration;
 
+use common::{assert_invalid_argument, tenure};
 use serde_json::Value;
 
 fn alive(pid: i32) -> bool {
@@ -14,81 +17,28 @@ fn alive(pid: i32) -> bool {
     }
 }
 
-fn tenure() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_tenure"))
-}
-
 #[test]
 fn bad_input_prints_one_line_and_exits_2() {
-    let cases: &[&[&str]] = &[
-        &["campaign", "--election", "a b", "--id", "x"],
-        &["campaign", "--election", "", "--id", "x"],
-        &["campaign", "--election", "e", "--id", "x", "--ttl", "0"],
-        &["campaign", "--election", "e", "--id", "x", "--ttl", "-1"],
-        &[
-            "campaign",
-            "--election",
-            "e",
-            "--id",
-            "x",
-            "--ttl",
-            "10",
-            "--renew-interval",
-            "20",
-        ],
-        &[
-            "campaign",
-            "--election",
-            "e",
-            "--id",
-            "x",
-            "--ttl",
-            "10",
-            "--renew-deadline",
-            "10",
-        ],
-        &[
-            "campaign",
-            "--backend",
-            "zz://x",
-            "--election",
-            "e",
-            "--id",
-            "x",
-        ],
-        &[
-            "campaign",
-            "--backend",
-            "not a url",
-            "--election",
-            "e",
-            "--id",
-            "x",
-        ],
-        &[
-            "campaign",
-            "--election",
-            "e",
-            "--id",
-            "x",
-            "--",
-            "/no/such/program",
-        ],
-        &["observe", "--election", "a//b"],
-        &["campaign", "--election", "e"],
-        &["campaign", "--election", "e", "--id", "x", "--ttl", "soon"],
-        &["frobnicate"],
+    let e = ["campaign", "--election", "e", "--id", "x"];
+    let campaign = |more: &[&'static str]| [&e[..], more].concat();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["campaign", "--election", "a b", "--id", "x"],
+        vec!["campaign", "--election", "", "--id", "x"],
+        campaign(&["--ttl", "0"]),
+        campaign(&["--ttl", "-1"]),
+        campaign(&["--ttl", "10", "--renew-interval", "20"]),
+        campaign(&["--ttl", "10", "--renew-deadline", "10"]),
+        campaign(&["--backend", "zz://x"]),
+        campaign(&["--backend", "not a url"]),
+        campaign(&["--", "/no/such/program"]),
+        vec!["observe", "--election", "a//b"],
+        vec!["campaign", "--election", "e"],
+        campaign(&["--ttl", "soon"]),
+        vec!["frobnicate"],
     ];
-    for args in cases {
-        let out = tenure().args(*args).stdin(Stdio::null()).output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
-        assert!(
-            stderr.starts_with("tenure: invalid_argument: "),
-            "{args:?}: {stderr}"
-        );
-        assert!(out.stdout.is_empty(), "{args:?}");
+    for args in &cases {
+        let out = tenure().args(args).stdin(Stdio::null()).output().unwrap();
+        assert_invalid_argument(&out, args);
     }
 }
 

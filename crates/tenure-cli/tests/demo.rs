@@ -1,16 +1,10 @@
 //! `tenure demo` end to end on the in-memory backend: the binary's JSON summary and
 //! its piped (non-terminal) output.
 
-use std::process::Command;
+mod common;
 
+use common::{assert_invalid_argument, tenure};
 use serde_json::Value;
-
-fn tenure() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tenure"));
-    c.env_remove("TENURE_BACKEND")
-        .env_remove("TENURE_METRICS_ADDR");
-    c
-}
 
 fn f(v: &Value, path: &[&str]) -> f64 {
     let mut x = v;
@@ -134,8 +128,6 @@ fn bad_demo_arguments_exit_2_with_one_line() {
         vec!["demo", "--backend", "nope://x"],
     ] {
         let out = tenure().args(&args).output().expect("run tenure");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert_invalid_argument(&out, &args);
     }
 }

@@ -1,9 +1,13 @@
 //! `--metrics-addr`: the binary serves Prometheus metrics while it campaigns.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use common::assert_invalid_argument;
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -84,14 +88,12 @@ fn a_bad_metrics_address_is_invalid_argument() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     for value in ["nonsense", addr.as_str()] {
-        let out = Command::new(env!("CARGO_BIN_EXE_tenure"))
+        let out = common::tenure()
             .args(["observe", "--backend", "mem://", "--election", "x"])
             .args(["--metrics-addr", value])
             .output()
             .expect("run tenure");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{value}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{value}: {stderr}");
+        let stderr = assert_invalid_argument(&out, &value);
         assert!(stderr.contains("metrics"), "{value}: {stderr}");
     }
 }
