@@ -7,7 +7,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use tenure::{Candidate, DynBackend, ElectionName, Session, Timing};
+use tenure::{Candidate, DynBackend, ElectionName, Leadership, Session, Timing};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// What to measure and how often.
@@ -128,6 +129,29 @@ async fn open(backend: &DynBackend, timing: &Timing) -> Result<Session, String> 
         .map_err(|e| format!("open session: {e}"))
 }
 
+/// The waiter of a measurement: `candidate` campaigns on `session` in a task of its own.
+fn campaign_in_background(
+    session: &Session,
+    election: &ElectionName,
+    candidate: Candidate,
+) -> JoinHandle<tenure::Result<Leadership>> {
+    let (s, e) = (session.clone(), election.clone());
+    tokio::spawn(async move { s.campaign(&e, &candidate).await })
+}
+
+/// The leadership `waiter` is granted, if within `ttls` times the TTL of `timing`.
+async fn granted_within(
+    waiter: JoinHandle<tenure::Result<Leadership>>,
+    timing: &Timing,
+    ttls: u32,
+) -> Result<Leadership, String> {
+    tokio::time::timeout(timing.ttl * ttls, waiter)
+        .await
+        .map_err(|_| format!("the waiter was not granted within {ttls} TTL"))?
+        .map_err(|e| format!("waiter task: {e}"))?
+        .map_err(|e| format!("waiter campaign: {e}"))
+}
+
 /// Graceful handover: two sessions take turns; each run, the holder resigns while the
 /// other waits, and the time from the resign call to the waiter's grant is recorded.
 pub async fn measure_handover(
@@ -147,19 +171,12 @@ pub async fn measure_handover(
     let mut samples = Vec::with_capacity(options.handover_runs);
     for run in 0..options.handover_runs {
         let next = (run + 1) % 2;
-        let waiter = {
-            let (s, c, e) = (sessions[next].clone(), ids[next].clone(), election.clone());
-            tokio::spawn(async move { s.campaign(&e, &c).await })
-        };
+        let waiter = campaign_in_background(&sessions[next], &election, ids[next].clone());
         // Let the waiter queue up behind the holder.
         tokio::time::sleep(Duration::from_millis(30)).await;
         let t0 = Instant::now();
         holder.resign().await.map_err(|e| format!("resign: {e}"))?;
-        let granted = tokio::time::timeout(options.timing.ttl * 2, waiter)
-            .await
-            .map_err(|_| "the waiter was not granted within 2 TTL".to_string())?
-            .map_err(|e| format!("waiter task: {e}"))?
-            .map_err(|e| format!("waiter campaign: {e}"))?;
+        let granted = granted_within(waiter, &options.timing, 2).await?;
         samples.push(granted.granted_at().saturating_duration_since(t0));
         holder = granted;
     }
@@ -203,19 +220,11 @@ pub async fn measure_failover_with(
             .campaign(&election, &candidate("crashing")?)
             .await
             .map_err(|e| format!("campaign: {e}"))?;
-        let waiter = {
-            let (s, e) = (waiting.clone(), election.clone());
-            let c = candidate("waiting")?;
-            tokio::spawn(async move { s.campaign(&e, &c).await })
-        };
+        let waiter = campaign_in_background(&waiting, &election, candidate("waiting")?);
         tokio::time::sleep(Duration::from_millis(100)).await;
         let t0 = Instant::now();
         crash(&crashing)?;
-        let granted = tokio::time::timeout(options.timing.ttl * 3, waiter)
-            .await
-            .map_err(|_| "the waiter was not granted within 3 TTL".to_string())?
-            .map_err(|e| format!("waiter task: {e}"))?
-            .map_err(|e| format!("waiter campaign: {e}"))?;
+        let granted = granted_within(waiter, &options.timing, 3).await?;
         samples.push(granted.granted_at().saturating_duration_since(t0));
         drop(held);
         granted.resign().await.map_err(|e| format!("resign: {e}"))?;

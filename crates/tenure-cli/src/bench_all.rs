@@ -313,18 +313,12 @@ pub fn svg(outcomes: &[Outcome], machine: &Machine) -> String {
         .filter_map(|r| r.figure)
         .flat_map(|f| f.samples.iter().map(|d| d.as_secs_f64().max(1e-6)))
         .collect();
-    let lo = all
+    let (min, max) = all
         .iter()
-        .copied()
-        .fold(f64::INFINITY, f64::min)
-        .log10()
-        .floor();
-    let hi = all
-        .iter()
-        .copied()
-        .fold(f64::NEG_INFINITY, f64::max)
-        .log10()
-        .ceil();
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(min, max), &v| {
+            (min.min(v), max.max(v))
+        });
+    let (lo, hi) = (min.log10().floor(), max.log10().ceil());
     let (lo, hi) = if lo.is_finite() && hi.is_finite() && hi > lo {
         (lo, hi)
     } else {
