@@ -110,34 +110,14 @@ fn shards_status_checks_before_connecting() {
         &[&s[..], &["--namespace", "orders", "--shards", "0"]].concat(),
         "shards",
     );
+    // A valid command line but for one option.
+    let orders = [&s[..], &["--namespace", "orders", "--shards", "8"]].concat();
     rejected_before_connecting(
-        &[
-            &s[..],
-            &[
-                "--namespace",
-                "orders",
-                "--shards",
-                "8",
-                "--replication",
-                "0",
-            ],
-        ]
-        .concat(),
+        &[&orders[..], &["--replication", "0"]].concat(),
         "replication",
     );
     rejected_before_connecting(
-        &[
-            &s[..],
-            &[
-                "--namespace",
-                "orders",
-                "--shards",
-                "8",
-                "--connect-timeout",
-                "0",
-            ],
-        ]
-        .concat(),
+        &[&orders[..], &["--connect-timeout", "0"]].concat(),
         "connect_timeout",
     );
 }
