@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::backend::random_unit;
 use crate::error::{Error, Result};
 
 /// The share of the TTL kept free between the renew deadline and the TTL, to absorb
@@ -151,24 +152,6 @@ impl Retry {
         let factor = 1.0 + self.jitter * (2.0 * random_unit() - 1.0);
         Duration::from_secs_f64((capped * factor).max(0.0))
     }
-}
-
-/// A pseudo-random number in [0, 1) for jitter; not for anything secret.
-pub(crate) fn random_unit() -> f64 {
-    use std::cell::Cell;
-    use std::hash::{BuildHasher, RandomState};
-    thread_local! {
-        static STATE: Cell<u64> = Cell::new(RandomState::new().hash_one(std::time::SystemTime::now()) | 1);
-    }
-    STATE.with(|s| {
-        // xorshift64*
-        let mut x = s.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        s.set(x);
-        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    })
 }
 
 #[cfg(test)]

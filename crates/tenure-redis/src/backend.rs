@@ -19,7 +19,7 @@ use crate::error::{map, TAG};
 use crate::follow::follow;
 use crate::hub::Hub;
 use crate::keys::{
-    members_key_prefix, members_pattern, millis_up, seat_pattern, session_key_prefix,
+    members_key_prefix, millis_up, scan_pattern, seat_key_prefix, session_key_prefix,
 };
 use crate::members;
 use crate::scripts::{READ_SCRIPT, RELEASE_SCRIPT, UNREGISTER_SCRIPT};
@@ -148,84 +148,68 @@ impl RedisBackend {
                     .await
             })
             .await?;
-        let pattern = seat_pattern(shared.config.key_prefix());
-        let seat_prefix = format!("{}:seat:", shared.config.key_prefix());
-        let mut cursor = 0u64;
+        let seat_prefix = seat_key_prefix(shared.config.key_prefix());
+        let seats = self
+            .scan_names("expire session: scan seats", &seat_prefix)
+            .await?;
         let mut freed = 0;
-        loop {
-            let (next, keys) = shared
+        for name in seats {
+            let election = shared.keys(&name);
+            let mut invocation = RELEASE_SCRIPT.key(&election.seat);
+            invocation
+                .key(&election.queue)
+                .arg(session_id)
+                .arg("")
+                .arg(&election.channel)
+                .arg(&election.waits);
+            let reply = shared
                 .conn
-                .scan("expire session: scan seats", cursor, &pattern)
+                .script(
+                    Purpose::Election,
+                    "expire session: free a seat",
+                    &invocation,
+                )
                 .await?;
-            for key in keys {
-                let Some(name) = key
-                    .strip_prefix(&seat_prefix)
-                    .and_then(|n| ElectionName::new(n).ok())
-                else {
-                    continue;
-                };
-                let election = shared.keys(&name);
-                let mut invocation = RELEASE_SCRIPT.key(&election.seat);
-                invocation
-                    .key(&election.queue)
-                    .arg(session_id)
-                    .arg("")
-                    .arg(&election.channel)
-                    .arg(&election.waits);
-                let reply = shared
-                    .conn
-                    .script(
-                        Purpose::Election,
-                        "expire session: free a seat",
-                        &invocation,
-                    )
-                    .await?;
-                if as_int(&reply) == Some(1) {
-                    freed += 1;
-                }
+            if as_int(&reply) == Some(1) {
+                freed += 1;
             }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
         }
-        self.drop_members_of(session_id).await?;
+        let hash_prefix = members_key_prefix(shared.config.key_prefix());
+        let namespaces = self
+            .scan_names("expire session: scan namespaces", &hash_prefix)
+            .await?;
+        for namespace in namespaces {
+            let keys = shared.member_keys(&namespace);
+            let mut invocation = UNREGISTER_SCRIPT.key(&keys.hash);
+            invocation.arg(session_id).arg(&keys.channel);
+            shared
+                .conn
+                .script(
+                    Purpose::Election,
+                    "expire session: remove members",
+                    &invocation,
+                )
+                .await?;
+        }
         Ok(freed)
     }
 
-    /// Remove every member entry of session `session_id` under the prefix, telling the
-    /// watchers of each namespace that had one.
-    async fn drop_members_of(&self, session_id: &str) -> Result<()> {
-        let shared = &self.shared;
-        let pattern = members_pattern(shared.config.key_prefix());
-        let hash_prefix = members_key_prefix(shared.config.key_prefix());
+    /// The names of every key that starts with `prefix` (a seat or a namespace key
+    /// prefix), scanning the whole keyspace; keys whose rest is not a valid name are
+    /// passed over.
+    async fn scan_names(&self, what: &'static str, prefix: &str) -> Result<Vec<ElectionName>> {
+        let pattern = scan_pattern(prefix);
+        let mut names = Vec::new();
         let mut cursor = 0u64;
         loop {
-            let (next, keys) = shared
-                .conn
-                .scan("expire session: scan namespaces", cursor, &pattern)
-                .await?;
-            for key in keys {
-                let Some(namespace) = key
-                    .strip_prefix(&hash_prefix)
-                    .and_then(|n| ElectionName::new(n).ok())
-                else {
-                    continue;
-                };
-                let keys = shared.member_keys(&namespace);
-                let mut invocation = UNREGISTER_SCRIPT.key(&keys.hash);
-                invocation.arg(session_id).arg(&keys.channel);
-                shared
-                    .conn
-                    .script(
-                        Purpose::Election,
-                        "expire session: remove members",
-                        &invocation,
-                    )
-                    .await?;
-            }
+            let (next, keys) = self.shared.conn.scan(what, cursor, &pattern).await?;
+            names.extend(
+                keys.iter()
+                    .filter_map(|key| key.strip_prefix(prefix))
+                    .filter_map(|n| ElectionName::new(n).ok()),
+            );
             if next == 0 {
-                return Ok(());
+                return Ok(names);
             }
             cursor = next;
         }

@@ -21,11 +21,9 @@
 //! Election and namespace names cannot contain `:`, so no two elections or namespaces
 //! share a key.
 
-use std::cell::Cell;
-use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tenure_core::backend::{random_id, random_unit};
 use tenure_core::{ElectionName, FencingToken, LeaderInfo};
 
 /// The keys and channel of one election.
@@ -42,7 +40,7 @@ pub(crate) struct ElectionKeys {
 impl ElectionKeys {
     pub(crate) fn new(prefix: &str, db: i64, election: &ElectionName) -> Self {
         ElectionKeys {
-            seat: format!("{prefix}:seat:{election}"),
+            seat: format!("{}{election}", seat_key_prefix(prefix)),
             counter: format!("{prefix}:token:{election}"),
             queue: format!("{prefix}:queue:{election}"),
             waits: format!("{prefix}:wait:{election}:"),
@@ -82,26 +80,22 @@ pub(crate) fn session_key_prefix(prefix: &str) -> String {
     format!("{prefix}:session:")
 }
 
-/// A `SCAN MATCH` pattern for every seat under `prefix`, with glob characters of the
-/// prefix escaped.
-pub(crate) fn seat_pattern(prefix: &str) -> String {
-    pattern(prefix, ":seat:*")
+/// What every seat key starts with (the election follows).
+pub(crate) fn seat_key_prefix(prefix: &str) -> String {
+    format!("{prefix}:seat:")
 }
 
-/// A `SCAN MATCH` pattern for every membership hash under `prefix`.
-pub(crate) fn members_pattern(prefix: &str) -> String {
-    pattern(prefix, ":members:*")
-}
-
-fn pattern(prefix: &str, tail: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + tail.len() + 4);
-    for c in prefix.chars() {
+/// A `SCAN MATCH` pattern for every key that starts with `start`, with glob
+/// characters escaped.
+pub(crate) fn scan_pattern(start: &str) -> String {
+    let mut out = String::with_capacity(start.len() + 4);
+    for c in start.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
             out.push('\\');
         }
         out.push(c);
     }
-    out.push_str(tail);
+    out.push('*');
     out
 }
 
@@ -133,34 +127,9 @@ pub(crate) fn parse_seat(raw: &[u8]) -> Option<Seat> {
     })
 }
 
-/// A new session id: 32 hex digits from the operating system's randomness (through
-/// std's hash keys), the time and a process-wide counter.
+/// A new session id: 32 hex digits (see [`random_id`]).
 pub(crate) fn new_session_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let seed = (std::process::id(), n, now);
-    let a = RandomState::new().hash_one(seed);
-    let b = RandomState::new().hash_one((seed, a));
-    format!("{a:016x}{b:016x}")
-}
-
-/// A pseudo-random number in [0, 1) for jitter; not for anything secret.
-fn random_unit() -> f64 {
-    thread_local! {
-        static STATE: Cell<u64> = Cell::new(RandomState::new().hash_one(new_session_id()) | 1);
-    }
-    STATE.with(|s| {
-        // xorshift64*
-        let mut x = s.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        s.set(x);
-        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    })
+    format!("{:032x}", random_id())
 }
 
 /// A random duration between 80 % and 100 % of `d`: waiters spread out and never wait
@@ -190,8 +159,14 @@ mod tests {
         assert_eq!(k.waits, "app:wait:billing/shard-1:");
         assert_eq!(k.channel, "app:chan:2:billing/shard-1");
         assert_eq!(session_key("app", "ab"), "app:session:ab");
-        assert_eq!(seat_pattern("a*[b]"), "a\\*\\[b\\]:seat:*");
-        assert_eq!(members_pattern("a?"), "a\\?:members:*");
+        assert_eq!(
+            scan_pattern(&seat_key_prefix("a*[b]")),
+            "a\\*\\[b\\]:seat:*"
+        );
+        assert_eq!(
+            scan_pattern(&members_key_prefix("a?\\")),
+            "a\\?\\\\:members:*"
+        );
         let m = MemberKeys::new("app", 2, &e);
         assert_eq!(m.hash, "app:members:billing/shard-1");
         assert_eq!(m.channel, "app:mchan:2:billing/shard-1");

@@ -83,21 +83,7 @@ pub(crate) fn token_of(czxid: i64) -> FencingToken {
 
 /// A random id in the UUID text form Curator uses for protected names.
 pub(crate) fn random_uuid() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut words = [0u64; 2];
-    for (i, w) in words.iter_mut().enumerate() {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(i as u64);
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        h.write_u32(std::process::id());
-        *w = h.finish();
-    }
-    let x = (u128::from(words[0]) << 64) | u128::from(words[1]);
-    let hex = format!("{x:032x}");
+    let hex = format!("{:032x}", tenure_core::backend::random_id());
     format!(
         "{}-{}-{}-{}-{}",
         &hex[0..8],

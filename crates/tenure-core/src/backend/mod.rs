@@ -6,11 +6,13 @@
 
 pub mod config;
 mod life;
+mod random;
 pub mod requests;
 mod stream;
 
 pub use crate::url::MEM_DRIVER;
 pub use life::Lifetime;
+pub use random::{random_id, random_unit};
 pub use requests::{Purpose, Requests, Tag};
 pub use stream::{poll_stream, watch_stream, Published};
 

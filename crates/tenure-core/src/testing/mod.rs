@@ -118,7 +118,7 @@ pub fn memory_timing() -> Timing {
 
 /// A random election prefix like `t-5f3a9c21d0e4b7a8`.
 pub fn random_prefix() -> String {
-    let a = (crate::timing::random_unit() * (1u64 << 52) as f64) as u64;
+    let a = (crate::backend::random_unit() * (1u64 << 52) as f64) as u64;
     let b = std::process::id() as u64;
     format!("t-{:013x}{:05x}", a, b & 0xfffff)
 }
