@@ -50,7 +50,7 @@ pub(crate) struct Store {
     pub(crate) config: AzureConfig,
     /// The request layer's count and timeout. The failure stays a [`Failure`] until
     /// the caller has matched its service code, so errors are made by the callers.
-    pub(crate) requests: Requests,
+    pub(crate) requests: Requests<azure_core::Error>,
 }
 
 impl Store {
@@ -88,10 +88,10 @@ impl Store {
                 .with_endpoint(&endpoint)
         })?;
         let requests = Requests::new(
-            crate::SCHEME,
-            "Azure Blob Storage",
+            TAG,
             url_text.clone(),
             config.get_request_timeout(),
+            |what, e| classify(&e).into_error(what),
         );
         Ok(Arc::new(Store {
             container,

@@ -103,6 +103,7 @@ impl EtcdBackend {
             ))
         })?;
         self.shared
+            .requests
             .call("revoke session", self.shared.client.lease_revoke(lease))
             .await
             .map(|_| ())

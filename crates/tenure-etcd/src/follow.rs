@@ -53,7 +53,11 @@ pub(crate) async fn follow<F: Follower>(
             start_revision: from,
             ..Default::default()
         };
-        let mut stream = match shared.call(what, shared.client.watch(create)).await {
+        let mut stream = match shared
+            .requests
+            .call(what, shared.client.watch(create))
+            .await
+        {
             Ok(s) => Some(s),
             Err(e) => {
                 published.publish(Err(e));

@@ -24,6 +24,7 @@ pub(crate) async fn list(shared: &Shared, range: &str) -> Result<(BTreeMap<Strin
     loop {
         let page = ops::page(from.clone(), end.clone(), PAGE, revision);
         let resp = shared
+            .requests
             .call("list members", shared.client.range(page))
             .await?;
         if revision == 0 {

@@ -75,6 +75,7 @@ impl EtcdSession {
     ) -> Result<Self> {
         let seconds = lease_seconds(ttl);
         let granted = shared
+            .requests
             .call("open session", shared.client.lease_grant(seconds))
             .await?;
         if !granted.error.is_empty() {
@@ -134,7 +135,10 @@ impl Inner {
     }
 
     async fn txn(&self, what: &str, txn: TxnRequest) -> Result<TxnResponse> {
-        self.shared.call(what, self.shared.client.txn(txn)).await
+        self.shared
+            .requests
+            .call(what, self.shared.client.txn(txn))
+            .await
     }
 
     /// Make sure this session's key exists for a new (or continuing) candidacy and return
@@ -272,6 +276,7 @@ impl Inner {
                 Fired::Compacted => {
                     match self
                         .shared
+                        .requests
                         .call("check held key", self.shared.client.range(ops::get(&key)))
                         .await
                     {
@@ -337,7 +342,7 @@ impl BackendSession for EtcdSession {
             .shared
             .client
             .keep_alive(inner.lease, slot.take(), inner.answer_limit);
-        let (stream, answer) = inner.shared.renew("keep-alive", renewal).await?;
+        let (stream, answer) = inner.shared.requests.renew("keep-alive", renewal).await?;
         if answer.ttl <= 0 {
             return Err(TAG.own(
                 ErrorKind::SessionExpired,
@@ -441,6 +446,7 @@ impl BackendSession for EtcdSession {
             None => {
                 inner
                     .shared
+                    .requests
                     .call(
                         "resign",
                         inner.shared.client.delete_range(ops::delete(&key)),
@@ -458,9 +464,10 @@ impl BackendSession for EtcdSession {
         // A put on a revoked or expired lease fails with "lease not found":
         // SessionExpired.
         let put = ops::put(&key, member.value().as_bytes(), inner.lease);
-        inner
-            .shared
-            .call("register member", inner.shared.client.put(put))
+        let shared = &inner.shared;
+        shared
+            .requests
+            .call("register member", shared.client.put(put))
             .await?;
         Ok(())
     }
@@ -475,9 +482,10 @@ impl BackendSession for EtcdSession {
             success: vec![op(ops::delete(&key))],
             failure: Vec::new(),
         };
-        inner
-            .shared
-            .call("unregister member", inner.shared.client.txn(txn))
+        let shared = &inner.shared;
+        shared
+            .requests
+            .call("unregister member", shared.client.txn(txn))
             .await?;
         Ok(())
     }
@@ -490,6 +498,7 @@ impl BackendSession for EtcdSession {
         inner.lock().clear();
         match inner
             .shared
+            .requests
             .call(
                 "close session",
                 inner.shared.client.lease_revoke(inner.lease),

@@ -1,7 +1,6 @@
 //! What the backend and its sessions share: the client, the settings, the request
 //! count, and the calls every part makes.
 
-use std::future::Future;
 use std::time::Duration;
 
 use tenure_core::backend::{Purpose, Requests};
@@ -9,7 +8,7 @@ use tenure_core::Result;
 
 use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
-use crate::error::map;
+use crate::error::{map, TAG};
 use crate::ops;
 use crate::proto::KeyValue;
 
@@ -18,16 +17,16 @@ pub(crate) struct Shared {
     pub(crate) client: EtcdClient,
     pub(crate) config: EtcdConfig,
     /// The timeout, error tags and count of every request.
-    pub(crate) requests: Requests,
+    pub(crate) requests: Requests<tonic::Status>,
 }
 
 impl Shared {
     pub(crate) fn new(client: EtcdClient, config: EtcdConfig) -> Self {
         let requests = Requests::new(
-            crate::SCHEME,
-            "etcd",
+            TAG,
             config.endpoints().join(","),
             config.get_request_timeout(),
+            map,
         );
         Shared {
             client,
@@ -36,34 +35,16 @@ impl Shared {
         }
     }
 
-    /// Count one election request made without [`call`](Self::call) (a watch added to
+    /// Count one election request made without the request layer (a watch added to
     /// a shared stream, a wake-up).
     pub(crate) fn count(&self) {
         self.requests.count(Purpose::Election);
     }
 
-    /// Run one election request (campaign, resign, read, watch, membership) through
-    /// the request layer.
-    pub(crate) async fn call<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
-    ) -> Result<T> {
-        self.requests.call(Purpose::Election, what, fut, map).await
-    }
-
-    /// Run one renewal through the request layer (not an election request).
-    pub(crate) async fn renew<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = std::result::Result<T, tonic::Status>>,
-    ) -> Result<T> {
-        self.requests.call(Purpose::Renewal, what, fut, map).await
-    }
-
     /// The first candidate of an election (the leader) and the store revision read at.
     pub(crate) async fn first_candidate(&self, range: &str) -> Result<(Option<KeyValue>, i64)> {
         let resp = self
+            .requests
             .call(
                 "read leader",
                 self.client.range(ops::first_by_create(range)),

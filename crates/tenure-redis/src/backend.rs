@@ -96,10 +96,10 @@ impl RedisBackend {
         }
         tracing::debug!(%config, "connected to Redis");
         let requests = Arc::new(Requests::new(
-            SCHEME,
-            "Redis",
+            TAG,
             address,
             config.get_request_timeout(),
+            map,
         ));
         let conn = Conn::new(target.clone(), requests.clone(), limit);
         let hub = Hub::new(

@@ -26,7 +26,7 @@ pub(crate) struct Conn {
     target: Arc<Target>,
     config: ConnectionManagerConfig,
     /// The request layer: timeout, error tags (the server's `host:port`) and count.
-    requests: Arc<Requests>,
+    requests: Arc<Requests<redis::RedisError>>,
     slot: Mutex<Slot>,
     /// The generation of the manager that must not be used any more (0: none).
     suspect: AtomicU64,
@@ -42,7 +42,7 @@ struct Slot {
 impl Conn {
     pub(crate) fn new(
         target: Arc<Target>,
-        requests: Arc<Requests>,
+        requests: Arc<Requests<redis::RedisError>>,
         connect_timeout: Duration,
     ) -> Self {
         let config = ConnectionManagerConfig::new()
@@ -136,7 +136,7 @@ impl Conn {
             };
             outcome
         };
-        self.requests.call(purpose, what, request, map).await
+        self.requests.call_as(purpose, what, request).await
     }
 
     /// Run a script.

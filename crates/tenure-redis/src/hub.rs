@@ -40,7 +40,7 @@ struct Starter {
     target: Arc<Target>,
     connect_timeout: Duration,
     request_timeout: Duration,
-    requests: Arc<Requests>,
+    requests: Arc<Requests<redis::RedisError>>,
 }
 
 #[derive(Default)]
@@ -153,7 +153,7 @@ impl Hub {
         target: Arc<Target>,
         connect_timeout: Duration,
         request_timeout: Duration,
-        requests: Arc<Requests>,
+        requests: Arc<Requests<redis::RedisError>>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         Hub {
@@ -405,7 +405,12 @@ async fn serve(
 
 /// Wake the registrations a message is for: `free <session>` wakes that session's
 /// waiter, a bare `free` every waiter; every message wakes the observers.
-fn dispatch(state: &Mutex<HubState>, requests: &Requests, channel: &str, payload: &[u8]) {
+fn dispatch(
+    state: &Mutex<HubState>,
+    requests: &Requests<redis::RedisError>,
+    channel: &str,
+    payload: &[u8],
+) {
     let st = lock(state);
     let Some(ch) = st.channels.get(channel) else {
         return;
@@ -481,7 +486,12 @@ mod tests {
         let state = hub_state();
         let (w, o) = add(&state, "c1", &["s1", "s2", "s3"], 1);
         let (other, _) = add(&state, "c2", &["s2"], 0);
-        let requests = Requests::new("redis", "Redis", "test", Duration::from_secs(1));
+        let requests = Requests::new(
+            crate::error::TAG,
+            "test",
+            Duration::from_secs(1),
+            crate::error::map,
+        );
         dispatch(&state, &requests, "c1", b"free s2");
         assert!(!was_woken(&w[0]).await);
         assert!(was_woken(&w[1]).await);

@@ -40,7 +40,7 @@ pub(crate) struct ElectionKeys {
 impl ElectionKeys {
     pub(crate) fn new(prefix: &str, db: i64, election: &ElectionName) -> Self {
         ElectionKeys {
-            seat: format!("{}{election}", seat_key_prefix(prefix)),
+            seat: format!("{prefix}:seat:{election}"),
             counter: format!("{prefix}:token:{election}"),
             queue: format!("{prefix}:queue:{election}"),
             waits: format!("{prefix}:wait:{election}:"),

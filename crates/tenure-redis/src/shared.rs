@@ -21,7 +21,7 @@ pub(crate) struct Shared {
     pub(crate) conn: Conn,
     pub(crate) hub: Hub,
     /// The request layer the connection and the hub share.
-    pub(crate) requests: Arc<Requests>,
+    pub(crate) requests: Arc<Requests<redis::RedisError>>,
     pub(crate) sessions: String,
 }
 

@@ -225,17 +225,13 @@ impl Backend for ZooKeeperBackend {
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
-        let client = self.shared.reader().await?;
-        // The reader may be on a server behind the one a registration went to: catch up
-        // first, so a registration that returned is seen.
-        self.shared.call("read members", client.sync("/")).await?;
+        let client = self.shared.synced_reader("read members").await?;
         let dir = namespace_dir(namespace);
         members::read_members(&self.shared, &client, &dir, &mut MemberCache::new()).await
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        let client = self.shared.reader().await?;
-        self.shared.call("watch members", client.sync("/")).await?;
+        let client = self.shared.synced_reader("watch members").await?;
         let dir = namespace_dir(namespace);
         let mut cache = MemberCache::new();
         let first = Arc::new(members::read_members(&self.shared, &client, &dir, &mut cache).await?);
@@ -268,12 +264,14 @@ async fn observe_task(
             let client = shared.reader().await?;
             // Arm the watch first, then read, so no change falls between.
             let watcher = match shared
+                .requests
                 .call("observe", client.list_and_watch_children(&dir))
                 .await
             {
                 Ok((_, w)) => w,
                 Err(e) if is_no_node(&e) => {
                     let (_, w) = shared
+                        .requests
                         .call("observe", client.check_and_watch_stat(&dir))
                         .await?;
                     w

@@ -102,7 +102,7 @@ async fn resolve(
         .collect();
     let reads = paths
         .iter()
-        .map(|path| shared.call("read members", client.get_data(path)));
+        .map(|path| shared.requests.call("read members", client.get_data(path)));
     let results = futures::future::join_all(reads).await;
     let mut vanished = Vec::new();
     for ((id, name), result) in missing.into_iter().zip(results) {
@@ -130,11 +130,7 @@ pub(crate) async fn read_members(
     cache: &mut MemberCache,
 ) -> Result<Vec<Member>> {
     loop {
-        let children = match shared.call("read members", client.list_children(dir)).await {
-            Ok(c) => c,
-            Err(e) if is_no_node(&e) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
+        let children = shared.children(client, "read members", dir).await?;
         let (list, vanished) = resolve(shared, client, dir, &children, cache).await?;
         if vanished.is_empty() {
             return Ok(list);
@@ -182,19 +178,13 @@ pub(crate) async fn watch_task(
             let client = shared.reader().await?;
             // Watch first, then list, so no change falls between.
             let watcher = shared
+                .requests
                 .call(
                     "watch members",
                     client.watch(&dir, AddWatchMode::PersistentRecursive),
                 )
                 .await?;
-            let children = match shared
-                .call("watch members", client.list_children(&dir))
-                .await
-            {
-                Ok(c) => c,
-                Err(e) if is_no_node(&e) => Vec::new(),
-                Err(e) => return Err(e),
-            };
+            let children = shared.children(&client, "watch members", &dir).await?;
             Ok::<_, Error>((client, watcher, children))
         };
         let (client, mut watcher, mut children) = match setup.await {
@@ -234,12 +224,8 @@ pub(crate) async fn watch_task(
                     // (a member re-registering quickly): list the children again
                     // rather than publish a list that lacks a member who is still
                     // registered under a newer node.
-                    Ok(_) => match shared
-                        .call("watch members", client.list_children(&dir))
-                        .await
-                    {
+                    Ok(_) => match shared.children(&client, "watch members", &dir).await {
                         Ok(c) => children = c,
-                        Err(e) if is_no_node(&e) => children.clear(),
                         Err(e) => {
                             tracing::debug!(error = %e, dir = %dir, "listing members failed; watching again");
                             continue 'setup;

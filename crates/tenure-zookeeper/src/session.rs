@@ -249,18 +249,11 @@ impl ZkSession {
     /// This session's node in `dir` as the server has it (after a create whose answer
     /// was lost, or a campaign that was dropped), by its protected prefix.
     async fn find_own(&self, client: &Client, dir: &str) -> Result<Option<Node>> {
-        let children = match self
-            .shared
-            .call("campaign", client.list_children(dir))
-            .await
-        {
-            Ok(c) => c,
-            Err(e) if is_no_node(&e) => return Ok(None),
-            Err(e) => return Err(e),
-        };
+        let children = self.shared.children(client, "campaign", dir).await?;
         for name in children.into_iter().filter(|c| c.starts_with(&self.prefix)) {
             match self
                 .shared
+                .requests
                 .call("campaign", client.check_stat(&format!("{dir}/{name}")))
                 .await?
             {
@@ -298,6 +291,7 @@ impl ZkSession {
         loop {
             match self
                 .shared
+                .requests
                 .call("campaign", client.create(&path, &data, &options))
                 .await
             {
@@ -314,6 +308,7 @@ impl ZkSession {
                     let parents = CreateMode::Persistent.with_acls(Acls::anyone_all());
                     match self
                         .shared
+                        .requests
                         .call("campaign", client.mkdir(dir, &parents))
                         .await
                     {
@@ -349,6 +344,7 @@ impl ZkSession {
             // Do not queue behind a holder: look first.
             match self
                 .shared
+                .requests
                 .call("try campaign", client.list_children(&dir))
                 .await
             {
@@ -367,15 +363,7 @@ impl ZkSession {
         let mut own_watch: Option<(String, OwnWatch)> = None;
         loop {
             let node = self.ensure_node(&client, election, &dir, candidate).await?;
-            let children = match self
-                .shared
-                .call("campaign", client.list_children(&dir))
-                .await
-            {
-                Ok(c) => c,
-                Err(e) if is_no_node(&e) => Vec::new(),
-                Err(e) => return Err(e),
-            };
+            let children = self.shared.children(&client, "campaign", &dir).await?;
             let latches = sorted_latches(children);
             let Some(position) = latches.iter().position(|c| *c == node.name) else {
                 // Our node is gone (deleted by someone else): queue again.
@@ -403,10 +391,12 @@ impl ZkSession {
             // The predecessor's watch and, once per node, our own (pipelined).
             let watch_predecessor = self
                 .shared
+                .requests
                 .call("campaign", client.check_and_watch_stat(&predecessor));
             let (stat, watcher) = if own_watch.is_none() {
                 let watch_own = self
                     .shared
+                    .requests
                     .call("campaign", client.check_and_watch_stat(&own_path));
                 let (pred, own_node) = futures::join!(watch_predecessor, watch_own);
                 match own_node? {
@@ -507,15 +497,7 @@ impl ZkSession {
         dir: &str,
         id: &str,
     ) -> Result<Vec<String>> {
-        let children = match self
-            .shared
-            .call("register member", client.list_children(dir))
-            .await
-        {
-            Ok(c) => c,
-            Err(e) if is_no_node(&e) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
+        let children = self.shared.children(client, "register member", dir).await?;
         let mut own_nodes = Vec::new();
         for name in children {
             if parse_registration(&name).map(|(i, _)| i) != Some(id) {
@@ -523,6 +505,7 @@ impl ZkSession {
             }
             let stat = self
                 .shared
+                .requests
                 .call(
                     "register member",
                     client.check_stat(&format!("{dir}/{name}")),
@@ -552,6 +535,7 @@ impl ZkSession {
             loop {
                 match self
                     .shared
+                    .requests
                     .call("register member", client.create(&prefix, data, &options))
                     .await
                 {
@@ -560,6 +544,7 @@ impl ZkSession {
                         let parents = CreateMode::Persistent.with_acls(Acls::anyone_all());
                         match self
                             .shared
+                            .requests
                             .call("register member", client.mkdir(dir, &parents))
                             .await
                         {
@@ -583,6 +568,7 @@ impl ZkSession {
         }
         let results = self
             .shared
+            .requests
             .call("register member", async {
                 multi.commit().await.map_err(zookeeper_client::Error::from)
             })
@@ -610,6 +596,7 @@ impl ZkSession {
         self.unguard(election);
         match self
             .shared
+            .requests
             .call(
                 "resign",
                 client.delete(&format!("{dir}/{}", node.name), None),
@@ -637,6 +624,7 @@ impl BackendSession for ZkSession {
         // One round trip: it proves the server still has the session and refreshes it.
         let client = self.client()?;
         self.shared
+            .requests
             .renew("keep alive", client.check_stat("/"))
             .await
             .map(|_| ())
@@ -739,6 +727,7 @@ impl BackendSession for ZkSession {
         for name in names {
             match self
                 .shared
+                .requests
                 .call(
                     "unregister member",
                     client.delete(&format!("{dir}/{name}"), None),
@@ -871,7 +860,10 @@ async fn guard_leader(
                 if c.state().is_terminated() {
                     return;
                 }
-                let armed = shared.call("guard", c.check_and_watch_stat(&path)).await;
+                let armed = shared
+                    .requests
+                    .call("guard", c.check_and_watch_stat(&path))
+                    .await;
                 drop(c);
                 match armed {
                     Ok((Some(_), w)) => {

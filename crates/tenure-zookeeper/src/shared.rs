@@ -3,11 +3,10 @@
 //! client, running a request with the timeout, reading a leader).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tenure_core::backend::{Purpose, Requests};
+use tenure_core::backend::Requests;
 use tenure_core::{Error, ErrorKind, LeaderInfo, Result};
 use zookeeper_client::{Client, SessionInfo};
 
@@ -19,7 +18,7 @@ use crate::nodes::{decode, sorted_latches};
 pub(crate) struct Shared {
     pub(crate) config: ZooKeeperConfig,
     reader: tokio::sync::Mutex<Client>,
-    requests: Requests,
+    pub(crate) requests: Requests<zookeeper_client::Error>,
     /// Open sessions by id, for [`ZooKeeperBackend::expire_session`](crate::ZooKeeperBackend::expire_session)
     /// and [`ZooKeeperBackend::drop_connection`](crate::ZooKeeperBackend::drop_connection): the session and its client slot.
     sessions: Mutex<HashMap<String, (SessionInfo, ClientSlot)>>,
@@ -30,10 +29,10 @@ impl Shared {
         Shared {
             reader: tokio::sync::Mutex::new(reader),
             requests: Requests::new(
-                crate::SCHEME,
-                "ZooKeeper",
+                TAG,
                 config.connect_string(),
                 config.get_request_timeout(),
+                map,
             ),
             sessions: Mutex::new(HashMap::new()),
             config,
@@ -53,25 +52,6 @@ impl Shared {
     /// The session with `id` and its client slot, if opened through this backend.
     pub(crate) fn session(&self, id: &str) -> Option<(SessionInfo, ClientSlot)> {
         self.sessions.lock().ok().and_then(|s| s.get(id).cloned())
-    }
-
-    /// Run one election request (campaign, resign, read, watch, membership) through
-    /// the request layer.
-    pub(crate) async fn call<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
-    ) -> Result<T> {
-        self.requests.call(Purpose::Election, what, fut, map).await
-    }
-
-    /// Run one renewal through the request layer (not an election request).
-    pub(crate) async fn renew<T>(
-        &self,
-        what: &str,
-        fut: impl Future<Output = std::result::Result<T, zookeeper_client::Error>>,
-    ) -> Result<T> {
-        self.requests.call(Purpose::Renewal, what, fut, map).await
     }
 
     pub(crate) fn register(&self, id: &str, info: SessionInfo, client: ClientSlot) {
@@ -96,6 +76,28 @@ impl Shared {
         Ok(reader.clone())
     }
 
+    /// The reader, caught up with the leader of the ensemble (a `sync`) for the request
+    /// `what`: the server it is on may be behind the one a write went to, and a write
+    /// that returned must be seen.
+    pub(crate) async fn synced_reader(&self, what: &str) -> Result<Client> {
+        let client = self.reader().await?;
+        self.requests.call(what, client.sync("/")).await?;
+        Ok(client)
+    }
+
+    /// The children of `dir`, for the request `what`; a missing `dir` has none.
+    pub(crate) async fn children(
+        &self,
+        client: &Client,
+        what: &str,
+        dir: &str,
+    ) -> Result<Vec<String>> {
+        match self.requests.call(what, client.list_children(dir)).await {
+            Err(e) if is_no_node(&e) => Ok(Vec::new()),
+            listed => listed,
+        }
+    }
+
     /// The current leader of the election in `dir` (one list plus one read).
     pub(crate) async fn read_leader(
         &self,
@@ -103,15 +105,12 @@ impl Shared {
         dir: &str,
     ) -> Result<Option<LeaderInfo>> {
         loop {
-            let children = match self.call("read leader", client.list_children(dir)).await {
-                Ok(c) => c,
-                Err(e) if is_no_node(&e) => return Ok(None),
-                Err(e) => return Err(e),
-            };
+            let children = self.children(client, "read leader", dir).await?;
             let Some(first) = sorted_latches(children).into_iter().next() else {
                 return Ok(None);
             };
             match self
+                .requests
                 .call("read leader", client.get_data(&format!("{dir}/{first}")))
                 .await
             {

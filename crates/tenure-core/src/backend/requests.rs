@@ -70,51 +70,70 @@ impl Tag {
     }
 }
 
-/// The request layer of one backend: see the [module docs](self).
+/// The request layer of one backend: see the [module docs](self). `E` is the store
+/// client's error type, turned into an [`Error`] by the backend's mapping function.
 #[derive(Debug)]
-pub struct Requests {
-    scheme: &'static str,
-    store: &'static str,
+pub struct Requests<E> {
+    tag: Tag,
     endpoint: String,
     timeout: Duration,
+    map: fn(&str, E) -> Error,
     election: AtomicU64,
     renewal: AtomicU64,
 }
 
-impl Requests {
-    /// The layer for a backend of `scheme` talking to `store` (its name in messages,
-    /// "etcd") at `endpoint` (as the user gave it; credentials are dropped from errors),
-    /// with `timeout` for each request.
+impl<E> Requests<E> {
+    /// The layer for the backend tagged `tag` at `endpoint` (as the user gave it;
+    /// credentials are dropped from errors), with `timeout` for each request; `map`
+    /// turns a store client's error for the operation `what` into an [`Error`].
     pub fn new(
-        scheme: &'static str,
-        store: &'static str,
+        tag: Tag,
         endpoint: impl Into<String>,
         timeout: Duration,
+        map: fn(&str, E) -> Error,
     ) -> Self {
         Requests {
-            scheme,
-            store,
+            tag,
             endpoint: endpoint.into(),
             timeout,
+            map,
             election: AtomicU64::new(0),
             renewal: AtomicU64::new(0),
         }
     }
 
+    /// Run the election request `request` (campaign, resign, read, watch,
+    /// membership): see [`call_as`](Self::call_as).
+    pub async fn call<T>(
+        &self,
+        what: &str,
+        request: impl Future<Output = std::result::Result<T, E>>,
+    ) -> Result<T> {
+        self.call_as(Purpose::Election, what, request).await
+    }
+
+    /// Run the session renewal `request`: see [`call_as`](Self::call_as).
+    pub async fn renew<T>(
+        &self,
+        what: &str,
+        request: impl Future<Output = std::result::Result<T, E>>,
+    ) -> Result<T> {
+        self.call_as(Purpose::Renewal, what, request).await
+    }
+
     /// Run `request` with the request timeout, counted as `purpose`. Its error is
-    /// turned into an [`Error`] by `map(what, error)`; every error comes back tagged
+    /// turned into an [`Error`] by the backend's mapping; every error comes back tagged
     /// with the backend and the endpoint.
-    pub async fn call<T, E>(
+    pub async fn call_as<T>(
         &self,
         purpose: Purpose,
         what: &str,
         request: impl Future<Output = std::result::Result<T, E>>,
-        map: impl FnOnce(&str, E) -> Error,
     ) -> Result<T> {
         self.count(purpose);
         let failed = match tokio::time::timeout(self.timeout, request).await {
             Ok(Ok(answer)) => return Ok(answer),
-            Ok(Err(e)) => map(what, e),
+            Ok(Err(e)) => (self.map)(what, e),
             Err(_) => self.timed_out(what, self.timeout),
         };
         Err(self.tag(failed))
@@ -146,12 +165,12 @@ impl Requests {
 
     /// An error of `kind` raised by the backend itself, tagged with its scheme.
     pub fn error(&self, kind: ErrorKind, message: impl Into<String>) -> Error {
-        Tag::new(self.scheme, self.store).own(kind, message)
+        self.tag.own(kind, message)
     }
 
     /// The error for a request (`what`) that got no answer within `limit`.
     pub fn timed_out(&self, what: &str, limit: Duration) -> Error {
-        Tag::new(self.scheme, self.store).timed_out(what, limit)
+        self.tag.timed_out(what, limit)
     }
 
     /// `error` with the backend and the endpoint attached (a backend tag it already has
@@ -159,7 +178,7 @@ impl Requests {
     pub fn tag(&self, error: Error) -> Error {
         let error = match error.backend() {
             Some(_) => error,
-            None => error.with_backend(self.scheme),
+            None => error.with_backend(self.tag.scheme),
         };
         error.with_endpoint(&self.endpoint)
     }
@@ -169,12 +188,12 @@ impl Requests {
 mod tests {
     use super::*;
 
-    fn layer() -> Requests {
+    fn layer() -> Requests<std::io::Error> {
         Requests::new(
-            "etcd",
-            "etcd",
+            Tag::new("etcd", "etcd"),
             "etcd://user:pw@127.0.0.1:2379?password=x",
             Duration::from_millis(50),
+            io_error,
         )
     }
 
@@ -186,21 +205,15 @@ mod tests {
     async fn answers_pass_and_requests_are_counted_by_purpose() {
         let layer = layer();
         let got = layer
-            .call(
-                Purpose::Election,
-                "read",
-                async { Ok::<_, std::io::Error>(7) },
-                io_error,
-            )
+            .call_as(Purpose::Election, "read", async {
+                Ok::<_, std::io::Error>(7)
+            })
             .await;
         assert_eq!(got.ok(), Some(7));
         layer
-            .call(
-                Purpose::Renewal,
-                "renew",
-                async { Ok::<_, std::io::Error>(()) },
-                io_error,
-            )
+            .call_as(Purpose::Renewal, "renew", async {
+                Ok::<_, std::io::Error>(())
+            })
             .await
             .ok();
         layer.count(Purpose::Election);
@@ -212,11 +225,10 @@ mod tests {
     async fn a_silent_store_is_a_timeout_tagged_with_backend_and_endpoint() {
         let layer = layer();
         let err = layer
-            .call(
+            .call_as(
                 Purpose::Election,
                 "campaign",
                 std::future::pending::<std::result::Result<(), std::io::Error>>(),
-                io_error,
             )
             .await
             .err()
@@ -235,17 +247,12 @@ mod tests {
     async fn a_store_error_is_mapped_once_and_tagged() {
         let layer = layer();
         let err = layer
-            .call(
-                Purpose::Election,
-                "resign",
-                async {
-                    Err::<(), _>(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionRefused,
-                        "refused",
-                    ))
-                },
-                io_error,
-            )
+            .call_as(Purpose::Election, "resign", async {
+                Err::<(), _>(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionRefused,
+                    "refused",
+                ))
+            })
             .await
             .err();
         let Some(err) = err else {
