@@ -1,6 +1,5 @@
 //! The backend: connecting, leader reads, observation and member listings.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,14 +34,6 @@ const NO_HERD: &str = "Azure Blob Storage cannot notify: every waiter tries to a
 #[derive(Clone)]
 pub struct AzureBackend {
     pub(crate) shared: Arc<Shared>,
-}
-
-impl fmt::Debug for AzureBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AzureBackend")
-            .field("config", &self.shared.store.config)
-            .finish()
-    }
 }
 
 impl AzureBackend {

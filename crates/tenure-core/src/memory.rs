@@ -12,9 +12,7 @@ use tokio::sync::{broadcast, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::backend::config::{unknown_key, BackendUrl};
-use crate::backend::{
-    Backend, BackendSession, Capabilities, LeaderStream, MemberStream, SessionEvents,
-};
+use crate::backend::{Backend, BackendSession, LeaderStream, MemberStream, SessionEvents};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 
@@ -423,10 +421,6 @@ fn release_all(st: &mut MemState, n: u64, elections: &HashSet<ElectionName>) {
 impl Backend for MemoryBackend {
     fn scheme(&self) -> &'static str {
         MEM_SCHEME
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
     }
 
     async fn open_session(

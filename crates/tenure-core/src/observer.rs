@@ -85,7 +85,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::backend::{Backend, BackendSession, Capabilities, SessionEvents};
+    use crate::backend::{Backend, BackendSession, SessionEvents};
     use crate::MemoryBackend;
 
     /// A store that answers sessions but never answers a read.
@@ -96,9 +96,6 @@ mod tests {
     impl Backend for Silent {
         fn scheme(&self) -> &'static str {
             "silent"
-        }
-        fn capabilities(&self) -> Capabilities {
-            Capabilities::full()
         }
         async fn open_session(
             &self,

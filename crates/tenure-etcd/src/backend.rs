@@ -1,12 +1,11 @@
 //! The backend: connection, leader reads and observation.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{BackendSession, Capabilities, Published, SessionEvents};
+use tenure_core::backend::{BackendSession, Published, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
 };
@@ -40,14 +39,6 @@ const MIN_TTL: Duration = Duration::from_secs(1);
 #[derive(Clone)]
 pub struct EtcdBackend {
     pub(crate) shared: Arc<Shared>,
-}
-
-impl fmt::Debug for EtcdBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdBackend")
-            .field("config", &self.shared.config)
-            .finish()
-    }
 }
 
 impl EtcdBackend {
@@ -116,10 +107,6 @@ tenure_core::store_constructors!(EtcdBackend, EtcdConfig);
 impl Backend for EtcdBackend {
     fn scheme(&self) -> &'static str {
         SCHEME
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{BackendSession, Lifetime, SessionEvents};
+use tenure_core::backend::{BackendSession, Lifetime, Purpose, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -342,7 +342,11 @@ impl BackendSession for EtcdSession {
             .shared
             .client
             .keep_alive(inner.lease, slot.take(), inner.answer_limit);
-        let (stream, answer) = inner.shared.requests.renew("keep-alive", renewal).await?;
+        let (stream, answer) = inner
+            .shared
+            .requests
+            .call_as(Purpose::Renewal, "keep-alive", renewal)
+            .await?;
         if answer.ttl <= 0 {
             return Err(TAG.own(
                 ErrorKind::SessionExpired,

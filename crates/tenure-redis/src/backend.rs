@@ -1,6 +1,5 @@
 //! The backend: connection, leader reads and observation.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,14 +49,6 @@ const DATA_LOSS: &str = "holds while Redis keeps its data; after a restart witho
 #[derive(Clone)]
 pub struct RedisBackend {
     pub(crate) shared: Arc<Shared>,
-}
-
-impl fmt::Debug for RedisBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisBackend")
-            .field("config", &self.shared.config)
-            .finish()
-    }
 }
 
 impl RedisBackend {

@@ -1,11 +1,10 @@
 //! The backend: connection, the reader session, leader reads and observation.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{BackendSession, Capabilities, Published, SessionEvents};
+use tenure_core::backend::{BackendSession, Published, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
     Result, Retry, Timing,
@@ -34,14 +33,6 @@ use crate::SCHEME;
 #[derive(Clone)]
 pub struct ZooKeeperBackend {
     pub(crate) shared: Arc<Shared>,
-}
-
-impl fmt::Debug for ZooKeeperBackend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZooKeeperBackend")
-            .field("config", &self.shared.config)
-            .finish()
-    }
 }
 
 tenure_core::store_constructors!(ZooKeeperBackend, ZooKeeperConfig);
@@ -169,10 +160,6 @@ impl ZooKeeperBackend {
 impl Backend for ZooKeeperBackend {
     fn scheme(&self) -> &'static str {
         SCHEME
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::FutureExt;
-use tenure_core::backend::{BackendSession, CampaignMode, SessionEvents};
+use tenure_core::backend::{BackendSession, CampaignMode, Purpose, SessionEvents};
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result};
 use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, WatchedEvent};
 
@@ -625,7 +625,7 @@ impl BackendSession for ZkSession {
         let client = self.client()?;
         self.shared
             .requests
-            .renew("keep alive", client.check_stat("/"))
+            .call_as(Purpose::Renewal, "keep alive", client.check_stat("/"))
             .await
             .map(|_| ())
     }

@@ -556,8 +556,9 @@ fn without_url(message: &str) -> &str {
 }
 
 /// The constructors every store backend offers, written once: for a backend `B` with
-/// config `C` (which has `from_url`, `from_env`, and `B::connect(C)`), `B::from_url`,
-/// `B::from_env` and `C::connect`.
+/// config `C` (which has `from_url`, `from_env`, and `B::connect(C)` and `B::config()`),
+/// `B::from_url`, `B::from_env`, `C::connect`, and `B`'s `Debug`, which shows its config
+/// (whose own `Debug` redacts secrets).
 #[macro_export]
 macro_rules! store_constructors {
     ($backend:ident, $config:ident) => {
@@ -577,6 +578,14 @@ macro_rules! store_constructors {
             #[doc = concat!("Connect with these settings; see [`", stringify!($backend), "::connect`].")]
             pub async fn connect(self) -> $crate::Result<$backend> {
                 $backend::connect(self).await
+            }
+        }
+
+        impl ::std::fmt::Debug for $backend {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.debug_struct(stringify!($backend))
+                    .field("config", self.config())
+                    .finish()
             }
         }
     };

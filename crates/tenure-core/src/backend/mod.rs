@@ -127,8 +127,11 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// metrics.
     fn scheme(&self) -> &'static str;
 
-    /// Which contract clauses this backend keeps, and why not where it does not.
-    fn capabilities(&self) -> Capabilities;
+    /// Which contract clauses this backend keeps, and why not where it does not; the
+    /// default is every clause, with notifications (no polling).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
+    }
 
     /// Reject timings this backend cannot honour (e.g. Azure leases of 15–60 s only).
     /// Called after [`Timing::validate`], before a session opens.

@@ -112,15 +112,6 @@ impl<E> Requests<E> {
         self.call_as(Purpose::Election, what, request).await
     }
 
-    /// Run the session renewal `request`: see [`call_as`](Self::call_as).
-    pub async fn renew<T>(
-        &self,
-        what: &str,
-        request: impl Future<Output = std::result::Result<T, E>>,
-    ) -> Result<T> {
-        self.call_as(Purpose::Renewal, what, request).await
-    }
-
     /// Run `request` with the request timeout, counted as `purpose`. Its error is
     /// turned into an [`Error`] by the backend's mapping; every error comes back tagged
     /// with the backend and the endpoint.
