@@ -12,7 +12,9 @@ use tokio::sync::{broadcast, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::backend::config::{unknown_key, BackendUrl};
-use crate::backend::{Backend, BackendSession, LeaderStream, MemberStream, SessionEvents};
+use crate::backend::{
+    Backend, BackendSession, CampaignMode, LeaderStream, MemberStream, SessionEvents,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 
@@ -572,6 +574,65 @@ fn expired_error(store: &MemStore) -> Error {
 }
 
 impl MemSession {
+    /// Join `election`: take the seat if it is free and nobody queues, else (with
+    /// [`CampaignMode::Wait`]) queue and wait for the grant; `None` if `TryOnce` found
+    /// the seat taken or queued for.
+    async fn enter(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+        mode: CampaignMode,
+    ) -> Result<Option<FencingToken>> {
+        self.pass_gate().await?;
+        let waiting = mode == CampaignMode::Wait;
+        let rx = {
+            let mut guard = self.backend.lock();
+            let st = &mut *guard;
+            self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
+            let s = st
+                .sessions
+                .get_mut(&self.n)
+                .ok_or_else(|| expired_error(&self.backend.store))?;
+            let el = st
+                .elections
+                .entry(election.clone())
+                .or_insert_with(ElectionEntry::new);
+            match &el.holder {
+                Some(h) if h.session == self.n => return Ok(Some(h.token)),
+                Some(_) if !waiting => return Ok(None),
+                _ => {}
+            }
+            if waiting {
+                el.waiters.retain(|w| w.session != self.n);
+            }
+            if el.holder.is_none() && el.waiters.is_empty() {
+                s.elections.insert(election.clone());
+                return Ok(Some(el.grant(self.n, candidate.clone())));
+            }
+            if !waiting {
+                return Ok(None);
+            }
+            s.elections.insert(election.clone());
+            let (tx, rx) = oneshot::channel();
+            el.waiters.push_back(Waiter {
+                session: self.n,
+                candidate: candidate.clone(),
+                grant: tx,
+            });
+            rx
+        };
+        match rx.await {
+            Ok(r) => {
+                if r.is_ok() {
+                    // The wake-up of this waiter is one store message.
+                    self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
+                }
+                r.map(Some)
+            }
+            Err(_) => Err(expired_error(&self.backend.store)),
+        }
+    }
+
     /// Wait at the gate: stalled requests wait, crashed ones never complete.
     async fn pass_gate(&self) -> Result<()> {
         let mut gate = {
@@ -617,46 +678,9 @@ impl BackendSession for MemSession {
         election: &ElectionName,
         candidate: &Candidate,
     ) -> Result<FencingToken> {
-        self.pass_gate().await?;
-        let rx = {
-            let mut guard = self.backend.lock();
-            let st = &mut *guard;
-            self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
-            let s = st
-                .sessions
-                .get_mut(&self.n)
-                .ok_or_else(|| expired_error(&self.backend.store))?;
-            s.elections.insert(election.clone());
-            let el = st
-                .elections
-                .entry(election.clone())
-                .or_insert_with(ElectionEntry::new);
-            if let Some(h) = &el.holder {
-                if h.session == self.n {
-                    return Ok(h.token);
-                }
-            }
-            el.waiters.retain(|w| w.session != self.n);
-            if el.holder.is_none() && el.waiters.is_empty() {
-                return Ok(el.grant(self.n, candidate.clone()));
-            }
-            let (tx, rx) = oneshot::channel();
-            el.waiters.push_back(Waiter {
-                session: self.n,
-                candidate: candidate.clone(),
-                grant: tx,
-            });
-            rx
-        };
-        match rx.await {
-            Ok(r) => {
-                if r.is_ok() {
-                    // The wake-up of this waiter is one store message.
-                    self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
-                }
-                r
-            }
-            Err(_) => Err(expired_error(&self.backend.store)),
+        match self.enter(election, candidate, CampaignMode::Wait).await? {
+            Some(token) => Ok(token),
+            None => Err(expired_error(&self.backend.store)),
         }
     }
 
@@ -665,26 +689,7 @@ impl BackendSession for MemSession {
         election: &ElectionName,
         candidate: &Candidate,
     ) -> Result<Option<FencingToken>> {
-        self.pass_gate().await?;
-        let mut guard = self.backend.lock();
-        let st = &mut *guard;
-        self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
-        let s = st
-            .sessions
-            .get_mut(&self.n)
-            .ok_or_else(|| expired_error(&self.backend.store))?;
-        let el = st
-            .elections
-            .entry(election.clone())
-            .or_insert_with(ElectionEntry::new);
-        if let Some(h) = &el.holder {
-            return Ok((h.session == self.n).then_some(h.token));
-        }
-        if !el.waiters.is_empty() {
-            return Ok(None);
-        }
-        s.elections.insert(election.clone());
-        Ok(Some(el.grant(self.n, candidate.clone())))
+        self.enter(election, candidate, CampaignMode::TryOnce).await
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {

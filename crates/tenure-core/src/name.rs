@@ -142,17 +142,7 @@ impl Candidate {
                 "candidate id {id:?}: character {c:?} is not allowed (printable ASCII, no spaces)"
             )));
         }
-        if value.len() > MAX_CANDIDATE_VALUE_LEN {
-            return Err(Error::invalid(format!(
-                "candidate value: {} bytes, the limit is {MAX_CANDIDATE_VALUE_LEN}",
-                value.len()
-            )));
-        }
-        if value.chars().any(char::is_control) {
-            return Err(Error::invalid(
-                "candidate value: control characters are not allowed",
-            ));
-        }
+        check_value("candidate value", value, MAX_CANDIDATE_VALUE_LEN)?;
         Ok(Candidate {
             id: Arc::from(id),
             value: Arc::from(value),
@@ -168,6 +158,22 @@ impl Candidate {
     pub fn value(&self) -> &str {
         &self.value
     }
+}
+
+/// `value` (the field `what`) is at most `limit` bytes without control characters.
+fn check_value(what: &str, value: &str, limit: usize) -> Result<()> {
+    if value.len() > limit {
+        return Err(Error::invalid(format!(
+            "{what}: {} bytes, the limit is {limit}",
+            value.len()
+        )));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "{what}: control characters are not allowed"
+        )));
+    }
+    Ok(())
 }
 
 impl fmt::Debug for Candidate {
@@ -197,17 +203,7 @@ impl Member {
     pub fn new(id: impl AsRef<str>, value: impl AsRef<str>) -> Result<Self> {
         let (id, value) = (id.as_ref(), value.as_ref());
         Member::check_id(id)?;
-        if value.len() > MAX_MEMBER_VALUE_LEN {
-            return Err(Error::invalid(format!(
-                "member value: {} bytes, the limit is {MAX_MEMBER_VALUE_LEN}",
-                value.len()
-            )));
-        }
-        if value.chars().any(char::is_control) {
-            return Err(Error::invalid(
-                "member value: control characters are not allowed",
-            ));
-        }
+        check_value("member value", value, MAX_MEMBER_VALUE_LEN)?;
         Ok(Member {
             id: Arc::from(id),
             value: Arc::from(value),

@@ -190,6 +190,19 @@ async fn campaign(s: &Session, e: &ElectionName, c: &Candidate) -> Leadership {
     }
 }
 
+/// Candidate "a" holds `election` on one new session; candidate "b" waits for it on
+/// another, in a task.
+async fn held_and_awaited(
+    env: &Env,
+    election: &ElectionName,
+) -> (Session, Leadership, tokio::task::JoinHandle<Leadership>) {
+    let (sa, sb) = (env.session().await, env.session().await);
+    let a = campaign(&sa, election, &cand("a")).await;
+    let election = election.clone();
+    let waiter = tokio::spawn(async move { campaign(&sb, &election, &cand("b")).await });
+    (sa, a, waiter)
+}
+
 async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
     match tokio::time::timeout(limit, fut).await {
         Ok(v) => v,
@@ -413,12 +426,7 @@ pub async fn check_graceful_handover(env: &Env) {
         return;
     }
     let election = env.election("handover");
-    let (sa, sb) = (env.session().await, env.session().await);
-    let a = campaign(&sa, &election, &cand("a")).await;
-    let waiter = {
-        let election = election.clone();
-        tokio::spawn(async move { campaign(&sb, &election, &cand("b")).await })
-    };
+    let (_sa, a, waiter) = held_and_awaited(env, &election).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
         !waiter.is_finished(),
@@ -446,12 +454,7 @@ pub async fn check_crash_failover(env: &Env) {
         return;
     }
     let election = env.election("crash");
-    let (sa, sb) = (env.session().await, env.session().await);
-    let a = campaign(&sa, &election, &cand("a")).await;
-    let waiter = {
-        let election = election.clone();
-        tokio::spawn(async move { campaign(&sb, &election, &cand("b")).await })
-    };
+    let (sa, a, waiter) = held_and_awaited(env, &election).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let t0 = Instant::now();
     sa.abandon();
