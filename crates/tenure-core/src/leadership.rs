@@ -135,32 +135,66 @@ impl fmt::Debug for Leadership {
     }
 }
 
+/// The read side of a grant, shared by [`Leadership`] and [`LeadershipWatch`]: both hold
+/// the grant's state and reach the session's deadline through `self.core()`.
+macro_rules! grant_reads {
+    () => {
+        /// The election held.
+        pub fn election(&self) -> &ElectionName {
+            &self.state.election
+        }
+
+        /// The candidate that holds it.
+        pub fn candidate(&self) -> &Candidate {
+            &self.state.candidate
+        }
+
+        /// The fencing token of this grant.
+        pub fn token(&self) -> FencingToken {
+            self.state.token
+        }
+
+        /// When the grant was received (tokio clock).
+        pub fn granted_at(&self) -> Instant {
+            self.state.granted_at
+        }
+
+        /// True while this grant is valid: the lost signal has not fired and the local
+        /// deadline has not passed. No I/O; if the deadline has passed it fires the lost
+        /// signal itself.
+        pub fn is_leader(&self) -> bool {
+            is_valid(&self.state, self.core().deadline())
+        }
+
+        /// The instant until which this grant is valid unless renewed.
+        pub fn deadline(&self) -> Instant {
+            self.core().deadline()
+        }
+
+        /// The lost signal: a child token that is cancelled when leadership ends.
+        /// Cancelling the child does not end leadership.
+        pub fn lost(&self) -> CancellationToken {
+            self.state.lost_token().child_token()
+        }
+
+        /// Why leadership ended, once it has.
+        pub fn loss_reason(&self) -> Option<LossReason> {
+            self.state.reason().map(|(r, _)| r.clone())
+        }
+
+        /// When leadership ended: the instant the lost signal fired, or for a missed
+        /// deadline the deadline itself.
+        pub fn lost_at(&self) -> Option<Instant> {
+            self.state.reason().map(|(_, at)| *at)
+        }
+    };
+}
+
 impl Leadership {
-    /// The election held.
-    pub fn election(&self) -> &ElectionName {
-        &self.state.election
-    }
+    grant_reads!();
 
-    /// The candidate that holds it.
-    pub fn candidate(&self) -> &Candidate {
-        &self.state.candidate
-    }
-
-    /// The fencing token of this grant.
-    pub fn token(&self) -> FencingToken {
-        self.state.token
-    }
-
-    /// When the grant was received (tokio clock).
-    pub fn granted_at(&self) -> Instant {
-        self.state.granted_at
-    }
-
-    /// True while this grant is valid: the lost signal has not fired and the local
-    /// deadline has not passed. No I/O; if the deadline has passed it fires the lost
-    /// signal itself.
-    pub fn is_leader(&self) -> bool {
-        is_valid(&self.state, self.session.deadline())
+    fn core(&self) -> &Arc<SessionCore> {
+        self.session.core()
     }
 
     /// A read-only, clonable view of this grant for other tasks: validity, token and
@@ -170,17 +204,6 @@ impl Leadership {
             state: self.state.clone(),
             core: self.session.core().clone(),
         }
-    }
-
-    /// The instant until which this grant is valid unless renewed.
-    pub fn deadline(&self) -> Instant {
-        self.session.deadline()
-    }
-
-    /// The lost signal: a child token that is cancelled when leadership ends. Cancelling
-    /// the child does not end leadership.
-    pub fn lost(&self) -> CancellationToken {
-        self.state.lost_token().child_token()
     }
 
     /// Wait until leadership ends and say why.
@@ -197,17 +220,6 @@ impl Leadership {
             }
         }
         self.loss_reason().unwrap_or(LossReason::SessionClosed)
-    }
-
-    /// Why leadership ended, once it has.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.state.reason().map(|(r, _)| r.clone())
-    }
-
-    /// When leadership ended: the instant the lost signal fired, or for a missed
-    /// deadline the deadline itself.
-    pub fn lost_at(&self) -> Option<Instant> {
-        self.state.reason().map(|(_, at)| *at)
     }
 
     /// Resign: the lost signal fires first (reason [`LossReason::Resigned`]), then the
@@ -260,48 +272,9 @@ impl fmt::Debug for LeadershipWatch {
 }
 
 impl LeadershipWatch {
-    /// Same as [`Leadership::is_leader`].
-    pub fn is_leader(&self) -> bool {
-        is_valid(&self.state, self.core.deadline())
-    }
+    grant_reads!();
 
-    /// The election.
-    pub fn election(&self) -> &ElectionName {
-        &self.state.election
-    }
-
-    /// The holder.
-    pub fn candidate(&self) -> &Candidate {
-        &self.state.candidate
-    }
-
-    /// The grant's fencing token.
-    pub fn token(&self) -> FencingToken {
-        self.state.token
-    }
-
-    /// When the grant was received.
-    pub fn granted_at(&self) -> Instant {
-        self.state.granted_at
-    }
-
-    /// The instant until which the grant is valid unless renewed.
-    pub fn deadline(&self) -> Instant {
-        self.core.deadline()
-    }
-
-    /// A child of the lost signal.
-    pub fn lost(&self) -> CancellationToken {
-        self.state.lost_token().child_token()
-    }
-
-    /// Why leadership ended, once it has.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.state.reason().map(|(r, _)| r.clone())
-    }
-
-    /// When leadership ended, once it has.
-    pub fn lost_at(&self) -> Option<Instant> {
-        self.state.reason().map(|(_, at)| *at)
+    fn core(&self) -> &Arc<SessionCore> {
+        &self.core
     }
 }
