@@ -131,13 +131,7 @@ impl Policy for SharedKeyPolicy {
             "authorization",
             format!("SharedKey {}:{signature}", self.account),
         );
-        match next.split_first() {
-            Some((first, rest)) => first.send(ctx, request, rest).await,
-            None => Err(azure_core::Error::with_message(
-                azure_core::error::ErrorKind::Other,
-                "shared-key policy: no transport after it",
-            )),
-        }
+        send_next("shared-key policy", ctx, request, next).await
     }
 }
 
@@ -182,13 +176,24 @@ impl Policy for SasPolicy {
                 }
             }
         }
-        match next.split_first() {
-            Some((first, rest)) => first.send(ctx, request, rest).await,
-            None => Err(azure_core::Error::with_message(
-                azure_core::error::ErrorKind::Other,
-                "SAS policy: no transport after it",
-            )),
-        }
+        send_next("SAS policy", ctx, request, next).await
+    }
+}
+
+/// Hand `request` to the first of the `next` policies (the transport comes last); a
+/// policy with nothing after it is a pipeline built wrong, reported by `who`.
+async fn send_next(
+    who: &str,
+    ctx: &Context<'_>,
+    request: &mut Request,
+    next: &[Arc<dyn Policy>],
+) -> PolicyResult {
+    match next.split_first() {
+        Some((first, rest)) => first.send(ctx, request, rest).await,
+        None => Err(azure_core::Error::with_message(
+            azure_core::error::ErrorKind::Other,
+            format!("{who}: no transport after it"),
+        )),
     }
 }
 

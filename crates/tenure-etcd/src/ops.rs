@@ -23,27 +23,34 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 /// The first key under `range` by create revision: an election's leader.
 pub(crate) fn first_by_create(range: &str) -> RangeRequest {
-    RangeRequest {
-        key: range.as_bytes().to_vec(),
-        range_end: prefix_end(range.as_bytes()),
-        limit: 1,
-        sort_order: SortOrder::Ascend as i32,
-        sort_target: SortTarget::Create as i32,
-        ..Default::default()
-    }
+    one_by_create(range, SortOrder::Ascend)
 }
 
 /// The last key under `range` created before `revision` (keys only): the one a waiter
 /// with that create revision waits on.
 pub(crate) fn predecessor(range: &str, revision: i64) -> RangeRequest {
     RangeRequest {
-        key: range.as_bytes().to_vec(),
-        range_end: prefix_end(range.as_bytes()),
-        limit: 1,
-        sort_order: SortOrder::Descend as i32,
-        sort_target: SortTarget::Create as i32,
         keys_only: true,
         max_create_revision: revision - 1,
+        ..one_by_create(range, SortOrder::Descend)
+    }
+}
+
+/// One key under `range`, the first in `order` of create revisions.
+fn one_by_create(range: &str, order: SortOrder) -> RangeRequest {
+    RangeRequest {
+        limit: 1,
+        sort_order: order as i32,
+        sort_target: SortTarget::Create as i32,
+        ..under(range)
+    }
+}
+
+/// Every key under `range` (a prefix).
+fn under(range: &str) -> RangeRequest {
+    RangeRequest {
+        key: range.as_bytes().to_vec(),
+        range_end: prefix_end(range.as_bytes()),
         ..Default::default()
     }
 }

@@ -18,7 +18,7 @@ use crate::members::{namespace_dir, parse_registration, registration_prefix};
 use crate::nodes::{
     election_dir, encode, protected_prefix, random_uuid, sequence_of, sorted_latches, token_of,
 };
-use crate::shared::{close_session, connect_client, is_no_node, is_node_exists, Shared};
+use crate::shared::{close_session, connect_client, is_no_node, Shared};
 
 /// A candidacy's node once created.
 #[derive(Clone, Debug)]
@@ -286,48 +286,29 @@ impl ZkSession {
         }
         let path = format!("{dir}/{}", self.prefix);
         let data = encode(candidate);
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-        let mut made_parents = false;
-        loop {
-            match self
-                .shared
-                .requests
-                .call("campaign", client.create(&path, &data, &options))
-                .await
-            {
-                Ok((stat, sequence)) => {
-                    let name = format!("{}{sequence}", self.prefix);
-                    let node = Node {
-                        name,
-                        czxid: stat.czxid,
-                    };
+        match self
+            .shared
+            .create_ephemeral(client, "campaign", dir, &path, &data)
+            .await
+        {
+            Ok((stat, sequence)) => {
+                let name = format!("{}{sequence}", self.prefix);
+                let node = Node {
+                    name,
+                    czxid: stat.czxid,
+                };
+                self.set_node(election, Some(node.clone()));
+                Ok(node)
+            }
+            Err(e) if e.is_retryable() => {
+                // The create may have happened: look for it before trying again.
+                if let Some(node) = self.find_own(client, dir).await? {
                     self.set_node(election, Some(node.clone()));
                     return Ok(node);
                 }
-                Err(e) if is_no_node(&e) && !made_parents => {
-                    let parents = CreateMode::Persistent.with_acls(Acls::anyone_all());
-                    match self
-                        .shared
-                        .requests
-                        .call("campaign", client.mkdir(dir, &parents))
-                        .await
-                    {
-                        Ok(()) => {}
-                        Err(e) if is_node_exists(&e) => {}
-                        Err(e) => return Err(e),
-                    }
-                    made_parents = true;
-                }
-                Err(e) if e.is_retryable() => {
-                    // The create may have happened: look for it before trying again.
-                    if let Some(node) = self.find_own(client, dir).await? {
-                        self.set_node(election, Some(node.clone()));
-                        return Ok(node);
-                    }
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
+                Err(e)
             }
+            Err(e) => Err(e),
         }
     }
 
@@ -528,36 +509,15 @@ impl ZkSession {
         old: &[String],
     ) -> Result<String> {
         let prefix = registration_prefix(dir, member.id());
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
         let data = member.value().as_bytes();
         if old.is_empty() {
-            let mut made_parents = false;
-            loop {
-                match self
-                    .shared
-                    .requests
-                    .call("register member", client.create(&prefix, data, &options))
-                    .await
-                {
-                    Ok((_, sequence)) => return Ok(format!("{}:{sequence}", member.id())),
-                    Err(e) if is_no_node(&e) && !made_parents => {
-                        let parents = CreateMode::Persistent.with_acls(Acls::anyone_all());
-                        match self
-                            .shared
-                            .requests
-                            .call("register member", client.mkdir(dir, &parents))
-                            .await
-                        {
-                            Ok(()) => {}
-                            Err(e) if is_node_exists(&e) => {}
-                            Err(e) => return Err(e),
-                        }
-                        made_parents = true;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            let (_, sequence) = self
+                .shared
+                .create_ephemeral(client, "register member", dir, &prefix, data)
+                .await?;
+            return Ok(format!("{}:{sequence}", member.id()));
         }
+        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
         let mut multi = client.new_multi_writer();
         let bad = |e| crate::error::map("register member", e);
         multi.add_create(&prefix, data, &options).map_err(bad)?;

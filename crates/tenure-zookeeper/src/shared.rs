@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tenure_core::backend::Requests;
 use tenure_core::{Error, ErrorKind, LeaderInfo, Result};
-use zookeeper_client::{Client, SessionInfo};
+use zookeeper_client::{Acls, Client, CreateMode, CreateSequence, SessionInfo, Stat};
 
 use crate::config::ZooKeeperConfig;
 use crate::error::{map, TAG};
@@ -83,6 +83,36 @@ impl Shared {
         let client = self.reader().await?;
         self.requests.call(what, client.sync("/")).await?;
         Ok(client)
+    }
+
+    /// Create the ephemeral sequential node `path` (`dir/` and a name prefix) with
+    /// `data`, for the request `what`; a missing `dir` is made (with its parents) once.
+    pub(crate) async fn create_ephemeral(
+        &self,
+        client: &Client,
+        what: &str,
+        dir: &str,
+        path: &str,
+        data: &[u8],
+    ) -> Result<(Stat, CreateSequence)> {
+        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let mut made_parents = false;
+        loop {
+            match self
+                .requests
+                .call(what, client.create(path, data, &options))
+                .await
+            {
+                Err(e) if is_no_node(&e) && !made_parents => {
+                    let parents = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                    match self.requests.call(what, client.mkdir(dir, &parents)).await {
+                        Err(e) if !is_node_exists(&e) => return Err(e),
+                        _ => made_parents = true,
+                    }
+                }
+                created => return created,
+            }
+        }
     }
 
     /// The children of `dir`, for the request `what`; a missing `dir` has none.
