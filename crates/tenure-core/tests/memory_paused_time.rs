@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use tenure_core::{Candidate, ElectionName, ErrorKind, LossReason, MemoryBackend, Session, Timing};
+use tenure_core::{
+    Candidate, ElectionName, ErrorKind, Leadership, LossReason, MemoryBackend, Session, Timing,
+};
 use tokio::time::Instant;
 
 fn timing() -> Timing {
@@ -23,17 +25,26 @@ fn cand(s: &str) -> Candidate {
     Candidate::new(s).unwrap()
 }
 
+/// A session on `mem` with the test timing.
+async fn session(mem: &MemoryBackend) -> Session {
+    Session::open(Arc::new(mem.clone()), timing())
+        .await
+        .unwrap()
+}
+
+/// A new store, a session on it, and candidate "a" leading `election` there.
+async fn leading(election: &str) -> (MemoryBackend, Session, ElectionName, Leadership) {
+    let mem = MemoryBackend::new();
+    let s = session(&mem).await;
+    let e = name(election);
+    let l = s.campaign(&e, &cand("a")).await.unwrap();
+    (mem, s, e, l)
+}
+
 #[tokio::test(start_paused = true)]
 async fn crashed_holder_is_replaced_one_ttl_after_its_last_renewal() {
     let mem = MemoryBackend::new();
-    let (a, b) = (
-        Session::open(Arc::new(mem.clone()), timing())
-            .await
-            .unwrap(),
-        Session::open(Arc::new(mem.clone()), timing())
-            .await
-            .unwrap(),
-    );
+    let (a, b) = (session(&mem).await, session(&mem).await);
     let e = name("crash");
     let la = a.campaign(&e, &cand("a")).await.unwrap();
     // Let a few renewals happen, then crash right after one.
@@ -54,11 +65,7 @@ async fn crashed_holder_is_replaced_one_ttl_after_its_last_renewal() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stall_shorter_than_the_deadline_keeps_leadership() {
-    let mem = MemoryBackend::new();
-    let s = Session::open(Arc::new(mem.clone()), timing())
-        .await
-        .unwrap();
-    let l = s.campaign(&name("stall"), &cand("a")).await.unwrap();
+    let (mem, s, _, l) = leading("stall").await;
     assert!(mem.stall_session(&s.id()));
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(l.is_leader());
@@ -69,12 +76,7 @@ async fn a_stall_shorter_than_the_deadline_keeps_leadership() {
 
 #[tokio::test(start_paused = true)]
 async fn a_long_stall_loses_at_the_deadline_and_the_session_recovers() {
-    let mem = MemoryBackend::new();
-    let s = Session::open(Arc::new(mem.clone()), timing())
-        .await
-        .unwrap();
-    let e = name("long-stall");
-    let l = s.campaign(&e, &cand("a")).await.unwrap();
+    let (mem, s, e, l) = leading("long-stall").await;
     let stalled_at = Instant::now();
     assert!(mem.stall_session(&s.id()));
     let reason = l.lost_wait().await;
@@ -95,12 +97,7 @@ async fn a_long_stall_loses_at_the_deadline_and_the_session_recovers() {
 
 #[tokio::test(start_paused = true)]
 async fn expiry_hook_fires_session_expired_and_campaigns_resume() {
-    let mem = MemoryBackend::new();
-    let s = Session::open(Arc::new(mem.clone()), timing())
-        .await
-        .unwrap();
-    let e = name("expire");
-    let l = s.campaign(&e, &cand("a")).await.unwrap();
+    let (mem, s, e, l) = leading("expire").await;
     assert!(mem.expire_session(&s.id()));
     assert_eq!(l.lost_wait().await, LossReason::SessionExpired);
     let l2 = s.campaign(&e, &cand("a")).await.unwrap();

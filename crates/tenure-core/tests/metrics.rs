@@ -45,6 +45,17 @@ fn find<'a>(
         .map(|(.., v)| v)
 }
 
+/// Each metric `(name, label, value)` of `want` has that value in `snap`.
+fn expect(snap: &[(MetricKind, String, Vec<String>, Value)], want: &[(&str, &str, Value)]) {
+    for (name, label, value) in want {
+        assert_eq!(
+            find(snap, name, label),
+            Some(value),
+            "{name} {{{label}}} in {snap:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn leadership_renewal_and_campaign_metrics_are_recorded() {
     let recorder = DebuggingRecorder::new();
@@ -67,9 +78,13 @@ async fn leadership_renewal_and_campaign_metrics_are_recorded() {
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     let snap = snapshot(&snapshotter);
-    assert_eq!(
-        find(&snap, names::LEADER, "election=metrics/seat"),
-        Some(&Value::Gauge(1.0))
+    expect(
+        &snap,
+        &[
+            (names::LEADER, "election=metrics/seat", Value::Gauge(1.0)),
+            (names::CAMPAIGN_DURATION, "backend=mem", Value::Samples(1)),
+            (names::TRANSITIONS, "transition=elected", Value::Counter(1)),
+        ],
     );
     assert!(
         matches!(find(&snap, names::RENEW_LATENCY, "backend=mem"), Some(Value::Samples(n)) if *n >= 2),
@@ -79,23 +94,14 @@ async fn leadership_renewal_and_campaign_metrics_are_recorded() {
         matches!(find(&snap, names::DEADLINE_REMAINING, "backend=mem"), Some(Value::Gauge(v)) if *v > 0.4),
         "{snap:?}"
     );
-    assert_eq!(
-        find(&snap, names::CAMPAIGN_DURATION, "backend=mem"),
-        Some(&Value::Samples(1))
-    );
-    assert_eq!(
-        find(&snap, names::TRANSITIONS, "transition=elected"),
-        Some(&Value::Counter(1))
-    );
 
     leadership.resign().await.unwrap();
     let snap = snapshot(&snapshotter);
-    assert_eq!(
-        find(&snap, names::LEADER, "election=metrics/seat"),
-        Some(&Value::Gauge(0.0))
-    );
-    assert_eq!(
-        find(&snap, names::TRANSITIONS, "transition=resigned"),
-        Some(&Value::Counter(1))
+    expect(
+        &snap,
+        &[
+            (names::LEADER, "election=metrics/seat", Value::Gauge(0.0)),
+            (names::TRANSITIONS, "transition=resigned", Value::Counter(1)),
+        ],
     );
 }

@@ -110,38 +110,41 @@ mod tests {
 
     #[test]
     fn statuses_map_to_kinds() {
-        assert_eq!(
-            kind(Status::invalid_argument(
-                "etcdserver: authentication failed, invalid user ID or password"
-            )),
-            ErrorKind::Unauthorized
-        );
-        assert_eq!(
-            kind(Status::permission_denied("etcdserver: permission denied")),
-            ErrorKind::Unauthorized
-        );
-        assert_eq!(
-            kind(Status::not_found("etcdserver: requested lease not found")),
-            ErrorKind::SessionExpired
-        );
-        assert_eq!(
-            kind(Status::unavailable("etcdserver: no leader")),
-            ErrorKind::Unavailable
-        );
-        assert_eq!(kind(Status::deadline_exceeded("x")), ErrorKind::Timeout);
-        assert_eq!(
-            kind(Status::cancelled("Timeout expired")),
-            ErrorKind::Timeout
-        );
-        assert_eq!(
-            kind(Status::invalid_argument("etcdserver: key is not provided")),
-            ErrorKind::InvalidArgument
-        );
-        assert_eq!(
-            kind(Status::new(Code::Unknown, "transport error")),
-            ErrorKind::Unavailable
-        );
-        assert_eq!(kind(Status::internal("boom")), ErrorKind::Backend);
+        let cases = [
+            (
+                Status::invalid_argument(
+                    "etcdserver: authentication failed, invalid user ID or password",
+                ),
+                ErrorKind::Unauthorized,
+            ),
+            (
+                Status::permission_denied("etcdserver: permission denied"),
+                ErrorKind::Unauthorized,
+            ),
+            (
+                Status::not_found("etcdserver: requested lease not found"),
+                ErrorKind::SessionExpired,
+            ),
+            (
+                Status::unavailable("etcdserver: no leader"),
+                ErrorKind::Unavailable,
+            ),
+            (Status::deadline_exceeded("x"), ErrorKind::Timeout),
+            (Status::cancelled("Timeout expired"), ErrorKind::Timeout),
+            (
+                Status::invalid_argument("etcdserver: key is not provided"),
+                ErrorKind::InvalidArgument,
+            ),
+            (
+                Status::new(Code::Unknown, "transport error"),
+                ErrorKind::Unavailable,
+            ),
+            (Status::internal("boom"), ErrorKind::Backend),
+        ];
+        for (status, want) in cases {
+            let text = format!("{status:?}");
+            assert_eq!(kind(status), want, "{text}");
+        }
     }
 
     #[test]

@@ -23,26 +23,22 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 /// The first key under `range` by create revision: an election's leader.
 pub(crate) fn first_by_create(range: &str) -> RangeRequest {
-    one_by_create(range, SortOrder::Ascend)
+    RangeRequest {
+        limit: 1,
+        sort_order: SortOrder::Ascend as i32,
+        sort_target: SortTarget::Create as i32,
+        ..under(range)
+    }
 }
 
 /// The last key under `range` created before `revision` (keys only): the one a waiter
 /// with that create revision waits on.
 pub(crate) fn predecessor(range: &str, revision: i64) -> RangeRequest {
     RangeRequest {
+        sort_order: SortOrder::Descend as i32,
         keys_only: true,
         max_create_revision: revision - 1,
-        ..one_by_create(range, SortOrder::Descend)
-    }
-}
-
-/// One key under `range`, the first in `order` of create revisions.
-fn one_by_create(range: &str, order: SortOrder) -> RangeRequest {
-    RangeRequest {
-        limit: 1,
-        sort_order: order as i32,
-        sort_target: SortTarget::Create as i32,
-        ..under(range)
+        ..first_by_create(range)
     }
 }
 
@@ -85,21 +81,25 @@ pub(crate) fn page(from: Vec<u8>, end: Vec<u8>, limit: i64, revision: i64) -> Ra
 
 /// "`key` was created at `revision`" (0: `key` does not exist).
 pub(crate) fn created_at(key: &str, revision: i64) -> Compare {
-    Compare {
-        result: CompareResult::Equal as i32,
-        target: CompareTarget::Create as i32,
-        key: key.as_bytes().to_vec(),
-        target_union: Some(TargetUnion::CreateRevision(revision)),
-    }
+    equal(
+        key,
+        CompareTarget::Create,
+        TargetUnion::CreateRevision(revision),
+    )
 }
 
 /// "`key` is attached to `lease`".
 pub(crate) fn on_lease(key: &str, lease: i64) -> Compare {
+    equal(key, CompareTarget::Lease, TargetUnion::Lease(lease))
+}
+
+/// "`key`'s `target` equals `value`".
+fn equal(key: &str, target: CompareTarget, value: TargetUnion) -> Compare {
     Compare {
         result: CompareResult::Equal as i32,
-        target: CompareTarget::Lease as i32,
+        target: target as i32,
         key: key.as_bytes().to_vec(),
-        target_union: Some(TargetUnion::Lease(lease)),
+        target_union: Some(value),
     }
 }
 
