@@ -1,9 +1,12 @@
 //! The backend: connecting, leader reads, observation and member listings.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::Stream;
 use tenure_core::backend::{poll_stream, BackendSession, Capabilities, Clause, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
@@ -107,6 +110,28 @@ impl AzureBackend {
     }
 }
 
+impl AzureBackend {
+    /// `read` of `name` now, then again every poll interval (Azure cannot notify), as a
+    /// stream of the changes.
+    async fn polled<T, F, Fut>(
+        &self,
+        name: &ElectionName,
+        read: F,
+    ) -> Result<Pin<Box<dyn Stream<Item = Result<T>> + Send>>>
+    where
+        T: PartialEq + Clone + Send + Sync + 'static,
+        F: Fn(Arc<Shared>, ElectionName) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        let (shared, name) = (self.shared.clone(), name.clone());
+        let first = read(shared.clone(), name.clone()).await?;
+        let poll = shared.store.config.get_poll_interval();
+        Ok(poll_stream(first, poll, move || {
+            read(shared.clone(), name.clone())
+        }))
+    }
+}
+
 tenure_core::store_constructors!(AzureBackend, AzureConfig);
 
 #[async_trait]
@@ -158,14 +183,10 @@ impl Backend for AzureBackend {
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        let first = self.shared.read_leader(election).await?;
-        let shared = self.shared.clone();
-        let election = election.clone();
-        let poll = shared.store.config.get_poll_interval();
-        Ok(poll_stream(first, poll, move || {
-            let (shared, election) = (shared.clone(), election.clone());
-            async move { shared.read_leader(&election).await }
-        }))
+        self.polled(election, |shared, election| async move {
+            shared.read_leader(&election).await
+        })
+        .await
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -177,13 +198,9 @@ impl Backend for AzureBackend {
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        let first = self.shared.read_members(namespace).await?;
-        let shared = self.shared.clone();
-        let namespace = namespace.clone();
-        let poll = shared.store.config.get_poll_interval();
-        Ok(poll_stream(first, poll, move || {
-            let (shared, namespace) = (shared.clone(), namespace.clone());
-            async move { shared.read_members(&namespace).await }
-        }))
+        self.polled(namespace, |shared, namespace| async move {
+            shared.read_members(&namespace).await
+        })
+        .await
     }
 }

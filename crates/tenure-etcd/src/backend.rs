@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{BackendSession, Published, SessionEvents};
+use tenure_core::backend::{
+    decode_record, revision_token, BackendSession, Published, SessionEvents,
+};
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
 };
@@ -15,7 +17,7 @@ use crate::config::EtcdConfig;
 use crate::config::SCHEME;
 use crate::error::{map, TAG};
 use crate::follow::{follow, Follower};
-use crate::keys::{decode_leader, election_range, member_range, parse_lease_hex};
+use crate::keys::{election_range, member_range, parse_lease_hex};
 use crate::members::{self, Members};
 use crate::ops::{self, prefix_end};
 use crate::proto::Event;
@@ -134,7 +136,7 @@ impl Backend for EtcdBackend {
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
         let range = election_range(self.shared.prefix(), election);
         let (first, _) = self.shared.first_candidate(&range).await?;
-        Ok(first.map(|kv| decode_leader(&kv.value, kv.create_revision)))
+        Ok(first.map(|kv| decode_record(&kv.value, revision_token(kv.create_revision))))
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
@@ -189,7 +191,7 @@ impl Follower for Leader {
     async fn read(&mut self, shared: &Shared) -> Result<(Option<LeaderInfo>, i64)> {
         let (first, revision) = shared.first_candidate(&self.0).await?;
         Ok((
-            first.map(|kv| decode_leader(&kv.value, kv.create_revision)),
+            first.map(|kv| decode_record(&kv.value, revision_token(kv.create_revision))),
             revision,
         ))
     }

@@ -3,8 +3,7 @@
 //!
 //! Sans-IO: only strings and bytes, so the layout is tested without a server.
 
-use serde::{Deserialize, Serialize};
-use tenure_core::{Candidate, ElectionName, Error, FencingToken, LeaderInfo, Member, Result};
+use tenure_core::{ElectionName, Error, Member, Result};
 
 /// Separates an election's name from its candidates' lease ids. It cannot appear in an
 /// election name, so no election's candidate range contains another election's keys
@@ -91,52 +90,6 @@ pub(crate) fn parse_lease_hex(id: &str) -> Option<i64> {
     u64::from_str_radix(id, 16).ok().map(|v| v as i64)
 }
 
-#[derive(Serialize)]
-struct Record<'a> {
-    id: &'a str,
-    value: &'a str,
-}
-
-#[derive(Deserialize)]
-struct OwnedRecord {
-    id: String,
-    #[serde(default)]
-    value: String,
-}
-
-/// The value stored under a candidate key: `{"id":…,"value":…}`.
-pub(crate) fn encode_candidate(candidate: &Candidate) -> Vec<u8> {
-    let record = Record {
-        id: candidate.id(),
-        value: candidate.value(),
-    };
-    // Serialising two strings cannot fail; fall back to the bare id all the same.
-    serde_json::to_vec(&record).unwrap_or_else(|_| candidate.id().as_bytes().to_vec())
-}
-
-/// The leader record of a candidate key. Anything that is not our JSON (a key written
-/// by another tool) shows as its raw text in `id`, never as an error.
-pub(crate) fn decode_leader(value: &[u8], create_revision: i64) -> LeaderInfo {
-    let token = FencingToken(u64::try_from(create_revision).unwrap_or(0));
-    match serde_json::from_slice::<OwnedRecord>(value) {
-        Ok(r) => LeaderInfo {
-            id: r.id,
-            value: r.value,
-            token,
-        },
-        Err(_) => LeaderInfo {
-            id: String::from_utf8_lossy(value).into_owned(),
-            value: String::new(),
-            token,
-        },
-    }
-}
-
-/// The fencing token of a grant: the candidate key's create revision.
-pub(crate) fn token_of(create_revision: i64) -> FencingToken {
-    FencingToken(u64::try_from(create_revision).unwrap_or(0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,20 +154,6 @@ mod tests {
         assert_eq!(parse_lease_hex("xyz"), None);
         assert_eq!(parse_lease_hex("mem-1"), None);
         assert_eq!(parse_lease_hex("zzzzzzzzzzzzzzzz"), None);
-    }
-
-    #[test]
-    fn candidate_records_round_trip_and_tolerate_foreign_values() {
-        let c = Candidate::with_value("node-1", "10.0.0.1:80 \"quoted\"").unwrap();
-        let info = decode_leader(&encode_candidate(&c), 42);
-        assert_eq!(info.id, "node-1");
-        assert_eq!(info.value, "10.0.0.1:80 \"quoted\"");
-        assert_eq!(info.token, FencingToken(42));
-        let foreign = decode_leader(b"\xffplain", 3);
-        assert_eq!(foreign.id, "\u{fffd}plain");
-        assert_eq!(foreign.value, "");
-        assert_eq!(decode_leader(b"{}", -1).token, FencingToken(0));
-        assert_eq!(decode_leader(br#"{"id":"x"}"#, 5).id, "x");
     }
 
     #[test]

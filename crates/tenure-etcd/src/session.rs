@@ -6,15 +6,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{BackendSession, Lifetime, Purpose, SessionEvents};
+use tenure_core::backend::{
+    encode_record, revision_token, BackendSession, Lifetime, Purpose, SessionEvents,
+};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::client::KeepAliveStream;
 use crate::error::TAG;
-use crate::keys::{
-    candidate_key, election_range, encode_candidate, lease_hex, member_key, token_of,
-};
+use crate::keys::{candidate_key, election_range, lease_hex, member_key};
 use crate::ops::{self, op};
 use crate::proto::{KeyValue, TxnRequest, TxnResponse};
 use crate::shared::{lease_seconds, Shared};
@@ -302,7 +302,7 @@ impl Inner {
                     self.lock().remove(&election);
                     self.events.election_lost(
                         &election,
-                        token_of(revision),
+                        revision_token(revision),
                         "the candidate key was deleted in etcd",
                     );
                 }
@@ -317,7 +317,7 @@ impl Inner {
         let mut candidacies = self.lock();
         let matches = candidacies
             .get(election)
-            .is_some_and(|c| token.is_none_or(|t| token_of(c.revision) == t));
+            .is_some_and(|c| token.is_none_or(|t| revision_token(c.revision) == t));
         if matches {
             if let Some(c) = candidacies.remove(election) {
                 if let Some(m) = c.monitor {
@@ -366,7 +366,7 @@ impl BackendSession for EtcdSession {
         inner.life.check_open()?;
         let key = inner.key(election);
         let range = election_range(inner.shared.prefix(), election);
-        let value = encode_candidate(candidate);
+        let value = encode_record(candidate);
         let (mut revision, _) = inner
             .ensure_candidacy(election, &key, &value, false)
             .await?;
@@ -386,7 +386,7 @@ impl BackendSession for EtcdSession {
             }
             let Some(predecessor) = queue.predecessor else {
                 inner.granted(election, revision, own_watch);
-                return Ok(token_of(revision));
+                return Ok(revision_token(revision));
             };
             inner.shared.count();
             let mut before = inner
@@ -420,7 +420,7 @@ impl BackendSession for EtcdSession {
         let inner = &self.inner;
         inner.life.check_open()?;
         let key = inner.key(election);
-        let value = encode_candidate(candidate);
+        let value = encode_record(candidate);
         let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
         let leads = first
             .first()
@@ -428,7 +428,7 @@ impl BackendSession for EtcdSession {
         if leads {
             let own_watch = inner.watch_own(&key, revision);
             inner.granted(election, revision, own_watch);
-            return Ok(Some(token_of(revision)));
+            return Ok(Some(revision_token(revision)));
         }
         inner.forget(election, None);
         let txn = ops::delete_if_created_at(&key, revision);

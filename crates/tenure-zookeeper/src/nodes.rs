@@ -6,8 +6,7 @@
 //! prefix, which lets a candidate find its own node again after a lost create answer).
 //! The lowest sequence leads; other children (sub-elections, foreign nodes) are ignored.
 
-use serde::{Deserialize, Serialize};
-use tenure_core::{Candidate, ElectionName, FencingToken, LeaderInfo};
+use tenure_core::ElectionName;
 
 /// The lock name Curator's `LeaderLatch` uses.
 pub(crate) const LATCH: &str = "latch-";
@@ -40,45 +39,6 @@ pub(crate) fn sorted_latches(children: Vec<String>) -> Vec<String> {
         .collect();
     latches.sort();
     latches.into_iter().map(|(_, c)| c).collect()
-}
-
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    id: String,
-    #[serde(default)]
-    value: String,
-}
-
-/// The data stored in a candidate node: JSON `{"id":…,"value":…}`.
-pub(crate) fn encode(candidate: &Candidate) -> Vec<u8> {
-    serde_json::to_vec(&Stored {
-        id: candidate.id().to_string(),
-        value: candidate.value().to_string(),
-    })
-    .unwrap_or_default()
-}
-
-/// The leader described by a node's data and creation zxid. Data that is not ours (a
-/// Curator participant id, say) becomes the id with an empty value.
-pub(crate) fn decode(data: &[u8], czxid: i64) -> LeaderInfo {
-    let token = token_of(czxid);
-    match serde_json::from_slice::<Stored>(data) {
-        Ok(s) => LeaderInfo {
-            id: s.id,
-            value: s.value,
-            token,
-        },
-        Err(_) => LeaderInfo {
-            id: String::from_utf8_lossy(data).into_owned(),
-            value: String::new(),
-            token,
-        },
-    }
-}
-
-/// A fencing token from a creation zxid (always positive for real nodes).
-pub(crate) fn token_of(czxid: i64) -> FencingToken {
-    FencingToken(u64::try_from(czxid).unwrap_or(0))
 }
 
 /// A random id in the UUID text form Curator uses for protected names.
@@ -120,22 +80,6 @@ mod tests {
                 "_c_c-latch-0000000100"
             ]
         );
-    }
-
-    #[test]
-    fn data_round_trips_and_foreign_data_is_an_id() {
-        let c = Candidate::with_value("n1", "10.0.0.1:80").unwrap();
-        let l = decode(&encode(&c), 42);
-        assert_eq!(
-            (l.id.as_str(), l.value.as_str(), l.token),
-            ("n1", "10.0.0.1:80", FencingToken(42))
-        );
-        let l = decode(b"curator-participant", 7);
-        assert_eq!(
-            (l.id.as_str(), l.value.as_str()),
-            ("curator-participant", "")
-        );
-        assert_eq!(token_of(-1), FencingToken(0));
     }
 
     #[test]

@@ -9,15 +9,15 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::FutureExt;
-use tenure_core::backend::{BackendSession, CampaignMode, Purpose, SessionEvents};
+use tenure_core::backend::{
+    encode_record, revision_token, BackendSession, CampaignMode, Purpose, SessionEvents,
+};
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result};
 use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, WatchedEvent};
 
 use crate::error::TAG;
 use crate::members::{namespace_dir, parse_registration, registration_prefix};
-use crate::nodes::{
-    election_dir, encode, protected_prefix, random_uuid, sequence_of, sorted_latches, token_of,
-};
+use crate::nodes::{election_dir, protected_prefix, random_uuid, sequence_of, sorted_latches};
 use crate::shared::{close_session, connect_client, is_no_node, Shared};
 
 /// A candidacy's node once created.
@@ -285,7 +285,7 @@ impl ZkSession {
             return Ok(node);
         }
         let path = format!("{dir}/{}", self.prefix);
-        let data = encode(candidate);
+        let data = encode_record(candidate);
         match self
             .shared
             .create_ephemeral(client, "campaign", dir, &path, &data)
@@ -443,7 +443,7 @@ impl ZkSession {
         node: &Node,
         watch: Option<OwnWatch>,
     ) -> FencingToken {
-        let token = token_of(node.czxid);
+        let token = revision_token(node.czxid);
         let task = tokio::spawn(guard_leader(
             self.shared.clone(),
             self.client.clone(),
@@ -618,7 +618,7 @@ impl BackendSession for ZkSession {
         };
         let dir = election_dir(election);
         match (self.node(election), token) {
-            (Some(node), Some(t)) if token_of(node.czxid) != t => Ok(()),
+            (Some(node), Some(t)) if revision_token(node.czxid) != t => Ok(()),
             (Some(node), _) => self.delete(&client, election, &dir, &node).await,
             (None, Some(_)) => Ok(()),
             (None, None) => {

@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tenure_core::backend::Requests;
+use tenure_core::backend::{decode_record, revision_token, Requests};
 use tenure_core::{Error, ErrorKind, LeaderInfo, Result};
 use zookeeper_client::{Acls, Client, CreateMode, CreateSequence, SessionInfo, Stat};
 
 use crate::config::ZooKeeperConfig;
 use crate::error::{map, TAG};
-use crate::nodes::{decode, sorted_latches};
+use crate::nodes::sorted_latches;
 
 /// What the backend and its sessions share.
 pub(crate) struct Shared {
@@ -144,7 +144,9 @@ impl Shared {
                 .call("read leader", client.get_data(&format!("{dir}/{first}")))
                 .await
             {
-                Ok((data, stat)) => return Ok(Some(decode(&data, stat.czxid))),
+                Ok((data, stat)) => {
+                    return Ok(Some(decode_record(&data, revision_token(stat.czxid))))
+                }
                 // The leader just left: read again.
                 Err(e) if is_no_node(&e) => continue,
                 Err(e) => return Err(e),

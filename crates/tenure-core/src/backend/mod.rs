@@ -7,12 +7,14 @@
 pub mod config;
 mod life;
 mod random;
+mod record;
 pub mod requests;
 mod stream;
 
 pub use crate::url::MEM_DRIVER;
 pub use life::Lifetime;
 pub use random::{random_id, random_unit};
+pub use record::{decode_record, encode_record, revision_token};
 pub use requests::{Purpose, Requests, Tag};
 pub use stream::{poll_stream, watch_stream, Published};
 
