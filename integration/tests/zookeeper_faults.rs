@@ -77,3 +77,58 @@ async fn a_chroot_the_client_may_not_write_is_unauthorized() {
         .expect_err("bad chroot");
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
 }
+
+/// A campaign whose first request meets a server that stops answering for longer than
+/// the client's connection timeout (an eighth of the session timeout: a JVM pause, a
+/// starved machine) but well within the session timeout keeps going: the client reports
+/// the silence as an error without a code, which is a lost connection (retried), not a
+/// final backend error. The waiter is then granted when the holder resigns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_rides_through_a_server_silent_past_the_connection_timeout() {
+    use std::sync::Arc;
+    use tenure_core::{Candidate, ElectionName, Session, Timing};
+
+    let zk = ZooKeeperServer::start().await.expect("zookeeper");
+    let backend = Arc::new(
+        ZooKeeperBackend::from_url(&format!("zk://{}", zk.endpoint()))
+            .await
+            .expect("backend"),
+    );
+    // Session timeout 4 s: the connection timeout is 500 ms; the silence lasts 1.5 s.
+    let timing = Timing::from_ttl(Duration::from_secs(4));
+    let a = Session::open(backend.clone(), timing.clone())
+        .await
+        .expect("session a");
+    let b = Session::open(backend, timing).await.expect("session b");
+    let election = ElectionName::new(tenure_core::testing::random_prefix()).expect("name");
+    let held = a
+        .campaign(&election, &Candidate::new("a").expect("id"))
+        .await
+        .expect("a leads");
+    zk.pause().expect("pause");
+    let waiter = {
+        let election = election.clone();
+        tokio::spawn(async move {
+            b.campaign(&election, &Candidate::new("b").expect("id"))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    zk.resume().expect("resume");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    if waiter.is_finished() {
+        let outcome = waiter.await.expect("waiter task");
+        panic!(
+            "the waiter's campaign ended during the silence: {:?}",
+            outcome.map(|l| l.token())
+        );
+    }
+    let first_token = held.token();
+    held.resign().await.expect("resign");
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is granted within 10 s of the resign")
+        .expect("waiter task")
+        .expect("the waiter's campaign succeeds");
+    assert!(granted.token() > first_token);
+}

@@ -23,6 +23,11 @@ fn kind_of(err: &ZkError) -> ErrorKind {
         ZkError::ConnectionLoss | ZkError::NoHosts | ZkError::Throttled | ZkError::NotReadOnly => {
             ErrorKind::Unavailable
         }
+        // The client's errors without a code are its connection failing under a request:
+        // no answer within the connection timeout, an I/O error on the socket. (Its only
+        // other ones are TLS set-up errors, and this backend does not configure TLS.)
+        // They are a lost connection, retried like one, not a final backend error.
+        ZkError::Custom(_) => ErrorKind::Unavailable,
         ZkError::Timeout => ErrorKind::Timeout,
         ZkError::SessionExpired | ZkError::ClientClosed | ZkError::SessionMoved => {
             ErrorKind::SessionExpired
