@@ -183,10 +183,8 @@ impl Backend for AzureBackend {
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        self.polled(election, |shared, election| async move {
-            shared.read_leader(&election).await
-        })
-        .await
+        self.polled(election, |s, e| async move { s.read_leader(&e).await })
+            .await
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -198,9 +196,7 @@ impl Backend for AzureBackend {
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        self.polled(namespace, |shared, namespace| async move {
-            shared.read_members(&namespace).await
-        })
-        .await
+        self.polled(namespace, |s, n| async move { s.read_members(&n).await })
+            .await
     }
 }

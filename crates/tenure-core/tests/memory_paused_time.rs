@@ -176,18 +176,22 @@ async fn a_loss_learned_late_is_dated_to_the_deadline() {
     assert_eq!(l.lost_at(), Some(deadline));
 }
 
-#[tokio::test(start_paused = true)]
-async fn errors_name_the_store_as_their_endpoint() {
+/// The error of a renewal of a session of `mem` that the store expired.
+async fn renewal_after_expiry(mem: MemoryBackend) -> tenure_core::Error {
     use tenure_core::backend::SessionEvents;
     use tenure_core::Backend;
-    let mem = MemoryBackend::named("errors-endpoint");
     let (events, _rx) = SessionEvents::channel();
     let s = mem
         .open_session(Duration::from_secs(10), events)
         .await
         .unwrap();
     assert!(mem.expire_session(s.id()));
-    let err = s.keep_alive().await.unwrap_err();
+    s.keep_alive().await.unwrap_err()
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_name_the_store_as_their_endpoint() {
+    let err = renewal_after_expiry(MemoryBackend::named("errors-endpoint")).await;
     assert_eq!(err.kind(), ErrorKind::SessionExpired);
     assert_eq!(err.endpoint(), Some("mem://errors-endpoint"));
     assert_eq!(
@@ -198,16 +202,7 @@ async fn errors_name_the_store_as_their_endpoint() {
 
 #[tokio::test(start_paused = true)]
 async fn a_private_store_names_no_endpoint() {
-    use tenure_core::backend::SessionEvents;
-    use tenure_core::Backend;
-    let mem = MemoryBackend::new();
-    let (events, _rx) = SessionEvents::channel();
-    let s = mem
-        .open_session(Duration::from_secs(10), events)
-        .await
-        .unwrap();
-    assert!(mem.expire_session(s.id()));
-    let err = s.keep_alive().await.unwrap_err();
+    let err = renewal_after_expiry(MemoryBackend::new()).await;
     assert_eq!(err.endpoint(), None);
     assert_eq!(
         err.to_string(),
