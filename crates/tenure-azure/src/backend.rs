@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::Stream;
-use tenure_core::backend::{poll_stream, BackendSession, Capabilities, Clause, SessionEvents};
+use tenure_core::backend::{poll_stream, Capabilities, Clause, DynSession, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
     Result, Timing,
@@ -160,11 +160,7 @@ impl Backend for AzureBackend {
         Ok(())
     }
 
-    async fn open_session(
-        &self,
-        ttl: Duration,
-        events: SessionEvents,
-    ) -> Result<Arc<dyn BackendSession>> {
+    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
         let secs = ttl.as_secs();
         if !(MIN_LEASE_SECS..=MAX_LEASE_SECS).contains(&secs) || ttl.subsec_nanos() != 0 {
             return Err(Error::invalid(format!(

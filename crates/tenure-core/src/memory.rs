@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::backend::config::{unknown_key, BackendUrl};
 use crate::backend::{
-    Backend, BackendSession, CampaignMode, LeaderStream, MemberStream, SessionEvents,
+    Backend, BackendSession, CampaignMode, DynSession, LeaderStream, MemberStream, SessionEvents,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
@@ -425,11 +425,7 @@ impl Backend for MemoryBackend {
         MEM_SCHEME
     }
 
-    async fn open_session(
-        &self,
-        ttl: Duration,
-        events: SessionEvents,
-    ) -> Result<Arc<dyn BackendSession>> {
+    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
         let n = {
             let mut st = self.lock();
             st.next_session += 1;

@@ -85,7 +85,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::backend::{Backend, BackendSession, SessionEvents};
+    use crate::backend::{Backend, DynSession, SessionEvents};
     use crate::MemoryBackend;
 
     /// A store that answers sessions but never answers a read.
@@ -97,11 +97,7 @@ mod tests {
         fn scheme(&self) -> &'static str {
             "silent"
         }
-        async fn open_session(
-            &self,
-            ttl: Duration,
-            events: SessionEvents,
-        ) -> Result<Arc<dyn BackendSession>> {
+        async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
             self.0.open_session(ttl, events).await
         }
         async fn leader(&self, _: &ElectionName) -> Result<Option<LeaderInfo>> {

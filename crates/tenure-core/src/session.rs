@@ -13,8 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::backend::{
-    BackendSession, CampaignMode, DynBackend, LeaderStream, MemberStream, SessionEvent,
-    SessionEvents,
+    CampaignMode, DynBackend, DynSession, LeaderStream, MemberStream, SessionEvent, SessionEvents,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::leadership::{GrantState, Leadership, LossReason};
@@ -65,7 +64,7 @@ pub(crate) struct SessionCore {
     backend: DynBackend,
     scheme: &'static str,
     timing: Timing,
-    current: RwLock<Arc<dyn BackendSession>>,
+    current: RwLock<DynSession>,
     generation: watch::Sender<u64>,
     base: Instant,
     /// Nanoseconds after `base` until which grants are valid.
@@ -440,7 +439,7 @@ async fn open_backend_session(
     backend: &DynBackend,
     timing: &Timing,
     events: SessionEvents,
-) -> Result<Arc<dyn BackendSession>> {
+) -> Result<DynSession> {
     with_timeout(timing, backend.open_session(timing.ttl, events))
         .await
         .map_err(|e| {
@@ -456,7 +455,7 @@ async fn open_backend_session(
 struct PendingCandidacy {
     core: Arc<SessionCore>,
     election: ElectionName,
-    session: Option<Arc<dyn BackendSession>>,
+    session: Option<DynSession>,
     lock: Option<OwnedMutexGuard<()>>,
 }
 
@@ -537,14 +536,14 @@ impl SessionCore {
         }
     }
 
-    fn current(&self) -> Arc<dyn BackendSession> {
+    fn current(&self) -> DynSession {
         match self.current.read() {
             Ok(g) => g.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
-    fn set_current(&self, bs: Arc<dyn BackendSession>) {
+    fn set_current(&self, bs: DynSession) {
         match self.current.write() {
             Ok(mut g) => *g = bs,
             Err(poisoned) => *poisoned.into_inner() = bs,

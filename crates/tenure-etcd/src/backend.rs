@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{
-    decode_record, revision_token, BackendSession, Published, SessionEvents,
-};
+use tenure_core::backend::{decode_record, revision_token, DynSession, Published, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
 };
@@ -124,11 +122,7 @@ impl Backend for EtcdBackend {
         Ok(())
     }
 
-    async fn open_session(
-        &self,
-        ttl: Duration,
-        events: SessionEvents,
-    ) -> Result<Arc<dyn BackendSession>> {
+    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
         let session = EtcdSession::open(self.shared.clone(), ttl, events).await?;
         Ok(Arc::new(session))
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::{AsyncConnectionConfig, Value};
-use tenure_core::backend::{BackendSession, Capabilities, Clause, SessionEvents};
+use tenure_core::backend::{Capabilities, Clause, DynSession, SessionEvents};
 use tenure_core::backend::{Published, Purpose, Requests};
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
@@ -229,11 +229,7 @@ impl Backend for RedisBackend {
         Ok(())
     }
 
-    async fn open_session(
-        &self,
-        ttl: Duration,
-        events: SessionEvents,
-    ) -> Result<Arc<dyn BackendSession>> {
+    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
         let session = RedisSession::open(self.shared.clone(), millis_up(ttl), events).await?;
         Ok(Arc::new(session))
     }

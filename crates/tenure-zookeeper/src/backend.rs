@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{BackendSession, Published, SessionEvents};
+use tenure_core::backend::{DynSession, Published, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
     Result, Retry, Timing,
@@ -182,11 +182,7 @@ impl Backend for ZooKeeperBackend {
         Ok(())
     }
 
-    async fn open_session(
-        &self,
-        ttl: Duration,
-        events: SessionEvents,
-    ) -> Result<Arc<dyn BackendSession>> {
+    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
         let session = ZkSession::open(self.shared.clone(), ttl, events).await?;
         Ok(Arc::new(session))
     }

@@ -119,6 +119,9 @@ pub fn membership_unsupported(scheme: &str) -> Error {
 /// A backend behind an `Arc`, as services hold it.
 pub type DynBackend = Arc<dyn Backend>;
 
+/// A backend session behind an `Arc`, as [`Backend::open_session`] returns it.
+pub type DynSession = Arc<dyn BackendSession>;
+
 /// A coordination store: opens sessions and lets anyone read and watch leaders.
 ///
 /// Implementations supply store primitives only; the core ([`Session`](crate::Session))
@@ -144,11 +147,7 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Open a session that the store keeps for `ttl` after each renewal. The backend
     /// reports losses it learns of by itself through `events`.
-    async fn open_session(
-        &self,
-        ttl: Duration,
-        events: SessionEvents,
-    ) -> Result<Arc<dyn BackendSession>>;
+    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession>;
 
     /// The current holder of `election`, if any.
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>>;
