@@ -62,23 +62,18 @@ impl AzureBackend {
                         .await
                         .map_err(|f| f.into_error(what))?;
                 } else {
-                    return Err(TAG
-                        .own(
-                            ErrorKind::InvalidArgument,
-                            format!(
+                    return Err(TAG.own(
+                        ErrorKind::InvalidArgument,
+                        format!(
                             "{what}: container {:?} does not exist and create_container is false",
                             config.container()
                         ),
-                        )
-                        .with_endpoint(&url));
+                    ));
                 }
             }
             Ok(())
         };
-        match tokio::time::timeout(limit, probe).await {
-            Ok(r) => r?,
-            Err(_) => return Err(TAG.timed_out(what, limit).with_endpoint(&url)),
-        }
+        TAG.connecting(limit, &url, probe).await?;
         tracing::debug!(%config, "connected to Azure Blob Storage");
         Ok(AzureBackend {
             shared: Arc::new(Shared::new(store, Layout::new(config.blob_prefix()))),

@@ -51,7 +51,7 @@ impl EtcdBackend {
         let limit = config.get_connect_timeout();
         let probe_key = format!("{}/", config.key_prefix());
         let connecting = async {
-            client.authenticate().await?;
+            client.authenticate().await.map_err(|e| map("connect", e))?;
             // A read under the prefix: proves the server answers and that the user may
             // read there.
             let probe = ops::page(
@@ -66,12 +66,10 @@ impl EtcdBackend {
                     ..probe
                 })
                 .await
+                .map_err(|e| map("connect", e))
         };
         let endpoint = config.endpoints().join(",");
-        match tokio::time::timeout(limit, connecting).await {
-            Ok(r) => r.map_err(|e| map("connect", e).with_endpoint(&endpoint))?,
-            Err(_) => return Err(TAG.timed_out("connect", limit).with_endpoint(&endpoint)),
-        };
+        TAG.connecting(limit, &endpoint, connecting).await?;
         tracing::debug!(%config, "connected to etcd");
         Ok(EtcdBackend {
             shared: Arc::new(Shared::new(client, config)),

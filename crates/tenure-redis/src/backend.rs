@@ -66,25 +66,19 @@ impl RedisBackend {
             let options = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(limit))
                 .set_response_timeout(Some(config.get_request_timeout()));
-            let client = target
-                .client()
-                .await
-                .map_err(|e| e.with_endpoint(&address))?;
+            let client = target.client().await?;
             let mut connection = client
                 .get_multiplexed_async_connection_with_config(&options)
                 .await
-                .map_err(|e| map("connect", e).with_endpoint(&address))?;
+                .map_err(|e| map("connect", e))?;
             READ_SCRIPT
                 .key(&probe_key)
                 .invoke_async::<Value>(&mut connection)
                 .await
-                .map_err(|e| map("connect", e).with_endpoint(&address))?;
+                .map_err(|e| map("connect", e))?;
             Ok::<_, Error>(())
         };
-        match tokio::time::timeout(limit, probe).await {
-            Ok(r) => r?,
-            Err(_) => return Err(TAG.timed_out("connect", limit).with_endpoint(&address)),
-        }
+        TAG.connecting(limit, &address, probe).await?;
         tracing::debug!(%config, "connected to Redis");
         let requests = Arc::new(Requests::new(
             TAG,

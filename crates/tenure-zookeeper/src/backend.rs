@@ -76,10 +76,7 @@ impl ZooKeeperBackend {
             Ok::<_, Error>(reader)
         };
         let hosts = config.connect_string();
-        let reader = match tokio::time::timeout(limit, setup).await {
-            Ok(r) => r.map_err(|e| e.with_endpoint(&hosts))?,
-            Err(_) => return Err(TAG.timed_out("connect", limit).with_endpoint(&hosts)),
-        };
+        let reader = TAG.connecting(limit, &hosts, setup).await?;
         tracing::debug!(%config, "connected to ZooKeeper");
         Ok(ZooKeeperBackend {
             shared: Arc::new(Shared::new(config, reader)),

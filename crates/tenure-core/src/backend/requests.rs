@@ -64,6 +64,21 @@ impl Tag {
         )
     }
 
+    /// Run a backend's connecting (`setup`: reach the store, check the credentials, …)
+    /// within `limit`; its error, or a timeout, comes back tagged with `endpoint`. Every
+    /// backend's connect is bounded this way: never a hang.
+    pub async fn connecting<T>(
+        self,
+        limit: Duration,
+        endpoint: &str,
+        setup: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(limit, setup).await {
+            Ok(r) => r.map_err(|e| e.with_endpoint(endpoint)),
+            Err(_) => Err(self.timed_out("connect", limit).with_endpoint(endpoint)),
+        }
+    }
+
     /// The error of a request on a session the caller closed.
     pub fn closed(self) -> Error {
         Error::closed().with_backend(self.scheme)
