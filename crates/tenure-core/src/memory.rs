@@ -13,7 +13,8 @@ use tokio::time::Instant;
 
 use crate::backend::config::{unknown_key, BackendUrl};
 use crate::backend::{
-    Backend, BackendSession, CampaignMode, DynSession, LeaderStream, MemberStream, SessionEvents,
+    Backend, BackendSession, CampaignMode, Capabilities, DynSession, LeaderStream, MemberStream,
+    SessionEvents,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
@@ -425,6 +426,14 @@ impl Backend for MemoryBackend {
         MEM_SCHEME
     }
 
+    fn capabilities(&self) -> Capabilities {
+        // Every batch is one request under the store's lock.
+        Capabilities {
+            batch: Some(usize::MAX),
+            ..Capabilities::full()
+        }
+    }
+
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
         let n = {
             let mut st = self.lock();
@@ -547,6 +556,13 @@ impl Backend for MemoryBackend {
 }
 
 /// A session of the in-memory store.
+/// Where a campaign stands after the store's side of it.
+enum Joined {
+    Granted(FencingToken),
+    Taken,
+    Queued(oneshot::Receiver<Result<FencingToken>>),
+}
+
 struct MemSession {
     backend: MemoryBackend,
     n: u64,
@@ -580,42 +596,15 @@ impl MemSession {
         mode: CampaignMode,
     ) -> Result<Option<FencingToken>> {
         self.pass_gate().await?;
-        let waiting = mode == CampaignMode::Wait;
-        let rx = {
+        let joined = {
             let mut guard = self.backend.lock();
-            let st = &mut *guard;
             self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
-            let s = st
-                .sessions
-                .get_mut(&self.n)
-                .ok_or_else(|| expired_error(&self.backend.store))?;
-            let el = st
-                .elections
-                .entry(election.clone())
-                .or_insert_with(ElectionEntry::new);
-            match &el.holder {
-                Some(h) if h.session == self.n => return Ok(Some(h.token)),
-                Some(_) if !waiting => return Ok(None),
-                _ => {}
-            }
-            if waiting {
-                el.waiters.retain(|w| w.session != self.n);
-            }
-            if el.holder.is_none() && el.waiters.is_empty() {
-                s.elections.insert(election.clone());
-                return Ok(Some(el.grant(self.n, candidate.clone())));
-            }
-            if !waiting {
-                return Ok(None);
-            }
-            s.elections.insert(election.clone());
-            let (tx, rx) = oneshot::channel();
-            el.waiters.push_back(Waiter {
-                session: self.n,
-                candidate: candidate.clone(),
-                grant: tx,
-            });
-            rx
+            self.join(&mut guard, election, candidate, mode)?
+        };
+        let rx = match joined {
+            Joined::Granted(token) => return Ok(Some(token)),
+            Joined::Taken => return Ok(None),
+            Joined::Queued(rx) => rx,
         };
         match rx.await {
             Ok(r) => {
@@ -627,6 +616,48 @@ impl MemSession {
             }
             Err(_) => Err(expired_error(&self.backend.store)),
         }
+    }
+
+    /// The store's side of a campaign, under its lock.
+    fn join(
+        &self,
+        st: &mut MemState,
+        election: &ElectionName,
+        candidate: &Candidate,
+        mode: CampaignMode,
+    ) -> Result<Joined> {
+        let waiting = mode == CampaignMode::Wait;
+        let s = st
+            .sessions
+            .get_mut(&self.n)
+            .ok_or_else(|| expired_error(&self.backend.store))?;
+        let el = st
+            .elections
+            .entry(election.clone())
+            .or_insert_with(ElectionEntry::new);
+        match &el.holder {
+            Some(h) if h.session == self.n => return Ok(Joined::Granted(h.token)),
+            Some(_) if !waiting => return Ok(Joined::Taken),
+            _ => {}
+        }
+        if waiting {
+            el.waiters.retain(|w| w.session != self.n);
+        }
+        if el.holder.is_none() && el.waiters.is_empty() {
+            s.elections.insert(election.clone());
+            return Ok(Joined::Granted(el.grant(self.n, candidate.clone())));
+        }
+        if !waiting {
+            return Ok(Joined::Taken);
+        }
+        s.elections.insert(election.clone());
+        let (tx, rx) = oneshot::channel();
+        el.waiters.push_back(Waiter {
+            session: self.n,
+            candidate: candidate.clone(),
+            grant: tx,
+        });
+        Ok(Joined::Queued(rx))
     }
 
     /// Wait at the gate: stalled requests wait, crashed ones never complete.
@@ -686,6 +717,25 @@ impl BackendSession for MemSession {
         candidate: &Candidate,
     ) -> Result<Option<FencingToken>> {
         self.enter(election, candidate, CampaignMode::TryOnce).await
+    }
+
+    /// One request for the whole batch: the store takes every seat under one lock.
+    async fn try_campaign_many(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        self.pass_gate().await?;
+        let mut guard = self.backend.lock();
+        self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
+        seats
+            .iter()
+            .map(|(election, candidate)| {
+                match self.join(&mut guard, election, candidate, CampaignMode::TryOnce)? {
+                    Joined::Granted(token) => Ok(Some(token)),
+                    _ => Ok(None),
+                }
+            })
+            .collect()
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {

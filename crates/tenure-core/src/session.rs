@@ -187,6 +187,97 @@ impl Session {
             .await
     }
 
+    /// Take each of `seats` that is free now, in as few store round trips as the
+    /// backend allows (see [`Capabilities::batch`](crate::backend::Capabilities::batch)):
+    /// one answer per seat, in order, `None` where another session holds or queues for
+    /// it. Each [`Leadership`] is as one from [`try_campaign`](Self::try_campaign), with
+    /// its own token. The same election twice, or one this session holds or is
+    /// campaigning for, is `InvalidArgument`; on an error no seat of the batch is kept.
+    pub async fn try_campaign_many(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<Leadership>>> {
+        let span = tracing::info_span!("tenure.try_campaign_many", seats = seats.len());
+        self.try_many_inner(seats).instrument(span).await
+    }
+
+    async fn try_many_inner(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<Leadership>>> {
+        let core = self.core();
+        core.check_open()?;
+        if seats.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut locks = Vec::with_capacity(seats.len());
+        let mut seen = std::collections::HashSet::with_capacity(seats.len());
+        for (election, _) in seats {
+            if !seen.insert(election) {
+                return Err(Error::invalid(format!(
+                    "election {election}: twice in one batch"
+                )));
+            }
+            core.settle_held(election).await?;
+            match core.election_lock(election).try_lock_owned() {
+                Ok(guard) => locks.push(guard),
+                Err(_) => {
+                    return Err(Error::invalid(format!(
+                        "election {election}: this session is already campaigning for it"
+                    )))
+                }
+            }
+        }
+        let started = Instant::now();
+        let bs = core.current();
+        let gen = *core.generation.borrow();
+        let mut pending = PendingCandidacy {
+            core: core.clone(),
+            elections: seats.iter().map(|(e, _)| e.clone()).collect(),
+            session: Some(bs.clone()),
+            locks,
+        };
+        let tokens = with_timeout(&core.timing, bs.try_campaign_many(seats))
+            .await
+            .map_err(|e| core.tag(e))?;
+        if tokens.len() != seats.len() {
+            return Err(core.tag(Error::new(
+                ErrorKind::Backend,
+                format!(
+                    "try_campaign_many: {} answers for {} seats",
+                    tokens.len(),
+                    seats.len()
+                ),
+            )));
+        }
+        pending.session = None;
+        let granted = seats.iter().zip(&tokens);
+        if *core.generation.borrow() != gen || Instant::now() >= core.deadline() {
+            // As for one seat: granted through a session whose renewal is overdue or that
+            // was replaced, so not safe to hold. Give them back.
+            let back: Vec<(ElectionName, Option<FencingToken>)> = granted
+                .filter_map(|((e, _), t)| t.map(|t| (e.clone(), Some(t))))
+                .collect();
+            tracing::warn!(
+                seats = back.len(),
+                "grants arrived after the local deadline; releasing them"
+            );
+            let _ = with_timeout(&core.timing, bs.resign_many(&back)).await;
+            return Err(core.tag(Error::new(
+                ErrorKind::Unavailable,
+                "session renewal is overdue; grants released",
+            )));
+        }
+        let leaderships = granted
+            .map(|((election, candidate), token)| {
+                token.map(|t| core.register(self, election, candidate, t))
+            })
+            .collect();
+        crate::metrics::campaign_finished(core.scheme, started.elapsed());
+        drop(pending);
+        Ok(leaderships)
+    }
+
     async fn campaign_inner(
         &self,
         election: &ElectionName,
@@ -195,20 +286,7 @@ impl Session {
     ) -> Result<Option<Leadership>> {
         let core = self.core();
         core.check_open()?;
-        if let Some(grant) = core.held_grant(election) {
-            if !grant.is_lost() {
-                return Err(Error::invalid(format!(
-                    "election {election}: this session already holds it"
-                )));
-            }
-            // A lost grant must be gone from the store before this session campaigns
-            // again, or the store could hand the old grant back.
-            if grant.release_claimed.swap(true, Ordering::SeqCst) {
-                grant.released.cancelled().await;
-            } else if let Err(e) = core.release(&grant).await {
-                tracing::warn!(election = %election, error = %e, "could not release a lost seat");
-            }
-        }
+        core.settle_held(election).await?;
         let lock = core.election_lock(election);
         let guard = match lock.try_lock_owned() {
             Ok(g) => g,
@@ -226,9 +304,9 @@ impl Session {
         let started = Instant::now();
         let mut pending = PendingCandidacy {
             core: core.clone(),
-            election: election.clone(),
+            elections: vec![election.clone()],
             session: None,
-            lock: Some(guard),
+            locks: vec![guard],
         };
         let mut generation = core.generation.subscribe();
         let mut attempt = 0u32;
@@ -454,27 +532,29 @@ async fn open_backend_session(
 /// Withdraws a candidacy whose campaign future was dropped, then frees the election lock.
 struct PendingCandidacy {
     core: Arc<SessionCore>,
-    election: ElectionName,
+    elections: Vec<ElectionName>,
     session: Option<DynSession>,
-    lock: Option<OwnedMutexGuard<()>>,
+    locks: Vec<OwnedMutexGuard<()>>,
 }
 
 impl Drop for PendingCandidacy {
     fn drop(&mut self) {
-        let (Some(bs), lock) = (self.session.take(), self.lock.take()) else {
+        let Some(bs) = self.session.take() else {
             return;
         };
+        let locks = std::mem::take(&mut self.locks);
         if self.core.abandoned.load(Ordering::SeqCst) {
             return;
         }
         let timing = self.core.timing.clone();
-        let election = self.election.clone();
+        let grants: Vec<(ElectionName, Option<FencingToken>)> =
+            self.elections.drain(..).map(|e| (e, None)).collect();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                if let Err(e) = with_timeout(&timing, bs.resign(&election, None)).await {
-                    tracing::warn!(election = %election, error = %e, "could not withdraw a cancelled candidacy");
+                if let Err(e) = with_timeout(&timing, bs.resign_many(&grants)).await {
+                    tracing::warn!(elections = grants.len(), error = %e, "could not withdraw a cancelled candidacy");
                 }
-                drop(lock);
+                drop(locks);
             });
         }
     }
@@ -577,6 +657,26 @@ impl SessionCore {
         }
     }
 
+    /// Before a campaign for `election`: refuse if this session holds it; if it held it
+    /// and lost it, wait until the seat is gone from the store, or the store could hand
+    /// the old grant back.
+    async fn settle_held(&self, election: &ElectionName) -> Result<()> {
+        let Some(grant) = self.held_grant(election) else {
+            return Ok(());
+        };
+        if !grant.is_lost() {
+            return Err(Error::invalid(format!(
+                "election {election}: this session already holds it"
+            )));
+        }
+        if grant.release_claimed.swap(true, Ordering::SeqCst) {
+            grant.released.cancelled().await;
+        } else if let Err(e) = self.release(&grant).await {
+            tracing::warn!(election = %election, error = %e, "could not release a lost seat");
+        }
+        Ok(())
+    }
+
     fn held_grant(&self, election: &ElectionName) -> Option<Arc<GrantState>> {
         self.lock_held().get(election).cloned()
     }
@@ -637,7 +737,6 @@ impl SessionCore {
         leadership
     }
 
-    /// Release a grant in the store (after its lost signal fired).
     /// Release a grant in the store (after its lost signal fired), then forget it.
     async fn release(&self, state: &GrantState) -> Result<()> {
         let result = self.release_in_store(state).await;

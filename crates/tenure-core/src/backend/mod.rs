@@ -213,6 +213,34 @@ pub trait BackendSession: Send + Sync + fmt::Debug + 'static {
     /// `None`, whatever candidacy or grant this session has. Idempotent.
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()>;
 
+    /// Take each of `seats` that is free right now, without queueing, as
+    /// [`try_campaign`](Self::try_campaign) does for one: one answer per seat, in order
+    /// (`Some(token)` granted, `None` held or queued for by another session). Each
+    /// granted seat has its own fencing token and the same at-most-one guarantee. A store
+    /// that can ask for many seats in one round trip (an etcd transaction, one Redis
+    /// script) overrides this and declares its batch size in
+    /// [`Capabilities::batch`]; the default asks seat by seat. On `Err`, some seats may
+    /// have been granted: the core then resigns every seat of the batch.
+    async fn try_campaign_many(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        let mut answers = Vec::with_capacity(seats.len());
+        for (election, candidate) in seats {
+            answers.push(self.try_campaign(election, candidate).await?);
+        }
+        Ok(answers)
+    }
+
+    /// Give up each of `grants`, as [`resign`](Self::resign) does for one. The default
+    /// resigns one by one; a store with batches overrides it.
+    async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
+        for (election, token) in grants {
+            self.resign(election, *token).await?;
+        }
+        Ok(())
+    }
+
     /// End the session in the store, releasing everything it holds (e.g. revoke the
     /// etcd lease). Idempotent.
     async fn close(&self) -> Result<()>;
@@ -364,6 +392,9 @@ pub struct Capabilities {
     pub observe_poll: Option<Duration>,
     /// Clauses this backend cannot keep, each with the reason.
     pub exceptions: Vec<(Clause, &'static str)>,
+    /// `Some(n)` if [`BackendSession::try_campaign_many`] asks for up to `n` seats in
+    /// one store round trip; `None` if it asks seat by seat (the default).
+    pub batch: Option<usize>,
 }
 
 impl Capabilities {

@@ -935,6 +935,97 @@ pub async fn check_many_elections_one_session(env: &Env) {
     assert_eq!(tokens.len(), 100);
 }
 
+/// Not a numbered clause but part of the session definition: `try_campaign_many` takes
+/// the free seats of a batch and only those (partial success: seats another session
+/// holds stay its own), each grant a leadership with its own token as from
+/// `try_campaign`; a store that declares [`Capabilities::batch`] asks in round trips,
+/// not seat by seat; a bad batch is refused whole.
+pub async fn check_batch_campaign(env: &Env) {
+    const SEATS: usize = 40;
+    let (sa, sb) = (env.session().await, env.session().await);
+    let elections: Vec<ElectionName> = (0..SEATS)
+        .map(|i| env.election(&format!("batch/{i:02}")))
+        .collect();
+    let taken = |i: usize| i % 7 == 3;
+    let mut held = Vec::new();
+    for (i, election) in elections.iter().enumerate().filter(|(i, _)| taken(*i)) {
+        held.push((i, campaign(&sa, election, &cand("a")).await));
+    }
+    let seats: Vec<(ElectionName, Candidate)> =
+        elections.iter().map(|e| (e.clone(), cand("b"))).collect();
+    let before = env.backend.election_requests();
+    let got = sb
+        .try_campaign_many(&seats)
+        .await
+        .expect("try_campaign_many");
+    let after = env.backend.election_requests();
+    assert_eq!(got.len(), SEATS, "one answer per seat");
+    for (i, answer) in got.iter().enumerate() {
+        match answer {
+            None => assert!(taken(i), "seat {i} was free but not granted"),
+            Some(l) => {
+                assert!(!taken(i), "seat {i} is held by a but was granted to b");
+                assert!(l.is_leader(), "seat {i}: granted but not leading");
+                assert_eq!(l.election(), &elections[i]);
+                let leader = env.backend.leader(&elections[i]).await.expect("leader");
+                assert_eq!(
+                    leader.map(|info| (info.id, info.token)),
+                    Some(("b".to_string(), l.token())),
+                    "seat {i}: the store names another leader or token"
+                );
+            }
+        }
+    }
+    for (i, l) in &held {
+        assert!(l.is_leader(), "a lost seat {i} to b's batch");
+        let leader = env.backend.leader(&elections[*i]).await.expect("leader");
+        assert_eq!(
+            leader.map(|info| info.id),
+            Some("a".to_string()),
+            "seat {i}"
+        );
+    }
+    let granted = got.iter().flatten().count();
+    if let (Some(batch), Some(before), Some(after)) = (env.caps().batch, before, after) {
+        // A round trip to take a chunk and one to withdraw its losers, plus at most one
+        // notification registration per grant.
+        let bound = 2 * SEATS.div_ceil(batch) + granted;
+        let used = usize::try_from(after - before).unwrap_or(usize::MAX);
+        assert!(
+            used <= bound,
+            "a batch of {SEATS} seats took {used} election requests (at most {bound} with batches of {batch})"
+        );
+        eprintln!(
+            "batch of {SEATS} on {}: {used} election requests",
+            env.backend.scheme()
+        );
+    }
+    // A seat b now holds, or the same election twice, refuses the whole batch.
+    let free = env.election("batch/free");
+    let again = [(elections[0].clone(), cand("b")), (free.clone(), cand("b"))];
+    let err = sb.try_campaign_many(&again).await.err().map(|e| e.kind());
+    assert_eq!(
+        err,
+        Some(ErrorKind::InvalidArgument),
+        "a batch with a held seat"
+    );
+    let twice = [(free.clone(), cand("b")), (free.clone(), cand("b"))];
+    let err = sb.try_campaign_many(&twice).await.err().map(|e| e.kind());
+    assert_eq!(
+        err,
+        Some(ErrorKind::InvalidArgument),
+        "a batch naming a seat twice"
+    );
+    assert_eq!(
+        env.backend.leader(&free).await.expect("leader"),
+        None,
+        "a refused batch took a seat"
+    );
+    for l in got.into_iter().flatten() {
+        l.resign().await.expect("resign");
+    }
+}
+
 fn member(id: &str, value: &str) -> Member {
     match Member::new(id, value) {
         Ok(m) => m,
@@ -1253,7 +1344,8 @@ macro_rules! conformance_tests {
             clause_12_bad_input => check_bad_input,
             clause_13_membership => check_membership,
             clause_13_membership_after_a_cut => check_membership_after_a_cut,
-            session_holds_many_elections => check_many_elections_one_session
+            session_holds_many_elections => check_many_elections_one_session,
+            session_takes_free_seats_in_batches => check_batch_campaign
         );
         #[tokio::test(flavor = "current_thread")]
         async fn clause_04_is_leader_honest_without_io() {
