@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{decode_record, revision_token, DynSession, Published, SessionEvents};
+use tenure_core::backend::{
+    decode_record, revision_token, Capabilities, DynSession, Published, SessionEvents,
+};
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
 };
@@ -105,6 +107,13 @@ tenure_core::store_constructors!(EtcdBackend, EtcdConfig);
 impl Backend for EtcdBackend {
     fn scheme(&self) -> &'static str {
         SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            batch: Some(crate::session::BATCH),
+            ..Capabilities::full()
+        }
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

@@ -20,6 +20,10 @@ use crate::proto::{KeyValue, TxnRequest, TxnResponse};
 use crate::shared::{lease_seconds, Shared};
 use crate::watcher::{Fired, KeyWatch, KeyWatcher};
 
+/// Seats per transaction of a batch: two operations each (a put and a read), within
+/// etcd's default limit of 128 operations per transaction (`--max-txn-ops`).
+pub(crate) const BATCH: usize = 64;
+
 /// The session handed to the core. Dropping it stops its background tasks.
 pub(crate) struct EtcdSession {
     inner: Arc<Inner>,
@@ -139,6 +143,50 @@ impl Inner {
             .requests
             .call(what, self.shared.client.txn(txn))
             .await
+    }
+
+    /// Take the free seats of `chunk` (at most [`BATCH`]) in one transaction: it creates
+    /// this session's key in each election and reads each election's first key; one more
+    /// transaction withdraws the keys that are not first. `None`, with nothing written,
+    /// if a key of this session already existed in one of the elections.
+    async fn try_chunk(
+        self: &Arc<Self>,
+        chunk: &[(ElectionName, Candidate)],
+    ) -> Result<Option<Vec<Option<FencingToken>>>> {
+        let keys: Vec<String> = chunk.iter().map(|(e, _)| self.key(e)).collect();
+        let mut txn = TxnRequest::default();
+        for ((election, candidate), key) in chunk.iter().zip(&keys) {
+            txn.compare.push(ops::created_at(key, 0));
+            txn.success
+                .push(op(ops::put(key, &encode_record(candidate), self.lease)));
+            let range = election_range(self.shared.prefix(), election);
+            txn.success.push(op(ops::first_by_create(&range)));
+        }
+        let resp = self.txn("try_campaign_many", txn).await?;
+        if !resp.succeeded {
+            return Ok(None);
+        }
+        // Every key of one transaction has its revision.
+        let revision = ops::revision(&resp.header);
+        let mut answers = Vec::with_capacity(chunk.len());
+        let mut withdraw = TxnRequest::default();
+        for (i, ((election, _), key)) in chunk.iter().zip(&keys).enumerate() {
+            let leads = ops::read_result(&resp, i)
+                .first()
+                .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision);
+            if leads {
+                let own_watch = self.watch_own(key, revision);
+                self.granted(election, revision, own_watch);
+                answers.push(Some(revision_token(revision)));
+            } else {
+                withdraw.success.push(op(ops::delete(key)));
+                answers.push(None);
+            }
+        }
+        if !withdraw.success.is_empty() {
+            self.txn("try_campaign_many: withdraw", withdraw).await?;
+        }
+        Ok(Some(answers))
     }
 
     /// Make sure this session's key exists for a new (or continuing) candidacy and return
@@ -434,6 +482,51 @@ impl BackendSession for EtcdSession {
         let txn = ops::delete_if_created_at(&key, revision);
         inner.txn("try_campaign: withdraw", txn).await?;
         Ok(None)
+    }
+
+    async fn try_campaign_many(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        let inner = &self.inner;
+        inner.life.check_open()?;
+        let mut answers = Vec::with_capacity(seats.len());
+        for chunk in seats.chunks(BATCH) {
+            match inner.try_chunk(chunk).await? {
+                Some(taken) => answers.extend(taken),
+                // A key of this session was already there (an earlier candidacy).
+                None => {
+                    for (election, candidate) in chunk {
+                        answers.push(self.try_campaign(election, candidate).await?);
+                    }
+                }
+            }
+        }
+        Ok(answers)
+    }
+
+    async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
+        let inner = &self.inner;
+        for chunk in grants.chunks(BATCH) {
+            let mut txn = TxnRequest::default();
+            for (election, token) in chunk {
+                inner.forget(election, *token);
+                let key = inner.key(election);
+                if let Some(t) = token {
+                    let revision = i64::try_from(t.0).unwrap_or(i64::MAX);
+                    txn.compare.push(ops::created_at(&key, revision));
+                }
+                txn.success.push(op(ops::delete(&key)));
+            }
+            if !inner.txn("resign", txn).await?.succeeded {
+                // One of the grants was already gone or replaced: resign seat by seat,
+                // so only the grants with those tokens go.
+                for (election, token) in chunk {
+                    self.resign(election, *token).await?;
+                }
+            }
+        }
+        Ok(())
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
