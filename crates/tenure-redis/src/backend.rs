@@ -210,7 +210,10 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full().except(Clause::AtMostOneHolder, DATA_LOSS)
+        Capabilities {
+            batch: Some(crate::session::BATCH),
+            ..Capabilities::full().except(Clause::AtMostOneHolder, DATA_LOSS)
+        }
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

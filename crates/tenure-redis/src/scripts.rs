@@ -27,6 +27,31 @@ local function wake_next(queue, channel, waits)
 end
 "#;
 
+/// The grant of a seat, shared by the acquire scripts: mint the next token (see
+/// [`ACQUIRE`]), write the seat for the session's TTL, leave the queue, and announce it.
+/// Returns the token as text.
+const GRANT: &str = r#"
+local function grant(seat, counter, queue, sid, ttl, id, value, channel, waits)
+  local t = redis.call('TIME')
+  local now_s = t[1] .. string.format('%06d', tonumber(t[2]))
+  local now = tonumber(now_s)
+  local last = tonumber(redis.call('GET', counter) or '0') or 0
+  local token
+  if last >= now then
+    token = redis.call('INCR', counter)
+  else
+    redis.call('SET', counter, now_s)
+    token = now
+  end
+  local token_s = string.format('%.0f', token)
+  redis.call('SET', seat, sid .. '\n' .. token_s .. '\n' .. id .. '\n' .. value, 'PX', ttl)
+  redis.call('ZREM', queue, sid)
+  redis.call('DEL', waits .. sid)
+  redis.call('PUBLISH', channel, 'taken ' .. token_s)
+  return token_s
+end
+"#;
+
 /// Take the seat if it is free (or already this session's), minting the next token;
 /// else, when waiting, join the queue.
 ///
@@ -70,23 +95,32 @@ if cur and string.sub(cur, 1, #sid + 1) ~= sid .. '\n' then
   end
   return {0, redis.call('PTTL', KEYS[1]), rank}
 end
-local t = redis.call('TIME')
-local now_s = t[1] .. string.format('%06d', tonumber(t[2]))
-local now = tonumber(now_s)
-local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local token
-if last >= now then
-  token = redis.call('INCR', KEYS[2])
-else
-  redis.call('SET', KEYS[2], now_s)
-  token = now
+return {1, grant(KEYS[1], KEYS[2], KEYS[3], sid, ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7])}
+"#;
+
+/// Take each free seat of a batch (or one already this session's), as [`ACQUIRE`] does
+/// without waiting, in one call.
+///
+/// KEYS: session, then seat, counter, queue for each seat. ARGV: session id, TTL ms,
+/// then candidate id, value, channel, waiter liveness key prefix for each seat.
+///
+/// Returns `{-1}` if the session is gone, else one entry per seat: the token of a grant,
+/// or `0` if someone else holds the seat.
+const ACQUIRE_MANY: &str = r#"
+local sid = ARGV[1]
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+local out = {}
+for i = 0, (#KEYS - 1) / 3 - 1 do
+  local seat, a = KEYS[2 + 3 * i], 3 + 4 * i
+  local cur = redis.call('GET', seat)
+  if cur and string.sub(cur, 1, #sid + 1) ~= sid .. '\n' then
+    out[i + 1] = 0
+  else
+    out[i + 1] = grant(seat, KEYS[3 + 3 * i], KEYS[4 + 3 * i], sid, ARGV[2],
+      ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+  end
 end
-local token_s = string.format('%.0f', token)
-redis.call('SET', KEYS[1], sid .. '\n' .. token_s .. '\n' .. ARGV[3] .. '\n' .. ARGV[4], 'PX', ARGV[2])
-redis.call('ZREM', KEYS[3], sid)
-redis.call('DEL', ARGV[7] .. sid)
-redis.call('PUBLISH', ARGV[6], 'taken ' .. token_s)
-return {1, token_s}
+return out
 "#;
 
 /// Delete the seat if this session holds it (with the given token, or any if empty),
@@ -232,7 +266,9 @@ return out
 "#;
 
 pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{COMMON}{ACQUIRE}")));
+    LazyLock::new(|| Script::new(&format!("{COMMON}{GRANT}{ACQUIRE}")));
+pub(crate) static ACQUIRE_MANY_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{COMMON}{GRANT}{ACQUIRE_MANY}")));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{COMMON}{RELEASE}")));
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));

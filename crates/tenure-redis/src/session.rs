@@ -15,13 +15,18 @@ use tokio_util::sync::DropGuard;
 use crate::error::{session_gone, unexpected, TAG};
 use crate::keys::{millis_up, new_session_id, session_key, ElectionKeys};
 use crate::scripts::{
-    ACQUIRE_SCRIPT, CLOSE_SCRIPT, REGISTER_SCRIPT, RELEASE_SCRIPT, RENEW_SCRIPT, UNREGISTER_SCRIPT,
+    ACQUIRE_MANY_SCRIPT, ACQUIRE_SCRIPT, CLOSE_SCRIPT, REGISTER_SCRIPT, RELEASE_SCRIPT,
+    RENEW_SCRIPT, UNREGISTER_SCRIPT,
 };
 use crate::shared::{as_int, Shared};
 
 /// How many seats one renewal script call covers; more are renewed by further calls
 /// sent at the same time on the same connection (still one round trip).
 const RENEW_BATCH: usize = 20_000;
+
+/// Seats taken per call of the batch acquire script: kept short, since Redis runs
+/// nothing else while a script runs.
+pub(crate) const BATCH: usize = 256;
 
 /// The session handed to the core. Dropping it ends its waiting campaigns.
 pub(crate) struct RedisSession {
@@ -173,6 +178,37 @@ impl Inner {
         parse_acquire(&reply)
     }
 
+    /// Run the batch acquire script once for `chunk`: one answer per seat.
+    async fn acquire_many(
+        &self,
+        chunk: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        let shared = &self.shared;
+        let mut invocation = ACQUIRE_MANY_SCRIPT.key(&self.key);
+        invocation.arg(&self.id).arg(self.ttl_ms);
+        for (election, candidate) in chunk {
+            let keys = shared.keys(election);
+            invocation
+                .key(&keys.seat)
+                .key(&keys.counter)
+                .key(&keys.queue)
+                .arg(candidate.id())
+                .arg(candidate.value())
+                .arg(&keys.channel)
+                .arg(&keys.waits);
+        }
+        let reply = shared
+            .conn
+            .script_replicated(
+                Purpose::Election,
+                "try_campaign_many",
+                &invocation,
+                shared.config.guard(),
+            )
+            .await?;
+        parse_acquire_many(&reply, chunk.len(), &self.id)
+    }
+
     /// Remove this session's entries `ids` of `namespace` (all of them if `ids` is
     /// empty).
     async fn unregister(&self, namespace: &ElectionName, ids: &[String]) -> Result<()> {
@@ -242,6 +278,28 @@ impl Inner {
             other => Err(unexpected("keep-alive", format!("{other:?}"))),
         }
     }
+}
+
+/// The batch script's answer for `seats` seats: a token per granted seat.
+fn parse_acquire_many(reply: &Value, seats: usize, id: &str) -> Result<Vec<Option<FencingToken>>> {
+    let bad = || unexpected("try_campaign_many", format!("{reply:?}"));
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    if items.first().and_then(as_int) == Some(-1) {
+        return Err(session_gone("try_campaign_many", id));
+    }
+    if items.len() != seats {
+        return Err(bad());
+    }
+    items
+        .iter()
+        .map(|item| match as_int(item) {
+            Some(0) => Ok(None),
+            Some(t) if t > 0 => Ok(Some(FencingToken(t as u64))),
+            _ => Err(bad()),
+        })
+        .collect()
 }
 
 fn parse_acquire(reply: &Value) -> Result<Acquired> {
@@ -357,6 +415,25 @@ impl BackendSession for RedisSession {
         }
     }
 
+    async fn try_campaign_many(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        let inner = &self.inner;
+        inner.life.check_open()?;
+        let mut answers = Vec::with_capacity(seats.len());
+        for chunk in seats.chunks(BATCH) {
+            let taken = inner.acquire_many(chunk).await?;
+            for ((election, _), token) in chunk.iter().zip(&taken) {
+                if let Some(token) = token {
+                    inner.granted(election, *token);
+                }
+            }
+            answers.extend(taken);
+        }
+        Ok(answers)
+    }
+
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
         let inner = &self.inner;
         {
@@ -470,6 +547,20 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn batch_acquire_replies() {
+        let reply = Value::Array(vec![bulk("1780000000000001"), Value::Int(0), bulk("17")]);
+        let got = parse_acquire_many(&reply, 3, "s").unwrap();
+        assert_eq!(
+            got,
+            [Some(FencingToken(1_780_000_000_000_001)), None, Some(FencingToken(17))]
+        );
+        let gone = parse_acquire_many(&Value::Array(vec![Value::Int(-1)]), 3, "s");
+        assert_eq!(gone.err().map(|e| e.kind()), Some(ErrorKind::SessionExpired));
+        let short = parse_acquire_many(&Value::Array(vec![Value::Int(0)]), 2, "s");
+        assert_eq!(short.err().map(|e| e.kind()), Some(ErrorKind::Backend));
     }
 
     #[test]
