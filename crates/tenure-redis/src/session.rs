@@ -555,10 +555,17 @@ mod tests {
         let got = parse_acquire_many(&reply, 3, "s").unwrap();
         assert_eq!(
             got,
-            [Some(FencingToken(1_780_000_000_000_001)), None, Some(FencingToken(17))]
+            [
+                Some(FencingToken(1_780_000_000_000_001)),
+                None,
+                Some(FencingToken(17))
+            ]
         );
         let gone = parse_acquire_many(&Value::Array(vec![Value::Int(-1)]), 3, "s");
-        assert_eq!(gone.err().map(|e| e.kind()), Some(ErrorKind::SessionExpired));
+        assert_eq!(
+            gone.err().map(|e| e.kind()),
+            Some(ErrorKind::SessionExpired)
+        );
         let short = parse_acquire_many(&Value::Array(vec![Value::Int(0)]), 2, "s");
         assert_eq!(short.err().map(|e| e.kind()), Some(ErrorKind::Backend));
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{DynSession, Published, SessionEvents};
+use tenure_core::backend::{Capabilities, DynSession, Published, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
     Result, Retry, Timing,
@@ -157,6 +157,13 @@ impl ZooKeeperBackend {
 impl Backend for ZooKeeperBackend {
     fn scheme(&self) -> &'static str {
         SCHEME
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            batch: Some(crate::session::BATCH),
+            ..Capabilities::full()
+        }
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

@@ -13,7 +13,10 @@ use tenure_core::backend::{
     encode_record, revision_token, BackendSession, CampaignMode, Purpose, SessionEvents,
 };
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result};
-use zookeeper_client::{Acls, Client, CreateMode, EventType, SessionState, WatchedEvent};
+use zookeeper_client::{
+    Acls, Client, CreateMode, Error as ZkError, EventType, MultiReadResult, MultiWriteResult,
+    SessionState, WatchedEvent,
+};
 
 use crate::error::TAG;
 use crate::members::{namespace_dir, parse_registration, registration_prefix};
@@ -28,6 +31,10 @@ struct Node {
     /// Creation zxid: the fencing token once it leads.
     czxid: i64,
 }
+
+/// Seats per multi of a batch: well within ZooKeeper's request size limit
+/// (`jute.maxbuffer`, 1 MiB by default) for the longest names and values.
+pub(crate) const BATCH: usize = 128;
 
 /// A ZooKeeper session holding any number of candidacies.
 pub(crate) struct ZkSession {
@@ -433,6 +440,115 @@ impl ZkSession {
         }
     }
 
+    /// Take the free seats of `chunk` (at most [`BATCH`]) in four round trips whatever
+    /// its size: one multi-read of every election's queue (a seat with a queue is taken:
+    /// trying never queues), one multi creating this session's node in the others, one
+    /// multi-read of those queues and of the new nodes (for their creation zxids), and
+    /// one multi withdrawing the nodes that are not first. Missing election directories
+    /// are made in between (once per election); a seat this session already has a node
+    /// in goes the one-seat way.
+    async fn try_chunk(
+        &self,
+        chunk: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        const WHAT: &str = "try_campaign_many";
+        let client = self.client()?;
+        let bad = |e| crate::error::map(WHAT, e);
+        let dirs: Vec<String> = chunk.iter().map(|(e, _)| election_dir(e)).collect();
+        let mut answers = vec![None; chunk.len()];
+        let mut reader = client.new_multi_reader();
+        for dir in &dirs {
+            reader.add_get_children(dir).map_err(bad)?;
+        }
+        let queues = self.shared.requests.call(WHAT, reader.commit()).await?;
+        let (mut free, mut missing) = (Vec::new(), Vec::new());
+        for (i, queue) in queues.into_iter().enumerate() {
+            let (election, candidate) = &chunk[i];
+            if self.node(election).is_some() {
+                answers[i] = self.run(election, candidate, CampaignMode::TryOnce).await?;
+                continue;
+            }
+            match queue {
+                MultiReadResult::Children { children } => {
+                    if !children.iter().any(|c| sequence_of(c).is_some()) {
+                        free.push(i);
+                    }
+                }
+                MultiReadResult::Error {
+                    err: ZkError::NoNode,
+                } => {
+                    missing.push(dirs[i].as_str());
+                    free.push(i);
+                }
+                MultiReadResult::Error { err } => return Err(bad(err)),
+                _ => return Err(self.unexpected(WHAT)),
+            }
+        }
+        if free.is_empty() {
+            return Ok(answers);
+        }
+        self.shared.make_dirs(&client, WHAT, &missing).await?;
+        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let records: Vec<Vec<u8>> = free.iter().map(|&i| encode_record(&chunk[i].1)).collect();
+        let mut writer = client.new_multi_writer();
+        for (&i, record) in free.iter().zip(&records) {
+            let path = format!("{}/{}", dirs[i], self.prefix);
+            writer.add_create(&path, record, &options).map_err(bad)?;
+        }
+        let commit = async { writer.commit().await.map_err(ZkError::from) };
+        let created = self.shared.requests.call(WHAT, commit).await?;
+        let mut paths = Vec::with_capacity(free.len());
+        for result in created {
+            match result {
+                MultiWriteResult::Create { path, .. } => paths.push(path),
+                _ => return Err(self.unexpected(WHAT)),
+            }
+        }
+        // The creates' stats may be empty (ZOOKEEPER-4026): read the zxids back.
+        let mut reader = client.new_multi_reader();
+        for (&i, path) in free.iter().zip(&paths) {
+            reader.add_get_children(&dirs[i]).map_err(bad)?;
+            reader.add_get_data(path).map_err(bad)?;
+        }
+        let read = self.shared.requests.call(WHAT, reader.commit()).await?;
+        let mut withdraw = client.new_multi_writer();
+        let mut losers = 0;
+        for ((&i, path), pair) in free.iter().zip(&paths).zip(read.chunks(2)) {
+            let (MultiReadResult::Children { children }, MultiReadResult::Data { stat, .. }) =
+                (&pair[0], &pair[1])
+            else {
+                return Err(self.unexpected(WHAT));
+            };
+            let name = path.rsplit('/').next().unwrap_or_default().to_string();
+            let first = sorted_latches(children.clone()).into_iter().next();
+            if first.as_deref() == Some(name.as_str()) {
+                let election = &chunk[i].0;
+                let node = Node {
+                    name,
+                    czxid: stat.czxid,
+                };
+                self.set_node(election, Some(node.clone()));
+                answers[i] = Some(self.granted(election, path, &node, None));
+            } else {
+                withdraw.add_delete(path, None).map_err(bad)?;
+                losers += 1;
+            }
+        }
+        if losers > 0 {
+            let commit = async { withdraw.commit().await.map_err(ZkError::from) };
+            self.shared.requests.call(WHAT, commit).await?;
+        }
+        Ok(answers)
+    }
+
+    /// An answer of ZooKeeper that does not fit the request `what`.
+    fn unexpected(&self, what: &str) -> Error {
+        TAG.own(
+            ErrorKind::Backend,
+            format!("{what}: an answer that does not fit the request"),
+        )
+    }
+
     /// Record the grant of `node` and guard it: a task waits for the node's exists watch
     /// (`watch`, or a new one) and reports the election lost if the node is deleted by
     /// anyone but this session (an operator, say). Returns the token.
@@ -607,6 +723,17 @@ impl BackendSession for ZkSession {
         candidate: &Candidate,
     ) -> Result<Option<FencingToken>> {
         self.run(election, candidate, CampaignMode::TryOnce).await
+    }
+
+    async fn try_campaign_many(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        let mut answers = Vec::with_capacity(seats.len());
+        for chunk in seats.chunks(BATCH) {
+            answers.extend(self.try_chunk(chunk).await?);
+        }
+        Ok(answers)
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {

@@ -2,13 +2,15 @@
 //! open sessions, the request count, and the calls every part makes (connecting a
 //! client, running a request with the timeout, reading a leader).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure_core::backend::{decode_record, revision_token, Requests};
 use tenure_core::{Error, ErrorKind, LeaderInfo, Result};
-use zookeeper_client::{Acls, Client, CreateMode, CreateSequence, SessionInfo, Stat};
+use zookeeper_client::{
+    Acls, Client, CreateMode, CreateSequence, Error as ZkError, MultiReadResult, SessionInfo, Stat,
+};
 
 use crate::config::ZooKeeperConfig;
 use crate::error::{map, TAG};
@@ -112,6 +114,65 @@ impl Shared {
                 }
                 created => return created,
             }
+        }
+    }
+
+    /// Make each of `dirs` (absolute, with their parents) for the request `what` in two
+    /// round trips whatever their number: one multi-read finds the missing ones, one
+    /// multi creates them, parents first. Should another session make one of them
+    /// meanwhile, the rest are made one by one.
+    pub(crate) async fn make_dirs(&self, client: &Client, what: &str, dirs: &[&str]) -> Result<()> {
+        let mut paths = BTreeSet::new();
+        for dir in dirs {
+            let mut path = String::new();
+            for (depth, segment) in dir.split('/').filter(|s| !s.is_empty()).enumerate() {
+                path.push('/');
+                path.push_str(segment);
+                paths.insert((depth, path.clone()));
+            }
+        }
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let bad = |e| map(what, e);
+        let mut reader = client.new_multi_reader();
+        for (_, path) in &paths {
+            reader.add_get_data(path).map_err(bad)?;
+        }
+        let found = self.requests.call(what, reader.commit()).await?;
+        let missing: Vec<&str> = paths
+            .iter()
+            .zip(found)
+            .filter(|(_, r)| {
+                matches!(
+                    r,
+                    MultiReadResult::Error {
+                        err: ZkError::NoNode
+                    }
+                )
+            })
+            .map(|((_, path), _)| path.as_str())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let parents = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        let mut writer = client.new_multi_writer();
+        for path in &missing {
+            writer.add_create(path, &[], &parents).map_err(bad)?;
+        }
+        let commit = async { writer.commit().await.map_err(ZkError::from) };
+        match self.requests.call(what, commit).await {
+            Err(e) if is_node_exists(&e) => {
+                for path in missing {
+                    match self.requests.call(what, client.mkdir(path, &parents)).await {
+                        Err(e) if !is_node_exists(&e) => return Err(e),
+                        _ => {}
+                    }
+                }
+                Ok(())
+            }
+            made => made.map(drop),
         }
     }
 
