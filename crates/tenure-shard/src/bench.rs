@@ -61,6 +61,7 @@ impl Backend for CountingBackend {
         Ok(Arc::new(CountingSession {
             inner,
             count: self.count.clone(),
+            batch: self.inner.capabilities().batch.unwrap_or(1).max(1),
         }))
     }
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
@@ -85,11 +86,19 @@ impl Backend for CountingBackend {
 struct CountingSession {
     inner: Arc<dyn BackendSession>,
     count: Arc<AtomicU64>,
+    /// Seats per round trip of the batch calls (1 where the store asks seat by seat).
+    batch: usize,
 }
 
 impl CountingSession {
     fn tick(&self) {
         self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A batch of `seats` costs one request per `batch` of them.
+    fn tick_batch(&self, seats: usize) {
+        let requests = seats.div_ceil(self.batch) as u64;
+        self.count.fetch_add(requests, Ordering::Relaxed);
     }
 }
 
@@ -121,6 +130,17 @@ impl BackendSession for CountingSession {
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
         self.tick();
         self.inner.resign(election, token).await
+    }
+    async fn try_campaign_many(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        self.tick_batch(seats.len());
+        self.inner.try_campaign_many(seats).await
+    }
+    async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
+        self.tick_batch(grants.len());
+        self.inner.resign_many(grants).await
     }
     async fn close(&self) -> Result<()> {
         self.tick();

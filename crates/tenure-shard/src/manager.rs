@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use tenure_core::{
-    Candidate, DynBackend, Error, ErrorKind, FencingToken, Leadership, LeadershipWatch, LossReason,
-    Member, MemberStream, Result, Session,
+    Candidate, DynBackend, ElectionName, Error, ErrorKind, FencingToken, Leadership,
+    LeadershipWatch, LossReason, Member, MemberStream, Result, Session,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -86,6 +86,8 @@ enum Internal {
     /// A campaign got its permit and is about to reach the store.
     Started(usize),
     Granted(usize, Result<Leadership>),
+    /// The answer to one batch of tries for free shards, shard by shard.
+    Tried(Vec<usize>, Result<Vec<Option<Leadership>>>),
     Lost(usize, FencingToken, LossReason),
 }
 
@@ -296,6 +298,8 @@ impl ShardManagerBuilder {
             next_plan_at: Instant::now(),
             held: ByShard::default(),
             campaigning: ByShard::default(),
+            trying: ShardSet::new(shards),
+            to_try: Vec::new(),
             permits: Arc::new(tokio::sync::Semaphore::new(self.campaign_limit)),
             failures: ByShard::default(),
             retry_at: Some(Instant::now() + self.startup_quiet),
@@ -515,6 +519,10 @@ impl std::hash::Hasher for ShardHasher {
 /// A map keyed by shard index.
 type ByShard<V> = HashMap<usize, V, BuildHasherDefault<ShardHasher>>;
 
+/// Free shards asked for in one `try_campaign_many` (the session splits it further into
+/// the backend's own batch size).
+const TRY_BATCH: usize = 1024;
+
 /// Shards to look at again: each marked once, or all of them.
 struct Dirty {
     all: bool,
@@ -617,6 +625,11 @@ struct Controller {
     next_plan_at: Instant,
     held: ByShard<Held>,
     campaigning: ByShard<JoinHandle<()>>,
+    /// Shards asked for in a batch of tries (in flight, or waiting in `to_try` for the
+    /// end of this reconcile): free in the view, so taken without queueing, many per
+    /// store round trip.
+    trying: ShardSet,
+    to_try: Vec<usize>,
     /// Bounds the campaigns in flight, so a node that must take thousands of shards
     /// at once does not swamp the store (and its own renewals).
     permits: Arc<tokio::sync::Semaphore>,
@@ -828,9 +841,40 @@ impl Controller {
     }
 
     fn handle(&mut self, msg: Internal) {
-        let (Internal::Started(s) | Internal::Granted(s, _) | Internal::Lost(s, _, _)) = &msg;
-        self.dirty.mark(*s);
+        match &msg {
+            Internal::Started(s) | Internal::Granted(s, _) | Internal::Lost(s, _, _) => {
+                self.dirty.mark(*s)
+            }
+            Internal::Tried(shards, _) => shards.iter().for_each(|s| self.dirty.mark(*s)),
+        }
         match msg {
+            Internal::Tried(shards, answers) => {
+                for &s in &shards {
+                    self.trying.set(s, false);
+                }
+                match answers {
+                    // Granted seats count as grants. The others were taken after all
+                    // (the view was behind): queue for them now, rather than try
+                    // again while the view still says they are free. The next look
+                    // withdraws the campaign if the shard is no longer this node's.
+                    Ok(answers) => {
+                        for (s, answer) in shards.into_iter().zip(answers) {
+                            match answer {
+                                Some(leadership) => {
+                                    self.handle(Internal::Granted(s, Ok(leadership)))
+                                }
+                                None if !self.held.contains_key(&s) => self.start_campaign(s),
+                                None => {}
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        for s in shards {
+                            self.handle(Internal::Granted(s, Err(e.clone())));
+                        }
+                    }
+                }
+            }
             Internal::Started(s) => {
                 if self.campaigning.contains_key(&s) {
                     self.set_campaigning(s, true);
@@ -950,6 +994,7 @@ impl Controller {
         for s in self.dirty.take() {
             self.examine(s, &view, &plan, now);
         }
+        self.try_free_shards();
         self.run_handoffs(&view, &plan);
         if self.mine_changed {
             self.mine_changed = false;
@@ -986,8 +1031,14 @@ impl Controller {
         if mine {
             let blocked = self.failures.get(&s).is_some_and(|(_, at)| *at > now);
             let starting = self.startup.is_some();
-            if !holding && !self.campaigning.contains_key(&s) && !blocked && !starting {
-                self.start_campaign(s);
+            let asked = self.campaigning.contains_key(&s) || self.trying.contains(s);
+            if !holding && !asked && !blocked && !starting {
+                if view.holders.get(s).is_none() && !self.failures.contains_key(&s) {
+                    self.trying.set(s, true);
+                    self.to_try.push(s);
+                } else {
+                    self.start_campaign(s);
+                }
             }
             return;
         }
@@ -1043,6 +1094,29 @@ impl Controller {
             let _ = tx.send(Internal::Granted(s, r));
         });
         self.campaigning.insert(s, task);
+    }
+
+    /// Ask for the shards gathered in `to_try` in batches, each batch one task holding
+    /// one campaign permit: the session sends a batch in as few store round trips as
+    /// the backend allows (`Session::try_campaign_many`).
+    fn try_free_shards(&mut self) {
+        for batch in std::mem::take(&mut self.to_try).chunks(TRY_BATCH) {
+            let shards = batch.to_vec();
+            let seats: Vec<(ElectionName, Candidate)> = shards
+                .iter()
+                .map(|&s| (self.layout.elections[s].clone(), self.candidate.clone()))
+                .collect();
+            let session = self.session.clone();
+            let tx = self.internal_tx.clone();
+            let permits = self.permits.clone();
+            tokio::spawn(async move {
+                let Ok(_permit) = permits.acquire_owned().await else {
+                    return;
+                };
+                let answers = session.try_campaign_many(&seats).await;
+                let _ = tx.send(Internal::Tried(shards, answers));
+            });
+        }
     }
 
     /// Start the queued handoffs the token bucket allows, each checked again first.

@@ -2,10 +2,12 @@
 //! scenarios of `tenure_shard::testing` (256 shards, 5 nodes, replication 3) plus
 //! weights, misconfigured members, snapshots and the read-only map.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::{MemoryBackend, Timing};
+use tenure_shard::bench::CountingBackend;
 use tenure_shard::testing::{
     check_cold_start, check_crash, check_drain, check_join, check_quiet, same_backend, timing,
     Cluster, ShardEnv,
@@ -135,4 +137,29 @@ async fn the_scenarios_hold_at_100_000_shards() {
     env.settle = Duration::from_secs(600);
     check_join(&env).await;
     check_crash(&env).await;
+}
+
+/// A cold start takes the free shards in batches: the store sees far fewer requests
+/// than there are shards (one per shard before batching), renewals included.
+#[tokio::test(start_paused = true)]
+async fn a_cold_start_takes_free_shards_in_batches() {
+    let count = Arc::new(AtomicU64::new(0));
+    let counted: tenure_core::DynBackend = Arc::new(CountingBackend::new(
+        Arc::new(MemoryBackend::new()),
+        count.clone(),
+    ));
+    let mut env = ShardEnv::memory();
+    env.connect = same_backend(counted);
+    env.shards = 4_000;
+    env.nodes = 4;
+    let before = count.load(Ordering::Relaxed);
+    let c = env.started().await;
+    let requests = count.load(Ordering::Relaxed) - before;
+    c.check_balanced().await;
+    assert!(
+        requests < (env.shards / 4) as u64,
+        "{requests} store requests to start {} shards",
+        env.shards
+    );
+    c.close_all().await;
 }
