@@ -225,13 +225,21 @@ impl Leadership {
     /// Resign: the lost signal fires first (reason [`LossReason::Resigned`]), then the
     /// seat is released in the store so the next waiter is granted.
     pub async fn resign(self) -> Result<()> {
+        let session = self.session.clone();
+        let state = self.end();
+        session.release(&state).await
+    }
+
+    /// Fire the lost signal ([`LossReason::Resigned`]) and take the release of the seat
+    /// on oneself: the caller releases the returned grant in the store.
+    pub(crate) fn end(self) -> Arc<GrantState> {
         let state = self.state.clone();
         let session = self.session.clone();
-        // Drop runs next and only fires the signal; we do the release ourselves.
+        // Drop runs next and only fires the signal; the caller does the release.
         state.release_claimed.store(true, Ordering::SeqCst);
         drop(self);
         state.fire(LossReason::Resigned, session.core().loss_instant());
-        session.release(&state).await
+        state
     }
 }
 

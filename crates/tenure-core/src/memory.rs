@@ -739,13 +739,20 @@ impl BackendSession for MemSession {
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        self.resign_many(&[(election.clone(), token)]).await
+    }
+
+    /// One request for the whole batch, under the store's lock.
+    async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
         self.pass_gate().await?;
         let mut guard = self.backend.lock();
         let st = &mut *guard;
         self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
-        if let Some(el) = st.elections.get_mut(election) {
-            if el.release(self.n, token) {
-                el.advance();
+        for (election, token) in grants {
+            if let Some(el) = st.elections.get_mut(election) {
+                if el.release(self.n, *token) {
+                    el.advance();
+                }
             }
         }
         Ok(())

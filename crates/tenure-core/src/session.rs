@@ -476,6 +476,27 @@ impl Session {
     pub(crate) async fn release(&self, state: &GrantState) -> Result<()> {
         self.core().release(state).await
     }
+
+    /// Resign every one of `leaderships`, as [`Leadership::resign`] does for one, in as
+    /// few store round trips as the backend allows
+    /// ([`Capabilities::batch`](crate::backend::Capabilities::batch)): every lost signal
+    /// fires first ([`LossReason::Resigned`]), then the seats are released. Where the
+    /// batch fails, the seats are released one by one (with the retries of a single
+    /// resign). A leadership of another session is resigned through its own. The first
+    /// error is returned; every leadership is resigned either way.
+    pub async fn resign_many(&self, leaderships: Vec<Leadership>) -> Result<()> {
+        let core = self.core();
+        let (mine, others): (Vec<Leadership>, Vec<Leadership>) = leaderships
+            .into_iter()
+            .partition(|l| Arc::ptr_eq(l.session.core(), core));
+        let mut result = Ok(());
+        for other in others {
+            result = result.and(other.resign().await);
+        }
+        let states: Vec<Arc<GrantState>> = mine.into_iter().map(Leadership::end).collect();
+        let span = tracing::info_span!("tenure.resign_many", seats = states.len());
+        result.and(core.release_many(&states).instrument(span).await)
+    }
 }
 
 /// The next backend event, or never once the backend dropped its sender.
@@ -740,6 +761,42 @@ impl SessionCore {
     /// Release a grant in the store (after its lost signal fired), then forget it.
     async fn release(&self, state: &GrantState) -> Result<()> {
         let result = self.release_in_store(state).await;
+        self.forget(state);
+        result
+    }
+
+    /// Release grants in the store (after their lost signals fired) with one batch
+    /// call, seat by seat where it fails, then forget them.
+    async fn release_many(&self, states: &[Arc<GrantState>]) -> Result<()> {
+        let mut result = Ok(());
+        if !(self.abandoned.load(Ordering::SeqCst) || self.stop_all.is_cancelled()) {
+            let grants: Vec<(ElectionName, Option<FencingToken>)> = states
+                .iter()
+                .map(|s| (s.election.clone(), Some(s.token)))
+                .collect();
+            match with_timeout(&self.timing, self.current().resign_many(&grants)).await {
+                Ok(()) => {}
+                // Gone with the session, or the session was closed: nothing to release.
+                Err(e) if matches!(e.kind(), ErrorKind::SessionExpired | ErrorKind::Closed) => {}
+                Err(e) => {
+                    tracing::debug!(seats = states.len(), error = %e, "batch resign failed; releasing seat by seat");
+                    for state in states {
+                        if let Err(e) = self.release_in_store(state).await {
+                            result = result.and(Err(e));
+                        }
+                    }
+                }
+            }
+        }
+        for state in states {
+            self.forget(state);
+        }
+        result
+    }
+
+    /// Drop a released grant from the held map (unless the seat was granted again
+    /// since) and say it is released.
+    fn forget(&self, state: &GrantState) {
         {
             let mut held = self.lock_held();
             if held
@@ -750,7 +807,6 @@ impl SessionCore {
             }
         }
         state.released.cancel();
-        result
     }
 
     async fn release_in_store(&self, state: &GrantState) -> Result<()> {

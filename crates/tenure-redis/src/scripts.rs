@@ -123,24 +123,44 @@ end
 return out
 "#;
 
-/// Delete the seat if this session holds it (with the given token, or any if empty),
-/// leave the queue, and wake the next live waiter.
+/// The release of a seat, shared by the release scripts: delete the seat if session
+/// `sid` holds it (with token `token`, or any if empty), leave the queue, and wake the
+/// next live waiter. Returns 1 if the seat was freed, else 0.
+const UNSEAT: &str = r#"
+local function unseat(seat, queue, sid, token, channel, waits)
+  redis.call('ZREM', queue, sid)
+  redis.call('DEL', waits .. sid)
+  local p = sid .. '\n'
+  if token ~= '' then p = p .. token .. '\n' end
+  local cur = redis.call('GET', seat)
+  if cur and string.sub(cur, 1, #p) == p then
+    redis.call('DEL', seat)
+    wake_next(queue, channel, waits)
+    return 1
+  end
+  return 0
+end
+"#;
+
+/// Release one seat (see [`UNSEAT`]).
 ///
 /// KEYS: seat, queue. ARGV: session id, token or "", channel, waiter liveness key prefix.
 /// Returns 1 if the seat was freed, else 0.
 const RELEASE: &str = r#"
-local sid = ARGV[1]
-redis.call('ZREM', KEYS[2], sid)
-redis.call('DEL', ARGV[4] .. sid)
-local p = sid .. '\n'
-if ARGV[2] ~= '' then p = p .. ARGV[2] .. '\n' end
-local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #p) == p then
-  redis.call('DEL', KEYS[1])
-  wake_next(KEYS[2], ARGV[3], ARGV[4])
-  return 1
+return unseat(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+"#;
+
+/// Release each seat of a batch (see [`UNSEAT`]) in one call.
+///
+/// KEYS: seat, queue for each seat. ARGV: session id, then token or "", channel, waiter
+/// liveness key prefix for each seat. Returns the number of seats freed.
+const RELEASE_MANY: &str = r#"
+local freed = 0
+for i = 0, #KEYS / 2 - 1 do
+  local a = 2 + 3 * i
+  freed = freed + unseat(KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[1], ARGV[a], ARGV[a + 1], ARGV[a + 2])
 end
-return 0
+return freed
 "#;
 
 /// Renew the session and every seat it holds, in one call.
@@ -270,7 +290,9 @@ pub(crate) static ACQUIRE_SCRIPT: LazyLock<Script> =
 pub(crate) static ACQUIRE_MANY_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{COMMON}{GRANT}{ACQUIRE_MANY}")));
 pub(crate) static RELEASE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{COMMON}{RELEASE}")));
+    LazyLock::new(|| Script::new(&format!("{COMMON}{UNSEAT}{RELEASE}")));
+pub(crate) static RELEASE_MANY_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{COMMON}{UNSEAT}{RELEASE_MANY}")));
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
 pub(crate) static CLOSE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{COMMON}{CLOSE}")));

@@ -15,8 +15,8 @@ use tokio_util::sync::DropGuard;
 use crate::error::{session_gone, unexpected, TAG};
 use crate::keys::{millis_up, new_session_id, session_key, ElectionKeys};
 use crate::scripts::{
-    ACQUIRE_MANY_SCRIPT, ACQUIRE_SCRIPT, CLOSE_SCRIPT, REGISTER_SCRIPT, RELEASE_SCRIPT,
-    RENEW_SCRIPT, UNREGISTER_SCRIPT,
+    ACQUIRE_MANY_SCRIPT, ACQUIRE_SCRIPT, CLOSE_SCRIPT, REGISTER_SCRIPT, RELEASE_MANY_SCRIPT,
+    RELEASE_SCRIPT, RENEW_SCRIPT, UNREGISTER_SCRIPT,
 };
 use crate::shared::{as_int, Shared};
 
@@ -281,6 +281,11 @@ impl Inner {
 }
 
 /// The batch script's answer for `seats` seats: a token per granted seat.
+/// A resign's token argument: the token, or "" for whatever this session has.
+fn token_arg(token: Option<FencingToken>) -> String {
+    token.map(|t| t.0.to_string()).unwrap_or_default()
+}
+
 fn parse_acquire_many(reply: &Value, seats: usize, id: &str) -> Result<Vec<Option<FencingToken>>> {
     let bad = || unexpected("try_campaign_many", format!("{reply:?}"));
     let Value::Array(items) = reply else {
@@ -435,30 +440,55 @@ impl BackendSession for RedisSession {
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        self.resign_many(&[(election.clone(), token)]).await
+    }
+
+    async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
         let inner = &self.inner;
         {
             let mut held = lock(&inner.held);
-            if held
-                .get(election)
-                .is_some_and(|t| token.is_none_or(|want| *t == want))
-            {
-                held.remove(election);
+            for (election, token) in grants {
+                if held
+                    .get(election)
+                    .is_some_and(|t| token.is_none_or(|want| *t == want))
+                {
+                    held.remove(election);
+                }
             }
         }
         let shared = &inner.shared;
-        let keys = shared.keys(election);
-        let token = token.map(|t| t.0.to_string()).unwrap_or_default();
-        let mut invocation = RELEASE_SCRIPT.key(&keys.seat);
-        invocation
-            .key(&keys.queue)
-            .arg(&inner.id)
-            .arg(token)
-            .arg(&keys.channel)
-            .arg(&keys.waits);
-        shared
-            .conn
-            .script(Purpose::Election, "resign", &invocation)
-            .await?;
+        for chunk in grants.chunks(BATCH) {
+            let invocation = match chunk {
+                [(election, token)] => {
+                    let keys = shared.keys(election);
+                    let mut invocation = RELEASE_SCRIPT.key(&keys.seat);
+                    invocation
+                        .key(&keys.queue)
+                        .arg(&inner.id)
+                        .arg(token_arg(*token))
+                        .arg(&keys.channel)
+                        .arg(&keys.waits);
+                    invocation
+                }
+                _ => {
+                    let mut invocation = RELEASE_MANY_SCRIPT.arg(&inner.id);
+                    for (election, token) in chunk {
+                        let keys = shared.keys(election);
+                        invocation
+                            .key(&keys.seat)
+                            .key(&keys.queue)
+                            .arg(token_arg(*token))
+                            .arg(&keys.channel)
+                            .arg(&keys.waits);
+                    }
+                    invocation
+                }
+            };
+            shared
+                .conn
+                .script(Purpose::Election, "resign", &invocation)
+                .await?;
+        }
         Ok(())
     }
 

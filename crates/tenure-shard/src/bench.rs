@@ -215,6 +215,10 @@ pub struct BenchResult {
     pub join_optimum: usize,
     /// Most leaderships of a node over the mean, after the join.
     pub imbalance: f64,
+    /// From asking a node to drain to it holding nothing (every shard handed over).
+    pub drain: Duration,
+    /// Shards the drained node held.
+    pub drained: usize,
     /// Requests to the store per second in the quiet stretch, all nodes together.
     pub steady_requests_per_sec: f64,
     /// Heap bytes per held shard after the cold start, if an allocation probe was given.
@@ -374,6 +378,19 @@ where
         .map_or(0, |n| n.target);
     let imbalance = view.imbalance();
 
+    // Drain a node: every shard it leads handed over gracefully.
+    let drained = nodes[0].held().len();
+    let t3 = Instant::now();
+    tokio::time::timeout(cfg.settle_timeout, nodes[0].drain())
+        .await
+        .map_err(|_| {
+            tenure_core::Error::new(
+                tenure_core::ErrorKind::Timeout,
+                format!("the drain did not end within {:?}", cfg.settle_timeout),
+            )
+        })??;
+    let drain = t3.elapsed();
+
     for m in &nodes {
         let _ = m.close().await;
     }
@@ -389,6 +406,8 @@ where
         join_moves,
         join_optimum,
         imbalance,
+        drain,
+        drained,
         steady_requests_per_sec: steady,
         bytes_per_shard,
     })
@@ -439,12 +458,12 @@ pub fn min_med_max_ms(v: &[Duration]) -> String {
 /// The results as one markdown table.
 pub fn markdown(results: &[BenchResult]) -> String {
     let mut out = String::from(
-        "| backend | shards | nodes | R | TTL | cold start | re-converge after crash | re-converge after join | join moves / optimum | max/mean leaders | store requests/s (steady) | heap per shard |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| backend | shards | nodes | R | TTL | cold start | re-converge after crash | re-converge after join | join moves / optimum | max/mean leaders | drain (shards) | store requests/s (steady) | heap per shard |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in results {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {:?} | {:.2} s | {:.2} s | {:.2} s | {} / {} | {:.3} | {:.1} | {} |",
+            "| {} | {} | {} | {} | {:?} | {:.2} s | {:.2} s | {:.2} s | {} / {} | {:.3} | {:.2} s ({}) | {:.1} | {} |",
             r.backend,
             r.shards,
             r.nodes,
@@ -456,6 +475,8 @@ pub fn markdown(results: &[BenchResult]) -> String {
             r.join_moves,
             r.join_optimum,
             r.imbalance,
+            r.drain.as_secs_f64(),
+            r.drained,
             r.steady_requests_per_sec,
             r.bytes_per_shard
                 .map_or("-".to_string(), |b| format!("{:.0} B", b)),

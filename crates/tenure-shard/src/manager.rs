@@ -1119,8 +1119,10 @@ impl Controller {
         }
     }
 
-    /// Start the queued handoffs the token bucket allows, each checked again first.
+    /// Start the queued handoffs the token bucket allows, each checked again first; the
+    /// seats they give up are released together (`Session::resign_many`).
     fn run_handoffs(&mut self, view: &View, plan: &Plan) {
+        let mut resigning = Vec::new();
         while let Some(&s) = self.pending.front() {
             // Still held and still to hand over (the plan or the claims may have moved
             // since it was queued)?
@@ -1148,13 +1150,16 @@ impl Controller {
                 token,
                 to,
             });
-            if let Some(l) = held.leadership.take() {
-                tokio::spawn(async move {
-                    if let Err(e) = l.resign().await {
-                        tracing::warn!(shard = s, error = %e, "resign during handoff failed; the seat frees at the TTL");
-                    }
-                });
-            }
+            resigning.extend(held.leadership.take());
+        }
+        if !resigning.is_empty() {
+            let session = self.session.clone();
+            tokio::spawn(async move {
+                let seats = resigning.len();
+                if let Err(e) = session.resign_many(resigning).await {
+                    tracing::warn!(seats, error = %e, "resign during handoff failed; seats not released free at the TTL");
+                }
+            });
         }
     }
 
@@ -1165,16 +1170,16 @@ impl Controller {
         }
         let held: Vec<_> = self.held.drain().collect();
         lock(&self.held_watches).clear();
+        let mut resigning = Vec::with_capacity(held.len());
         for (s, mut h) in held {
             let _ = self.events.send(ShardEvent::Lost {
                 shard: self.layout.shards[s].clone(),
                 token: h.watch.token(),
                 reason: LossReason::Resigned,
             });
-            if let Some(l) = h.leadership.take() {
-                let _ = l.resign().await;
-            }
+            resigning.extend(h.leadership.take());
         }
+        let _ = self.session.resign_many(resigning).await;
         let _ = self
             .session
             .unregister(&self.layout.namespace, &self.node_id)

@@ -686,6 +686,42 @@ impl ZkSession {
         self.set_node(election, None);
         Ok(())
     }
+
+    /// Delete this session's nodes of a chunk of seats (at most [`BATCH`]) in one
+    /// multi. A node already gone fails the whole multi, and then each is deleted on
+    /// its own.
+    async fn delete_many(&self, client: &Client, chunk: &[(&ElectionName, Node)]) -> Result<()> {
+        const WHAT: &str = "resign_many";
+        if let [(election, node)] = chunk {
+            return self
+                .delete(client, election, &election_dir(election), node)
+                .await;
+        }
+        let mut writer = client.new_multi_writer();
+        for (election, node) in chunk {
+            self.unguard(election);
+            let path = format!("{}/{}", election_dir(election), node.name);
+            writer
+                .add_delete(&path, None)
+                .map_err(|e| crate::error::map(WHAT, e))?;
+        }
+        let commit = async { writer.commit().await.map_err(ZkError::from) };
+        match self.shared.requests.call(WHAT, commit).await {
+            Ok(_) => {
+                for (election, _) in chunk {
+                    self.set_node(election, None);
+                }
+            }
+            Err(e) if is_no_node(&e) => {
+                for (election, node) in chunk {
+                    self.delete(client, election, &election_dir(election), node)
+                        .await?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -756,6 +792,27 @@ impl BackendSession for ZkSession {
                 }
             }
         }
+    }
+
+    async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
+        let client = match self.client() {
+            Ok(c) => c,
+            Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let mut known = Vec::with_capacity(grants.len());
+        for (election, token) in grants {
+            match (self.node(election), token) {
+                (Some(node), Some(t)) if revision_token(node.czxid) != *t => {}
+                (Some(node), _) => known.push((election, node)),
+                // Not known to hold it: the one-seat way looks for a stray node.
+                (None, _) => self.resign(election, *token).await?,
+            }
+        }
+        for chunk in known.chunks(BATCH) {
+            self.delete_many(&client, chunk).await?;
+        }
+        Ok(())
     }
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::{Capabilities, Clause};
 use crate::{
     Candidate, DynBackend, ElectionName, ErrorKind, FencingToken, LeaderRunner, Leadership,
-    LeadershipEvent, LossReason, Member, MemberStream, MemoryBackend, ResignCause, Session, Timing,
+    LeadershipEvent, LeadershipWatch, LossReason, Member, MemberStream, MemoryBackend, ResignCause,
+    Session, Timing,
 };
 
 /// What a check needs: the backend, the timing to use, a random election prefix so
@@ -1026,6 +1027,74 @@ pub async fn check_batch_campaign(env: &Env) {
     }
 }
 
+/// Not a numbered clause but part of the session definition: `resign_many` resigns a
+/// batch as `resign` does each seat: every lost signal fires (`Resigned`), every seat is
+/// free afterwards or granted to its waiter with a greater token, a store that declares
+/// [`Capabilities::batch`] releases them in round trips, not seat by seat; a leadership
+/// of another session in the batch is resigned through its own session.
+pub async fn check_batch_resign(env: &Env) {
+    const SEATS: usize = 24;
+    let (sa, sb) = (env.session().await, env.session().await);
+    let elections: Vec<ElectionName> = (0..SEATS)
+        .map(|i| env.election(&format!("resign-batch/{i:02}")))
+        .collect();
+    let seats: Vec<(ElectionName, Candidate)> =
+        elections.iter().map(|e| (e.clone(), cand("a"))).collect();
+    let held: Vec<Leadership> = sa
+        .try_campaign_many(&seats)
+        .await
+        .expect("try_campaign_many")
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| l.unwrap_or_else(|| panic!("free seat {i} not granted")))
+        .collect();
+    let watches: Vec<LeadershipWatch> = held.iter().map(Leadership::watch).collect();
+    let first_token = held[0].token();
+    let waiter = {
+        let (sb, e) = (sb.clone(), elections[0].clone());
+        tokio::spawn(async move { campaign(&sb, &e, &cand("b")).await })
+    };
+    let foreign_seat = env.election("resign-batch/foreign");
+    let foreign = campaign(&sb, &foreign_seat, &cand("b")).await;
+    let foreign_watch = foreign.watch();
+    let mut batch = held;
+    batch.push(foreign);
+    let before = env.backend.election_requests();
+    sa.resign_many(batch).await.expect("resign_many");
+    let after = env.backend.election_requests();
+    for (i, w) in watches.iter().chain([&foreign_watch]).enumerate() {
+        assert!(!w.is_leader(), "seat {i}: still leading after resign_many");
+        assert_eq!(w.loss_reason(), Some(LossReason::Resigned), "seat {i}");
+    }
+    let next = within(env.timing.ttl, "the waiter of a resigned seat", waiter)
+        .await
+        .expect("waiter task");
+    assert!(
+        next.token() > first_token,
+        "the waiter's token must be greater"
+    );
+    for (i, election) in elections
+        .iter()
+        .enumerate()
+        .skip(1)
+        .chain([(SEATS, &foreign_seat)])
+    {
+        let leader = env.backend.leader(election).await.expect("leader");
+        assert_eq!(leader, None, "seat {i}: not free after resign_many");
+    }
+    if let (Some(batch), Some(before), Some(after)) = (env.caps().batch, before, after) {
+        // One round trip a chunk, the foreign seat's own resign, and slack for the
+        // waiter's wake-up.
+        let bound = 2 * SEATS.div_ceil(batch) + 3;
+        let used = usize::try_from(after - before).unwrap_or(usize::MAX);
+        assert!(
+            used <= bound,
+            "resigning {SEATS} seats took {used} election requests (at most {bound} with batches of {batch})"
+        );
+    }
+    next.resign().await.expect("resign");
+}
+
 fn member(id: &str, value: &str) -> Member {
     match Member::new(id, value) {
         Ok(m) => m,
@@ -1345,7 +1414,8 @@ macro_rules! conformance_tests {
             clause_13_membership => check_membership,
             clause_13_membership_after_a_cut => check_membership_after_a_cut,
             session_holds_many_elections => check_many_elections_one_session,
-            session_takes_free_seats_in_batches => check_batch_campaign
+            session_takes_free_seats_in_batches => check_batch_campaign,
+            session_resigns_seats_in_batches => check_batch_resign
         );
         #[tokio::test(flavor = "current_thread")]
         async fn clause_04_is_leader_honest_without_io() {
