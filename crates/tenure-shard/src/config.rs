@@ -165,7 +165,7 @@ impl Layout {
 /// | `handoff_rate` | 200 per second | graceful handoffs this node starts per second |
 /// | `handoff_burst` | 20 | handoffs it may start at once |
 /// | `publish_interval` | 10 ms | least time between two updates of this node's member value |
-/// | `campaign_limit` | 64 | campaigns this node has in flight at once (the rest wait for a permit; only those in flight are published as campaigning) |
+/// | `campaign_limit` | 1024 | campaigns this node has in flight at once, a batch of tries for free shards counting as one (the rest wait for a permit; only those in flight are published as campaigning, so this also bounds the handoffs towards this node per round) |
 /// | `startup_quiet` | 100 ms | at start, campaign only once the member list has not changed for this long |
 #[derive(Clone)]
 pub struct ShardManagerBuilder {
@@ -207,7 +207,7 @@ impl ShardManagerBuilder {
             handoff_burst: 20,
             publish_interval: Duration::from_millis(10),
             startup_quiet: Duration::from_millis(100),
-            campaign_limit: 64,
+            campaign_limit: 1024,
         }
     }
 
