@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +41,19 @@ impl fmt::Display for LossReason {
     }
 }
 
+/// The end of one grant of a session, as [`Session::losses`](crate::Session::losses)
+/// reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Loss {
+    /// The election whose seat the session no longer holds.
+    pub election: ElectionName,
+    /// The grant's fencing token.
+    pub token: FencingToken,
+    /// Why it ended.
+    pub reason: LossReason,
+}
+
 /// Shared state of one grant; the session keeps it to fire the lost signal.
 #[derive(Debug)]
 pub(crate) struct GrantState {
@@ -54,6 +68,8 @@ pub(crate) struct GrantState {
     pub(crate) release_claimed: AtomicBool,
     /// Cancelled once the seat is released in the store (or release was given up).
     pub(crate) released: CancellationToken,
+    /// Where the loss is reported: the session's release task.
+    on_loss: mpsc::UnboundedSender<Loss>,
 }
 
 impl GrantState {
@@ -63,6 +79,7 @@ impl GrantState {
         candidate: Candidate,
         token: FencingToken,
         granted_at: Instant,
+        on_loss: mpsc::UnboundedSender<Loss>,
     ) -> Self {
         GrantState {
             backend,
@@ -74,6 +91,7 @@ impl GrantState {
             reason: OnceLock::new(),
             release_claimed: AtomicBool::new(false),
             released: CancellationToken::new(),
+            on_loss,
         }
     }
 
@@ -91,6 +109,11 @@ impl GrantState {
         };
         tracing::info!(election = %self.election, token = self.token.0, %reason, "leadership ended");
         crate::metrics::leadership_ended(self.backend, &self.election, transition);
+        let _ = self.on_loss.send(Loss {
+            election: self.election.clone(),
+            token: self.token,
+            reason,
+        });
         true
     }
 

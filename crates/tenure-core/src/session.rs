@@ -16,7 +16,7 @@ use crate::backend::{
     CampaignMode, DynBackend, DynSession, LeaderStream, MemberStream, SessionEvent, SessionEvents,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::leadership::{GrantState, Leadership, LossReason};
+use crate::leadership::{GrantState, Leadership, Loss, LossReason};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 use crate::observer::Observer;
 use crate::timing::Timing;
@@ -82,6 +82,10 @@ pub(crate) struct SessionCore {
     closed: AtomicBool,
     abandoned: AtomicBool,
     span: tracing::Span,
+    /// Every grant reports its loss here, to the release task.
+    lost_tx: mpsc::UnboundedSender<Loss>,
+    /// Receivers of [`Session::losses`].
+    listeners: Mutex<Vec<mpsc::UnboundedSender<Loss>>>,
 }
 
 impl Session {
@@ -98,6 +102,7 @@ impl Session {
         let span = tracing::info_span!("tenure.session", backend = scheme, session = %bs.id());
         tracing::debug!(parent: &span, ttl = ?timing.ttl, "session opened");
         let (generation, _) = watch::channel(0);
+        let (lost_tx, lost_rx) = mpsc::unbounded_channel();
         let base = sent;
         let core = Arc::new(SessionCore {
             backend,
@@ -116,6 +121,8 @@ impl Session {
             abandoned: AtomicBool::new(false),
             span,
             timing,
+            lost_tx,
+            listeners: Mutex::new(Vec::new()),
         });
         tokio::spawn(
             core.clone()
@@ -123,6 +130,11 @@ impl Session {
                 .instrument(core.span.clone()),
         );
         tokio::spawn(core.clone().deadline_task().instrument(core.span.clone()));
+        tokio::spawn(
+            core.clone()
+                .release_task(lost_rx)
+                .instrument(core.span.clone()),
+        );
         Ok(Session {
             handle: Arc::new(Handle { core }),
         })
@@ -383,6 +395,22 @@ impl Session {
         }
     }
 
+    /// Every loss of a grant of this session from now on, in the order the session
+    /// notices them, with the reason ([`Loss`]): one receiver for many elections
+    /// instead of a task per [`Leadership::lost`] signal. A loss is reported after the
+    /// grant's own lost signal fired. The receiver ends when the session is closed
+    /// (after the losses the close caused).
+    pub fn losses(&self) -> Losses {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let core = self.core();
+        let mut listeners = core.lock_listeners();
+        // A closed session has no losses left to report: the receiver ends at once.
+        if !core.stop_all.is_cancelled() {
+            listeners.push(tx);
+        }
+        Losses(rx)
+    }
+
     /// The reads this session makes (leaders, members), as an [`Observer`] on its
     /// backend bounded by its connect timeout.
     pub fn observer(&self) -> Observer {
@@ -480,10 +508,9 @@ impl Session {
     /// Resign every one of `leaderships`, as [`Leadership::resign`] does for one, in as
     /// few store round trips as the backend allows
     /// ([`Capabilities::batch`](crate::backend::Capabilities::batch)): every lost signal
-    /// fires first ([`LossReason::Resigned`]), then the seats are released. Where the
-    /// batch fails, the seats are released one by one (with the retries of a single
-    /// resign). A leadership of another session is resigned through its own. The first
-    /// error is returned; every leadership is resigned either way.
+    /// fires first ([`LossReason::Resigned`]), then the seats are released, with the
+    /// retries of a single resign. A leadership of another session is resigned through
+    /// its own. The first error is returned; every lost signal fires either way.
     pub async fn resign_many(&self, leaderships: Vec<Leadership>) -> Result<()> {
         let core = self.core();
         let (mine, others): (Vec<Leadership>, Vec<Leadership>) = leaderships
@@ -496,6 +523,17 @@ impl Session {
         let states: Vec<Arc<GrantState>> = mine.into_iter().map(Leadership::end).collect();
         let span = tracing::info_span!("tenure.resign_many", seats = states.len());
         result.and(core.release_many(&states).instrument(span).await)
+    }
+}
+
+/// The losses of a session's grants ([`Session::losses`]).
+#[derive(Debug)]
+pub struct Losses(mpsc::UnboundedReceiver<Loss>);
+
+impl Losses {
+    /// The next loss; `None` once the session is closed and every loss was reported.
+    pub async fn next(&mut self) -> Option<Loss> {
+        self.0.recv().await
     }
 }
 
@@ -727,28 +765,11 @@ impl SessionCore {
             candidate.clone(),
             token,
             Instant::now(),
+            self.lost_tx.clone(),
         ));
         self.lock_held().insert(election.clone(), state.clone());
         tracing::info!(election = %election, token = token.0, candidate = candidate.id(), "elected");
         crate::metrics::elected(self.scheme, election);
-        // Release the seat in the store whenever the signal fires for any reason other
-        // than an explicit resign (which releases it itself).
-        let core = self.clone();
-        let watched = state.clone();
-        tokio::spawn(
-            async move {
-                tokio::select! {
-                    _ = watched.lost_token().cancelled() => {}
-                    _ = core.stop_all.cancelled() => return,
-                }
-                if !watched.release_claimed.swap(true, Ordering::SeqCst) {
-                    if let Err(e) = core.release(&watched).await {
-                        tracing::warn!(election = %watched.election, error = %e, "could not release a lost seat");
-                    }
-                }
-            }
-            .instrument(self.span.clone()),
-        );
         // A grant whose deadline passed between the check and now fires at once.
         let leadership = Leadership {
             state,
@@ -760,34 +781,21 @@ impl SessionCore {
 
     /// Release a grant in the store (after its lost signal fired), then forget it.
     async fn release(&self, state: &GrantState) -> Result<()> {
-        let result = self.release_in_store(state).await;
+        let result = self
+            .release_in_store(&[(state.election.clone(), Some(state.token))])
+            .await;
         self.forget(state);
         result
     }
 
-    /// Release grants in the store (after their lost signals fired) with one batch
-    /// call, seat by seat where it fails, then forget them.
+    /// Release grants in the store (after their lost signals fired) in the backend's
+    /// batches, then forget them.
     async fn release_many(&self, states: &[Arc<GrantState>]) -> Result<()> {
-        let mut result = Ok(());
-        if !(self.abandoned.load(Ordering::SeqCst) || self.stop_all.is_cancelled()) {
-            let grants: Vec<(ElectionName, Option<FencingToken>)> = states
-                .iter()
-                .map(|s| (s.election.clone(), Some(s.token)))
-                .collect();
-            match with_timeout(&self.timing, self.current().resign_many(&grants)).await {
-                Ok(()) => {}
-                // Gone with the session, or the session was closed: nothing to release.
-                Err(e) if matches!(e.kind(), ErrorKind::SessionExpired | ErrorKind::Closed) => {}
-                Err(e) => {
-                    tracing::debug!(seats = states.len(), error = %e, "batch resign failed; releasing seat by seat");
-                    for state in states {
-                        if let Err(e) = self.release_in_store(state).await {
-                            result = result.and(Err(e));
-                        }
-                    }
-                }
-            }
-        }
+        let grants: Vec<(ElectionName, Option<FencingToken>)> = states
+            .iter()
+            .map(|s| (s.election.clone(), Some(s.token)))
+            .collect();
+        let result = self.release_in_store(&grants).await;
         for state in states {
             self.forget(state);
         }
@@ -809,8 +817,16 @@ impl SessionCore {
         state.released.cancel();
     }
 
-    async fn release_in_store(&self, state: &GrantState) -> Result<()> {
-        if self.abandoned.load(Ordering::SeqCst) || self.stop_all.is_cancelled() {
+    /// Resign `grants` in the store, retrying what may pass on a second try for up to
+    /// twice the connect timeout in all.
+    async fn release_in_store(
+        &self,
+        grants: &[(ElectionName, Option<FencingToken>)],
+    ) -> Result<()> {
+        if grants.is_empty()
+            || self.abandoned.load(Ordering::SeqCst)
+            || self.stop_all.is_cancelled()
+        {
             return Ok(());
         }
         let bs = self.current();
@@ -819,17 +835,14 @@ impl SessionCore {
         let give_up = Instant::now() + self.timing.connect_timeout * 2;
         loop {
             let left = give_up.saturating_duration_since(Instant::now());
-            let attempt_result =
-                match tokio::time::timeout(left, bs.resign(&state.election, Some(state.token)))
-                    .await
-                {
-                    Ok(r) => r,
-                    Err(_) => Err(Error::new(
-                        ErrorKind::Timeout,
-                        "could not release the seat in time; it is freed when the session ends",
-                    )
-                    .with_backend(self.scheme)),
-                };
+            let attempt_result = match tokio::time::timeout(left, bs.resign_many(grants)).await {
+                Ok(r) => r,
+                Err(_) => Err(Error::new(
+                    ErrorKind::Timeout,
+                    "could not release the seat in time; it is freed when the session ends",
+                )
+                .with_backend(self.scheme)),
+            };
             match attempt_result {
                 Ok(()) => return Ok(()),
                 // Gone with the session, or the session was closed: nothing to release.
@@ -847,6 +860,60 @@ impl SessionCore {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Releases in the store the seats whose lost signal fired for any reason other
+    /// than an explicit resign (which releases its seat itself): one task per session,
+    /// taking every loss that is waiting in one batch (a deadline or an expiry ends
+    /// every grant at once).
+    async fn release_task(self: Arc<Self>, mut lost: mpsc::UnboundedReceiver<Loss>) {
+        loop {
+            let first = tokio::select! {
+                m = lost.recv() => match m {
+                    Some(m) => m,
+                    None => return,
+                },
+                _ = self.stop_all.cancelled() => {
+                    // Nothing is released once stopped, but listeners hear of every loss.
+                    let mut rest = Vec::new();
+                    while let Ok(m) = lost.try_recv() {
+                        rest.push(m);
+                    }
+                    self.tell_listeners(&rest);
+                    self.lock_listeners().clear();
+                    return;
+                }
+            };
+            let mut losses = vec![first];
+            while let Ok(m) = lost.try_recv() {
+                losses.push(m);
+            }
+            let states: Vec<Arc<GrantState>> = {
+                let held = self.lock_held();
+                losses
+                    .iter()
+                    .filter_map(|l| held.get(&l.election).filter(|g| g.token == l.token))
+                    .filter(|g| !g.release_claimed.swap(true, Ordering::SeqCst))
+                    .cloned()
+                    .collect()
+            };
+            self.tell_listeners(&losses);
+            if let Err(e) = self.release_many(&states).await {
+                tracing::warn!(seats = states.len(), error = %e, "could not release lost seats");
+            }
+        }
+    }
+
+    fn lock_listeners(&self) -> std::sync::MutexGuard<'_, Vec<mpsc::UnboundedSender<Loss>>> {
+        match self.listeners.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn tell_listeners(&self, losses: &[Loss]) {
+        self.lock_listeners()
+            .retain(|l| losses.iter().all(|loss| l.send(loss.clone()).is_ok()));
     }
 
     /// When a loss noticed now took effect: now, or the deadline if that passed first

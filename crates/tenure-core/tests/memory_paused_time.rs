@@ -209,3 +209,66 @@ async fn a_private_store_names_no_endpoint() {
         "session_expired: session is not known to the store [mem]"
     );
 }
+
+/// `Session::losses` reports every grant's end once, with its reason: a resign, the
+/// deadline of a stalled session (every grant at once, then released in the store in
+/// one batch when the session renews again), and the close; then it ends.
+#[tokio::test(start_paused = true)]
+async fn losses_report_every_grant_once_with_its_reason() {
+    let mem = MemoryBackend::new();
+    let s = session(&mem).await;
+    let mut losses = s.losses();
+    let elections: Vec<ElectionName> = (0..4).map(|i| name(&format!("loss/{i}"))).collect();
+    let mut held = Vec::new();
+    for e in &elections {
+        held.push(s.campaign(e, &cand("a")).await.unwrap());
+    }
+    let tokens: Vec<_> = held.iter().map(Leadership::token).collect();
+    let first = held.remove(0);
+    first.resign().await.unwrap();
+    let loss = losses.next().await.unwrap();
+    assert_eq!(
+        (&loss.election, loss.token, &loss.reason),
+        (&elections[0], tokens[0], &LossReason::Resigned)
+    );
+
+    // Stalled past the deadline: the other three end at once.
+    assert!(mem.stall_session(&s.id()));
+    tokio::time::sleep(timing().renew_deadline + Duration::from_millis(100)).await;
+    let mut ended = Vec::new();
+    for _ in 0..3 {
+        let loss = losses.next().await.unwrap();
+        assert_eq!(loss.reason, LossReason::DeadlineExceeded);
+        ended.push((loss.election, loss.token));
+    }
+    ended.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    let expected: Vec<_> = elections[1..]
+        .iter()
+        .cloned()
+        .zip(tokens[1..].iter().copied())
+        .collect();
+    assert_eq!(ended, expected);
+    assert!(held.iter().all(|l| !l.is_leader()));
+    // Once the session gets through again, the seats are released in the store.
+    assert!(mem.unstall_session(&s.id()));
+    let other = session(&mem).await;
+    for e in &elections[1..] {
+        let l = tokio::time::timeout(Duration::from_secs(5), other.campaign(e, &cand("b")))
+            .await
+            .expect("a lost seat was not released")
+            .unwrap();
+        l.resign().await.unwrap();
+    }
+
+    // A grant that is held at the close ends with it; then the receiver ends.
+    let last = s.campaign(&name("loss/last"), &cand("a")).await.unwrap();
+    s.close().await.unwrap();
+    let loss = losses.next().await.unwrap();
+    assert_eq!(
+        (loss.token, loss.reason),
+        (last.token(), LossReason::SessionClosed)
+    );
+    assert_eq!(losses.next().await, None);
+    assert_eq!(s.losses().next().await, None);
+    drop(held);
+}
