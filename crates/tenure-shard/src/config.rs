@@ -57,13 +57,17 @@ enum ShardNames {
 }
 
 /// The layout every node and router of a namespace must agree on: the namespace, the
-/// shards and the replication factor.
+/// shards and the replication factor. Clones share the shard list (a clone per manager
+/// costs no memory per shard).
 #[derive(Clone, Debug)]
 pub struct Layout {
     pub(crate) namespace: ElectionName,
-    pub(crate) shards: Vec<Shard>,
-    pub(crate) elections: Vec<ElectionName>,
-    pub(crate) hashes: Vec<u64>,
+    // Shared by every clone: the managers and maps of one process need one copy.
+    pub(crate) shards: Arc<[Shard]>,
+    pub(crate) elections: Arc<[ElectionName]>,
+    pub(crate) hashes: Arc<[u64]>,
+    /// Shard indices in the order of their election names, to find a shard by name.
+    order: Arc<[u32]>,
     pub(crate) replication: usize,
 }
 
@@ -124,13 +128,26 @@ impl Layout {
                 name: Arc::from(name),
             });
         }
+        // At most MAX_SHARDS, so every index fits.
+        let mut order: Vec<u32> = (0..elections.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| elections[a as usize].cmp(&elections[b as usize]));
         Ok(Layout {
             namespace: ns,
-            shards,
-            elections,
-            hashes,
+            shards: shards.into(),
+            elections: elections.into(),
+            hashes: hashes.into(),
+            order: order.into(),
             replication,
         })
+    }
+
+    /// The index of the shard whose election is `election`, if it is one of this
+    /// layout's.
+    pub(crate) fn shard_of(&self, election: &ElectionName) -> Option<usize> {
+        self.order
+            .binary_search_by(|&i| self.elections[i as usize].cmp(election))
+            .ok()
+            .map(|k| self.order[k] as usize)
     }
 
     /// The namespace (also the membership namespace).
@@ -304,6 +321,22 @@ impl ShardManagerBuilder {
 mod tests {
     use super::*;
     use tenure_core::{ErrorKind, MemoryBackend};
+
+    #[test]
+    fn a_shard_is_found_by_its_election_whatever_the_order_of_names() {
+        let names = ["zeta", "alpha", "mid", "b-2", "b-10"].map(String::from).to_vec();
+        let layout = Layout::with_names("svc", names, 1).unwrap();
+        for (i, election) in layout.elections.iter().enumerate() {
+            assert_eq!(layout.shard_of(election), Some(i), "{election}");
+        }
+        let other = ElectionName::new("svc/nope").unwrap();
+        assert_eq!(layout.shard_of(&other), None);
+        let counted = Layout::new("svc", 12_345, 3).unwrap();
+        let e = counted.elections[9_876].clone();
+        assert_eq!(counted.shard_of(&e), Some(9_876));
+        // Clones share the lists.
+        assert!(Arc::ptr_eq(&counted.elections, &counted.clone().elections));
+    }
 
     #[test]
     fn layouts() {

@@ -495,6 +495,11 @@ fn follows_plan(old: &View, new: &View, plan: &Plan, changed: &[usize]) -> bool 
         })
 }
 
+/// Whether two views have the same nodes (by id, in order).
+fn same_node_ids(a: &View, b: &View) -> bool {
+    a.nodes.len() == b.nodes.len() && a.nodes.iter().zip(&b.nodes).all(|(x, y)| x.id == y.id)
+}
+
 /// Hashes a shard index with one multiplication: SipHash over the controller's maps
 /// was a third of its time at 40,000 shards.
 #[derive(Default)]
@@ -681,6 +686,8 @@ impl Controller {
         mut commands: mpsc::UnboundedReceiver<Command>,
     ) {
         let mut members_open = true;
+        let mut losses = self.session.losses();
+        let mut losses_open = true;
         loop {
             let wake = match (self.retry_at, self.pending.is_empty()) {
                 (Some(r), true) => Some(r),
@@ -713,6 +720,15 @@ impl Controller {
                 msg = internal.recv() => match msg {
                     Some(m) => self.handle(m),
                     None => return,
+                },
+                loss = losses.next(), if losses_open => match loss {
+                    Some(loss) => {
+                        if let Some(s) = self.layout.shard_of(&loss.election) {
+                            self.handle(Internal::Lost(s, loss.token, loss.reason));
+                        }
+                    }
+                    // The session is closed: its grants ended with it.
+                    None => losses_open = false,
                 },
                 cmd = commands.recv() => match cmd {
                     Some(Command::Drain) => {
@@ -817,6 +833,12 @@ impl Controller {
             }
         }
         let (view, changed) = View::update(&self.view, list, self.layout.shards.len());
+        if !same_node_ids(&self.view, &view) {
+            // A node came or went (a crash's shards wait for this plan): plan at once,
+            // whatever the cost of the last plan. The pacing below is for the churn of
+            // holdings, not for membership.
+            self.next_plan_at = Instant::now();
+        }
         let keep = match (&changed, &self.plan) {
             (Changed::Shards(shards), Some(plan)) => follows_plan(&self.view, &view, plan, shards),
             _ => false,
@@ -888,16 +910,10 @@ impl Controller {
                 }
                 self.set_campaigning(s, false);
                 self.failures.remove(&s);
+                // Its loss arrives through the session's loss feed (no task per shard).
                 let watch = leadership.watch();
                 let token = leadership.token();
                 let lost = leadership.lost();
-                let tx = self.internal_tx.clone();
-                let w = watch.clone();
-                tokio::spawn(async move {
-                    w.lost().cancelled().await;
-                    let reason = w.loss_reason().unwrap_or(LossReason::SessionClosed);
-                    let _ = tx.send(Internal::Lost(s, token, reason));
-                });
                 lock(&self.held_watches).insert(s, watch.clone());
                 self.set_held(s, true);
                 self.held.insert(
