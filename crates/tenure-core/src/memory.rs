@@ -154,13 +154,16 @@ struct Waiter {
 struct Holder {
     session: u64,
     token: FencingToken,
+    candidate: Candidate,
 }
 
 struct ElectionEntry {
     last_token: u64,
     holder: Option<Holder>,
     waiters: VecDeque<Waiter>,
-    watch: watch::Sender<Option<LeaderInfo>>,
+    /// The leader as observers see it; made by the first observer (an election nobody
+    /// observes costs no channel).
+    watch: Option<watch::Sender<Option<LeaderInfo>>>,
 }
 
 impl ElectionEntry {
@@ -169,19 +172,41 @@ impl ElectionEntry {
             last_token: 0,
             holder: None,
             waiters: VecDeque::new(),
-            watch: watch::Sender::new(None),
+            watch: None,
         }
+    }
+
+    fn leader(&self) -> Option<LeaderInfo> {
+        self.holder.as_ref().map(|h| LeaderInfo {
+            id: h.candidate.id().to_string(),
+            value: h.candidate.value().to_string(),
+            token: h.token,
+        })
+    }
+
+    /// Tell observers, if any, of the current leader.
+    fn publish(&self) {
+        if let Some(w) = &self.watch {
+            w.send_replace(self.leader());
+        }
+    }
+
+    fn subscribe(&mut self) -> watch::Receiver<Option<LeaderInfo>> {
+        let leader = self.leader();
+        self.watch
+            .get_or_insert_with(|| watch::Sender::new(leader))
+            .subscribe()
     }
 
     fn grant(&mut self, session: u64, candidate: Candidate) -> FencingToken {
         self.last_token += 1;
         let token = FencingToken(self.last_token);
-        self.watch.send_replace(Some(LeaderInfo {
-            id: candidate.id().to_string(),
-            value: candidate.value().to_string(),
+        self.holder = Some(Holder {
+            session,
             token,
-        }));
-        self.holder = Some(Holder { session, token });
+            candidate,
+        });
+        self.publish();
         token
     }
 
@@ -199,7 +224,7 @@ impl ElectionEntry {
                 return 1;
             }
         }
-        self.watch.send_replace(None);
+        self.publish();
         0
     }
 
@@ -496,7 +521,7 @@ impl Backend for MemoryBackend {
         Ok(st
             .elections
             .get(election)
-            .and_then(|e| e.watch.borrow().clone()))
+            .and_then(ElectionEntry::leader))
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
@@ -506,7 +531,6 @@ impl Backend for MemoryBackend {
             st.elections
                 .entry(election.clone())
                 .or_insert_with(ElectionEntry::new)
-                .watch
                 .subscribe()
         };
         Ok(crate::backend::watch_stream(rx, Ok))
