@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +41,31 @@ impl fmt::Display for LossReason {
     }
 }
 
+/// A one-way flag to wait for, lighter than a `CancellationToken` (no allocation of
+/// its own): one per grant.
+#[derive(Debug, Default)]
+pub(crate) struct Released {
+    done: AtomicBool,
+    notify: Notify,
+}
+
+impl Released {
+    pub(crate) fn set(&self) {
+        self.done.store(true, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.done.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// The end of one grant of a session, as [`Session::losses`](crate::Session::losses)
 /// reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,8 +91,8 @@ pub(crate) struct GrantState {
     reason: OnceLock<(LossReason, Instant)>,
     /// Set by whoever takes on releasing the seat in the store.
     pub(crate) release_claimed: AtomicBool,
-    /// Cancelled once the seat is released in the store (or release was given up).
-    pub(crate) released: CancellationToken,
+    /// Set once the seat is released in the store (or release was given up).
+    pub(crate) released: Released,
     /// Where the loss is reported: the session's release task.
     on_loss: mpsc::UnboundedSender<Loss>,
 }
@@ -90,7 +115,7 @@ impl GrantState {
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             release_claimed: AtomicBool::new(false),
-            released: CancellationToken::new(),
+            released: Released::default(),
             on_loss,
         }
     }

@@ -729,7 +729,7 @@ impl SessionCore {
             )));
         }
         if grant.release_claimed.swap(true, Ordering::SeqCst) {
-            grant.released.cancelled().await;
+            grant.released.wait().await;
         } else if let Err(e) = self.release(&grant).await {
             tracing::warn!(election = %election, error = %e, "could not release a lost seat");
         }
@@ -814,7 +814,7 @@ impl SessionCore {
                 held.remove(&state.election);
             }
         }
-        state.released.cancel();
+        state.released.set();
     }
 
     /// Resign `grants` in the store, retrying what may pass on a second try for up to
