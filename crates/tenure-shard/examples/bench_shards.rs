@@ -1,5 +1,6 @@
 //! The shard manager's benchmark on the in-memory backend:
-//! `cargo run --release -p tenure-shard --example bench_shards [-- 1000 10000 100000]`.
+//! `cargo run --release -p tenure-shard --example bench_shards [-- 1000 10000 100000 100000x100] [--svg FILE]`
+//! (`PxN`: P shards on N nodes; 10 nodes otherwise; TTL 10 s from P × N = 10^6 on).
 //! (`tenure bench` runs it on every reachable store as well.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -7,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tenure_core::{DynBackend, MemoryBackend};
-use tenure_shard::bench::{assignment_times, markdown, min_med_max_ms, run, BenchConfig};
+use tenure_shard::bench::{
+    assignment_times, markdown, min_med_max_ms, run, scaling_svg, BenchConfig,
+};
 
 /// Counts live heap bytes, for the memory-per-shard figure.
 struct Counting;
@@ -29,19 +32,40 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// One run: `P` shards on 10 nodes, or `PxN` for N nodes.
+fn parse_run(arg: &str) -> Option<(usize, usize)> {
+    match arg.split_once('x') {
+        Some((p, n)) => Some((p.parse().ok()?, n.parse().ok()?)),
+        None => Some((arg.parse().ok()?, 10)),
+    }
+}
+
 #[tokio::main]
 async fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![1_000, 10_000, 100_000]
-    } else {
-        sizes
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let svg = match args.iter().position(|a| a == "--svg") {
+        Some(i) if i + 1 < args.len() => {
+            let path = args.remove(i + 1);
+            args.remove(i);
+            Some(path)
+        }
+        _ => None,
     };
+    let mut runs = Vec::new();
+    for a in &args {
+        match parse_run(a) {
+            Some(run) => runs.push(run),
+            None => {
+                eprintln!("bench_shards: {a:?}: expected SHARDS or SHARDSxNODES, e.g. 100000x100");
+                std::process::exit(2);
+            }
+        }
+    }
+    if runs.is_empty() {
+        runs = vec![(1_000, 10), (10_000, 10), (100_000, 10)];
+    }
     let mut results = Vec::new();
-    for p in sizes {
+    for (p, n) in runs {
         let store = MemoryBackend::new();
         let connect = || {
             let s = store.clone();
@@ -49,18 +73,27 @@ async fn main() {
         };
         let probe = || LIVE.load(Ordering::Relaxed);
         let mut cfg = BenchConfig::new(p);
-        if p >= 100_000 {
+        cfg.nodes = n;
+        if p * n >= 1_000_000 {
             // Ten nodes of 100,000 shards share this process and its cores: a 2 s TTL
             // leaves too little room for scheduling delays; use the default 10 s.
             cfg.timing = tenure_core::Timing::default();
             cfg.settle_timeout = std::time::Duration::from_secs(300);
         }
         match run("mem", connect, &cfg, Some(&probe)).await {
-            Ok(r) => results.push(r),
-            Err(e) => eprintln!("P={p}: {e}"),
+            Ok(r) => {
+                eprintln!("{}", markdown(std::slice::from_ref(&r)));
+                results.push(r)
+            }
+            Err(e) => eprintln!("P={p} N={n}: {e}"),
         }
     }
     println!("{}", markdown(&results));
+    if let Some(path) = svg {
+        if let Err(e) = std::fs::write(&path, scaling_svg(&results)) {
+            eprintln!("bench_shards: could not write {path}: {e}");
+        }
+    }
     let (cold, warm) = assignment_times(10_000, 100, 10);
     println!(
         "assignment of 10,000 shards over 100 nodes (R=3), 10 runs, min / median / max: from scratch {}, with its own holders {}",

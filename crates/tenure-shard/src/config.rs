@@ -324,7 +324,9 @@ mod tests {
 
     #[test]
     fn a_shard_is_found_by_its_election_whatever_the_order_of_names() {
-        let names = ["zeta", "alpha", "mid", "b-2", "b-10"].map(String::from).to_vec();
+        let names = ["zeta", "alpha", "mid", "b-2", "b-10"]
+            .map(String::from)
+            .to_vec();
         let layout = Layout::with_names("svc", names, 1).unwrap();
         for (i, election) in layout.elections.iter().enumerate() {
             assert_eq!(layout.shard_of(election), Some(i), "{election}");
