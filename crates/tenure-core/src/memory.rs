@@ -518,10 +518,7 @@ impl Backend for MemoryBackend {
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
         self.store.requests.fetch_add(1, Ordering::Relaxed);
         let st = self.lock();
-        Ok(st
-            .elections
-            .get(election)
-            .and_then(ElectionEntry::leader))
+        Ok(st.elections.get(election).and_then(ElectionEntry::leader))
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
