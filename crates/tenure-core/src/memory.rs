@@ -428,10 +428,7 @@ impl Backend for MemoryBackend {
 
     fn capabilities(&self) -> Capabilities {
         // Every batch is one request under the store's lock.
-        Capabilities {
-            batch: Some(usize::MAX),
-            ..Capabilities::full()
-        }
+        Capabilities::full().batched(usize::MAX)
     }
 
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {

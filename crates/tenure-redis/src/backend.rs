@@ -210,10 +210,9 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            batch: Some(crate::session::BATCH),
-            ..Capabilities::full().except(Clause::AtMostOneHolder, DATA_LOSS)
-        }
+        Capabilities::full()
+            .except(Clause::AtMostOneHolder, DATA_LOSS)
+            .batched(crate::session::BATCH)
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

@@ -409,6 +409,21 @@ impl Capabilities {
         self
     }
 
+    /// Declare that [`BackendSession::try_campaign_many`] asks for up to `seats` seats
+    /// in one store round trip (sets [`batch`](Self::batch)).
+    pub fn batched(mut self, seats: usize) -> Self {
+        self.batch = Some(seats);
+        self
+    }
+
+    /// Declare that waiters and observers poll the store every `interval` (sets
+    /// [`handover_poll`](Self::handover_poll) and [`observe_poll`](Self::observe_poll)).
+    pub fn polling(mut self, interval: Duration) -> Self {
+        self.handover_poll = Some(interval);
+        self.observe_poll = Some(interval);
+        self
+    }
+
     /// `Ok` if `clause` holds, else the declared reason.
     pub fn supports(&self, clause: Clause) -> std::result::Result<(), &'static str> {
         match self.exceptions.iter().find(|(c, _)| *c == clause) {
