@@ -17,7 +17,7 @@ use futures::TryStreamExt;
 use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{Error, ErrorKind, Result};
 
-use crate::auth::{SasPolicy, SharedKeyPolicy};
+use crate::auth::{policy, SasPolicy, SharedKeyPolicy};
 use crate::config::{AzureConfig, Credential, EntraSource};
 use crate::error::{classify, Cause, ErrorKindAndText, Failure, TAG};
 
@@ -67,8 +67,10 @@ impl Store {
         match config.credential() {
             Credential::SharedKey(key) => client_options
                 .per_try_policies
-                .push(SharedKeyPolicy::new(config.account(), &key)),
-            Credential::Sas(sas) => client_options.per_try_policies.push(SasPolicy::new(&sas)),
+                .push(policy(SharedKeyPolicy::new(config.account(), &key))),
+            Credential::Sas(sas) => client_options
+                .per_try_policies
+                .push(policy(SasPolicy::new(&sas))),
             Credential::Token(t) => token = Some(t),
             Credential::Entra(source) => token = Some(entra(source)?),
         }
