@@ -148,12 +148,7 @@ impl RedisBackend {
                 .arg(&election.channel)
                 .arg(&election.waits);
             let reply = shared
-                .conn
-                .script(
-                    Purpose::Election,
-                    "expire session: free a seat",
-                    &invocation,
-                )
+                .script("expire session: free a seat", &invocation)
                 .await?;
             if as_int(&reply) == Some(1) {
                 freed += 1;
@@ -168,12 +163,7 @@ impl RedisBackend {
             let mut invocation = UNREGISTER_SCRIPT.key(&keys.hash);
             invocation.arg(session_id).arg(&keys.channel);
             shared
-                .conn
-                .script(
-                    Purpose::Election,
-                    "expire session: remove members",
-                    &invocation,
-                )
+                .script("expire session: remove members", &invocation)
                 .await?;
         }
         Ok(freed)

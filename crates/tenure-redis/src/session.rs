@@ -167,13 +167,7 @@ impl Inner {
             .arg(&keys.waits)
             .arg(keep_ms);
         let reply = shared
-            .conn
-            .script_replicated(
-                Purpose::Election,
-                "campaign",
-                &invocation,
-                shared.config.guard(),
-            )
+            .guarded_script(Purpose::Election, "campaign", &invocation)
             .await?;
         parse_acquire(&reply)
     }
@@ -198,13 +192,7 @@ impl Inner {
                 .arg(&keys.waits);
         }
         let reply = shared
-            .conn
-            .script_replicated(
-                Purpose::Election,
-                "try_campaign_many",
-                &invocation,
-                shared.config.guard(),
-            )
+            .guarded_script(Purpose::Election, "try_campaign_many", &invocation)
             .await?;
         parse_acquire_many(&reply, chunk.len(), &self.id)
     }
@@ -218,10 +206,7 @@ impl Inner {
         for id in ids {
             invocation.arg(id);
         }
-        self.shared
-            .conn
-            .script(Purpose::Election, "unregister member", &invocation)
-            .await?;
+        self.shared.script("unregister member", &invocation).await?;
         Ok(())
     }
 
@@ -255,13 +240,7 @@ impl Inner {
                 .arg(token.0.to_string());
         }
         let reply = shared
-            .conn
-            .script_replicated(
-                Purpose::Renewal,
-                "keep-alive",
-                &invocation,
-                shared.config.guard(),
-            )
+            .guarded_script(Purpose::Renewal, "keep-alive", &invocation)
             .await?;
         match reply {
             Value::Int(-1) => Err(session_gone("keep-alive", &self.id)),
@@ -455,10 +434,7 @@ impl BackendSession for RedisSession {
             .arg(token)
             .arg(&keys.channel)
             .arg(&keys.waits);
-        shared
-            .conn
-            .script(Purpose::Election, "resign", &invocation)
-            .await?;
+        shared.script("resign", &invocation).await?;
         Ok(())
     }
 
@@ -477,11 +453,7 @@ impl BackendSession for RedisSession {
             .arg(member.id())
             .arg(member.value())
             .arg(&keys.channel);
-        let reply = inner
-            .shared
-            .conn
-            .script(Purpose::Election, "register member", &invocation)
-            .await?;
+        let reply = inner.shared.script("register member", &invocation).await?;
         match as_int(&reply) {
             Some(-1) => Err(session_gone("register member", &inner.id)),
             Some(0 | 1) => Ok(()),
@@ -531,9 +503,7 @@ impl BackendSession for RedisSession {
         // missed.
         let unregistering =
             futures::future::join_all(registered.iter().map(|(ns, ids)| inner.unregister(ns, ids)));
-        let closing = shared
-            .conn
-            .script(Purpose::Election, "close session", &invocation);
+        let closing = shared.script("close session", &invocation);
         let (unregistered, closed) = futures::join!(unregistering, closing);
         closed?;
         unregistered.into_iter().collect::<Result<Vec<()>>>()?;
@@ -544,10 +514,7 @@ impl BackendSession for RedisSession {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
+    use crate::shared::bulk;
 
     #[test]
     fn batch_acquire_replies() {
