@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, finish, from_env_table, host_port, parse_millis, parse_number, unknown_key_in,
-    BackendUrl, Secret, Timeouts, TlsFiles,
+    check_printable, encode, finish, from_env_table, host_port, parse_millis, parse_number,
+    unknown_key_in, BackendUrl, Secret, Timeouts, TlsFiles,
 };
 use tenure_core::{Error, Result};
 
@@ -542,17 +542,7 @@ fn validate_host(host: &str) -> Result<()> {
 
 /// A prefix is 1 to 100 bytes of printable ASCII without spaces.
 pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
-    if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
-        return Err(Error::invalid(format!(
-            "prefix {prefix:?}: must be 1 to {MAX_PREFIX_LEN} bytes"
-        )));
-    }
-    if let Some(c) = prefix.chars().find(|c| !c.is_ascii_graphic()) {
-        return Err(Error::invalid(format!(
-            "prefix {prefix:?}: character {c:?} is not allowed (printable ASCII, no spaces)"
-        )));
-    }
-    Ok(())
+    check_printable("prefix", prefix, MAX_PREFIX_LEN)
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+pub use crate::name::check_printable;
 
 /// A credential (password, key, token). Its `Debug` and `Display` print `<redacted>`;
 /// [`expose`](Secret::expose) gives the text to the code that sends it to the store.
