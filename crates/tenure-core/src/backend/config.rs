@@ -162,6 +162,14 @@ impl BackendUrl {
         )))
     }
 
+    /// The user name and password before `@`.
+    pub fn credentials(&self) -> Credentials {
+        Credentials {
+            username: self.username.clone(),
+            password: self.password.clone(),
+        }
+    }
+
     /// Fail when the URL carries user info (for backends that take credentials from
     /// elsewhere); `hint` says where they go instead.
     pub fn forbid_userinfo(&self, hint: &str) -> Result<()> {
@@ -490,6 +498,80 @@ impl TlsFiles {
         }
         Ok(())
     }
+
+    /// The CA certificate and the client identity (certificate and key, when both are
+    /// given), as the TLS setup takes them.
+    pub fn paths(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
+        let identity = match (&self.cert, &self.key) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        };
+        (self.ca.as_ref(), identity)
+    }
+}
+
+/// The user name and password of a store's config (`user:password@` before the hosts,
+/// or `username=` and `password=`); the password shows only as `<redacted>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user name.
+    pub username: Option<String>,
+    /// The password.
+    pub password: Option<Secret>,
+}
+
+impl Credentials {
+    /// `username` with `password`.
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Credentials {
+            username: Some(username.into()),
+            password: Some(Secret::new(password)),
+        }
+    }
+
+    /// Apply `username=` (also `user=`) or `password=`; false if `key` is neither.
+    pub fn set(&mut self, key: &str, value: String) -> bool {
+        match key {
+            "username" | "user" => self.username = Some(value),
+            "password" => self.password = Some(Secret::new(value)),
+            _ => return false,
+        }
+        true
+    }
+
+    /// The user name, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
+    /// The password, if any, for logging in (never to show).
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_ref().map(Secret::expose)
+    }
+
+    /// The user part of the URL a config shows: `user@` (percent-encoded), or nothing.
+    pub fn userinfo(&self) -> String {
+        self.username
+            .as_deref()
+            .map_or_else(String::new, |user| format!("{}@", encode(user)))
+    }
+
+    /// A user name given is not empty.
+    pub fn check_username(&self) -> Result<()> {
+        if self.username.as_deref() == Some("") {
+            return Err(Error::invalid("username: must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// [`check_username`](Self::check_username), and a password comes with a user name.
+    pub fn validate(&self) -> Result<()> {
+        self.check_username()?;
+        if self.password.is_some() && self.username.is_none() {
+            return Err(Error::invalid("password: given without a username"));
+        }
+        Ok(())
+    }
 }
 
 /// The end of every store's `from_url`: apply the query's pairs to `config` in order
@@ -620,6 +702,31 @@ macro_rules! config_timeouts {
             /// The request timeout.
             pub fn get_request_timeout(&self) -> ::std::time::Duration {
                 self.timeouts.request
+            }
+        }
+    };
+}
+
+/// The credential settings of a store's config, written once: for a config type with a
+/// `credentials: Credentials` field, the builder `credentials(username, password)`
+/// (documented by `doc`) and the getter `username()`.
+#[macro_export]
+macro_rules! config_credentials {
+    ($config:ident, $doc:literal) => {
+        impl $config {
+            #[doc = $doc]
+            pub fn credentials(
+                mut self,
+                username: impl Into<String>,
+                password: impl Into<String>,
+            ) -> Self {
+                self.credentials = $crate::backend::config::Credentials::new(username, password);
+                self
+            }
+
+            /// The user name, if any.
+            pub fn username(&self) -> Option<&str> {
+                self.credentials.username()
             }
         }
     };

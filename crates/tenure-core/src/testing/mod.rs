@@ -5,6 +5,8 @@
 //!
 //! The checks panic on failure: they are test code.
 
+pub mod config;
+
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
