@@ -579,11 +579,7 @@ impl BackendSession for EtcdSession {
             success: vec![op(ops::delete(&key))],
             failure: Vec::new(),
         };
-        let shared = &inner.shared;
-        shared
-            .requests
-            .call("unregister member", shared.client.txn(txn))
-            .await?;
+        inner.txn("unregister member", txn).await?;
         Ok(())
     }
 
