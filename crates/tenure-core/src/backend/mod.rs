@@ -107,6 +107,14 @@ pub type LeaderStream = Pin<Box<dyn Stream<Item = Result<Option<LeaderInfo>>> + 
 /// then the list after changes (coalescing allowed, never a stale final state).
 pub type MemberStream = Pin<Box<dyn Stream<Item = Result<Vec<Member>>> + Send + 'static>>;
 
+/// How many whole `unit`s cover `d`: rounded up (so a store never keeps something
+/// shorter than asked), saturating at `u64::MAX`. Stores count TTLs in whole seconds
+/// (etcd leases) or milliseconds (Redis).
+pub fn whole_units(d: Duration, unit: Duration) -> u64 {
+    let units = d.as_nanos().div_ceil(unit.as_nanos().max(1));
+    u64::try_from(units).unwrap_or(u64::MAX)
+}
+
 /// The error a backend without membership returns (the default of the membership
 /// methods).
 pub fn membership_unsupported(scheme: &str) -> Error {
@@ -430,5 +438,23 @@ impl Capabilities {
             Some((_, why)) => Err(why),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_units_round_up_and_saturate() {
+        let (second, ms) = (Duration::from_secs(1), Duration::from_millis(1));
+        assert_eq!(whole_units(Duration::from_secs(2), second), 2);
+        assert_eq!(whole_units(Duration::from_millis(2001), second), 3);
+        assert_eq!(whole_units(Duration::from_millis(1500), ms), 1500);
+        assert_eq!(whole_units(Duration::from_micros(1_500_001), ms), 1501);
+        assert_eq!(whole_units(Duration::from_micros(10), ms), 1);
+        assert_eq!(whole_units(Duration::ZERO, ms), 0);
+        assert_eq!(whole_units(Duration::MAX, ms), u64::MAX);
+        assert_eq!(whole_units(Duration::MAX, second), Duration::MAX.as_secs());
     }
 }
