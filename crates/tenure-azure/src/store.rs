@@ -120,6 +120,14 @@ impl Store {
         self.call_as(Purpose::Election, fut).await
     }
 
+    /// [`call`](Self::call) a request whose answer is not needed.
+    async fn send<T>(
+        &self,
+        fut: impl std::future::Future<Output = azure_core::Result<T>>,
+    ) -> Res<()> {
+        self.call(fut).await.map(drop)
+    }
+
     /// Run one request for `purpose` with the request timeout, counted.
     async fn call_as<T>(
         &self,
@@ -183,13 +191,12 @@ impl Store {
             ..Default::default()
         };
         let content: RequestContent<Bytes, NoFormat> = RequestContent::from(body);
-        self.call(
+        self.send(
             self.blob(name)
                 .block_blob_client()
                 .upload(content, Some(options)),
         )
         .await
-        .map(|_| ())
     }
 
     /// Acquire the lease on `name` for `seconds` with `lease_id`.
@@ -199,9 +206,8 @@ impl Store {
             proposed_lease_id: Some(lease_id.to_string()),
             ..Default::default()
         };
-        self.call(self.blob(name).acquire_lease(seconds, Some(options)))
+        self.send(self.blob(name).acquire_lease(seconds, Some(options)))
             .await
-            .map(|_| ())
     }
 
     pub(crate) async fn renew(&self, name: &str, lease_id: &str) -> Res<()> {
@@ -215,9 +221,8 @@ impl Store {
 
     pub(crate) async fn release(&self, name: &str, lease_id: &str) -> Res<()> {
         tracing::trace!(blob = %name, lease = %lease_id, "release lease");
-        self.call(self.blob(name).release_lease(lease_id.to_string(), None))
+        self.send(self.blob(name).release_lease(lease_id.to_string(), None))
             .await
-            .map(|_| ())
     }
 
     /// Break the lease on `name` at once.
@@ -226,9 +231,7 @@ impl Store {
             break_period: Some(0),
             ..Default::default()
         };
-        self.call(self.blob(name).break_lease(Some(options)))
-            .await
-            .map(|_| ())
+        self.send(self.blob(name).break_lease(Some(options))).await
     }
 
     /// Replace the metadata of `name`, conditional on holding `lease_id`.
@@ -242,9 +245,8 @@ impl Store {
             lease_id: Some(lease_id.to_string()),
             ..Default::default()
         };
-        self.call(self.blob(name).set_metadata(metadata, Some(options)))
+        self.send(self.blob(name).set_metadata(metadata, Some(options)))
             .await
-            .map(|_| ())
     }
 
     /// Lease state and metadata of `name`; `None` if the blob does not exist.
