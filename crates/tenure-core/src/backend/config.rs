@@ -64,8 +64,9 @@ impl fmt::Display for Secret {
     }
 }
 
-/// A backend URL, parsed and decoded by the grammar above.
-#[derive(Clone, PartialEq, Eq)]
+/// A backend URL, parsed and decoded by the grammar above. Its `Debug` shows the
+/// password as `<redacted>` (see [`Secret`]).
+#[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub struct BackendUrl {
     /// The scheme, lowercase.
@@ -82,19 +83,6 @@ pub struct BackendUrl {
     /// The query's key-value pairs in order, decoded (a key without `=` has an empty
     /// value).
     pub query: Vec<(String, String)>,
-}
-
-impl fmt::Debug for BackendUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BackendUrl")
-            .field("scheme", &self.scheme)
-            .field("username", &self.username)
-            .field("password", &self.password)
-            .field("hosts", &self.hosts)
-            .field("path", &self.path)
-            .field("query", &self.query)
-            .finish()
-    }
 }
 
 impl BackendUrl {
