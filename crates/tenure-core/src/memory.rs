@@ -296,10 +296,7 @@ impl MemoryBackend {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemState> {
-        match self.store.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::backend::lock(&self.store.state)
     }
 
     fn with_session<T>(&self, id: &str, f: impl FnOnce(&mut MemState, u64) -> T) -> Option<T> {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisResult, ScriptInvocation, ServerErrorKind, Value};
-use tenure_core::backend::{Purpose, Requests};
+use tenure_core::backend::{lock, Purpose, Requests};
 use tenure_core::{ErrorKind, Result};
 
 use crate::error::{map, poisons_connection, TAG};
@@ -76,7 +76,7 @@ impl Conn {
         let client = self.target.client().await?;
         let manager = ConnectionManager::new_lazy_with_config(client, self.config.clone())
             .map_err(|e| map(what, e))?;
-        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = lock(&self.slot);
         // Another request may have made one meanwhile: use that one.
         if let Some(m) = &slot.manager {
             return Ok((slot.generation, m.clone()));
@@ -88,7 +88,7 @@ impl Conn {
 
     /// The manager in use, unless there is none or it was marked unusable.
     fn reuse(&self) -> Option<(u64, ConnectionManager)> {
-        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = lock(&self.slot);
         let suspect = self.suspect.load(Ordering::SeqCst);
         if suspect == slot.generation && slot.manager.is_some() {
             slot.manager = None;

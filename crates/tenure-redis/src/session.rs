@@ -3,12 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use redis::Value;
 use tenure_core::backend::Purpose;
-use tenure_core::backend::{BackendSession, CampaignMode, Lifetime, SessionEvents};
+use tenure_core::backend::{lock, BackendSession, CampaignMode, Lifetime, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::DropGuard;
 
@@ -65,10 +65,6 @@ enum Acquired {
         rank: i64,
     },
     SessionGone,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl RedisSession {

@@ -21,7 +21,7 @@ pub use stream::{poll_stream, watch_stream, Published};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -106,6 +106,12 @@ pub type LeaderStream = Pin<Box<dyn Stream<Item = Result<Option<LeaderInfo>>> + 
 /// A stream of member lists of one namespace (sorted by id): the current list first,
 /// then the list after changes (coalescing allowed, never a stale final state).
 pub type MemberStream = Pin<Box<dyn Stream<Item = Result<Vec<Member>>> + Send + 'static>>;
+
+/// Lock `mutex`, also when a thread panicked while holding it (a poisoned lock): a
+/// backend goes on with the state as it was left rather than panicking in turn.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// How many whole `unit`s cover `d`: rounded up (so a store never keeps something
 /// shorter than asked), saturating at `u64::MAX`. Stores count TTLs in whole seconds
