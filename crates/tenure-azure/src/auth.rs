@@ -31,11 +31,26 @@ impl fmt::Debug for SharedKeyPolicy {
 }
 
 impl SharedKeyPolicy {
-    pub(crate) fn new(account: &str, key: &str) -> Arc<Self> {
-        Arc::new(SharedKeyPolicy {
+    pub(crate) fn new(account: &str, key: &str) -> Self {
+        SharedKeyPolicy {
             account: account.to_string(),
             key: Secret::new(key.to_string()),
-        })
+        }
+    }
+}
+
+impl Authorize for SharedKeyPolicy {
+    const NAME: &'static str = "shared-key policy";
+
+    fn authorize(&self, request: &mut Request) -> azure_core::Result<()> {
+        request.insert_header("x-ms-date", to_rfc7231(&OffsetDateTime::now_utc()));
+        let to_sign = string_to_sign(&self.account, request);
+        let signature = azure_core::hmac::hmac_sha256(&to_sign, &self.key)?;
+        request.insert_header(
+            "authorization",
+            format!("SharedKey {}:{signature}", self.account),
+        );
+        Ok(())
     }
 }
 
@@ -116,25 +131,6 @@ pub(crate) fn string_to_sign(account: &str, request: &Request) -> String {
     out
 }
 
-#[async_trait]
-impl Policy for SharedKeyPolicy {
-    async fn send(
-        &self,
-        ctx: &Context,
-        request: &mut Request,
-        next: &[Arc<dyn Policy>],
-    ) -> PolicyResult {
-        request.insert_header("x-ms-date", to_rfc7231(&OffsetDateTime::now_utc()));
-        let to_sign = string_to_sign(&self.account, request);
-        let signature = azure_core::hmac::hmac_sha256(&to_sign, &self.key)?;
-        request.insert_header(
-            "authorization",
-            format!("SharedKey {}:{signature}", self.account),
-        );
-        send_next("shared-key policy", ctx, request, next).await
-    }
-}
-
 /// Appends a shared access signature to every request's query.
 pub(crate) struct SasPolicy {
     pairs: Vec<(String, String)>,
@@ -149,51 +145,68 @@ impl fmt::Debug for SasPolicy {
 }
 
 impl SasPolicy {
-    pub(crate) fn new(sas: &str) -> Arc<Self> {
+    pub(crate) fn new(sas: &str) -> Self {
         let sas = sas.trim().trim_start_matches('?');
         let pairs = url::form_urlencoded::parse(sas.as_bytes())
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect();
-        Arc::new(SasPolicy { pairs })
+        SasPolicy { pairs }
     }
 }
 
+impl Authorize for SasPolicy {
+    const NAME: &'static str = "SAS policy";
+
+    fn authorize(&self, request: &mut Request) -> azure_core::Result<()> {
+        let url = request.url_mut();
+        let present: Vec<String> = url.query_pairs().map(|(k, _)| k.into_owned()).collect();
+        let mut q = url.query_pairs_mut();
+        for (k, v) in &self.pairs {
+            if !present.contains(k) {
+                q.append_pair(k, v);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What an authorisation policy does to a request (each try) before the pipeline
+/// sends it on.
+pub(crate) trait Authorize: fmt::Debug + Send + Sync + 'static {
+    /// The policy's name in errors.
+    const NAME: &'static str;
+
+    /// Sign or otherwise authorise `request`.
+    fn authorize(&self, request: &mut Request) -> azure_core::Result<()>;
+}
+
+/// The pipeline policy of an [`Authorize`]: authorise each request, then hand it to
+/// the first of the next policies (the transport comes last; a policy with nothing
+/// after it is a pipeline built wrong).
+#[derive(Debug)]
+struct Authorizing<A>(A);
+
+/// `authorize` as a policy for the pipeline's per-try policies.
+pub(crate) fn policy(authorize: impl Authorize) -> Arc<dyn Policy> {
+    Arc::new(Authorizing(authorize))
+}
+
 #[async_trait]
-impl Policy for SasPolicy {
+impl<A: Authorize> Policy for Authorizing<A> {
     async fn send(
         &self,
         ctx: &Context,
         request: &mut Request,
         next: &[Arc<dyn Policy>],
     ) -> PolicyResult {
-        {
-            let url = request.url_mut();
-            let present: Vec<String> = url.query_pairs().map(|(k, _)| k.into_owned()).collect();
-            let mut q = url.query_pairs_mut();
-            for (k, v) in &self.pairs {
-                if !present.contains(k) {
-                    q.append_pair(k, v);
-                }
-            }
+        self.0.authorize(request)?;
+        match next.split_first() {
+            Some((first, rest)) => first.send(ctx, request, rest).await,
+            None => Err(azure_core::Error::with_message(
+                azure_core::error::ErrorKind::Other,
+                format!("{}: no transport after it", A::NAME),
+            )),
         }
-        send_next("SAS policy", ctx, request, next).await
-    }
-}
-
-/// Hand `request` to the first of the `next` policies (the transport comes last); a
-/// policy with nothing after it is a pipeline built wrong, reported by `who`.
-async fn send_next(
-    who: &str,
-    ctx: &Context<'_>,
-    request: &mut Request,
-    next: &[Arc<dyn Policy>],
-) -> PolicyResult {
-    match next.split_first() {
-        Some((first, rest)) => first.send(ctx, request, rest).await,
-        None => Err(azure_core::Error::with_message(
-            azure_core::error::ErrorKind::Other,
-            format!("{who}: no transport after it"),
-        )),
     }
 }
 

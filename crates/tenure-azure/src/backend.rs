@@ -137,10 +137,9 @@ impl Backend for AzureBackend {
 
     fn capabilities(&self) -> Capabilities {
         let poll = self.shared.store.config.get_poll_interval();
-        let mut caps = Capabilities::full().except(Clause::NoHerd, NO_HERD);
-        caps.handover_poll = Some(poll);
-        caps.observe_poll = Some(poll);
-        caps
+        Capabilities::full()
+            .except(Clause::NoHerd, NO_HERD)
+            .polling(poll)
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

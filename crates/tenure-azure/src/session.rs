@@ -10,12 +10,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use tenure_core::backend::{BackendSession, Lifetime, SessionEvents};
+use tenure_core::backend::{lock, BackendSession, Lifetime, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::DropGuard;
 
@@ -64,10 +64,6 @@ impl fmt::Debug for AzureSession {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.inner.life.fmt(f)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The outcome of one attempt to take a seat.

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use tenure_core::backend::lock;
 use tenure_core::{ElectionName, LeaderInfo, Member, Result};
 
 use crate::names::{leader_of, Layout};
@@ -52,7 +53,7 @@ impl Shared {
                 continue;
             }
             let cached = {
-                let values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+                let values = lock(&self.values);
                 values
                     .get(&blob.name)
                     .filter(|(etag, _)| *etag == blob.etag)
@@ -73,7 +74,7 @@ impl Shared {
                         tracing::warn!(blob = %blob.name, "member value is not UTF-8; skipped");
                         continue;
                     };
-                    let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut values = lock(&self.values);
                     if values.len() > 100_000 {
                         values.clear();
                     }

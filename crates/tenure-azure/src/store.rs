@@ -17,7 +17,7 @@ use futures::TryStreamExt;
 use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{Error, ErrorKind, Result};
 
-use crate::auth::{SasPolicy, SharedKeyPolicy};
+use crate::auth::{policy, SasPolicy, SharedKeyPolicy};
 use crate::config::{AzureConfig, Credential, EntraSource};
 use crate::error::{classify, Cause, ErrorKindAndText, Failure, TAG};
 
@@ -67,8 +67,10 @@ impl Store {
         match config.credential() {
             Credential::SharedKey(key) => client_options
                 .per_try_policies
-                .push(SharedKeyPolicy::new(config.account(), &key)),
-            Credential::Sas(sas) => client_options.per_try_policies.push(SasPolicy::new(&sas)),
+                .push(policy(SharedKeyPolicy::new(config.account(), &key))),
+            Credential::Sas(sas) => client_options
+                .per_try_policies
+                .push(policy(SasPolicy::new(&sas))),
             Credential::Token(t) => token = Some(t),
             Credential::Entra(source) => token = Some(entra(source)?),
         }
@@ -116,6 +118,14 @@ impl Store {
         fut: impl std::future::Future<Output = azure_core::Result<T>>,
     ) -> Res<T> {
         self.call_as(Purpose::Election, fut).await
+    }
+
+    /// [`call`](Self::call) a request whose answer is not needed.
+    async fn send<T>(
+        &self,
+        fut: impl std::future::Future<Output = azure_core::Result<T>>,
+    ) -> Res<()> {
+        self.call(fut).await.map(drop)
     }
 
     /// Run one request for `purpose` with the request timeout, counted.
@@ -181,13 +191,12 @@ impl Store {
             ..Default::default()
         };
         let content: RequestContent<Bytes, NoFormat> = RequestContent::from(body);
-        self.call(
+        self.send(
             self.blob(name)
                 .block_blob_client()
                 .upload(content, Some(options)),
         )
         .await
-        .map(|_| ())
     }
 
     /// Acquire the lease on `name` for `seconds` with `lease_id`.
@@ -197,9 +206,8 @@ impl Store {
             proposed_lease_id: Some(lease_id.to_string()),
             ..Default::default()
         };
-        self.call(self.blob(name).acquire_lease(seconds, Some(options)))
+        self.send(self.blob(name).acquire_lease(seconds, Some(options)))
             .await
-            .map(|_| ())
     }
 
     pub(crate) async fn renew(&self, name: &str, lease_id: &str) -> Res<()> {
@@ -213,9 +221,8 @@ impl Store {
 
     pub(crate) async fn release(&self, name: &str, lease_id: &str) -> Res<()> {
         tracing::trace!(blob = %name, lease = %lease_id, "release lease");
-        self.call(self.blob(name).release_lease(lease_id.to_string(), None))
+        self.send(self.blob(name).release_lease(lease_id.to_string(), None))
             .await
-            .map(|_| ())
     }
 
     /// Break the lease on `name` at once.
@@ -224,9 +231,7 @@ impl Store {
             break_period: Some(0),
             ..Default::default()
         };
-        self.call(self.blob(name).break_lease(Some(options)))
-            .await
-            .map(|_| ())
+        self.send(self.blob(name).break_lease(Some(options))).await
     }
 
     /// Replace the metadata of `name`, conditional on holding `lease_id`.
@@ -240,9 +245,8 @@ impl Store {
             lease_id: Some(lease_id.to_string()),
             ..Default::default()
         };
-        self.call(self.blob(name).set_metadata(metadata, Some(options)))
+        self.send(self.blob(name).set_metadata(metadata, Some(options)))
             .await
-            .map(|_| ())
     }
 
     /// Lease state and metadata of `name`; `None` if the blob does not exist.

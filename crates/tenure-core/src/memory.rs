@@ -321,10 +321,7 @@ impl MemoryBackend {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, MemState> {
-        match self.store.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::backend::lock(&self.store.state)
     }
 
     fn with_session<T>(&self, id: &str, f: impl FnOnce(&mut MemState, u64) -> T) -> Option<T> {
@@ -453,10 +450,7 @@ impl Backend for MemoryBackend {
 
     fn capabilities(&self) -> Capabilities {
         // Every batch is one request under the store's lock.
-        Capabilities {
-            batch: Some(usize::MAX),
-            ..Capabilities::full()
-        }
+        Capabilities::full().batched(usize::MAX)
     }
 
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {

@@ -132,16 +132,7 @@ impl Candidate {
     /// without control characters.
     pub fn with_value(id: impl AsRef<str>, value: impl AsRef<str>) -> Result<Self> {
         let (id, value) = (id.as_ref(), value.as_ref());
-        if id.is_empty() || id.len() > MAX_CANDIDATE_ID_LEN {
-            return Err(Error::invalid(format!(
-                "candidate id {id:?}: must be 1 to {MAX_CANDIDATE_ID_LEN} bytes"
-            )));
-        }
-        if let Some(c) = id.chars().find(|c| !c.is_ascii_graphic()) {
-            return Err(Error::invalid(format!(
-                "candidate id {id:?}: character {c:?} is not allowed (printable ASCII, no spaces)"
-            )));
-        }
+        check_printable("candidate id", id, MAX_CANDIDATE_ID_LEN)?;
         check_value("candidate value", value, MAX_CANDIDATE_VALUE_LEN)?;
         Ok(Candidate {
             id: Arc::from(id),
@@ -161,6 +152,40 @@ impl Candidate {
 }
 
 /// `value` (the field `what`) is at most `limit` bytes without control characters.
+/// `text`, named `what` in the error, is 1 to `max` bytes of printable ASCII without
+/// spaces, as candidate ids are (backends check their key prefixes and ids alike).
+pub fn check_printable(what: &str, text: &str, max: usize) -> Result<()> {
+    check_chars(
+        what,
+        text,
+        max,
+        |c| c.is_ascii_graphic(),
+        "printable ASCII, no spaces",
+    )
+}
+
+/// `text`, named `what` in the error, is 1 to `max` bytes of characters that pass
+/// `allowed`, which `hint` describes.
+fn check_chars(
+    what: &str,
+    text: &str,
+    max: usize,
+    allowed: fn(char) -> bool,
+    hint: &str,
+) -> Result<()> {
+    if text.is_empty() || text.len() > max {
+        return Err(Error::invalid(format!(
+            "{what} {text:?}: must be 1 to {max} bytes"
+        )));
+    }
+    if let Some(c) = text.chars().find(|c| !allowed(*c)) {
+        return Err(Error::invalid(format!(
+            "{what} {text:?}: character {c:?} is not allowed ({hint})"
+        )));
+    }
+    Ok(())
+}
+
 fn check_value(what: &str, value: &str, limit: usize) -> Result<()> {
     if value.len() > limit {
         return Err(Error::invalid(format!(
@@ -212,19 +237,13 @@ impl Member {
 
     /// Check a member id without building a member.
     pub fn check_id(id: &str) -> Result<()> {
-        if id.is_empty() || id.len() > MAX_MEMBER_ID_LEN {
-            return Err(Error::invalid(format!(
-                "member id {id:?}: must be 1 to {MAX_MEMBER_ID_LEN} bytes"
-            )));
-        }
-        if let Some(c) = id
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
-        {
-            return Err(Error::invalid(format!(
-                "member id {id:?}: character {c:?} is not allowed (ASCII letters, digits, '-', '_', '.')"
-            )));
-        }
+        check_chars(
+            "member id",
+            id,
+            MAX_MEMBER_ID_LEN,
+            |c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'),
+            "ASCII letters, digits, '-', '_', '.'",
+        )?;
         if id == "." || id == ".." {
             return Err(Error::invalid(format!(
                 "member id {id:?}: not a valid path segment"

@@ -110,10 +110,7 @@ impl Backend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            batch: Some(crate::session::BATCH),
-            ..Capabilities::full()
-        }
+        Capabilities::full().batched(crate::session::BATCH)
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

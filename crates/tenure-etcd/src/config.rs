@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, finish, from_env_table, parse_bool, unknown_key_in, BackendUrl, Secret, Timeouts,
-    TlsFiles,
+    finish, from_env_table, parse_bool, unknown_key_in, BackendUrl, Credentials, Timeouts, TlsFiles,
 };
 use tenure_core::{Error, Result};
 
@@ -66,8 +65,7 @@ const ENV_KEYS: &[(&str, &str)] = &[
 pub struct EtcdConfig {
     endpoints: Vec<String>,
     prefix: String,
-    username: Option<String>,
-    password: Option<Secret>,
+    credentials: Credentials,
     tls: bool,
     files: TlsFiles,
     domain: Option<String>,
@@ -75,16 +73,19 @@ pub struct EtcdConfig {
 }
 
 tenure_core::config_timeouts!(EtcdConfig);
+tenure_core::config_credentials!(EtcdConfig, "Authenticate as `username` with `password`.");
 
 /// The URL form without the password: `etcd://[user@]h1:2379,h2:2379?prefix=…`.
 impl fmt::Display for EtcdConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
-        write!(f, "{scheme}://")?;
-        if let Some(user) = &self.username {
-            write!(f, "{}@", encode(user))?;
-        }
-        write!(f, "{}?prefix={}", self.endpoints.join(","), self.prefix)
+        write!(
+            f,
+            "{scheme}://{}{}?prefix={}",
+            self.credentials.userinfo(),
+            self.endpoints.join(","),
+            self.prefix
+        )
     }
 }
 
@@ -98,8 +99,7 @@ impl EtcdConfig {
         EtcdConfig {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             prefix: DEFAULT_PREFIX.to_string(),
-            username: None,
-            password: None,
+            credentials: Credentials::default(),
             tls: false,
             files: TlsFiles::default(),
             domain: None,
@@ -113,10 +113,9 @@ impl EtcdConfig {
         let url = BackendUrl::parse(url)?;
         url.expect_scheme(&[SCHEME, TLS_SCHEME])?;
         url.forbid_path("set the key prefix with ?prefix=…")?;
-        let mut config = EtcdConfig::new(url.hosts);
+        let mut config = EtcdConfig::new(&url.hosts);
         config.tls = url.scheme == TLS_SCHEME;
-        config.username = url.username;
-        config.password = url.password;
+        config.credentials = url.credentials();
         finish(config, url.query, Self::set, Self::validate)
     }
 
@@ -158,8 +157,9 @@ impl EtcdConfig {
         }
         match key {
             "prefix" => self.prefix = value,
-            "username" | "user" => self.username = Some(value),
-            "password" => self.password = Some(Secret::new(value)),
+            "username" | "user" | "password" => {
+                self.credentials.set(key, value);
+            }
             "ca" | "cert" | "key" => {
                 self.files.set(key, value);
             }
@@ -180,12 +180,7 @@ impl EtcdConfig {
             validate_endpoint(e)?;
         }
         validate_prefix(&self.prefix)?;
-        if self.username.as_deref() == Some("") {
-            return Err(Error::invalid("username: must not be empty"));
-        }
-        if self.password.is_some() && self.username.is_none() {
-            return Err(Error::invalid("password: given without a username"));
-        }
+        self.credentials.validate()?;
         if self.tls && self.files.ca.is_none() {
             return Err(Error::invalid(
                 "ca: TLS (etcds://) needs the CA certificate file that signed the server's \
@@ -200,13 +195,6 @@ impl EtcdConfig {
     /// `<prefix>/E/@<lease>`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
-        self
-    }
-
-    /// Authenticate as `username` with `password`.
-    pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
-        self.username = Some(username.into());
-        self.password = Some(Secret::new(password));
         self
     }
 
@@ -244,26 +232,17 @@ impl EtcdConfig {
         &self.prefix
     }
 
-    /// The username, if any.
-    pub fn username(&self) -> Option<&str> {
-        self.username.as_deref()
-    }
-
     /// Whether TLS is on.
     pub fn is_tls(&self) -> bool {
         self.tls
     }
 
     pub(crate) fn password(&self) -> Option<&str> {
-        self.password.as_ref().map(Secret::expose)
+        self.credentials.password()
     }
 
     pub(crate) fn tls_files(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
-        let identity = match (&self.files.cert, &self.files.key) {
-            (Some(c), Some(k)) => Some((c, k)),
-            _ => None,
-        };
-        (self.files.ca.as_ref(), identity)
+        self.files.paths()
     }
 
     pub(crate) fn tls_domain(&self) -> Option<&str> {
@@ -307,8 +286,7 @@ fn validate_endpoint(endpoint: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-    use tenure_core::ErrorKind;
+    use tenure_core::testing::config::{assert_refused, env_lookup};
 
     #[test]
     fn plain_urls() {
@@ -347,7 +325,7 @@ mod tests {
 
     #[test]
     fn bad_urls_name_the_problem() {
-        for (url, needle) in [
+        let cases = [
             ("etcd://", "endpoint"),
             ("etcd://host", "host:port"),
             ("etcd://:2379", "host is empty"),
@@ -365,11 +343,8 @@ mod tests {
             ("etcds://h:2379?ca=/x&cert=/c", "key"),
             ("redis://h:1", "scheme"),
             ("h:2379", "scheme"),
-        ] {
-            let e = EtcdConfig::from_url(url).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{url}");
-            assert!(e.message().contains(needle), "{url}: {e}");
-        }
+        ];
+        assert_refused(EtcdConfig::from_url, &cases);
     }
 
     #[test]
@@ -402,32 +377,30 @@ mod tests {
 
     #[test]
     fn environment() {
-        let env: HashMap<&str, &str> = [
+        let vars = [
             ("TENURE_ETCD_ENDPOINTS", "http://a:1, b:2"),
             ("TENURE_ETCD_PREFIX", "svc"),
             ("TENURE_ETCD_USERNAME", "root"),
             ("TENURE_ETCD_PASSWORD", "pw"),
-        ]
-        .into();
-        let c = EtcdConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        ];
+        let c = EtcdConfig::from_lookup(env_lookup(&vars)).unwrap();
         assert_eq!(c.endpoints(), ["a:1", "b:2"]);
         assert_eq!(c.key_prefix(), "svc");
         assert_eq!(c.password(), Some("pw"));
         assert!(!format!("{c:?}").contains("\"pw\""));
         let e = EtcdConfig::from_lookup(|_| None).unwrap_err();
         assert!(e.message().contains("TENURE_ETCD_ENDPOINTS"), "{e}");
-        let env: HashMap<&str, &str> = [
+        let vars = [
             ("TENURE_ETCD_ENDPOINTS", "a:1"),
             ("TENURE_ETCD_REQUEST_TIMEOUT_MS", "soon"),
-        ]
-        .into();
-        let e = EtcdConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap_err();
+        ];
+        let e = EtcdConfig::from_lookup(env_lookup(&vars)).unwrap_err();
         assert!(
             e.message().contains("TENURE_ETCD_REQUEST_TIMEOUT_MS"),
             "{e}"
         );
-        let env: HashMap<&str, &str> = [("TENURE_ETCD_ENDPOINTS", "https://a:1")].into();
-        let e = EtcdConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap_err();
+        let vars = [("TENURE_ETCD_ENDPOINTS", "https://a:1")];
+        let e = EtcdConfig::from_lookup(env_lookup(&vars)).unwrap_err();
         assert!(e.message().starts_with("ca"), "{e}");
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::{
-    encode_record, revision_token, BackendSession, Lifetime, Purpose, SessionEvents,
+    encode_record, lock, revision_token, BackendSession, Lifetime, Purpose, SessionEvents,
 };
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -131,7 +131,7 @@ fn answer_limit(shared: &Shared, ttl: Duration) -> Duration {
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, HashMap<ElectionName, Candidacy>> {
-        self.candidacies.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.candidacies)
     }
 
     fn key(&self, election: &ElectionName) -> String {
@@ -579,11 +579,7 @@ impl BackendSession for EtcdSession {
             success: vec![op(ops::delete(&key))],
             failure: Vec::new(),
         };
-        let shared = &inner.shared;
-        shared
-            .requests
-            .call("unregister member", shared.client.txn(txn))
-            .await?;
+        inner.txn("unregister member", txn).await?;
         Ok(())
     }
 

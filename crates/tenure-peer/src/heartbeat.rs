@@ -1,7 +1,7 @@
 //! A heartbeat failure detector that wraps any election algorithm.
 
 use crate::config::Config;
-use crate::machine::{earliest, ElectionAlgorithm, Relay, Timer};
+use crate::machine::{earliest, wrapper_inputs, ElectionAlgorithm, Relay, Timer};
 use crate::message::Message;
 use crate::types::{Durable, Event, Instant, Leader, PeerId};
 
@@ -84,9 +84,7 @@ impl<A: ElectionAlgorithm> Heartbeat<A> {
 }
 
 impl<A: ElectionAlgorithm> ElectionAlgorithm for Heartbeat<A> {
-    fn config(&self) -> &Config {
-        self.inner.config()
-    }
+    wrapper_inputs!();
 
     fn start(&mut self, now: Instant) {
         self.inner.start(now);
@@ -124,25 +122,6 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for Heartbeat<A> {
             self.inner.start_election(now);
             self.sync(now);
         }
-    }
-
-    fn peer_unreachable(&mut self, now: Instant, peer: PeerId) {
-        self.inner.peer_unreachable(now, peer);
-        self.sync(now);
-    }
-
-    fn start_election(&mut self, now: Instant) {
-        self.inner.start_election(now);
-        self.sync(now);
-    }
-
-    fn leader_conflict(&mut self, now: Instant, other: PeerId) {
-        self.inner.leader_conflict(now, other);
-        self.sync(now);
-    }
-
-    fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
-        self.transmits.poll_after(&mut self.inner)
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -194,6 +194,16 @@ macro_rules! outbox_outputs {
         fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
             self.$($field).+.poll_transmit()
         }
+        $crate::machine::outbox_view!($($field).+);
+    };
+}
+pub(crate) use outbox_outputs;
+
+/// `poll_event` and `leader` of [`ElectionAlgorithm`] for a machine whose
+/// leader view is the [`Outbox`] at `self.<field path>` (part of
+/// [`outbox_outputs`], alone for a wrapper that relays its messages).
+macro_rules! outbox_view {
+    ($($field:tt).+) => {
         fn poll_event(&mut self) -> Option<Event> {
             self.$($field).+.poll_event()
         }
@@ -202,7 +212,48 @@ macro_rules! outbox_outputs {
         }
     };
 }
-pub(crate) use outbox_outputs;
+pub(crate) use outbox_view;
+
+/// The part of [`ElectionAlgorithm`] a wrapper (heartbeat, quorum guard) passes
+/// to the machine it wraps at `self.inner`: `config` is the wrapped machine's;
+/// `peer_unreachable`, `start_election` and `leader_conflict` reach it (only
+/// while `self.<gate>()` holds, when a gate is named), after which the wrapper
+/// follows its view with `self.sync(now)`; `poll_transmit` sends the wrapped
+/// machine's messages first, then the wrapper's own in `self.transmits`. Used
+/// inside the trait impl.
+macro_rules! wrapper_inputs {
+    ($($gate:ident)?) => {
+        fn config(&self) -> &Config {
+            self.inner.config()
+        }
+
+        fn peer_unreachable(&mut self, now: Instant, peer: PeerId) {
+            if true $(&& self.$gate())? {
+                self.inner.peer_unreachable(now, peer);
+            }
+            self.sync(now);
+        }
+
+        fn start_election(&mut self, now: Instant) {
+            if true $(&& self.$gate())? {
+                self.inner.start_election(now);
+            }
+            self.sync(now);
+        }
+
+        fn leader_conflict(&mut self, now: Instant, other: PeerId) {
+            if true $(&& self.$gate())? {
+                self.inner.leader_conflict(now, other);
+            }
+            self.sync(now);
+        }
+
+        fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
+            self.transmits.poll_after(&mut self.inner)
+        }
+    };
+}
+pub(crate) use wrapper_inputs;
 
 /// A wrapper's own messages (heartbeats, quorum traffic), sent after those
 /// of the machine it wraps.

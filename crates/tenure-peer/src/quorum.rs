@@ -4,7 +4,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::machine::{earliest, ElectionAlgorithm, Outbox, Relay, Timer};
+use crate::machine::{
+    earliest, outbox_view, wrapper_inputs, ElectionAlgorithm, Outbox, Relay, Timer,
+};
 use crate::message::Message;
 use crate::types::{Durable, Event, Instant, Leader, PeerId};
 
@@ -566,9 +568,7 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
 }
 
 impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
-    fn config(&self) -> &Config {
-        self.inner.config()
-    }
+    wrapper_inputs!(participating);
 
     fn start(&mut self, now: Instant) {
         // A restarted process may have acknowledged someone just before it
@@ -650,31 +650,6 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
         self.sync(now);
     }
 
-    fn peer_unreachable(&mut self, now: Instant, peer: PeerId) {
-        if self.participating() {
-            self.inner.peer_unreachable(now, peer);
-        }
-        self.sync(now);
-    }
-
-    fn start_election(&mut self, now: Instant) {
-        if self.participating() {
-            self.inner.start_election(now);
-        }
-        self.sync(now);
-    }
-
-    fn leader_conflict(&mut self, now: Instant, other: PeerId) {
-        if self.participating() {
-            self.inner.leader_conflict(now, other);
-        }
-        self.sync(now);
-    }
-
-    fn poll_transmit(&mut self) -> Option<(PeerId, Message)> {
-        self.transmits.poll_after(&mut self.inner)
-    }
-
     fn poll_timeout(&self) -> Option<Instant> {
         earliest([
             self.inner.poll_timeout().filter(|_| self.participating()),
@@ -686,13 +661,7 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
         ])
     }
 
-    fn poll_event(&mut self) -> Option<Event> {
-        self.out.poll_event()
-    }
-
-    fn leader(&self) -> Option<Leader> {
-        self.out.leader()
-    }
+    outbox_view!(out);
 
     fn durable(&self) -> Durable {
         Durable {

@@ -148,12 +148,7 @@ impl RedisBackend {
                 .arg(&election.channel)
                 .arg(&election.waits);
             let reply = shared
-                .conn
-                .script(
-                    Purpose::Election,
-                    "expire session: free a seat",
-                    &invocation,
-                )
+                .script("expire session: free a seat", &invocation)
                 .await?;
             if as_int(&reply) == Some(1) {
                 freed += 1;
@@ -168,12 +163,7 @@ impl RedisBackend {
             let mut invocation = UNREGISTER_SCRIPT.key(&keys.hash);
             invocation.arg(session_id).arg(&keys.channel);
             shared
-                .conn
-                .script(
-                    Purpose::Election,
-                    "expire session: remove members",
-                    &invocation,
-                )
+                .script("expire session: remove members", &invocation)
                 .await?;
         }
         Ok(freed)
@@ -210,10 +200,9 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            batch: Some(crate::session::BATCH),
-            ..Capabilities::full().except(Clause::AtMostOneHolder, DATA_LOSS)
-        }
+        Capabilities::full()
+            .except(Clause::AtMostOneHolder, DATA_LOSS)
+            .batched(crate::session::BATCH)
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, finish, from_env_table, host_port, parse_millis, parse_number, unknown_key_in,
-    BackendUrl, Secret, Timeouts, TlsFiles,
+    check_printable, encode, finish, from_env_table, host_port, parse_millis, parse_number,
+    unknown_key_in, BackendUrl, Credentials, Secret, Timeouts, TlsFiles,
 };
 use tenure_core::{Error, Result};
 
@@ -97,8 +97,7 @@ pub struct RedisConfig {
     host: String,
     port: u16,
     tls: bool,
-    username: Option<String>,
-    password: Option<Secret>,
+    credentials: Credentials,
     db: i64,
     prefix: String,
     timeouts: Timeouts,
@@ -110,6 +109,10 @@ pub struct RedisConfig {
 }
 
 tenure_core::config_timeouts!(RedisConfig);
+tenure_core::config_credentials!(
+    RedisConfig,
+    "Authenticate as the ACL user `username` with `password`."
+);
 
 /// Where Sentinel is: the sentinels to ask and the name of the monitored primary.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -129,10 +132,7 @@ impl fmt::Display for RedisConfig {
             (Some(_), false) => SENTINEL_SCHEME,
             (Some(_), true) => SENTINEL_TLS_SCHEME,
         };
-        write!(f, "{scheme}://")?;
-        if let Some(user) = &self.username {
-            write!(f, "{}@", encode(user))?;
-        }
+        write!(f, "{scheme}://{}", self.credentials.userinfo())?;
         let host_port = |f: &mut fmt::Formatter<'_>, host: &str, port: u16| {
             if host.contains(':') {
                 write!(f, "[{host}]:{port}")
@@ -168,8 +168,7 @@ impl RedisConfig {
             host: host.into(),
             port,
             tls: false,
-            username: None,
-            password: None,
+            credentials: Credentials::default(),
             db: 0,
             prefix: DEFAULT_PREFIX.to_string(),
             timeouts: Timeouts::new(DEFAULT_TIMEOUT),
@@ -217,8 +216,7 @@ impl RedisConfig {
         let (host, port) = host_port(host, Some(DEFAULT_PORT))?;
         let mut config = RedisConfig::new(host, port);
         config.tls = url.scheme == TLS_SCHEME;
-        config.username = url.username;
-        config.password = url.password;
+        config.credentials = url.credentials();
         let path = url.path.trim_matches('/');
         if !path.is_empty() {
             config.db = parse_db(path)?;
@@ -249,8 +247,7 @@ impl RedisConfig {
             config.db = parse_db(db)?;
         }
         config.tls = url.scheme == SENTINEL_TLS_SCHEME;
-        config.username = url.username;
-        config.password = url.password;
+        config.credentials = url.credentials();
         finish(config, url.query, Self::set, Self::validate)
     }
 
@@ -280,8 +277,9 @@ impl RedisConfig {
         }
         match key {
             "prefix" => self.prefix = value,
-            "username" => self.username = Some(value),
-            "password" => self.password = Some(Secret::new(value)),
+            "username" | "password" => {
+                self.credentials.set(key, value);
+            }
             "poll_interval_ms" => self.poll_interval = parse_millis(key, &value)?,
             "ca" | "cert" | "key" => {
                 self.files.set(key, value);
@@ -351,10 +349,8 @@ impl RedisConfig {
             )));
         }
         validate_prefix(&self.prefix)?;
-        if self.username.as_deref() == Some("") {
-            return Err(Error::invalid("username: must not be empty"));
-        }
-        if self.username.is_some() && self.password.is_none() {
+        self.credentials.check_username()?;
+        if self.credentials.username.is_some() && self.credentials.password.is_none() {
             return Err(Error::invalid(
                 "password: a username needs a password (redis://user:password@host)",
             ));
@@ -374,17 +370,12 @@ impl RedisConfig {
         self
     }
 
-    /// Authenticate as the ACL user `username` with `password`.
-    pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
-        self.username = Some(username.into());
-        self.password = Some(Secret::new(password));
-        self
-    }
-
     /// Authenticate as the default user with `password` (`requirepass`).
     pub fn password(mut self, password: impl Into<String>) -> Self {
-        self.username = None;
-        self.password = Some(Secret::new(password));
+        self.credentials = Credentials {
+            username: None,
+            password: Some(Secret::new(password)),
+        };
         self
     }
 
@@ -448,14 +439,9 @@ impl RedisConfig {
         self.tls
     }
 
-    /// The ACL username, if any.
-    pub fn username(&self) -> Option<&str> {
-        self.username.as_deref()
-    }
-
     /// Whether a password is set (the password itself is not readable).
     pub fn has_password(&self) -> bool {
-        self.password.is_some()
+        self.credentials.password.is_some()
     }
 
     /// The database number.
@@ -484,15 +470,11 @@ impl RedisConfig {
     }
 
     pub(crate) fn secret(&self) -> Option<&str> {
-        self.password.as_ref().map(Secret::expose)
+        self.credentials.password()
     }
 
     pub(crate) fn tls_files(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
-        let identity = match (&self.files.cert, &self.files.key) {
-            (Some(c), Some(k)) => Some((c, k)),
-            _ => None,
-        };
-        (self.files.ca.as_ref(), identity)
+        self.files.paths()
     }
 
     /// `host:port` for messages (IPv6 in brackets); with Sentinel, the sentinels'.
@@ -542,17 +524,7 @@ fn validate_host(host: &str) -> Result<()> {
 
 /// A prefix is 1 to 100 bytes of printable ASCII without spaces.
 pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
-    if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
-        return Err(Error::invalid(format!(
-            "prefix {prefix:?}: must be 1 to {MAX_PREFIX_LEN} bytes"
-        )));
-    }
-    if let Some(c) = prefix.chars().find(|c| !c.is_ascii_graphic()) {
-        return Err(Error::invalid(format!(
-            "prefix {prefix:?}: character {c:?} is not allowed (printable ASCII, no spaces)"
-        )));
-    }
-    Ok(())
+    check_printable("prefix", prefix, MAX_PREFIX_LEN)
 }
 
 #[cfg(test)]
@@ -603,8 +575,7 @@ mod tests {
             assert!(e.message().contains(says), "{bad}: {e}");
         }
     }
-    use std::collections::HashMap;
-    use tenure_core::ErrorKind;
+    use tenure_core::testing::config::{assert_refused, env_lookup};
 
     #[test]
     fn plain_urls() {
@@ -648,7 +619,7 @@ mod tests {
 
     #[test]
     fn bad_urls_name_the_problem() {
-        for (url, needle) in [
+        let cases = [
             ("redis://", "host"),
             ("redis://:6379", "host"),
             ("redis://h:notaport", "port"),
@@ -670,11 +641,8 @@ mod tests {
             ("redis://h/#insecure", "fragment"),
             ("etcd://h:1", "scheme"),
             ("h:6379", "scheme"),
-        ] {
-            let e = RedisConfig::from_url(url).unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{url}");
-            assert!(e.message().contains(needle), "{url}: {e}");
-        }
+        ];
+        assert_refused(RedisConfig::from_url, &cases);
     }
 
     #[test]
@@ -707,14 +675,13 @@ mod tests {
 
     #[test]
     fn environment() {
-        let env: HashMap<&str, &str> = [
+        let vars = [
             ("TENURE_REDIS_URL", " rediss://h:1/4 "),
             ("TENURE_REDIS_USERNAME", "svc"),
             ("TENURE_REDIS_PASSWORD", "pw"),
             ("TENURE_REDIS_PREFIX", "app"),
-        ]
-        .into();
-        let c = RedisConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        ];
+        let c = RedisConfig::from_lookup(env_lookup(&vars)).unwrap();
         assert!(c.is_tls());
         assert_eq!((c.port(), c.database()), (1, 4));
         assert_eq!(c.username(), Some("svc"));
@@ -722,8 +689,8 @@ mod tests {
         assert_eq!(c.key_prefix(), "app");
         let e = RedisConfig::from_lookup(|_| None).unwrap_err();
         assert!(e.message().contains("TENURE_REDIS_URL"), "{e}");
-        let env: HashMap<&str, &str> = [("TENURE_REDIS_URL", "redis://h?x=1")].into();
-        let e = RedisConfig::from_lookup(|k| env.get(k).map(|v| v.to_string())).unwrap_err();
+        let vars = [("TENURE_REDIS_URL", "redis://h?x=1")];
+        let e = RedisConfig::from_lookup(env_lookup(&vars)).unwrap_err();
         assert!(e.message().starts_with("TENURE_REDIS_URL"), "{e}");
     }
 

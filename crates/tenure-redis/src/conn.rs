@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisResult, ScriptInvocation, ServerErrorKind, Value};
-use tenure_core::backend::{Purpose, Requests};
+use tenure_core::backend::{lock, Purpose, Requests};
 use tenure_core::{ErrorKind, Result};
 
 use crate::error::{map, poisons_connection, TAG};
@@ -76,7 +76,7 @@ impl Conn {
         let client = self.target.client().await?;
         let manager = ConnectionManager::new_lazy_with_config(client, self.config.clone())
             .map_err(|e| map(what, e))?;
-        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = lock(&self.slot);
         // Another request may have made one meanwhile: use that one.
         if let Some(m) = &slot.manager {
             return Ok((slot.generation, m.clone()));
@@ -88,7 +88,7 @@ impl Conn {
 
     /// The manager in use, unless there is none or it was marked unusable.
     fn reuse(&self) -> Option<(u64, ConnectionManager)> {
-        let mut slot = self.slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = lock(&self.slot);
         let suspect = self.suspect.load(Ordering::SeqCst);
         if suspect == slot.generation && slot.manager.is_some() {
             slot.manager = None;
@@ -138,19 +138,6 @@ impl Conn {
         };
         self.requests.call_as(purpose, what, request).await
     }
-
-    /// Run a script.
-    pub(crate) async fn script(
-        &self,
-        purpose: Purpose,
-        what: &str,
-        invocation: &ScriptInvocation<'_>,
-    ) -> Result<Value> {
-        self.run(purpose, what, |mut c| async move {
-            invocation.invoke_async(&mut c).await
-        })
-        .await
-    }
 }
 
 impl Conn {
@@ -175,12 +162,12 @@ impl Conn {
         .await
     }
 
-    /// Run a script whose writes count only once `guard`'s replicas have them
-    /// (`(replicas, bound)`; `None` runs the script alone): the script and a `WAIT` go
-    /// in one pipeline, so the `WAIT` covers this connection's write even if the
-    /// connection is replaced right after. Fewer replicas than asked within the bound
-    /// is `Unavailable`: the write happened on the primary but must not be relied on.
-    pub(crate) async fn script_replicated(
+    /// Run a script; with a `guard` (`(replicas, bound)`), its writes count only once
+    /// that many replicas have them: the script and a `WAIT` go in one pipeline, so the
+    /// `WAIT` covers this connection's write even if the connection is replaced right
+    /// after. Fewer replicas than asked within the bound is `Unavailable`: the write
+    /// happened on the primary but must not be relied on.
+    pub(crate) async fn script(
         &self,
         purpose: Purpose,
         what: &str,
@@ -188,7 +175,11 @@ impl Conn {
         guard: Option<(u32, Duration)>,
     ) -> Result<Value> {
         let Some((replicas, bound)) = guard else {
-            return self.script(purpose, what, invocation).await;
+            return self
+                .run(purpose, what, |mut c| async move {
+                    invocation.invoke_async(&mut c).await
+                })
+                .await;
         };
         let ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX).max(1);
         let (value, acked): (Value, i64) = self

@@ -9,12 +9,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use tenure_core::backend::{Purpose, Requests};
+use tenure_core::backend::{lock, Purpose, Requests};
 use tenure_core::Retry;
 
 use crate::target::Target;
@@ -75,10 +75,6 @@ impl Channel {
 enum Command {
     Subscribe(String),
     Unsubscribe(String),
-}
-
-fn lock(state: &Mutex<HubState>) -> MutexGuard<'_, HubState> {
-    state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Who a registration is.
@@ -222,7 +218,7 @@ impl Hub {
         if self.started.load(Ordering::Acquire) {
             return;
         }
-        let starter = self.start.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let starter = lock(&self.start).take();
         if let Some(s) = starter {
             self.started.store(true, Ordering::Release);
             tokio::spawn(run(self.state.clone(), s));

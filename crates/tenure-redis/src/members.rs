@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use redis::Value;
-use tenure_core::backend::Purpose;
 use tenure_core::{Member, Result};
 
 use crate::error::unexpected;
@@ -21,10 +20,7 @@ const IDLE: Duration = Duration::from_secs(24 * 3600);
 pub(crate) async fn list(shared: &Shared, hash: &str) -> Result<(Vec<Member>, Option<Duration>)> {
     let mut invocation = LIST_SCRIPT.key(hash);
     invocation.arg(&shared.sessions);
-    let reply = shared
-        .conn
-        .script(Purpose::Election, "list members", &invocation)
-        .await?;
+    let reply = shared.script("list members", &invocation).await?;
     parse_list(&reply)
 }
 
@@ -67,11 +63,8 @@ pub(crate) fn next_look(earliest: Option<Duration>) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::bulk;
     use tenure_core::ErrorKind;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
 
     #[test]
     fn list_replies() {

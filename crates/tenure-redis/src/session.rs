@@ -3,12 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use redis::Value;
 use tenure_core::backend::Purpose;
-use tenure_core::backend::{BackendSession, CampaignMode, Lifetime, SessionEvents};
+use tenure_core::backend::{lock, BackendSession, CampaignMode, Lifetime, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::DropGuard;
 
@@ -65,10 +65,6 @@ enum Acquired {
         rank: i64,
     },
     SessionGone,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl RedisSession {
@@ -167,13 +163,7 @@ impl Inner {
             .arg(&keys.waits)
             .arg(keep_ms);
         let reply = shared
-            .conn
-            .script_replicated(
-                Purpose::Election,
-                "campaign",
-                &invocation,
-                shared.config.guard(),
-            )
+            .guarded_script(Purpose::Election, "campaign", &invocation)
             .await?;
         parse_acquire(&reply)
     }
@@ -198,13 +188,7 @@ impl Inner {
                 .arg(&keys.waits);
         }
         let reply = shared
-            .conn
-            .script_replicated(
-                Purpose::Election,
-                "try_campaign_many",
-                &invocation,
-                shared.config.guard(),
-            )
+            .guarded_script(Purpose::Election, "try_campaign_many", &invocation)
             .await?;
         parse_acquire_many(&reply, chunk.len(), &self.id)
     }
@@ -218,10 +202,7 @@ impl Inner {
         for id in ids {
             invocation.arg(id);
         }
-        self.shared
-            .conn
-            .script(Purpose::Election, "unregister member", &invocation)
-            .await?;
+        self.shared.script("unregister member", &invocation).await?;
         Ok(())
     }
 
@@ -255,13 +236,7 @@ impl Inner {
                 .arg(token.0.to_string());
         }
         let reply = shared
-            .conn
-            .script_replicated(
-                Purpose::Renewal,
-                "keep-alive",
-                &invocation,
-                shared.config.guard(),
-            )
+            .guarded_script(Purpose::Renewal, "keep-alive", &invocation)
             .await?;
         match reply {
             Value::Int(-1) => Err(session_gone("keep-alive", &self.id)),
@@ -484,10 +459,7 @@ impl BackendSession for RedisSession {
                     invocation
                 }
             };
-            shared
-                .conn
-                .script(Purpose::Election, "resign", &invocation)
-                .await?;
+            shared.script("resign", &invocation).await?;
         }
         Ok(())
     }
@@ -507,11 +479,7 @@ impl BackendSession for RedisSession {
             .arg(member.id())
             .arg(member.value())
             .arg(&keys.channel);
-        let reply = inner
-            .shared
-            .conn
-            .script(Purpose::Election, "register member", &invocation)
-            .await?;
+        let reply = inner.shared.script("register member", &invocation).await?;
         match as_int(&reply) {
             Some(-1) => Err(session_gone("register member", &inner.id)),
             Some(0 | 1) => Ok(()),
@@ -561,9 +529,7 @@ impl BackendSession for RedisSession {
         // missed.
         let unregistering =
             futures::future::join_all(registered.iter().map(|(ns, ids)| inner.unregister(ns, ids)));
-        let closing = shared
-            .conn
-            .script(Purpose::Election, "close session", &invocation);
+        let closing = shared.script("close session", &invocation);
         let (unregistered, closed) = futures::join!(unregistering, closing);
         closed?;
         unregistered.into_iter().collect::<Result<Vec<()>>>()?;
@@ -574,10 +540,7 @@ impl BackendSession for RedisSession {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
+    use crate::shared::bulk;
 
     #[test]
     fn batch_acquire_replies() {

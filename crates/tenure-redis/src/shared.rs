@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::Value;
+use redis::{ScriptInvocation, Value};
 use tenure_core::backend::{Purpose, Requests};
 use tenure_core::{ElectionName, ErrorKind, Result};
 
@@ -42,11 +42,32 @@ impl Shared {
     /// Read a seat: its remaining TTL in ms (negative if none) and its holder.
     pub(crate) async fn read(&self, seat: &str) -> Result<(i64, Option<Seat>)> {
         let invocation = READ_SCRIPT.key(seat);
-        let reply = self
-            .conn
-            .script(Purpose::Election, "read leader", &invocation)
-            .await?;
+        let reply = self.script("read leader", &invocation).await?;
         parse_read(&reply)
+    }
+
+    /// Run a script for elections or membership (counted as an election request).
+    pub(crate) async fn script(
+        &self,
+        what: &str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<Value> {
+        self.conn
+            .script(Purpose::Election, what, invocation, None)
+            .await
+    }
+
+    /// Run a script that grants or renews seats: its writes count only once the
+    /// replication guard's replicas have them (see [`Conn::script`]).
+    pub(crate) async fn guarded_script(
+        &self,
+        purpose: Purpose,
+        what: &str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<Value> {
+        self.conn
+            .script(purpose, what, invocation, self.config.guard())
+            .await
     }
 
     /// How long a waiter or observer waits before looking again, given the seat's
@@ -87,6 +108,13 @@ pub(crate) fn as_int(v: &Value) -> Option<i64> {
         Value::SimpleString(s) => s.parse().ok(),
         _ => None,
     }
+}
+
+/// A bulk-string reply holding `s`, as the server sends strings (for the tests of the
+/// reply parsers).
+#[cfg(test)]
+pub(crate) fn bulk(s: &str) -> Value {
+    Value::BulkString(s.as_bytes().to_vec())
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
     RedisConnectionInfo, TlsCertificates,
 };
+use tenure_core::backend::lock;
 use tenure_core::{Error, ErrorKind, Result};
 
 use crate::config::{RedisConfig, Sentinel};
@@ -43,7 +44,7 @@ pub(crate) struct Switches {
 impl Switches {
     /// Note an announcement (each sentinel sends its own: counted once).
     fn announce(&self, payload: &str) {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = lock(&self.last);
         if *last != payload {
             *last = payload.to_string();
             self.count.fetch_add(1, Ordering::SeqCst);

@@ -160,10 +160,7 @@ impl Backend for ZooKeeperBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            batch: Some(crate::session::BATCH),
-            ..Capabilities::full()
-        }
+        Capabilities::full().batched(crate::session::BATCH)
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {

@@ -4,8 +4,8 @@ use std::fmt;
 use std::time::Duration;
 
 use tenure_core::backend::config::{
-    encode, finish, from_env_table, parse_duration, parse_millis, unknown_key_in, BackendUrl,
-    Secret, Timeouts,
+    finish, from_env_table, parse_duration, parse_millis, unknown_key_in, BackendUrl, Credentials,
+    Timeouts,
 };
 use tenure_core::{Error, Result};
 
@@ -53,22 +53,27 @@ const ENV_KEYS: &[(&str, &str)] = &[
 pub struct ZooKeeperConfig {
     hosts: Vec<String>,
     chroot: String,
-    username: Option<String>,
-    password: Option<Secret>,
+    credentials: Credentials,
     session_timeout: Duration,
     timeouts: Timeouts,
 }
 
 tenure_core::config_timeouts!(ZooKeeperConfig);
+tenure_core::config_credentials!(
+    ZooKeeperConfig,
+    "Authenticate with ZooKeeper's `digest` scheme as `username:password`."
+);
 
 /// The URL form without the password: `zk://[user@]h1:2181,h2:2181/chroot`.
 impl fmt::Display for ZooKeeperConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{SCHEME}://")?;
-        if let Some(user) = &self.username {
-            write!(f, "{}@", encode(user))?;
-        }
-        write!(f, "{}{}", self.hosts.join(","), self.chroot_or_root())
+        write!(
+            f,
+            "{SCHEME}://{}{}{}",
+            self.credentials.userinfo(),
+            self.hosts.join(","),
+            self.chroot_or_root()
+        )
     }
 }
 
@@ -82,8 +87,7 @@ impl ZooKeeperConfig {
         ZooKeeperConfig {
             hosts: hosts.into_iter().map(Into::into).collect(),
             chroot: DEFAULT_CHROOT.to_string(),
-            username: None,
-            password: None,
+            credentials: Credentials::default(),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             timeouts: Timeouts::new(DEFAULT_TIMEOUT),
         }
@@ -94,9 +98,8 @@ impl ZooKeeperConfig {
     pub fn from_url(url: &str) -> Result<Self> {
         let url = BackendUrl::parse(url)?;
         url.expect_scheme(&[SCHEME])?;
-        let mut config = ZooKeeperConfig::new(url.hosts);
-        config.username = url.username;
-        config.password = url.password;
+        let mut config = ZooKeeperConfig::new(&url.hosts);
+        config.credentials = url.credentials();
         if !url.path.is_empty() {
             config.chroot = url.path;
         }
@@ -122,8 +125,9 @@ impl ZooKeeperConfig {
         }
         match key {
             "chroot" => self.chroot = value,
-            "username" | "user" => self.username = Some(value),
-            "password" => self.password = Some(Secret::new(value)),
+            "username" | "user" | "password" => {
+                self.credentials.set(key, value);
+            }
             "session_timeout" => self.session_timeout = parse_duration(key, &value)?,
             "session_timeout_ms" => self.session_timeout = parse_millis(key, &value)?,
             other => return Err(unknown_key_in(other, &[KEYS, Timeouts::KEYS])),
@@ -165,9 +169,7 @@ impl ZooKeeperConfig {
                 )));
             }
         }
-        if self.username.is_none() && self.password.is_some() {
-            return Err(Error::invalid("password: set without a user name"));
-        }
+        self.credentials.validate()?;
         if self.session_timeout.is_zero() {
             return Err(Error::invalid("session_timeout: must be greater than zero"));
         }
@@ -177,13 +179,6 @@ impl ZooKeeperConfig {
     /// Use `chroot` (an absolute path, created if missing; `/` for none).
     pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
         self.chroot = chroot.into();
-        self
-    }
-
-    /// Authenticate with ZooKeeper's `digest` scheme as `user:password`.
-    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.username = Some(user.into());
-        self.password = Some(Secret::new(password));
         self
     }
 
@@ -203,14 +198,9 @@ impl ZooKeeperConfig {
         &self.chroot
     }
 
-    /// The digest user, if any.
-    pub fn username(&self) -> Option<&str> {
-        self.username.as_deref()
-    }
-
     pub(crate) fn digest(&self) -> Option<Vec<u8>> {
-        let user = self.username.as_deref()?;
-        let password = self.password.as_ref().map_or("", Secret::expose);
+        let user = self.credentials.username()?;
+        let password = self.credentials.password().unwrap_or_default();
         Some(format!("{user}:{password}").into_bytes())
     }
 
@@ -228,6 +218,7 @@ impl ZooKeeperConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tenure_core::testing::config::env_lookup;
     use tenure_core::ErrorKind;
 
     #[test]
@@ -298,24 +289,18 @@ mod tests {
             ("TENURE_ZK_PASSWORD", "p"),
             ("TENURE_ZK_CONNECT_TIMEOUT_MS", "250"),
         ];
-        let get = |n: &str| {
-            vars.iter()
-                .find(|(k, _)| *k == n)
-                .map(|(_, v)| v.to_string())
-        };
-        let c = ZooKeeperConfig::from_lookup(get).unwrap();
+        let c = ZooKeeperConfig::from_lookup(env_lookup(&vars)).unwrap();
         assert_eq!(c.hosts(), ["a:1", "b:2"]);
         assert_eq!(c.chroot_or_root(), "/x");
         assert_eq!(c.digest().unwrap(), b"u:p");
         assert_eq!(c.get_connect_timeout(), Duration::from_millis(250));
         let e = ZooKeeperConfig::from_lookup(|_| None).unwrap_err();
         assert!(e.message().contains("TENURE_ZK_HOSTS"));
-        let e = ZooKeeperConfig::from_lookup(|n| {
-            (n == "TENURE_ZK_HOSTS")
-                .then(|| "h:1".into())
-                .or_else(|| (n == "TENURE_ZK_SESSION_TIMEOUT_MS").then(|| "soon".into()))
-        })
-        .unwrap_err();
+        let vars = [
+            ("TENURE_ZK_HOSTS", "h:1"),
+            ("TENURE_ZK_SESSION_TIMEOUT_MS", "soon"),
+        ];
+        let e = ZooKeeperConfig::from_lookup(env_lookup(&vars)).unwrap_err();
         assert!(e.message().contains("TENURE_ZK_SESSION_TIMEOUT_MS"), "{e}");
     }
 }

@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+pub use crate::name::check_printable;
 
 /// A credential (password, key, token). Its `Debug` and `Display` print `<redacted>`;
 /// [`expose`](Secret::expose) gives the text to the code that sends it to the store.
@@ -63,8 +64,9 @@ impl fmt::Display for Secret {
     }
 }
 
-/// A backend URL, parsed and decoded by the grammar above.
-#[derive(Clone, PartialEq, Eq)]
+/// A backend URL, parsed and decoded by the grammar above. Its `Debug` shows the
+/// password as `<redacted>` (see [`Secret`]).
+#[derive(Clone, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub struct BackendUrl {
     /// The scheme, lowercase.
@@ -81,19 +83,6 @@ pub struct BackendUrl {
     /// The query's key-value pairs in order, decoded (a key without `=` has an empty
     /// value).
     pub query: Vec<(String, String)>,
-}
-
-impl fmt::Debug for BackendUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BackendUrl")
-            .field("scheme", &self.scheme)
-            .field("username", &self.username)
-            .field("password", &self.password)
-            .field("hosts", &self.hosts)
-            .field("path", &self.path)
-            .field("query", &self.query)
-            .finish()
-    }
 }
 
 impl BackendUrl {
@@ -159,6 +148,14 @@ impl BackendUrl {
             self.scheme,
             known.join(" or ")
         )))
+    }
+
+    /// The user name and password before `@`.
+    pub fn credentials(&self) -> Credentials {
+        Credentials {
+            username: self.username.clone(),
+            password: self.password.clone(),
+        }
     }
 
     /// Fail when the URL carries user info (for backends that take credentials from
@@ -489,6 +486,80 @@ impl TlsFiles {
         }
         Ok(())
     }
+
+    /// The CA certificate and the client identity (certificate and key, when both are
+    /// given), as the TLS setup takes them.
+    pub fn paths(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
+        let identity = match (&self.cert, &self.key) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        };
+        (self.ca.as_ref(), identity)
+    }
+}
+
+/// The user name and password of a store's config (`user:password@` before the hosts,
+/// or `username=` and `password=`); the password shows only as `<redacted>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// The user name.
+    pub username: Option<String>,
+    /// The password.
+    pub password: Option<Secret>,
+}
+
+impl Credentials {
+    /// `username` with `password`.
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Credentials {
+            username: Some(username.into()),
+            password: Some(Secret::new(password)),
+        }
+    }
+
+    /// Apply `username=` (also `user=`) or `password=`; false if `key` is neither.
+    pub fn set(&mut self, key: &str, value: String) -> bool {
+        match key {
+            "username" | "user" => self.username = Some(value),
+            "password" => self.password = Some(Secret::new(value)),
+            _ => return false,
+        }
+        true
+    }
+
+    /// The user name, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+
+    /// The password, if any, for logging in (never to show).
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_ref().map(Secret::expose)
+    }
+
+    /// The user part of the URL a config shows: `user@` (percent-encoded), or nothing.
+    pub fn userinfo(&self) -> String {
+        self.username
+            .as_deref()
+            .map_or_else(String::new, |user| format!("{}@", encode(user)))
+    }
+
+    /// A user name given is not empty.
+    pub fn check_username(&self) -> Result<()> {
+        if self.username.as_deref() == Some("") {
+            return Err(Error::invalid("username: must not be empty"));
+        }
+        Ok(())
+    }
+
+    /// [`check_username`](Self::check_username), and a password comes with a user name.
+    pub fn validate(&self) -> Result<()> {
+        self.check_username()?;
+        if self.password.is_some() && self.username.is_none() {
+            return Err(Error::invalid("password: given without a username"));
+        }
+        Ok(())
+    }
 }
 
 /// The end of every store's `from_url`: apply the query's pairs to `config` in order
@@ -619,6 +690,31 @@ macro_rules! config_timeouts {
             /// The request timeout.
             pub fn get_request_timeout(&self) -> ::std::time::Duration {
                 self.timeouts.request
+            }
+        }
+    };
+}
+
+/// The credential settings of a store's config, written once: for a config type with a
+/// `credentials: Credentials` field, the builder `credentials(username, password)`
+/// (documented by `doc`) and the getter `username()`.
+#[macro_export]
+macro_rules! config_credentials {
+    ($config:ident, $doc:literal) => {
+        impl $config {
+            #[doc = $doc]
+            pub fn credentials(
+                mut self,
+                username: impl Into<String>,
+                password: impl Into<String>,
+            ) -> Self {
+                self.credentials = $crate::backend::config::Credentials::new(username, password);
+                self
+            }
+
+            /// The user name, if any.
+            pub fn username(&self) -> Option<&str> {
+                self.credentials.username()
             }
         }
     };

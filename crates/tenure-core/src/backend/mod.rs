@@ -21,7 +21,7 @@ pub use stream::{poll_stream, watch_stream, Published};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -106,6 +106,20 @@ pub type LeaderStream = Pin<Box<dyn Stream<Item = Result<Option<LeaderInfo>>> + 
 /// A stream of member lists of one namespace (sorted by id): the current list first,
 /// then the list after changes (coalescing allowed, never a stale final state).
 pub type MemberStream = Pin<Box<dyn Stream<Item = Result<Vec<Member>>> + Send + 'static>>;
+
+/// Lock `mutex`, also when a thread panicked while holding it (a poisoned lock): a
+/// backend goes on with the state as it was left rather than panicking in turn.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How many whole `unit`s cover `d`: rounded up (so a store never keeps something
+/// shorter than asked), saturating at `u64::MAX`. Stores count TTLs in whole seconds
+/// (etcd leases) or milliseconds (Redis).
+pub fn whole_units(d: Duration, unit: Duration) -> u64 {
+    let units = d.as_nanos().div_ceil(unit.as_nanos().max(1));
+    u64::try_from(units).unwrap_or(u64::MAX)
+}
 
 /// The error a backend without membership returns (the default of the membership
 /// methods).
@@ -409,11 +423,44 @@ impl Capabilities {
         self
     }
 
+    /// Declare that [`BackendSession::try_campaign_many`] asks for up to `seats` seats
+    /// in one store round trip (sets [`batch`](Self::batch)).
+    pub fn batched(mut self, seats: usize) -> Self {
+        self.batch = Some(seats);
+        self
+    }
+
+    /// Declare that waiters and observers poll the store every `interval` (sets
+    /// [`handover_poll`](Self::handover_poll) and [`observe_poll`](Self::observe_poll)).
+    pub fn polling(mut self, interval: Duration) -> Self {
+        self.handover_poll = Some(interval);
+        self.observe_poll = Some(interval);
+        self
+    }
+
     /// `Ok` if `clause` holds, else the declared reason.
     pub fn supports(&self, clause: Clause) -> std::result::Result<(), &'static str> {
         match self.exceptions.iter().find(|(c, _)| *c == clause) {
             Some((_, why)) => Err(why),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_units_round_up_and_saturate() {
+        let (second, ms) = (Duration::from_secs(1), Duration::from_millis(1));
+        assert_eq!(whole_units(Duration::from_secs(2), second), 2);
+        assert_eq!(whole_units(Duration::from_millis(2001), second), 3);
+        assert_eq!(whole_units(Duration::from_millis(1500), ms), 1500);
+        assert_eq!(whole_units(Duration::from_micros(1_500_001), ms), 1501);
+        assert_eq!(whole_units(Duration::from_micros(10), ms), 1);
+        assert_eq!(whole_units(Duration::ZERO, ms), 0);
+        assert_eq!(whole_units(Duration::MAX, ms), u64::MAX);
+        assert_eq!(whole_units(Duration::MAX, second), Duration::MAX.as_secs());
     }
 }

@@ -5,6 +5,8 @@
 //!
 //! The checks panic on failure: they are test code.
 
+pub mod config;
+
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -88,6 +90,12 @@ impl Env {
     }
 
     /// Print why a clause is skipped and return true if it is.
+    /// [`election`](Self::election) `name` for a check of `clause`; `None` (reported)
+    /// if the backend declares that the clause does not hold.
+    fn election_for(&self, clause: Clause, name: &str) -> Option<ElectionName> {
+        (!self.not_applicable(clause)).then(|| self.election(name))
+    }
+
     fn not_applicable(&self, clause: Clause) -> bool {
         match self.caps().supports(clause) {
             Ok(()) => false,
@@ -242,10 +250,9 @@ pub fn assert_intervals_disjoint(mut intervals: Vec<Interval>) {
 
 /// Clause 1: concurrent candidates that campaign, hold and resign never overlap.
 pub async fn check_at_most_one_holder(env: &Env) {
-    if env.not_applicable(Clause::AtMostOneHolder) {
+    let Some(election) = env.election_for(Clause::AtMostOneHolder, "one-holder") else {
         return;
-    }
-    let election = env.election("one-holder");
+    };
     let intervals = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for i in 0..4 {
@@ -294,10 +301,9 @@ pub async fn check_at_most_one_holder(env: &Env) {
 /// Clause 2: tokens strictly increase across resigns, sessions, try-campaigns and
 /// session closes.
 pub async fn check_monotonic_tokens(env: &Env) {
-    if env.not_applicable(Clause::MonotonicTokens) {
+    let Some(election) = env.election_for(Clause::MonotonicTokens, "tokens") else {
         return;
-    }
-    let election = env.election("tokens");
+    };
     let (s1, s2) = (env.session().await, env.session().await);
     let (a, b) = (cand("a"), cand("b"));
     let mut tokens = Vec::new();
@@ -336,10 +342,9 @@ pub async fn check_monotonic_tokens(env: &Env) {
 /// Clause 3: once lost, a leadership never becomes valid again; a new grant has a new,
 /// higher token.
 pub async fn check_lost_is_final(env: &Env) {
-    if env.not_applicable(Clause::LostIsFinal) {
+    let Some(election) = env.election_for(Clause::LostIsFinal, "final") else {
         return;
-    }
-    let election = env.election("final");
+    };
     let s = env.session().await;
     let me = cand("a");
     let first = campaign(&s, &election, &me).await;
@@ -392,10 +397,9 @@ pub async fn check_lost_is_final(env: &Env) {
 /// `is_leader()` is false before any timer runs. Run on a current-thread runtime so
 /// that the pause stops renewals too.
 pub async fn check_is_leader_honest_without_io(env: &Env) {
-    if env.not_applicable(Clause::HonestIsLeader) {
+    let Some(election) = env.election_for(Clause::HonestIsLeader, "honest") else {
         return;
-    }
-    let election = env.election("honest");
+    };
     let s = env.session().await;
     let l = campaign(&s, &election, &cand("a")).await;
     assert!(l.is_leader());
@@ -423,10 +427,9 @@ pub async fn check_is_leader_honest_without_io(env: &Env) {
 
 /// Clause 5: after `resign()`, a waiting candidate is granted quickly (far below a TTL).
 pub async fn check_graceful_handover(env: &Env) {
-    if env.not_applicable(Clause::GracefulHandover) {
+    let Some(election) = env.election_for(Clause::GracefulHandover, "handover") else {
         return;
-    }
-    let election = env.election("handover");
+    };
     let (_sa, a, waiter) = held_and_awaited(env, &election).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(
@@ -451,10 +454,9 @@ pub async fn check_graceful_handover(env: &Env) {
 /// Clause 6: a holder that dies without resigning is replaced within TTL + one
 /// interval, and its lost signal fires before the successor is granted.
 pub async fn check_crash_failover(env: &Env) {
-    if env.not_applicable(Clause::CrashFailover) {
+    let Some(election) = env.election_for(Clause::CrashFailover, "crash") else {
         return;
-    }
-    let election = env.election("crash");
+    };
     let (sa, a, waiter) = held_and_awaited(env, &election).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let t0 = Instant::now();
@@ -637,10 +639,9 @@ async fn next_elected(
 /// Clause 9: `leader()` and `observe()` show the current holder; an observer converges
 /// on the final state.
 pub async fn check_observe(env: &Env) {
-    if env.not_applicable(Clause::Observe) {
+    let Some(election) = env.election_for(Clause::Observe, "observe") else {
         return;
-    }
-    let election = env.election("observe");
+    };
     let s = env.session().await;
     assert_eq!(s.leader(&election).await.expect("leader"), None);
     let mut stream = s.observe(&election).await.expect("observe");
@@ -699,10 +700,9 @@ pub async fn check_observe(env: &Env) {
 /// Clause 10: the runner campaigns, runs the task, resigns when it ends and campaigns
 /// again; shutdown resigns promptly.
 pub async fn check_run_when_leader(env: &Env) {
-    if env.not_applicable(Clause::RunWhenLeader) {
+    let Some(election) = env.election_for(Clause::RunWhenLeader, "runner") else {
         return;
-    }
-    let election = env.election("runner");
+    };
     let s = env.session().await;
     let mut runner = LeaderRunner::new(s.clone(), election.clone(), cand("a"));
     let mut events = runner.subscribe();
@@ -769,10 +769,9 @@ pub async fn check_run_when_leader(env: &Env) {
 /// Clause 11: a task that misses its heartbeat is cancelled and the runner resigns; a
 /// task that heartbeats keeps the seat.
 pub async fn check_stall_detection(env: &Env) {
-    if env.not_applicable(Clause::StallDetection) {
+    let Some(election) = env.election_for(Clause::StallDetection, "stall") else {
         return;
-    }
-    let election = env.election("stall");
+    };
     let s = env.session().await;
     let stall = Duration::from_millis(150);
     let mut runner = LeaderRunner::new(s.clone(), election.clone(), cand("a")).stall_timeout(stall);
@@ -1184,10 +1183,9 @@ async fn members_until(s: &Session, ns: &ElectionName, want: &[(&str, &str)], bo
 /// latest registration of an id wins, namespaces are separate from each other and from
 /// elections, and a session re-opened after expiry registers its members again.
 pub async fn check_membership(env: &Env) {
-    if env.not_applicable(Clause::Membership) {
+    let Some(ns) = env.election_for(Clause::Membership, "ns") else {
         return;
-    }
-    let ns = env.election("ns");
+    };
     let other = env.election("ns/other");
     let (sa, sb) = (env.session().await, env.session().await);
     let quick = env.caps().observe_poll.unwrap_or_default() * 2 + env.timing.ttl / 2 + env.slack;
