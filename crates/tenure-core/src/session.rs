@@ -205,6 +205,7 @@ impl Session {
     /// it. Each [`Leadership`] is as one from [`try_campaign`](Self::try_campaign), with
     /// its own token. The same election twice, or one this session holds or is
     /// campaigning for, is `InvalidArgument`; on an error no seat of the batch is kept.
+    /// The batch may take the connect timeout once per round trip it needs.
     pub async fn try_campaign_many(
         &self,
         seats: &[(ElectionName, Candidate)],
@@ -249,7 +250,8 @@ impl Session {
             session: Some(bs.clone()),
             locks,
         };
-        let tokens = with_timeout(&core.timing, bs.try_campaign_many(seats))
+        let limit = core.batch_timeout(seats.len());
+        let tokens = with_timeout_of(limit, bs.try_campaign_many(seats))
             .await
             .map_err(|e| core.tag(e))?;
         if tokens.len() != seats.len() {
@@ -274,7 +276,7 @@ impl Session {
                 seats = back.len(),
                 "grants arrived after the local deadline; releasing them"
             );
-            let _ = with_timeout(&core.timing, bs.resign_many(&back)).await;
+            let _ = with_timeout_of(limit, bs.resign_many(&back)).await;
             return Err(core.tag(Error::new(
                 ErrorKind::Unavailable,
                 "session renewal is overdue; grants released",
@@ -560,14 +562,20 @@ async fn with_timeout<T>(
     timing: &Timing,
     fut: impl std::future::Future<Output = Result<T>>,
 ) -> Result<T> {
-    match tokio::time::timeout(timing.connect_timeout, fut).await {
+    with_timeout_of(timing.connect_timeout, fut).await
+}
+
+/// `fut`, or a `Timeout` error after `limit` (the connect timeout, or one per round
+/// trip of a batch).
+async fn with_timeout_of<T>(
+    limit: Duration,
+    fut: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, fut).await {
         Ok(r) => r,
         Err(_) => Err(Error::new(
             ErrorKind::Timeout,
-            format!(
-                "no answer within connect_timeout {:?}",
-                timing.connect_timeout
-            ),
+            format!("no answer within {limit:?} (connect_timeout per round trip)"),
         )),
     }
 }
@@ -831,8 +839,8 @@ impl SessionCore {
         }
         let bs = self.current();
         let mut attempt = 0;
-        // One request may take connect_timeout; retries stop after twice that in all.
-        let give_up = Instant::now() + self.timing.connect_timeout * 2;
+        // One round trip may take connect_timeout; retries stop after twice that in all.
+        let give_up = Instant::now() + self.batch_timeout(grants.len()) * 2;
         loop {
             let left = give_up.saturating_duration_since(Instant::now());
             let attempt_result = match tokio::time::timeout(left, bs.resign_many(grants)).await {
@@ -909,6 +917,15 @@ impl SessionCore {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         }
+    }
+
+    /// How long a batch of `seats` may take: the connect timeout for each round trip the
+    /// backend needs for it ([`Capabilities::batch`](crate::backend::Capabilities::batch)
+    /// seats per round trip; one where it asks seat by seat).
+    fn batch_timeout(&self, seats: usize) -> Duration {
+        let per_trip = self.backend.capabilities().batch.unwrap_or(1).max(1);
+        let trips = u32::try_from(seats.div_ceil(per_trip).max(1)).unwrap_or(u32::MAX);
+        self.timing.connect_timeout.saturating_mul(trips)
     }
 
     fn tell_listeners(&self, losses: &[Loss]) {

@@ -16,7 +16,7 @@ pub const CLOCK_DRIFT_MARGIN: f64 = 0.05;
 /// | `ttl` | 10 s | how long the store keeps the session without hearing from it |
 /// | `renew_interval` | TTL / 4 (2.5 s) | how often the core renews the session |
 /// | `renew_deadline` | TTL × 2/3 (6.67 s) | a leadership is valid until the send time of the last confirmed renewal plus this; past it the lost signal fires |
-/// | `connect_timeout` | 5 s | the longest any single store request may take before it fails with `Timeout` |
+/// | `connect_timeout` | 5 s | the longest any single store request may take before it fails with `Timeout` (a batch of seats: this much per round trip it needs) |
 /// | `retry` | 50 ms doubling to 1 s, ±20 % jitter | back-off between failed store requests and between polls |
 ///
 /// Rules (checked by [`Timing::validate`], errors name the field): every duration > 0;
