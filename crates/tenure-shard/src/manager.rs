@@ -495,9 +495,11 @@ fn follows_plan(old: &View, new: &View, plan: &Plan, changed: &[usize]) -> bool 
         })
 }
 
-/// Whether two views have the same nodes (by id, in order).
-fn same_node_ids(a: &View, b: &View) -> bool {
-    a.nodes.len() == b.nodes.len() && a.nodes.iter().zip(&b.nodes).all(|(x, y)| x.id == y.id)
+/// Whether a node of `old` is missing from `new` (both sorted by id).
+fn node_left(old: &View, new: &View) -> bool {
+    old.nodes
+        .iter()
+        .any(|n| new.nodes.binary_search_by(|m| m.id.cmp(&n.id)).is_err())
 }
 
 /// Hashes a shard index with one multiplication: SipHash over the controller's maps
@@ -833,10 +835,10 @@ impl Controller {
             }
         }
         let (view, changed) = View::update(&self.view, list, self.layout.shards.len());
-        if !same_node_ids(&self.view, &view) {
-            // A node came or went (a crash's shards wait for this plan): plan at once,
-            // whatever the cost of the last plan. The pacing below is for the churn of
-            // holdings, not for membership.
+        if node_left(&self.view, &view) {
+            // A node went (its shards may be leaderless until this plan names their
+            // next leaders): plan at once, whatever the cost of the last plan. Joins
+            // and the churn of holdings keep the pacing.
             self.next_plan_at = Instant::now();
         }
         let keep = match (&changed, &self.plan) {
