@@ -987,9 +987,11 @@ pub async fn check_batch_campaign(env: &Env) {
     }
     let granted = got.iter().flatten().count();
     if let (Some(batch), Some(before), Some(after)) = (env.caps().batch, before, after) {
-        // A round trip to take a chunk and one to withdraw its losers, plus at most one
-        // notification registration per grant.
-        let bound = 2 * SEATS.div_ceil(batch) + granted;
+        // A few round trips a chunk (ZooKeeper's are the most: read the queues, create,
+        // read back, withdraw the losers, and two more to make missing directories),
+        // plus at most one notification registration per grant; seat by seat would be
+        // at least one request per seat and its registration.
+        let bound = 6 * SEATS.div_ceil(batch) + granted;
         let used = usize::try_from(after - before).unwrap_or(usize::MAX);
         assert!(
             used <= bound,
