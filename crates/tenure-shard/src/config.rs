@@ -179,8 +179,8 @@ impl Layout {
 /// | `node_id` | required | this node's member id (letters, digits, `-_.`) |
 /// | `weight` | 1 | relative share of leaderships (1 to 1000) |
 /// | `timing` | [`Timing::default`] | session TTL, renewal, deadlines |
-/// | `handoff_rate` | 200 per second | graceful handoffs this node starts per second |
-/// | `handoff_burst` | 20 | handoffs it may start at once |
+/// | `handoff_rate` | 5,000 per second | graceful handoffs this node starts per second (those due together are resigned as one batch) |
+/// | `handoff_burst` | 500 | handoffs it may start at once |
 /// | `publish_interval` | 10 ms | least time between two updates of this node's member value |
 /// | `campaign_limit` | 1024 | campaigns this node has in flight at once, a batch of tries for free shards counting as one (the rest wait for a permit; only those in flight are published as campaigning, so this also bounds the handoffs towards this node per round) |
 /// | `startup_quiet` | 100 ms | at start, campaign only once the member list has not changed for this long |
@@ -220,8 +220,8 @@ impl ShardManagerBuilder {
             node_id: None,
             weight: 1,
             timing: Timing::default(),
-            handoff_rate: 200.0,
-            handoff_burst: 20,
+            handoff_rate: 5_000.0,
+            handoff_burst: 500,
             publish_interval: Duration::from_millis(10),
             startup_quiet: Duration::from_millis(100),
             campaign_limit: 1024,
