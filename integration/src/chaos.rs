@@ -512,7 +512,7 @@ impl Rng {
 /// The store of a run: one server (each candidate reaches it through its own proxy)
 /// or a cluster (the candidates name every member).
 enum Store {
-    Single(ChaosBackend, Box<dyn StoreServer>),
+    Single(ChaosBackend, StoreServer),
     EtcdCluster(EtcdCluster),
     ZooKeeperEnsemble(ZooKeeperEnsemble),
     RedisSentinel(RedisSentinels),
@@ -520,12 +520,12 @@ enum Store {
 
 impl Store {
     async fn start(backend: ChaosBackend) -> Result<Option<Store>> {
-        let single = |s: Box<dyn StoreServer>| Store::Single(backend, s);
+        let single = |s: StoreServer| Store::Single(backend, s);
         let store = match backend {
-            ChaosBackend::Etcd => single(Box::new(EtcdServer::start().await?)),
-            ChaosBackend::Redis => single(Box::new(RedisServer::start().await?)),
-            ChaosBackend::ZooKeeper => single(Box::new(ZooKeeperServer::start().await?)),
-            ChaosBackend::Azure => single(Box::new(AzuriteServer::start().await?)),
+            ChaosBackend::Etcd => single(EtcdServer::start().await?.0),
+            ChaosBackend::Redis => single(RedisServer::start().await?.0),
+            ChaosBackend::ZooKeeper => single(ZooKeeperServer::start().await?.0),
+            ChaosBackend::Azure => single(AzuriteServer::start().await?.0),
             ChaosBackend::EtcdCluster => Store::EtcdCluster(EtcdCluster::start(3).await?),
             ChaosBackend::ZooKeeperEnsemble => {
                 Store::ZooKeeperEnsemble(ZooKeeperEnsemble::start(3).await?)
@@ -579,7 +579,7 @@ impl Store {
     }
 
     /// The one server, for the faults on the whole store.
-    fn single(&mut self, fault: &str) -> Result<&mut Box<dyn StoreServer>> {
+    fn single(&mut self, fault: &str) -> Result<&mut StoreServer> {
         match self {
             Store::Single(_, s) => Ok(s),
             _ => Err(HarnessError::Chaos {

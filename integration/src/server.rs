@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use tempfile::TempDir;
 
 use crate::error::{HarnessError, Result};
@@ -36,7 +35,7 @@ const LOG_TAIL_BYTES: u64 = 3000;
 /// How many times `start` picks new ports when a server could not bind.
 const START_ATTEMPTS: usize = 3;
 
-/// How long [`terminate`](EtcdServer::terminate) waits after SIGTERM before it kills.
+/// How long [`terminate`](StoreServer::terminate) waits after SIGTERM before it kills.
 pub const TERMINATE_GRACE: Duration = Duration::from_secs(10);
 
 /// The four stores the harness can run.
@@ -75,7 +74,7 @@ impl Kind {
         }
     }
 
-    fn env_var(self) -> &'static str {
+    const fn env_var(self) -> &'static str {
         match self {
             Kind::Etcd => "TENURE_TEST_ETCD",
             Kind::ZooKeeper => "TENURE_TEST_ZOOKEEPER",
@@ -556,17 +555,24 @@ impl Drop for Local {
     }
 }
 
-/// Shared body of the four server handles.
+/// One store the harness runs as a child process on a free loopback port with a
+/// temporary data directory (killed, and the directory removed, on drop), or the
+/// external one its environment variable names: where it listens and the faults on
+/// its process. [`EtcdServer`], [`ZooKeeperServer`], [`RedisServer`] and
+/// [`AzuriteServer`] deref to it.
 #[derive(Debug)]
-pub(crate) struct ServerCore {
+pub struct StoreServer {
     kind: Kind,
     endpoint: String,
     addr: SocketAddr,
     local: Option<Local>,
 }
 
-impl ServerCore {
-    pub(crate) async fn start(kind: Kind) -> Result<Self> {
+impl StoreServer {
+    /// A local server of `kind`, or the external one its variable names (after checking
+    /// that it answers; the faults then return [`HarnessError::ExternalServer`]). A
+    /// missing program is [`HarnessError::MissingBinary`], never skipped.
+    async fn start(kind: Kind) -> Result<Self> {
         match std::env::var(kind.env_var()) {
             Ok(value) if !value.trim().is_empty() => Self::external(kind, &value).await,
             _ => Self::local(kind, None).await,
@@ -606,7 +612,7 @@ impl ServerCore {
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
-        Ok(ServerCore {
+        Ok(StoreServer {
             kind,
             endpoint,
             addr,
@@ -629,7 +635,7 @@ impl ServerCore {
             let mut local = Local::new(launch, data_dir, root);
             match local.launch(kind, addr).await {
                 Ok(()) => {
-                    return Ok(ServerCore {
+                    return Ok(StoreServer {
                         kind,
                         endpoint: kind.endpoint(addr),
                         addr,
@@ -663,233 +669,37 @@ impl ServerCore {
         }
     }
 
-    pub(crate) fn endpoint(&self) -> &str {
+    /// The store's client endpoint, in the store's own form (see each handle).
+    pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
 
-    pub(crate) fn addr(&self) -> SocketAddr {
+    /// The socket address the server listens on (what a [`TcpProxy`](crate::TcpProxy)
+    /// forwards to).
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub(crate) fn is_external(&self) -> bool {
+    /// The store's name, for messages.
+    pub fn name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// The environment variable that names an external server instead.
+    pub fn env_var(&self) -> &'static str {
+        self.kind.env_var()
+    }
+
+    /// Whether this handle points at an external server (faults on the process are
+    /// then impossible).
+    pub fn is_external(&self) -> bool {
         self.local.is_none()
     }
 
-    pub(crate) fn data_dir(&self) -> Option<&Path> {
-        self.local.as_ref().map(|l| l.data_dir.as_path())
-    }
-
-    pub(crate) fn startup_time(&self) -> Option<Duration> {
-        self.local.as_ref().map(|l| l.startup)
-    }
-
-    pub(crate) fn log_tail(&self) -> String {
-        match &self.local {
-            Some(local) => local.log_tail(),
-            None => format!("(external server from {}; no log)", self.kind.env_var()),
-        }
-    }
-
-    pub(crate) fn pid(&self) -> Option<u32> {
-        self.local.as_ref()?.child.as_ref().map(Child::id)
-    }
-
-    pub(crate) fn pause(&self) -> Result<()> {
-        stop_process(self.local_ref()?.pid(self.kind)?, self.kind.name())
-    }
-
-    pub(crate) fn resume(&self) -> Result<()> {
-        send_signal(
-            self.local_ref()?.pid(self.kind)?,
-            libc::SIGCONT,
-            self.kind.name(),
-        )
-    }
-
-    pub(crate) async fn kill(&mut self) -> Result<()> {
-        self.local_mut()?.stop().await;
-        Ok(())
-    }
-
-    pub(crate) async fn terminate(&mut self) -> Result<()> {
-        self.local_mut()?.terminate(TERMINATE_GRACE).await;
-        Ok(())
-    }
-
-    pub(crate) async fn restart(&mut self) -> Result<()> {
-        let (kind, addr) = (self.kind, self.addr);
-        let local = self.local_mut()?;
-        local.stop().await;
-        local.launch(kind, addr).await
-    }
-}
-
-/// Defines one public server handle that delegates to [`ServerCore`].
-macro_rules! server_handle {
-    (
-        $(#[$meta:meta])*
-        $name:ident, $kind:expr, $env:literal, $endpoint_doc:literal
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug)]
-        pub struct $name {
-            core: ServerCore,
-        }
-
-        impl $name {
-            /// The environment variable that, when set, names an external
-            /// server to use instead of starting one.
-            pub const ENV: &'static str = $env;
-
-            /// Starts a fresh server on a free loopback port with a new
-            /// temporary data directory and waits (at most [`READY_TIMEOUT`])
-            /// until it answers.
-            ///
-            /// If the environment variable [`Self::ENV`] is set, no process is
-            /// started: the handle points at that endpoint (after checking that
-            /// it answers) and the fault-injection methods return
-            /// [`HarnessError::ExternalServer`]. A missing program is reported
-            /// as [`HarnessError::MissingBinary`], never skipped.
-            pub async fn start() -> Result<Self> {
-                Ok(Self {
-                    core: ServerCore::start($kind).await?,
-                })
-            }
-
-            #[doc = $endpoint_doc]
-            pub fn endpoint(&self) -> &str {
-                self.core.endpoint()
-            }
-
-            /// The socket address the server listens on.
-            pub fn addr(&self) -> SocketAddr {
-                self.core.addr()
-            }
-
-            /// Whether this handle points at an external server named by
-            /// [`Self::ENV`].
-            pub fn is_external(&self) -> bool {
-                self.core.is_external()
-            }
-
-            /// The data directory of a locally started server (kept across
-            /// [`restart`](Self::restart), removed on drop).
-            pub fn data_dir(&self) -> Option<&Path> {
-                self.core.data_dir()
-            }
-
-            /// How long the last (re)start took until the server answered.
-            pub fn startup_time(&self) -> Option<Duration> {
-                self.core.startup_time()
-            }
-
-            /// The end of the server's combined stdout/stderr log.
-            pub fn log_tail(&self) -> String {
-                self.core.log_tail()
-            }
-
-            /// The process id while a local server process is running.
-            pub fn pid(&self) -> Option<u32> {
-                self.core.pid()
-            }
-
-            /// Freezes the server process (SIGSTOP) and returns once all its
-            /// threads are stopped: its port stays open and connections are
-            /// accepted by the kernel, but nothing answers.
-            pub fn pause(&self) -> Result<()> {
-                self.core.pause()
-            }
-
-            /// Lets a paused server process run again (SIGCONT).
-            pub fn resume(&self) -> Result<()> {
-                self.core.resume()
-            }
-
-            /// Kills the server process (SIGKILL) and leaves it down until
-            /// [`restart`](Self::restart).
-            pub async fn kill(&mut self) -> Result<()> {
-                self.core.kill().await
-            }
-
-            /// Stops the server process the orderly way: SIGTERM, then up to
-            /// [`TERMINATE_GRACE`] for it to save its state and exit, then SIGKILL.
-            /// It stays down until [`restart`](Self::restart).
-            pub async fn terminate(&mut self) -> Result<()> {
-                self.core.terminate().await
-            }
-
-            /// Kills the server process (if running) and starts it again on
-            /// the same port with the same data directory, waiting until it
-            /// answers.
-            pub async fn restart(&mut self) -> Result<()> {
-                self.core.restart().await
-            }
-        }
-
-        impl StoreServer for $name {
-            fn name(&self) -> &'static str {
-                self.core.kind.name()
-            }
-
-            fn env_var(&self) -> &'static str {
-                Self::ENV
-            }
-
-            fn is_external(&self) -> bool {
-                self.core.is_external()
-            }
-
-            fn pause(&self) -> Result<()> {
-                self.core.pause()
-            }
-
-            fn resume(&self) -> Result<()> {
-                self.core.resume()
-            }
-
-            fn endpoint(&self) -> &str {
-                self.core.endpoint()
-            }
-
-            fn addr(&self) -> SocketAddr {
-                self.core.addr()
-            }
-
-            fn kill(&mut self) -> BoxFuture<'_, Result<()>> {
-                Box::pin(self.core.kill())
-            }
-
-            fn restart(&mut self) -> BoxFuture<'_, Result<()>> {
-                Box::pin(self.core.restart())
-            }
-
-            fn terminate(&mut self) -> BoxFuture<'_, Result<()>> {
-                Box::pin(self.core.terminate())
-            }
-        }
-    };
-}
-
-/// What the shared fault suite needs of any store the harness runs, local or named by
-/// its environment variable: where it listens, and the faults on its process.
-pub trait StoreServer: Send + Sync {
-    /// The client endpoint (each store's own form, as the handle's `endpoint`).
-    fn endpoint(&self) -> &str;
-    /// The socket address the server listens on (what a [`TcpProxy`](crate::TcpProxy)
-    /// forwards to).
-    fn addr(&self) -> SocketAddr;
-    /// Kill the server process (SIGKILL); it stays down until [`restart`](Self::restart).
-    fn kill(&mut self) -> BoxFuture<'_, Result<()>>;
-    /// Kill the server process if it runs and start it again on the same port with
-    /// the same data directory, once it answers.
-    fn restart(&mut self) -> BoxFuture<'_, Result<()>>;
-    /// Stop the server process the orderly way (SIGTERM, then SIGKILL after a grace
-    /// period); it stays down until [`restart`](Self::restart).
-    fn terminate(&mut self) -> BoxFuture<'_, Result<()>>;
     /// For a test that needs its own server (it stops, restarts or reconfigures it,
     /// or counts all its commands; `why` says which): panics, naming the variable to
     /// unset, when the server is external. Such a test never passes without running.
-    fn require_local(&self, why: &str) {
+    pub fn require_local(&self, why: &str) {
         assert!(
             !self.is_external(),
             "{}: {why}, so this test needs a local server: unset {}",
@@ -897,25 +707,109 @@ pub trait StoreServer: Send + Sync {
             self.env_var()
         );
     }
-    /// The store's name, for messages.
-    fn name(&self) -> &'static str;
-    /// The environment variable that names an external server instead.
-    fn env_var(&self) -> &'static str;
-    /// Whether the server is external (faults on the process are then impossible).
-    fn is_external(&self) -> bool;
-    /// Freeze the server process (SIGSTOP).
-    fn pause(&self) -> Result<()>;
-    /// Let a frozen server process run again (SIGCONT).
-    fn resume(&self) -> Result<()>;
+
+    /// The data directory of a local server (kept across restarts, removed on drop).
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.local.as_ref().map(|l| l.data_dir.as_path())
+    }
+
+    /// How long the last (re)start took until the server answered.
+    pub fn startup_time(&self) -> Option<Duration> {
+        self.local.as_ref().map(|l| l.startup)
+    }
+
+    /// The end of the server's combined stdout/stderr log.
+    pub fn log_tail(&self) -> String {
+        match &self.local {
+            Some(local) => local.log_tail(),
+            None => format!("(external server from {}; no log)", self.kind.env_var()),
+        }
+    }
+
+    /// The process id while a local server process is running.
+    pub fn pid(&self) -> Option<u32> {
+        self.local.as_ref()?.child.as_ref().map(Child::id)
+    }
+
+    /// Freezes the server process (SIGSTOP) and returns once all its threads are
+    /// stopped: its port stays open and the kernel accepts connections, but nothing
+    /// answers.
+    pub fn pause(&self) -> Result<()> {
+        stop_process(self.local_ref()?.pid(self.kind)?, self.kind.name())
+    }
+
+    /// Lets a paused server process run again (SIGCONT).
+    pub fn resume(&self) -> Result<()> {
+        let pid = self.local_ref()?.pid(self.kind)?;
+        send_signal(pid, libc::SIGCONT, self.kind.name())
+    }
+
+    /// Kills the server process (SIGKILL); it stays down until
+    /// [`restart`](Self::restart).
+    pub async fn kill(&mut self) -> Result<()> {
+        self.local_mut()?.stop().await;
+        Ok(())
+    }
+
+    /// Stops the server process the orderly way: SIGTERM, then up to
+    /// [`TERMINATE_GRACE`] for it to save its state and exit, then SIGKILL. It stays
+    /// down until [`restart`](Self::restart).
+    pub async fn terminate(&mut self) -> Result<()> {
+        self.local_mut()?.terminate(TERMINATE_GRACE).await;
+        Ok(())
+    }
+
+    /// Kills the server process (if running) and starts it again on the same port
+    /// with the same data directory, once it answers.
+    pub async fn restart(&mut self) -> Result<()> {
+        let (kind, addr) = (self.kind, self.addr);
+        let local = self.local_mut()?;
+        local.stop().await;
+        local.launch(kind, addr).await
+    }
+}
+
+/// Defines a public handle of one store: a [`StoreServer`] of `$kind` it derefs to.
+macro_rules! server_handle {
+    ($(#[$meta:meta])* $name:ident, $kind:expr) => {
+        $(#[$meta])*
+        ///
+        /// Dropping it kills the process and removes its data directory.
+        #[derive(Debug)]
+        pub struct $name(pub(crate) StoreServer);
+
+        impl $name {
+            /// The environment variable that, when set, names an external server to
+            /// use instead of starting one.
+            pub const ENV: &'static str = $kind.env_var();
+
+            /// Starts a fresh server (or uses the external one [`Self::ENV`] names) and
+            /// waits (at most [`READY_TIMEOUT`]) until it answers; see [`StoreServer`].
+            pub async fn start() -> Result<Self> {
+                StoreServer::start($kind).await.map(Self)
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = StoreServer;
+            fn deref(&self) -> &StoreServer {
+                &self.0
+            }
+        }
+
+        impl std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut StoreServer {
+                &mut self.0
+            }
+        }
+    };
 }
 
 server_handle! {
-    /// A single-member etcd server (fast raft timings: 10 ms heartbeat,
-    /// 100 ms election timeout), ready once `GET /health` reports healthy.
-    ///
-    /// Dropping it kills the process and removes its data directory.
-    EtcdServer, Kind::Etcd, "TENURE_TEST_ETCD",
-    "The client URL, `http://127.0.0.1:PORT`."
+    /// A single-member etcd server (fast raft timings: 10 ms heartbeat, 100 ms
+    /// election timeout), ready once `GET /health` reports healthy. Its endpoint is
+    /// the client URL, `http://127.0.0.1:PORT`.
+    EtcdServer, Kind::Etcd
 }
 
 impl EtcdServer {
@@ -988,13 +882,10 @@ impl RedisServer {
 }
 
 server_handle! {
-    /// A standalone ZooKeeper server with `tickTime=1000` (so session
-    /// timeouts from 2 s to 20 s are honoured), ready once the four-letter
-    /// command `srvr` reports a mode.
-    ///
-    /// Dropping it kills the process and removes its data directory.
-    ZooKeeperServer, Kind::ZooKeeper, "TENURE_TEST_ZOOKEEPER",
-    "The connect string, `127.0.0.1:PORT` (no scheme)."
+    /// A standalone ZooKeeper server with `tickTime=1000` (so session timeouts from
+    /// 2 s to 20 s are honoured), ready once the four-letter command `srvr` reports a
+    /// mode. Its endpoint is the connect string, `127.0.0.1:PORT` (no scheme).
+    ZooKeeperServer, Kind::ZooKeeper
 }
 
 impl ZooKeeperServer {
@@ -1004,31 +895,25 @@ impl ZooKeeperServer {
     /// Session timeouts from 2 × `tick` to 20 s are honoured. With
     /// [`ENV`](Self::ENV) set, the external server is used as it is.
     pub async fn start_with_tick_time(tick: Duration) -> Result<Self> {
-        let core = match std::env::var(Kind::ZooKeeper.env_var()) {
-            Ok(v) if !v.trim().is_empty() => ServerCore::start(Kind::ZooKeeper).await?,
-            _ => ServerCore::local(Kind::ZooKeeper, Some(tick)).await?,
-        };
-        Ok(ZooKeeperServer { core })
+        Ok(ZooKeeperServer(match std::env::var(Self::ENV) {
+            Ok(v) if !v.trim().is_empty() => StoreServer::start(Kind::ZooKeeper).await?,
+            _ => StoreServer::local(Kind::ZooKeeper, Some(tick)).await?,
+        }))
     }
 }
 
 server_handle! {
-    /// A Redis server without persistence (a restart starts empty), ready
-    /// once `PING` answers `+PONG`.
-    ///
-    /// Dropping it kills the process and removes its data directory.
-    RedisServer, Kind::Redis, "TENURE_TEST_REDIS",
-    "The connection URL, `redis://127.0.0.1:PORT`."
+    /// A Redis server without persistence (a restart starts empty), ready once `PING`
+    /// answers `+PONG`. Its endpoint is the connection URL, `redis://127.0.0.1:PORT`.
+    RedisServer, Kind::Redis
 }
 
 server_handle! {
-    /// An Azurite blob service (the Azure Storage emulator) with the
-    /// well-known development account `devstoreaccount1`, API version checks
-    /// off and telemetry off, ready once its blob endpoint answers HTTP.
-    ///
-    /// Dropping it kills the process and removes its data directory.
-    AzuriteServer, Kind::Azurite, "TENURE_TEST_AZURITE",
-    "The account URL, `http://127.0.0.1:PORT/devstoreaccount1`."
+    /// An Azurite blob service (the Azure Storage emulator) with the well-known
+    /// development account `devstoreaccount1`, API version checks off and telemetry
+    /// off, ready once its blob endpoint answers HTTP. Its endpoint is the account
+    /// URL, `http://127.0.0.1:PORT/devstoreaccount1`.
+    AzuriteServer, Kind::Azurite
 }
 
 impl AzuriteServer {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tenure_core::{Backend, Candidate, ErrorKind};
 use tenure_integration::membership::{member, name, open, pairs, until};
 use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats};
-use tenure_integration::{run_prefix, RedisServer, StoreServer};
+use tenure_integration::{run_prefix, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
