@@ -802,6 +802,12 @@ macro_rules! server_handle {
                 &mut self.0
             }
         }
+
+        impl From<$name> for StoreServer {
+            fn from(server: $name) -> StoreServer {
+                server.0
+            }
+        }
     };
 }
 
