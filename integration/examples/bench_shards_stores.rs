@@ -11,15 +11,10 @@ use tenure_shard::bench::{markdown, run, BenchConfig};
 
 #[tokio::main]
 async fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let sizes = if sizes.is_empty() {
-        vec![1_000, 10_000]
-    } else {
-        sizes
-    };
+    let mut sizes: Vec<usize> = std::env::args().filter_map(|a| a.parse().ok()).collect();
+    if sizes.is_empty() {
+        sizes = vec![1_000, 10_000];
+    }
     let only = std::env::var("TENURE_BENCH_ONLY").ok();
     let timeouts = "connect_timeout_ms=5000&request_timeout_ms=5000";
     let mut results = Vec::new();

@@ -44,6 +44,14 @@ pub(crate) async fn given_or_local<S: std::ops::Deref<Target = StoreServer>>(
     Ok((Some(s), endpoint, where_))
 }
 
+/// The value of the command-line argument `arg` as a positive number, or why not.
+pub fn positive_arg(arg: &str, value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{arg}: {value:?} is not a positive number")),
+    }
+}
+
 /// `n` election names `<prefix>/<what>-<n>/<i>`.
 pub(crate) fn names(prefix: &str, what: &str, n: usize) -> Result<Vec<ElectionName>, String> {
     (0..n)

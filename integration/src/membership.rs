@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Future, StreamExt};
 use tenure_core::backend::{BackendSession, SessionEvents};
 use tenure_core::{Backend, ElectionName, Member, MemberStream};
 
@@ -69,4 +69,41 @@ pub async fn until_where(
             Err(_) => panic!("{what}: not within {within:?}; last seen {seen:?}"),
         }
     }
+}
+
+/// A crashed member goes by itself: `alive` (a session kept alive by the caller)
+/// registers `alive` and a session of `ttl` registers `crashed` in `ns`; once a watch
+/// shows both, `before_crash` runs, the crashed session renews one last time and is
+/// dropped. Returns the watch, once it shows `alive` alone (within `within`), and how
+/// long after that last renewal it did.
+pub async fn crashed_member_goes(
+    b: &dyn Backend,
+    ns: &ElectionName,
+    alive: &dyn BackendSession,
+    ttl: Duration,
+    within: Duration,
+    before_crash: impl Future<Output = ()>,
+) -> (MemberStream, Duration) {
+    alive
+        .register_member(ns, &member("alive", "1"))
+        .await
+        .expect("register alive");
+    let crashed = open(b, ttl).await;
+    let registered = crashed.register_member(ns, &member("crashed", "1")).await;
+    registered.expect("register crashed");
+    let mut w = b.watch_members(ns).await.expect("watch");
+    until(
+        &mut w,
+        &[("alive", "1"), ("crashed", "1")],
+        Duration::from_secs(1),
+    )
+    .await;
+    before_crash.await;
+    crashed.keep_alive().await.expect("keep-alive");
+    let t0 = std::time::Instant::now();
+    drop(crashed);
+    until(&mut w, &[("alive", "1")], within).await;
+    let gone = t0.elapsed();
+    eprintln!("crashed member gone {gone:?} after its last renewal (TTL {ttl:?})");
+    (w, gone)
 }

@@ -4,11 +4,11 @@
 //! session etcd no longer has cannot register, and large values are listed and watched
 //! (answers above the client's default 4 MiB).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tenure_core::{Backend, ErrorKind};
 use tenure_etcd::EtcdBackend;
-use tenure_integration::membership::{member, name, open, until, until_where};
+use tenure_integration::membership::{crashed_member_goes, member, name, open, until, until_where};
 use tenure_integration::{run_prefix, EtcdServer};
 
 async fn backend(addr: std::net::SocketAddr) -> EtcdBackend {
@@ -29,29 +29,9 @@ async fn a_crashed_member_goes_when_etcd_expires_its_lease() {
     let ttl = Duration::from_secs(2);
     let ns = name("crash/ns");
     let alive = open(&b, Duration::from_secs(30)).await;
-    alive
-        .register_member(&ns, &member("alive", "1"))
-        .await
-        .expect("register alive");
-    let crashed = open(&b, ttl).await;
-    crashed
-        .register_member(&ns, &member("crashed", "1"))
-        .await
-        .expect("register crashed");
-    let mut w = b.watch_members(&ns).await.expect("watch");
-    until(
-        &mut w,
-        &[("alive", "1"), ("crashed", "1")],
-        Duration::from_secs(1),
-    )
-    .await;
-    crashed.keep_alive().await.expect("keep-alive");
-    let t0 = Instant::now();
-    drop(crashed);
     // etcd 3.4 looks for expired leases every 500 ms.
-    until(&mut w, &[("alive", "1")], ttl + Duration::from_millis(1500)).await;
-    let gone = t0.elapsed();
-    eprintln!("crashed member gone {gone:?} after its last keep-alive (TTL {ttl:?})");
+    let within = ttl + Duration::from_millis(1500);
+    let (mut w, gone) = crashed_member_goes(&b, &ns, &*alive, ttl, within, async {}).await;
     assert!(gone >= ttl - Duration::from_millis(100), "{gone:?}");
     assert!(gone <= ttl + Duration::from_millis(800), "{gone:?}");
     alive.close().await.expect("close");

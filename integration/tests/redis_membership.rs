@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tenure_core::{Backend, Candidate, ErrorKind};
-use tenure_integration::membership::{member, name, open, pairs, until};
+use tenure_integration::membership::{crashed_member_goes, member, name, open, pairs, until};
 use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats};
 use tenure_integration::{run_prefix, RedisServer};
 
@@ -83,10 +83,6 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
     let ttl = Duration::from_secs(1);
     let ns = name("crash/ns");
     let alive = open(&b, ttl).await;
-    alive
-        .register_member(&ns, &member("alive", "1"))
-        .await
-        .expect("register alive");
     let keeper = {
         let alive = alive.clone();
         tokio::spawn(async move {
@@ -96,27 +92,10 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
             }
         })
     };
-    let crashed = open(&b, ttl).await;
-    crashed
-        .register_member(&ns, &member("crashed", "1"))
-        .await
-        .expect("register crashed");
-    let mut w = b.watch_members(&ns).await.expect("watch");
-    until(
-        &mut w,
-        &[("alive", "1"), ("crashed", "1")],
-        Duration::from_secs(1),
-    )
-    .await;
     let mut c = connect(server.endpoint()).await;
-    reset_stats(&mut c).await;
-    // The last renewal of the crashed session; then it goes silent.
-    crashed.keep_alive().await.expect("keep-alive");
-    let t0 = Instant::now();
-    drop(crashed);
-    until(&mut w, &[("alive", "1")], ttl + Duration::from_millis(500)).await;
-    let gone = t0.elapsed();
-    eprintln!("crashed member gone {gone:?} after its last renewal (TTL {ttl:?})");
+    // The crashed session's last renewal is counted; then it goes silent.
+    let within = ttl + Duration::from_millis(500);
+    let (_w, gone) = crashed_member_goes(&b, &ns, &*alive, ttl, within, reset_stats(&mut c)).await;
     assert!(gone >= ttl - Duration::from_millis(50), "{gone:?}");
     // About a millisecond after the expiry; the margin is for a loaded test machine.
     assert!(gone <= ttl + Duration::from_millis(300), "{gone:?}");

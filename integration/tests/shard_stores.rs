@@ -32,12 +32,14 @@ fn env(connect: Connect) -> ShardEnv {
     }
 }
 
-/// Each node connects by `url` (through the facade, as an application does).
-fn by_url(url: String) -> ShardEnv {
-    env(Arc::new(move || {
+/// Every scenario, each node connecting by `url` (through the facade, as an
+/// application does).
+async fn on_url(url: String) {
+    let env = env(Arc::new(move || {
         let url = url.clone();
         Box::pin(async move { tenure::connect(&url).await })
-    }))
+    }));
+    scenarios(&env, Duration::from_millis(500)).await;
 }
 
 /// Every scenario, `drain` being the drain check's handoff gap.
@@ -56,7 +58,7 @@ async fn shard_manager_on_etcd() {
         "etcd://{}?prefix=tenure-shard-test&{TIMEOUTS}",
         server.addr()
     );
-    scenarios(&by_url(url), Duration::from_millis(500)).await;
+    on_url(url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,7 +67,7 @@ async fn shard_manager_on_redis() {
     let endpoint = server.endpoint();
     let sep = if endpoint.contains('?') { '&' } else { '?' };
     let url = format!("{endpoint}{sep}prefix=tenure-shard-test&{TIMEOUTS}");
-    scenarios(&by_url(url), Duration::from_millis(500)).await;
+    on_url(url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +77,7 @@ async fn shard_manager_on_zookeeper() {
         "zk://{}/tenure-shard-test?connect_timeout=2s&request_timeout=2s&session_timeout=2s",
         server.addr()
     );
-    scenarios(&by_url(url), Duration::from_millis(500)).await;
+    on_url(url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
