@@ -562,10 +562,10 @@ impl Drop for Local {
 /// [`AzuriteServer`] deref to it.
 #[derive(Debug)]
 pub struct StoreServer {
-    kind: Kind,
     endpoint: String,
     addr: SocketAddr,
-    local: Option<Local>,
+    /// The local process as the one member; none for an external server.
+    members: Members,
 }
 
 impl StoreServer {
@@ -612,11 +612,11 @@ impl StoreServer {
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
+        let members = Members::ready(kind, Vec::new()).await?;
         Ok(StoreServer {
-            kind,
             endpoint,
             addr,
-            local: None,
+            members,
         })
     }
 
@@ -636,10 +636,9 @@ impl StoreServer {
             match local.launch(kind, addr).await {
                 Ok(()) => {
                     return Ok(StoreServer {
-                        kind,
                         endpoint: kind.endpoint(addr),
                         addr,
-                        local: Some(local),
+                        members: Members::ready(kind, vec![(addr, local)]).await?,
                     })
                 }
                 Err(HarnessError::ExitedEarly { ref log_tail, .. })
@@ -652,21 +651,26 @@ impl StoreServer {
         }
     }
 
-    fn local_ref(&self) -> Result<&Local> {
-        self.local.as_ref().ok_or_else(|| self.external_error())
-    }
-
-    fn local_mut(&mut self) -> Result<&mut Local> {
-        let external = self.external_error();
-        self.local.as_mut().ok_or(external)
-    }
-
-    fn external_error(&self) -> HarnessError {
-        HarnessError::ExternalServer {
-            server: self.kind.name(),
-            endpoint: self.endpoint.clone(),
-            variable: self.kind.env_var(),
+    /// The local process as member 0, or the error of an external server.
+    fn running(&self) -> Result<&Members> {
+        match self.is_external() {
+            true => Err(HarnessError::ExternalServer {
+                server: self.name(),
+                endpoint: self.endpoint.clone(),
+                variable: self.env_var(),
+            }),
+            false => Ok(&self.members),
         }
+    }
+
+    fn local_mut(&mut self) -> Result<&mut Members> {
+        self.running()?;
+        Ok(&mut self.members)
+    }
+
+    /// The one-member [`Members`] of a local server (none for an external one).
+    pub(crate) fn members(&mut self) -> &mut Members {
+        &mut self.members
     }
 
     /// The store's client endpoint, in the store's own form (see each handle).
@@ -682,18 +686,18 @@ impl StoreServer {
 
     /// The store's name, for messages.
     pub fn name(&self) -> &'static str {
-        self.kind.name()
+        self.members.kind.name()
     }
 
     /// The environment variable that names an external server instead.
     pub fn env_var(&self) -> &'static str {
-        self.kind.env_var()
+        self.members.kind.env_var()
     }
 
     /// Whether this handle points at an external server (faults on the process are
     /// then impossible).
     pub fn is_external(&self) -> bool {
-        self.local.is_none()
+        self.members.is_empty()
     }
 
     /// For a test that needs its own server (it stops, restarts or reconfigures it,
@@ -710,62 +714,56 @@ impl StoreServer {
 
     /// The data directory of a local server (kept across restarts, removed on drop).
     pub fn data_dir(&self) -> Option<&Path> {
-        self.local.as_ref().map(|l| l.data_dir.as_path())
+        self.members.list.first().map(|(_, l)| l.data_dir.as_path())
     }
 
     /// How long the last (re)start took until the server answered.
     pub fn startup_time(&self) -> Option<Duration> {
-        self.local.as_ref().map(|l| l.startup)
+        self.members.list.first().map(|(_, l)| l.startup)
     }
 
     /// The end of the server's combined stdout/stderr log.
     pub fn log_tail(&self) -> String {
-        match &self.local {
-            Some(local) => local.log_tail(),
-            None => format!("(external server from {}; no log)", self.kind.env_var()),
+        match self.is_external() {
+            true => format!("(external server from {}; no log)", self.env_var()),
+            false => self.members.log_tail(0),
         }
     }
 
     /// The process id while a local server process is running.
     pub fn pid(&self) -> Option<u32> {
-        self.local.as_ref()?.child.as_ref().map(Child::id)
+        self.members.pid(0).ok()
     }
 
     /// Freezes the server process (SIGSTOP) and returns once all its threads are
     /// stopped: its port stays open and the kernel accepts connections, but nothing
     /// answers.
     pub fn pause(&self) -> Result<()> {
-        stop_process(self.local_ref()?.pid(self.kind)?, self.kind.name())
+        self.running()?.pause(0)
     }
 
     /// Lets a paused server process run again (SIGCONT).
     pub fn resume(&self) -> Result<()> {
-        let pid = self.local_ref()?.pid(self.kind)?;
-        send_signal(pid, libc::SIGCONT, self.kind.name())
+        self.running()?.resume(0)
     }
 
     /// Kills the server process (SIGKILL); it stays down until
     /// [`restart`](Self::restart).
     pub async fn kill(&mut self) -> Result<()> {
-        self.local_mut()?.stop().await;
-        Ok(())
+        self.local_mut()?.kill(0).await
     }
 
     /// Stops the server process the orderly way: SIGTERM, then up to
     /// [`TERMINATE_GRACE`] for it to save its state and exit, then SIGKILL. It stays
     /// down until [`restart`](Self::restart).
     pub async fn terminate(&mut self) -> Result<()> {
-        self.local_mut()?.terminate(TERMINATE_GRACE).await;
-        Ok(())
+        self.local_mut()?.terminate(0).await
     }
 
     /// Kills the server process (if running) and starts it again on the same port
     /// with the same data directory, once it answers.
     pub async fn restart(&mut self) -> Result<()> {
-        let (kind, addr) = (self.kind, self.addr);
-        let local = self.local_mut()?;
-        local.stop().await;
-        local.launch(kind, addr).await
+        self.local_mut()?.restart(0).await
     }
 }
 
@@ -1363,10 +1361,20 @@ impl Members {
 
     /// SIGKILL member `i`; it stays down until [`restart`](Self::restart).
     pub async fn kill(&mut self, i: usize) -> Result<()> {
-        let missing = self.missing(i);
-        let (_, local) = self.list.get_mut(i).ok_or(missing)?;
-        local.stop().await;
+        self.local_mut(i)?.stop().await;
         Ok(())
+    }
+
+    /// SIGTERM member `i`, then up to [`TERMINATE_GRACE`] for it to save its state and
+    /// exit, then SIGKILL; it stays down until [`restart`](Self::restart).
+    pub async fn terminate(&mut self, i: usize) -> Result<()> {
+        self.local_mut(i)?.terminate(TERMINATE_GRACE).await;
+        Ok(())
+    }
+
+    fn local_mut(&mut self, i: usize) -> Result<&mut Local> {
+        let missing = self.missing(i);
+        self.list.get_mut(i).map(|(_, local)| local).ok_or(missing)
     }
 
     /// Start member `i` again on its ports and data directory (SIGKILLing it first if
