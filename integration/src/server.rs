@@ -1083,6 +1083,17 @@ impl EtcdCluster {
         })
     }
 
+    /// Waits (at most 30 s) until a member is raft leader; its index.
+    pub async fn wait_leader(&self) -> Result<usize> {
+        let retry = Retry::new(Duration::from_secs(30), Duration::from_millis(100));
+        loop {
+            match self.leader() {
+                Ok(i) => return Ok(i),
+                Err(e) => retry.again(e).await?,
+            }
+        }
+    }
+
     /// The index of the member that is raft leader now, asked with `etcdctl endpoint
     /// status` of every member that answers.
     pub fn leader(&self) -> Result<usize> {
@@ -1251,29 +1262,24 @@ impl ZooKeeperEnsemble {
     /// Waits until every running server serves and one of them leads (at most 30 s);
     /// the leader's index.
     pub async fn wait_leader(&self) -> Result<usize> {
-        let started = Instant::now();
+        let retry = Retry::new(Duration::from_secs(30), Duration::from_millis(100));
         loop {
-            let serving = {
-                let mut n = 0;
-                for i in 0..self.members.len() {
-                    if matches!(self.srvr(i).await, Ok(t) if t.contains("Mode:")) {
-                        n += 1;
-                    }
-                }
-                n
-            };
-            match self.leader().await {
-                Ok(i) if serving == self.members.len() => return Ok(i),
-                Err(e) if started.elapsed() > Duration::from_secs(30) => return Err(e),
-                _ if started.elapsed() > Duration::from_secs(30) => {
-                    return Err(HarnessError::io(
-                        "waiting for the ZooKeeper ensemble",
-                        std::io::Error::other("not every server serves after 30 s"),
-                    ))
-                }
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            match self.serving_leader().await {
+                Ok(i) => return Ok(i),
+                Err(e) => retry.again(e).await?,
             }
         }
+    }
+
+    /// The leader's index, once every server serves.
+    async fn serving_leader(&self) -> Result<usize> {
+        for i in 0..self.members.len() {
+            if !matches!(self.srvr(i).await, Ok(t) if t.contains("Mode:")) {
+                let what = format!("ZooKeeper server {i} serving");
+                return Err(HarnessError::NotRunning { what });
+            }
+        }
+        self.leader().await
     }
 }
 
@@ -1531,16 +1537,13 @@ impl RedisSentinels {
     /// The data node the sentinels name as primary, once a majority agree on one
     /// other than `old` (waits up to 30 s).
     pub async fn wait_failover(&self, old: usize) -> Result<usize> {
-        let deadline = Instant::now() + Duration::from_secs(30);
         let addrs = self.data.addrs();
-        while Instant::now() < deadline {
+        let retry = Retry::new(Duration::from_secs(30), Duration::from_millis(50));
+        loop {
             let mut votes = vec![0; addrs.len()];
             for sentinel in self.sentinels.addrs() {
-                let named = redis_query::<Option<(String, u16)>>(
-                    sentinel,
-                    &["SENTINEL", "get-master-addr-by-name", &self.service],
-                )
-                .await;
+                let ask = ["SENTINEL", "get-master-addr-by-name", &self.service];
+                let named = redis_query::<Option<(String, u16)>>(sentinel, &ask).await;
                 if let Ok(Some((_, port))) = named {
                     if let Some(i) = addrs.iter().position(|a| a.port() == port) {
                         votes[i] += 1;
@@ -1550,15 +1553,13 @@ impl RedisSentinels {
             if let Some(i) = (0..addrs.len()).find(|&i| i != old && votes[i] >= 2) {
                 return Ok(i);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            let what = format!("a Sentinel failover away from data node {old} within 30 s");
+            retry.again(HarnessError::NotRunning { what }).await?;
         }
-        Err(HarnessError::NotRunning {
-            what: format!("a Sentinel failover away from data node {old} within 30 s"),
-        })
     }
 
     async fn wait_until_monitored(&self) -> Result<()> {
-        let deadline = Instant::now() + READY_TIMEOUT;
+        let retry = Retry::new(READY_TIMEOUT, Duration::from_millis(100));
         loop {
             let mut known = true;
             for replica in &self.data.addrs()[1..] {
@@ -1567,33 +1568,20 @@ impl RedisSentinels {
                     .is_ok_and(|info| info.contains("master_link_status:up"));
             }
             for sentinel in self.sentinels.addrs() {
-                let replicas = redis_query::<Vec<redis::Value>>(
-                    sentinel,
-                    &["SENTINEL", "replicas", &self.service],
-                )
-                .await
-                .map_or(0, |r| r.len());
-                let others = redis_query::<Vec<redis::Value>>(
-                    sentinel,
-                    &["SENTINEL", "sentinels", &self.service],
-                )
-                .await
-                .map_or(0, |s| s.len());
-                known &= replicas >= 2 && others >= 2;
+                for what in ["replicas", "sentinels"] {
+                    let ask = ["SENTINEL", what, &self.service];
+                    let list = redis_query::<Vec<redis::Value>>(sentinel, &ask).await;
+                    known &= list.is_ok_and(|l| l.len() >= 2);
+                }
             }
             if known {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
-                return Err(HarnessError::NotRunning {
-                    what: format!(
-                        "Sentinel monitoring of {} within {READY_TIMEOUT:?} (sentinel log: {})",
-                        self.service,
-                        self.sentinels.log_tail(0)
-                    ),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let (service, log) = (&self.service, self.sentinels.log_tail(0));
+            let what = format!(
+                "Sentinel monitoring of {service} within {READY_TIMEOUT:?} (sentinel log: {log})"
+            );
+            retry.again(HarnessError::NotRunning { what }).await?;
         }
     }
 }
@@ -1607,6 +1595,30 @@ fn temp_root(prefix: &str) -> Result<(TempDir, PathBuf)> {
     let dir = root.path().join("data");
     create_dir(&dir)?;
     Ok((root, dir))
+}
+
+/// A bound for retries: [`again`](Self::again) waits before the next try, or gives the
+/// last error back once the time is up.
+pub(crate) struct Retry {
+    until: Instant,
+    every: Duration,
+}
+
+impl Retry {
+    /// Retries for at most `within`, every `every`.
+    pub(crate) fn new(within: Duration, every: Duration) -> Self {
+        let until = Instant::now() + within;
+        Retry { until, every }
+    }
+
+    /// `Err(last)` once the time is up, else `Ok` after a pause.
+    pub(crate) async fn again(&self, last: HarnessError) -> Result<()> {
+        if Instant::now() >= self.until {
+            return Err(last);
+        }
+        tokio::time::sleep(self.every).await;
+        Ok(())
+    }
 }
 
 /// One command to the Redis (or Sentinel) at `addr`, with a 1 s bound.
