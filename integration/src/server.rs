@@ -53,6 +53,8 @@ pub(crate) enum Kind {
 struct Launch {
     program: PathBuf,
     args: Vec<OsString>,
+    /// Ready once it accepts connections, not when the store's probe answers.
+    listen_only: bool,
 }
 
 impl Launch {
@@ -60,6 +62,7 @@ impl Launch {
         Launch {
             program: program.to_path_buf(),
             args: args.into_iter().map(OsString::from).collect(),
+            listen_only: false,
         }
     }
 }
@@ -155,7 +158,7 @@ impl Kind {
     ) -> Result<Launch> {
         match self {
             Kind::Etcd => {
-                let program = require_program("etcd", "etcd", "the apt package etcd-server")?;
+                let program = self.program()?;
                 let peer = free_port()?;
                 let cluster = format!("e1=http://127.0.0.1:{peer}");
                 let args = etcd_args("e1", data_dir, (port, peer), &cluster, 10, "");
@@ -175,12 +178,12 @@ impl Kind {
                 zookeeper_launch(root, data_dir, port, &config, "ZooKeeperServerMain")
             }
             Kind::Redis => {
-                let program = require_program("redis-server", "redis-server", REDIS_PACKAGE)?;
+                let program = self.program()?;
                 create_dir(data_dir)?;
                 Ok(Launch::of(&program, redis_args(port, data_dir)))
             }
             Kind::Azurite => {
-                let program = find_azurite()?;
+                let program = self.program()?;
                 create_dir(data_dir)?;
                 let mut args = words(&format!(
                     "--blobHost 127.0.0.1 --blobPort {port} --skipApiVersionCheck --loose \
@@ -189,6 +192,18 @@ impl Kind {
                 args.push(data_dir.display().to_string());
                 Ok(Launch::of(&program, args))
             }
+        }
+    }
+}
+
+impl Kind {
+    /// The store's program (for ZooKeeper, java).
+    fn program(self) -> Result<PathBuf> {
+        match self {
+            Kind::Etcd => require_program("etcd", "etcd", "the apt package etcd-server"),
+            Kind::ZooKeeper => find_java("java (needed by ZooKeeper)"),
+            Kind::Redis => require_program("redis-server", "redis-server", REDIS_PACKAGE),
+            Kind::Azurite => find_azurite(),
         }
     }
 }
@@ -242,7 +257,7 @@ fn zookeeper_launch(
     config: &str,
     main: &str,
 ) -> Result<Launch> {
-    let java = find_java("java (needed by ZooKeeper)")?;
+    let java = Kind::ZooKeeper.program()?;
     let classpath = zookeeper_classpath()?;
     let path = root.join("zoo.cfg");
     let text = format!(
@@ -472,7 +487,13 @@ impl Local {
                     });
                 }
             }
-            let last_probe = match kind.probe(addr, timeout).await {
+            let probe = if self.launch.listen_only {
+                let connected = tokio::net::TcpStream::connect(addr).await;
+                connected.map(drop).map_err(|e| e.to_string())
+            } else {
+                kind.probe(addr, timeout).await
+            };
+            let last_probe = match probe {
                 Ok(()) => {
                     self.startup = started.elapsed();
                     return Ok(());
@@ -575,7 +596,7 @@ impl StoreServer {
     async fn start(kind: Kind) -> Result<Self> {
         match std::env::var(kind.env_var()) {
             Ok(value) if !value.trim().is_empty() => Self::external(kind, &value).await,
-            _ => Self::local(kind, None).await,
+            _ => Self::local(kind, |root, dir, port| kind.prepare(root, dir, port, None)).await,
         }
     }
 
@@ -620,7 +641,12 @@ impl StoreServer {
         })
     }
 
-    async fn local(kind: Kind, zk_tick: Option<Duration>) -> Result<Self> {
+    /// A local server of `kind` on a free port, as `prepare(root, data_dir, port)` says
+    /// (trying new ports if it could not bind).
+    async fn local(
+        kind: Kind,
+        prepare: impl Fn(&Path, &Path, u16) -> Result<Launch>,
+    ) -> Result<Self> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -631,7 +657,7 @@ impl StoreServer {
             let port = free_port()?;
             let addr = loopback(port);
             let data_dir = root.path().join("data");
-            let launch = kind.prepare(root.path(), &data_dir, port, zk_tick)?;
+            let launch = prepare(root.path(), &data_dir, port)?;
             let mut local = Local::new(launch, data_dir, root);
             match local.launch(kind, addr).await {
                 Ok(()) => {
@@ -786,6 +812,20 @@ macro_rules! server_handle {
             pub async fn start() -> Result<Self> {
                 StoreServer::start($kind).await.map(Self)
             }
+
+            /// Starts the store's program with the arguments `args(data_dir, port)`
+            /// (its whole configuration, on a free loopback `port`), ready once it
+            /// accepts connections: for a server the readiness probe cannot speak to,
+            /// such as one serving TLS only. Never external.
+            pub async fn start_with_args(args: impl Fn(&Path, u16) -> Vec<String>) -> Result<Self> {
+                let kind = $kind;
+                let prepare = |_: &Path, dir: &Path, port| {
+                    create_dir(dir)?;
+                    let launch = Launch::of(&kind.program()?, args(dir, port));
+                    Ok(Launch { listen_only: true, ..launch })
+                };
+                StoreServer::local(kind, prepare).await.map(Self)
+            }
         }
 
         impl std::ops::Deref for $name {
@@ -901,7 +941,12 @@ impl ZooKeeperServer {
     pub async fn start_with_tick_time(tick: Duration) -> Result<Self> {
         Ok(ZooKeeperServer(match std::env::var(Self::ENV) {
             Ok(v) if !v.trim().is_empty() => StoreServer::start(Kind::ZooKeeper).await?,
-            _ => StoreServer::local(Kind::ZooKeeper, Some(tick)).await?,
+            _ => {
+                let prepare = |root: &Path, dir: &Path, port| {
+                    Kind::ZooKeeper.prepare(root, dir, port, Some(tick))
+                };
+                StoreServer::local(Kind::ZooKeeper, prepare).await?
+            }
         }))
     }
 }
