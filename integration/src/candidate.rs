@@ -182,15 +182,10 @@ impl CandidateProcess {
         Self::start(program, args, env, false)
     }
 
-    /// Like [`spawn`](Self::spawn), with a pipe to its stdin for
-    /// [`send_line`](Self::send_line) (for a probe that takes commands).
-    pub fn spawn_with_stdin<I, K, V>(program: &Path, args: &[String], env: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: AsRef<OsStr>,
-        V: AsRef<OsStr>,
-    {
-        Self::start(program, args, env, true)
+    /// Like [`spawn`](Self::spawn) without extra environment, with a pipe to its stdin
+    /// for [`send_line`](Self::send_line) (for a probe that takes commands).
+    pub fn spawn_with_stdin(program: &Path, args: &[String]) -> Result<Self> {
+        Self::start(program, args, [("", ""); 0], true)
     }
 
     fn start<I, K, V>(program: &Path, args: &[String], env: I, stdin: bool) -> Result<Self>

@@ -123,15 +123,16 @@ impl CuratorLatch {
         args.extend(["-cp".into(), curator_classpath()?]);
         args.push(probe_source()?.display().to_string());
         args.extend([connect, path, id].map(String::from));
-        let no_env: [(&str, &str); 0] = [];
         let mut latch = CuratorLatch {
             what: format!("Curator latch {id:?} on {path}"),
             id: id.to_string(),
             node: String::new(),
-            jvm: CandidateProcess::spawn_with_stdin(&java, &args, no_env)?,
+            jvm: CandidateProcess::spawn_with_stdin(&java, &args)?,
         };
         let started = |l: &str| l.starts_with("ready ") || l.starts_with("error ");
-        let ready = latch.wait_line(0, started, CURATOR_START_TIMEOUT).await?;
+        let ready = latch
+            .wait_for_line(0, started, CURATOR_START_TIMEOUT)
+            .await?;
         match ready.1.strip_prefix("ready ") {
             Some(node) => latch.node = node.to_string(),
             None => {
@@ -152,39 +153,18 @@ impl CuratorLatch {
         &self.node
     }
 
-    /// Every stdout line so far.
-    pub fn lines(&self) -> Vec<String> {
-        self.jvm.other_stdout()
-    }
-
     /// How many stdout lines so far equal `line`.
     pub fn count(&self, line: &str) -> usize {
-        self.lines().iter().filter(|l| *l == line).count()
-    }
-
-    /// Wait for the first stdout line at index `from` or later that `matches`; returns
-    /// its index and text. Fails on timeout or when the probe ends first.
-    pub async fn wait_line(
-        &self,
-        from: usize,
-        matches: impl Fn(&str) -> bool,
-        timeout: Duration,
-    ) -> Result<(usize, String)> {
-        self.jvm.wait_for_line(from, matches, timeout).await
-    }
-
-    /// Send one command line.
-    pub async fn send(&mut self, command: &str) -> Result<()> {
-        self.jvm.send_line(command).await
+        self.other_stdout().iter().filter(|l| *l == line).count()
     }
 
     /// Send `command` and return the rest of the first later line that starts with
     /// `prefix`, with its index. An `error …` line answering it is an error.
     async fn ask(&mut self, command: &str, prefix: &str) -> Result<(usize, String)> {
-        let from = self.lines().len();
-        self.send(command).await?;
+        let from = self.other_stdout().len();
+        self.send_line(command).await?;
         let answer = |l: &str| l.starts_with(prefix) || l.starts_with("error ");
-        let (i, line) = self.wait_line(from, answer, ANSWER_TIMEOUT).await?;
+        let (i, line) = self.wait_for_line(from, answer, ANSWER_TIMEOUT).await?;
         match line.strip_prefix(prefix) {
             Some(rest) => Ok((i, rest.to_string())),
             None => Err(protocol_error(&self.what, command, &line)),
@@ -214,7 +194,7 @@ impl CuratorLatch {
         let mut from = at + 1;
         for _ in 0..n {
             let (i, line) = self
-                .wait_line(from, |l| l.starts_with("participant "), ANSWER_TIMEOUT)
+                .wait_for_line(from, |l| l.starts_with("participant "), ANSWER_TIMEOUT)
                 .await?;
             from = i + 1;
             let rest = line.trim_start_matches("participant ");
@@ -231,7 +211,7 @@ impl CuratorLatch {
 
     /// Close the client and wait for the JVM to exit (killed after 10 s).
     pub async fn quit(mut self) -> Result<()> {
-        self.send("quit").await?;
+        self.send_line("quit").await?;
         self.jvm.close_stdin();
         match self.jvm.wait_exit(Duration::from_secs(10)).await {
             Ok(_) => Ok(()),
@@ -241,10 +221,20 @@ impl CuratorLatch {
             }
         }
     }
+}
 
-    /// The last lines the JVM wrote to stderr.
-    pub fn stderr_tail(&self) -> String {
-        self.jvm.stderr_tail()
+/// The JVM's process: its stdout lines ([`other_stdout`](CandidateProcess::other_stdout),
+/// [`wait_for_line`](CandidateProcess::wait_for_line)), stderr and stdin.
+impl std::ops::Deref for CuratorLatch {
+    type Target = CandidateProcess;
+    fn deref(&self) -> &CandidateProcess {
+        &self.jvm
+    }
+}
+
+impl std::ops::DerefMut for CuratorLatch {
+    fn deref_mut(&mut self) -> &mut CandidateProcess {
+        &mut self.jvm
     }
 }
 
