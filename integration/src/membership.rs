@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::{Future, StreamExt};
 use tenure_core::backend::{BackendSession, SessionEvents};
-use tenure_core::{Backend, ElectionName, Member, MemberStream};
+use tenure_core::{Backend, ElectionName, ErrorKind, Member, MemberStream};
 
 /// A backend session with `ttl` (its events are dropped).
 pub async fn open(b: &dyn Backend, ttl: Duration) -> Arc<dyn BackendSession> {
@@ -106,4 +106,27 @@ pub async fn crashed_member_goes(
     let gone = t0.elapsed();
     eprintln!("crashed member gone {gone:?} after its last renewal (TTL {ttl:?})");
     (w, gone)
+}
+
+/// An ended session's members go at once: `s` (with a TTL far longer than a second)
+/// registers `m` in `ns`; once a watch shows it, `end` ends the session the store's
+/// way; the watch shows no member within a second, and `s` can register no more.
+pub async fn ended_session_loses_its_members<T>(
+    b: &dyn Backend,
+    ns: &ElectionName,
+    s: &dyn BackendSession,
+    end: impl Future<Output = tenure_core::Result<T>>,
+) {
+    s.register_member(ns, &member("m", "1"))
+        .await
+        .expect("register");
+    let mut w = b.watch_members(ns).await.expect("watch");
+    until(&mut w, &[("m", "1")], Duration::from_secs(1)).await;
+    let t0 = std::time::Instant::now();
+    end.await.expect("end the session");
+    until(&mut w, &[], Duration::from_secs(1)).await;
+    eprintln!("ended session's member gone after {:?}", t0.elapsed());
+    let e = s.register_member(ns, &member("m", "2")).await;
+    let e = e.expect_err("session gone");
+    assert_eq!(e.kind(), ErrorKind::SessionExpired, "{e}");
 }

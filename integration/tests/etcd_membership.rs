@@ -6,9 +6,11 @@
 
 use std::time::Duration;
 
-use tenure_core::{Backend, ErrorKind};
+use tenure_core::Backend;
 use tenure_etcd::EtcdBackend;
-use tenure_integration::membership::{crashed_member_goes, member, name, open, until, until_where};
+use tenure_integration::membership::{
+    crashed_member_goes, ended_session_loses_its_members, member, name, open, until, until_where,
+};
 use tenure_integration::{run_prefix, EtcdServer};
 
 async fn backend(addr: std::net::SocketAddr) -> EtcdBackend {
@@ -44,18 +46,7 @@ async fn a_revoked_session_loses_its_members_at_once_and_cannot_register() {
     let b = backend(server.addr()).await;
     let ns = name("revoked/ns");
     let s = open(&b, Duration::from_secs(30)).await;
-    s.register_member(&ns, &member("m", "1"))
-        .await
-        .expect("register");
-    let mut w = b.watch_members(&ns).await.expect("watch");
-    until(&mut w, &[("m", "1")], Duration::from_secs(1)).await;
-    b.revoke_session(s.id()).await.expect("revoke");
-    until(&mut w, &[], Duration::from_secs(1)).await;
-    let e = s
-        .register_member(&ns, &member("m", "2"))
-        .await
-        .expect_err("lease gone");
-    assert_eq!(e.kind(), ErrorKind::SessionExpired, "{e}");
+    ended_session_loses_its_members(&b, &ns, &*s, b.revoke_session(s.id())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
