@@ -39,7 +39,7 @@ use crate::cli_faults::campaign_args;
 use crate::error::{HarnessError, Result};
 use crate::fencing::{check_fencing_at, tenures, FencingViolation, GuardedResource, Tenure};
 use crate::fencing::{write_loop_command, WriteRecord};
-use crate::os::{free_port, monotonic_now_ns};
+use crate::os::{free_port, loopback, monotonic_now_ns};
 use crate::proxy::TcpProxy;
 use crate::server::{
     AzuriteServer, EtcdCluster, EtcdServer, Members, RedisSentinels, RedisServer,
@@ -670,22 +670,13 @@ impl PeerLinks {
     /// Node `i`'s URL: it listens on its own port and reaches node `j` through
     /// `links[i][j]`.
     fn url(&self, i: usize) -> String {
-        let peers: Vec<String> = (0..self.ports.len())
-            .map(|j| {
-                let addr = match &self.links[i][j] {
-                    Some(proxy) => proxy.addr(),
-                    None => std::net::SocketAddr::from(([127, 0, 0, 1], self.ports[j])),
-                };
-                format!("{}@{addr}", j + 1)
+        let peers: Vec<_> = (0..self.ports.len())
+            .map(|j| match &self.links[i][j] {
+                Some(proxy) => proxy.addr(),
+                None => loopback(self.ports[j]),
             })
             .collect();
-        format!(
-            "peer://127.0.0.1:{}?id={}&peers={}&algorithm=bully&lease={}ms&heartbeat=50ms&leader_timeout=300ms",
-            self.ports[i],
-            i + 1,
-            peers.join(","),
-            PEER_LEASE.as_millis()
-        )
+        peer_url(self.ports[i], i + 1, &peers)
     }
 
     /// The proxies of the links between `a` and `b`, both ways.
@@ -701,6 +692,22 @@ impl PeerLinks {
             .flat_map(|m| self.between(n, m))
             .collect()
     }
+}
+
+/// Node `id` (from 1) of a bully `peer://` cluster with the chaos runs' timing (a
+/// 1.5 s quorum lease, quick failure detection), listening on loopback `port` and
+/// reaching node `j + 1` at `peers[j]`.
+pub fn peer_url(port: u16, id: usize, peers: &[std::net::SocketAddr]) -> String {
+    let peers: Vec<String> = peers
+        .iter()
+        .enumerate()
+        .map(|(j, a)| format!("{}@{a}", j + 1))
+        .collect();
+    let (peers, lease) = (peers.join(","), PEER_LEASE.as_millis());
+    format!(
+        "peer://127.0.0.1:{port}?id={id}&peers={peers}&algorithm=bully&lease={lease}ms\
+         &heartbeat=50ms&leader_timeout=300ms"
+    )
 }
 
 /// The links a network fault acts on.
