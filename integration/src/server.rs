@@ -860,18 +860,12 @@ impl EtcdServer {
     /// Adds the user `root` with `password` and turns authentication on (with
     /// `etcdctl`): from then on every client has to log in.
     pub fn enable_auth(&self, password: &str) -> Result<()> {
-        let etcdctl = require_program("etcdctl", "etcdctl", "etcd-client")?;
         let root = format!("root:{password}");
         for (args, what) in [
             (vec!["user", "add", root.as_str()], "etcdctl user add root"),
             (vec!["auth", "enable"], "etcdctl auth enable"),
         ] {
-            let out = Command::new(&etcdctl)
-                .env("ETCDCTL_API", "3")
-                .arg(format!("--endpoints={}", self.endpoint()))
-                .args(&args)
-                .output()
-                .map_err(|e| HarnessError::io(format!("running {what}"), e))?;
+            let out = etcdctl(self.endpoint(), &args, what)?;
             if !out.status.success() {
                 let why = String::from_utf8_lossy(&out.stderr).replace(password, "***");
                 return Err(HarnessError::io(what, std::io::Error::other(why)));
@@ -879,6 +873,16 @@ impl EtcdServer {
         }
         Ok(())
     }
+}
+
+/// Runs `etcdctl ARGS` (API v3) against `endpoints`; `what` names it in errors.
+fn etcdctl(endpoints: &str, args: &[&str], what: &str) -> Result<std::process::Output> {
+    Command::new(require_program("etcdctl", "etcdctl", "etcd-client")?)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoints}"))
+        .args(args)
+        .output()
+        .map_err(|e| HarnessError::io(format!("running {what}"), e))
 }
 
 /// A local Redis that requires `redis_password` and a local etcd whose `root` user has
@@ -903,25 +907,10 @@ pub async fn start_with_passwords(
 impl RedisServer {
     /// Sets `requirepass` (`CONFIG SET`): from then on clients need `password`.
     pub async fn require_password(&self, password: &str) -> Result<()> {
-        let failed = |e: redis::RedisError| {
-            HarnessError::io(
-                "CONFIG SET requirepass",
-                std::io::Error::other(e.to_string()),
-            )
-        };
-        let client = redis::Client::open(self.endpoint()).map_err(failed)?;
-        let mut admin = client
-            .get_multiplexed_async_connection()
+        let set = ["CONFIG", "SET", "requirepass", password];
+        redis_query::<redis::Value>(self.addr(), &set)
             .await
-            .map_err(failed)?;
-        let _: redis::Value = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("requirepass")
-            .arg(password)
-            .query_async(&mut admin)
-            .await
-            .map_err(failed)?;
-        Ok(())
+            .map(drop)
     }
 }
 
@@ -1142,19 +1131,14 @@ impl EtcdCluster {
     /// The index of the member that is raft leader now, asked with `etcdctl endpoint
     /// status` of every member that answers.
     pub fn leader(&self) -> Result<usize> {
-        let etcdctl = require_program("etcdctl", "etcdctl", "etcd-client")?;
         let endpoints: Vec<String> = self.addrs().iter().map(|a| format!("http://{a}")).collect();
-        let out = Command::new(&etcdctl)
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", endpoints.join(",")))
-            .args([
-                "endpoint",
-                "status",
-                "--write-out=fields",
-                "--command-timeout=1s",
-            ])
-            .output()
-            .map_err(|e| HarnessError::io("running etcdctl endpoint status", e))?;
+        let status = [
+            "endpoint",
+            "status",
+            "--write-out=fields",
+            "--command-timeout=1s",
+        ];
+        let out = etcdctl(&endpoints.join(","), &status, "etcdctl endpoint status")?;
         let text = String::from_utf8_lossy(&out.stdout);
         // One block of `"Key" : value` lines per endpoint, blocks separated by a blank
         // line; the leader's block has "MemberID" equal to "Leader".
