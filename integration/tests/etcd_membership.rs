@@ -13,21 +13,21 @@ use tenure_integration::membership::{
 };
 use tenure_integration::{run_prefix, EtcdServer};
 
-async fn backend(addr: std::net::SocketAddr) -> EtcdBackend {
-    let url = format!(
-        "etcd://{addr}?prefix={}&connect_timeout_ms=1000&request_timeout_ms=1000",
-        run_prefix()
-    );
+/// A server of the test's own and a backend on it, keys under the run's prefix.
+async fn backend() -> (EtcdServer, EtcdBackend) {
+    let server = EtcdServer::start().await.expect("etcd");
+    let addr = server.addr();
+    let timeouts = "connect_timeout_ms=1000&request_timeout_ms=1000";
+    let url = format!("etcd://{addr}?prefix={}&{timeouts}", run_prefix());
     match EtcdBackend::from_url(&url).await {
-        Ok(b) => b,
+        Ok(b) => (server, b),
         Err(e) => panic!("connect to {addr}: {e}"),
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_member_goes_when_etcd_expires_its_lease() {
-    let server = EtcdServer::start().await.expect("etcd");
-    let b = backend(server.addr()).await;
+    let (_server, b) = backend().await;
     let ttl = Duration::from_secs(2);
     let ns = name("crash/ns");
     let alive = open(&b, Duration::from_secs(30)).await;
@@ -42,8 +42,7 @@ async fn a_crashed_member_goes_when_etcd_expires_its_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_session_loses_its_members_at_once_and_cannot_register() {
-    let server = EtcdServer::start().await.expect("etcd");
-    let b = backend(server.addr()).await;
+    let (_server, b) = backend().await;
     let ns = name("revoked/ns");
     let s = open(&b, Duration::from_secs(30)).await;
     ended_session_loses_its_members(&b, &ns, &*s, b.revoke_session(s.id())).await;
@@ -51,8 +50,7 @@ async fn a_revoked_session_loses_its_members_at_once_and_cannot_register() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_values_are_listed_and_watched() {
-    let server = EtcdServer::start().await.expect("etcd");
-    let b = backend(server.addr()).await;
+    let (_server, b) = backend().await;
     let ns = name("large/ns");
     let s = open(&b, Duration::from_secs(60)).await;
     let mut w = b.watch_members(&ns).await.expect("watch");

@@ -15,12 +15,22 @@ use tenure_integration::membership::{
 };
 use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats};
 use tenure_integration::{run_prefix, RedisServer};
+use tenure_redis::RedisBackend;
+
+/// A server of the test's own (local where `why` says why it must be) and a backend on
+/// it, waiters polling every second.
+async fn server(why: Option<&str>) -> (RedisServer, RedisBackend) {
+    let server = RedisServer::start().await.expect("redis");
+    if let Some(why) = why {
+        server.require_local(why);
+    }
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    (server, b)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
-    let server = RedisServer::start().await.expect("redis");
-    server.require_local("it counts the server's commands");
-    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    let (server, b) = server(Some("it counts the server's commands")).await;
     let ttl = Duration::from_secs(1);
     let s = open(&b, ttl).await;
     let e = name("renew/held");
@@ -79,9 +89,7 @@ async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
-    let server = RedisServer::start().await.expect("redis");
-    server.require_local("it counts the server's commands");
-    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    let (server, b) = server(Some("it counts the server's commands")).await;
     let ttl = Duration::from_secs(1);
     let ns = name("crash/ns");
     let alive = open(&b, ttl).await;
@@ -118,8 +126,7 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ended_session_loses_its_members_at_once_and_cannot_register() {
-    let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    let (_server, b) = server(None).await;
     let ns = name("ended/ns");
     let s = open(&b, Duration::from_secs(30)).await;
     let other = name("ended/other");
@@ -133,8 +140,7 @@ async fn an_ended_session_loses_its_members_at_once_and_cannot_register() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_and_dead_entries_are_not_members() {
-    let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    let (server, b) = server(None).await;
     let ns = name("foreign/ns");
     let hash = format!("{}:members:foreign/ns", run_prefix());
     let mut c = connect(server.endpoint()).await;
