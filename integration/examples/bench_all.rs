@@ -159,10 +159,7 @@ async fn run(f: Flags) {
 }
 
 fn number(arg: &str, value: &str) -> f64 {
-    match value.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => v,
-        _ => fail(&format!("{arg}: {value:?} is not a positive number")),
-    }
+    tenure_integration::positive_arg(arg, value).unwrap_or_else(|e| fail(&e))
 }
 
 fn fail(message: &str) -> ! {

@@ -22,23 +22,33 @@ pub use measure::{
     BenchTable, Figure,
 };
 
-use crate::{EtcdServer, Result as HarnessResult};
+use crate::{EtcdServer, Result as HarnessResult, StoreServer};
 
-/// The server a bench measures: the endpoint the user `given` as is (and no server to
-/// stop), else a local one from `start`, with its endpoint read by `endpoint`. Keep the
-/// server until the bench is done: dropping it stops it.
-pub(crate) async fn given_or_local<S>(
+/// The store a bench measures: the endpoint the user `given` as is, else a local server
+/// from `start` (or the external one its `TENURE_TEST_*` variable names). Returns the
+/// server (keep it until the bench is done: dropping it stops it), the endpoint, and
+/// where the store runs, for the table's title.
+pub(crate) async fn given_or_local<S: std::ops::Deref<Target = StoreServer>>(
     given: Option<&str>,
     start: impl std::future::Future<Output = HarnessResult<S>>,
-    endpoint: impl Fn(&S) -> String,
-) -> Result<(Option<S>, String), String> {
-    match given {
-        Some(e) => Ok((None, e.to_string())),
-        None => {
-            let server = start.await.map_err(|e| e.to_string())?;
-            let e = endpoint(&server);
-            Ok((Some(server), e))
-        }
+) -> Result<(Option<S>, String, String), String> {
+    if let Some(e) = given {
+        return Ok((None, e.to_string(), "the given endpoint".into()));
+    }
+    let s = start.await.map_err(|e| e.to_string())?;
+    let where_ = match s.is_external() {
+        true => format!("the {} named by {}", s.name(), s.env_var()),
+        false => format!("a local {} started by the harness (loopback)", s.name()),
+    };
+    let endpoint = s.endpoint().to_string();
+    Ok((Some(s), endpoint, where_))
+}
+
+/// The value of the command-line argument `arg` as a positive number, or why not.
+pub fn positive_arg(arg: &str, value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{arg}: {value:?} is not a positive number")),
     }
 }
 
@@ -117,25 +127,16 @@ pub async fn bench_etcd(
     endpoint: Option<&str>,
     options: &BenchOptions,
 ) -> Result<BenchTable, String> {
-    let given = endpoint.map(|e| e.trim_start_matches("http://"));
-    let (server, endpoint) =
-        given_or_local(given, EtcdServer::start(), |s| s.addr().to_string()).await?;
+    let (server, endpoint, where_) = given_or_local(endpoint, EtcdServer::start()).await?;
+    let hosts = endpoint.trim_start_matches("http://");
     let backend =
-        tenure_etcd::EtcdBackend::from_url(&format!("etcd://{endpoint}?prefix=tenure-bench"))
+        tenure_etcd::EtcdBackend::from_url(&format!("etcd://{hosts}?prefix=tenure-bench"))
             .await
-            .map_err(|e| format!("connect to etcd at {endpoint}: {e}"))?;
-    let where_ = match &server {
-        Some(_) => "a local etcd started by the harness (loopback)",
-        None => "the given etcd",
-    };
-    let table = bench_backend(
-        Arc::new(backend),
-        &format!("etcd at {endpoint}, {where_}"),
-        options,
-    )
-    .await?;
+            .map_err(|e| format!("connect to etcd at {hosts}: {e}"))?;
+    let title = format!("etcd at {hosts}, {where_}");
+    let table = bench_backend(Arc::new(backend), &title, options).await;
     drop(server);
-    Ok(table)
+    table
 }
 
 #[cfg(test)]

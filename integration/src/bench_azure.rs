@@ -33,29 +33,18 @@ pub async fn bench_azure(
     poll: Duration,
     renew_elections: &[usize],
 ) -> Result<BenchTable, String> {
-    let (server, endpoint) = given_or_local(endpoint, AzuriteServer::start(), |s| {
-        s.endpoint().to_string()
-    })
-    .await?;
+    let (server, endpoint, where_) = given_or_local(endpoint, AzuriteServer::start()).await?;
     let container = format!("bench-{}", std::process::id());
     let backend = AzureConfig::development(&endpoint, &container)
         .poll_interval(poll)
         .connect()
         .await
         .map_err(|e| format!("connect to Azurite at {endpoint}: {e}"))?;
-    let where_ = match &server {
-        Some(_) => "a local Azurite 3 started by the harness (loopback)",
-        None => "the given endpoint",
-    };
-    let mut table = bench_backend(
-        Arc::new(backend.clone()),
-        &format!(
-            "Azure Blob leases on {endpoint}, {where_}; lease = TTL {:?}, poll interval {poll:?}",
-            options.timing.ttl
-        ),
-        options,
-    )
-    .await?;
+    let ttl = options.timing.ttl;
+    let title = format!(
+        "Azure Blob leases on {endpoint}, {where_}; lease = TTL {ttl:?}, poll interval {poll:?}"
+    );
+    let mut table = bench_backend(Arc::new(backend.clone()), &title, options).await?;
     for &n in renew_elections {
         table
             .figures

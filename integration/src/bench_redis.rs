@@ -35,26 +35,13 @@ pub async fn bench_redis(
         true => e.to_string(),
         false => format!("redis://{e}"),
     });
-    let (server, endpoint) = given_or_local(given.as_deref(), RedisServer::start(), |s| {
-        s.endpoint().to_string()
-    })
-    .await?;
+    let (server, endpoint, where_) = given_or_local(given.as_deref(), RedisServer::start()).await?;
     let sep = if endpoint.contains('?') { '&' } else { '?' };
-    let url = format!("{endpoint}{sep}prefix=tenure-bench");
-    let backend = RedisBackend::from_url(&url)
+    let backend = RedisBackend::from_url(&format!("{endpoint}{sep}prefix=tenure-bench"))
         .await
         .map_err(|e| format!("connect to Redis: {e}"))?;
-    let where_ = match &server {
-        Some(_) => "a local Redis started by the harness (loopback)",
-        None => "the given Redis",
-    };
-    let shown = backend.config().to_string();
-    let mut table = bench_backend(
-        Arc::new(backend.clone()),
-        &format!("Redis at {shown}, {where_}"),
-        options,
-    )
-    .await?;
+    let title = format!("Redis at {}, {where_}", backend.config());
+    let mut table = bench_backend(Arc::new(backend.clone()), &title, options).await?;
     let client =
         redis::Client::open(endpoint.as_str()).map_err(|e| format!("stats client: {e}"))?;
     let mut stats = client

@@ -29,26 +29,16 @@ pub async fn bench_zookeeper(
             None => ZooKeeperServer::start().await,
         }
     };
-    let (server, endpoint) = given_or_local(endpoint, start, |s| s.endpoint().to_string()).await?;
+    let (server, endpoint, where_) = given_or_local(endpoint, start).await?;
     let backend = ZooKeeperBackend::from_url(&format!("zk://{endpoint}/tenure-bench"))
         .await
         .map_err(|e| format!("connect to ZooKeeper at {endpoint}: {e}"))?;
     let tick_ms = tick.map_or(1000, |t| t.as_millis());
-    let where_ = match &server {
-        Some(s) if !s.is_external() => format!(
-            "a local ZooKeeper 3.8 started by the harness (loopback, tickTime {tick_ms} ms)"
-        ),
-        _ => "the given ZooKeeper".to_string(),
-    };
-    let mut table = bench_backend(
-        Arc::new(backend.clone()),
-        &format!(
-            "ZooKeeper at {endpoint}, {where_}; session timeout = TTL {:?}",
-            options.timing.ttl
-        ),
-        options,
-    )
-    .await?;
+    let ttl = options.timing.ttl;
+    let title = format!(
+        "ZooKeeper at {endpoint}, {where_} (tickTime {tick_ms} ms if local); session timeout = TTL {ttl:?}"
+    );
+    let mut table = bench_backend(Arc::new(backend.clone()), &title, options).await?;
     let crash = measure_dropped_connection(&backend, options).await?;
     table.figures.push(Figure {
         name: "crash failover (holder's connection dropped, as by SIGKILL → successor granted)"

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::watch;
 
 use crate::error::{HarnessError, Result};
@@ -164,6 +164,7 @@ impl Shared {
 pub struct CandidateProcess {
     label: String,
     child: Child,
+    stdin: Option<ChildStdin>,
     pgid: Option<u32>,
     shared: Arc<Shared>,
 }
@@ -178,6 +179,21 @@ impl CandidateProcess {
         K: AsRef<OsStr>,
         V: AsRef<OsStr>,
     {
+        Self::start(program, args, env, false)
+    }
+
+    /// Like [`spawn`](Self::spawn) without extra environment, with a pipe to its stdin
+    /// for [`send_line`](Self::send_line) (for a probe that takes commands).
+    pub fn spawn_with_stdin(program: &Path, args: &[String]) -> Result<Self> {
+        Self::start(program, args, [("", ""); 0], true)
+    }
+
+    fn start<I, K, V>(program: &Path, args: &[String], env: I, stdin: bool) -> Result<Self>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(HarnessError::NoRuntime("CandidateProcess::spawn"));
         }
@@ -185,7 +201,7 @@ impl CandidateProcess {
         let mut child = Command::new(program)
             .args(args)
             .envs(env)
-            .stdin(Stdio::null())
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
@@ -210,6 +226,7 @@ impl CandidateProcess {
         }
         Ok(CandidateProcess {
             label,
+            stdin: child.stdin.take(),
             child,
             pgid,
             shared,
@@ -267,19 +284,48 @@ impl CandidateProcess {
         pred: impl Fn(&Event) -> bool,
         timeout: Duration,
     ) -> Result<Event> {
+        let find = |log: &Log| log.events.iter().find(|e| pred(e)).cloned();
+        self.wait_until(find, timeout, |log| render(&log.events))
+            .await
+    }
+
+    /// Waits until a stdout line that is not an event, at index `from` or later of
+    /// [`other_stdout`](Self::other_stdout), `matches`; returns its index and text.
+    /// Fails as [`wait_for_event`](Self::wait_for_event) does.
+    pub async fn wait_for_line(
+        &self,
+        from: usize,
+        matches: impl Fn(&str) -> bool,
+        timeout: Duration,
+    ) -> Result<(usize, String)> {
+        let find = |log: &Log| {
+            let mut lines = log.other_stdout.iter().cloned().enumerate().skip(from);
+            lines.find(|(_, l)| matches(l))
+        };
+        self.wait_until(find, timeout, |log| log.other_stdout.join("\n"))
+            .await
+    }
+
+    /// What `find` finds in the log, once it does; `seen` renders the log for errors.
+    async fn wait_until<T>(
+        &self,
+        find: impl Fn(&Log) -> Option<T>,
+        timeout: Duration,
+        seen: impl Fn(&Log) -> String,
+    ) -> Result<T> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut version = self.shared.version.subscribe();
         loop {
             version.borrow_and_update();
             {
                 let log = self.shared.lock();
-                if let Some(event) = log.events.iter().find(|e| pred(e)) {
-                    return Ok(event.clone());
+                if let Some(found) = find(&log) {
+                    return Ok(found);
                 }
                 if log.stdout_closed {
                     return Err(HarnessError::EventStreamEnded {
                         what: self.label.clone(),
-                        events: render(&log.events),
+                        events: seen(&log),
                         stderr_tail: log.stderr.iter().cloned().collect::<Vec<_>>().join("\n"),
                     });
                 }
@@ -291,10 +337,27 @@ impl CandidateProcess {
                 return Err(HarnessError::EventTimeout {
                     what: self.label.clone(),
                     timeout,
-                    events: render(&self.shared.lock().events),
+                    events: seen(&self.shared.lock()),
                 });
             }
         }
+    }
+
+    /// Writes `line` and a newline to its stdin (see
+    /// [`spawn_with_stdin`](Self::spawn_with_stdin)).
+    pub async fn send_line(&mut self, line: &str) -> Result<()> {
+        let what = format!("sending {line:?} to {}", self.label);
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(HarnessError::NotRunning { what });
+        };
+        let sent = stdin.write_all(format!("{line}\n").as_bytes()).await;
+        sent.and(stdin.flush().await)
+            .map_err(|e| HarnessError::io(what, e))
+    }
+
+    /// Closes its stdin (the process reads end of input).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
     }
 
     /// Waits for the first event of `kind`; see

@@ -39,7 +39,7 @@ use crate::cli_faults::campaign_args;
 use crate::error::{HarnessError, Result};
 use crate::fencing::{check_fencing_at, tenures, FencingViolation, GuardedResource, Tenure};
 use crate::fencing::{write_loop_command, WriteRecord};
-use crate::os::{free_port, monotonic_now_ns};
+use crate::os::{free_port, loopback, monotonic_now_ns};
 use crate::proxy::TcpProxy;
 use crate::server::{
     AzuriteServer, EtcdCluster, EtcdServer, Members, RedisSentinels, RedisServer,
@@ -512,7 +512,7 @@ impl Rng {
 /// The store of a run: one server (each candidate reaches it through its own proxy)
 /// or a cluster (the candidates name every member).
 enum Store {
-    Single(ChaosBackend, Box<dyn StoreServer>),
+    Single(ChaosBackend, StoreServer),
     EtcdCluster(EtcdCluster),
     ZooKeeperEnsemble(ZooKeeperEnsemble),
     RedisSentinel(RedisSentinels),
@@ -520,12 +520,12 @@ enum Store {
 
 impl Store {
     async fn start(backend: ChaosBackend) -> Result<Option<Store>> {
-        let single = |s: Box<dyn StoreServer>| Store::Single(backend, s);
+        let single = |s: StoreServer| Store::Single(backend, s);
         let store = match backend {
-            ChaosBackend::Etcd => single(Box::new(EtcdServer::start().await?)),
-            ChaosBackend::Redis => single(Box::new(RedisServer::start().await?)),
-            ChaosBackend::ZooKeeper => single(Box::new(ZooKeeperServer::start().await?)),
-            ChaosBackend::Azure => single(Box::new(AzuriteServer::start().await?)),
+            ChaosBackend::Etcd => single(EtcdServer::start().await?.0),
+            ChaosBackend::Redis => single(RedisServer::start().await?.0),
+            ChaosBackend::ZooKeeper => single(ZooKeeperServer::start().await?.0),
+            ChaosBackend::Azure => single(AzuriteServer::start().await?.0),
             ChaosBackend::EtcdCluster => Store::EtcdCluster(EtcdCluster::start(3).await?),
             ChaosBackend::ZooKeeperEnsemble => {
                 Store::ZooKeeperEnsemble(ZooKeeperEnsemble::start(3).await?)
@@ -556,67 +556,36 @@ impl Store {
         }
     }
 
-    /// A cluster's members (for a Redis group, its data nodes).
-    fn members(&mut self) -> Option<&mut Members> {
+    /// The store's processes: a cluster's members (for a Redis group, its data nodes),
+    /// or the one server as member 0.
+    fn members(&mut self) -> &mut Members {
         match self {
-            Store::EtcdCluster(c) => Some(c),
-            Store::ZooKeeperEnsemble(e) => Some(e),
-            Store::RedisSentinel(g) => Some(g.data()),
-            Store::Single(..) => None,
+            Store::EtcdCluster(c) => c,
+            Store::ZooKeeperEnsemble(e) => e,
+            Store::RedisSentinel(g) => g.data(),
+            Store::Single(_, s) => s.members(),
         }
     }
 
-    /// The member that leads the cluster now (raft leader, ensemble leader, primary).
+    /// The member that leads the store now (raft leader, ensemble leader, primary; the
+    /// one server).
     async fn leader_member(&self) -> Result<usize> {
         match self {
             Store::EtcdCluster(c) => c.leader(),
             Store::ZooKeeperEnsemble(e) => e.leader().await,
             Store::RedisSentinel(g) => g.primary().await,
-            Store::Single(..) => Err(HarnessError::Chaos {
-                reason: "not a cluster".into(),
-            }),
+            Store::Single(..) => Ok(0),
         }
     }
 
-    /// The one server, for the faults on the whole store.
-    fn single(&mut self, fault: &str) -> Result<&mut Box<dyn StoreServer>> {
+    /// Stops member `i` for a restart: SIGKILL, but the orderly way for Azurite, which
+    /// saves its state every 5 s (a SIGKILL would lose acknowledged writes, which Azure
+    /// Storage does not; see the module docs).
+    async fn stop(&mut self, i: usize) -> Result<()> {
         match self {
-            Store::Single(_, s) => Ok(s),
-            _ => Err(HarnessError::Chaos {
-                reason: format!("a cluster's members get {fault} one at a time"),
-            }),
+            Store::Single(ChaosBackend::Azure, s) => s.members().terminate(i).await,
+            _ => self.members().kill(i).await,
         }
-    }
-
-    fn pause(&mut self) -> Result<()> {
-        self.single("paused")?.pause()
-    }
-
-    /// SIGCONT the server, or every member of a cluster.
-    fn resume(&mut self) -> Result<()> {
-        if let Store::Single(_, s) = self {
-            return s.resume();
-        }
-        match self.members() {
-            Some(members) => (0..members.len()).try_for_each(|i| members.resume(i)),
-            None => Ok(()),
-        }
-    }
-
-    async fn kill(&mut self) -> Result<()> {
-        let azure = matches!(self, Store::Single(ChaosBackend::Azure, _));
-        let server = self.single("killed")?;
-        if azure {
-            // Orderly: Azurite saves its state every 5 s, and a SIGKILL would lose
-            // acknowledged writes, which Azure Storage does not (see the module docs).
-            server.terminate().await
-        } else {
-            server.kill().await
-        }
-    }
-
-    async fn restart(&mut self) -> Result<()> {
-        self.single("restarted")?.restart().await
     }
 
     /// The URL a candidate uses to reach the store: through `via` (its proxy) for one
@@ -701,22 +670,13 @@ impl PeerLinks {
     /// Node `i`'s URL: it listens on its own port and reaches node `j` through
     /// `links[i][j]`.
     fn url(&self, i: usize) -> String {
-        let peers: Vec<String> = (0..self.ports.len())
-            .map(|j| {
-                let addr = match &self.links[i][j] {
-                    Some(proxy) => proxy.addr(),
-                    None => std::net::SocketAddr::from(([127, 0, 0, 1], self.ports[j])),
-                };
-                format!("{}@{addr}", j + 1)
+        let peers: Vec<_> = (0..self.ports.len())
+            .map(|j| match &self.links[i][j] {
+                Some(proxy) => proxy.addr(),
+                None => loopback(self.ports[j]),
             })
             .collect();
-        format!(
-            "peer://127.0.0.1:{}?id={}&peers={}&algorithm=bully&lease={}ms&heartbeat=50ms&leader_timeout=300ms",
-            self.ports[i],
-            i + 1,
-            peers.join(","),
-            PEER_LEASE.as_millis()
-        )
+        peer_url(self.ports[i], i + 1, &peers)
     }
 
     /// The proxies of the links between `a` and `b`, both ways.
@@ -732,6 +692,22 @@ impl PeerLinks {
             .flat_map(|m| self.between(n, m))
             .collect()
     }
+}
+
+/// Node `id` (from 1) of a bully `peer://` cluster with the chaos runs' timing (a
+/// 1.5 s quorum lease, quick failure detection), listening on loopback `port` and
+/// reaching node `j + 1` at `peers[j]`.
+pub fn peer_url(port: u16, id: usize, peers: &[std::net::SocketAddr]) -> String {
+    let peers: Vec<String> = peers
+        .iter()
+        .enumerate()
+        .map(|(j, a)| format!("{}@{a}", j + 1))
+        .collect();
+    let (peers, lease) = (peers.join(","), PEER_LEASE.as_millis());
+    format!(
+        "peer://127.0.0.1:{port}?id={id}&peers={peers}&algorithm=bully&lease={lease}ms\
+         &heartbeat=50ms&leader_timeout=300ms"
+    )
 }
 
 /// The links a network fault acts on.
@@ -973,52 +949,33 @@ impl Run {
                 tokio::time::sleep(pause).await;
                 self.slots[slot].resume()?;
             }
-            FaultKind::StopServer => {
+            FaultKind::StopServer | FaultKind::StopMember => {
+                let (member, which) = self.member_target().await;
                 let pause = self.rng.between(renew_deadline + ttl / 4, ttl * 2);
-                if let Some(store) = &mut self.store {
-                    store.pause()?;
-                }
-                self.note(kind, format!("SIGSTOP the store for {pause:?}"));
+                let Some(store) = self.store.as_mut() else {
+                    return Ok(());
+                };
+                store.members().pause(member)?;
+                self.note(kind, format!("SIGSTOP {which} for {pause:?}"));
                 tokio::time::sleep(pause).await;
-                if let Some(store) = &mut self.store {
-                    store.resume()?;
+                if let Some(store) = self.store.as_mut() {
+                    store.members().resume(member)?;
                 }
             }
-            FaultKind::RestartServer => {
+            FaultKind::RestartServer | FaultKind::RestartMember => {
+                let (member, which) = self.member_target().await;
                 let down = self.rng.between(Duration::ZERO, ttl * 3 / 2);
-                if let Some(store) = &mut self.store {
-                    store.kill().await?;
-                }
+                let Some(store) = self.store.as_mut() else {
+                    return Ok(());
+                };
+                store.stop(member).await?;
                 if self.opts.backend.restart_loses_data() {
                     self.data_lost_at.push(monotonic_now_ns());
                 }
-                self.note(kind, format!("kill the store, restart after {down:?}"));
+                self.note(kind, format!("kill {which}, restart after {down:?}"));
                 tokio::time::sleep(down).await;
-                if let Some(store) = &mut self.store {
-                    store.restart().await?;
-                }
-            }
-            FaultKind::StopMember | FaultKind::RestartMember => {
-                let (member, which) = self.member_target().await;
-                let Some(members) = self.store.as_mut().and_then(Store::members) else {
-                    return Ok(());
-                };
-                if kind == FaultKind::StopMember {
-                    let pause = self.rng.between(renew_deadline + ttl / 4, ttl * 2);
-                    members.pause(member)?;
-                    self.note(kind, format!("SIGSTOP {which} for {pause:?}"));
-                    tokio::time::sleep(pause).await;
-                    if let Some(members) = self.store.as_mut().and_then(Store::members) {
-                        members.resume(member)?;
-                    }
-                } else {
-                    let down = self.rng.between(Duration::ZERO, ttl * 3 / 2);
-                    members.kill(member).await?;
-                    self.note(kind, format!("SIGKILL {which}, restart after {down:?}"));
-                    tokio::time::sleep(down).await;
-                    if let Some(members) = self.store.as_mut().and_then(Store::members) {
-                        members.restart(member).await?;
-                    }
+                if let Some(store) = self.store.as_mut() {
+                    store.members().restart(member).await?;
                 }
             }
             FaultKind::Cut | FaultKind::Blackhole | FaultKind::Partition | FaultKind::CutLink => {
@@ -1063,11 +1020,12 @@ impl Run {
     }
 
     /// A member to hurt: the cluster's leader (raft leader, ensemble leader, primary)
-    /// half of the time, else a random member; with a line that says which.
+    /// half of the time, else a random member; with a line that says which. The one
+    /// server of a single store, without a random draw.
     async fn member_target(&mut self) -> (usize, String) {
-        let n = match self.store.as_mut().and_then(Store::members) {
-            Some(m) => m.len().max(1),
-            None => 1,
+        let n = match &mut self.store {
+            Some(Store::Single(..)) | None => return (0, "the store".into()),
+            Some(store) => store.members().len().max(1),
         };
         let random = self.rng.below(n);
         if self.rng.below(2) == 0 {
@@ -1094,7 +1052,10 @@ impl Run {
     /// Resumes anything paused, terminates every candidate and returns every log.
     async fn stop(&mut self) -> Vec<Vec<Event>> {
         if let Some(store) = &mut self.store {
-            let _ = store.resume();
+            let members = store.members();
+            for i in 0..members.len() {
+                let _ = members.resume(i);
+            }
         }
         for proxy in &self.proxies {
             let _ = proxy.heal().await;

@@ -124,22 +124,24 @@ pub async fn next_leader(
             return f;
         }
         if Instant::now() >= deadline {
-            let logs: Vec<String> = candidates
-                .iter()
-                .map(|c| {
-                    let events: Vec<String> = c.events().iter().map(Event::to_string).collect();
-                    format!(
-                        "{}:\n  {}\n{}",
-                        c.label(),
-                        events.join("\n  "),
-                        c.stderr_tail()
-                    )
-                })
-                .collect();
-            panic!("nobody elected within {within:?}:\n{}", logs.join("\n"));
+            panic!("nobody elected within {within:?}:\n{}", dump(candidates));
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Each candidate's label, events and stderr, for a failure message.
+pub fn dump(candidates: &[&CandidateProcess]) -> String {
+    let dump_one = |c: &&CandidateProcess| {
+        let events: Vec<String> = c.events().iter().map(Event::to_string).collect();
+        let (label, stderr) = (c.label(), c.stderr_tail());
+        format!("{label}:\n  {}\n  stderr: {stderr}", events.join("\n  "))
+    };
+    candidates
+        .iter()
+        .map(dump_one)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// No fencing violation in the candidates' logs: no overlapping tenures, tokens

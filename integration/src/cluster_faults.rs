@@ -56,16 +56,7 @@ impl StoreCluster for EtcdCluster {
     }
 
     fn wait_leader(&self) -> BoxFuture<'_, Result<usize>> {
-        Box::pin(async move {
-            let started = Instant::now();
-            loop {
-                match self.leader() {
-                    Ok(i) => return Ok(i),
-                    Err(e) if started.elapsed() > Duration::from_secs(30) => return Err(e),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
-        })
+        Box::pin(EtcdCluster::wait_leader(self))
     }
 }
 

@@ -10,16 +10,11 @@
 //! The child is killed when the [`CuratorLatch`] is dropped.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::watch;
 
 use crate::error::{HarnessError, Result};
 use crate::server::{find_java, versioned_jar, JAVA_LIB_DIR};
+use crate::CandidateProcess;
 
 /// The jars of the probe's class path, in order: Curator (recipes, framework, client),
 /// the ZooKeeper client and its wire format, Guava, the slf4j API and its no-op
@@ -50,9 +45,6 @@ pub const CURATOR_START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a command waits for its answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// How many stderr lines are kept for error messages.
-const STDERR_LINES: usize = 100;
 
 /// The Curator version the probe runs with, from the versioned name Debian gives
 /// `curator-recipes.jar` (`curator-recipes-5.4.0.jar`), if there is one.
@@ -101,23 +93,12 @@ fn probe_source() -> Result<PathBuf> {
     }
 }
 
-/// What the reader tasks collected.
-#[derive(Default)]
-struct Output {
-    lines: Vec<String>,
-    stderr: Vec<String>,
-    ended: bool,
-}
-
 /// A Curator `LeaderLatch` running in a child JVM (see the [module docs](self)).
 pub struct CuratorLatch {
     what: String,
     id: String,
     node: String,
-    child: Child,
-    stdin: Option<ChildStdin>,
-    output: Arc<Mutex<Output>>,
-    changed: watch::Receiver<u64>,
+    jvm: CandidateProcess,
 }
 
 impl std::fmt::Debug for CuratorLatch {
@@ -136,50 +117,21 @@ impl CuratorLatch {
     /// `bash scripts/install-test-deps.sh`.
     pub async fn start(connect: &str, path: &str, id: &str) -> Result<Self> {
         let java = find_java("java (needed by the Curator probe)")?;
-        let classpath = curator_classpath()?;
-        let source = probe_source()?;
-        let what = format!("Curator latch {id:?} on {path}");
-        let mut child = Command::new(&java)
-            .args([
-                "-Xmx128m",
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
-                "-cp",
-                &classpath,
-            ])
-            .arg(&source)
-            .args([connect, path, id])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| HarnessError::io(format!("spawning {} for {what}", java.display()), e))?;
-        let output = Arc::new(Mutex::new(Output::default()));
-        let (tx, changed) = watch::channel(0u64);
-        let tx = Arc::new(tx);
-        if let Some(stdout) = child.stdout.take() {
-            tokio::spawn(read_lines(stdout, output.clone(), tx.clone(), false));
-        }
-        if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(read_lines(stderr, output.clone(), tx, true));
-        }
-        let stdin = child.stdin.take();
+        let mut args: Vec<String> = ["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+            .map(String::from)
+            .into();
+        args.extend(["-cp".into(), curator_classpath()?]);
+        args.push(probe_source()?.display().to_string());
+        args.extend([connect, path, id].map(String::from));
         let mut latch = CuratorLatch {
-            what,
+            what: format!("Curator latch {id:?} on {path}"),
             id: id.to_string(),
             node: String::new(),
-            child,
-            stdin,
-            output,
-            changed,
+            jvm: CandidateProcess::spawn_with_stdin(&java, &args)?,
         };
+        let started = |l: &str| l.starts_with("ready ") || l.starts_with("error ");
         let ready = latch
-            .wait_line(
-                0,
-                |l| l.starts_with("ready ") || l.starts_with("error "),
-                CURATOR_START_TIMEOUT,
-            )
+            .wait_for_line(0, started, CURATOR_START_TIMEOUT)
             .await?;
         match ready.1.strip_prefix("ready ") {
             Some(node) => latch.node = node.to_string(),
@@ -201,96 +153,18 @@ impl CuratorLatch {
         &self.node
     }
 
-    /// Every stdout line so far.
-    pub fn lines(&self) -> Vec<String> {
-        self.lock().lines.clone()
-    }
-
     /// How many stdout lines so far equal `line`.
     pub fn count(&self, line: &str) -> usize {
-        self.lock().lines.iter().filter(|l| *l == line).count()
-    }
-
-    /// How many stdout lines so far.
-    fn line_count(&self) -> usize {
-        self.lock().lines.len()
-    }
-
-    /// Wait for the first stdout line at index `from` or later that `matches`; returns
-    /// its index and text. Fails on timeout or when the probe ends first.
-    pub async fn wait_line(
-        &self,
-        from: usize,
-        matches: impl Fn(&str) -> bool,
-        timeout: Duration,
-    ) -> Result<(usize, String)> {
-        let mut changed = self.changed.clone();
-        let search = async {
-            loop {
-                {
-                    let out = self.lock();
-                    if let Some((i, l)) = out
-                        .lines
-                        .iter()
-                        .enumerate()
-                        .skip(from)
-                        .find(|(_, l)| matches(l))
-                    {
-                        return Ok((i, l.clone()));
-                    }
-                    if out.ended {
-                        return Err(HarnessError::EventStreamEnded {
-                            what: self.what.clone(),
-                            events: out.lines.join("\n"),
-                            stderr_tail: tail(&out.stderr),
-                        });
-                    }
-                }
-                if changed.changed().await.is_err() {
-                    // Both readers are gone: the next round sees `ended`.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
-        };
-        match tokio::time::timeout(timeout, search).await {
-            Ok(r) => r,
-            Err(_) => Err(HarnessError::EventTimeout {
-                what: self.what.clone(),
-                timeout,
-                events: self.lines().join("\n"),
-            }),
-        }
-    }
-
-    /// Send one command line.
-    pub async fn send(&mut self, command: &str) -> Result<()> {
-        let what = self.what.clone();
-        let stdin = self
-            .stdin
-            .as_mut()
-            .ok_or_else(|| HarnessError::NotRunning { what: what.clone() })?;
-        stdin
-            .write_all(format!("{command}\n").as_bytes())
-            .await
-            .map_err(|e| HarnessError::io(format!("sending {command:?} to {what}"), e))?;
-        stdin
-            .flush()
-            .await
-            .map_err(|e| HarnessError::io(format!("sending {command:?} to {what}"), e))
+        self.other_stdout().iter().filter(|l| *l == line).count()
     }
 
     /// Send `command` and return the rest of the first later line that starts with
     /// `prefix`, with its index. An `error …` line answering it is an error.
     async fn ask(&mut self, command: &str, prefix: &str) -> Result<(usize, String)> {
-        let from = self.line_count();
-        self.send(command).await?;
-        let (i, line) = self
-            .wait_line(
-                from,
-                |l| l.starts_with(prefix) || l.starts_with("error "),
-                ANSWER_TIMEOUT,
-            )
-            .await?;
+        let from = self.other_stdout().len();
+        self.send_line(command).await?;
+        let answer = |l: &str| l.starts_with(prefix) || l.starts_with("error ");
+        let (i, line) = self.wait_for_line(from, answer, ANSWER_TIMEOUT).await?;
         match line.strip_prefix(prefix) {
             Some(rest) => Ok((i, rest.to_string())),
             None => Err(protocol_error(&self.what, command, &line)),
@@ -320,7 +194,7 @@ impl CuratorLatch {
         let mut from = at + 1;
         for _ in 0..n {
             let (i, line) = self
-                .wait_line(from, |l| l.starts_with("participant "), ANSWER_TIMEOUT)
+                .wait_for_line(from, |l| l.starts_with("participant "), ANSWER_TIMEOUT)
                 .await?;
             from = i + 1;
             let rest = line.trim_start_matches("participant ");
@@ -337,29 +211,30 @@ impl CuratorLatch {
 
     /// Close the client and wait for the JVM to exit (killed after 10 s).
     pub async fn quit(mut self) -> Result<()> {
-        self.send("quit").await?;
-        self.stdin = None;
-        match tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await {
-            Ok(r) => r
-                .map(|_| ())
-                .map_err(|e| HarnessError::io(format!("waiting for {}", self.what), e)),
-            Err(_) => {
-                let _ = self.child.start_kill();
-                Err(HarnessError::ExitTimeout {
-                    what: self.what.clone(),
-                    timeout: Duration::from_secs(10),
-                })
+        self.send_line("quit").await?;
+        self.jvm.close_stdin();
+        match self.jvm.wait_exit(Duration::from_secs(10)).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let _ = self.jvm.kill_group().await;
+                Err(e)
             }
         }
     }
+}
 
-    /// The last lines the JVM wrote to stderr.
-    pub fn stderr_tail(&self) -> String {
-        tail(&self.lock().stderr)
+/// The JVM's process: its stdout lines ([`other_stdout`](CandidateProcess::other_stdout),
+/// [`wait_for_line`](CandidateProcess::wait_for_line)), stderr and stdin.
+impl std::ops::Deref for CuratorLatch {
+    type Target = CandidateProcess;
+    fn deref(&self) -> &CandidateProcess {
+        &self.jvm
     }
+}
 
-    fn lock(&self) -> MutexGuard<'_, Output> {
-        self.output.lock().unwrap_or_else(|p| p.into_inner())
+impl std::ops::DerefMut for CuratorLatch {
+    fn deref_mut(&mut self) -> &mut CandidateProcess {
+        &mut self.jvm
     }
 }
 
@@ -369,49 +244,6 @@ fn protocol_error(what: &str, command: &str, answer: &str) -> HarnessError {
         format!("{what}: command {command:?}"),
         std::io::Error::new(std::io::ErrorKind::InvalidData, answer.to_string()),
     )
-}
-
-fn tail(lines: &[String]) -> String {
-    lines.join("\n")
-}
-
-/// Collect a pipe's lines into `output`; the stdout reader marks the end.
-async fn read_lines(
-    pipe: impl AsyncRead + Unpin,
-    output: Arc<Mutex<Output>>,
-    tx: Arc<watch::Sender<u64>>,
-    is_stderr: bool,
-) {
-    let mut lines = BufReader::new(pipe).lines();
-    loop {
-        let line = lines.next_line().await;
-        let done = {
-            let mut out = output.lock().unwrap_or_else(|p| p.into_inner());
-            match line {
-                Ok(Some(l)) if is_stderr => {
-                    out.stderr.push(l);
-                    if out.stderr.len() > STDERR_LINES {
-                        out.stderr.remove(0);
-                    }
-                    false
-                }
-                Ok(Some(l)) => {
-                    out.lines.push(l);
-                    false
-                }
-                Ok(None) | Err(_) => {
-                    if !is_stderr {
-                        out.ended = true;
-                    }
-                    true
-                }
-            }
-        };
-        tx.send_modify(|n| *n += 1);
-        if done {
-            return;
-        }
-    }
 }
 
 #[cfg(test)]

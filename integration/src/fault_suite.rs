@@ -21,7 +21,7 @@ use crate::{
 /// namespace (key prefix, chroot or container) being one random name for the test.
 pub async fn run_shared(
     scenario: &str,
-    store: &dyn StoreServer,
+    store: &StoreServer,
     spec_in: &dyn Fn(&str, &str) -> FaultSpec,
 ) {
     let namespace = tenure_core::testing::random_prefix();
@@ -40,7 +40,7 @@ pub async fn run_shared(
 /// [`store_restart`] on `store`, its candidates reaching it by `spec_in` (as in
 /// [`run_shared`]).
 pub async fn run_restart(
-    store: &mut dyn StoreServer,
+    store: &mut StoreServer,
     spec_in: &dyn Fn(&str, &str) -> FaultSpec,
     expect: Restart,
 ) {
@@ -50,7 +50,7 @@ pub async fn run_restart(
 
 /// Stamps a store's tests of the five scenarios every store shares, each named after
 /// its scenario and run on a store of its own: `$start` starts the store (an
-/// expression whose `.await` is a `Result` of a [`StoreServer`]), `$spec_in` is as in
+/// expression whose `.await` is a `Result` of a handle that derefs to a [`StoreServer`]), `$spec_in` is as in
 /// [`run_shared`]. With `restart: expect`, also `store_restart` ([`run_restart`]).
 #[macro_export]
 macro_rules! fault_tests {
@@ -286,7 +286,7 @@ async fn two_candidates(
 /// could expire the session; once the store runs again the campaigns go on by
 /// themselves and the next grant has a larger token. Needs a local server: with an
 /// external one it fails, saying so.
-pub async fn sigstop_of_the_store(spec: &FaultSpec, store: &dyn StoreServer) {
+pub async fn sigstop_of_the_store(spec: &FaultSpec, store: &StoreServer) {
     store.require_local("it stops the server");
     let (resource, a, b, first, elected) = two_candidates(spec, "faults/sigstop-store").await;
     let holder = [&a, &b][first];
@@ -323,7 +323,7 @@ pub async fn sigstop_of_the_store(spec: &FaultSpec, store: &dyn StoreServer) {
 
 /// `store`'s endpoint with its address replaced by `proxy`'s: the same store, reached
 /// through the proxy.
-pub fn via(store: &dyn StoreServer, proxy: &TcpProxy) -> String {
+pub fn via(store: &StoreServer, proxy: &TcpProxy) -> String {
     store
         .endpoint()
         .replacen(&store.addr().to_string(), &proxy.addr().to_string(), 1)
@@ -333,7 +333,7 @@ pub fn via(store: &dyn StoreServer, proxy: &TcpProxy) -> String {
 /// Once the link is cut the holder reports `lost` by its renew deadline and before
 /// the waiter's grant; after the link heals the old holder campaigns again by itself
 /// and, once the waiter resigns, leads with a larger token.
-pub async fn cut_connection(store: &dyn StoreServer, spec_at: &dyn Fn(&str) -> FaultSpec) {
+pub async fn cut_connection(store: &StoreServer, spec_at: &dyn Fn(&str) -> FaultSpec) {
     let resource = GuardedResource::start().await.expect("resource");
     let proxy = TcpProxy::start(store.addr()).await.expect("proxy");
     let direct = spec_at(store.endpoint());
@@ -399,7 +399,7 @@ pub enum Restart {
 /// across the restart needs a session that outlives it: [`Restart::KeepsTheSeat`] runs
 /// with a TTL of at least 10 s). Needs a local server: with an external one it fails,
 /// saying so.
-pub async fn store_restart(spec: &FaultSpec, store: &mut dyn StoreServer, expect: Restart) {
+pub async fn store_restart(spec: &FaultSpec, store: &mut StoreServer, expect: Restart) {
     store.require_local("it restarts the server");
     let longer = spec.clone().with_ttl(spec.ttl.max(Duration::from_secs(10)));
     let spec = if expect == Restart::KeepsTheSeat {
@@ -493,7 +493,7 @@ pub async fn store_restart(spec: &FaultSpec, store: &mut dyn StoreServer, expect
 /// An unreachable store, as a user meets it: `tenure campaign` against an address
 /// where nothing listens, and against one that accepts but never answers (a black
 /// hole), exits 1 within its connect timeout with one `unavailable` or `timeout` line.
-pub async fn unreachable_store(store: &dyn StoreServer, spec_at: &dyn Fn(&str) -> FaultSpec) {
+pub async fn unreachable_store(store: &StoreServer, spec_at: &dyn Fn(&str) -> FaultSpec) {
     let port = free_port().expect("port");
     let nothing =
         store

@@ -77,7 +77,8 @@ mod server;
 mod shared;
 
 pub use bench::{
-    bench_backend, bench_etcd, measure_failover, measure_handover, BenchOptions, BenchTable, Figure,
+    bench_backend, bench_etcd, measure_failover, measure_handover, positive_arg, BenchOptions,
+    BenchTable, Figure,
 };
 pub use bench_azure::{bench_azure, AZURE_RENEW_ELECTIONS};
 pub use bench_redis::{bench_redis, RENEW_ELECTIONS};

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Future, StreamExt};
 use tenure_core::backend::{BackendSession, SessionEvents};
-use tenure_core::{Backend, ElectionName, Member, MemberStream};
+use tenure_core::{Backend, ElectionName, ErrorKind, Member, MemberStream};
 
 /// A backend session with `ttl` (its events are dropped).
 pub async fn open(b: &dyn Backend, ttl: Duration) -> Arc<dyn BackendSession> {
@@ -69,4 +69,64 @@ pub async fn until_where(
             Err(_) => panic!("{what}: not within {within:?}; last seen {seen:?}"),
         }
     }
+}
+
+/// A crashed member goes by itself: `alive` (a session kept alive by the caller)
+/// registers `alive` and a session of `ttl` registers `crashed` in `ns`; once a watch
+/// shows both, `before_crash` runs, the crashed session renews one last time and is
+/// dropped. Returns the watch, once it shows `alive` alone (within `within`), and how
+/// long after that last renewal it did.
+pub async fn crashed_member_goes(
+    b: &dyn Backend,
+    ns: &ElectionName,
+    alive: &dyn BackendSession,
+    ttl: Duration,
+    within: Duration,
+    before_crash: impl Future<Output = ()>,
+) -> (MemberStream, Duration) {
+    alive
+        .register_member(ns, &member("alive", "1"))
+        .await
+        .expect("register alive");
+    let crashed = open(b, ttl).await;
+    let registered = crashed.register_member(ns, &member("crashed", "1")).await;
+    registered.expect("register crashed");
+    let mut w = b.watch_members(ns).await.expect("watch");
+    until(
+        &mut w,
+        &[("alive", "1"), ("crashed", "1")],
+        Duration::from_secs(1),
+    )
+    .await;
+    before_crash.await;
+    crashed.keep_alive().await.expect("keep-alive");
+    let t0 = std::time::Instant::now();
+    drop(crashed);
+    until(&mut w, &[("alive", "1")], within).await;
+    let gone = t0.elapsed();
+    eprintln!("crashed member gone {gone:?} after its last renewal (TTL {ttl:?})");
+    (w, gone)
+}
+
+/// An ended session's members go at once: `s` (with a TTL far longer than a second)
+/// registers `m` in `ns`; once a watch shows it, `end` ends the session the store's
+/// way; the watch shows no member within a second, and `s` can register no more.
+pub async fn ended_session_loses_its_members<T>(
+    b: &dyn Backend,
+    ns: &ElectionName,
+    s: &dyn BackendSession,
+    end: impl Future<Output = tenure_core::Result<T>>,
+) {
+    s.register_member(ns, &member("m", "1"))
+        .await
+        .expect("register");
+    let mut w = b.watch_members(ns).await.expect("watch");
+    until(&mut w, &[("m", "1")], Duration::from_secs(1)).await;
+    let t0 = std::time::Instant::now();
+    end.await.expect("end the session");
+    until(&mut w, &[], Duration::from_secs(1)).await;
+    eprintln!("ended session's member gone after {:?}", t0.elapsed());
+    let e = s.register_member(ns, &member("m", "2")).await;
+    let e = e.expect_err("session gone");
+    assert_eq!(e.kind(), ErrorKind::SessionExpired, "{e}");
 }

@@ -10,25 +10,12 @@ use std::sync::Mutex;
 
 use crate::error::{HarnessError, Result};
 
-/// Nanoseconds on `CLOCK_MONOTONIC`.
-///
-/// The value is comparable across processes on one machine, so it can be set
-/// against the `mono_ns` field of the events that candidate processes print.
-pub fn monotonic_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec and CLOCK_MONOTONIC always
-    // exists on Linux, so the call cannot fail or write out of bounds.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
-}
+/// The CLI's clock (`mono_ns` in its event lines), compiled here as it is there.
+#[path = "../../crates/tenure-cli/src/clock.rs"]
+#[allow(dead_code)] // only `monotonic_now_ns` is used here
+mod clock;
+
+pub use clock::monotonic_now_ns;
 
 /// Sends `signal` to the process `pid`.
 pub(crate) fn send_signal(pid: u32, signal: libc::c_int, what: &str) -> Result<()> {

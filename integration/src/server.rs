@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::future::BoxFuture;
 use tempfile::TempDir;
 
 use crate::error::{HarnessError, Result};
@@ -36,7 +35,7 @@ const LOG_TAIL_BYTES: u64 = 3000;
 /// How many times `start` picks new ports when a server could not bind.
 const START_ATTEMPTS: usize = 3;
 
-/// How long [`terminate`](EtcdServer::terminate) waits after SIGTERM before it kills.
+/// How long [`terminate`](StoreServer::terminate) waits after SIGTERM before it kills.
 pub const TERMINATE_GRACE: Duration = Duration::from_secs(10);
 
 /// The four stores the harness can run.
@@ -54,6 +53,8 @@ pub(crate) enum Kind {
 struct Launch {
     program: PathBuf,
     args: Vec<OsString>,
+    /// Ready once it accepts connections, not when the store's probe answers.
+    listen_only: bool,
 }
 
 impl Launch {
@@ -61,6 +62,7 @@ impl Launch {
         Launch {
             program: program.to_path_buf(),
             args: args.into_iter().map(OsString::from).collect(),
+            listen_only: false,
         }
     }
 }
@@ -75,7 +77,7 @@ impl Kind {
         }
     }
 
-    fn env_var(self) -> &'static str {
+    const fn env_var(self) -> &'static str {
         match self {
             Kind::Etcd => "TENURE_TEST_ETCD",
             Kind::ZooKeeper => "TENURE_TEST_ZOOKEEPER",
@@ -156,7 +158,7 @@ impl Kind {
     ) -> Result<Launch> {
         match self {
             Kind::Etcd => {
-                let program = require_program("etcd", "etcd", "the apt package etcd-server")?;
+                let program = self.program()?;
                 let peer = free_port()?;
                 let cluster = format!("e1=http://127.0.0.1:{peer}");
                 let args = etcd_args("e1", data_dir, (port, peer), &cluster, 10, "");
@@ -176,12 +178,12 @@ impl Kind {
                 zookeeper_launch(root, data_dir, port, &config, "ZooKeeperServerMain")
             }
             Kind::Redis => {
-                let program = require_program("redis-server", "redis-server", REDIS_PACKAGE)?;
+                let program = self.program()?;
                 create_dir(data_dir)?;
                 Ok(Launch::of(&program, redis_args(port, data_dir)))
             }
             Kind::Azurite => {
-                let program = find_azurite()?;
+                let program = self.program()?;
                 create_dir(data_dir)?;
                 let mut args = words(&format!(
                     "--blobHost 127.0.0.1 --blobPort {port} --skipApiVersionCheck --loose \
@@ -190,6 +192,18 @@ impl Kind {
                 args.push(data_dir.display().to_string());
                 Ok(Launch::of(&program, args))
             }
+        }
+    }
+}
+
+impl Kind {
+    /// The store's program (for ZooKeeper, java).
+    fn program(self) -> Result<PathBuf> {
+        match self {
+            Kind::Etcd => require_program("etcd", "etcd", "the apt package etcd-server"),
+            Kind::ZooKeeper => find_java("java (needed by ZooKeeper)"),
+            Kind::Redis => require_program("redis-server", "redis-server", REDIS_PACKAGE),
+            Kind::Azurite => find_azurite(),
         }
     }
 }
@@ -243,7 +257,7 @@ fn zookeeper_launch(
     config: &str,
     main: &str,
 ) -> Result<Launch> {
-    let java = find_java("java (needed by ZooKeeper)")?;
+    let java = Kind::ZooKeeper.program()?;
     let classpath = zookeeper_classpath()?;
     let path = root.join("zoo.cfg");
     let text = format!(
@@ -473,7 +487,13 @@ impl Local {
                     });
                 }
             }
-            let last_probe = match kind.probe(addr, timeout).await {
+            let probe = if self.launch.listen_only {
+                let connected = tokio::net::TcpStream::connect(addr).await;
+                connected.map(drop).map_err(|e| e.to_string())
+            } else {
+                kind.probe(addr, timeout).await
+            };
+            let last_probe = match probe {
                 Ok(()) => {
                     self.startup = started.elapsed();
                     return Ok(());
@@ -556,20 +576,27 @@ impl Drop for Local {
     }
 }
 
-/// Shared body of the four server handles.
+/// One store the harness runs as a child process on a free loopback port with a
+/// temporary data directory (killed, and the directory removed, on drop), or the
+/// external one its environment variable names: where it listens and the faults on
+/// its process. [`EtcdServer`], [`ZooKeeperServer`], [`RedisServer`] and
+/// [`AzuriteServer`] deref to it.
 #[derive(Debug)]
-pub(crate) struct ServerCore {
-    kind: Kind,
+pub struct StoreServer {
     endpoint: String,
     addr: SocketAddr,
-    local: Option<Local>,
+    /// The local process as the one member; none for an external server.
+    members: Members,
 }
 
-impl ServerCore {
-    pub(crate) async fn start(kind: Kind) -> Result<Self> {
+impl StoreServer {
+    /// A local server of `kind`, or the external one its variable names (after checking
+    /// that it answers; the faults then return [`HarnessError::ExternalServer`]). A
+    /// missing program is [`HarnessError::MissingBinary`], never skipped.
+    async fn start(kind: Kind) -> Result<Self> {
         match std::env::var(kind.env_var()) {
             Ok(value) if !value.trim().is_empty() => Self::external(kind, &value).await,
-            _ => Self::local(kind, None).await,
+            _ => Self::local(kind, |root, dir, port| kind.prepare(root, dir, port, None)).await,
         }
     }
 
@@ -606,15 +633,20 @@ impl ServerCore {
                 Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
             }
         }
-        Ok(ServerCore {
-            kind,
+        let members = Members::ready(kind, Vec::new()).await?;
+        Ok(StoreServer {
             endpoint,
             addr,
-            local: None,
+            members,
         })
     }
 
-    async fn local(kind: Kind, zk_tick: Option<Duration>) -> Result<Self> {
+    /// A local server of `kind` on a free port, as `prepare(root, data_dir, port)` says
+    /// (trying new ports if it could not bind).
+    async fn local(
+        kind: Kind,
+        prepare: impl Fn(&Path, &Path, u16) -> Result<Launch>,
+    ) -> Result<Self> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -625,15 +657,14 @@ impl ServerCore {
             let port = free_port()?;
             let addr = loopback(port);
             let data_dir = root.path().join("data");
-            let launch = kind.prepare(root.path(), &data_dir, port, zk_tick)?;
+            let launch = prepare(root.path(), &data_dir, port)?;
             let mut local = Local::new(launch, data_dir, root);
             match local.launch(kind, addr).await {
                 Ok(()) => {
-                    return Ok(ServerCore {
-                        kind,
+                    return Ok(StoreServer {
                         endpoint: kind.endpoint(addr),
                         addr,
-                        local: Some(local),
+                        members: Members::ready(kind, vec![(addr, local)]).await?,
                     })
                 }
                 Err(HarnessError::ExitedEarly { ref log_tail, .. })
@@ -646,250 +677,59 @@ impl ServerCore {
         }
     }
 
-    fn local_ref(&self) -> Result<&Local> {
-        self.local.as_ref().ok_or_else(|| self.external_error())
-    }
-
-    fn local_mut(&mut self) -> Result<&mut Local> {
-        let external = self.external_error();
-        self.local.as_mut().ok_or(external)
-    }
-
-    fn external_error(&self) -> HarnessError {
-        HarnessError::ExternalServer {
-            server: self.kind.name(),
-            endpoint: self.endpoint.clone(),
-            variable: self.kind.env_var(),
+    /// The local process as member 0, or the error of an external server.
+    fn running(&self) -> Result<&Members> {
+        match self.is_external() {
+            true => Err(HarnessError::ExternalServer {
+                server: self.name(),
+                endpoint: self.endpoint.clone(),
+                variable: self.env_var(),
+            }),
+            false => Ok(&self.members),
         }
     }
 
-    pub(crate) fn endpoint(&self) -> &str {
+    fn local_mut(&mut self) -> Result<&mut Members> {
+        self.running()?;
+        Ok(&mut self.members)
+    }
+
+    /// The one-member [`Members`] of a local server (none for an external one).
+    pub(crate) fn members(&mut self) -> &mut Members {
+        &mut self.members
+    }
+
+    /// The store's client endpoint, in the store's own form (see each handle).
+    pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
 
-    pub(crate) fn addr(&self) -> SocketAddr {
+    /// The socket address the server listens on (what a [`TcpProxy`](crate::TcpProxy)
+    /// forwards to).
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub(crate) fn is_external(&self) -> bool {
-        self.local.is_none()
+    /// The store's name, for messages.
+    pub fn name(&self) -> &'static str {
+        self.members.kind.name()
     }
 
-    pub(crate) fn data_dir(&self) -> Option<&Path> {
-        self.local.as_ref().map(|l| l.data_dir.as_path())
+    /// The environment variable that names an external server instead.
+    pub fn env_var(&self) -> &'static str {
+        self.members.kind.env_var()
     }
 
-    pub(crate) fn startup_time(&self) -> Option<Duration> {
-        self.local.as_ref().map(|l| l.startup)
+    /// Whether this handle points at an external server (faults on the process are
+    /// then impossible).
+    pub fn is_external(&self) -> bool {
+        self.members.is_empty()
     }
 
-    pub(crate) fn log_tail(&self) -> String {
-        match &self.local {
-            Some(local) => local.log_tail(),
-            None => format!("(external server from {}; no log)", self.kind.env_var()),
-        }
-    }
-
-    pub(crate) fn pid(&self) -> Option<u32> {
-        self.local.as_ref()?.child.as_ref().map(Child::id)
-    }
-
-    pub(crate) fn pause(&self) -> Result<()> {
-        stop_process(self.local_ref()?.pid(self.kind)?, self.kind.name())
-    }
-
-    pub(crate) fn resume(&self) -> Result<()> {
-        send_signal(
-            self.local_ref()?.pid(self.kind)?,
-            libc::SIGCONT,
-            self.kind.name(),
-        )
-    }
-
-    pub(crate) async fn kill(&mut self) -> Result<()> {
-        self.local_mut()?.stop().await;
-        Ok(())
-    }
-
-    pub(crate) async fn terminate(&mut self) -> Result<()> {
-        self.local_mut()?.terminate(TERMINATE_GRACE).await;
-        Ok(())
-    }
-
-    pub(crate) async fn restart(&mut self) -> Result<()> {
-        let (kind, addr) = (self.kind, self.addr);
-        let local = self.local_mut()?;
-        local.stop().await;
-        local.launch(kind, addr).await
-    }
-}
-
-/// Defines one public server handle that delegates to [`ServerCore`].
-macro_rules! server_handle {
-    (
-        $(#[$meta:meta])*
-        $name:ident, $kind:expr, $env:literal, $endpoint_doc:literal
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug)]
-        pub struct $name {
-            core: ServerCore,
-        }
-
-        impl $name {
-            /// The environment variable that, when set, names an external
-            /// server to use instead of starting one.
-            pub const ENV: &'static str = $env;
-
-            /// Starts a fresh server on a free loopback port with a new
-            /// temporary data directory and waits (at most [`READY_TIMEOUT`])
-            /// until it answers.
-            ///
-            /// If the environment variable [`Self::ENV`] is set, no process is
-            /// started: the handle points at that endpoint (after checking that
-            /// it answers) and the fault-injection methods return
-            /// [`HarnessError::ExternalServer`]. A missing program is reported
-            /// as [`HarnessError::MissingBinary`], never skipped.
-            pub async fn start() -> Result<Self> {
-                Ok(Self {
-                    core: ServerCore::start($kind).await?,
-                })
-            }
-
-            #[doc = $endpoint_doc]
-            pub fn endpoint(&self) -> &str {
-                self.core.endpoint()
-            }
-
-            /// The socket address the server listens on.
-            pub fn addr(&self) -> SocketAddr {
-                self.core.addr()
-            }
-
-            /// Whether this handle points at an external server named by
-            /// [`Self::ENV`].
-            pub fn is_external(&self) -> bool {
-                self.core.is_external()
-            }
-
-            /// The data directory of a locally started server (kept across
-            /// [`restart`](Self::restart), removed on drop).
-            pub fn data_dir(&self) -> Option<&Path> {
-                self.core.data_dir()
-            }
-
-            /// How long the last (re)start took until the server answered.
-            pub fn startup_time(&self) -> Option<Duration> {
-                self.core.startup_time()
-            }
-
-            /// The end of the server's combined stdout/stderr log.
-            pub fn log_tail(&self) -> String {
-                self.core.log_tail()
-            }
-
-            /// The process id while a local server process is running.
-            pub fn pid(&self) -> Option<u32> {
-                self.core.pid()
-            }
-
-            /// Freezes the server process (SIGSTOP) and returns once all its
-            /// threads are stopped: its port stays open and connections are
-            /// accepted by the kernel, but nothing answers.
-            pub fn pause(&self) -> Result<()> {
-                self.core.pause()
-            }
-
-            /// Lets a paused server process run again (SIGCONT).
-            pub fn resume(&self) -> Result<()> {
-                self.core.resume()
-            }
-
-            /// Kills the server process (SIGKILL) and leaves it down until
-            /// [`restart`](Self::restart).
-            pub async fn kill(&mut self) -> Result<()> {
-                self.core.kill().await
-            }
-
-            /// Stops the server process the orderly way: SIGTERM, then up to
-            /// [`TERMINATE_GRACE`] for it to save its state and exit, then SIGKILL.
-            /// It stays down until [`restart`](Self::restart).
-            pub async fn terminate(&mut self) -> Result<()> {
-                self.core.terminate().await
-            }
-
-            /// Kills the server process (if running) and starts it again on
-            /// the same port with the same data directory, waiting until it
-            /// answers.
-            pub async fn restart(&mut self) -> Result<()> {
-                self.core.restart().await
-            }
-        }
-
-        impl StoreServer for $name {
-            fn name(&self) -> &'static str {
-                self.core.kind.name()
-            }
-
-            fn env_var(&self) -> &'static str {
-                Self::ENV
-            }
-
-            fn is_external(&self) -> bool {
-                self.core.is_external()
-            }
-
-            fn pause(&self) -> Result<()> {
-                self.core.pause()
-            }
-
-            fn resume(&self) -> Result<()> {
-                self.core.resume()
-            }
-
-            fn endpoint(&self) -> &str {
-                self.core.endpoint()
-            }
-
-            fn addr(&self) -> SocketAddr {
-                self.core.addr()
-            }
-
-            fn kill(&mut self) -> BoxFuture<'_, Result<()>> {
-                Box::pin(self.core.kill())
-            }
-
-            fn restart(&mut self) -> BoxFuture<'_, Result<()>> {
-                Box::pin(self.core.restart())
-            }
-
-            fn terminate(&mut self) -> BoxFuture<'_, Result<()>> {
-                Box::pin(self.core.terminate())
-            }
-        }
-    };
-}
-
-/// What the shared fault suite needs of any store the harness runs, local or named by
-/// its environment variable: where it listens, and the faults on its process.
-pub trait StoreServer: Send + Sync {
-    /// The client endpoint (each store's own form, as the handle's `endpoint`).
-    fn endpoint(&self) -> &str;
-    /// The socket address the server listens on (what a [`TcpProxy`](crate::TcpProxy)
-    /// forwards to).
-    fn addr(&self) -> SocketAddr;
-    /// Kill the server process (SIGKILL); it stays down until [`restart`](Self::restart).
-    fn kill(&mut self) -> BoxFuture<'_, Result<()>>;
-    /// Kill the server process if it runs and start it again on the same port with
-    /// the same data directory, once it answers.
-    fn restart(&mut self) -> BoxFuture<'_, Result<()>>;
-    /// Stop the server process the orderly way (SIGTERM, then SIGKILL after a grace
-    /// period); it stays down until [`restart`](Self::restart).
-    fn terminate(&mut self) -> BoxFuture<'_, Result<()>>;
     /// For a test that needs its own server (it stops, restarts or reconfigures it,
     /// or counts all its commands; `why` says which): panics, naming the variable to
     /// unset, when the server is external. Such a test never passes without running.
-    fn require_local(&self, why: &str) {
+    pub fn require_local(&self, why: &str) {
         assert!(
             !self.is_external(),
             "{}: {why}, so this test needs a local server: unset {}",
@@ -897,43 +737,135 @@ pub trait StoreServer: Send + Sync {
             self.env_var()
         );
     }
-    /// The store's name, for messages.
-    fn name(&self) -> &'static str;
-    /// The environment variable that names an external server instead.
-    fn env_var(&self) -> &'static str;
-    /// Whether the server is external (faults on the process are then impossible).
-    fn is_external(&self) -> bool;
-    /// Freeze the server process (SIGSTOP).
-    fn pause(&self) -> Result<()>;
-    /// Let a frozen server process run again (SIGCONT).
-    fn resume(&self) -> Result<()>;
+
+    /// The data directory of a local server (kept across restarts, removed on drop).
+    pub fn data_dir(&self) -> Option<&Path> {
+        self.members.list.first().map(|(_, l)| l.data_dir.as_path())
+    }
+
+    /// How long the last (re)start took until the server answered.
+    pub fn startup_time(&self) -> Option<Duration> {
+        self.members.list.first().map(|(_, l)| l.startup)
+    }
+
+    /// The end of the server's combined stdout/stderr log.
+    pub fn log_tail(&self) -> String {
+        match self.is_external() {
+            true => format!("(external server from {}; no log)", self.env_var()),
+            false => self.members.log_tail(0),
+        }
+    }
+
+    /// The process id while a local server process is running.
+    pub fn pid(&self) -> Option<u32> {
+        self.members.pid(0).ok()
+    }
+
+    /// Freezes the server process (SIGSTOP) and returns once all its threads are
+    /// stopped: its port stays open and the kernel accepts connections, but nothing
+    /// answers.
+    pub fn pause(&self) -> Result<()> {
+        self.running()?.pause(0)
+    }
+
+    /// Lets a paused server process run again (SIGCONT).
+    pub fn resume(&self) -> Result<()> {
+        self.running()?.resume(0)
+    }
+
+    /// Kills the server process (SIGKILL); it stays down until
+    /// [`restart`](Self::restart).
+    pub async fn kill(&mut self) -> Result<()> {
+        self.local_mut()?.kill(0).await
+    }
+
+    /// Stops the server process the orderly way: SIGTERM, then up to
+    /// [`TERMINATE_GRACE`] for it to save its state and exit, then SIGKILL. It stays
+    /// down until [`restart`](Self::restart).
+    pub async fn terminate(&mut self) -> Result<()> {
+        self.local_mut()?.terminate(0).await
+    }
+
+    /// Kills the server process (if running) and starts it again on the same port
+    /// with the same data directory, once it answers.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.local_mut()?.restart(0).await
+    }
+}
+
+/// Defines a public handle of one store: a [`StoreServer`] of `$kind` it derefs to.
+macro_rules! server_handle {
+    ($(#[$meta:meta])* $name:ident, $kind:expr) => {
+        $(#[$meta])*
+        ///
+        /// Dropping it kills the process and removes its data directory.
+        #[derive(Debug)]
+        pub struct $name(pub(crate) StoreServer);
+
+        impl $name {
+            /// The environment variable that, when set, names an external server to
+            /// use instead of starting one.
+            pub const ENV: &'static str = $kind.env_var();
+
+            /// Starts a fresh server (or uses the external one [`Self::ENV`] names) and
+            /// waits (at most [`READY_TIMEOUT`]) until it answers; see [`StoreServer`].
+            pub async fn start() -> Result<Self> {
+                StoreServer::start($kind).await.map(Self)
+            }
+
+            /// Starts the store's program with the arguments `args(data_dir, port)`
+            /// (its whole configuration, on a free loopback `port`), ready once it
+            /// accepts connections: for a server the readiness probe cannot speak to,
+            /// such as one serving TLS only. Never external.
+            pub async fn start_with_args(args: impl Fn(&Path, u16) -> Vec<String>) -> Result<Self> {
+                let kind = $kind;
+                let prepare = |_: &Path, dir: &Path, port| {
+                    create_dir(dir)?;
+                    let launch = Launch::of(&kind.program()?, args(dir, port));
+                    Ok(Launch { listen_only: true, ..launch })
+                };
+                StoreServer::local(kind, prepare).await.map(Self)
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = StoreServer;
+            fn deref(&self) -> &StoreServer {
+                &self.0
+            }
+        }
+
+        impl std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut StoreServer {
+                &mut self.0
+            }
+        }
+
+        impl From<$name> for StoreServer {
+            fn from(server: $name) -> StoreServer {
+                server.0
+            }
+        }
+    };
 }
 
 server_handle! {
-    /// A single-member etcd server (fast raft timings: 10 ms heartbeat,
-    /// 100 ms election timeout), ready once `GET /health` reports healthy.
-    ///
-    /// Dropping it kills the process and removes its data directory.
-    EtcdServer, Kind::Etcd, "TENURE_TEST_ETCD",
-    "The client URL, `http://127.0.0.1:PORT`."
+    /// A single-member etcd server (fast raft timings: 10 ms heartbeat, 100 ms
+    /// election timeout), ready once `GET /health` reports healthy. Its endpoint is
+    /// the client URL, `http://127.0.0.1:PORT`.
+    EtcdServer, Kind::Etcd
 }
 
 impl EtcdServer {
     /// Adds the user `root` with `password` and turns authentication on (with
     /// `etcdctl`): from then on every client has to log in.
     pub fn enable_auth(&self, password: &str) -> Result<()> {
-        let etcdctl = require_program("etcdctl", "etcdctl", "etcd-client")?;
         let root = format!("root:{password}");
         for (args, what) in [
             (vec!["user", "add", root.as_str()], "etcdctl user add root"),
             (vec!["auth", "enable"], "etcdctl auth enable"),
         ] {
-            let out = Command::new(&etcdctl)
-                .env("ETCDCTL_API", "3")
-                .arg(format!("--endpoints={}", self.endpoint()))
-                .args(&args)
-                .output()
-                .map_err(|e| HarnessError::io(format!("running {what}"), e))?;
+            let out = etcdctl(self.endpoint(), &args, what)?;
             if !out.status.success() {
                 let why = String::from_utf8_lossy(&out.stderr).replace(password, "***");
                 return Err(HarnessError::io(what, std::io::Error::other(why)));
@@ -941,6 +873,16 @@ impl EtcdServer {
         }
         Ok(())
     }
+}
+
+/// Runs `etcdctl ARGS` (API v3) against `endpoints`; `what` names it in errors.
+fn etcdctl(endpoints: &str, args: &[&str], what: &str) -> Result<std::process::Output> {
+    Command::new(require_program("etcdctl", "etcdctl", "etcd-client")?)
+        .env("ETCDCTL_API", "3")
+        .arg(format!("--endpoints={endpoints}"))
+        .args(args)
+        .output()
+        .map_err(|e| HarnessError::io(format!("running {what}"), e))
 }
 
 /// A local Redis that requires `redis_password` and a local etcd whose `root` user has
@@ -965,36 +907,18 @@ pub async fn start_with_passwords(
 impl RedisServer {
     /// Sets `requirepass` (`CONFIG SET`): from then on clients need `password`.
     pub async fn require_password(&self, password: &str) -> Result<()> {
-        let failed = |e: redis::RedisError| {
-            HarnessError::io(
-                "CONFIG SET requirepass",
-                std::io::Error::other(e.to_string()),
-            )
-        };
-        let client = redis::Client::open(self.endpoint()).map_err(failed)?;
-        let mut admin = client
-            .get_multiplexed_async_connection()
+        let set = ["CONFIG", "SET", "requirepass", password];
+        redis_query::<redis::Value>(self.addr(), &set)
             .await
-            .map_err(failed)?;
-        let _: redis::Value = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("requirepass")
-            .arg(password)
-            .query_async(&mut admin)
-            .await
-            .map_err(failed)?;
-        Ok(())
+            .map(drop)
     }
 }
 
 server_handle! {
-    /// A standalone ZooKeeper server with `tickTime=1000` (so session
-    /// timeouts from 2 s to 20 s are honoured), ready once the four-letter
-    /// command `srvr` reports a mode.
-    ///
-    /// Dropping it kills the process and removes its data directory.
-    ZooKeeperServer, Kind::ZooKeeper, "TENURE_TEST_ZOOKEEPER",
-    "The connect string, `127.0.0.1:PORT` (no scheme)."
+    /// A standalone ZooKeeper server with `tickTime=1000` (so session timeouts from
+    /// 2 s to 20 s are honoured), ready once the four-letter command `srvr` reports a
+    /// mode. Its endpoint is the connect string, `127.0.0.1:PORT` (no scheme).
+    ZooKeeperServer, Kind::ZooKeeper
 }
 
 impl ZooKeeperServer {
@@ -1004,31 +928,30 @@ impl ZooKeeperServer {
     /// Session timeouts from 2 × `tick` to 20 s are honoured. With
     /// [`ENV`](Self::ENV) set, the external server is used as it is.
     pub async fn start_with_tick_time(tick: Duration) -> Result<Self> {
-        let core = match std::env::var(Kind::ZooKeeper.env_var()) {
-            Ok(v) if !v.trim().is_empty() => ServerCore::start(Kind::ZooKeeper).await?,
-            _ => ServerCore::local(Kind::ZooKeeper, Some(tick)).await?,
-        };
-        Ok(ZooKeeperServer { core })
+        Ok(ZooKeeperServer(match std::env::var(Self::ENV) {
+            Ok(v) if !v.trim().is_empty() => StoreServer::start(Kind::ZooKeeper).await?,
+            _ => {
+                let prepare = |root: &Path, dir: &Path, port| {
+                    Kind::ZooKeeper.prepare(root, dir, port, Some(tick))
+                };
+                StoreServer::local(Kind::ZooKeeper, prepare).await?
+            }
+        }))
     }
 }
 
 server_handle! {
-    /// A Redis server without persistence (a restart starts empty), ready
-    /// once `PING` answers `+PONG`.
-    ///
-    /// Dropping it kills the process and removes its data directory.
-    RedisServer, Kind::Redis, "TENURE_TEST_REDIS",
-    "The connection URL, `redis://127.0.0.1:PORT`."
+    /// A Redis server without persistence (a restart starts empty), ready once `PING`
+    /// answers `+PONG`. Its endpoint is the connection URL, `redis://127.0.0.1:PORT`.
+    RedisServer, Kind::Redis
 }
 
 server_handle! {
-    /// An Azurite blob service (the Azure Storage emulator) with the
-    /// well-known development account `devstoreaccount1`, API version checks
-    /// off and telemetry off, ready once its blob endpoint answers HTTP.
-    ///
-    /// Dropping it kills the process and removes its data directory.
-    AzuriteServer, Kind::Azurite, "TENURE_TEST_AZURITE",
-    "The account URL, `http://127.0.0.1:PORT/devstoreaccount1`."
+    /// An Azurite blob service (the Azure Storage emulator) with the well-known
+    /// development account `devstoreaccount1`, API version checks off and telemetry
+    /// off, ready once its blob endpoint answers HTTP. Its endpoint is the account
+    /// URL, `http://127.0.0.1:PORT/devstoreaccount1`.
+    AzuriteServer, Kind::Azurite
 }
 
 impl AzuriteServer {
@@ -1194,22 +1117,28 @@ impl EtcdCluster {
         })
     }
 
+    /// Waits (at most 30 s) until a member is raft leader; its index.
+    pub async fn wait_leader(&self) -> Result<usize> {
+        let retry = Retry::new(Duration::from_secs(30), Duration::from_millis(100));
+        loop {
+            match self.leader() {
+                Ok(i) => return Ok(i),
+                Err(e) => retry.again(e).await?,
+            }
+        }
+    }
+
     /// The index of the member that is raft leader now, asked with `etcdctl endpoint
     /// status` of every member that answers.
     pub fn leader(&self) -> Result<usize> {
-        let etcdctl = require_program("etcdctl", "etcdctl", "etcd-client")?;
         let endpoints: Vec<String> = self.addrs().iter().map(|a| format!("http://{a}")).collect();
-        let out = Command::new(&etcdctl)
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", endpoints.join(",")))
-            .args([
-                "endpoint",
-                "status",
-                "--write-out=fields",
-                "--command-timeout=1s",
-            ])
-            .output()
-            .map_err(|e| HarnessError::io("running etcdctl endpoint status", e))?;
+        let status = [
+            "endpoint",
+            "status",
+            "--write-out=fields",
+            "--command-timeout=1s",
+        ];
+        let out = etcdctl(&endpoints.join(","), &status, "etcdctl endpoint status")?;
         let text = String::from_utf8_lossy(&out.stdout);
         // One block of `"Key" : value` lines per endpoint, blocks separated by a blank
         // line; the leader's block has "MemberID" equal to "Leader".
@@ -1362,29 +1291,24 @@ impl ZooKeeperEnsemble {
     /// Waits until every running server serves and one of them leads (at most 30 s);
     /// the leader's index.
     pub async fn wait_leader(&self) -> Result<usize> {
-        let started = Instant::now();
+        let retry = Retry::new(Duration::from_secs(30), Duration::from_millis(100));
         loop {
-            let serving = {
-                let mut n = 0;
-                for i in 0..self.members.len() {
-                    if matches!(self.srvr(i).await, Ok(t) if t.contains("Mode:")) {
-                        n += 1;
-                    }
-                }
-                n
-            };
-            match self.leader().await {
-                Ok(i) if serving == self.members.len() => return Ok(i),
-                Err(e) if started.elapsed() > Duration::from_secs(30) => return Err(e),
-                _ if started.elapsed() > Duration::from_secs(30) => {
-                    return Err(HarnessError::io(
-                        "waiting for the ZooKeeper ensemble",
-                        std::io::Error::other("not every server serves after 30 s"),
-                    ))
-                }
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            match self.serving_leader().await {
+                Ok(i) => return Ok(i),
+                Err(e) => retry.again(e).await?,
             }
         }
+    }
+
+    /// The leader's index, once every server serves.
+    async fn serving_leader(&self) -> Result<usize> {
+        for i in 0..self.members.len() {
+            if !matches!(self.srvr(i).await, Ok(t) if t.contains("Mode:")) {
+                let what = format!("ZooKeeper server {i} serving");
+                return Err(HarnessError::NotRunning { what });
+            }
+        }
+        self.leader().await
     }
 }
 
@@ -1472,10 +1396,20 @@ impl Members {
 
     /// SIGKILL member `i`; it stays down until [`restart`](Self::restart).
     pub async fn kill(&mut self, i: usize) -> Result<()> {
-        let missing = self.missing(i);
-        let (_, local) = self.list.get_mut(i).ok_or(missing)?;
-        local.stop().await;
+        self.local_mut(i)?.stop().await;
         Ok(())
+    }
+
+    /// SIGTERM member `i`, then up to [`TERMINATE_GRACE`] for it to save its state and
+    /// exit, then SIGKILL; it stays down until [`restart`](Self::restart).
+    pub async fn terminate(&mut self, i: usize) -> Result<()> {
+        self.local_mut(i)?.terminate(TERMINATE_GRACE).await;
+        Ok(())
+    }
+
+    fn local_mut(&mut self, i: usize) -> Result<&mut Local> {
+        let missing = self.missing(i);
+        self.list.get_mut(i).map(|(_, local)| local).ok_or(missing)
     }
 
     /// Start member `i` again on its ports and data directory (SIGKILLing it first if
@@ -1632,16 +1566,13 @@ impl RedisSentinels {
     /// The data node the sentinels name as primary, once a majority agree on one
     /// other than `old` (waits up to 30 s).
     pub async fn wait_failover(&self, old: usize) -> Result<usize> {
-        let deadline = Instant::now() + Duration::from_secs(30);
         let addrs = self.data.addrs();
-        while Instant::now() < deadline {
+        let retry = Retry::new(Duration::from_secs(30), Duration::from_millis(50));
+        loop {
             let mut votes = vec![0; addrs.len()];
             for sentinel in self.sentinels.addrs() {
-                let named = redis_query::<Option<(String, u16)>>(
-                    sentinel,
-                    &["SENTINEL", "get-master-addr-by-name", &self.service],
-                )
-                .await;
+                let ask = ["SENTINEL", "get-master-addr-by-name", &self.service];
+                let named = redis_query::<Option<(String, u16)>>(sentinel, &ask).await;
                 if let Ok(Some((_, port))) = named {
                     if let Some(i) = addrs.iter().position(|a| a.port() == port) {
                         votes[i] += 1;
@@ -1651,15 +1582,13 @@ impl RedisSentinels {
             if let Some(i) = (0..addrs.len()).find(|&i| i != old && votes[i] >= 2) {
                 return Ok(i);
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            let what = format!("a Sentinel failover away from data node {old} within 30 s");
+            retry.again(HarnessError::NotRunning { what }).await?;
         }
-        Err(HarnessError::NotRunning {
-            what: format!("a Sentinel failover away from data node {old} within 30 s"),
-        })
     }
 
     async fn wait_until_monitored(&self) -> Result<()> {
-        let deadline = Instant::now() + READY_TIMEOUT;
+        let retry = Retry::new(READY_TIMEOUT, Duration::from_millis(100));
         loop {
             let mut known = true;
             for replica in &self.data.addrs()[1..] {
@@ -1668,33 +1597,20 @@ impl RedisSentinels {
                     .is_ok_and(|info| info.contains("master_link_status:up"));
             }
             for sentinel in self.sentinels.addrs() {
-                let replicas = redis_query::<Vec<redis::Value>>(
-                    sentinel,
-                    &["SENTINEL", "replicas", &self.service],
-                )
-                .await
-                .map_or(0, |r| r.len());
-                let others = redis_query::<Vec<redis::Value>>(
-                    sentinel,
-                    &["SENTINEL", "sentinels", &self.service],
-                )
-                .await
-                .map_or(0, |s| s.len());
-                known &= replicas >= 2 && others >= 2;
+                for what in ["replicas", "sentinels"] {
+                    let ask = ["SENTINEL", what, &self.service];
+                    let list = redis_query::<Vec<redis::Value>>(sentinel, &ask).await;
+                    known &= list.is_ok_and(|l| l.len() >= 2);
+                }
             }
             if known {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
-                return Err(HarnessError::NotRunning {
-                    what: format!(
-                        "Sentinel monitoring of {} within {READY_TIMEOUT:?} (sentinel log: {})",
-                        self.service,
-                        self.sentinels.log_tail(0)
-                    ),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            let (service, log) = (&self.service, self.sentinels.log_tail(0));
+            let what = format!(
+                "Sentinel monitoring of {service} within {READY_TIMEOUT:?} (sentinel log: {log})"
+            );
+            retry.again(HarnessError::NotRunning { what }).await?;
         }
     }
 }
@@ -1708,6 +1624,30 @@ fn temp_root(prefix: &str) -> Result<(TempDir, PathBuf)> {
     let dir = root.path().join("data");
     create_dir(&dir)?;
     Ok((root, dir))
+}
+
+/// A bound for retries: [`again`](Self::again) waits before the next try, or gives the
+/// last error back once the time is up.
+pub(crate) struct Retry {
+    until: Instant,
+    every: Duration,
+}
+
+impl Retry {
+    /// Retries for at most `within`, every `every`.
+    pub(crate) fn new(within: Duration, every: Duration) -> Self {
+        let until = Instant::now() + within;
+        Retry { until, every }
+    }
+
+    /// `Err(last)` once the time is up, else `Ok` after a pause.
+    pub(crate) async fn again(&self, last: HarnessError) -> Result<()> {
+        if Instant::now() >= self.until {
+            return Err(last);
+        }
+        tokio::time::sleep(self.every).await;
+        Ok(())
+    }
 }
 
 /// One command to the Redis (or Sentinel) at `addr`, with a 1 s bound.

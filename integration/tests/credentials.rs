@@ -4,7 +4,6 @@
 //! wrong password against a real server) and a real session with credentials, all while
 //! a subscriber records every tracing event at TRACE level from every crate.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::Error;
@@ -12,7 +11,7 @@ use tenure_etcd::{EtcdBackend, EtcdConfig};
 use tenure_integration::cluster_faults::elect_and_resign;
 use tenure_integration::{free_port, start_with_passwords, ZooKeeperServer};
 use tenure_redis::{RedisBackend, RedisConfig};
-use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
+use tenure_zookeeper::ZooKeeperConfig;
 
 #[path = "support/capture.rs"]
 mod capture;
@@ -144,18 +143,15 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
     ] {
         texts.push((what.to_owned(), render(&result.expect_err(what))));
     }
-    let ttl = Duration::from_secs(2);
-    let redis = RedisBackend::from_url(&format!("redis://:{REDIS_SECRET}@{r}")).await;
-    elect_and_resign(Arc::new(redis.expect("right redis password")), ttl, "redis").await;
-    let etcd = EtcdBackend::from_url(&format!("etcd://root:{ETCD_SECRET}@{e}")).await;
-    elect_and_resign(Arc::new(etcd.expect("right etcd password")), ttl, "etcd").await;
-    let zk = ZooKeeperBackend::from_url(&format!("zk://user:{ZK_SECRET}@{z}/credentials")).await;
-    elect_and_resign(
-        Arc::new(zk.expect("zookeeper with digest credentials")),
-        ttl,
-        "zk",
-    )
-    .await;
+    for (what, url) in [
+        ("redis", format!("redis://:{REDIS_SECRET}@{r}")),
+        ("etcd", format!("etcd://root:{ETCD_SECRET}@{e}")),
+        ("zk", format!("zk://user:{ZK_SECRET}@{z}/credentials")),
+    ] {
+        let backend = tenure::connect(&url).await;
+        let backend = backend.unwrap_or_else(|e| panic!("{what} with the right password: {e}"));
+        elect_and_resign(backend, Duration::from_secs(2), what).await;
+    }
 
     for (what, text) in &texts {
         assert_clean(what, text);

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use tenure_integration::fault_suite::{self, FaultSpec, Restart, TIMEOUTS};
-use tenure_integration::{EtcdServer, StoreServer};
+use tenure_integration::EtcdServer;
 
 /// The candidates' session TTL.
 const TTL: Duration = Duration::from_secs(2);

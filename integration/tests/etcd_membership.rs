@@ -4,54 +4,36 @@
 //! session etcd no longer has cannot register, and large values are listed and watched
 //! (answers above the client's default 4 MiB).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tenure_core::{Backend, ErrorKind};
+use tenure_core::Backend;
 use tenure_etcd::EtcdBackend;
-use tenure_integration::membership::{member, name, open, until, until_where};
+use tenure_integration::membership::{
+    crashed_member_goes, ended_session_loses_its_members, member, name, open, until, until_where,
+};
 use tenure_integration::{run_prefix, EtcdServer};
 
-async fn backend(addr: std::net::SocketAddr) -> EtcdBackend {
-    let url = format!(
-        "etcd://{addr}?prefix={}&connect_timeout_ms=1000&request_timeout_ms=1000",
-        run_prefix()
-    );
+/// A server of the test's own and a backend on it, keys under the run's prefix.
+async fn backend() -> (EtcdServer, EtcdBackend) {
+    let server = EtcdServer::start().await.expect("etcd");
+    let addr = server.addr();
+    let timeouts = "connect_timeout_ms=1000&request_timeout_ms=1000";
+    let url = format!("etcd://{addr}?prefix={}&{timeouts}", run_prefix());
     match EtcdBackend::from_url(&url).await {
-        Ok(b) => b,
+        Ok(b) => (server, b),
         Err(e) => panic!("connect to {addr}: {e}"),
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_member_goes_when_etcd_expires_its_lease() {
-    let server = EtcdServer::start().await.expect("etcd");
-    let b = backend(server.addr()).await;
+    let (_server, b) = backend().await;
     let ttl = Duration::from_secs(2);
     let ns = name("crash/ns");
     let alive = open(&b, Duration::from_secs(30)).await;
-    alive
-        .register_member(&ns, &member("alive", "1"))
-        .await
-        .expect("register alive");
-    let crashed = open(&b, ttl).await;
-    crashed
-        .register_member(&ns, &member("crashed", "1"))
-        .await
-        .expect("register crashed");
-    let mut w = b.watch_members(&ns).await.expect("watch");
-    until(
-        &mut w,
-        &[("alive", "1"), ("crashed", "1")],
-        Duration::from_secs(1),
-    )
-    .await;
-    crashed.keep_alive().await.expect("keep-alive");
-    let t0 = Instant::now();
-    drop(crashed);
     // etcd 3.4 looks for expired leases every 500 ms.
-    until(&mut w, &[("alive", "1")], ttl + Duration::from_millis(1500)).await;
-    let gone = t0.elapsed();
-    eprintln!("crashed member gone {gone:?} after its last keep-alive (TTL {ttl:?})");
+    let within = ttl + Duration::from_millis(1500);
+    let (mut w, gone) = crashed_member_goes(&b, &ns, &*alive, ttl, within, async {}).await;
     assert!(gone >= ttl - Duration::from_millis(100), "{gone:?}");
     assert!(gone <= ttl + Duration::from_millis(800), "{gone:?}");
     alive.close().await.expect("close");
@@ -60,28 +42,15 @@ async fn a_crashed_member_goes_when_etcd_expires_its_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_session_loses_its_members_at_once_and_cannot_register() {
-    let server = EtcdServer::start().await.expect("etcd");
-    let b = backend(server.addr()).await;
+    let (_server, b) = backend().await;
     let ns = name("revoked/ns");
     let s = open(&b, Duration::from_secs(30)).await;
-    s.register_member(&ns, &member("m", "1"))
-        .await
-        .expect("register");
-    let mut w = b.watch_members(&ns).await.expect("watch");
-    until(&mut w, &[("m", "1")], Duration::from_secs(1)).await;
-    b.revoke_session(s.id()).await.expect("revoke");
-    until(&mut w, &[], Duration::from_secs(1)).await;
-    let e = s
-        .register_member(&ns, &member("m", "2"))
-        .await
-        .expect_err("lease gone");
-    assert_eq!(e.kind(), ErrorKind::SessionExpired, "{e}");
+    ended_session_loses_its_members(&b, &ns, &*s, b.revoke_session(s.id())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_values_are_listed_and_watched() {
-    let server = EtcdServer::start().await.expect("etcd");
-    let b = backend(server.addr()).await;
+    let (_server, b) = backend().await;
     let ns = name("large/ns");
     let s = open(&b, Duration::from_secs(60)).await;
     let mut w = b.watch_members(&ns).await.expect("watch");

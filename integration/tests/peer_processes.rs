@@ -3,29 +3,24 @@
 //! is elected with a higher token; the event logs and a guarded resource show
 //! no fencing violation.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use tenure_integration::cli_faults::{campaign_args, finish, next_leader, tenure_bin};
+use tenure_integration::chaos::peer_url;
+use tenure_integration::cli_faults::{self, campaign_args, finish, next_leader, tenure_bin};
 use tenure_integration::{free_port, CandidateProcess, Event, GuardedResource};
 
 /// Session TTL of the candidates, within the cluster's lease.
 const TTL: Duration = Duration::from_secs(1);
-/// The cluster's timing: a 1.5 s quorum lease, quick failure detection.
-const TIMING: &str = "lease=1.5s&heartbeat=50ms&leader_timeout=300ms";
 
 /// Starts node `id` of the cluster on `ports`; while leader it writes its
 /// token to `resource`.
 fn node(id: usize, ports: &[u16], election: &str, resource: &GuardedResource) -> CandidateProcess {
-    let peers: Vec<String> = ports
+    let peers: Vec<_> = ports
         .iter()
-        .enumerate()
-        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+        .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
         .collect();
-    let url = format!(
-        "peer://127.0.0.1:{}?id={id}&peers={}&algorithm=bully&{TIMING}",
-        ports[id - 1],
-        peers.join(",")
-    );
+    let url = peer_url(ports[id - 1], id, &peers);
     let name = format!("node{id}");
     let script = resource.write_loop_command(Duration::from_millis(50));
     // The CLI's default connect timeout (5 s); the command lives at most a minute.
@@ -36,19 +31,7 @@ fn node(id: usize, ports: &[u16], election: &str, resource: &GuardedResource) ->
 }
 
 fn dump(nodes: &[CandidateProcess]) -> String {
-    nodes
-        .iter()
-        .map(|n| {
-            let events: Vec<String> = n.events().iter().map(|e| e.to_string()).collect();
-            format!(
-                "{}:\n  {}\n  stderr: {}",
-                n.label(),
-                events.join("\n  "),
-                n.stderr_tail()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    cli_faults::dump(&nodes.iter().collect::<Vec<_>>())
 }
 
 /// How many of `nodes` hold the seat now.

@@ -15,7 +15,7 @@ use tenure_core::{
 use tenure_integration::redis_admin::{
     backend, cmd, command_calls, connect, connections_received, reset_stats,
 };
-use tenure_integration::{run_prefix, RedisServer, StoreServer, TcpProxy};
+use tenure_integration::{run_prefix, RedisServer, TcpProxy};
 use tenure_redis::RedisBackend;
 
 #[path = "support/capture.rs"]

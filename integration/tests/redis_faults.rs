@@ -13,7 +13,7 @@ use std::time::Duration;
 use tenure_core::ErrorKind;
 use tenure_integration::fault_suite::{self, FaultSpec, Restart, TIMEOUTS};
 use tenure_integration::redis_admin::{cmd, connect};
-use tenure_integration::{RedisServer, StoreServer};
+use tenure_integration::RedisServer;
 use tenure_redis::RedisBackend;
 
 /// The candidates' session TTL.

@@ -9,16 +9,28 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tenure_core::{Backend, Candidate, ErrorKind};
-use tenure_integration::membership::{member, name, open, pairs, until};
+use tenure_core::{Backend, Candidate};
+use tenure_integration::membership::{
+    crashed_member_goes, ended_session_loses_its_members, member, name, open, pairs,
+};
 use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats};
-use tenure_integration::{run_prefix, RedisServer, StoreServer};
+use tenure_integration::{run_prefix, RedisServer};
+use tenure_redis::RedisBackend;
+
+/// A server of the test's own (local where `why` says why it must be) and a backend on
+/// it, waiters polling every second.
+async fn server(why: Option<&str>) -> (RedisServer, RedisBackend) {
+    let server = RedisServer::start().await.expect("redis");
+    if let Some(why) = why {
+        server.require_local(why);
+    }
+    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    (server, b)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
-    let server = RedisServer::start().await.expect("redis");
-    server.require_local("it counts the server's commands");
-    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    let (server, b) = server(Some("it counts the server's commands")).await;
     let ttl = Duration::from_secs(1);
     let s = open(&b, ttl).await;
     let e = name("renew/held");
@@ -77,16 +89,10 @@ async fn registrations_cost_the_renewal_nothing_and_live_through_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
-    let server = RedisServer::start().await.expect("redis");
-    server.require_local("it counts the server's commands");
-    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    let (server, b) = server(Some("it counts the server's commands")).await;
     let ttl = Duration::from_secs(1);
     let ns = name("crash/ns");
     let alive = open(&b, ttl).await;
-    alive
-        .register_member(&ns, &member("alive", "1"))
-        .await
-        .expect("register alive");
     let keeper = {
         let alive = alive.clone();
         tokio::spawn(async move {
@@ -96,27 +102,10 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
             }
         })
     };
-    let crashed = open(&b, ttl).await;
-    crashed
-        .register_member(&ns, &member("crashed", "1"))
-        .await
-        .expect("register crashed");
-    let mut w = b.watch_members(&ns).await.expect("watch");
-    until(
-        &mut w,
-        &[("alive", "1"), ("crashed", "1")],
-        Duration::from_secs(1),
-    )
-    .await;
     let mut c = connect(server.endpoint()).await;
-    reset_stats(&mut c).await;
-    // The last renewal of the crashed session; then it goes silent.
-    crashed.keep_alive().await.expect("keep-alive");
-    let t0 = Instant::now();
-    drop(crashed);
-    until(&mut w, &[("alive", "1")], ttl + Duration::from_millis(500)).await;
-    let gone = t0.elapsed();
-    eprintln!("crashed member gone {gone:?} after its last renewal (TTL {ttl:?})");
+    // The crashed session's last renewal is counted; then it goes silent.
+    let within = ttl + Duration::from_millis(500);
+    let (_w, gone) = crashed_member_goes(&b, &ns, &*alive, ttl, within, reset_stats(&mut c)).await;
     assert!(gone >= ttl - Duration::from_millis(50), "{gone:?}");
     // About a millisecond after the expiry; the margin is for a loaded test machine.
     assert!(gone <= ttl + Duration::from_millis(300), "{gone:?}");
@@ -137,39 +126,21 @@ async fn a_crashed_member_goes_at_its_session_expiry_without_a_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ended_session_loses_its_members_at_once_and_cannot_register() {
-    let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    let (_server, b) = server(None).await;
     let ns = name("ended/ns");
     let s = open(&b, Duration::from_secs(30)).await;
-    s.register_member(&ns, &member("m", "1"))
+    let other = name("ended/other");
+    s.register_member(&other, &member("m", "1"))
         .await
         .expect("register");
-    s.register_member(&name("ended/other"), &member("m", "1"))
-        .await
-        .expect("register");
-    let mut w = b.watch_members(&ns).await.expect("watch");
-    until(&mut w, &[("m", "1")], Duration::from_secs(1)).await;
-    let t0 = Instant::now();
-    b.expire_session(s.id()).await.expect("expire");
     // Told at once, not at the 30 s TTL.
-    until(&mut w, &[], Duration::from_secs(1)).await;
-    eprintln!("ended session's member gone after {:?}", t0.elapsed());
-    assert!(b
-        .members(&name("ended/other"))
-        .await
-        .expect("members")
-        .is_empty());
-    let e = s
-        .register_member(&ns, &member("m", "2"))
-        .await
-        .expect_err("session gone");
-    assert_eq!(e.kind(), ErrorKind::SessionExpired);
+    ended_session_loses_its_members(&b, &ns, &*s, b.expire_session(s.id())).await;
+    assert!(b.members(&other).await.expect("members").is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn foreign_and_dead_entries_are_not_members() {
-    let server = RedisServer::start().await.expect("redis");
-    let b = backend(server.endpoint(), "&poll_interval_ms=1000").await;
+    let (server, b) = server(None).await;
     let ns = name("foreign/ns");
     let hash = format!("{}:members:foreign/ns", run_prefix());
     let mut c = connect(server.endpoint()).await;

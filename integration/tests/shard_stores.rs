@@ -11,13 +11,13 @@ use std::time::Duration;
 
 use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::{DynBackend, Timing};
-use tenure_etcd::EtcdBackend;
 use tenure_integration::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
-use tenure_redis::RedisBackend;
 use tenure_shard::testing::{
     check_cold_start, check_crash, check_drain, check_join, check_quiet, Connect, ShardEnv,
 };
-use tenure_zookeeper::ZooKeeperBackend;
+
+/// The query of 2 s connect and request timeouts.
+const TIMEOUTS: &str = "connect_timeout_ms=2000&request_timeout_ms=2000";
 
 fn env(connect: Connect) -> ShardEnv {
     let mut timing = Timing::from_ttl(Duration::from_secs(2));
@@ -32,41 +32,42 @@ fn env(connect: Connect) -> ShardEnv {
     }
 }
 
-async fn scenarios(env: &ShardEnv) {
+/// Every scenario, each node connecting by `url` (through the facade, as an
+/// application does).
+async fn on_url(url: String) {
+    let env = env(Arc::new(move || {
+        let url = url.clone();
+        Box::pin(async move { tenure::connect(&url).await })
+    }));
+    scenarios(&env, Duration::from_millis(500)).await;
+}
+
+/// Every scenario, `drain` being the drain check's handoff gap.
+async fn scenarios(env: &ShardEnv, drain: Duration) {
     check_cold_start(env).await;
     check_join(env).await;
     check_crash(env).await;
     check_quiet(env, Duration::from_secs(5)).await;
-    check_drain(env, Duration::from_millis(500)).await;
+    check_drain(env, drain).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shard_manager_on_etcd() {
     let server = EtcdServer::start().await.expect("start etcd");
     let url = format!(
-        "etcd://{}?prefix=tenure-shard-test&connect_timeout_ms=2000&request_timeout_ms=2000",
+        "etcd://{}?prefix=tenure-shard-test&{TIMEOUTS}",
         server.addr()
     );
-    let connect: Connect = Arc::new(move || {
-        let url = url.clone();
-        Box::pin(async move { Ok(Arc::new(EtcdBackend::from_url(&url).await?) as DynBackend) })
-    });
-    scenarios(&env(connect)).await;
+    on_url(url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shard_manager_on_redis() {
     let server = RedisServer::start().await.expect("start Redis");
-    let endpoint = server.endpoint().to_string();
+    let endpoint = server.endpoint();
     let sep = if endpoint.contains('?') { '&' } else { '?' };
-    let url = format!(
-        "{endpoint}{sep}prefix=tenure-shard-test&connect_timeout_ms=2000&request_timeout_ms=2000"
-    );
-    let connect: Connect = Arc::new(move || {
-        let url = url.clone();
-        Box::pin(async move { Ok(Arc::new(RedisBackend::from_url(&url).await?) as DynBackend) })
-    });
-    scenarios(&env(connect)).await;
+    let url = format!("{endpoint}{sep}prefix=tenure-shard-test&{TIMEOUTS}");
+    on_url(url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,11 +77,7 @@ async fn shard_manager_on_zookeeper() {
         "zk://{}/tenure-shard-test?connect_timeout=2s&request_timeout=2s&session_timeout=2s",
         server.addr()
     );
-    let connect: Connect = Arc::new(move || {
-        let url = url.clone();
-        Box::pin(async move { Ok(Arc::new(ZooKeeperBackend::from_url(&url).await?) as DynBackend) })
-    });
-    scenarios(&env(connect)).await;
+    on_url(url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -88,23 +85,18 @@ async fn shard_manager_on_azurite() {
     let server = AzuriteServer::start().await.expect("start Azurite");
     let endpoint = server.endpoint().to_string();
     let container = tenure_core::testing::random_prefix().to_ascii_lowercase();
-    let connect: Connect = Arc::new(move || {
+    let mut env = env(Arc::new(move || {
         let config = AzureConfig::development(&endpoint, &container)
             .poll_interval(Duration::from_millis(100))
             .connect_timeout(Duration::from_secs(5))
             .request_timeout(Duration::from_secs(5));
         Box::pin(async move { Ok(Arc::new(AzureBackend::connect(config).await?) as DynBackend) })
-    });
-    let mut env = env(connect);
+    }));
     env.timing = Timing::from_ttl(Duration::from_secs(15));
     env.timing.renew_interval = Duration::from_secs(3);
     env.timing.renew_deadline = Duration::from_secs(10);
     env.timing.connect_timeout = Duration::from_secs(5);
     env.slack = Duration::from_secs(2);
     env.settle = Duration::from_secs(60);
-    check_cold_start(&env).await;
-    check_join(&env).await;
-    check_crash(&env).await;
-    check_quiet(&env, Duration::from_secs(5)).await;
-    check_drain(&env, Duration::from_millis(1000)).await;
+    scenarios(&env, Duration::from_millis(1000)).await;
 }

@@ -8,19 +8,16 @@
 //! A Redis that does not ask for client certificates is verified with the CA alone.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     SanType,
 };
-use tenure_core::{DynBackend, Error, ErrorKind};
-use tenure_etcd::EtcdBackend;
+use tenure::connect;
+use tenure_core::ErrorKind;
 use tenure_integration::cluster_faults::elect_and_resign;
-use tenure_integration::free_port;
-use tenure_redis::RedisBackend;
+use tenure_integration::{free_port, EtcdServer, RedisServer};
 
 /// The connect timeout the failing connections are given, and the slack on top of it
 /// within which they must have failed.
@@ -96,110 +93,59 @@ impl Pki {
     }
 
     /// A server's flags naming its certificate, its key and the CA it trusts.
-    fn server_flags(&self, cert: &str, key: &str, ca: &str) -> Vec<std::ffi::OsString> {
+    fn server_flags(&self, cert: &str, key: &str, ca: &str) -> Vec<String> {
         let files = [(cert, "server.pem"), (key, "server.key"), (ca, "ca.pem")];
+        let path = |file| self.path(file).display().to_string();
         files
             .iter()
-            .flat_map(|(flag, file)| [flag.into(), self.path(file).into()])
+            .flat_map(|(flag, file)| [flag.to_string(), path(file)])
             .collect()
     }
 }
 
-/// A server child process, killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-    _data: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn program(name: &str) -> Command {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false);
-    assert!(
-        found,
-        "{name} is not installed; install it with `bash scripts/install-test-deps.sh`"
-    );
-    Command::new(name)
-}
-
-/// Runs `cmd` (output discarded) and waits until it listens on `port`.
-async fn start(mut cmd: Command, port: u16, data: tempfile::TempDir, what: &str) -> Server {
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {what}: {e}"));
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{what} did not start listening on {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Server {
-        child,
-        port,
-        _data: data,
-    }
-}
-
 /// etcd serving clients over TLS only, requiring a client certificate from `ca`.
-async fn etcd(pki: &Pki) -> Server {
-    let data = tempfile::tempdir().expect("temp dir");
-    let (port, peer_port) = (free_port().expect("port"), free_port().expect("port"));
-    let client = format!("https://127.0.0.1:{port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let mut cmd = program("etcd");
-    cmd.args(["--name", "e1", "--data-dir"])
-        .arg(data.path())
-        .args(["--listen-client-urls", &client])
-        .args(["--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer])
-        .args(["--initial-advertise-peer-urls", &peer])
-        .args(["--initial-cluster", &format!("e1={peer}")])
-        .args(["--initial-cluster-state", "new"])
-        .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
-        .args(pki.server_flags("--cert-file", "--key-file", "--trusted-ca-file"))
-        .arg("--client-cert-auth")
-        .args(["--logger", "zap", "--log-level", "error"]);
-    start(cmd, port, data, "etcd with TLS").await
+async fn etcd(pki: &Pki) -> EtcdServer {
+    let peer = format!("http://127.0.0.1:{}", free_port().expect("port"));
+    let server = EtcdServer::start_with_args(|data, port| {
+        let client = format!("https://127.0.0.1:{port}");
+        let mut args = words(&format!(
+            "--name e1 --listen-client-urls {client} --advertise-client-urls {client} \
+             --listen-peer-urls {peer} --initial-advertise-peer-urls {peer} \
+             --initial-cluster e1={peer} --initial-cluster-state new --heartbeat-interval 10 \
+             --election-timeout 100 --client-cert-auth --logger zap --log-level error"
+        ));
+        args.extend(["--data-dir".into(), data.display().to_string()]);
+        args.extend(pki.server_flags("--cert-file", "--key-file", "--trusted-ca-file"));
+        args
+    });
+    server.await.expect("etcd with TLS")
 }
 
 /// Redis serving TLS only; with `client_auth`, requiring a client certificate from `ca`.
-async fn redis(pki: &Pki, client_auth: bool) -> Server {
-    let data = tempfile::tempdir().expect("temp dir");
-    let port = free_port().expect("port");
-    let mut cmd = program("redis-server");
-    cmd.args(["--port", "0", "--tls-port", &port.to_string()])
-        .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(data.path())
-        .args(pki.server_flags("--tls-cert-file", "--tls-key-file", "--tls-ca-cert-file"))
-        .args(["--tls-auth-clients", if client_auth { "yes" } else { "no" }]);
-    start(cmd, port, data, "redis-server with TLS").await
+async fn redis(pki: &Pki, client_auth: bool) -> RedisServer {
+    let auth = if client_auth { "yes" } else { "no" };
+    let server = RedisServer::start_with_args(|data, port| {
+        let mut args = words(&format!(
+            "--port 0 --tls-port {port} --bind 127.0.0.1 --appendonly no --tls-auth-clients {auth}"
+        ));
+        args.extend(["--save".into(), String::new(), "--dir".into()]);
+        args.push(data.display().to_string());
+        args.extend(pki.server_flags("--tls-cert-file", "--tls-key-file", "--tls-ca-cert-file"));
+        args
+    });
+    server.await.expect("redis-server with TLS")
+}
+
+/// The words of `text`.
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace().map(String::from).collect()
 }
 
 /// `connect(url)` fails with one of `kinds` within the connect timeout plus slack.
-async fn fails<F, Fut>(what: &str, url: String, kinds: &[ErrorKind], connect: F)
-where
-    F: FnOnce(String) -> Fut,
-    Fut: std::future::Future<Output = Result<DynBackend, Error>>,
-{
+async fn fails(what: &str, url: String, kinds: &[ErrorKind]) {
     let started = Instant::now();
     let limit = Duration::from_millis(CONNECT_TIMEOUT_MS) + SLACK;
-    let outcome = tokio::time::timeout(limit, connect(url)).await;
+    let outcome = tokio::time::timeout(limit, connect(&url)).await;
     let took = started.elapsed();
     match outcome {
         Err(_) => panic!("{what}: no answer within {limit:?}"),
@@ -208,15 +154,6 @@ where
             eprintln!("{what}: {:?} after {took:?}: {e}", e.kind());
             assert!(kinds.contains(&e.kind()), "{what}: {:?}: {e}", e.kind());
         }
-    }
-}
-
-/// A backend for `url`, by its scheme (`etcd`/`etcds` or `redis`/`rediss`).
-async fn connect(url: String) -> Result<DynBackend, Error> {
-    if url.starts_with("etcd") {
-        Ok(Arc::new(EtcdBackend::from_url(&url).await?) as DynBackend)
-    } else {
-        Ok(Arc::new(RedisBackend::from_url(&url).await?) as DynBackend)
     }
 }
 
@@ -247,7 +184,7 @@ async fn mutual_tls(plain: &str, secure: &str, pki: &Pki, port: u16) {
     let url = tls_url(secure, port, &ca, client);
     let started = Instant::now();
     let backend = loop {
-        match connect(url.clone()).await {
+        match connect(&url).await {
             Ok(b) => break b,
             Err(e) if started.elapsed() < Duration::from_secs(20) => {
                 eprintln!("{secure}:// not ready yet: {e}");
@@ -274,7 +211,7 @@ async fn mutual_tls(plain: &str, secure: &str, pki: &Pki, port: u16) {
             NO_ANSWER,
         ),
     ] {
-        fails(&format!("{secure}:// with {what}"), url, kinds, connect).await;
+        fails(&format!("{secure}:// with {what}"), url, kinds).await;
     }
 }
 
@@ -282,14 +219,14 @@ async fn mutual_tls(plain: &str, secure: &str, pki: &Pki, port: u16) {
 async fn etcd_over_tls_with_generated_certificates() {
     let pki = Pki::new();
     let server = etcd(&pki).await;
-    mutual_tls("etcd", "etcds", &pki, server.port).await;
+    mutual_tls("etcd", "etcds", &pki, server.addr().port()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_over_tls_with_generated_certificates() {
     let pki = Pki::new();
     let server = redis(&pki, true).await;
-    mutual_tls("redis", "rediss", &pki, server.port).await;
+    mutual_tls("redis", "rediss", &pki, server.addr().port()).await;
 }
 
 /// A Redis that serves TLS without asking for client certificates: the CA alone is
@@ -300,22 +237,22 @@ async fn redis_over_tls_verifies_the_server_with_its_ca() {
     let pki = Pki::new();
     let server = redis(&pki, false).await;
     let ca = pki.path("ca.pem");
-    let backend = connect(tls_url("rediss", server.port, &ca, None))
+    let backend = connect(&tls_url("rediss", server.addr().port(), &ca, None))
         .await
         .expect("Redis over TLS with the CA only");
     elect_and_resign(backend, Duration::from_secs(2), "tls").await;
     let started = Instant::now();
-    let err = connect(format!(
+    let err = connect(&format!(
         "rediss://127.0.0.1:{}?connect_timeout_ms={CONNECT_TIMEOUT_MS}",
-        server.port
+        server.addr().port()
     ))
     .await
     .expect_err("an issuer the system's roots do not know");
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
     assert!(started.elapsed() < Duration::from_millis(CONNECT_TIMEOUT_MS) + SLACK);
-    let err = connect(format!(
+    let err = connect(&format!(
         "rediss://127.0.0.1:{}?ca=/no/such/ca.pem",
-        server.port
+        server.addr().port()
     ))
     .await
     .expect_err("a CA file that does not exist");

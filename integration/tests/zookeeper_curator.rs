@@ -169,7 +169,7 @@ async fn curator_leads_first_and_tenure_takes_over_when_it_closes() {
         curator_version().as_deref().unwrap_or("(unknown version)")
     );
     let mut java = start_latch(&election, "java-a").await;
-    java.wait_line(0, |l| l == "leader", HANDOVER)
+    java.wait_for_line(0, |l| l == "leader", HANDOVER)
         .await
         .expect("the latch leads an empty election");
 
@@ -203,7 +203,7 @@ async fn curator_leads_first_and_tenure_takes_over_when_it_closes() {
         "tenure was elected while Curator leads"
     );
     assert!(java.has_leadership().await.expect("status"));
-    assert_eq!(java.count("notleader"), 0, "{:?}", java.lines());
+    assert_eq!(java.count("notleader"), 0, "{:?}", java.other_stdout());
     let still = session.leader(&election).await.expect("leader()");
     assert_eq!(still.map(|l| l.id).as_deref(), Some("java-a"));
 
@@ -265,7 +265,7 @@ async fn tenure_leads_first_and_curator_takes_over_when_it_resigns() {
 
     // Curator waits while tenure leads.
     tokio::time::sleep(QUIET).await;
-    assert_eq!(java.count("leader"), 0, "{:?}", java.lines());
+    assert_eq!(java.count("leader"), 0, "{:?}", java.other_stdout());
     assert!(!java.has_leadership().await.expect("status"));
     assert!(leadership.is_leader());
     let leader = session.leader(&election).await.expect("leader()");
@@ -273,7 +273,7 @@ async fn tenure_leads_first_and_curator_takes_over_when_it_resigns() {
 
     let resigned = Instant::now();
     leadership.resign().await.expect("resign");
-    java.wait_line(0, |l| l == "leader", HANDOVER)
+    java.wait_for_line(0, |l| l == "leader", HANDOVER)
         .await
         .expect("the latch leads once tenure resigned");
     eprintln!(
@@ -389,8 +389,8 @@ async fn tenure_curator_tenure_take_turns_in_queue_order() {
     assert_eq!(turns, ["tenure-1", "java-c", "tenure-2"]);
     let t2_token = t2.wait(HANDOVER).await.token();
     assert!(t2_token > t1_token, "{t2_token} vs {t1_token}");
-    assert_eq!(java.count("leader"), 1, "{:?}", java.lines());
-    assert_eq!(java.count("notleader"), 1, "{:?}", java.lines());
+    assert_eq!(java.count("leader"), 1, "{:?}", java.other_stdout());
+    assert_eq!(java.count("notleader"), 1, "{:?}", java.other_stdout());
 
     java.quit().await.expect("quit the latch");
     first.close().await.expect("close the first session");
