@@ -16,7 +16,7 @@ use crate::error::{session_gone, unexpected, TAG};
 use crate::keys::{millis_up, new_session_id, session_key, ElectionKeys};
 use crate::scripts::{
     ACQUIRE_MANY_SCRIPT, ACQUIRE_SCRIPT, CLOSE_SCRIPT, REGISTER_SCRIPT, RELEASE_MANY_SCRIPT,
-    RELEASE_SCRIPT, RENEW_SCRIPT, UNREGISTER_SCRIPT,
+    RENEW_SCRIPT, UNREGISTER_SCRIPT,
 };
 use crate::shared::{as_int, Shared};
 
@@ -433,32 +433,16 @@ impl BackendSession for RedisSession {
         }
         let shared = &inner.shared;
         for chunk in grants.chunks(BATCH) {
-            let invocation = match chunk {
-                [(election, token)] => {
-                    let keys = shared.keys(election);
-                    let mut invocation = RELEASE_SCRIPT.key(&keys.seat);
-                    invocation
-                        .key(&keys.queue)
-                        .arg(&inner.id)
-                        .arg(token_arg(*token))
-                        .arg(&keys.channel)
-                        .arg(&keys.waits);
-                    invocation
-                }
-                _ => {
-                    let mut invocation = RELEASE_MANY_SCRIPT.arg(&inner.id);
-                    for (election, token) in chunk {
-                        let keys = shared.keys(election);
-                        invocation
-                            .key(&keys.seat)
-                            .key(&keys.queue)
-                            .arg(token_arg(*token))
-                            .arg(&keys.channel)
-                            .arg(&keys.waits);
-                    }
-                    invocation
-                }
-            };
+            let mut invocation = RELEASE_MANY_SCRIPT.arg(&inner.id);
+            for (election, token) in chunk {
+                let keys = shared.keys(election);
+                invocation
+                    .key(&keys.seat)
+                    .key(&keys.queue)
+                    .arg(token_arg(*token))
+                    .arg(&keys.channel)
+                    .arg(&keys.waits);
+            }
             shared.script("resign", &invocation).await?;
         }
         Ok(())
