@@ -718,10 +718,7 @@ impl SessionCore {
     }
 
     fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<ElectionName, Arc<GrantState>>> {
-        match self.held.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::backend::lock(&self.held)
     }
 
     /// Before a campaign for `election`: refuse if this session holds it; if it held it
@@ -913,10 +910,7 @@ impl SessionCore {
     }
 
     fn lock_listeners(&self) -> std::sync::MutexGuard<'_, Vec<mpsc::UnboundedSender<Loss>>> {
-        match self.listeners.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        }
+        crate::backend::lock(&self.listeners)
     }
 
     /// How long a batch of `seats` may take: the connect timeout for each round trip the

@@ -210,6 +210,20 @@ async fn a_private_store_names_no_endpoint() {
     );
 }
 
+/// `fut`, or a panic after a minute of (virtual) time: a feed that never reports must
+/// fail the test, not hang it.
+async fn within_a_minute<T>(fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), fut)
+        .await
+        .expect("nothing from the loss feed within a minute")
+}
+
+async fn next_loss(losses: &mut tenure_core::Losses) -> tenure_core::Loss {
+    within_a_minute(losses.next())
+        .await
+        .expect("the loss feed ended early")
+}
+
 /// `Session::losses` reports every grant's end once, with its reason: a resign, the
 /// deadline of a stalled session (every grant at once, then released in the store in
 /// one batch when the session renews again), and the close; then it ends.
@@ -226,7 +240,7 @@ async fn losses_report_every_grant_once_with_its_reason() {
     let tokens: Vec<_> = held.iter().map(Leadership::token).collect();
     let first = held.remove(0);
     first.resign().await.unwrap();
-    let loss = losses.next().await.unwrap();
+    let loss = next_loss(&mut losses).await;
     assert_eq!(
         (&loss.election, loss.token, &loss.reason),
         (&elections[0], tokens[0], &LossReason::Resigned)
@@ -237,7 +251,7 @@ async fn losses_report_every_grant_once_with_its_reason() {
     tokio::time::sleep(timing().renew_deadline + Duration::from_millis(100)).await;
     let mut ended = Vec::new();
     for _ in 0..3 {
-        let loss = losses.next().await.unwrap();
+        let loss = next_loss(&mut losses).await;
         assert_eq!(loss.reason, LossReason::DeadlineExceeded);
         ended.push((loss.election, loss.token));
     }
@@ -263,12 +277,12 @@ async fn losses_report_every_grant_once_with_its_reason() {
     // A grant that is held at the close ends with it; then the receiver ends.
     let last = s.campaign(&name("loss/last"), &cand("a")).await.unwrap();
     s.close().await.unwrap();
-    let loss = losses.next().await.unwrap();
+    let loss = next_loss(&mut losses).await;
     assert_eq!(
         (loss.token, loss.reason),
         (last.token(), LossReason::SessionClosed)
     );
-    assert_eq!(losses.next().await, None);
-    assert_eq!(s.losses().next().await, None);
+    assert_eq!(within_a_minute(losses.next()).await, None);
+    assert_eq!(within_a_minute(s.losses().next()).await, None);
     drop(held);
 }
