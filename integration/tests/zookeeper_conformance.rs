@@ -142,7 +142,7 @@ async fn assert_listed(env: &Env, ns: &ElectionName, want: &[(&str, &str)]) {
 
 /// Membership through backend sessions: register, replace (one node per registration,
 /// read back at once), the latest registration of an id wins across sessions and the
-/// older one shows again when the latest goes, unregister, 128 KiB values, and an
+/// older one shows again when the latest goes, unregister, 512 KiB values, and an
 /// election of the same name as the namespace living beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_register_replace_unregister_and_watch() {
@@ -179,7 +179,7 @@ async fn membership_register_replace_unregister_and_watch() {
     // A value at the limit.
     let big = "v".repeat(tenure_core::MAX_MEMBER_VALUE_LEN);
     a.register_member(&ns, &member("z", &big)).await.unwrap();
-    until_where(&mut stream, "z with 128 KiB", SHOWN, |l| {
+    until_where(&mut stream, "z with 512 KiB", SHOWN, |l| {
         l.iter()
             .any(|m| m.id() == "z" && m.value().len() == big.len())
     })

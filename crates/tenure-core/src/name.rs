@@ -14,7 +14,7 @@ pub const MAX_CANDIDATE_VALUE_LEN: usize = 1024;
 /// The longest member id accepted, in bytes.
 pub const MAX_MEMBER_ID_LEN: usize = 128;
 /// The largest member value accepted, in bytes.
-pub const MAX_MEMBER_VALUE_LEN: usize = 128 * 1024;
+pub const MAX_MEMBER_VALUE_LEN: usize = 512 * 1024;
 
 /// A validated election name, e.g. `billing/shard-0042`.
 ///

@@ -39,7 +39,7 @@ use crate::proto::{self, path};
 /// than every 5 s (`--grpc-keepalive-min-time`), so stay above that.
 const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The largest answer accepted (a page of 64 members of up to 128 KiB, a batch of
+/// The largest answer accepted (a page of 16 members of up to 512 KiB, a batch of
 /// watch events); tonic's default of 4 MiB is too small for those.
 const MAX_ANSWER_BYTES: usize = 128 * 1024 * 1024;
 

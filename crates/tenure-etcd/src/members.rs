@@ -11,8 +11,8 @@ use crate::ops::{self, prefix_end};
 use crate::proto::{Event, EventType};
 use crate::shared::Shared;
 
-/// Members read per request: 64 values of at most 128 KiB fit in one answer.
-const PAGE: i64 = 64;
+/// Members read per request: 16 values of at most 512 KiB make an answer of 8 MiB.
+const PAGE: i64 = 16;
 
 /// Read every member of the namespace `range` at one revision, page by page; returns
 /// them by id and the revision read at.

@@ -8,11 +8,12 @@ use tenure_core::{DynBackend, ElectionName, Error, Member, Result, Timing};
 
 use crate::hash::key_hash;
 
-/// The most shards one namespace may have: the most whose node state (two bitmaps of
-/// one bit per shard, in base64) still fits in one member value
-/// ([`MAX_MEMBER_VALUE_LEN`](tenure_core::MAX_MEMBER_VALUE_LEN), 128 KiB) when a node
-/// holds or campaigns for every shard.
-pub const MAX_SHARDS: usize = 390_000;
+/// The most shards one namespace may have (2^20): the most whose node state still
+/// fits in one member value
+/// ([`MAX_MEMBER_VALUE_LEN`](tenure_core::MAX_MEMBER_VALUE_LEN), 512 KiB) in the worst
+/// case, two sets as bitmaps at density one half and change lists a quarter of their
+/// size (see the state format in the crate README).
+pub const MAX_SHARDS: usize = 1 << 20;
 /// The largest replication factor accepted.
 pub const MAX_REPLICATION: usize = 16;
 /// The largest node weight accepted.

@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use crate::assign::Plan;
 use crate::config::{Layout, Shard, ShardManagerBuilder};
-use crate::state::{Changed, NodeState, ShardSet, View};
+use crate::state::{Changed, OwnState, ShardSet, View};
 use crate::view::{plan_after, plan_for, ShardView};
 
 /// What happens to this node's shards.
@@ -260,8 +260,15 @@ impl ShardManagerBuilder {
         let candidate = Candidate::new(&node_id)?;
         let session = Session::open(self.backend.clone(), self.timing.clone()).await?;
         let shards = layout.shards.len();
-        let initial = NodeState::new(shards, self.weight);
-        let member = Member::new(&node_id, initial.encode())?;
+        let nonce = crate::hash::key_hash(&session.id())
+            ^ crate::hash::mix64(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+            );
+        let mut mine = OwnState::new(shards, self.weight, nonce);
+        let initial = mine.value();
+        let member = Member::new(&node_id, &initial)?;
         session.register(&layout.namespace, &member).await?;
         let members = session.watch_members(&layout.namespace).await?;
 
@@ -269,7 +276,7 @@ impl ShardManagerBuilder {
         let (commands_tx, commands_rx) = mpsc::unbounded_channel();
         let (status_tx, status_rx) = watch::channel(ShardStatus::default());
         let (internal_tx, internal_rx) = mpsc::unbounded_channel();
-        let (publish_tx, publish_rx) = watch::channel(initial.encode());
+        let (publish_tx, publish_rx) = watch::channel(initial);
         let picture = Arc::new(Mutex::new(None));
         let held_watches = Arc::new(Mutex::new(HashMap::new()));
         let span =
@@ -290,7 +297,6 @@ impl ShardManagerBuilder {
             node_id: node_id.clone(),
             session: session.clone(),
             candidate,
-            weight: self.weight,
             draining: false,
             view: Arc::new(View::build(&[], shards)),
             plan: None,
@@ -310,7 +316,7 @@ impl ShardManagerBuilder {
             }),
             pending: VecDeque::new(),
             queued: ShardSet::new(shards),
-            mine: NodeState::new(shards, self.weight),
+            mine,
             mine_changed: false,
             me: None,
             replan_at: None,
@@ -620,7 +626,6 @@ struct Controller {
     node_id: String,
     session: Session,
     candidate: Candidate,
-    weight: u32,
     draining: bool,
     view: Arc<View>,
     /// The plan for `planned_view`; `None` once the view moved on.
@@ -654,7 +659,7 @@ struct Controller {
     /// This node's published state: what it holds, and the campaigns that hold a
     /// permit (the ones other nodes may see as campaigning); `mine_changed` when it
     /// differs from the last one handed to the publisher.
-    mine: NodeState,
+    mine: OwnState,
     mine_changed: bool,
     /// This node's number in the view of the last reconcile.
     me: Option<u32>,
@@ -735,7 +740,7 @@ impl Controller {
                 cmd = commands.recv() => match cmd {
                     Some(Command::Drain) => {
                         self.draining = true;
-                        self.mine.draining = true;
+                        self.mine.set_draining(true);
                         self.mine_changed = true;
                         self.dirty.mark_all();
                     }
@@ -1016,7 +1021,7 @@ impl Controller {
         self.run_handoffs(&view, &plan);
         if self.mine_changed {
             self.mine_changed = false;
-            self.publish.send_replace(self.mine.encode());
+            self.publish.send_replace(self.mine.value());
         }
         self.version += 1;
         let target = me.map_or(0, |m| plan.target(m) as usize);
@@ -1084,15 +1089,13 @@ impl Controller {
     }
 
     fn set_campaigning(&mut self, s: usize, on: bool) {
-        if self.mine.campaigning.contains(s) != on {
-            self.mine.campaigning.set(s, on);
+        if self.mine.set_campaigning(s, on) {
             self.mine_changed = true;
         }
     }
 
     fn set_held(&mut self, s: usize, on: bool) {
-        if self.mine.held.contains(s) != on {
-            self.mine.held.set(s, on);
+        if self.mine.set_held(s, on) {
             self.mine_changed = true;
         }
     }
@@ -1182,7 +1185,7 @@ impl Controller {
     }
 
     async fn shutdown(&mut self) {
-        self.mine = NodeState::new(self.layout.shards.len(), self.weight);
+        self.mine.clear();
         for (_, t) in self.campaigning.drain() {
             t.abort();
         }

@@ -1223,6 +1223,38 @@ pub async fn check_membership(env: &Env) {
         .expect("re-register a");
     watch_until(&mut w, &[("a", "2"), ("b", "1")], quick, "value change").await;
 
+    // A value at the limit goes through whole, to watchers and to listings.
+    let big: String = (0..crate::MAX_MEMBER_VALUE_LEN)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    sb.register(&ns, &member("b", &big))
+        .await
+        .expect("register a value at the limit");
+    let whole = |list: &[Member]| list.iter().any(|m| m.id() == "b" && m.value() == big);
+    within(quick, "a value at the limit, watched", async {
+        while let Some(item) = w.next().await {
+            if item.is_ok_and(|l| whole(&l)) {
+                return;
+            }
+        }
+        panic!("the member stream ended");
+    })
+    .await;
+    assert!(
+        whole(&sa.members(&ns).await.expect("members")),
+        "a value at the limit, listed"
+    );
+    sb.register(&ns, &member("b", "1"))
+        .await
+        .expect("register b small again");
+    watch_until(
+        &mut w,
+        &[("a", "2"), ("b", "1")],
+        quick,
+        "after the large value",
+    )
+    .await;
+
     sb.unregister(&ns, "b").await.expect("unregister b");
     sb.unregister(&ns, "b")
         .await
