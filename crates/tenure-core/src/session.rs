@@ -60,6 +60,29 @@ impl fmt::Debug for Session {
     }
 }
 
+/// The per-election locks of a session's campaigns. Locks nobody holds are dropped
+/// once the map has doubled since the last sweep, so the map does not grow with every
+/// election ever seen and a sweep's cost is paid for by the entries added since: with
+/// thousands of campaigns in flight, taking a lock stays O(1) (a sweep on every call
+/// above a fixed size made a batch of n seats cost O(n²)).
+#[derive(Default)]
+struct ElectionLocks {
+    map: HashMap<ElectionName, Arc<tokio::sync::Mutex<()>>>,
+    sweep_above: usize,
+    sweeps: usize,
+}
+
+impl ElectionLocks {
+    fn get(&mut self, election: &ElectionName) -> Arc<tokio::sync::Mutex<()>> {
+        if self.map.len() > self.sweep_above.max(64) {
+            self.map.retain(|_, l| Arc::strong_count(l) > 1);
+            self.sweep_above = self.map.len() * 2;
+            self.sweeps += 1;
+        }
+        self.map.entry(election.clone()).or_default().clone()
+    }
+}
+
 pub(crate) struct SessionCore {
     backend: DynBackend,
     scheme: &'static str,
@@ -71,7 +94,7 @@ pub(crate) struct SessionCore {
     deadline_ns: AtomicU64,
     deadline_moved: Notify,
     held: Mutex<HashMap<ElectionName, Arc<GrantState>>>,
-    locks: Mutex<HashMap<ElectionName, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<ElectionLocks>,
     /// Member registrations made through this session, by (namespace, id); re-made in
     /// the store when an expired session is re-opened.
     registrations: Mutex<HashMap<(ElectionName, String), Member>>,
@@ -113,7 +136,7 @@ impl Session {
             deadline_ns: AtomicU64::new(duration_ns(timing.renew_deadline)),
             deadline_moved: Notify::new(),
             held: Mutex::new(HashMap::new()),
-            locks: Mutex::new(HashMap::new()),
+            locks: Mutex::new(ElectionLocks::default()),
             registrations: Mutex::new(HashMap::new()),
             stop_renewal: CancellationToken::new(),
             stop_all: CancellationToken::new(),
@@ -750,11 +773,7 @@ impl SessionCore {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        // Drop locks nobody uses so the map does not grow with every election ever seen.
-        if locks.len() > 64 {
-            locks.retain(|_, l| Arc::strong_count(l) > 1);
-        }
-        locks.entry(election.clone()).or_default().clone()
+        locks.get(election)
     }
 
     fn register(
@@ -1108,5 +1127,35 @@ impl SessionCore {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn election_locks_sweep_rarely_and_drop_unused_locks() {
+        let mut locks = ElectionLocks::default();
+        let name = |i: usize| ElectionName::new(format!("e/{i}")).expect("name");
+        // 10,000 locks held at once (a node campaigning for 10,000 shards): each
+        // sweep finds them all in use, so sweeps must come at doubling sizes, not at
+        // every call past the threshold.
+        let held: Vec<_> = (0..10_000).map(|i| locks.get(&name(i))).collect();
+        assert!(
+            locks.sweeps <= 10,
+            "{} sweeps for 10,000 locks",
+            locks.sweeps
+        );
+        assert_eq!(locks.map.len(), 10_000);
+        // Once let go, they are dropped as new elections come.
+        drop(held);
+        for i in 10_000..30_000 {
+            drop(locks.get(&name(i)));
+        }
+        assert!(locks.map.len() <= 129, "{} locks kept", locks.map.len());
+        // The same election gets the same lock while it is held.
+        let a = locks.get(&name(1));
+        assert!(Arc::ptr_eq(&a, &locks.get(&name(1))));
     }
 }
