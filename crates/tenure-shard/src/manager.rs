@@ -2,7 +2,8 @@
 //! campaigns for the shards the assignment gives it, hands off the ones it no longer
 //! should lead, and reports what it holds.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex};
@@ -308,6 +309,7 @@ impl ShardManagerBuilder {
             to_try: Vec::new(),
             permits: Arc::new(tokio::sync::Semaphore::new(self.campaign_limit)),
             failures: ByShard::default(),
+            retries: BinaryHeap::new(),
             retry_at: Some(Instant::now() + self.startup_quiet),
             startup: Some(Startup {
                 ids: Vec::new(),
@@ -647,6 +649,10 @@ struct Controller {
     permits: Arc<tokio::sync::Semaphore>,
     /// Failed campaigns: shard → (attempts, not before).
     failures: ByShard<(u32, Instant)>,
+    /// The failures' retry times, earliest first (an entry whose shard has failed
+    /// again or succeeded since is passed over), so a reconcile looks only at the
+    /// shards due rather than at every failure.
+    retries: BinaryHeap<Reverse<(Instant, usize)>>,
     retry_at: Option<Instant>,
     /// Until the member list first holds still, no campaigns start (so that nodes
     /// started together do not all grab shards from partial views and hand them
@@ -898,8 +904,9 @@ impl Controller {
                         }
                     }
                     Err(e) => {
+                        tracing::warn!(shards = shards.len(), error = %e, "a batch of campaigns failed");
                         for s in shards {
-                            self.handle(Internal::Granted(s, Err(e.clone())));
+                            self.campaign_failed(s);
                         }
                     }
                 }
@@ -938,21 +945,12 @@ impl Controller {
                 });
             }
             Internal::Granted(s, Err(e)) => {
-                self.campaigning.remove(&s);
-                self.set_campaigning(s, false);
                 if self.held.contains_key(&s) {
                     tracing::debug!(shard = s, error = %e, "a second campaign for a held shard ended");
-                    return;
+                } else {
+                    tracing::warn!(shard = s, error = %e, "campaign failed");
                 }
-                let (attempt, _) = self
-                    .failures
-                    .get(&s)
-                    .copied()
-                    .unwrap_or((0, Instant::now()));
-                let at = Instant::now() + self.session.timing().retry.delay(attempt);
-                self.failures.insert(s, (attempt.saturating_add(1), at));
-                self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
-                tracing::warn!(shard = s, error = %e, "campaign failed");
+                self.campaign_failed(s);
             }
             Internal::Lost(s, token, reason) => {
                 let ours = self.held.get(&s).is_some_and(|h| h.watch.token() == token);
@@ -1009,9 +1007,14 @@ impl Controller {
                 self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
             }
         }
-        for (s, (_, at)) in &self.failures {
-            if *at <= now {
-                self.dirty.mark(*s);
+        while let Some(&Reverse((at, s))) = self.retries.peek() {
+            if at > now {
+                self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+                break;
+            }
+            self.retries.pop();
+            if self.failures.get(&s).is_some_and(|(_, due)| *due == at) {
+                self.dirty.mark(s);
             }
         }
         for s in self.dirty.take() {
@@ -1086,6 +1089,25 @@ impl Controller {
             None if self.draining => Some(None),
             _ => None,
         }
+    }
+
+    /// A campaign for shard `s` ended in an error: unless the shard is held after all,
+    /// try again after the retry policy's delay for its attempts so far.
+    fn campaign_failed(&mut self, s: usize) {
+        self.campaigning.remove(&s);
+        self.set_campaigning(s, false);
+        if self.held.contains_key(&s) {
+            return;
+        }
+        let (attempt, _) = self
+            .failures
+            .get(&s)
+            .copied()
+            .unwrap_or((0, Instant::now()));
+        let at = Instant::now() + self.session.timing().retry.delay(attempt);
+        self.failures.insert(s, (attempt.saturating_add(1), at));
+        self.retries.push(Reverse((at, s)));
+        self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
     }
 
     fn set_campaigning(&mut self, s: usize, on: bool) {
