@@ -3,13 +3,14 @@
 //! own): registrations cost the renewal nothing (one script call whatever their number,
 //! and they stay alive through it), a crashed member goes at its session's expiry
 //! although nothing is published, watchers cost one list per expiry while nothing
-//! changes, an ended session's members go at once, and foreign and dead entries are not
-//! members.
+//! changes, a watcher's look after a change carries the changed value only, an ended
+//! session's members go at once, and foreign and dead entries are not members.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tenure_core::{Backend, Candidate};
+use tenure_integration::membership::until_where;
 use tenure_integration::membership::{
     crashed_member_goes, ended_session_loses_its_members, member, name, open, pairs,
 };
@@ -164,6 +165,52 @@ async fn foreign_and_dead_entries_are_not_members() {
     // The dead session's entry was deleted by the list; the foreign ones are left.
     let mut fields: Vec<String> = cmd(&mut c, &["HKEYS", &hash]).await;
     fields.sort();
-    assert_eq!(fields, ["bad/id", "live", "no-newline"]);
+    // (`#v` is the hash's version counter, never a member id.)
+    assert_eq!(fields, ["#v", "bad/id", "live", "no-newline"]);
+    s.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_reads_only_the_values_that_changed() {
+    let (server, b) = server(Some("it counts the bytes the server sends")).await;
+    let ns = name("delta/ns");
+    let s = open(&b, Duration::from_secs(30)).await;
+    let big = "b".repeat(256 * 1024);
+    s.register_member(&ns, &member("big", &big))
+        .await
+        .expect("register big");
+    s.register_member(&ns, &member("small", "0"))
+        .await
+        .expect("register small");
+    let mut w = b.watch_members(&ns).await.expect("watch");
+    let shows = |v: String| {
+        let big = big.clone();
+        move |l: &[tenure_core::Member]| {
+            l.len() == 2 && l[0].value() == big && l[1].id() == "small" && l[1].value() == v
+        }
+    };
+    until_where(&mut w, "both", Duration::from_secs(10), shows("0".into())).await;
+    let mut c = connect(server.endpoint()).await;
+    reset_stats(&mut c).await;
+    let changes = 20;
+    for i in 1..=changes {
+        s.register_member(&ns, &member("small", &i.to_string()))
+            .await
+            .expect("change small");
+        let what = format!("small = {i}");
+        until_where(&mut w, &what, Duration::from_secs(10), shows(i.to_string())).await;
+    }
+    let info: String = cmd(&mut c, &["INFO", "stats"]).await;
+    let sent: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_net_output_bytes");
+    // Re-reading every value would send the big one after each change: 5 MiB.
+    assert!(
+        sent < big.len() as u64,
+        "{sent} bytes sent for {changes} changes of a small value beside a {} byte one",
+        big.len()
+    );
     s.close().await.expect("close");
 }

@@ -20,7 +20,7 @@ use crate::hub::Hub;
 use crate::keys::{
     members_key_prefix, millis_up, scan_pattern, seat_key_prefix, session_key_prefix,
 };
-use crate::members;
+use crate::members::{self, Known};
 use crate::scripts::{READ_SCRIPT, RELEASE_SCRIPT, UNREGISTER_SCRIPT};
 use crate::session::RedisSession;
 use crate::shared::{as_int, Shared};
@@ -253,7 +253,7 @@ impl Backend for RedisBackend {
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
         let keys = self.shared.member_keys(namespace);
-        let (members, _) = members::list(&self.shared, &keys.hash).await?;
+        let (members, _) = members::list(&self.shared, &keys.hash, &mut Known::new()).await?;
         Ok(members)
     }
 
@@ -263,13 +263,16 @@ impl Backend for RedisBackend {
         // Subscribe before the first list, so no change after it goes unheard.
         let registration = shared.hub.observer(&keys.channel);
         let subscribed = registration.is_subscribed();
-        let (first, earliest) = members::list(&shared, &keys.hash).await?;
+        let mut known = Known::new();
+        let (first, earliest) = members::list(&shared, &keys.hash, &mut known).await?;
+        let known = Arc::new(tokio::sync::Mutex::new(known));
         let (published, stream) = Published::new(first);
         let next = members::next_look(earliest);
         let poll = shared.config.get_poll_interval();
         tokio::spawn(async move {
             let read = || async {
-                let (members, earliest) = members::list(&shared, &keys.hash).await?;
+                let mut known = known.lock().await;
+                let (members, earliest) = members::list(&shared, &keys.hash, &mut known).await?;
                 Ok((members, members::next_look(earliest)))
             };
             follow(registration, published, (next, subscribed), poll, read).await

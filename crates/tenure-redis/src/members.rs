@@ -1,8 +1,10 @@
-//! Membership: one hash per namespace (member id → registering session and value); an
-//! entry is live while its session's key lives, so renewing the session keeps its
-//! registrations without touching them. Watchers hear the namespace's channel and look
-//! again when the earliest session among the members would expire.
+//! Membership: one hash per namespace (member id → registering session, version and
+//! value); an entry is live while its session's key lives, so renewing the session
+//! keeps its registrations without touching them. Watchers hear the namespace's channel
+//! and look again when the earliest session among the members would expire; a look
+//! names the versions the watcher has, so only changed values cross the wire.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::Value;
@@ -15,16 +17,32 @@ use crate::shared::{as_int, Shared};
 /// How long a watcher waits for a change when no member could expire.
 const IDLE: Duration = Duration::from_secs(24 * 3600);
 
+/// The members a watcher has, by id: the entry's version and the member.
+pub(crate) type Known = HashMap<String, (String, Member)>;
+
 /// The live members of the namespace whose hash is `hash`, sorted by id, and how long
 /// until the first of their sessions expires unless renewed (`None` without members).
-pub(crate) async fn list(shared: &Shared, hash: &str) -> Result<(Vec<Member>, Option<Duration>)> {
+/// `known` is what the caller has; it is replaced by what the list found.
+pub(crate) async fn list(
+    shared: &Shared,
+    hash: &str,
+    known: &mut Known,
+) -> Result<(Vec<Member>, Option<Duration>)> {
     let mut invocation = LIST_SCRIPT.key(hash);
     invocation.arg(&shared.sessions);
+    for (id, (version, _)) in known.iter() {
+        invocation.arg(id).arg(version);
+    }
     let reply = shared.script("list members", &invocation).await?;
-    parse_list(&reply)
+    let parsed = parse_list(&reply, known);
+    if parsed.is_err() {
+        // Look again from scratch.
+        known.clear();
+    }
+    parsed
 }
 
-fn parse_list(reply: &Value) -> Result<(Vec<Member>, Option<Duration>)> {
+fn parse_list(reply: &Value, known: &mut Known) -> Result<(Vec<Member>, Option<Duration>)> {
     let Value::Array(items) = reply else {
         return Err(unexpected("list members", format!("{reply:?}")));
     };
@@ -38,17 +56,33 @@ fn parse_list(reply: &Value) -> Result<(Vec<Member>, Option<Duration>)> {
         Value::SimpleString(s) => Some(s.clone()),
         _ => None,
     };
-    let mut members: Vec<Member> = items
-        .get(1..)
-        .unwrap_or_default()
-        .chunks(2)
-        .filter_map(|pair| {
-            let id = text(pair.first()?)?;
-            let value = text(pair.get(1)?)?;
+    let mut found = Known::new();
+    for entry in items.get(1..).unwrap_or_default().chunks(3) {
+        let (Some(id), Some(version)) = (entry.first().and_then(text), entry.get(1).and_then(text))
+        else {
+            continue;
+        };
+        let member = match entry.get(2) {
+            Some(Value::Nil) => match known.remove(&id) {
+                Some((v, m)) if v == version => m,
+                _ => {
+                    return Err(unexpected(
+                        "list members",
+                        format!("no value for {id:?}, which this watcher does not have"),
+                    ))
+                }
+            },
             // An entry tenure did not write is not a member.
-            Member::new(id, value).ok()
-        })
-        .collect();
+            Some(v) => match text(v).map(|value| Member::new(&id, value)) {
+                Some(Ok(m)) => m,
+                _ => continue,
+            },
+            None => continue,
+        };
+        found.insert(id, (version, member));
+    }
+    *known = found;
+    let mut members: Vec<Member> = known.values().map(|(_, m)| m.clone()).collect();
     members.sort_by(|a, b| a.id().cmp(b.id()));
     Ok((members, earliest))
 }
@@ -68,28 +102,46 @@ mod tests {
 
     #[test]
     fn list_replies() {
+        let mut known = Known::new();
         let reply = Value::Array(vec![
             Value::Int(850),
             bulk("b"),
+            bulk("7"),
             bulk("state of b"),
             bulk("a"),
             bulk(""),
+            bulk(""),
             bulk("bad/id"),
+            bulk("3"),
             bulk("x"),
             bulk("c"),
+            bulk("4"),
             Value::BulkString(b"\xff".to_vec()),
         ]);
-        let (members, earliest) = parse_list(&reply).unwrap();
+        let (members, earliest) = parse_list(&reply, &mut known).unwrap();
         let got: Vec<(&str, &str)> = members.iter().map(|m| (m.id(), m.value())).collect();
         assert_eq!(got, [("a", ""), ("b", "state of b")]);
         assert_eq!(earliest, Some(Duration::from_millis(850)));
         assert_eq!(next_look(earliest), Duration::from_millis(851));
-        let (members, earliest) = parse_list(&Value::Array(vec![Value::Int(-1)])).unwrap();
-        assert!(members.is_empty());
+        assert_eq!(known.len(), 2);
+
+        // A value left out is the one the watcher has; a gone member goes.
+        let reply = Value::Array(vec![Value::Int(-1), bulk("b"), bulk("7"), Value::Nil]);
+        let (members, earliest) = parse_list(&reply, &mut known).unwrap();
+        let got: Vec<(&str, &str)> = members.iter().map(|m| (m.id(), m.value())).collect();
+        assert_eq!(got, [("b", "state of b")]);
         assert_eq!(earliest, None);
         assert_eq!(next_look(None), IDLE);
+        assert_eq!(known.keys().collect::<Vec<_>>(), ["b"]);
+
+        // Left out at another version: an error, not a stale value.
+        let reply = Value::Array(vec![Value::Int(-1), bulk("b"), bulk("8"), Value::Nil]);
+        let e = parse_list(&reply, &mut known).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Backend, "{e}");
         assert_eq!(
-            parse_list(&Value::Nil).unwrap_err().kind(),
+            parse_list(&Value::Nil, &mut Known::new())
+                .unwrap_err()
+                .kind(),
             ErrorKind::Backend
         );
     }

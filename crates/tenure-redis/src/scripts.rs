@@ -211,15 +211,23 @@ return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 "#;
 
 /// Register (or replace) a member of a namespace for a session, if the session lives;
-/// publish on the namespace's channel when the entry changed.
+/// publish on the namespace's channel when the entry changed. An entry is
+/// `session id \n version \n value`; the version comes from the hash's counter field
+/// `#v` (never a member id), so a watcher can tell a changed entry without its value.
 ///
 /// KEYS: session, members hash. ARGV: session id, member id, value, channel.
 /// Returns -1 if the session is gone, 1 if the entry changed, 0 if it was already so.
 const REGISTER: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
-local v = ARGV[1] .. '\n' .. ARGV[3]
-if redis.call('HGET', KEYS[2], ARGV[2]) == v then return 0 end
-redis.call('HSET', KEYS[2], ARGV[2], v)
+local cur = redis.call('HGET', KEYS[2], ARGV[2])
+local p = ARGV[1] .. '\n'
+if cur and string.sub(cur, 1, #p) == p then
+  local rest = string.sub(cur, #p + 1)
+  local nl = string.find(rest, '\n', 1, true)
+  if nl and string.sub(rest, nl + 1) == ARGV[3] then return 0 end
+end
+local version = redis.call('HINCRBY', KEYS[2], '#v', 1)
+redis.call('HSET', KEYS[2], ARGV[2], p .. version .. '\n' .. ARGV[3])
 redis.call('PUBLISH', ARGV[4], 'members')
 return 1
 "#;
@@ -252,12 +260,17 @@ return n
 
 /// List a namespace's live members: those whose session key still exists. Entries of
 /// sessions that are gone are deleted on the way (nobody is told: watchers look again
-/// at the expiry they were given).
+/// at the expiry they were given). A caller names the entries it already has, by id and
+/// version, and gets those without their values, so a watcher's look after a change
+/// carries the changed values only.
 ///
-/// KEYS: members hash. ARGV: the session key prefix.
-/// Returns `{earliest PTTL of a live member's session in ms or -1, id1, value1, …}`.
+/// KEYS: members hash. ARGV: the session key prefix, then pairs of id and version known.
+/// Returns `{earliest PTTL of a live member's session in ms or -1, then id, version,
+/// value or nil when known, for each member}`.
 const LIST: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
+local known = {}
+for i = 2, #ARGV - 1, 2 do known[ARGV[i]] = ARGV[i + 1] end
 local all = redis.call('HGETALL', KEYS[1])
 local ttls = {}
 local out = {-1}
@@ -276,8 +289,16 @@ for i = 1, #all, 2 do
       redis.call('HDEL', KEYS[1], id)
     else
       if ttl >= 0 and (earliest < 0 or ttl < earliest) then earliest = ttl end
+      local version = ''
+      local nl2 = string.find(v, '\n', nl + 1, true)
+      if nl2 then version = string.sub(v, nl + 1, nl2 - 1) else nl2 = nl end
       out[#out + 1] = id
-      out[#out + 1] = string.sub(v, nl + 1)
+      out[#out + 1] = version
+      if version ~= '' and known[id] == version then
+        out[#out + 1] = false
+      else
+        out[#out + 1] = string.sub(v, nl2 + 1)
+      end
     end
   end
 end
