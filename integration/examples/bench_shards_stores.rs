@@ -11,6 +11,13 @@ use tenure_shard::bench::{markdown, run, BenchConfig};
 
 #[tokio::main]
 async fn main() {
+    // RUST_LOG=warn (for example) shows what the nodes log while they run.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let mut sizes: Vec<usize> = std::env::args().filter_map(|a| a.parse().ok()).collect();
     if sizes.is_empty() {
         sizes = vec![1_000, 10_000];
