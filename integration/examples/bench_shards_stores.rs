@@ -1,5 +1,6 @@
 //! The shard manager's benchmark on real stores started by the harness (etcd, Redis,
-//! ZooKeeper), 10 nodes, replication 3, TTL 2 s:
+//! ZooKeeper), 10 nodes, replication 3, TTL 2 s (10 s from 100,000 shards, see
+//! `BenchConfig::with_nodes`):
 //! `cargo run --release -p tenure-integration --example bench_shards_stores [-- 1000 10000]`.
 //! Each node has its own connection; "store requests/s" counts every request of every
 //! node in a 5 s quiet stretch (renewals included, watch streams once when opened).
@@ -46,16 +47,17 @@ async fn main() {
         };
         let (addr, endpoint) = (server.addr(), server.endpoint());
         let sep = if endpoint.contains('?') { '&' } else { '?' };
-        let url = match name {
-            "etcd" => format!("etcd://{addr}?prefix=bench&{timeouts}"),
-            "redis" => format!("{endpoint}{sep}prefix=bench&{timeouts}"),
-            _ => format!(
-                "zk://{addr}/bench?connect_timeout=5s&request_timeout=5s&session_timeout=2s"
-            ),
-        };
         for &p in &sizes {
             let mut cfg = BenchConfig::new(p);
             cfg.timing.connect_timeout = Duration::from_secs(5);
+            let ttl = cfg.timing.ttl.as_secs();
+            let url = match name {
+                "etcd" => format!("etcd://{addr}?prefix=bench&{timeouts}"),
+                "redis" => format!("{endpoint}{sep}prefix=bench&{timeouts}"),
+                _ => format!(
+                    "zk://{addr}/bench?connect_timeout=5s&request_timeout=5s&session_timeout={ttl}s"
+                ),
+            };
             match run(name, || tenure::connect(&url), &cfg, None).await {
                 Ok(r) => {
                     eprintln!("{}", markdown(std::slice::from_ref(&r)));

@@ -72,14 +72,7 @@ async fn main() {
             async move { Ok(Arc::new(s) as DynBackend) }
         };
         let probe = || LIVE.load(Ordering::Relaxed);
-        let mut cfg = BenchConfig::new(p);
-        cfg.nodes = n;
-        if p * n >= 1_000_000 {
-            // Ten nodes of 100,000 shards share this process and its cores: a 2 s TTL
-            // leaves too little room for scheduling delays; use the default 10 s.
-            cfg.timing = tenure_core::Timing::default();
-            cfg.settle_timeout = std::time::Duration::from_secs(300);
-        }
+        let cfg = BenchConfig::with_nodes(p, n);
         match run("mem", connect, &cfg, Some(&probe)).await {
             Ok(r) => {
                 eprintln!("{}", markdown(std::slice::from_ref(&r)));

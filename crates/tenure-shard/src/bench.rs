@@ -179,13 +179,27 @@ pub struct BenchConfig {
 impl BenchConfig {
     /// `shards` shards on 10 nodes, replication 3, TTL 2 s, a 5 s quiet stretch.
     pub fn new(shards: usize) -> Self {
+        BenchConfig::with_nodes(shards, 10)
+    }
+
+    /// `shards` shards on `nodes` nodes, replication 3, a 5 s quiet stretch, and TTL
+    /// 2 s, or 10 s (the default) with a 300 s settle limit once shards × nodes
+    /// reaches 10^6: all nodes share one process and this machine's cores (and the
+    /// store's), and a 2 s TTL leaves too little room for the scheduling delays of
+    /// that much work (renewals queue behind it and sessions expire).
+    pub fn with_nodes(shards: usize, nodes: usize) -> Self {
+        let large = shards.saturating_mul(nodes) >= 1_000_000;
         BenchConfig {
             shards,
-            nodes: 10,
+            nodes,
             replication: 3,
-            timing: Timing::from_ttl(Duration::from_secs(2)),
+            timing: if large {
+                Timing::default()
+            } else {
+                Timing::from_ttl(Duration::from_secs(2))
+            },
             steady_window: Duration::from_secs(5),
-            settle_timeout: Duration::from_secs(120),
+            settle_timeout: Duration::from_secs(if large { 300 } else { 120 }),
         }
     }
 }

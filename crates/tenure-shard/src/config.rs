@@ -183,7 +183,7 @@ impl Layout {
 /// | `handoff_rate` | 5,000 per second | graceful handoffs this node starts per second (those due together are resigned as one batch) |
 /// | `handoff_burst` | 500 | handoffs it may start at once |
 /// | `publish_interval` | 10 ms | least time between two updates of this node's member value |
-/// | `campaign_limit` | 1024 | campaigns this node has in flight at once, a batch of tries for free shards counting as one (the rest wait for a permit; only those in flight are published as campaigning, so this also bounds the handoffs towards this node per round) |
+/// | `campaign_limit` | 1024 | campaigns this node has in flight at once, a batch of tries for free shards counting one per seat (the rest wait for a permit; only those in flight are published as campaigning, so this also bounds the handoffs towards this node per round) |
 /// | `startup_quiet` | 100 ms | at start, campaign only once the member list has not changed for this long |
 #[derive(Clone)]
 pub struct ShardManagerBuilder {

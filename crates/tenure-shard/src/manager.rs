@@ -308,6 +308,7 @@ impl ShardManagerBuilder {
             trying: ShardSet::new(shards),
             to_try: Vec::new(),
             permits: Arc::new(tokio::sync::Semaphore::new(self.campaign_limit)),
+            permit_count: self.campaign_limit,
             failures: ByShard::default(),
             retries: BinaryHeap::new(),
             retry_at: Some(Instant::now() + self.startup_quiet),
@@ -647,6 +648,9 @@ struct Controller {
     /// Bounds the campaigns in flight, so a node that must take thousands of shards
     /// at once does not swamp the store (and its own renewals).
     permits: Arc<tokio::sync::Semaphore>,
+    /// The permits in all (`campaign_limit`): a batch of tries takes one per seat,
+    /// up to this many.
+    permit_count: usize,
     /// Failed campaigns: shard → (attempts, not before).
     failures: ByShard<(u32, Instant)>,
     /// The failures' retry times, earliest first (an entry whose shard has failed
@@ -1140,8 +1144,12 @@ impl Controller {
     }
 
     /// Ask for the shards gathered in `to_try` in batches, each batch one task holding
-    /// one campaign permit: the session sends a batch in as few store round trips as
-    /// the backend allows (`Session::try_campaign_many`).
+    /// a campaign permit per seat (at most all of them): the session sends a batch in
+    /// as few store round trips as the backend allows (`Session::try_campaign_many`).
+    /// A batch counts its seats against the limit so that a node taking 10,000 free
+    /// shards keeps one batch in flight rather than ten; with one permit per batch,
+    /// ten nodes of 100,000 shards on Redis queued a hundred scripts ahead of their
+    /// own renewals, which timed out, and the sessions expired.
     fn try_free_shards(&mut self) {
         for batch in std::mem::take(&mut self.to_try).chunks(TRY_BATCH) {
             let shards = batch.to_vec();
@@ -1152,8 +1160,9 @@ impl Controller {
             let session = self.session.clone();
             let tx = self.internal_tx.clone();
             let permits = self.permits.clone();
+            let count = u32::try_from(shards.len().min(self.permit_count).max(1)).unwrap_or(1);
             tokio::spawn(async move {
-                let Ok(_permit) = permits.acquire_owned().await else {
+                let Ok(_permit) = permits.acquire_many_owned(count).await else {
                     return;
                 };
                 let answers = session.try_campaign_many(&seats).await;
