@@ -27,12 +27,44 @@ use crate::manager::ShardManager;
 pub struct CountingBackend {
     inner: DynBackend,
     count: Arc<AtomicU64>,
+    batches: Arc<BatchGauge>,
+}
+
+/// Seats in `try_campaign_many` calls in flight, over all sessions of a
+/// [`CountingBackend`], and the most seen at once; each call can be slowed down so
+/// that calls meet.
+#[derive(Debug, Default)]
+pub struct BatchGauge {
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+    delay: std::sync::Mutex<Duration>,
+}
+
+impl BatchGauge {
+    /// The most seats that were in flight at once.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Hold every later batch call this long before it goes to the store.
+    pub fn slow_down(&self, delay: Duration) {
+        *self.delay.lock().unwrap_or_else(|p| p.into_inner()) = delay;
+    }
 }
 
 impl CountingBackend {
     /// Wrap `inner`, adding to `count`.
     pub fn new(inner: DynBackend, count: Arc<AtomicU64>) -> Self {
-        CountingBackend { inner, count }
+        CountingBackend {
+            inner,
+            count,
+            batches: Arc::default(),
+        }
+    }
+
+    /// The gauge of the batch calls in flight.
+    pub fn batches(&self) -> Arc<BatchGauge> {
+        self.batches.clone()
     }
 
     fn tick(&self) {
@@ -61,6 +93,7 @@ impl Backend for CountingBackend {
         Ok(Arc::new(CountingSession {
             inner,
             count: self.count.clone(),
+            batches: self.batches.clone(),
             batch: self.inner.capabilities().batch.unwrap_or(1).max(1),
         }))
     }
@@ -86,6 +119,7 @@ impl Backend for CountingBackend {
 struct CountingSession {
     inner: Arc<dyn BackendSession>,
     count: Arc<AtomicU64>,
+    batches: Arc<BatchGauge>,
     /// Seats per round trip of the batch calls (1 where the store asks seat by seat).
     batch: usize,
 }
@@ -136,7 +170,17 @@ impl BackendSession for CountingSession {
         seats: &[(ElectionName, Candidate)],
     ) -> Result<Vec<Option<FencingToken>>> {
         self.tick_batch(seats.len());
-        self.inner.try_campaign_many(seats).await
+        let g = &self.batches;
+        let n = seats.len() as u64;
+        let now = g.in_flight.fetch_add(n, Ordering::Relaxed) + n;
+        g.peak.fetch_max(now, Ordering::Relaxed);
+        let delay = *g.delay.lock().unwrap_or_else(|p| p.into_inner());
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        let answers = self.inner.try_campaign_many(seats).await;
+        g.in_flight.fetch_sub(n, Ordering::Relaxed);
+        answers
     }
     async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
         self.tick_batch(grants.len());

@@ -1144,14 +1144,15 @@ impl Controller {
     }
 
     /// Ask for the shards gathered in `to_try` in batches, each batch one task holding
-    /// a campaign permit per seat (at most all of them): the session sends a batch in
+    /// a campaign permit per seat (a batch is at most the limit): the session sends a batch in
     /// as few store round trips as the backend allows (`Session::try_campaign_many`).
     /// A batch counts its seats against the limit so that a node taking 10,000 free
     /// shards keeps one batch in flight rather than ten; with one permit per batch,
     /// ten nodes of 100,000 shards on Redis queued a hundred scripts ahead of their
     /// own renewals, which timed out, and the sessions expired.
     fn try_free_shards(&mut self) {
-        for batch in std::mem::take(&mut self.to_try).chunks(TRY_BATCH) {
+        let size = TRY_BATCH.min(self.permit_count).max(1);
+        for batch in std::mem::take(&mut self.to_try).chunks(size) {
             let shards = batch.to_vec();
             let seats: Vec<(ElectionName, Candidate)> = shards
                 .iter()
@@ -1160,7 +1161,7 @@ impl Controller {
             let session = self.session.clone();
             let tx = self.internal_tx.clone();
             let permits = self.permits.clone();
-            let count = u32::try_from(shards.len().min(self.permit_count).max(1)).unwrap_or(1);
+            let count = u32::try_from(shards.len()).unwrap_or(1);
             tokio::spawn(async move {
                 let Ok(_permit) = permits.acquire_many_owned(count).await else {
                     return;

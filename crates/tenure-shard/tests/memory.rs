@@ -163,3 +163,35 @@ async fn a_cold_start_takes_free_shards_in_batches() {
     );
     c.close_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_of_tries_count_every_seat_against_the_campaign_limit() {
+    let counting = CountingBackend::new(Arc::new(MemoryBackend::new()), Arc::default());
+    let gauge = counting.batches();
+    gauge.slow_down(Duration::from_millis(50));
+    let (m, _events) = tenure_shard::ShardManager::builder(Arc::new(counting))
+        .layout(Layout::new("limit", 5_000, 1).unwrap())
+        .node_id("only")
+        .timing(Timing::from_ttl(Duration::from_secs(5)))
+        .campaign_limit(1_000)
+        .start()
+        .await
+        .expect("start");
+    let mut status = m.status();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while status.borrow_and_update().held < 5_000 {
+            status.changed().await.expect("status");
+        }
+    })
+    .await
+    .expect("all 5,000 shards taken within 30 s");
+    // Five batches of 1,000 free shards: counted per batch, all five would be in
+    // flight together.
+    assert!(gauge.peak() >= 1, "no batch seen");
+    assert!(
+        gauge.peak() <= 1_000,
+        "{} seats in flight with a campaign limit of 1,000",
+        gauge.peak()
+    );
+    m.close().await.expect("close");
+}
