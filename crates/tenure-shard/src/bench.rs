@@ -349,6 +349,21 @@ pub(crate) async fn settle(
             since = None;
         }
         if t0.elapsed() > limit {
+            if trace {
+                // Name a few shards that keep the cluster from settling, as each
+                // node sees them.
+                for m in nodes {
+                    let view = m.view();
+                    let stuck: Vec<String> = view
+                        .shards
+                        .iter()
+                        .filter(|s| s.leader.is_none() || s.leader != s.preferred)
+                        .take(3)
+                        .map(|s| format!("{}: {:?} -> {:?}", s.shard, s.leader, s.preferred))
+                        .collect();
+                    eprintln!("{} unsettled: {stuck:?}", m.node_id());
+                }
+            }
             return None;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
