@@ -158,15 +158,20 @@ async fn foreign_and_dead_entries_are_not_members() {
     // A live session's entry under an id tenure would not accept.
     let live = format!("{}\nvalue", s.id());
     cmd::<()>(&mut c, &["HSET", &hash, "bad/id", &live]).await;
+    // An entry written before entries carried a version (`session\nvalue`) is read.
+    cmd::<()>(&mut c, &["HSET", &hash, "older", &live]).await;
     assert_eq!(
         pairs(&b.members(&ns).await.expect("members")),
-        [("live".to_string(), "v".to_string())]
+        [
+            ("live".to_string(), "v".to_string()),
+            ("older".to_string(), "value".to_string())
+        ]
     );
     // The dead session's entry was deleted by the list; the foreign ones are left.
     let mut fields: Vec<String> = cmd(&mut c, &["HKEYS", &hash]).await;
     fields.sort();
     // (`#v` is the hash's version counter, never a member id.)
-    assert_eq!(fields, ["#v", "bad/id", "live", "no-newline"]);
+    assert_eq!(fields, ["#v", "bad/id", "live", "no-newline", "older"]);
     s.close().await.expect("close");
 }
 

@@ -774,6 +774,9 @@ mod tests {
             own.set_held(s, !own.holds(s));
             largest = largest.max(own.value().len());
         }
+        // The crate README bounds it by about 440 KB: a base of two 175 KB bitmaps and
+        // lists of at most a quarter of it.
+        assert!(largest < 440_000, "{largest} bytes for {p} shards");
         assert!(
             Member::new("a-node-id-of-some-length", "x".repeat(largest)).is_ok(),
             "{largest} bytes for {p} shards"
