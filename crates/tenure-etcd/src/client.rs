@@ -416,14 +416,6 @@ impl EtcdClient {
         self.unary(path::RANGE, request).await
     }
 
-    /// `KV/Put`.
-    pub(crate) async fn put(
-        &self,
-        request: proto::PutRequest,
-    ) -> std::result::Result<proto::PutResponse, Status> {
-        self.unary(path::PUT, request).await
-    }
-
     /// `KV/DeleteRange`.
     pub(crate) async fn delete_range(
         &self,

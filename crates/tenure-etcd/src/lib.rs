@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod backend;
+mod batch;
 mod client;
 mod config;
 mod error;

@@ -3,8 +3,8 @@
 
 use crate::proto::{
     Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyValue, PutRequest, RangeRequest,
-    Request, RequestOp, Response, ResponseHeader, SortOrder, SortTarget, TargetUnion, TxnRequest,
-    TxnResponse,
+    Request, RequestOp, Response, ResponseHeader, ResponseOp, SortOrder, SortTarget, TargetUnion,
+    TxnRequest, TxnResponse,
 };
 
 /// The end of the range of every key that starts with `prefix`: the prefix with its
@@ -43,6 +43,18 @@ pub(crate) fn predecessor(range: &str, revision: i64) -> RangeRequest {
 }
 
 /// Every key under `range` (a prefix).
+/// The two newest keys of an election by creation, keys only: read in the transaction
+/// that creates a candidate key, they are that key and the one just before it.
+pub(crate) fn newest_two(range: &str) -> RangeRequest {
+    RangeRequest {
+        limit: 2,
+        sort_order: SortOrder::Descend as i32,
+        sort_target: SortTarget::Create as i32,
+        keys_only: true,
+        ..under(range)
+    }
+}
+
 fn under(range: &str) -> RangeRequest {
     RangeRequest {
         key: range.as_bytes().to_vec(),
@@ -161,7 +173,12 @@ pub(crate) fn revision(header: &Option<ResponseHeader>) -> i64 {
 
 /// The key-values of the `n`-th read among a transaction's answers.
 pub(crate) fn read_result(resp: &TxnResponse, n: usize) -> Vec<KeyValue> {
-    resp.responses
+    read_in(&resp.responses, n)
+}
+
+/// The keys of the `n`th range answer among `responses`.
+pub(crate) fn read_in(responses: &[ResponseOp], n: usize) -> Vec<KeyValue> {
+    responses
         .iter()
         .filter_map(|r| match &r.response {
             Some(Response::Range(range)) => Some(range.kvs.clone()),

@@ -379,7 +379,6 @@ pub(crate) struct AuthenticateResponse {
 /// The gRPC method paths of the calls above.
 pub(crate) mod path {
     pub(crate) const RANGE: &str = "/etcdserverpb.KV/Range";
-    pub(crate) const PUT: &str = "/etcdserverpb.KV/Put";
     pub(crate) const DELETE_RANGE: &str = "/etcdserverpb.KV/DeleteRange";
     pub(crate) const TXN: &str = "/etcdserverpb.KV/Txn";
     pub(crate) const WATCH: &str = "/etcdserverpb.Watch/Watch";

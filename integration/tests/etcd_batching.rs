@@ -1,0 +1,142 @@
+//! A session's campaigns for many seats at once on a real etcd: their first writes and
+//! their looks at the queue go out many per transaction, and a campaign withdrawn
+//! while its part waits for (or is in) a transaction leaves no key in the queue.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::backend::BackendSession;
+use tenure_core::{Backend, Candidate, ElectionName};
+use tenure_etcd::EtcdBackend;
+use tenure_integration::membership::{name, open};
+use tenure_integration::{run_prefix, EtcdServer};
+
+const SEATS: usize = 300;
+
+async fn backend() -> (EtcdServer, EtcdBackend) {
+    let server = EtcdServer::start().await.expect("etcd");
+    let addr = server.addr();
+    let url = format!(
+        "etcd://{addr}?prefix={}&connect_timeout_ms=2000&request_timeout_ms=5000",
+        run_prefix()
+    );
+    match EtcdBackend::from_url(&url).await {
+        Ok(b) => (server, b),
+        Err(e) => panic!("connect to {addr}: {e}"),
+    }
+}
+
+fn seats(tag: &str) -> Vec<ElectionName> {
+    (0..SEATS)
+        .map(|i| name(&format!("{tag}/s{i:04}")))
+        .collect()
+}
+
+fn candidate(id: &str) -> Candidate {
+    Candidate::new(id).expect("candidate")
+}
+
+/// `holder` takes every seat at once.
+async fn hold_all(holder: &Arc<dyn BackendSession>, elections: &[ElectionName]) {
+    let c = candidate("holder");
+    let asks: Vec<(ElectionName, Candidate)> =
+        elections.iter().map(|e| (e.clone(), c.clone())).collect();
+    let got = holder.try_campaign_many(&asks).await.expect("take all");
+    assert!(got.iter().all(Option::is_some), "the seats were free");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiting_campaigns_are_each_granted_once_their_holder_resigns() {
+    let (_server, b) = backend().await;
+    let elections = seats("granted");
+    let holder = open(&b, Duration::from_secs(30)).await;
+    hold_all(&holder, &elections).await;
+    let waiter = open(&b, Duration::from_secs(30)).await;
+    let count = || b.election_requests().expect("etcd counts its requests");
+    let before = count();
+    let mut tasks = Vec::new();
+    for e in &elections {
+        let (w, e) = (waiter.clone(), e.clone());
+        tasks.push(tokio::spawn(async move {
+            w.campaign(&e, &candidate("waiter")).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Joining the queues: a few transactions, where campaigns on their own make two
+    // per seat (write the key, look at the queue).
+    let joined = count() - before;
+    for e in &elections {
+        let leader = b.leader(e).await.expect("leader").expect("a leader");
+        assert_eq!(leader.id, "holder", "{e}");
+    }
+    assert!(
+        tasks.iter().all(|t| !t.is_finished()),
+        "a campaign ended early"
+    );
+    let before = count();
+    let grants: Vec<_> = elections.iter().map(|e| (e.clone(), None)).collect();
+    holder.resign_many(&grants).await.expect("resign");
+    let mut tokens = Vec::new();
+    for t in tasks {
+        let token = tokio::time::timeout(Duration::from_secs(20), t)
+            .await
+            .expect("granted in time")
+            .expect("task")
+            .expect("campaign");
+        tokens.push(token);
+    }
+    // Taking over: a wake-up per seat (counted) and few transactions, where each
+    // seat on its own looks at its queue once more.
+    let granted = count() - before;
+    for (e, token) in elections.iter().zip(&tokens) {
+        let leader = b.leader(e).await.expect("leader").expect("a leader");
+        assert_eq!(leader.id, "waiter");
+        assert_eq!(leader.token, *token);
+    }
+    println!("{SEATS} waiting campaigns: {joined} requests to join, {granted} to take over");
+    assert!(joined < SEATS as u64 / 4, "{joined} requests to join");
+    assert!(
+        granted < SEATS as u64 * 3 / 2,
+        "{granted} requests to take over"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_withdrawn_campaign_leaves_no_key_in_the_queue() {
+    let (_server, b) = backend().await;
+    let elections = seats("withdrawn");
+    let holder = open(&b, Duration::from_secs(30)).await;
+    hold_all(&holder, &elections).await;
+    let waiter = open(&b, Duration::from_secs(30)).await;
+    // Start a campaign for every seat and withdraw each a moment later, as the core
+    // does with a dropped campaign: abort, then resign whatever the session has.
+    let mut tasks = Vec::new();
+    for e in &elections {
+        let (w, e) = (waiter.clone(), e.clone());
+        tasks.push(tokio::spawn(async move {
+            w.campaign(&e, &candidate("waiter")).await
+        }));
+    }
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    for t in &tasks {
+        t.abort();
+    }
+    let withdrawn: Vec<_> = elections.iter().map(|e| (e.clone(), None)).collect();
+    waiter.resign_many(&withdrawn).await.expect("withdraw");
+    // Parts already sent come back and are withdrawn by the session.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    holder.resign_many(&withdrawn).await.expect("resign");
+    let mut left = Vec::new();
+    for e in &elections {
+        if let Some(l) = b.leader(e).await.expect("leader") {
+            left.push(format!("{e}: {}", l.id));
+        }
+    }
+    assert!(
+        left.is_empty(),
+        "{} seats led by a withdrawn campaign's key: {:?}",
+        left.len(),
+        &left[..left.len().min(5)]
+    );
+}
