@@ -984,13 +984,21 @@ impl Controller {
             return;
         };
         // Node numbers in the plan index the view it was computed for. The member
-        // list's changes count once a plan for that list is in place.
+        // list's changes count once a plan for that list is in place, or at once
+        // while a new plan is on its way for the same nodes: the last plan's numbers
+        // still index the latest list, so a holder hands a shard to a node that has
+        // started to campaign for it without waiting for the plan (which is paced by
+        // its cost, seconds at 10^5 shards).
         let view = match &self.plan {
             Some(_) => {
                 self.dirty.absorb(&mut self.view_dirty);
                 self.planned_view.clone()
             }
             None => match lock(&self.picture).as_ref() {
+                Some((v, _)) if v.nodes == self.view.nodes => {
+                    self.dirty.absorb(&mut self.view_dirty);
+                    self.view.clone()
+                }
                 Some((v, _)) => v.clone(),
                 None => return,
             },
