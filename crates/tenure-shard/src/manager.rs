@@ -504,6 +504,30 @@ fn follows_plan(old: &View, new: &View, plan: &Plan, changed: &[usize]) -> bool 
         })
 }
 
+/// The member list a reconcile acts on and the plan it follows, and whether that list
+/// is the latest (so its changes since the last plan are looked at now).
+///
+/// Node numbers in a plan index the list it was computed for. With a plan for the
+/// latest list (`plan`, computed for `planned`), that pair. While a new plan is on its
+/// way (`plan` is `None`; planning is paced by its cost, seconds at 10^5 shards), the
+/// last plan still indexes the latest list if the nodes are the same, so it is used
+/// with the latest list: a holder hands a shard over as soon as the shard's node
+/// campaigns for it, rather than after the next plan. When the nodes changed, the last
+/// pair (`picture`) stands until the new plan comes.
+fn acting_on(
+    plan: Option<&Arc<Plan>>,
+    planned: &Arc<View>,
+    picture: Option<&(Arc<View>, Arc<Plan>)>,
+    latest: &Arc<View>,
+) -> Option<(Arc<View>, Arc<Plan>, bool)> {
+    match (plan, picture) {
+        (Some(p), _) => Some((planned.clone(), p.clone(), true)),
+        (None, Some((v, p))) if v.nodes == latest.nodes => Some((latest.clone(), p.clone(), true)),
+        (None, Some((v, p))) => Some((v.clone(), p.clone(), false)),
+        (None, None) => None,
+    }
+}
+
 /// Whether a node of `old` is missing from `new` (both sorted by id).
 fn node_left(old: &View, new: &View) -> bool {
     old.nodes
@@ -976,33 +1000,18 @@ impl Controller {
     /// Bring this node in line with the plan, looking only at the shards that may
     /// have changed since the last time (see [`Dirty`]); counters are kept as it goes.
     fn reconcile(&mut self) {
-        let Some(plan) = self
-            .plan
-            .clone()
-            .or_else(|| lock(&self.picture).as_ref().map(|(_, p)| p.clone()))
-        else {
+        let acting = acting_on(
+            self.plan.as_ref(),
+            &self.planned_view,
+            lock(&self.picture).as_ref(),
+            &self.view,
+        );
+        let Some((view, plan, current)) = acting else {
             return;
         };
-        // Node numbers in the plan index the view it was computed for. The member
-        // list's changes count once a plan for that list is in place, or at once
-        // while a new plan is on its way for the same nodes: the last plan's numbers
-        // still index the latest list, so a holder hands a shard to a node that has
-        // started to campaign for it without waiting for the plan (which is paced by
-        // its cost, seconds at 10^5 shards).
-        let view = match &self.plan {
-            Some(_) => {
-                self.dirty.absorb(&mut self.view_dirty);
-                self.planned_view.clone()
-            }
-            None => match lock(&self.picture).as_ref() {
-                Some((v, _)) if v.nodes == self.view.nodes => {
-                    self.dirty.absorb(&mut self.view_dirty);
-                    self.view.clone()
-                }
-                Some((v, _)) => v.clone(),
-                None => return,
-            },
-        };
+        if current {
+            self.dirty.absorb(&mut self.view_dirty);
+        }
         *lock(&self.picture) = Some((view.clone(), plan.clone()));
         let me = view.index_of(&self.node_id);
         if me != self.me {
@@ -1245,5 +1254,71 @@ impl Controller {
             .session
             .unregister(&self.layout.namespace, &self.node_id)
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tenure_core::Member;
+
+    use super::acting_on;
+    use crate::config::Layout;
+    use crate::state::{OwnState, View};
+    use crate::view::plan_after;
+
+    const SHARDS: usize = 12;
+
+    fn list(nodes: &mut [(&str, &mut OwnState)]) -> Vec<Member> {
+        let mut members = Vec::new();
+        for (id, state) in nodes.iter_mut() {
+            members.push(Member::new(*id, state.value()).expect("member"));
+        }
+        members
+    }
+
+    #[test]
+    fn while_a_plan_is_pending_for_the_same_nodes_the_latest_claims_count() {
+        let layout = Layout::new("ns", SHARDS, 1).expect("layout");
+        let (mut a, mut b) = (OwnState::new(SHARDS, 1, 1), OwnState::new(SHARDS, 1, 2));
+        let first = list(&mut [("a", &mut a), ("b", &mut b)]);
+        let (v1, _) = View::update(&View::default(), &first, SHARDS);
+        let v1 = Arc::new(v1);
+        let plan = plan_after(None, &layout, &v1);
+        let b_index = v1.index_of("b").expect("b");
+        let shard = (0..SHARDS)
+            .find(|&s| plan.preferred(s) == Some(b_index))
+            .expect("a shard for b");
+        // b starts to campaign for its shard; a new plan is on its way.
+        b.set_campaigning(shard, true);
+        let second = list(&mut [("a", &mut a), ("b", &mut b)]);
+        let (v2, _) = View::update(&v1, &second, SHARDS);
+        let v2 = Arc::new(v2);
+        let picture = (v1.clone(), plan.clone());
+        let (view, used, current) =
+            acting_on(None, &v1, Some(&picture), &v2).expect("something to act on");
+        assert!(current, "the latest list's changes count now");
+        assert!(Arc::ptr_eq(&used, &plan));
+        assert!(
+            view.states[b_index as usize].campaigning.contains(shard),
+            "the campaign is seen before the next plan"
+        );
+
+        // A node joins: the last plan's numbers do not index the new list.
+        let mut c = OwnState::new(SHARDS, 1, 3);
+        let third = list(&mut [("a", &mut a), ("b", &mut b), ("c", &mut c)]);
+        let (v3, _) = View::update(&v2, &third, SHARDS);
+        let v3 = Arc::new(v3);
+        let (view, _, current) =
+            acting_on(None, &v1, Some(&picture), &v3).expect("something to act on");
+        assert!(!current && Arc::ptr_eq(&view, &v1), "the last pair stands");
+
+        // With a plan for the latest list, that pair.
+        let fresh = plan_after(Some(&plan), &layout, &v3);
+        let (view, used, current) =
+            acting_on(Some(&fresh), &v3, Some(&picture), &v3).expect("something to act on");
+        assert!(current && Arc::ptr_eq(&view, &v3) && Arc::ptr_eq(&used, &fresh));
+        assert!(acting_on(None, &v1, None, &v2).is_none());
     }
 }
