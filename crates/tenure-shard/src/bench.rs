@@ -362,6 +362,14 @@ pub(crate) async fn settle(
                         .map(|s| format!("{}: {:?} -> {:?}", s.shard, s.leader, s.preferred))
                         .collect();
                     eprintln!("{} unsettled: {stuck:?}", m.node_id());
+                    // How many shards this node sees each node lead: a node whose
+                    // figures differ from the others' has a stale picture of someone.
+                    let leads: Vec<String> = view
+                        .nodes
+                        .iter()
+                        .map(|n| format!("{}={}", n.id, n.leads))
+                        .collect();
+                    eprintln!("{} sees leads {}", m.node_id(), leads.join(" "));
                 }
             }
             return None;

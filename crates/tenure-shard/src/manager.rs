@@ -504,6 +504,21 @@ fn follows_plan(old: &View, new: &View, plan: &Plan, changed: &[usize]) -> bool 
         })
 }
 
+/// When the controller must wake by itself: for a retry (failed campaigns, the end of
+/// the startup quiet, a paced plan), for the plan kept across member changes to be
+/// computed again from the latest list, or for the next queued handoff. The replan
+/// has a wake-up of its own: when it shared the retry's, a retry due earlier used it
+/// up, the replan never came, and a node could keep a plan of an older list than the
+/// others' while nothing else changed — nodes that disagree on a shard's preferred
+/// node wait on each other for ever.
+fn next_wake(
+    retry: Option<Instant>,
+    replan: Option<Instant>,
+    handoff: Option<Instant>,
+) -> Option<Instant> {
+    [retry, replan, handoff].into_iter().flatten().min()
+}
+
 /// The member list a reconcile acts on and the plan it follows, and whether that list
 /// is the latest (so its changes since the last plan are looked at now).
 ///
@@ -528,11 +543,15 @@ fn acting_on(
     }
 }
 
-/// Whether a node of `old` is missing from `new` (both sorted by id).
-fn node_left(old: &View, new: &View) -> bool {
+/// Whether a node of `old` is missing from `new` or has started to drain (both sorted
+/// by id): its shards need new leaders soon.
+fn node_going(old: &View, new: &View) -> bool {
     old.nodes
         .iter()
-        .any(|n| new.nodes.binary_search_by(|m| m.id.cmp(&n.id)).is_err())
+        .any(|n| match new.nodes.binary_search_by(|m| m.id.cmp(&n.id)) {
+            Ok(i) => new.nodes[i].draining && !n.draining,
+            Err(_) => true,
+        })
 }
 
 /// Hashes a shard index with one multiplication: SipHash over the controller's maps
@@ -730,12 +749,8 @@ impl Controller {
         let mut losses = self.session.losses();
         let mut losses_open = true;
         loop {
-            let wake = match (self.retry_at, self.pending.is_empty()) {
-                (Some(r), true) => Some(r),
-                (None, false) => Some(self.bucket.next()),
-                (Some(r), false) => Some(r.min(self.bucket.next())),
-                (None, true) => None,
-            };
+            let handoffs = (!self.pending.is_empty()).then(|| self.bucket.next());
+            let wake = next_wake(self.retry_at, self.replan_at, handoffs);
             let sleep = async {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -874,10 +889,11 @@ impl Controller {
             }
         }
         let (view, changed) = View::update(&self.view, list, self.layout.shards.len());
-        if node_left(&self.view, &view) {
+        if node_going(&self.view, &view) {
             // A node went (its shards may be leaderless until this plan names their
-            // next leaders): plan at once, whatever the cost of the last plan. Joins
-            // and the churn of holdings keep the pacing.
+            // next leaders) or drains (it waits for this plan to hand its shards
+            // over): plan at once, whatever the cost of the last plan. Joins and the
+            // churn of holdings keep the pacing.
             self.next_plan_at = Instant::now();
         }
         let keep = match (&changed, &self.plan) {
@@ -894,9 +910,7 @@ impl Controller {
             // from the latest list once it has been quiet a while, so that every node
             // ends on the plan of the same list.
             self.planned_view = self.view.clone();
-            let at = Instant::now() + PLAN_QUIET;
-            self.replan_at = Some(at);
-            self.retry_at = Some(self.retry_at.map_or(at, |r| r.min(at)));
+            self.replan_at = Some(Instant::now() + PLAN_QUIET);
         } else {
             self.plan = None;
             self.replan_at = None;
@@ -1263,7 +1277,9 @@ mod tests {
 
     use tenure_core::Member;
 
-    use super::acting_on;
+    use std::time::Duration;
+
+    use super::{acting_on, next_wake};
     use crate::config::Layout;
     use crate::state::{OwnState, View};
     use crate::view::plan_after;
@@ -1276,6 +1292,21 @@ mod tests {
             members.push(Member::new(*id, state.value()).expect("member"));
         }
         members
+    }
+
+    #[test]
+    fn a_pending_replan_wakes_the_controller_whatever_else_is_due() {
+        let now = tokio::time::Instant::now();
+        let (early, late) = (
+            now + Duration::from_millis(10),
+            now + Duration::from_millis(100),
+        );
+        assert_eq!(next_wake(None, Some(late), None), Some(late));
+        assert_eq!(next_wake(Some(early), Some(late), None), Some(early));
+        // After the retry's wake-up the retry is gone; the replan still wakes.
+        assert_eq!(next_wake(None, Some(late), None), Some(late));
+        assert_eq!(next_wake(Some(late), None, Some(early)), Some(early));
+        assert_eq!(next_wake(None, None, None), None);
     }
 
     #[test]

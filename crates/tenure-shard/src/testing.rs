@@ -214,6 +214,22 @@ impl Cluster {
             );
             *per_node.get_mut(id).unwrap() += 1;
         }
+        // Every node's plan is the plan computed afresh from the store's member list:
+        // a node left with a plan of an older list would wait on the others for ever.
+        let fresh = match any.snapshot().await {
+            Ok(v) => v,
+            Err(e) => panic!("snapshot: {e}"),
+        };
+        for (id, m) in &self.nodes {
+            let mine = m.view();
+            for (s, (a, b)) in mine.shards.iter().zip(&fresh.shards).enumerate() {
+                assert_eq!(
+                    a.preferred, b.preferred,
+                    "{id}'s plan gives shard {s} to {:?}, a fresh plan to {:?}",
+                    a.preferred, b.preferred
+                );
+            }
+        }
         // Converged to the plan every node computes.
         for n in &view.nodes {
             assert_eq!(
