@@ -1,6 +1,6 @@
 //! The shard manager's benchmark on real stores started by the harness (etcd, Redis,
 //! ZooKeeper), 10 nodes, replication 3, TTL 2 s (10 s from 100,000 shards, see
-//! `BenchConfig::with_nodes`):
+//! `BenchConfig::with_nodes`; ZooKeeper with tickTime 200 ms):
 //! `cargo run --release -p tenure-integration --example bench_shards_stores [-- 1000 10000]`.
 //! Each node has its own connection; "store requests/s" counts every request of every
 //! node in a 5 s quiet stretch (renewals included, watch streams once when opened).
@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use tenure_integration::{EtcdServer, RedisServer, StoreServer, ZooKeeperServer};
 use tenure_shard::bench::{markdown, run, BenchConfig};
+
+/// The local ZooKeeper's `tickTime` (session timeouts from 0.4 s to 20 s).
+const ZK_TICK: Duration = Duration::from_millis(200);
 
 #[tokio::main]
 async fn main() {
@@ -36,7 +39,11 @@ async fn main() {
         let server: tenure_integration::Result<StoreServer> = match name {
             "etcd" => EtcdServer::start().await.map(Into::into),
             "redis" => RedisServer::start().await.map(Into::into),
-            _ => ZooKeeperServer::start().await.map(Into::into),
+            // A 200 ms tick: ZooKeeper expires sessions in tick buckets, and with its
+            // default here (1 s) the expiry alone took up to TTL + 1 s after a crash.
+            _ => ZooKeeperServer::start_with_tick_time(ZK_TICK)
+                .await
+                .map(Into::into),
         };
         let server = match server {
             Ok(server) => server,

@@ -45,6 +45,20 @@ async fn hold_all(holder: &Arc<dyn BackendSession>, elections: &[ElectionName]) 
     assert!(got.iter().all(Option::is_some), "the seats were free");
 }
 
+/// A campaign of `waiter` as candidate "waiter" for every election, each in a task.
+fn campaign_for_all(
+    waiter: &Arc<dyn BackendSession>,
+    elections: &[ElectionName],
+) -> Vec<tokio::task::JoinHandle<tenure_core::Result<tenure_core::FencingToken>>> {
+    elections
+        .iter()
+        .map(|e| {
+            let (w, e) = (waiter.clone(), e.clone());
+            tokio::spawn(async move { w.campaign(&e, &candidate("waiter")).await })
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiting_campaigns_are_each_granted_once_their_holder_resigns() {
     let (_server, b) = backend().await;
@@ -54,13 +68,7 @@ async fn many_waiting_campaigns_are_each_granted_once_their_holder_resigns() {
     let waiter = open(&b, Duration::from_secs(30)).await;
     let count = || b.election_requests().expect("etcd counts its requests");
     let before = count();
-    let mut tasks = Vec::new();
-    for e in &elections {
-        let (w, e) = (waiter.clone(), e.clone());
-        tasks.push(tokio::spawn(async move {
-            w.campaign(&e, &candidate("waiter")).await
-        }));
-    }
+    let tasks = campaign_for_all(&waiter, &elections);
     tokio::time::sleep(Duration::from_secs(1)).await;
     // Joining the queues: a few transactions, where campaigns on their own make two
     // per seat (write the key, look at the queue).
@@ -110,13 +118,7 @@ async fn a_withdrawn_campaign_leaves_no_key_in_the_queue() {
     let waiter = open(&b, Duration::from_secs(30)).await;
     // Start a campaign for every seat and withdraw each a moment later, as the core
     // does with a dropped campaign: abort, then resign whatever the session has.
-    let mut tasks = Vec::new();
-    for e in &elections {
-        let (w, e) = (waiter.clone(), e.clone());
-        tasks.push(tokio::spawn(async move {
-            w.campaign(&e, &candidate("waiter")).await
-        }));
-    }
+    let tasks = campaign_for_all(&waiter, &elections);
     tokio::task::yield_now().await;
     tokio::time::sleep(Duration::from_millis(2)).await;
     for t in &tasks {

@@ -222,14 +222,7 @@ impl Inner {
             let resp = self.txn("campaign", txn).await?;
             if resp.succeeded {
                 let revision = ops::revision(&resp.header);
-                self.lock().insert(
-                    election.clone(),
-                    Candidacy {
-                        revision,
-                        granted: false,
-                        monitor: None,
-                    },
-                );
+                self.queued(election, revision);
                 let first = if with_first {
                     ops::read_result(&resp, 0)
                 } else {
@@ -260,6 +253,16 @@ impl Inner {
         ))
     }
 
+    /// Record this session's new key in `election`, created at `revision`, not granted.
+    fn queued(&self, election: &ElectionName, revision: i64) {
+        let candidacy = Candidacy {
+            revision,
+            granted: false,
+            monitor: None,
+        };
+        self.lock().insert(election.clone(), candidacy);
+    }
+
     /// Join the queue of `election` with a new key, if this session has none there:
     /// the key's create revision and the key just before it; `None` (nothing written)
     /// if a key of this session was already there, or another seat's was in the same
@@ -281,14 +284,7 @@ impl Inner {
             return Ok(None);
         };
         let revision = answer.revision;
-        self.lock().insert(
-            election.clone(),
-            Candidacy {
-                revision,
-                granted: false,
-                monitor: None,
-            },
-        );
+        self.queued(election, revision);
         let predecessor = answer
             .read(0)
             .into_iter()
@@ -371,19 +367,36 @@ impl Inner {
                 f = watch.fired() => f,
             };
             let gone = match fired {
-                Fired::Deleted => true,
-                Fired::Compacted => {
-                    match self
+                // A held seat is given up only on etcd's word: a delete reported by
+                // the watch (or a watch that cannot tell) is checked by reading the
+                // key before the leader is told. One read per loss, none otherwise.
+                Fired::Deleted | Fired::Compacted => {
+                    let read = self
                         .shared
                         .requests
                         .call("check held key", self.shared.client.range(ops::get(&key)))
-                        .await
-                    {
-                        Ok(resp) => resp
-                            .kvs
-                            .first()
-                            .is_none_or(|kv| kv.create_revision != revision),
-                        Err(_) => false,
+                        .await;
+                    match read {
+                        Ok(resp) => {
+                            let gone = resp
+                                .kvs
+                                .first()
+                                .is_none_or(|kv| kv.create_revision != revision);
+                            if !gone && matches!(fired, Fired::Deleted) {
+                                tracing::warn!(%election, revision, "a watch reported the held key deleted, but etcd still has it");
+                            }
+                            gone
+                        }
+                        // Ask again after a pause (the watch below reports at once).
+                        Err(_) => {
+                            let delay = retry.delay(attempt);
+                            attempt = attempt.saturating_add(1);
+                            tokio::select! {
+                                _ = stop.cancelled() => return,
+                                _ = tokio::time::sleep(delay) => {}
+                            }
+                            false
+                        }
                     }
                 }
                 Fired::Broken(_) => {
