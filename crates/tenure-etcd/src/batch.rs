@@ -6,6 +6,7 @@
 //! transaction is in flight go out together when it returns, up to [`MAX_OPS`]
 //! operations. No timer: a lone campaign waits for nothing.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use tenure_core::backend::lock;
@@ -151,20 +152,20 @@ impl Batcher {
         }
         let revision = crate::ops::revision(&resp.header);
         let mut responses = resp.responses.into_iter();
-        let mut orphans = TxnRequest::default();
+        let mut delivered = Vec::with_capacity(sizes.len());
         for ((creates, reply), n) in rest.into_iter().zip(sizes) {
             let answer = Answer {
                 revision,
                 responses: responses.by_ref().take(n).collect(),
             };
-            if reply.send(Ok(Some(answer))).is_err() {
-                for key in creates {
-                    orphans.compare.push(crate::ops::created_at(&key, revision));
-                    orphans
-                        .success
-                        .push(crate::ops::op(crate::ops::delete(&key)));
-                }
-            }
+            delivered.push((creates, reply.send(Ok(Some(answer))).is_ok()));
+        }
+        let mut orphans = TxnRequest::default();
+        for key in &orphaned(delivered) {
+            orphans.compare.push(crate::ops::created_at(key, revision));
+            orphans
+                .success
+                .push(crate::ops::op(crate::ops::delete(key)));
         }
         if !orphans.success.is_empty() {
             // One by one if the keys changed meanwhile; best effort: a key left over
@@ -192,9 +193,49 @@ impl Batcher {
     }
 }
 
+/// The keys to delete again after a transaction: those created by parts whose caller
+/// had gone (`false`), except a key another part also created and got (a campaign
+/// withdrawn and started again, both parts sent together): it is that part's now.
+fn orphaned(parts: Vec<(Vec<String>, bool)>) -> Vec<String> {
+    let kept: HashSet<&String> = parts
+        .iter()
+        .filter(|(_, got)| *got)
+        .flat_map(|(keys, _)| keys)
+        .collect();
+    let mut orphans: Vec<String> = parts
+        .iter()
+        .filter(|(_, got)| !*got)
+        .flat_map(|(keys, _)| keys)
+        .filter(|k| !kept.contains(k))
+        .cloned()
+        .collect();
+    orphans.sort();
+    orphans.dedup();
+    orphans
+}
+
 impl Answer {
     /// The keys read by the part's `n`th range operation.
     pub(crate) fn read(&self, n: usize) -> Vec<crate::proto::KeyValue> {
         crate::ops::read_in(&self.responses, n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::orphaned;
+
+    #[test]
+    fn a_key_another_part_got_is_not_withdrawn() {
+        let part = |keys: &[&str], got| (keys.iter().map(|k| k.to_string()).collect(), got);
+        let orphans = orphaned(vec![
+            part(&["a/@1"], false),
+            part(&["a/@1"], true),
+            part(&["b/@1"], false),
+            part(&["b/@1"], false),
+            part(&["c/@1"], true),
+        ]);
+        assert_eq!(orphans, vec!["b/@1".to_string()]);
+        assert!(orphaned(vec![part(&["c/@1"], true)]).is_empty());
     }
 }
