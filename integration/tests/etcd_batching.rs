@@ -36,6 +36,25 @@ fn candidate(id: &str) -> Candidate {
     Candidate::new(id).expect("candidate")
 }
 
+/// A server, a backend, [`SEATS`] elections named after `tag` all held by one session,
+/// and a second session to wait for them.
+async fn held_by_one(
+    tag: &str,
+) -> (
+    EtcdServer,
+    EtcdBackend,
+    Vec<ElectionName>,
+    Arc<dyn BackendSession>,
+    Arc<dyn BackendSession>,
+) {
+    let (server, b) = backend().await;
+    let elections = seats(tag);
+    let holder = open(&b, Duration::from_secs(30)).await;
+    hold_all(&holder, &elections).await;
+    let waiter = open(&b, Duration::from_secs(30)).await;
+    (server, b, elections, holder, waiter)
+}
+
 /// `holder` takes every seat at once.
 async fn hold_all(holder: &Arc<dyn BackendSession>, elections: &[ElectionName]) {
     let c = candidate("holder");
@@ -61,11 +80,7 @@ fn campaign_for_all(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiting_campaigns_are_each_granted_once_their_holder_resigns() {
-    let (_server, b) = backend().await;
-    let elections = seats("granted");
-    let holder = open(&b, Duration::from_secs(30)).await;
-    hold_all(&holder, &elections).await;
-    let waiter = open(&b, Duration::from_secs(30)).await;
+    let (_server, b, elections, holder, waiter) = held_by_one("granted").await;
     let count = || b.election_requests().expect("etcd counts its requests");
     let before = count();
     let tasks = campaign_for_all(&waiter, &elections);
@@ -111,11 +126,7 @@ async fn many_waiting_campaigns_are_each_granted_once_their_holder_resigns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_withdrawn_campaign_leaves_no_key_in_the_queue() {
-    let (_server, b) = backend().await;
-    let elections = seats("withdrawn");
-    let holder = open(&b, Duration::from_secs(30)).await;
-    hold_all(&holder, &elections).await;
-    let waiter = open(&b, Duration::from_secs(30)).await;
+    let (_server, b, elections, holder, waiter) = held_by_one("withdrawn").await;
     // Start a campaign for every seat and withdraw each a moment later, as the core
     // does with a dropped campaign: abort, then resign whatever the session has.
     let tasks = campaign_for_all(&waiter, &elections);

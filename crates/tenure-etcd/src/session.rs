@@ -366,59 +366,51 @@ impl Inner {
                 _ = stop.cancelled() => return,
                 f = watch.fired() => f,
             };
+            // A held seat is given up only on etcd's word: a delete reported by the
+            // watch (or a watch that cannot tell) is checked by reading the key before
+            // the leader is told. One read per loss, none otherwise. `None`: ask
+            // again after a pause.
             let gone = match fired {
-                // A held seat is given up only on etcd's word: a delete reported by
-                // the watch (or a watch that cannot tell) is checked by reading the
-                // key before the leader is told. One read per loss, none otherwise.
                 Fired::Deleted | Fired::Compacted => {
                     let read = self
                         .shared
                         .requests
                         .call("check held key", self.shared.client.range(ops::get(&key)))
                         .await;
-                    match read {
-                        Ok(resp) => {
-                            let gone = resp
-                                .kvs
-                                .first()
-                                .is_none_or(|kv| kv.create_revision != revision);
-                            if !gone && matches!(fired, Fired::Deleted) {
-                                tracing::warn!(%election, revision, "a watch reported the held key deleted, but etcd still has it");
-                            }
-                            gone
+                    read.ok().map(|resp| {
+                        let gone = resp
+                            .kvs
+                            .first()
+                            .is_none_or(|kv| kv.create_revision != revision);
+                        if !gone && matches!(fired, Fired::Deleted) {
+                            tracing::warn!(%election, revision, "a watch reported the held key deleted, but etcd still has it");
                         }
-                        // Ask again after a pause (the watch below reports at once).
-                        Err(_) => {
-                            let delay = retry.delay(attempt);
-                            attempt = attempt.saturating_add(1);
-                            tokio::select! {
-                                _ = stop.cancelled() => return,
-                                _ = tokio::time::sleep(delay) => {}
-                            }
-                            false
-                        }
-                    }
+                        gone
+                    })
                 }
-                Fired::Broken(_) => {
+                Fired::Broken(_) => None,
+            };
+            match gone {
+                Some(true) => {
+                    if self.still_held(&election, revision) {
+                        self.lock().remove(&election);
+                        self.events.election_lost(
+                            &election,
+                            revision_token(revision),
+                            "the candidate key was deleted in etcd",
+                        );
+                    }
+                    return;
+                }
+                Some(false) => {}
+                None => {
                     let delay = retry.delay(attempt);
                     attempt = attempt.saturating_add(1);
                     tokio::select! {
                         _ = stop.cancelled() => return,
                         _ = tokio::time::sleep(delay) => {}
                     }
-                    false
                 }
-            };
-            if gone {
-                if self.still_held(&election, revision) {
-                    self.lock().remove(&election);
-                    self.events.election_lost(
-                        &election,
-                        revision_token(revision),
-                        "the candidate key was deleted in etcd",
-                    );
-                }
-                return;
             }
             // Watch again from the key's creation: a delete meanwhile is replayed.
             watch = self.watch_own(&key, revision);
