@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::backend::BackendSession;
+use tenure_core::backend::{BackendSession, SessionEvent, SessionEvents};
 use tenure_core::{Backend, Candidate, ElectionName};
 use tenure_etcd::EtcdBackend;
 use tenure_integration::membership::{name, open};
@@ -152,4 +152,32 @@ async fn a_withdrawn_campaign_leaves_no_key_in_the_queue() {
         left.len(),
         &left[..left.len().min(5)]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_losses_of_a_revoked_lease_are_confirmed_in_few_requests() {
+    let (_server, b) = backend().await;
+    let elections = seats("revoked");
+    let (events, mut lost) = SessionEvents::channel();
+    let holder = b
+        .open_session(Duration::from_secs(30), events)
+        .await
+        .expect("open");
+    hold_all(&holder, &elections).await;
+    let before = b.election_requests().expect("etcd counts its requests");
+    // The lease goes with every key on it, as when it expires: each held key's
+    // deletion reaches its watch, and each is read before it is reported lost.
+    b.revoke_session(holder.id()).await.expect("revoke");
+    let mut reported = 0;
+    while reported < SEATS {
+        match tokio::time::timeout(Duration::from_secs(20), lost.recv()).await {
+            Ok(Some(SessionEvent::ElectionLost { .. })) => reported += 1,
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => panic!("{reported} of {SEATS} losses reported"),
+        }
+    }
+    let spent = b.election_requests().expect("count") - before;
+    println!("{SEATS} losses confirmed in {spent} requests");
+    // One read per loss would be 300; they share transactions.
+    assert!(spent < SEATS as u64 / 4, "{spent} requests");
 }
