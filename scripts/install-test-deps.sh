@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Installs what tenure's integration tests and builds need, and only what is
 # missing:
-#   - apt: etcd-server, etcd-client (etcdctl), zookeeper,
+#   - etcd and etcdctl 3.5 into .tools/etcd/bin (project-local, git-ignored),
+#     from Debian trixie's etcd-server and etcd-client packages, fetched with a
+#     private apt state so the machine's own sources are left as they are:
+#     bookworm's etcd 3.4.23 revokes every lease when a paused raft leader
+#     resumes (etcd issue 15247, fixed in 3.4.28 and 3.5.11), so a healthy
+#     leader would lose its seat in the cluster pause tests;
+#   - apt: zookeeper,
 #     libcurator-recipes-java (Apache Curator with its framework and client,
 #     for the Curator LeaderLatch interop test), redis-server, and npm if it
 #     is missing (TLS test certificates are made in the tests with rcgen);
@@ -17,8 +23,6 @@ azurite_bin="$azurite_dir/node_modules/.bin/azurite-blob"
 
 # "package:what shows it is there" — a command name or an absolute path.
 checks=(
-  "etcd-server:etcd"
-  "etcd-client:etcdctl"
   "zookeeper:/usr/share/java/zookeeper.jar"
   "libcurator-recipes-java:/usr/share/java/curator-recipes.jar"
   "redis-server:redis-server"
@@ -37,6 +41,13 @@ for check in "${checks[@]}"; do
   marker="${check#*:}"
   present "$marker" || missing+=("$package")
 done
+etcd_dir="$root/.tools/etcd"
+# The oldest etcd 3.5 that ignores a stale leader's lease revocations.
+etcd_min_patch=11
+need_etcd=1
+if [[ -x "$etcd_dir/bin/etcd" && -x "$etcd_dir/bin/etcdctl" ]]; then
+  need_etcd=0
+fi
 need_azurite=0
 [[ -x "$azurite_bin" ]] || need_azurite=1
 if ((need_azurite)) && ! present npm; then
@@ -64,6 +75,36 @@ if ((${#missing[@]})); then
   run_logged "${sudo[@]}" apt-get update -qq
   run_logged "${sudo[@]}" apt-get install -y -qq "${missing[@]}"
   summary+=("apt: ${missing[*]}")
+fi
+
+if ((need_etcd)); then
+  apt_dir="$(mktemp -d)"
+  mkdir -p "$apt_dir/lists/partial" "$apt_dir/debs" "$apt_dir/root"
+  echo "deb http://deb.debian.org/debian trixie main" >"$apt_dir/sources.list"
+  apt_opts=(
+    -o "Dir::Etc::sourcelist=$apt_dir/sources.list"
+    -o "Dir::Etc::sourceparts=/dev/null"
+    -o "Dir::State::Lists=$apt_dir/lists"
+    -o "Dir::Cache::archives=$apt_dir/debs"
+    -o "APT::Sandbox::User=root"
+  )
+  run_logged apt-get "${apt_opts[@]}" update -qq
+  (cd "$apt_dir/debs" && run_logged apt-get "${apt_opts[@]}" download etcd-server etcd-client)
+  for deb in "$apt_dir"/debs/*.deb; do
+    run_logged dpkg-deb -x "$deb" "$apt_dir/root"
+  done
+  version="$("$apt_dir/root/usr/bin/etcd" --version 2>/dev/null | sed -n 's/^etcd Version: //p')"
+  minor="${version#3.}"
+  minor="${minor%%.*}"
+  patch="${version##*.}"
+  if [[ "$version" != 3.* ]] || ((minor < 5)) || ((minor == 5 && patch < etcd_min_patch)); then
+    echo "install-test-deps: Debian trixie's etcd is '$version'; at least 3.5.$etcd_min_patch is needed" >&2
+    exit 1
+  fi
+  mkdir -p "$etcd_dir/bin"
+  cp "$apt_dir/root/usr/bin/etcd" "$apt_dir/root/usr/bin/etcdctl" "$etcd_dir/bin/"
+  rm -rf "$apt_dir"
+  summary+=("etcd $version in .tools/etcd")
 fi
 
 if ((need_azurite)); then

@@ -153,8 +153,12 @@ pub(crate) fn loopback(port: u16) -> SocketAddr {
 
 /// Looks `program` up in `PATH`, like a shell would.
 pub(crate) fn find_in_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+    find_in(&std::env::var_os("PATH")?, program)
+}
+
+/// The first executable `program` in the directories of the search path `path`.
+pub(crate) fn find_in(path: &std::ffi::OsStr, program: &str) -> Option<PathBuf> {
+    std::env::split_paths(path)
         .map(|dir| dir.join(program))
         .find(|candidate| is_executable(candidate))
 }

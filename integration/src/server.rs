@@ -11,7 +11,7 @@ use tempfile::TempDir;
 
 use crate::error::{HarnessError, Result};
 use crate::os::{
-    file_tail, find_in_path, free_port, is_executable, loopback, send_signal, stop_process,
+    file_tail, find_in, find_in_path, free_port, is_executable, loopback, send_signal, stop_process,
 };
 use crate::probe;
 
@@ -200,7 +200,7 @@ impl Kind {
     /// The store's program (for ZooKeeper, java).
     fn program(self) -> Result<PathBuf> {
         match self {
-            Kind::Etcd => require_program("etcd", "etcd", "the apt package etcd-server"),
+            Kind::Etcd => find_etcd("etcd"),
             Kind::ZooKeeper => find_java("java (needed by ZooKeeper)"),
             Kind::Redis => require_program("redis-server", "redis-server", REDIS_PACKAGE),
             Kind::Azurite => find_azurite(),
@@ -377,6 +377,80 @@ pub fn workspace_root() -> PathBuf {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| manifest_dir.to_path_buf())
+}
+
+/// Where `etcd` and `etcdctl` come from.
+const ETCD_PACKAGE: &str =
+    "etcd 3.5 in .tools/etcd, from Debian trixie's etcd-server and etcd-client";
+
+/// `program` (`etcd` or `etcdctl`) from `.tools/etcd/bin` under the workspace root,
+/// else from `PATH`, where an `etcd` server must be one that ignores a stale leader's
+/// lease revocations (see [`etcd_revokes_on_resume`]).
+fn find_etcd(program: &'static str) -> Result<PathBuf> {
+    find_etcd_in(
+        &workspace_root().join(".tools/etcd/bin"),
+        std::env::var_os("PATH"),
+        program,
+    )
+}
+
+/// [`find_etcd`] with the project-local directory `local` and the search path `path`.
+fn find_etcd_in(local: &Path, path: Option<OsString>, program: &'static str) -> Result<PathBuf> {
+    let own = local.join(program);
+    if is_executable(&own) {
+        return Ok(own);
+    }
+    let found = path
+        .and_then(|path| find_in(&path, program))
+        .ok_or_else(|| HarnessError::MissingBinary {
+            what: program,
+            detail: format!("no {} and no `{program}` in PATH", own.display()),
+            package: ETCD_PACKAGE,
+        })?;
+    if program == "etcd" {
+        let version = Command::new(&found)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let version = version
+            .lines()
+            .find_map(|line| line.strip_prefix("etcd Version: "))
+            .unwrap_or("unknown")
+            .trim();
+        if etcd_revokes_on_resume(version) {
+            return Err(HarnessError::MissingBinary {
+                what: "etcd 3.4.28, 3.5.11 or later",
+                detail: format!(
+                    "{} is etcd {version}, whose raft leader revokes every lease when it \
+                     resumes from a pause (etcd issue 15247), so a healthy leader would lose \
+                     its seat in the pause tests",
+                    found.display()
+                ),
+                package: ETCD_PACKAGE,
+            });
+        }
+    }
+    Ok(found)
+}
+
+/// Whether etcd `version` (`3.4.23`) has the stale-leader lease revocation: a raft
+/// leader that was paused past a lease's TTL revokes it when it resumes, although the
+/// new leader has been renewing it (etcd issue 15247, fixed in 3.4.28 and 3.5.11). An
+/// unreadable version counts as affected.
+fn etcd_revokes_on_resume(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    match (
+        parts.next().flatten(),
+        parts.next().flatten(),
+        parts.next().flatten(),
+    ) {
+        (Some(3), Some(4), Some(patch)) => patch < 28,
+        (Some(3), Some(5), Some(patch)) => patch < 11,
+        (Some(3), Some(minor), Some(_)) => minor < 4,
+        (Some(major), Some(_), Some(_)) => major < 3,
+        _ => true,
+    }
 }
 
 /// `azurite-blob` from `.tools/azurite` under the workspace root, else from
@@ -877,7 +951,7 @@ impl EtcdServer {
 
 /// Runs `etcdctl ARGS` (API v3) against `endpoints`; `what` names it in errors.
 fn etcdctl(endpoints: &str, args: &[&str], what: &str) -> Result<std::process::Output> {
-    Command::new(require_program("etcdctl", "etcdctl", "etcd-client")?)
+    Command::new(find_etcd("etcdctl")?)
         .env("ETCDCTL_API", "3")
         .arg(format!("--endpoints={endpoints}"))
         .args(args)
@@ -1071,6 +1145,58 @@ mod tests {
         assert!(err.contains("bash scripts/install-test-deps.sh"), "{err}");
         assert!(err.contains("the apt package thing"), "{err}");
     }
+
+    #[test]
+    fn etcd_is_taken_from_the_tools_directory_else_from_path_if_recent_enough() {
+        let dir = tempfile::tempdir().unwrap();
+        let (local, path) = (dir.path().join("local"), dir.path().join("path"));
+        std::fs::create_dir_all(&path).unwrap();
+        let search = Some(path.clone().into_os_string());
+        let err = find_etcd_in(&local, search.clone(), "etcd")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bash scripts/install-test-deps.sh"), "{err}");
+        assert!(err.contains(ETCD_PACKAGE), "{err}");
+        let fake = |dir: &Path, version: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::create_dir_all(dir).unwrap();
+            let file = dir.join("etcd");
+            std::fs::write(
+                &file,
+                format!("#!/bin/sh\necho 'etcd Version: {version}'\n"),
+            )
+            .unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+            file
+        };
+        fake(&path, "3.4.23");
+        let err = find_etcd_in(&local, search.clone(), "etcd")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("etcd 3.4.23") && err.contains("15247"),
+            "{err}"
+        );
+        let recent = fake(&path, "3.5.16");
+        assert_eq!(
+            find_etcd_in(&local, search.clone(), "etcd").unwrap(),
+            recent
+        );
+        let own = fake(&local, "3.5.16");
+        assert_eq!(find_etcd_in(&local, search, "etcd").unwrap(), own);
+    }
+
+    #[test]
+    fn etcd_versions_with_the_stale_leader_revocation_are_refused() {
+        for affected in [
+            "3.4.23", "3.4.27", "3.5.0", "3.5.10", "3.3.25", "2.3.8", "", "3.5",
+        ] {
+            assert!(etcd_revokes_on_resume(affected), "{affected:?}");
+        }
+        for fixed in ["3.4.28", "3.4.35", "3.5.11", "3.5.16", "3.6.0", "4.0.0"] {
+            assert!(!etcd_revokes_on_resume(fixed), "{fixed:?}");
+        }
+    }
 }
 
 /// A local etcd cluster of several members, each its own process with its own data
@@ -1087,7 +1213,7 @@ pub struct EtcdCluster {
 impl EtcdCluster {
     /// Starts `size` members together and waits until each answers `/health`.
     pub async fn start(size: usize) -> Result<Self> {
-        let program = require_program("etcd", "etcd", "the apt package etcd-server")?;
+        let program = find_etcd("etcd")?;
         let ports: Vec<(u16, u16)> = (0..size)
             .map(|_| Ok((free_port()?, free_port()?)))
             .collect::<Result<_>>()?;

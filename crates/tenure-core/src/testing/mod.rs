@@ -64,6 +64,24 @@ impl Env {
         env
     }
 
+    /// The backend's election request count once it has stopped moving (unchanged over
+    /// 150 ms, waiting 5 s at the most), so that a check's window of counted requests
+    /// starts after the campaigns started before it have queued; `None` where the
+    /// backend does not count.
+    pub async fn quiet_election_requests(&self) -> Option<u64> {
+        const STILL: Duration = Duration::from_millis(150);
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+        let mut last = self.backend.election_requests()?;
+        loop {
+            tokio::time::sleep(STILL).await;
+            let now = self.backend.election_requests()?;
+            if now == last || tokio::time::Instant::now() >= give_up {
+                return Some(now);
+            }
+            last = now;
+        }
+    }
+
     /// An election name under this env's prefix.
     pub fn election(&self, name: &str) -> ElectionName {
         match ElectionName::new(format!("{}/{name}", self.prefix)) {
@@ -509,8 +527,7 @@ pub async fn check_no_herd(env: &Env) {
             drop((l, s));
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = env.backend.election_requests().unwrap_or(0);
+    let before = env.quiet_election_requests().await.unwrap_or(0);
     a.resign().await.expect("resign");
     within(env.handover_bound(), "one waiter granted", async {
         while granted.load(Ordering::SeqCst) == 0 {
@@ -1060,7 +1077,8 @@ pub async fn check_batch_resign(env: &Env) {
     let foreign_watch = foreign.watch();
     let mut batch = held;
     batch.push(foreign);
-    let before = env.backend.election_requests();
+    // The waiter queues beside the foreign campaign: its requests are not the batch's.
+    let before = env.quiet_election_requests().await;
     sa.resign_many(batch).await.expect("resign_many");
     let after = env.backend.election_requests();
     for (i, w) in watches.iter().chain([&foreign_watch]).enumerate() {
