@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use tenure_core::testing::random_prefix;
-use tenure_core::{Backend, Candidate, DynBackend, ElectionName, Leadership, Session, Timing};
+use tenure_core::{
+    Backend, Candidate, DynBackend, ElectionName, Leadership, LossReason, Session, Timing,
+};
 
 use crate::{EtcdCluster, Members, Result, ZooKeeperEnsemble};
 
@@ -29,6 +31,11 @@ pub trait StoreCluster: std::ops::DerefMut<Target = Members> + Send + Sync {
     /// How long a member cut off from the quorum may go on answering.
     fn sync_window(&self) -> Duration {
         Duration::ZERO
+    }
+    /// Whether the store's raft leader, paused past the TTL, may delete a healthy
+    /// session's seats as it resumes (by revoking leases it stopped counting for).
+    fn revokes_when_leader_resumes(&self) -> bool {
+        false
     }
 }
 
@@ -57,6 +64,14 @@ impl StoreCluster for EtcdCluster {
 
     fn wait_leader(&self) -> BoxFuture<'_, Result<usize>> {
         Box::pin(EtcdCluster::wait_leader(self))
+    }
+
+    /// etcd's raft leader, resumed after a pause past a lease's TTL, can revoke the
+    /// lease although the new leader kept it alive (etcd issue 15247; seen here with
+    /// 3.4.23 and 3.5.16: the session's key deleted at the next revision, within
+    /// milliseconds of the resume, while every keep-alive had been answered).
+    fn revokes_when_leader_resumes(&self) -> bool {
+        true
     }
 }
 
@@ -179,18 +194,85 @@ pub async fn resign_and_close(l: Leadership, s: Session) {
 }
 
 /// Holds for `how_long`; panics if the lost signal fires meanwhile (`what` names the
-/// fault) or if the leadership is not valid afterwards.
-pub async fn hold_through(leadership: &Leadership, how_long: Duration, what: &str) {
+/// fault) or if the leadership is not valid afterwards. A failure shows the end of
+/// every member's log, where the store says what it did to the session.
+pub async fn hold_through(
+    cluster: &dyn StoreCluster,
+    leadership: &Leadership,
+    how_long: Duration,
+    what: &str,
+) {
     let lost = leadership.lost();
     tokio::select! {
         _ = lost.cancelled() => panic!(
-            "{what}: a healthy leader lost its seat ({:?} at {:?})",
+            "{what}: a healthy leader lost its seat ({:?} at {:?})\n{}",
             leadership.loss_reason(),
-            leadership.lost_at()
+            leadership.lost_at(),
+            member_logs(cluster)
         ),
         _ = tokio::time::sleep(how_long) => {}
     }
     assert!(leadership.is_leader(), "{what}: not leader afterwards");
+}
+
+/// The end of every member's log.
+fn member_logs(cluster: &dyn StoreCluster) -> String {
+    (0..cluster.len())
+        .map(|i| format!("--- member {i}'s log ---\n{}", cluster.log_tail(i)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// After a member that was paused past the TTL resumed: `l` (of session `s`) holds
+/// for `how_long` as in [`hold_through`], except where the member led the store when
+/// it was paused (`was_store_leader`) and the store is one that may then delete a
+/// healthy session's seat ([`StoreCluster::revokes_when_leader_resumes`]). There a
+/// loss must be the store's deletion of the seat ([`LossReason::Revoked`]; a renew
+/// deadline or anything else the client decided still fails), and the seat must be
+/// granted again to a new session, with a greater token, which is returned.
+async fn hold_after_resume(
+    cluster: &dyn StoreCluster,
+    (s, l): (Session, Leadership),
+    was_store_leader: bool,
+    how_long: Duration,
+    what: &str,
+) -> (Session, Leadership) {
+    if !(was_store_leader && cluster.revokes_when_leader_resumes()) {
+        hold_through(cluster, &l, how_long, what).await;
+        return (s, l);
+    }
+    let lost = l.lost();
+    tokio::select! {
+        _ = lost.cancelled() => {}
+        _ = tokio::time::sleep(how_long) => {
+            assert!(l.is_leader(), "{what}: not leader afterwards");
+            return (s, l);
+        }
+    }
+    let reason = l.loss_reason();
+    if !matches!(reason, Some(LossReason::Revoked(_))) {
+        panic!(
+            "{what}: a healthy leader lost its seat ({reason:?}), not by the store's revocation\n{}",
+            member_logs(cluster)
+        );
+    }
+    eprintln!("{what}: the store deleted the seat as its paused raft leader resumed ({reason:?}); electing again");
+    let (token, election) = (l.token(), l.election().clone());
+    drop(l);
+    let _ = s.close().await;
+    let s = cluster_session(cluster).await;
+    let l = match tokio::time::timeout(TTL * 2, lead_in(&s, &election)).await {
+        Ok(l) => l,
+        Err(_) => panic!(
+            "{what}: the seat was not granted again within {:?}",
+            TTL * 2
+        ),
+    };
+    assert!(
+        l.token() > token,
+        "{what}: the new grant's token must be greater"
+    );
+    (s, l)
 }
 
 /// A session with [`TTL`] over every member of `cluster`.
@@ -210,19 +292,24 @@ async fn leader_of(cluster: &dyn StoreCluster) -> usize {
 pub async fn pausing_each_member(cluster: &dyn StoreCluster) {
     let s = cluster_session(cluster).await;
     let l = lead(&s, "pause-each").await;
+    let mut held = (s, l);
     for member in 0..cluster.len() {
-        leader_of(cluster).await;
+        let store_leader = leader_of(cluster).await;
         cluster.pause(member).expect("pause");
         let what = format!("member {member} paused past the TTL");
-        hold_through(&l, TTL + Duration::from_secs(1), &what).await;
+        hold_through(cluster, &held.1, TTL + Duration::from_secs(1), &what).await;
         cluster.resume(member).expect("resume");
-        hold_through(
-            &l,
+        let what = format!("member {member} resumed");
+        held = hold_after_resume(
+            cluster,
+            held,
+            member == store_leader,
             Duration::from_secs(1),
-            &format!("member {member} resumed"),
+            &what,
         )
         .await;
     }
+    let (s, l) = held;
     resign_and_close(l, s).await;
 }
 
@@ -239,8 +326,10 @@ pub async fn pausing_the_member_in_use(cluster: &dyn StoreCluster) {
         panic!("the session is connected to no member");
     };
     eprintln!("the session talks to member(s) {used:?}: pausing {member}");
+    let store_leader = leader_of(cluster).await;
     cluster.pause(member).expect("pause");
     hold_through(
+        cluster,
         &l,
         Duration::from_secs(8),
         "the member in use paused for 8 s",
@@ -249,7 +338,15 @@ pub async fn pausing_the_member_in_use(cluster: &dyn StoreCluster) {
     let moved = cluster.in_use(&s).await.unwrap_or_default();
     eprintln!("while member {member} is paused the session talks to {moved:?}");
     cluster.resume(member).expect("resume");
-    hold_through(&l, Duration::from_secs(2), "the member in use resumed").await;
+    let what = "the member in use resumed";
+    let (s, l) = hold_after_resume(
+        cluster,
+        (s, l),
+        member == store_leader,
+        Duration::from_secs(2),
+        what,
+    )
+    .await;
     resign_and_close(l, s).await;
 }
 
@@ -259,9 +356,16 @@ pub async fn pausing_the_store_leader(cluster: &dyn StoreCluster) {
     let l = lead(&s, "pause-leader").await;
     let leader = leader_of(cluster).await;
     cluster.pause(leader).expect("pause");
-    hold_through(&l, Duration::from_secs(8), "store leader paused for 8 s").await;
+    hold_through(
+        cluster,
+        &l,
+        Duration::from_secs(8),
+        "store leader paused for 8 s",
+    )
+    .await;
     cluster.resume(leader).expect("resume");
-    hold_through(&l, Duration::from_secs(4), "store leader resumed").await;
+    let what = "store leader resumed";
+    let (s, l) = hold_after_resume(cluster, (s, l), true, Duration::from_secs(4), what).await;
     resign_and_close(l, s).await;
 }
 
@@ -272,9 +376,15 @@ pub async fn killing_the_store_leader(cluster: &mut dyn StoreCluster) {
     let leader = leader_of(cluster).await;
     cluster.kill(leader).await.expect("kill");
     // Past the TTL: a session given up while the rest keeps quorum would be gone.
-    hold_through(&l, TTL + Duration::from_secs(2), "store leader killed").await;
+    hold_through(
+        cluster,
+        &l,
+        TTL + Duration::from_secs(2),
+        "store leader killed",
+    )
+    .await;
     cluster.restart(leader).await.expect("restart");
-    hold_through(&l, Duration::from_secs(3), "store leader back").await;
+    hold_through(cluster, &l, Duration::from_secs(3), "store leader back").await;
     resign_and_close(l, s).await;
 }
 
@@ -285,10 +395,22 @@ pub async fn a_rolling_restart(cluster: &mut dyn StoreCluster) {
     let l = lead(&s, "rolling").await;
     for member in 0..cluster.len() {
         cluster.kill(member).await.expect("kill");
-        hold_through(&l, Duration::from_secs(2), &format!("member {member} down")).await;
+        hold_through(
+            cluster,
+            &l,
+            Duration::from_secs(2),
+            &format!("member {member} down"),
+        )
+        .await;
         cluster.restart(member).await.expect("restart");
         leader_of(cluster).await;
-        hold_through(&l, Duration::from_secs(1), &format!("member {member} back")).await;
+        hold_through(
+            cluster,
+            &l,
+            Duration::from_secs(1),
+            &format!("member {member} back"),
+        )
+        .await;
     }
     resign_and_close(l, s).await;
 }

@@ -384,8 +384,7 @@ const ETCD_PACKAGE: &str =
     "etcd 3.5 in .tools/etcd, from Debian trixie's etcd-server and etcd-client";
 
 /// `program` (`etcd` or `etcdctl`) from `.tools/etcd/bin` under the workspace root,
-/// else from `PATH`, where an `etcd` server must be one that ignores a stale leader's
-/// lease revocations (see [`etcd_revokes_on_resume`]).
+/// else from `PATH`.
 fn find_etcd(program: &'static str) -> Result<PathBuf> {
     find_etcd_in(
         &workspace_root().join(".tools/etcd/bin"),
@@ -400,57 +399,12 @@ fn find_etcd_in(local: &Path, path: Option<OsString>, program: &'static str) -> 
     if is_executable(&own) {
         return Ok(own);
     }
-    let found = path
-        .and_then(|path| find_in(&path, program))
+    path.and_then(|path| find_in(&path, program))
         .ok_or_else(|| HarnessError::MissingBinary {
             what: program,
             detail: format!("no {} and no `{program}` in PATH", own.display()),
             package: ETCD_PACKAGE,
-        })?;
-    if program == "etcd" {
-        let version = Command::new(&found)
-            .arg("--version")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        let version = version
-            .lines()
-            .find_map(|line| line.strip_prefix("etcd Version: "))
-            .unwrap_or("unknown")
-            .trim();
-        if etcd_revokes_on_resume(version) {
-            return Err(HarnessError::MissingBinary {
-                what: "etcd 3.4.28, 3.5.11 or later",
-                detail: format!(
-                    "{} is etcd {version}, whose raft leader revokes every lease when it \
-                     resumes from a pause (etcd issue 15247), so a healthy leader would lose \
-                     its seat in the pause tests",
-                    found.display()
-                ),
-                package: ETCD_PACKAGE,
-            });
-        }
-    }
-    Ok(found)
-}
-
-/// Whether etcd `version` (`3.4.23`) has the stale-leader lease revocation: a raft
-/// leader that was paused past a lease's TTL revokes it when it resumes, although the
-/// new leader has been renewing it (etcd issue 15247, fixed in 3.4.28 and 3.5.11). An
-/// unreadable version counts as affected.
-fn etcd_revokes_on_resume(version: &str) -> bool {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    match (
-        parts.next().flatten(),
-        parts.next().flatten(),
-        parts.next().flatten(),
-    ) {
-        (Some(3), Some(4), Some(patch)) => patch < 28,
-        (Some(3), Some(5), Some(patch)) => patch < 11,
-        (Some(3), Some(minor), Some(_)) => minor < 4,
-        (Some(major), Some(_), Some(_)) => major < 3,
-        _ => true,
-    }
+        })
 }
 
 /// `azurite-blob` from `.tools/azurite` under the workspace root, else from
@@ -1147,7 +1101,8 @@ mod tests {
     }
 
     #[test]
-    fn etcd_is_taken_from_the_tools_directory_else_from_path_if_recent_enough() {
+    fn etcd_is_taken_from_the_tools_directory_else_from_path() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let (local, path) = (dir.path().join("local"), dir.path().join("path"));
         std::fs::create_dir_all(&path).unwrap();
@@ -1157,45 +1112,20 @@ mod tests {
             .to_string();
         assert!(err.contains("bash scripts/install-test-deps.sh"), "{err}");
         assert!(err.contains(ETCD_PACKAGE), "{err}");
-        let fake = |dir: &Path, version: &str| {
-            use std::os::unix::fs::PermissionsExt;
+        let fake = |dir: &Path| {
             std::fs::create_dir_all(dir).unwrap();
             let file = dir.join("etcd");
-            std::fs::write(
-                &file,
-                format!("#!/bin/sh\necho 'etcd Version: {version}'\n"),
-            )
-            .unwrap();
+            std::fs::write(&file, "#!/bin/sh\n").unwrap();
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
             file
         };
-        fake(&path, "3.4.23");
-        let err = find_etcd_in(&local, search.clone(), "etcd")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("etcd 3.4.23") && err.contains("15247"),
-            "{err}"
-        );
-        let recent = fake(&path, "3.5.16");
+        let in_path = fake(&path);
         assert_eq!(
             find_etcd_in(&local, search.clone(), "etcd").unwrap(),
-            recent
+            in_path
         );
-        let own = fake(&local, "3.5.16");
+        let own = fake(&local);
         assert_eq!(find_etcd_in(&local, search, "etcd").unwrap(), own);
-    }
-
-    #[test]
-    fn etcd_versions_with_the_stale_leader_revocation_are_refused() {
-        for affected in [
-            "3.4.23", "3.4.27", "3.5.0", "3.5.10", "3.3.25", "2.3.8", "", "3.5",
-        ] {
-            assert!(etcd_revokes_on_resume(affected), "{affected:?}");
-        }
-        for fixed in ["3.4.28", "3.4.35", "3.5.11", "3.5.16", "3.6.0", "4.0.0"] {
-            assert!(!etcd_revokes_on_resume(fixed), "{fixed:?}");
-        }
     }
 }
 
