@@ -20,7 +20,7 @@
 //! dead node's shards move; after a join about the newcomer's target moves.
 
 use std::cmp::Reverse;
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::hash::{key_hash, rendezvous_score};
@@ -154,7 +154,11 @@ pub fn plan_reusing(
         previous.filter(|prev| prev.r == r && prev.preferred.len() == p && *prev.key == key);
     let replicas = match reuse {
         Some(prev) => prev.replicas.clone(),
-        None => Arc::new(replica_sets(shard_hashes, &active, &node_hash, r)),
+        None => Arc::new(
+            previous
+                .and_then(|prev| replica_sets_after(prev, shard_hashes, &key, &node_hash, r))
+                .unwrap_or_else(|| replica_sets(shard_hashes, &active, &node_hash, r)),
+        ),
     };
     let key = match reuse {
         Some(prev) => prev.key.clone(),
@@ -282,18 +286,110 @@ fn replica_sets(shard_hashes: &[u64], active: &[u32], node_hash: &[u64], r: usiz
     for (s, sh) in shard_hashes.iter().enumerate() {
         best.clear();
         for &n in active {
-            let key = (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n));
-            if best.len() < r || key > best[best.len() - 1] {
-                let at = best.partition_point(|b| *b > key);
-                best.insert(at, key);
-                best.truncate(r);
-            }
+            insert_ranked(
+                &mut best,
+                (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n)),
+                r,
+            );
         }
         for (i, (_, Reverse(n))) in best.iter().enumerate() {
             replicas[s * r + i] = *n;
         }
     }
     replicas
+}
+
+/// The replica sets for the nodes `key` (sorted ids with their active flags), worked
+/// out from those of `prev` for other nodes: a shard none of whose replicas left keeps
+/// them and only the nodes that came (or became active) are scored for it; a shard
+/// that lost a replica is scored afresh. A join then costs O(P·R), not O(P·N). The
+/// result equals [`replica_sets`] for the same nodes: removing a node that is not in
+/// a shard's top `r` leaves the top `r`, and ties are broken by node number, whose
+/// order among the nodes both lists have is their id order in both. `None` (work it
+/// out afresh) where the replication or the shards differ, or where so many nodes
+/// came or went that scoring every node is about as cheap.
+fn replica_sets_after(
+    prev: &Plan,
+    shard_hashes: &[u64],
+    key: &[(String, bool)],
+    node_hash: &[u64],
+    r: usize,
+) -> Option<Vec<u32>> {
+    if r == 0 || prev.r != r || prev.preferred.len() != shard_hashes.len() {
+        return None;
+    }
+    let number: HashMap<&str, u32> = key
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, active))| *active)
+        .map(|(n, (id, _))| (id.as_str(), n as u32))
+        .collect();
+    // Old node number → new one, for the nodes active in both lists.
+    let kept: Vec<Option<u32>> = prev
+        .key
+        .iter()
+        .map(|(id, active)| number.get(id.as_str()).copied().filter(|_| *active))
+        .collect();
+    let was_active: HashSet<&str> = prev
+        .key
+        .iter()
+        .filter(|(_, active)| *active)
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let came: Vec<u32> = key
+        .iter()
+        .enumerate()
+        .filter(|(_, (id, active))| *active && !was_active.contains(id.as_str()))
+        .map(|(n, _)| n as u32)
+        .collect();
+    let went = was_active.len() + came.len() - number.len();
+    if 2 * (came.len() + went) > number.len() {
+        return None;
+    }
+    let active: Vec<u32> = number.values().copied().collect();
+    let mut replicas = vec![NONE; shard_hashes.len() * r];
+    let mut best: Vec<(u64, Reverse<u32>)> = Vec::with_capacity(r + 1);
+    for (s, sh) in shard_hashes.iter().enumerate() {
+        best.clear();
+        let old = &prev.replicas[s * r..(s + 1) * r];
+        let all_kept = old
+            .iter()
+            .all(|&n| kept.get(n as usize).copied().flatten().is_some());
+        if all_kept {
+            for &n in old {
+                let n = kept[n as usize].unwrap_or(NONE);
+                best.push((rendezvous_score(*sh, node_hash[n as usize]), Reverse(n)));
+            }
+            for &n in &came {
+                insert_ranked(
+                    &mut best,
+                    (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n)),
+                    r,
+                );
+            }
+        } else {
+            for &n in &active {
+                insert_ranked(
+                    &mut best,
+                    (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n)),
+                    r,
+                );
+            }
+        }
+        for (i, (_, Reverse(n))) in best.iter().enumerate() {
+            replicas[s * r + i] = *n;
+        }
+    }
+    Some(replicas)
+}
+
+/// Puts `key` into `best` (highest first, at most `r` long) if it ranks there.
+fn insert_ranked(best: &mut Vec<(u64, Reverse<u32>)>, key: (u64, Reverse<u32>), r: usize) {
+    if best.len() < r || best.last().is_some_and(|last| key > *last) {
+        let at = best.partition_point(|b| *b > key);
+        best.insert(at, key);
+        best.truncate(r);
+    }
 }
 
 struct Placer<'a> {
@@ -568,6 +664,59 @@ mod tests {
         let other = plan_reusing(Some(&a), &sh, &ns2, 3, &h);
         assert!(!Arc::ptr_eq(&other.replicas, &a.replicas));
         assert_eq!(other, plan(&sh, &ns2, 3, &h));
+    }
+
+    #[test]
+    fn replica_sets_worked_out_from_the_last_plan_equal_fresh_ones() {
+        let sh = shards(3000);
+        let mut ns = nodes(12);
+        let mut prev = plan(&sh, &ns, 3, &[]);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |below: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % below as u64) as usize
+        };
+        let (mut worked_out, mut fresh_count) = (0, 0);
+        for round in 0..80 {
+            match next(4) {
+                0 => ns.push(NodeSpec::new(format!("joined-{round:02}"))),
+                1 if ns.len() > 4 => {
+                    ns.remove(next(ns.len()));
+                }
+                2 => {
+                    let n = next(ns.len());
+                    ns[n].draining = !ns[n].draining;
+                }
+                _ => {
+                    // Two at once, one in, one out.
+                    ns.push(NodeSpec::new(format!("swapped-{round:02}")));
+                    ns.remove(next(ns.len()));
+                }
+            }
+            ns.sort_by(|a, b| a.id.cmp(&b.id));
+            let key: Vec<(String, bool)> = ns.iter().map(|n| (n.id.clone(), n.active())).collect();
+            let active: Vec<u32> = (0..ns.len() as u32)
+                .filter(|n| ns[*n as usize].active())
+                .collect();
+            let node_hash: Vec<u64> = ns.iter().map(|n| key_hash(&n.id)).collect();
+            let r = 3.min(active.len());
+            let fresh = replica_sets(&sh, &active, &node_hash, r);
+            match replica_sets_after(&prev, &sh, &key, &node_hash, r) {
+                Some(from_prev) => {
+                    assert_eq!(from_prev, fresh, "round {round}");
+                    worked_out += 1;
+                }
+                None => fresh_count += 1,
+            }
+            prev = plan_reusing(Some(&prev), &sh, &ns, 3, &[]);
+            assert_eq!(*prev.replicas, fresh, "round {round}");
+        }
+        assert!(
+            worked_out >= 40,
+            "{worked_out} of 80 worked out, {fresh_count} afresh"
+        );
     }
 
     #[test]
