@@ -60,6 +60,16 @@ impl DemoOptions {
     }
 }
 
+/// Graceful handoffs per second and burst, per node, for a demo of `shards` over
+/// `nodes`: 200/s in bursts of 20, so a small demo can be followed by eye, and more
+/// where that would make the drain of a node's share of the shards take longer than
+/// about two seconds (at 10^6 shards over 10 nodes, 200/s would take 500 s).
+pub fn handoff_rate(shards: usize, nodes: usize) -> (f64, u32) {
+    let share = shards / nodes.max(1);
+    let per_second = (share as f64 / 2.0).max(200.0);
+    (per_second, (per_second / 10.0).ceil() as u32)
+}
+
 /// Min/median/max of some durations, in milliseconds (`null` without samples).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Spread {
@@ -1084,6 +1094,22 @@ async fn drain_node(demo: &Arc<tokio::sync::Mutex<Demo>>, id: &str) -> Result<()
                     ),
                 ));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::handoff_rate;
+
+    #[test]
+    fn the_handoff_rate_keeps_small_demos_watchable_and_drains_large_ones_in_seconds() {
+        assert_eq!(handoff_rate(256, 5), (200.0, 20));
+        for (shards, nodes) in [(100_000, 10), (1_000_000, 10), (1 << 20, 2)] {
+            let (rate, burst) = handoff_rate(shards, nodes);
+            let drain = (shards / nodes) as f64 / rate;
+            assert!(drain <= 2.0, "{shards} over {nodes}: {drain} s at {rate}/s");
+            assert!(burst >= 1 && f64::from(burst) <= rate, "{burst} of {rate}");
         }
     }
 }

@@ -277,6 +277,7 @@ async fn run_demo(args: DemoArgs, shutdown: CancellationToken) -> tenure::Result
     options.nodes = args.nodes;
     options.shards = args.shards;
     options.replication = args.replication;
+    options.handoff_rate = demo::handoff_rate(options.shards, options.nodes);
     options.timing = tenure::Timing::from_ttl(seconds("ttl", args.ttl)?);
     options.timing.validate()?;
     if let Some(ns) = &args.namespace {
