@@ -493,6 +493,14 @@ pub(crate) struct View {
     pub(crate) ignored: Vec<(String, String)>,
 }
 
+/// Whether `a` and `b` are the same text, without reading them where they are the same
+/// bytes: a store's member list hands the unchanged values of one list on to the next
+/// (shared), and with N members of P/8-byte states each node would otherwise compare
+/// O(N·P) bytes per update of one member.
+fn same_text(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || a == b)
+}
+
 /// Which shards may be seen differently after a new view: their holder or a node's
 /// campaigning claim changed. `All` when the node list changed (node numbers moved).
 #[derive(Debug, PartialEq, Eq)]
@@ -517,7 +525,8 @@ impl View {
         let same_size = prev.holders.len() == shards;
         for m in sorted {
             let known = prev.index_of(m.id()).map(|i| i as usize);
-            let reused = known.filter(|i| same_size && prev.values[*i].value() == m.value());
+            let reused =
+                known.filter(|i| same_size && same_text(prev.values[*i].value(), m.value()));
             let decoded = match (reused, known) {
                 (Some(i), _) => Ok((prev.states[i].clone(), prev.values[i].clone())),
                 (None, known) => {
