@@ -16,7 +16,7 @@
 //! 0). Both are URL-safe base64 without padding. A node picks the shorter of the two:
 //! 10,000 shards cost at most 1.7 KB per set, 1,000,000 at most 167 KB.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -577,6 +577,9 @@ impl View {
         view.holders = prev.holders.clone();
         view.leads = prev.leads.clone();
         let mut changed = Vec::new();
+        // Each shard whose held bit flipped somewhere, with the lowest node that took
+        // it in this update (if any).
+        let mut flipped: HashMap<usize, Option<u32>> = HashMap::new();
         for n in 0..view.nodes.len() {
             if Arc::ptr_eq(&prev.states[n], &view.states[n]) {
                 continue;
@@ -585,16 +588,41 @@ impl View {
             changed.extend(campaigning);
             for s in held {
                 changed.push(s);
-                let holder = view.states.iter().position(|st| st.held.contains(s));
-                let holder = holder.map(|h| h as u32);
-                if let Some(h) = view.holders.get(s) {
-                    view.leads[h as usize] -= 1;
-                }
-                if let Some(h) = holder {
-                    view.leads[h as usize] += 1;
-                }
-                view.holders.set(s, holder);
+                let took = view.states[n].held.contains(s).then_some(n as u32);
+                let lowest = flipped.entry(s).or_insert(None);
+                *lowest = match (*lowest, took) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
             }
+        }
+        // The holder is the lowest node that claims the shard. Nodes below the old
+        // holder did not claim it, so unless the old holder let go, the new one is the
+        // lower of it and the lowest taker; only a shard its holder let go needs a look
+        // at every node (another may have claimed it all along: a double claim).
+        for (s, lowest_taker) in flipped {
+            let old = view.holders.get(s);
+            let holder = match old {
+                Some(h) if view.states[h as usize].held.contains(s) => {
+                    Some(lowest_taker.map_or(h, |t| t.min(h)))
+                }
+                None => lowest_taker,
+                Some(_) => view
+                    .states
+                    .iter()
+                    .position(|st| st.held.contains(s))
+                    .map(|h| h as u32),
+            };
+            if holder == old {
+                continue;
+            }
+            if let Some(h) = old {
+                view.leads[h as usize] -= 1;
+            }
+            if let Some(h) = holder {
+                view.leads[h as usize] += 1;
+            }
+            view.holders.set(s, holder);
         }
         (view, Changed::Shards(changed))
     }
@@ -885,6 +913,43 @@ mod tests {
         assert_eq!(after.holders, View::build(&list, p).holders);
         assert_eq!(after.leads, vec![399, 2]);
         assert!(after.states[0].campaigning.contains(700));
+    }
+
+    #[test]
+    fn random_updates_with_double_claims_keep_the_holders_of_a_built_view() {
+        let (p, n) = (64, 6);
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |below: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % below as u64) as usize
+        };
+        let mut own: Vec<OwnState> = (0..n).map(|i| OwnState::new(p, 1, i as u64)).collect();
+        let list = |own: &mut [OwnState]| -> Vec<Member> {
+            own.iter_mut()
+                .enumerate()
+                .map(|(i, st)| Member::new(format!("n{i}"), st.value()).unwrap())
+                .collect()
+        };
+        let mut view = View::build(&list(&mut own), p);
+        for round in 0..300 {
+            // A few nodes flip a few bits each: takes, releases and double claims.
+            for _ in 0..1 + next(3) {
+                let node = next(n);
+                for _ in 0..1 + next(6) {
+                    let s = next(p);
+                    let on = !own[node].held.contains(s);
+                    own[node].set_held(s, on);
+                }
+            }
+            let members = list(&mut own);
+            let (after, _) = View::update(&view, &members, p);
+            let built = View::build(&members, p);
+            assert_eq!(after.holders, built.holders, "round {round}");
+            assert_eq!(after.leads, built.leads, "round {round}");
+            view = after;
+        }
     }
 
     #[test]
