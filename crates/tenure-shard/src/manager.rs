@@ -749,6 +749,9 @@ impl Controller {
         let mut losses = self.session.losses();
         let mut losses_open = true;
         loop {
+            // The latest member list received in this pass: lists that arrive together
+            // are applied once, as the last of them (a member stream may coalesce).
+            let mut latest: Option<Vec<Member>> = None;
             let handoffs = (!self.pending.is_empty()).then(|| self.bucket.next());
             let wake = next_wake(self.retry_at, self.replan_at, handoffs);
             let sleep = async {
@@ -759,7 +762,7 @@ impl Controller {
             };
             tokio::select! {
                 m = members.next(), if members_open => match m {
-                    Some(Ok(list)) => self.set_members(&list),
+                    Some(Ok(list)) => latest = Some(list),
                     Some(Err(e)) => tracing::warn!(error = %e, "member watch error"),
                     None => {
                         // The watch ended (store gone?): try to open a new one.
@@ -822,6 +825,9 @@ impl Controller {
                 self.handle(m);
             }
             while let Some(Some(Ok(list))) = members.next().now_or_never() {
+                latest = Some(list);
+            }
+            if let Some(list) = latest {
                 self.set_members(&list);
             }
             self.refresh_plan().await;
