@@ -671,13 +671,7 @@ mod tests {
         let sh = shards(3000);
         let mut ns = nodes(12);
         let mut prev = plan(&sh, &ns, 3, &[]);
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |below: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % below as u64) as usize
-        };
+        let mut next = crate::hash::test_rng(0x9e37_79b9_7f4a_7c15u64);
         let (mut worked_out, mut fresh_count) = (0, 0);
         for round in 0..80 {
             match next(4) {

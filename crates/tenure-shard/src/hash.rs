@@ -35,6 +35,18 @@ pub fn rendezvous_score(shard: u64, node: u64) -> u64 {
     mix64(shard ^ node.rotate_left(31))
 }
 
+/// A small deterministic generator for tests (xorshift): each call gives a number
+/// below its argument.
+#[cfg(test)]
+pub(crate) fn test_rng(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |below| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % below as u64) as usize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

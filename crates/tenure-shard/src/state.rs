@@ -918,13 +918,7 @@ mod tests {
     #[test]
     fn random_updates_with_double_claims_keep_the_holders_of_a_built_view() {
         let (p, n) = (64, 6);
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |below: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % below as u64) as usize
-        };
+        let mut next = crate::hash::test_rng(0x2545_f491_4f6c_dd1du64);
         let mut own: Vec<OwnState> = (0..n).map(|i| OwnState::new(p, 1, i as u64)).collect();
         let list = |own: &mut [OwnState]| -> Vec<Member> {
             own.iter_mut()
