@@ -3,10 +3,11 @@
 # missing:
 #   - etcd and etcdctl 3.5 into .tools/etcd/bin (project-local, git-ignored),
 #     from Debian trixie's etcd-server and etcd-client packages, fetched with a
-#     private apt state so the machine's own sources are left as they are:
-#     bookworm's etcd 3.4.23 revokes every lease when a paused raft leader
-#     resumes (etcd issue 15247, fixed in 3.4.28 and 3.5.11), so a healthy
-#     leader would lose its seat in the cluster pause tests;
+#     private apt state so the machine's own sources are left as they are
+#     (bookworm has 3.4.23): 3.5.11 and later check leadership before a raft
+#     leader revokes leases, which narrows etcd issue 15247 (a paused leader
+#     revoking live leases as it resumes; see the etcd README), and 3.5 is the
+#     faster store at 10^5 shards;
 #   - apt: zookeeper,
 #     libcurator-recipes-java (Apache Curator with its framework and client,
 #     for the Curator LeaderLatch interop test), redis-server, and npm if it
