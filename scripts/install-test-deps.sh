@@ -4,8 +4,8 @@
 #   - etcd and etcdctl 3.5 into .tools/etcd/bin (project-local, git-ignored),
 #     from Debian trixie's etcd-server and etcd-client packages, fetched with a
 #     private apt state so the machine's own sources are left as they are
-#     (bookworm has 3.4.23): 3.5.11 and later check leadership before a raft
-#     leader revokes leases, which narrows etcd issue 15247 (a paused leader
+#     (bookworm has 3.4.23): 3.5.16 checks leadership before a raft leader
+#     revokes leases, which narrows etcd issue 15247 (a paused leader
 #     revoking live leases as it resumes; see the etcd README), and 3.5 is the
 #     faster store at 10^5 shards;
 #   - apt: zookeeper,
@@ -43,8 +43,9 @@ for check in "${checks[@]}"; do
   present "$marker" || missing+=("$package")
 done
 etcd_dir="$root/.tools/etcd"
-# The oldest etcd 3.5 that ignores a stale leader's lease revocations.
-etcd_min_patch=11
+# The etcd 3.5 measured here (its binary has the leadership check before a
+# lease is revoked); trixie's package is at least that.
+etcd_min_patch=16
 need_etcd=1
 if [[ -x "$etcd_dir/bin/etcd" && -x "$etcd_dir/bin/etcdctl" ]]; then
   need_etcd=0

@@ -386,16 +386,33 @@ const ETCD_PACKAGE: &str =
 /// `program` (`etcd` or `etcdctl`) from `.tools/etcd/bin` under the workspace root,
 /// else from `PATH`.
 fn find_etcd(program: &'static str) -> Result<PathBuf> {
-    find_etcd_in(
-        &workspace_root().join(".tools/etcd/bin"),
+    local_or_in_path(
+        workspace_root().join(".tools/etcd/bin").join(program),
         std::env::var_os("PATH"),
         program,
+        ETCD_PACKAGE,
     )
 }
 
-/// [`find_etcd`] with the project-local directory `local` and the search path `path`.
-fn find_etcd_in(local: &Path, path: Option<OsString>, program: &'static str) -> Result<PathBuf> {
-    let own = local.join(program);
+/// `azurite-blob` from `.tools/azurite` under the workspace root, else from
+/// `PATH`.
+fn find_azurite() -> Result<PathBuf> {
+    local_or_in_path(
+        workspace_root().join(".tools/azurite/node_modules/.bin/azurite-blob"),
+        std::env::var_os("PATH"),
+        "azurite-blob",
+        "the npm package azurite@3 in .tools/azurite",
+    )
+}
+
+/// A tool the install script puts under the workspace (`own`) if it is there, else
+/// `program` from the search path `path`; missing, it names `package`.
+fn local_or_in_path(
+    own: PathBuf,
+    path: Option<OsString>,
+    program: &'static str,
+    package: &'static str,
+) -> Result<PathBuf> {
     if is_executable(&own) {
         return Ok(own);
     }
@@ -403,22 +420,8 @@ fn find_etcd_in(local: &Path, path: Option<OsString>, program: &'static str) -> 
         .ok_or_else(|| HarnessError::MissingBinary {
             what: program,
             detail: format!("no {} and no `{program}` in PATH", own.display()),
-            package: ETCD_PACKAGE,
+            package,
         })
-}
-
-/// `azurite-blob` from `.tools/azurite` under the workspace root, else from
-/// `PATH`.
-fn find_azurite() -> Result<PathBuf> {
-    let local = workspace_root().join(".tools/azurite/node_modules/.bin/azurite-blob");
-    if is_executable(&local) {
-        return Ok(local);
-    }
-    find_in_path("azurite-blob").ok_or_else(|| HarnessError::MissingBinary {
-        what: "Azurite",
-        detail: format!("no {} and no `azurite-blob` in PATH", local.display()),
-        package: "the npm package azurite@3 in .tools/azurite",
-    })
 }
 
 /// Whether a server's log says it could not bind its port.
@@ -1101,15 +1104,16 @@ mod tests {
     }
 
     #[test]
-    fn etcd_is_taken_from_the_tools_directory_else_from_path() {
+    fn a_tool_is_taken_from_the_workspace_else_from_path() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let (local, path) = (dir.path().join("local"), dir.path().join("path"));
         std::fs::create_dir_all(&path).unwrap();
         let search = Some(path.clone().into_os_string());
-        let err = find_etcd_in(&local, search.clone(), "etcd")
-            .unwrap_err()
-            .to_string();
+        let find = |search: Option<OsString>| {
+            local_or_in_path(local.join("etcd"), search, "etcd", ETCD_PACKAGE)
+        };
+        let err = find(search.clone()).unwrap_err().to_string();
         assert!(err.contains("bash scripts/install-test-deps.sh"), "{err}");
         assert!(err.contains(ETCD_PACKAGE), "{err}");
         let fake = |dir: &Path| {
@@ -1120,12 +1124,9 @@ mod tests {
             file
         };
         let in_path = fake(&path);
-        assert_eq!(
-            find_etcd_in(&local, search.clone(), "etcd").unwrap(),
-            in_path
-        );
+        assert_eq!(find(search.clone()).unwrap(), in_path);
         let own = fake(&local);
-        assert_eq!(find_etcd_in(&local, search, "etcd").unwrap(), own);
+        assert_eq!(find(search).unwrap(), own);
     }
 }
 
