@@ -302,6 +302,8 @@ pub struct Tenure {
     pub end_ns: u64,
     /// What ended it.
     pub end: TenureEnd,
+    /// The reason the `lost` event gave, if a `lost` event ended it.
+    pub reason: Option<String>,
 }
 
 impl fmt::Display for Tenure {
@@ -398,6 +400,7 @@ pub fn tenures(logs: &[Vec<Event>], now_ns: u64) -> Vec<Tenure> {
                             start_ns: event.mono_ns,
                             end_ns: now_ns,
                             end: TenureEnd::Open,
+                            reason: None,
                         },
                     );
                 }
@@ -405,6 +408,7 @@ pub fn tenures(logs: &[Vec<Event>], now_ns: u64) -> Vec<Tenure> {
                     if let Some(mut tenure) = open.remove(&event.election) {
                         tenure.end_ns = event.mono_ns;
                         tenure.end = if event.is(Event::LOST) {
+                            tenure.reason.clone_from(&event.reason);
                             TenureEnd::Lost
                         } else {
                             TenureEnd::Resigned
