@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tenure::shard::{Layout, ShardEvent, ShardManager, ShardView};
+use tenure::shard::{Layout, ShardEvent, ShardManager, ShardStatus, ShardView};
 use tenure::{DynBackend, Error, ErrorKind, Result, Timing};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -316,8 +316,8 @@ impl Phase {
 #[derive(Debug, Clone)]
 struct Handover {
     shard: String,
-    from: String,
-    to: String,
+    from: Arc<str>,
+    to: Arc<str>,
     gap: Duration,
     why: &'static str,
 }
@@ -326,19 +326,22 @@ struct Handover {
 #[derive(Debug, Clone)]
 struct Released {
     at: Instant,
-    from: String,
+    from: Arc<str>,
     why: &'static str,
 }
 
 /// What the event readers record.
 struct Record {
     phase: Phase,
-    leaders: Vec<Option<String>>,
+    leaders: Vec<Option<Arc<str>>>,
+    /// Shards led per node as the events read so far say (kept with `leaders`, so
+    /// comparing it with each manager's status tells whether every event was read).
+    led: HashMap<Arc<str>, usize>,
     acquired_at: Vec<Option<Instant>>,
     released: HashMap<usize, Released>,
     recent: VecDeque<Handover>,
     /// (phase, shard, at, node) of every acquisition.
-    acquisitions: Vec<(Phase, usize, Instant, String)>,
+    acquisitions: Vec<(Phase, usize, Instant, Arc<str>)>,
     /// (phase, why, gap) of every shard that changed hands after a release.
     gaps: Vec<(Phase, &'static str, Duration)>,
     crashed: Vec<String>,
@@ -359,6 +362,7 @@ impl Record {
         Record {
             phase: Phase::Start,
             leaders: vec![None; shards],
+            led: HashMap::new(),
             acquired_at: vec![None; shards],
             released: HashMap::new(),
             recent: VecDeque::new(),
@@ -376,24 +380,35 @@ impl Record {
         self.recent.push_back(h);
     }
 
-    fn on_event(&mut self, node: &str, at: Instant, event: ShardEvent) {
+    /// Sets the leader of shard `i` as the events say, keeping the per-node counts.
+    fn set_leader(&mut self, i: usize, leader: Option<Arc<str>>) {
+        if let Some(l) = &leader {
+            *self.led.entry(l.clone()).or_default() += 1;
+        }
+        if let Some(old) = std::mem::replace(&mut self.leaders[i], leader) {
+            if let Some(n) = self.led.get_mut(&old) {
+                *n = n.saturating_sub(1);
+            }
+        }
+    }
+
+    fn on_event(&mut self, node: &Arc<str>, at: Instant, event: ShardEvent) {
         match event {
             ShardEvent::Acquired { shard, .. } => {
                 let i = shard.index();
-                self.acquisitions
-                    .push((self.phase, i, at, node.to_string()));
+                self.acquisitions.push((self.phase, i, at, node.clone()));
                 if let Some(r) = self.released.remove(&i) {
                     let gap = at.saturating_duration_since(r.at);
                     self.gaps.push((self.phase, r.why, gap));
                     self.push_recent(Handover {
                         shard: shard.name().to_string(),
                         from: r.from,
-                        to: node.to_string(),
+                        to: node.clone(),
                         gap,
                         why: r.why,
                     });
                 }
-                self.leaders[i] = Some(node.to_string());
+                self.set_leader(i, Some(node.clone()));
                 self.acquired_at[i] = Some(at);
             }
             ShardEvent::HandedOff { shard, .. } => {
@@ -403,15 +418,15 @@ impl Record {
         }
     }
 
-    fn on_release(&mut self, node: &str, at: Instant, i: usize, why: &'static str) {
+    fn on_release(&mut self, node: &Arc<str>, at: Instant, i: usize, why: &'static str) {
         match &self.leaders[i] {
             Some(l) if l == node => {
-                self.leaders[i] = None;
+                self.set_leader(i, None);
                 self.released.insert(
                     i,
                     Released {
                         at,
-                        from: node.to_string(),
+                        from: node.clone(),
                         why,
                     },
                 );
@@ -429,14 +444,32 @@ impl Record {
 
     fn crash(&mut self, node: &str, at: Instant) -> usize {
         self.crashed.push(node.to_string());
+        let node: Arc<str> = node.into();
         let mut n = 0;
         for i in 0..self.leaders.len() {
-            if self.leaders[i].as_deref() == Some(node) {
+            if self.leaders[i].as_ref() == Some(&node) {
                 n += 1;
-                self.on_release(node, at, i, "crash");
+                self.on_release(&node, at, i, "crash");
             }
         }
         n
+    }
+
+    /// Shards led by `node` as the events read so far say.
+    fn led_by(&self, node: &str) -> usize {
+        self.led.get(node).copied().unwrap_or(0)
+    }
+
+    /// Whether every node (id, status) sees all of them, has nothing pending, has every
+    /// shard with its preferred node, and this record has read all of its events.
+    fn all_read_and_settled(&self, nodes: &[(&str, ShardStatus)]) -> bool {
+        nodes.iter().all(|(id, s)| {
+            s.members == nodes.len()
+                && s.settled
+                && s.campaigning == 0
+                && s.pending_handoffs == 0
+                && self.led_by(id) == s.held
+        })
     }
 }
 
@@ -523,10 +556,17 @@ impl Demo {
             .start()
             .await?;
         let record = self.record.clone();
-        let node = id.to_string();
+        let node: Arc<str> = id.into();
         tokio::spawn(async move {
-            while let Some(event) = events.recv().await {
-                lock(&record).on_event(&node, Instant::now(), event);
+            // Read what has queued up in one go: at 10^5–10^6 shards a step brings
+            // events in bursts, and one lock per event would let the reader fall behind.
+            let mut batch = Vec::with_capacity(1024);
+            while events.recv_many(&mut batch, 1024).await > 0 {
+                let at = Instant::now();
+                let mut r = lock(&record);
+                for event in batch.drain(..) {
+                    r.on_event(&node, at, event);
+                }
             }
         });
         self.nodes.push(Node {
@@ -553,13 +593,15 @@ impl Demo {
     }
 
     /// Every node sees all live nodes, nothing pending, every shard led by its
-    /// preferred node.
+    /// preferred node, and the record has read every node's events (its count of each
+    /// node's shards is the node's own), so a step's events are not counted in the next.
     fn quiet(&self) -> bool {
-        let n = self.nodes.len();
-        self.nodes.iter().all(|node| {
-            let s = node.manager.status().borrow().clone();
-            s.members == n && s.settled && s.campaigning == 0 && s.pending_handoffs == 0
-        })
+        let statuses: Vec<(&str, ShardStatus)> = self
+            .nodes
+            .iter()
+            .map(|n| (n.id.as_str(), n.manager.status().borrow().clone()))
+            .collect();
+        lock(&self.record).all_read_and_settled(&statuses)
     }
 
     /// What each node is doing, for telling apart progress from a stall: changes
@@ -625,10 +667,12 @@ impl Demo {
         for c in &r.crashed {
             per_node.insert(c, 0);
         }
-        for l in r.leaders.iter().flatten() {
-            *per_node.entry(l.as_str()).or_default() += 1;
+        for (l, c) in &r.led {
+            if *c > 0 || per_node.contains_key(&**l) {
+                per_node.insert(l, *c);
+            }
         }
-        let led = r.leaders.iter().filter(|l| l.is_some()).count();
+        let led: usize = r.led.values().sum();
         let max = per_node.values().copied().max().unwrap_or(0).max(1);
         let mut s = String::new();
         let _ = writeln!(
@@ -724,8 +768,10 @@ impl Demo {
         let r = lock(&self.record);
         let mut per_node: BTreeMap<&str, usize> =
             self.nodes.iter().map(|n| (n.id.as_str(), 0)).collect();
-        for l in r.leaders.iter().flatten() {
-            *per_node.entry(l.as_str()).or_default() += 1;
+        for (l, c) in &r.led {
+            if *c > 0 {
+                per_node.insert(l, *c);
+            }
         }
         per_node
             .iter()
@@ -878,8 +924,14 @@ async fn script(
         let r = lock(&d.record);
         let mut last = t_crash;
         let mut seen = 0;
+        let mut was_crashed = vec![false; r.leaders.len()];
+        for &i in &crashed_shards {
+            if let Some(c) = was_crashed.get_mut(i) {
+                *c = true;
+            }
+        }
         for (_, shard, at, _) in &r.acquisitions {
-            if *at >= t_crash && crashed_shards.contains(shard) {
+            if *at >= t_crash && was_crashed.get(*shard).copied().unwrap_or(false) {
                 seen += 1;
                 last = last.max(*at);
             }
@@ -1100,7 +1152,69 @@ async fn drain_node(demo: &Arc<tokio::sync::Mutex<Demo>>, id: &str) -> Result<()
 
 #[cfg(test)]
 mod tests {
-    use super::handoff_rate;
+    use super::*;
+    use tenure::FencingToken;
+
+    fn acquired(layout: &Layout, i: usize) -> ShardEvent {
+        ShardEvent::Acquired {
+            shard: layout.shards()[i].clone(),
+            token: FencingToken(1),
+            lost: CancellationToken::new(),
+        }
+    }
+
+    fn handed_off(layout: &Layout, i: usize) -> ShardEvent {
+        ShardEvent::HandedOff {
+            shard: layout.shards()[i].clone(),
+            token: FencingToken(1),
+            to: None,
+        }
+    }
+
+    fn status(held: usize, members: usize) -> ShardStatus {
+        ShardStatus {
+            members,
+            held,
+            target: held,
+            settled: true,
+            ..ShardStatus::default()
+        }
+    }
+
+    #[test]
+    fn a_step_is_settled_only_once_every_node_s_events_are_read() {
+        let layout = Layout::new("demo", 4, 1).expect("layout");
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let mut r = Record::new(4);
+        let t = Instant::now();
+        for i in 0..4 {
+            r.on_event(&a, t, acquired(&layout, i));
+        }
+        // b took shard 0 over and both managers say so; a's handoff is not read yet.
+        r.on_event(&b, t, acquired(&layout, 0));
+        let managers = [("a", status(3, 2)), ("b", status(1, 2))];
+        assert!(r.all_read_and_settled(&managers));
+        // b also took shard 1, but the record has not read it: not settled, however
+        // quiet the managers are (the next step would count that acquisition).
+        let managers = [("a", status(2, 2)), ("b", status(2, 2))];
+        assert!(!r.all_read_and_settled(&managers));
+        r.on_event(&a, t, handed_off(&layout, 1));
+        assert!(!r.all_read_and_settled(&managers));
+        r.on_event(&b, t, acquired(&layout, 1));
+        assert!(r.all_read_and_settled(&managers));
+        // a's late handoff of shard 0 changes nothing; a crash releases a's two.
+        r.on_event(&a, t, handed_off(&layout, 0));
+        assert_eq!((r.led_by("a"), r.led_by("b")), (2, 2));
+        assert_eq!(r.crash("a", t), 2);
+        assert_eq!((r.led_by("a"), r.led_by("b")), (0, 2));
+        // A node that still has work pending is not settled either.
+        let busy = ShardStatus {
+            pending_handoffs: 1,
+            ..status(2, 1)
+        };
+        assert!(!r.all_read_and_settled(&[("b", busy)]));
+        assert!(r.all_read_and_settled(&[("b", status(2, 1))]));
+    }
 
     #[test]
     fn the_handoff_rate_keeps_small_demos_watchable_and_drains_large_ones_in_seconds() {
