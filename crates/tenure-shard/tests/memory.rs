@@ -195,3 +195,59 @@ async fn batches_of_tries_count_every_seat_against_the_campaign_limit() {
     );
     m.close().await.expect("close");
 }
+
+/// A node that saw only itself at start queues every shard; once a second node joins,
+/// the plan gives it half, and what it had queued but not yet sent is checked against
+/// that plan: it does not go on taking the other node's shards only to hand them back.
+/// (Every batch was sent at once before, permits or not: on a cold start of 10^6
+/// shards one node took 600,000 and handed 500,000 back.)
+#[tokio::test(start_paused = true)]
+async fn queued_tries_follow_the_plan_that_changed_meanwhile() {
+    let store: tenure_core::DynBackend = Arc::new(MemoryBackend::new());
+    let layout = Layout::new("stale", 4_000, 2).unwrap();
+    let start = |id: &'static str, delay: Duration| {
+        let counting = CountingBackend::new(store.clone(), Arc::default());
+        counting.batches().slow_down(delay);
+        tenure_shard::ShardManager::builder(Arc::new(counting))
+            .layout(layout.clone())
+            .node_id(id)
+            .timing(timing())
+            .campaign_limit(100)
+            .start()
+    };
+    // `first` sends a batch of 100 tries every 50 ms; `second` is ten times slower.
+    let (first, mut first_events) = start("first", Duration::from_millis(50))
+        .await
+        .expect("start first");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (second, _second_events) = start("second", Duration::from_millis(500))
+        .await
+        .expect("start second");
+    let settled = |m: &tenure_shard::ShardManager| {
+        let s = m.status().borrow().clone();
+        s.members == 2 && s.settled && s.pending_handoffs == 0 && s.campaigning == 0
+    };
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while !(settled(&first) && settled(&second)) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("settled within 120 s");
+    let mut handed_off = 0;
+    while let Ok(event) = first_events.try_recv() {
+        if matches!(event, tenure_shard::ShardEvent::HandedOff { .. }) {
+            handed_off += 1;
+        }
+    }
+    let (a, b) = (first.held().len(), second.held().len());
+    assert_eq!((a, b), (2_000, 2_000), "held after settling");
+    // What `first` took alone (about 100 per 50 ms before `second` appeared) plus
+    // what was out when the plan changed (two limits) may go back; not the rest.
+    assert!(
+        handed_off <= 1_000,
+        "first handed {handed_off} shards back to second"
+    );
+    first.close().await.expect("close");
+    second.close().await.expect("close");
+}
