@@ -171,6 +171,10 @@ pub struct DemoArgs {
     /// Session TTL in seconds (short, so a crash fails over quickly).
     #[arg(long, default_value_t = 2.0)]
     pub ttl: f64,
+    /// Deal the nodes into this many zones (failure domains; 0: none): every shard's
+    /// replicas span as many zones as there are, up to the replication factor.
+    #[arg(long, default_value_t = 0)]
+    pub zones: usize,
     /// Namespace [default: demo-<pid>].
     #[arg(long)]
     pub namespace: Option<String>,

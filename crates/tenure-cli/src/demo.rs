@@ -38,6 +38,9 @@ pub struct DemoOptions {
     pub handoff_rate: (f64, u32),
     /// Pause between the script's steps (so a viewer can follow; 0 in tests).
     pub pause: Duration,
+    /// Failure domains: with N > 0, the nodes are dealt round-robin into zones
+    /// `zone-1` … `zone-N` and every shard's replicas span them.
+    pub zones: usize,
     /// How long a step may go without progress (no node taking, giving up or asking
     /// for a shard) before the demo gives up on it.
     pub step_limit: Duration,
@@ -56,6 +59,7 @@ impl DemoOptions {
             handoff_rate: (200.0, 20),
             pause: Duration::from_secs(1),
             step_limit: Duration::from_secs(30),
+            zones: 0,
         }
     }
 }
@@ -176,6 +180,8 @@ pub struct EndSummary {
     pub mean_leaders: f64,
     /// max / mean.
     pub imbalance: f64,
+    /// Leaders per zone (empty without zones).
+    pub per_zone: BTreeMap<String, usize>,
 }
 
 /// What the demo measured.
@@ -281,6 +287,15 @@ impl DemoSummary {
                 self.shards
             ),
         ));
+        if !self.end.per_zone.is_empty() {
+            let zones: Vec<String> = self
+                .end
+                .per_zone
+                .iter()
+                .map(|(z, n)| format!("{z} {n}"))
+                .collect();
+            rows.push(("leaders per zone at the end".into(), zones.join(", ")));
+        }
         rows.push(("wall time".into(), show_ms(self.wall_ms)));
         let mut s = String::from("| figure | value |\n|---|---|\n");
         for (k, v) in rows {
@@ -542,19 +557,24 @@ struct Demo {
     layout: Layout,
     options: DemoOptions,
     nodes: Vec<Node>,
+    /// Nodes started so far (they are dealt into zones in this order).
+    added: usize,
     record: Shared,
     started: Instant,
 }
 
 impl Demo {
     async fn add(&mut self, id: &str) -> Result<()> {
-        let (manager, mut events) = ShardManager::builder(self.backend.clone())
+        let mut builder = ShardManager::builder(self.backend.clone())
             .layout(self.layout.clone())
             .node_id(id)
             .timing(self.options.timing.clone())
-            .handoff_rate(self.options.handoff_rate.0, self.options.handoff_rate.1)
-            .start()
-            .await?;
+            .handoff_rate(self.options.handoff_rate.0, self.options.handoff_rate.1);
+        if self.options.zones > 0 {
+            builder = builder.zone(format!("zone-{}", self.added % self.options.zones + 1));
+        }
+        self.added += 1;
+        let (manager, mut events) = builder.start().await?;
         let record = self.record.clone();
         let node: Arc<str> = id.into();
         tokio::spawn(async move {
@@ -743,6 +763,13 @@ impl Demo {
                 *per_node.entry(l.clone()).or_default() += 1;
             }
         }
+        let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+        for n in &snap.nodes {
+            if let Some(z) = &n.zone {
+                *per_zone.entry(z.clone()).or_default() +=
+                    per_node.get(&n.id).copied().unwrap_or(0);
+            }
+        }
         let max_leaders = per_node.values().copied().max().unwrap_or(0);
         let mean_leaders = if per_node.is_empty() {
             0.0
@@ -758,6 +785,7 @@ impl Demo {
             led,
             leaderless: snap.shards.len() - led,
             per_node,
+            per_zone,
             max_leaders,
             mean_leaders,
             imbalance,
@@ -806,6 +834,7 @@ pub async fn run_demo(
         layout: layout.clone(),
         options: options.clone(),
         nodes: Vec::new(),
+        added: 0,
         record: Arc::new(Mutex::new(Record::new(options.shards))),
         started,
     }));

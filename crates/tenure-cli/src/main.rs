@@ -274,6 +274,13 @@ async fn run_demo(args: DemoArgs, shutdown: CancellationToken) -> tenure::Result
             args.nodes
         )));
     }
+    if args.zones > args.nodes {
+        return Err(Error::invalid(format!(
+            "zones: {}; at most one zone per node ({} nodes)",
+            args.zones, args.nodes
+        )));
+    }
+    options.zones = args.zones;
     options.nodes = args.nodes;
     options.shards = args.shards;
     options.replication = args.replication;

@@ -88,13 +88,14 @@ pub fn render(view: &ShardView, layout: &Layout) -> String {
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "members:");
-    let _ = writeln!(s, "| member | weight | draining | leads | target |");
-    let _ = writeln!(s, "|---|---:|---|---:|---:|");
+    let _ = writeln!(s, "| member | zone | weight | draining | leads | target |");
+    let _ = writeln!(s, "|---|---|---:|---|---:|---:|");
     for n in &view.nodes {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             n.id,
+            n.zone.as_deref().unwrap_or("-"),
             n.weight,
             if n.draining { "yes" } else { "no" },
             leads.get(n.id.as_str()).copied().unwrap_or(0),
@@ -184,10 +185,11 @@ mod tests {
 
     async fn cluster(backend: &DynBackend, layout: &Layout, ids: &[&str]) -> Vec<ShardManager> {
         let mut nodes = Vec::new();
-        for id in ids {
+        for (i, id) in ids.iter().enumerate() {
             let (m, events) = ShardManager::builder(backend.clone())
                 .layout(layout.clone())
                 .node_id(*id)
+                .zone(format!("zone-{}", i % 2))
                 .timing(timing())
                 .start()
                 .await
@@ -272,14 +274,16 @@ mod tests {
         // The histogram and the members agree: 16 = 6 + 5 + 5 in some order.
         let mut counts: Vec<usize> = ["a", "b", "c"]
             .iter()
-            .map(|id| {
+            .enumerate()
+            .map(|(i, id)| {
+                let zone = i % 2;
                 let line = text
                     .lines()
-                    .find(|l| l.starts_with(&format!("| {id} | 1 | no |")))
+                    .find(|l| l.starts_with(&format!("| {id} | zone-{zone} | 1 | no |")))
                     .unwrap_or_else(|| panic!("no member row for {id}: {text}"));
                 line.split('|')
                     .map(str::trim)
-                    .nth(4)
+                    .nth(5)
                     .unwrap()
                     .parse()
                     .unwrap()

@@ -126,8 +126,34 @@ fn bad_demo_arguments_exit_2_with_one_line() {
         vec!["demo", "--replication", "0"],
         vec!["demo", "--ttl", "-1"],
         vec!["demo", "--backend", "nope://x"],
+        vec!["demo", "--nodes", "3", "--zones", "4"],
     ] {
         let out = tenure().args(&args).output().expect("run tenure");
         assert_invalid_argument(&out, &args);
     }
+}
+
+#[test]
+fn zones_spread_the_leaders_and_the_summary_counts_them() {
+    let out = tenure()
+        .args([
+            "demo", "--nodes", "6", "--zones", "3", "--shards", "120", "--ttl", "1", "--json",
+        ])
+        .output()
+        .expect("run tenure");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tenure demo failed: {stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    assert_eq!(f(&v, &["end", "led"]), 120.0);
+    // Six nodes dealt into three zones; node-4 (zone-1) crashed, node-7 joined
+    // (zone-1), node-1 (zone-1) drained: zone-1 keeps one node, the others two.
+    let per_zone = v["end"]["per_zone"].as_object().expect("per_zone");
+    let zone = |z: &str| {
+        per_zone[z]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{z}: {per_zone:?}"))
+    };
+    assert_eq!(zone("zone-1") + zone("zone-2") + zone("zone-3"), 120.0);
+    assert_eq!(zone("zone-2"), 2.0 * zone("zone-1"), "{per_zone:?}");
+    assert_eq!(zone("zone-3"), 2.0 * zone("zone-1"), "{per_zone:?}");
 }

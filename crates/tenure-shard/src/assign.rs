@@ -3,8 +3,11 @@
 //! drain flags, and who holds which shard now). No node coordinates the others.
 //!
 //! 1. **Replica sets**: a shard's replicas are the `R` active nodes with the highest
-//!    [`rendezvous_score`] for it. A join or leave changes the replica sets of about
-//!    `R·P/N` shards and no others.
+//!    [`rendezvous_score`] for it, taken so that they span as many failure domains
+//!    (zones) as there are, up to `R`: the best-scoring node of each zone, the `R`
+//!    best of those, and, with fewer than `R` zones, the best-scoring other nodes.
+//!    Without zones that is the plain top `R`. A join or leave changes the replica
+//!    sets of about `R·P/N` shards and no others.
 //! 2. **Targets**: node `n` should lead `P·wₙ/W` shards, rounded by largest remainder
 //!    (ties go to the node that holds more now, then by hash), so targets sum to `P`
 //!    and, with equal weights, are ⌊P/N⌋ or ⌈P/N⌉.
@@ -20,13 +23,19 @@
 //! dead node's shards move; after a join about the newcomer's target moves.
 
 use std::cmp::Reverse;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::hash::{key_hash, rendezvous_score};
 
 /// Marks "no node".
 const NONE: u32 = u32::MAX;
+
+/// What the replica sets depend on of a node: its id, whether it is active, its zone.
+type NodeKey = (String, bool, Option<String>);
+
+/// A node's rank for a shard: its rendezvous score, ties to the lower node number.
+type Ranked = (u64, Reverse<u32>);
 
 /// A member as the assignment sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,16 +46,26 @@ pub struct NodeSpec {
     pub weight: u32,
     /// A draining node replicates and leads nothing.
     pub draining: bool,
+    /// The node's failure domain (a zone, or zone and rack): replica sets span as many
+    /// as there are. Nodes without one count as one domain together.
+    pub zone: Option<String>,
 }
 
 impl NodeSpec {
-    /// A node of weight 1, not draining.
+    /// A node of weight 1, not draining, in no zone.
     pub fn new(id: impl Into<String>) -> Self {
         NodeSpec {
             id: id.into(),
             weight: 1,
             draining: false,
+            zone: None,
         }
+    }
+
+    /// The same node in failure domain `zone`.
+    pub fn in_zone(mut self, zone: impl Into<String>) -> Self {
+        self.zone = Some(zone.into());
+        self
     }
 
     fn active(&self) -> bool {
@@ -58,8 +77,8 @@ impl NodeSpec {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     r: usize,
-    /// The node list (id, active) the replica sets were computed for.
-    key: Arc<Vec<(String, bool)>>,
+    /// The node list (id, active, zone) the replica sets were computed for.
+    key: Arc<Vec<NodeKey>>,
     replicas: Arc<Vec<u32>>,
     preferred: Vec<u32>,
     targets: Vec<u32>,
@@ -140,6 +159,7 @@ pub fn plan_reusing(
         .collect();
     let r = replication.max(1).min(active.len());
     let node_hash: Vec<u64> = nodes.iter().map(|n| key_hash(&n.id)).collect();
+    let zones = Zones::new(nodes);
     let holder = |s: usize| -> Option<u32> {
         holders
             .get(s)
@@ -149,15 +169,20 @@ pub fn plan_reusing(
     };
 
     // 1. Replica sets.
-    let key: Vec<(String, bool)> = nodes.iter().map(|n| (n.id.clone(), n.active())).collect();
+    let key: Vec<NodeKey> = nodes
+        .iter()
+        .map(|n| (n.id.clone(), n.active(), n.zone.clone()))
+        .collect();
     let reuse =
         previous.filter(|prev| prev.r == r && prev.preferred.len() == p && *prev.key == key);
     let replicas = match reuse {
         Some(prev) => prev.replicas.clone(),
         None => Arc::new(
             previous
-                .and_then(|prev| replica_sets_after(prev, shard_hashes, &key, &node_hash, r))
-                .unwrap_or_else(|| replica_sets(shard_hashes, &active, &node_hash, r)),
+                .and_then(|prev| {
+                    replica_sets_after(prev, shard_hashes, &key, &node_hash, &zones, r)
+                })
+                .unwrap_or_else(|| replica_sets(shard_hashes, &active, &node_hash, &zones, r)),
         ),
     };
     let key = match reuse {
@@ -276,22 +301,122 @@ pub fn plan_reusing(
     }
 }
 
-/// The top `r` of `active` by rendezvous score, for every shard (flat, `r` per shard).
-fn replica_sets(shard_hashes: &[u64], active: &[u32], node_hash: &[u64], r: usize) -> Vec<u32> {
+/// The failure domains of the nodes, numbered in order of first appearance: `of[n]`
+/// is node `n`'s (nodes without a zone share one).
+struct Zones {
+    of: Vec<u32>,
+    count: usize,
+}
+
+impl Zones {
+    fn new(nodes: &[NodeSpec]) -> Zones {
+        let mut numbers: HashMap<Option<&str>, u32> = HashMap::new();
+        let of = nodes
+            .iter()
+            .map(|n| {
+                let next = numbers.len() as u32;
+                *numbers.entry(n.zone.as_deref()).or_insert(next)
+            })
+            .collect();
+        Zones {
+            of,
+            count: numbers.len(),
+        }
+    }
+}
+
+/// Picks a shard's replica set from candidate nodes (see the module docs), reusing its
+/// buffers from shard to shard.
+struct Selector<'a> {
+    node_hash: &'a [u64],
+    zones: &'a Zones,
+    r: usize,
+    /// The best `2r` candidates, highest first: enough to fill up after one per zone.
+    top: Vec<Ranked>,
+    best_in_zone: Vec<Option<Ranked>>,
+    /// Zones with an entry in `best_in_zone` for the current shard.
+    seen: Vec<u32>,
+}
+
+impl<'a> Selector<'a> {
+    fn new(node_hash: &'a [u64], zones: &'a Zones, r: usize) -> Self {
+        Selector {
+            node_hash,
+            zones,
+            r,
+            top: Vec::with_capacity(2 * r + 1),
+            best_in_zone: vec![None; zones.count],
+            seen: Vec::new(),
+        }
+    }
+
+    /// The replica set of the shard with hash `sh` among `candidates`, into `out`
+    /// (highest rank first). With one zone (or none) it is the top `r`; otherwise
+    /// the best of each zone, the `r` best of those, filled up with the best others
+    /// when there are fewer than `r` zones. Picking from a set that holds the pick
+    /// of a larger set gives that pick: dropping a node that was not picked changes
+    /// nothing (it was below its zone's best, or below the fill), which is what lets
+    /// a join be scored against the last replica sets alone.
+    fn select(&mut self, sh: u64, candidates: impl Iterator<Item = u32>, out: &mut Vec<Ranked>) {
+        out.clear();
+        let rank = |n: u32| (rendezvous_score(sh, self.node_hash[n as usize]), Reverse(n));
+        if self.zones.count <= 1 {
+            for n in candidates {
+                insert_ranked(out, rank(n), self.r);
+            }
+            return;
+        }
+        for z in self.seen.drain(..) {
+            self.best_in_zone[z as usize] = None;
+        }
+        self.top.clear();
+        for n in candidates {
+            let key = rank(n);
+            insert_ranked(&mut self.top, key, 2 * self.r);
+            let z = self.zones.of[n as usize];
+            let slot = &mut self.best_in_zone[z as usize];
+            if slot.is_none() {
+                self.seen.push(z);
+            }
+            if slot.is_none_or(|best| key > best) {
+                *slot = Some(key);
+            }
+        }
+        for z in &self.seen {
+            if let Some(key) = self.best_in_zone[*z as usize] {
+                insert_ranked(out, key, self.r);
+            }
+        }
+        if out.len() < self.r {
+            for key in &self.top {
+                if out.len() == self.r {
+                    break;
+                }
+                if !out.contains(key) {
+                    out.push(*key);
+                }
+            }
+            out.sort_unstable_by(|a, b| b.cmp(a));
+        }
+    }
+}
+
+/// The replica set of every shard among `active` (flat, `r` per shard).
+fn replica_sets(
+    shard_hashes: &[u64],
+    active: &[u32],
+    node_hash: &[u64],
+    zones: &Zones,
+    r: usize,
+) -> Vec<u32> {
     let mut replicas = vec![NONE; shard_hashes.len() * r];
     if r == 0 {
         return replicas;
     }
-    let mut best: Vec<(u64, Reverse<u32>)> = Vec::with_capacity(r + 1);
+    let mut selector = Selector::new(node_hash, zones, r);
+    let mut best: Vec<Ranked> = Vec::with_capacity(r + 1);
     for (s, sh) in shard_hashes.iter().enumerate() {
-        best.clear();
-        for &n in active {
-            insert_ranked(
-                &mut best,
-                (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n)),
-                r,
-            );
-        }
+        selector.select(*sh, active.iter().copied(), &mut best);
         for (i, (_, Reverse(n))) in best.iter().enumerate() {
             replicas[s * r + i] = *n;
         }
@@ -299,82 +424,78 @@ fn replica_sets(shard_hashes: &[u64], active: &[u32], node_hash: &[u64], r: usiz
     replicas
 }
 
-/// The replica sets for the nodes `key` (sorted ids with their active flags), worked
-/// out from those of `prev` for other nodes: a shard none of whose replicas left keeps
-/// them and only the nodes that came (or became active) are scored for it; a shard
-/// that lost a replica is scored afresh. A join then costs O(P·R), not O(P·N). The
-/// result equals [`replica_sets`] for the same nodes: removing a node that is not in
-/// a shard's top `r` leaves the top `r`, and ties are broken by node number, whose
-/// order among the nodes both lists have is their id order in both. `None` (work it
-/// out afresh) where the replication or the shards differ, or where so many nodes
-/// came or went that scoring every node is about as cheap.
+/// The replica sets for the nodes `key` (sorted ids with their active flags and
+/// zones), worked out from those of `prev` for other nodes: a shard none of whose
+/// replicas left keeps them and only the nodes that came (or became active, or moved
+/// zone) are scored with them; a shard that lost a replica is scored afresh. A join
+/// then costs O(P·R), not O(P·N). The result equals [`replica_sets`] for the same
+/// nodes (see [`Selector::select`]; ties are broken by node number, whose order
+/// among the nodes both lists have is their id order in both). `None` (work it out
+/// afresh) where the replication or the shards differ, or where so many nodes came
+/// or went that scoring every node is about as cheap.
 fn replica_sets_after(
     prev: &Plan,
     shard_hashes: &[u64],
-    key: &[(String, bool)],
+    key: &[NodeKey],
     node_hash: &[u64],
+    zones: &Zones,
     r: usize,
 ) -> Option<Vec<u32>> {
     if r == 0 || prev.r != r || prev.preferred.len() != shard_hashes.len() {
         return None;
     }
-    let number: HashMap<&str, u32> = key
+    // Active nodes by id, with their number and zone, in both lists.
+    let now: HashMap<&str, (u32, &Option<String>)> = key
         .iter()
         .enumerate()
-        .filter(|(_, (_, active))| *active)
-        .map(|(n, (id, _))| (id.as_str(), n as u32))
+        .filter(|(_, (_, active, _))| *active)
+        .map(|(n, (id, _, zone))| (id.as_str(), (n as u32, zone)))
         .collect();
-    // Old node number → new one, for the nodes active in both lists.
+    let before: HashMap<&str, &Option<String>> = prev
+        .key
+        .iter()
+        .filter(|(_, active, _)| *active)
+        .map(|(id, _, zone)| (id.as_str(), zone))
+        .collect();
+    // Old node number → new one, for the nodes active in both lists in one zone.
     let kept: Vec<Option<u32>> = prev
         .key
         .iter()
-        .map(|(id, active)| number.get(id.as_str()).copied().filter(|_| *active))
-        .collect();
-    let was_active: HashSet<&str> = prev
-        .key
-        .iter()
-        .filter(|(_, active)| *active)
-        .map(|(id, _)| id.as_str())
+        .map(|(id, active, zone)| {
+            let (n, z) = now.get(id.as_str()).copied()?;
+            (*active && z == zone).then_some(n)
+        })
         .collect();
     let came: Vec<u32> = key
         .iter()
         .enumerate()
-        .filter(|(_, (id, active))| *active && !was_active.contains(id.as_str()))
+        .filter(|(_, (id, active, zone))| *active && before.get(id.as_str()) != Some(&zone))
         .map(|(n, _)| n as u32)
         .collect();
-    let went = was_active.len() + came.len() - number.len();
-    if 2 * (came.len() + went) > number.len() {
+    let stayed = kept.iter().flatten().count();
+    let went = before.len() - stayed;
+    if 2 * (came.len() + went) > now.len() {
         return None;
     }
-    let active: Vec<u32> = number.values().copied().collect();
+    let active: Vec<u32> = now.values().map(|(n, _)| *n).collect();
     let mut replicas = vec![NONE; shard_hashes.len() * r];
-    let mut best: Vec<(u64, Reverse<u32>)> = Vec::with_capacity(r + 1);
+    let mut selector = Selector::new(node_hash, zones, r);
+    let mut best: Vec<Ranked> = Vec::with_capacity(r + 1);
+    let mut candidates: Vec<u32> = Vec::with_capacity(r + came.len());
     for (s, sh) in shard_hashes.iter().enumerate() {
-        best.clear();
         let old = &prev.replicas[s * r..(s + 1) * r];
-        let all_kept = old
-            .iter()
-            .all(|&n| kept.get(n as usize).copied().flatten().is_some());
-        if all_kept {
-            for &n in old {
-                let n = kept[n as usize].unwrap_or(NONE);
-                best.push((rendezvous_score(*sh, node_hash[n as usize]), Reverse(n)));
+        candidates.clear();
+        for &n in old {
+            match kept.get(n as usize).copied().flatten() {
+                Some(n) => candidates.push(n),
+                None => break,
             }
-            for &n in &came {
-                insert_ranked(
-                    &mut best,
-                    (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n)),
-                    r,
-                );
-            }
+        }
+        if candidates.len() == old.len() {
+            candidates.extend_from_slice(&came);
+            selector.select(*sh, candidates.iter().copied(), &mut best);
         } else {
-            for &n in &active {
-                insert_ranked(
-                    &mut best,
-                    (rendezvous_score(*sh, node_hash[n as usize]), Reverse(n)),
-                    r,
-                );
-            }
+            selector.select(*sh, active.iter().copied(), &mut best);
         }
         for (i, (_, Reverse(n))) in best.iter().enumerate() {
             replicas[s * r + i] = *n;
@@ -384,7 +505,7 @@ fn replica_sets_after(
 }
 
 /// Puts `key` into `best` (highest first, at most `r` long) if it ranks there.
-fn insert_ranked(best: &mut Vec<(u64, Reverse<u32>)>, key: (u64, Reverse<u32>), r: usize) {
+fn insert_ranked(best: &mut Vec<Ranked>, key: Ranked, r: usize) {
     if best.len() < r || best.last().is_some_and(|last| key > *last) {
         let at = best.partition_point(|b| *b > key);
         best.insert(at, key);
@@ -504,6 +625,7 @@ impl Placer<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     fn shards(p: usize) -> Vec<u64> {
         (0..p).map(|i| key_hash(&format!("ns/{i:05}"))).collect()
@@ -673,15 +795,25 @@ mod tests {
         let mut prev = plan(&sh, &ns, 3, &[]);
         let mut next = crate::hash::test_rng(0x9e37_79b9_7f4a_7c15u64);
         let (mut worked_out, mut fresh_count) = (0, 0);
-        for round in 0..80 {
-            match next(4) {
-                0 => ns.push(NodeSpec::new(format!("joined-{round:02}"))),
+        let zone = |i: usize| format!("z{}", i % 3);
+        for (i, n) in ns.iter_mut().enumerate() {
+            if i % 4 != 0 {
+                n.zone = Some(zone(i));
+            }
+        }
+        for round in 0..120 {
+            match next(5) {
+                0 => ns.push(NodeSpec::new(format!("joined-{round:02}")).in_zone(zone(round))),
                 1 if ns.len() > 4 => {
                     ns.remove(next(ns.len()));
                 }
                 2 => {
                     let n = next(ns.len());
                     ns[n].draining = !ns[n].draining;
+                }
+                3 => {
+                    let n = next(ns.len());
+                    ns[n].zone = Some(zone(round + 1));
                 }
                 _ => {
                     // Two at once, one in, one out.
@@ -690,14 +822,18 @@ mod tests {
                 }
             }
             ns.sort_by(|a, b| a.id.cmp(&b.id));
-            let key: Vec<(String, bool)> = ns.iter().map(|n| (n.id.clone(), n.active())).collect();
+            let key: Vec<NodeKey> = ns
+                .iter()
+                .map(|n| (n.id.clone(), n.active(), n.zone.clone()))
+                .collect();
             let active: Vec<u32> = (0..ns.len() as u32)
                 .filter(|n| ns[*n as usize].active())
                 .collect();
             let node_hash: Vec<u64> = ns.iter().map(|n| key_hash(&n.id)).collect();
+            let zones = Zones::new(&ns);
             let r = 3.min(active.len());
-            let fresh = replica_sets(&sh, &active, &node_hash, r);
-            match replica_sets_after(&prev, &sh, &key, &node_hash, r) {
+            let fresh = replica_sets(&sh, &active, &node_hash, &zones, r);
+            match replica_sets_after(&prev, &sh, &key, &node_hash, &zones, r) {
                 Some(from_prev) => {
                     assert_eq!(from_prev, fresh, "round {round}");
                     worked_out += 1;
@@ -708,9 +844,150 @@ mod tests {
             assert_eq!(*prev.replicas, fresh, "round {round}");
         }
         assert!(
-            worked_out >= 40,
-            "{worked_out} of 80 worked out, {fresh_count} afresh"
+            worked_out >= 60,
+            "{worked_out} of 120 worked out, {fresh_count} afresh"
         );
+    }
+
+    /// The replica set by its definition: nodes in score order, the first of each
+    /// zone until `r`, then the best of the others.
+    fn greedy(sh: u64, ns: &[NodeSpec], r: usize) -> Vec<u32> {
+        let mut all: Vec<Ranked> = (0..ns.len() as u32)
+            .filter(|n| ns[*n as usize].active())
+            .map(|n| {
+                (
+                    rendezvous_score(sh, key_hash(&ns[n as usize].id)),
+                    Reverse(n),
+                )
+            })
+            .collect();
+        all.sort_unstable_by(|a, b| b.cmp(a));
+        let mut picked: Vec<Ranked> = Vec::new();
+        let mut zones = Vec::new();
+        for k in &all {
+            let z = &ns[k.1 .0 as usize].zone;
+            if picked.len() < r && !zones.contains(z) {
+                zones.push(z.clone());
+                picked.push(*k);
+            }
+        }
+        for k in &all {
+            if picked.len() < r && !picked.contains(k) {
+                picked.push(*k);
+            }
+        }
+        picked.sort_unstable_by(|a, b| b.cmp(a));
+        picked.into_iter().map(|(_, Reverse(n))| n).collect()
+    }
+
+    #[test]
+    fn replica_sets_span_the_zones_and_match_their_definition() {
+        let sh = shards(2000);
+        let mut next = crate::hash::test_rng(0x5eed_2041);
+        for (n, z, r) in [
+            (9, 3, 3),
+            (10, 2, 3),
+            (12, 5, 3),
+            (7, 1, 3),
+            (6, 6, 2),
+            (5, 0, 3),
+        ] {
+            let mut ns = nodes(n);
+            if z > 0 {
+                for node in ns.iter_mut() {
+                    // Unequal zones: a random zone per node.
+                    node.zone = Some(format!("zone-{}", next(z)));
+                }
+            }
+            let distinct_zones = {
+                let mut all: Vec<_> = ns.iter().map(|n| n.zone.clone()).collect();
+                all.sort();
+                all.dedup();
+                all.len()
+            };
+            let a = plan(&sh, &ns, r, &[]);
+            for (s, h) in sh.iter().enumerate() {
+                let reps = a.replicas(s);
+                assert_eq!(reps, greedy(*h, &ns, r).as_slice(), "n={n} z={z} shard {s}");
+                let mut spanned: Vec<_> = reps.iter().map(|m| &ns[*m as usize].zone).collect();
+                spanned.sort();
+                spanned.dedup();
+                assert_eq!(
+                    spanned.len(),
+                    distinct_zones.min(r),
+                    "n={n} z={z} shard {s}"
+                );
+            }
+            if z == 0 {
+                // Without zones: the plain top r.
+                let active: Vec<u32> = (0..n as u32).collect();
+                let hashes: Vec<u64> = ns.iter().map(|x| key_hash(&x.id)).collect();
+                let mut best = Vec::new();
+                for (s, h) in sh.iter().enumerate() {
+                    best.clear();
+                    for &m in &active {
+                        insert_ranked(
+                            &mut best,
+                            (rendezvous_score(*h, hashes[m as usize]), Reverse(m)),
+                            r,
+                        );
+                    }
+                    let top: Vec<u32> = best.iter().map(|(_, Reverse(m))| *m).collect();
+                    assert_eq!(a.replicas(s), top.as_slice());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn losing_a_zone_moves_only_its_shards_and_leaves_every_shard_a_replica() {
+        let sh = shards(3000);
+        let ns: Vec<NodeSpec> = nodes(9)
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| n.in_zone(format!("zone-{}", i % 3)))
+            .collect();
+        let before = plan(&sh, &ns, 3, &[]);
+        assert_balanced(&before, &ns);
+        for s in 0..sh.len() {
+            let zones: HashSet<_> = before
+                .replicas(s)
+                .iter()
+                .map(|n| &ns[*n as usize].zone)
+                .collect();
+            assert_eq!(zones.len(), 3, "shard {s}");
+        }
+        // Leaderships per zone follow the nodes per zone (each node's share is
+        // rounded to a whole shard: 333 or 334 here, so a zone of three leads
+        // 1000 ± 3).
+        let mut per_zone: HashMap<&Option<String>, u32> = HashMap::new();
+        for (n, node) in ns.iter().enumerate() {
+            *per_zone.entry(&node.zone).or_default() += before.load(n as u32);
+        }
+        assert!(
+            per_zone.values().all(|l| l.abs_diff(1000) <= 3),
+            "{per_zone:?}"
+        );
+        let leaders_before = leaders(&before, &ns);
+        let survivors: Vec<NodeSpec> = ns
+            .iter()
+            .filter(|n| n.zone.as_deref() != Some("zone-1"))
+            .cloned()
+            .collect();
+        let h = holders(&leaders_before, &survivors);
+        let after = plan(&sh, &survivors, 3, &h);
+        assert_balanced(&after, &survivors);
+        assert_eq!(after.moves_from(&h), 0, "a surviving leader moved");
+        for s in 0..sh.len() {
+            // Two of every shard's three replicas were outside the lost zone: each
+            // had standbys queued when its leader's zone went.
+            let left = before
+                .replicas(s)
+                .iter()
+                .filter(|n| ns[**n as usize].zone.as_deref() != Some("zone-1"))
+                .count();
+            assert_eq!(left, 2, "shard {s}");
+        }
     }
 
     #[test]

@@ -179,6 +179,7 @@ impl Layout {
 /// | `layout` | required | namespace, shards, replication ([`Layout`]) |
 /// | `node_id` | required | this node's member id (letters, digits, `-_.`) |
 /// | `weight` | 1 | relative share of leaderships (1 to 1000) |
+/// | `zone` | none | this node's failure domain (1 to 64 of letters, digits, `-_.:/`): every shard's replicas span as many zones as there are, up to the replication factor |
 /// | `timing` | [`Timing::default`] | session TTL, renewal, deadlines |
 /// | `handoff_rate` | 5,000 per second | graceful handoffs this node starts per second (those due together are resigned as one batch) |
 /// | `handoff_burst` | 500 | handoffs it may start at once |
@@ -191,6 +192,7 @@ pub struct ShardManagerBuilder {
     pub(crate) layout: Option<Layout>,
     pub(crate) node_id: Option<String>,
     pub(crate) weight: u32,
+    pub(crate) zone: Option<String>,
     pub(crate) timing: Timing,
     pub(crate) handoff_rate: f64,
     pub(crate) handoff_burst: u32,
@@ -209,6 +211,7 @@ impl fmt::Debug for ShardManagerBuilder {
             )
             .field("node_id", &self.node_id)
             .field("weight", &self.weight)
+            .field("zone", &self.zone)
             .finish()
     }
 }
@@ -220,6 +223,7 @@ impl ShardManagerBuilder {
             layout: None,
             node_id: None,
             weight: 1,
+            zone: None,
             timing: Timing::default(),
             handoff_rate: 5_000.0,
             handoff_burst: 500,
@@ -244,6 +248,15 @@ impl ShardManagerBuilder {
     /// This node's weight.
     pub fn weight(mut self, weight: u32) -> Self {
         self.weight = weight;
+        self
+    }
+
+    /// This node's failure domain (a zone, or zone and rack as one name such as
+    /// `eu-west-1a/r7`): a shard's replicas are spread over as many zones as there
+    /// are, so losing a whole zone leaves every shard a replica elsewhere (with at
+    /// least as many zones as the replication factor).
+    pub fn zone(mut self, zone: impl Into<String>) -> Self {
+        self.zone = Some(zone.into());
         self
     }
 
@@ -289,6 +302,9 @@ impl ShardManagerBuilder {
             .clone()
             .ok_or_else(|| Error::invalid("node_id: not set"))?;
         Member::check_id(&id).map_err(|e| Error::invalid(format!("node_id: {}", e.message())))?;
+        if let Some(zone) = &self.zone {
+            check_zone(zone)?;
+        }
         if self.weight == 0 || self.weight > MAX_WEIGHT {
             return Err(Error::invalid(format!(
                 "weight: {}; use 1 to {MAX_WEIGHT} (drain a node to give it nothing)",
@@ -316,6 +332,21 @@ impl ShardManagerBuilder {
         self.timing.validate()?;
         Ok((layout, id))
     }
+}
+
+/// The longest zone name accepted.
+pub const MAX_ZONE_LEN: usize = 64;
+
+/// A zone name is 1 to [`MAX_ZONE_LEN`] of ASCII letters, digits and `-_.:/` (it is
+/// published in the member value, whose fields are separated by spaces).
+fn check_zone(zone: &str) -> Result<()> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || "-_.:/".contains(c);
+    if zone.is_empty() || zone.len() > MAX_ZONE_LEN || !zone.chars().all(ok) {
+        return Err(Error::invalid(format!(
+            "zone: {zone:?}; use 1 to {MAX_ZONE_LEN} of letters, digits and -_.:/"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -386,6 +417,18 @@ mod tests {
             (b.clone().layout(l.clone()), "node_id"),
             (b.clone().layout(l.clone()).node_id("a/b"), "node_id"),
             (b.clone().layout(l.clone()).node_id("a").weight(0), "weight"),
+            (b.clone().layout(l.clone()).node_id("a").zone(""), "zone"),
+            (
+                b.clone().layout(l.clone()).node_id("a").zone("eu west"),
+                "zone",
+            ),
+            (
+                b.clone()
+                    .layout(l.clone())
+                    .node_id("a")
+                    .zone("z".repeat(65)),
+                "zone",
+            ),
             (
                 b.clone()
                     .layout(l.clone())
@@ -405,5 +448,7 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::InvalidArgument);
             assert!(e.message().contains(field), "{e} should name {field}");
         }
+        let zoned = b.layout(l).node_id("a").zone("eu-west-1a/r7");
+        assert!(zoned.validate().is_ok());
     }
 }

@@ -267,7 +267,7 @@ impl ShardManagerBuilder {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64),
             );
-        let mut mine = OwnState::new(shards, self.weight, nonce);
+        let mut mine = OwnState::new(shards, self.weight, nonce).in_zone(self.zone.clone());
         let initial = mine.value();
         let member = Member::new(&node_id, &initial)?;
         session.register(&layout.namespace, &member).await?;

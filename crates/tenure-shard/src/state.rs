@@ -3,7 +3,9 @@
 //! shard and who campaigns for which.
 //!
 //! The value is one line of text:
-//! `tenure-shard/2 p=<shards> w=<weight> d=<0|1> b=<base> dh=<list> dc=<list> h=<set> c=<set>`.
+//! `tenure-shard/2 p=<shards> w=<weight> d=<0|1> [z=<zone>] b=<base> dh=<list> dc=<list> h=<set> c=<set>`.
+//! `z` (the node's failure domain) is there only when the node has one; readers
+//! ignore fields they do not know, so older nodes read newer values.
 //! `h` and `c` are the *base*: the shards held and campaigned for when the base named
 //! `b` was written. `dh` and `dc` list the shards whose held and campaigning bits have
 //! flipped since. A node rewrites its base only when the lists grow past a quarter of
@@ -275,6 +277,7 @@ pub(crate) struct NodeState {
     pub(crate) shards: usize,
     pub(crate) weight: u32,
     pub(crate) draining: bool,
+    pub(crate) zone: Option<String>,
     pub(crate) held: ShardSet,
     pub(crate) campaigning: ShardSet,
     /// The name of the base the sets were built from, and where they differ from it
@@ -293,7 +296,7 @@ impl NodeState {
         if parts.next() != Some(TAG) {
             return Err(format!("not a {TAG} value"));
         }
-        let (mut p, mut w, mut d, mut b) = (None, None, None, None);
+        let (mut p, mut w, mut d, mut b, mut z) = (None, None, None, None, None);
         let (mut dh, mut dc, mut h, mut c) = (None, None, None, None);
         for part in parts {
             let (k, v) = part
@@ -303,6 +306,7 @@ impl NodeState {
                 "p" => p = Some(v.parse::<usize>().map_err(|e| format!("p: {e}"))?),
                 "w" => w = Some(v.parse::<u32>().map_err(|e| format!("w: {e}"))?),
                 "d" => d = Some(v == "1"),
+                "z" => z = Some(v.to_string()),
                 "b" => b = Some(v),
                 "dh" => dh = Some(v),
                 "dc" => dc = Some(v),
@@ -344,6 +348,7 @@ impl NodeState {
             shards,
             weight: w.ok_or("missing w")?,
             draining: d.unwrap_or(false),
+            zone: z,
             held,
             campaigning,
             base,
@@ -377,6 +382,7 @@ pub(crate) struct OwnState {
     shards: usize,
     weight: u32,
     draining: bool,
+    zone: Option<String>,
     held: ShardSet,
     campaigning: ShardSet,
     /// Names bases uniquely across this node's restarts; `generation` counts them.
@@ -395,6 +401,7 @@ impl OwnState {
             shards,
             weight,
             draining: false,
+            zone: None,
             held: ShardSet::new(shards),
             campaigning: ShardSet::new(shards),
             nonce,
@@ -403,6 +410,12 @@ impl OwnState {
             held_delta: BTreeSet::new(),
             campaigning_delta: BTreeSet::new(),
         }
+    }
+
+    /// The same state for a node in failure domain `zone`.
+    pub(crate) fn in_zone(mut self, zone: Option<String>) -> Self {
+        self.zone = zone;
+        self
     }
 
     #[cfg(test)]
@@ -449,8 +462,12 @@ impl OwnState {
             self.campaigning_delta.clear();
             (dh, dc) = ("-".to_string(), "-".to_string());
         }
+        let zone = self
+            .zone
+            .as_ref()
+            .map_or_else(String::new, |z| format!(" z={z}"));
         format!(
-            "{TAG} p={} w={} d={} b={:x}.{} dh={dh} dc={dc} {}",
+            "{TAG} p={} w={} d={}{zone} b={:x}.{} dh={dh} dc={dc} {}",
             self.shards,
             self.weight,
             u8::from(self.draining),
@@ -540,6 +557,7 @@ impl View {
                         id: m.id().to_string(),
                         weight: st.weight,
                         draining: st.draining,
+                        zone: st.zone.clone(),
                     });
                     view.states.push(st);
                     view.values.push(value);
@@ -668,8 +686,24 @@ mod tests {
         assert_eq!(st.campaigning.iter().collect::<Vec<_>>(), vec![5]);
         assert!(st.draining);
         assert_eq!(st.weight, 2);
+        assert_eq!(st.zone, None);
         let empty = OwnState::new(10_000, 1, 1).value();
         assert!(empty.ends_with("dh=- dc=- h=- c=-"), "{empty}");
+    }
+
+    #[test]
+    fn a_zone_is_published_only_when_set() {
+        let mut own = OwnState::new(8, 1, 7).in_zone(Some("eu-west-1a/r7".into()));
+        own.set_held(3, true);
+        let text = own.value();
+        assert!(text.contains(" d=0 z=eu-west-1a/r7 b=7."), "{text}");
+        let st = NodeState::decode(&text, None).unwrap();
+        assert_eq!(st.zone.as_deref(), Some("eu-west-1a/r7"));
+        assert_eq!(st.held.iter().collect::<Vec<_>>(), vec![3]);
+        // A value from a node that does not know zones reads as "no zone".
+        let old = OwnState::new(8, 1, 7).value();
+        assert!(!old.contains("z="), "{old}");
+        assert_eq!(NodeState::decode(&old, None).unwrap().zone, None);
     }
 
     #[test]

@@ -74,12 +74,26 @@ impl Cluster {
     }
 
     pub async fn add_weighted(&mut self, id: &str, weight: u32) {
+        self.add_with(id, |b| b.weight(weight)).await;
+    }
+
+    /// Add a node in failure domain `zone`.
+    pub async fn add_in_zone(&mut self, id: &str, zone: &str) {
+        self.add_with(id, |b| b.zone(zone)).await;
+    }
+
+    /// Add a node, `configure` setting what differs from the cluster's defaults.
+    pub async fn add_with(
+        &mut self,
+        id: &str,
+        configure: impl FnOnce(crate::ShardManagerBuilder) -> crate::ShardManagerBuilder,
+    ) {
         let backend = (self.connect)().await.expect("connect");
-        let (m, mut events) = ShardManager::builder(backend)
+        let builder = ShardManager::builder(backend)
             .layout(self.layout.clone())
             .node_id(id)
-            .weight(weight)
-            .timing(self.timing.clone())
+            .timing(self.timing.clone());
+        let (m, mut events) = configure(builder)
             .handoff_rate(10_000.0, 1_000)
             .start()
             .await
@@ -416,6 +430,77 @@ pub async fn check_crash(env: &ShardEnv) {
         "acquisitions other than the dead node's shards"
     );
     eprintln!("crash: {dead} shards led again, the last after {worst:?} (bound {bound:?})");
+    c.close_all().await;
+}
+
+/// Nodes in three zones (`env.nodes` of them, at least 3, dealt round-robin): every
+/// shard's replicas span the three zones; when a whole zone crashes at once, every
+/// shard it led is led again within TTL + one renew interval (+ slack), no shard of
+/// the other zones moves, and the survivors end balanced.
+pub async fn check_zone_loss(env: &ShardEnv) {
+    let layout = Layout::new(&env.namespace(), env.shards, 3).expect("layout");
+    let mut c = Cluster::new(env.connect.clone(), layout, env.timing.clone()).await;
+    let zone_of = |i: usize| format!("zone-{}", i % 3);
+    for i in 0..env.nodes.max(3) {
+        c.add_in_zone(&format!("node-{i:02}"), &zone_of(i)).await;
+    }
+    c.settle(env.settle).await;
+    c.check_balanced().await;
+    let view = c.nodes.values().next().expect("a node").view();
+    let zone: BTreeMap<String, Option<String>> = view
+        .nodes
+        .iter()
+        .map(|n| (n.id.clone(), n.zone.clone()))
+        .collect();
+    for s in &view.shards {
+        let mut spanned: Vec<_> = s.replicas.iter().map(|r| zone[r].clone()).collect();
+        spanned.sort();
+        spanned.dedup();
+        assert_eq!(spanned.len(), 3, "{}: replicas {:?}", s.shard, s.replicas);
+    }
+    let before = c.leaders().await;
+    let lost: Vec<String> = zone
+        .iter()
+        .filter(|(_, z)| z.as_deref() == Some("zone-1"))
+        .map(|(id, _)| id.clone())
+        .collect();
+    let t0 = Instant::now();
+    for id in &lost {
+        c.crash(id);
+    }
+    c.settle(env.settle).await;
+    c.check_balanced().await;
+    let after = c.leaders().await;
+    let bound = c.timing.ttl + c.timing.renew_interval + env.slack;
+    let acquired: std::collections::HashMap<usize, Instant> = c
+        .events_since(t0)
+        .into_iter()
+        .filter_map(|l| match l.event {
+            ShardEvent::Acquired { shard, .. } => Some((shard.index(), l.at)),
+            _ => None,
+        })
+        .collect();
+    let mut releds = 0;
+    for (s, (b, a)) in before.iter().zip(&after).enumerate() {
+        let (b, a) = (b.as_ref().expect("led"), a.as_ref().expect("led"));
+        if lost.contains(&b.0) {
+            releds += 1;
+            let took = acquired[&s] - t0;
+            assert!(
+                took <= bound,
+                "shard {s} led again after {took:?} > {bound:?}"
+            );
+            assert!(a.1 > b.1, "shard {s}: token {} after {}", a.1, b.1);
+        } else {
+            assert_eq!(a, b, "shard {s} of a surviving zone moved");
+        }
+    }
+    assert!(releds > 0, "the lost zone led nothing");
+    assert_eq!(
+        acquired.len(),
+        releds,
+        "acquisitions beyond the lost zone's shards"
+    );
     c.close_all().await;
 }
 

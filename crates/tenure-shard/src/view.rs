@@ -35,6 +35,8 @@ pub struct NodeInfo {
     pub weight: u32,
     /// Whether it is draining.
     pub draining: bool,
+    /// Its failure domain, if it declared one.
+    pub zone: Option<String>,
     /// Shards it holds (by its published state).
     pub leads: usize,
     /// Its fair share: ⌊P·w/W⌋ or one more (targets sum to P).
@@ -77,6 +79,7 @@ impl ShardView {
                 id: n.id.clone(),
                 weight: n.weight,
                 draining: n.draining,
+                zone: n.zone.clone(),
                 leads: view.leads[i],
                 target: plan.target(i as u32) as usize,
                 planned: plan.load(i as u32) as usize,

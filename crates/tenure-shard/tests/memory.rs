@@ -9,8 +9,8 @@ use std::time::Duration;
 use tenure_core::{MemoryBackend, Timing};
 use tenure_shard::bench::CountingBackend;
 use tenure_shard::testing::{
-    check_cold_start, check_crash, check_drain, check_join, check_quiet, same_backend, timing,
-    Cluster, ShardEnv,
+    check_cold_start, check_crash, check_drain, check_join, check_quiet, check_zone_loss,
+    same_backend, timing, Cluster, ShardEnv,
 };
 use tenure_shard::Layout;
 
@@ -45,6 +45,14 @@ async fn a_join_moves_about_the_optimum() {
 #[tokio::test(start_paused = true)]
 async fn a_crash_moves_only_the_dead_nodes_shards_within_ttl() {
     check_crash(&ShardEnv::memory()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn losing_a_zone_re_leads_its_shards_within_ttl() {
+    let mut env = ShardEnv::memory();
+    env.nodes = 9;
+    env.shards = 300;
+    check_zone_loss(&env).await;
 }
 
 #[tokio::test(start_paused = true)]
