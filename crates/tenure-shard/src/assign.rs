@@ -119,6 +119,26 @@ impl Plan {
         &self.loads
     }
 
+    /// The same replica sets with other leaders (`NONE`-free where a shard has one),
+    /// the counts per node following them: what a balance other than by count chose.
+    /// The targets become those counts, so a node's target is what it should lead.
+    pub(crate) fn with_leaders(&self, preferred: Vec<u32>) -> Plan {
+        let mut loads = vec![0u32; self.loads.len()];
+        for n in &preferred {
+            if let Some(l) = loads.get_mut(*n as usize) {
+                *l += 1;
+            }
+        }
+        Plan {
+            r: self.r,
+            key: self.key.clone(),
+            replicas: self.replicas.clone(),
+            preferred,
+            targets: loads.clone(),
+            loads,
+        }
+    }
+
     /// Shards whose planned leader differs from their current holder (shards without
     /// a holder are not counted).
     pub fn moves_from(&self, holders: &[Option<u32>]) -> usize {

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod assign;
+pub mod balance;
 pub mod bench;
 mod config;
 pub mod hash;
