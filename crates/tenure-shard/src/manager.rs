@@ -1259,7 +1259,12 @@ impl Controller {
             }
             self.pending.pop_front();
             self.queued.set(s, false);
-            let (Some(to), Some(mut held)) = (due, self.held.remove(&s)) else {
+            // Only a handoff still due lets go of the shard: one the plan no longer
+            // asks for stays held (and published as held).
+            let Some(to) = due else {
+                continue;
+            };
+            let Some(mut held) = self.held.remove(&s) else {
                 continue;
             };
             self.set_held(s, false);

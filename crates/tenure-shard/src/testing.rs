@@ -92,9 +92,9 @@ impl Cluster {
         let builder = ShardManager::builder(backend)
             .layout(self.layout.clone())
             .node_id(id)
-            .timing(self.timing.clone());
+            .timing(self.timing.clone())
+            .handoff_rate(10_000.0, 1_000);
         let (m, mut events) = configure(builder)
-            .handoff_rate(10_000.0, 1_000)
             .start()
             .await
             .expect("start shard manager");
