@@ -349,8 +349,10 @@ struct Released {
 struct Record {
     phase: Phase,
     leaders: Vec<Option<Arc<str>>>,
-    /// Shards led per node as the events read so far say (kept with `leaders`, so
-    /// comparing it with each manager's status tells whether every event was read).
+    /// Shards led per node as its own events read so far say (acquired minus given
+    /// up: one node's events arrive in order, while events of different nodes can be
+    /// read in any order), so comparing it with each manager's status tells whether
+    /// every event was read.
     led: HashMap<Arc<str>, usize>,
     acquired_at: Vec<Option<Instant>>,
     released: HashMap<usize, Released>,
@@ -395,19 +397,14 @@ impl Record {
         self.recent.push_back(h);
     }
 
-    /// Sets the leader of shard `i` as the events say, keeping the per-node counts.
-    fn set_leader(&mut self, i: usize, leader: Option<Arc<str>>) {
-        if let Some(l) = &leader {
-            *self.led.entry(l.clone()).or_default() += 1;
-        }
-        if let Some(old) = std::mem::replace(&mut self.leaders[i], leader) {
-            if let Some(n) = self.led.get_mut(&old) {
-                *n = n.saturating_sub(1);
+    fn on_event(&mut self, node: &Arc<str>, at: Instant, event: ShardEvent) {
+        let count = self.led.entry(node.clone()).or_default();
+        match &event {
+            ShardEvent::Acquired { .. } => *count += 1,
+            ShardEvent::Lost { .. } | ShardEvent::HandedOff { .. } => {
+                *count = count.saturating_sub(1)
             }
         }
-    }
-
-    fn on_event(&mut self, node: &Arc<str>, at: Instant, event: ShardEvent) {
         match event {
             ShardEvent::Acquired { shard, .. } => {
                 let i = shard.index();
@@ -423,7 +420,7 @@ impl Record {
                         why: r.why,
                     });
                 }
-                self.set_leader(i, Some(node.clone()));
+                self.leaders[i] = Some(node.clone());
                 self.acquired_at[i] = Some(at);
             }
             ShardEvent::HandedOff { shard, .. } => {
@@ -436,7 +433,7 @@ impl Record {
     fn on_release(&mut self, node: &Arc<str>, at: Instant, i: usize, why: &'static str) {
         match &self.leaders[i] {
             Some(l) if l == node => {
-                self.set_leader(i, None);
+                self.leaders[i] = None;
                 self.released.insert(
                     i,
                     Released {
@@ -460,6 +457,7 @@ impl Record {
     fn crash(&mut self, node: &str, at: Instant) -> usize {
         self.crashed.push(node.to_string());
         let node: Arc<str> = node.into();
+        self.led.remove(&node);
         let mut n = 0;
         for i in 0..self.leaders.len() {
             if self.leaders[i].as_ref() == Some(&node) {
@@ -642,31 +640,95 @@ impl Demo {
             .collect()
     }
 
-    /// Why the demo gave up waiting for `what`: each node's counters, in words.
+    /// Why the demo gave up waiting for `what`, in words: the nodes grouped by what
+    /// their counters say (64 alike nodes make one line), and up to three shards not
+    /// with their preferred node as the first such node sees them and as their
+    /// preferred node does.
     fn not_settled(&self, what: &str) -> Error {
-        let states: Vec<String> = self
-            .nodes
+        let mut groups: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        for n in &self.nodes {
+            let s = n.manager.status().borrow().clone();
+            let held = if s.held == s.target {
+                "holds its target".to_string()
+            } else {
+                format!("holds {} of a target of {}", s.held, s.target)
+            };
+            let state = format!(
+                "{held}, campaigns for {}, has {} to hand off, sees {} members{}",
+                s.campaigning,
+                s.pending_handoffs,
+                s.members,
+                if s.settled {
+                    ""
+                } else {
+                    ", not every shard with its preferred node"
+                }
+            );
+            groups.entry(state).or_default().push(&n.id);
+        }
+        {
+            let r = lock(&self.record);
+            for n in &self.nodes {
+                let (read, held) = (r.led_by(&n.id), n.manager.status().borrow().held);
+                if read != held {
+                    groups
+                        .entry(format!(
+                            "holds {held} but its events read so far say {read}"
+                        ))
+                        .or_default()
+                        .push(&n.id);
+                }
+            }
+        }
+        let mut lines: Vec<String> = groups
             .iter()
-            .map(|n| {
-                let s = n.manager.status().borrow().clone();
-                format!(
-                    "{} holds {} (target {}), campaigns for {}, has {} to hand off, sees {} members{}",
-                    n.id,
-                    s.held,
-                    s.target,
-                    s.campaigning,
-                    s.pending_handoffs,
-                    s.members,
-                    if s.settled { "" } else { ", not every shard with its preferred node" }
-                )
+            .map(|(state, ids)| match ids.as_slice() {
+                [one] => format!("{one} {state}"),
+                many => format!("{} nodes ({}…) each {state}", many.len(), many[0]),
             })
             .collect();
+        let unsettled = self
+            .nodes
+            .iter()
+            .find(|n| !n.manager.status().borrow().settled);
+        if let Some(n) = unsettled {
+            let view = n.manager.view();
+            for shard in view
+                .shards
+                .iter()
+                .filter(|s| s.leader.is_none() || s.leader != s.preferred)
+                .take(3)
+            {
+                let theirs = shard
+                    .preferred
+                    .as_deref()
+                    .and_then(|p| self.nodes.iter().find(|m| m.id == p))
+                    .map(|m| {
+                        let v = m.manager.view();
+                        let i = shard.shard.index();
+                        format!(
+                            "; {} sees it led by {}, preferring {}",
+                            m.id,
+                            v.shards[i].leader.as_deref().unwrap_or("nobody"),
+                            v.shards[i].preferred.as_deref().unwrap_or("nobody")
+                        )
+                    })
+                    .unwrap_or_default();
+                lines.push(format!(
+                    "shard {}: {} sees it led by {}, preferring {}{theirs}",
+                    shard.shard,
+                    n.id,
+                    shard.leader.as_deref().unwrap_or("nobody"),
+                    shard.preferred.as_deref().unwrap_or("nobody"),
+                ));
+            }
+        }
         Error::new(
             ErrorKind::Timeout,
             format!(
                 "{what}: no progress for {:?} and not settled: {}",
                 self.options.step_limit,
-                states.join("; ")
+                lines.join("; ")
             ),
         )
     }
@@ -1219,30 +1281,32 @@ mod tests {
         for i in 0..4 {
             r.on_event(&a, t, acquired(&layout, i));
         }
-        // b took shard 0 over and both managers say so; a's handoff is not read yet.
-        r.on_event(&b, t, acquired(&layout, 0));
+        let managers = [("a", status(4, 2)), ("b", status(0, 2))];
+        assert!(r.all_read_and_settled(&managers));
+        // a handed shard 0 to b; b's grant is read first, a's handoff is not read yet:
+        // not settled, however quiet the managers are (the next step would count it).
         let managers = [("a", status(3, 2)), ("b", status(1, 2))];
-        assert!(r.all_read_and_settled(&managers));
-        // b also took shard 1, but the record has not read it: not settled, however
-        // quiet the managers are (the next step would count that acquisition).
-        let managers = [("a", status(2, 2)), ("b", status(2, 2))];
+        r.on_event(&b, t, acquired(&layout, 0));
         assert!(!r.all_read_and_settled(&managers));
-        r.on_event(&a, t, handed_off(&layout, 1));
-        assert!(!r.all_read_and_settled(&managers));
-        r.on_event(&b, t, acquired(&layout, 1));
-        assert!(r.all_read_and_settled(&managers));
-        // a's late handoff of shard 0 changes nothing; a crash releases a's two.
         r.on_event(&a, t, handed_off(&layout, 0));
-        assert_eq!((r.led_by("a"), r.led_by("b")), (2, 2));
-        assert_eq!(r.crash("a", t), 2);
-        assert_eq!((r.led_by("a"), r.led_by("b")), (0, 2));
+        assert!(r.all_read_and_settled(&managers));
+        // Events of different nodes read in any order give the same counts: b's
+        // grant of shard 1 read before a's own (older) grant would have been.
+        let mut late = Record::new(4);
+        late.on_event(&b, t, acquired(&layout, 1));
+        late.on_event(&a, t, acquired(&layout, 1));
+        late.on_event(&a, t, handed_off(&layout, 1));
+        assert_eq!((late.led_by("a"), late.led_by("b")), (0, 1));
+        // A crash releases the crashed node's shards.
+        assert_eq!(r.crash("a", t), 3);
+        assert_eq!((r.led_by("a"), r.led_by("b")), (0, 1));
         // A node that still has work pending is not settled either.
         let busy = ShardStatus {
             pending_handoffs: 1,
-            ..status(2, 1)
+            ..status(1, 1)
         };
         assert!(!r.all_read_and_settled(&[("b", busy)]));
-        assert!(r.all_read_and_settled(&[("b", status(2, 1))]));
+        assert!(r.all_read_and_settled(&[("b", status(1, 1))]));
     }
 
     #[test]
