@@ -67,6 +67,14 @@ cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 for c in "${crates[@]}"; do
   rm -rf "$cargo_home"/registry/src/-*/"$c"-[0-9]*
 done
+# The same holds for what cargo built from those copies: a registry crate of one
+# name and version counts as unchanged, so a second run in the same target directory
+# built the new tarball of one crate against the first run's build of another ("no
+# field `zone` on type `NodeInfo`"). Remove these crates' builds first (their
+# dependencies' stay); a fresh target directory, as in CI, has none.
+for c in "${crates[@]}"; do
+  cargo clean -q -p "$c" >/dev/null 2>&1 || true
+done
 
 log="$(mktemp "${TMPDIR:-/tmp}/package-check.XXXXXX")"
 trap 'rm -f "$log"' EXIT
