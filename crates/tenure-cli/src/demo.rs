@@ -476,13 +476,9 @@ impl Record {
     /// Whether every node (id, status) sees all of them, has nothing pending, has every
     /// shard with its preferred node, and this record has read all of its events.
     fn all_read_and_settled(&self, nodes: &[(&str, ShardStatus)]) -> bool {
-        nodes.iter().all(|(id, s)| {
-            s.members == nodes.len()
-                && s.settled
-                && s.campaigning == 0
-                && s.pending_handoffs == 0
-                && self.led_by(id) == s.held
-        })
+        nodes
+            .iter()
+            .all(|(id, s)| s.is_quiet(nodes.len()) && self.led_by(id) == s.held)
     }
 }
 

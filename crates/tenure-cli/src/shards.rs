@@ -198,10 +198,10 @@ mod tests {
             nodes.push(m);
         }
         for _ in 0..1000 {
-            if nodes.iter().all(|m| {
-                let s = m.status().borrow().clone();
-                s.members == ids.len() && s.settled && s.pending_handoffs == 0 && s.campaigning == 0
-            }) {
+            if nodes
+                .iter()
+                .all(|m| m.status().borrow().is_quiet(ids.len()))
+            {
                 return nodes;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -310,10 +310,9 @@ where
 /// True when every node sees all of `nodes`, campaigns and hands off nothing, and
 /// sees every shard led by its preferred node.
 pub(crate) fn quiet(nodes: &[&ShardManager]) -> bool {
-    nodes.iter().all(|m| {
-        let s = m.status().borrow().clone();
-        s.members == nodes.len() && s.settled && s.campaigning == 0 && s.pending_handoffs == 0
-    })
+    nodes
+        .iter()
+        .all(|m| m.status().borrow().is_quiet(nodes.len()))
 }
 
 /// Wait until `nodes` are [`quiet`] and stay so for `hold` (a status may predate the

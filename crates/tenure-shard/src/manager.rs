@@ -83,6 +83,18 @@ pub struct ShardStatus {
     pub version: u64,
 }
 
+impl ShardStatus {
+    /// Whether this node is done with the member list it sees, and that list has
+    /// `members` members: every shard with its preferred node in its view, nothing
+    /// campaigned for, nothing left to hand off.
+    pub fn is_quiet(&self, members: usize) -> bool {
+        self.members == members
+            && self.settled
+            && self.campaigning == 0
+            && self.pending_handoffs == 0
+    }
+}
+
 enum Internal {
     /// A campaign got its permit and is about to reach the store.
     Started(usize),
@@ -1096,7 +1108,7 @@ impl Controller {
             s,
             view.holders.get(s).is_none() || view.holders.get(s) != pref,
         );
-        let mine = !self.draining && self.me.is_some() && pref == self.me;
+        let mine = self.is_mine(s, plan);
         let holding = self.held.contains_key(&s);
         self.misplaced.set(s, holding && !mine);
         if mine {
@@ -1121,6 +1133,11 @@ impl Controller {
             self.queued.set(s, true);
             self.pending.push_back(s);
         }
+    }
+
+    /// Whether the plan gives shard `s` to this node (never while it drains).
+    fn is_mine(&self, s: usize, plan: &Plan) -> bool {
+        !self.draining && self.me.is_some() && plan.preferred(s) == self.me
     }
 
     /// Whether held shard `s` should go now: `Some(to)` when its preferred node `to`
@@ -1206,9 +1223,7 @@ impl Controller {
                 let Some(s) = self.to_try.pop_front() else {
                     break;
                 };
-                let still = !self.draining
-                    && self.me.is_some()
-                    && plan.preferred(s) == self.me
+                let still = self.is_mine(s, plan)
                     && !self.held.contains_key(&s)
                     && view.holders.get(s).is_none();
                 if still {
