@@ -177,37 +177,15 @@ pub fn plan_reusing(
     let active: Vec<u32> = (0..nodes.len() as u32)
         .filter(|n| nodes[*n as usize].active())
         .collect();
-    let r = replication.max(1).min(active.len());
     let node_hash: Vec<u64> = nodes.iter().map(|n| key_hash(&n.id)).collect();
-    let zones = Zones::new(nodes);
+    let base = replicas_only(previous, shard_hashes, nodes, replication);
+    let (r, key, replicas) = (base.r, base.key, base.replicas);
     let holder = |s: usize| -> Option<u32> {
         holders
             .get(s)
             .copied()
             .flatten()
             .filter(|h| (*h as usize) < nodes.len())
-    };
-
-    // 1. Replica sets.
-    let key: Vec<NodeKey> = nodes
-        .iter()
-        .map(|n| (n.id.clone(), n.active(), n.zone.clone()))
-        .collect();
-    let reuse =
-        previous.filter(|prev| prev.r == r && prev.preferred.len() == p && *prev.key == key);
-    let replicas = match reuse {
-        Some(prev) => prev.replicas.clone(),
-        None => Arc::new(
-            previous
-                .and_then(|prev| {
-                    replica_sets_after(prev, shard_hashes, &key, &node_hash, &zones, r)
-                })
-                .unwrap_or_else(|| replica_sets(shard_hashes, &active, &node_hash, &zones, r)),
-        ),
-    };
-    let key = match reuse {
-        Some(prev) => prev.key.clone(),
-        None => Arc::new(key),
     };
     let reps = |s: usize| &replicas[s * r..(s + 1) * r];
 
@@ -318,6 +296,51 @@ pub fn plan_reusing(
         preferred,
         targets,
         loads,
+    }
+}
+
+/// Step 1 alone: the replica sets of [`plan_reusing`] with no leaders yet (reusing
+/// `previous`'s as it does), for a balance other than by count to choose leaders in.
+pub(crate) fn replicas_only(
+    previous: Option<&Plan>,
+    shard_hashes: &[u64],
+    nodes: &[NodeSpec],
+    replication: usize,
+) -> Plan {
+    let p = shard_hashes.len();
+    let active: Vec<u32> = (0..nodes.len() as u32)
+        .filter(|n| nodes[*n as usize].active())
+        .collect();
+    let r = replication.max(1).min(active.len());
+    let node_hash: Vec<u64> = nodes.iter().map(|n| key_hash(&n.id)).collect();
+    let zones = Zones::new(nodes);
+    let key: Vec<NodeKey> = nodes
+        .iter()
+        .map(|n| (n.id.clone(), n.active(), n.zone.clone()))
+        .collect();
+    let reuse =
+        previous.filter(|prev| prev.r == r && prev.preferred.len() == p && *prev.key == key);
+    let replicas = match reuse {
+        Some(prev) => prev.replicas.clone(),
+        None => Arc::new(
+            previous
+                .and_then(|prev| {
+                    replica_sets_after(prev, shard_hashes, &key, &node_hash, &zones, r)
+                })
+                .unwrap_or_else(|| replica_sets(shard_hashes, &active, &node_hash, &zones, r)),
+        ),
+    };
+    let key = match reuse {
+        Some(prev) => prev.key.clone(),
+        None => Arc::new(key),
+    };
+    Plan {
+        r,
+        key,
+        replicas,
+        preferred: vec![NONE; p],
+        targets: vec![0; nodes.len()],
+        loads: vec![0; nodes.len()],
     }
 }
 

@@ -18,7 +18,7 @@
 //! 0). Both are URL-safe base64 without padding. A node picks the shorter of the two:
 //! 10,000 shards cost at most 1.7 KB per set, 1,000,000 at most 167 KB.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -197,6 +197,117 @@ fn decode_list(s: &str, shards: usize) -> Result<Vec<u32>, String> {
     Ok(out)
 }
 
+/// Ascending `(shard, code)` pairs as LEB128 gaps each followed by the code byte, in
+/// base64, or `-` when there are none.
+fn encode_pairs(pairs: impl Iterator<Item = (u32, u8)>) -> String {
+    let mut bytes = Vec::new();
+    let mut last = 0;
+    for (i, code) in pairs {
+        let mut gap = i - last;
+        last = i;
+        loop {
+            let low = (gap & 0x7f) as u8;
+            gap >>= 7;
+            if gap == 0 {
+                bytes.push(low);
+                break;
+            }
+            bytes.push(low | 0x80);
+        }
+        bytes.push(code);
+    }
+    if bytes.is_empty() {
+        "-".to_string()
+    } else {
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+}
+
+/// The pairs of [`encode_pairs`]: shards strictly ascending and below `shards`.
+fn decode_pairs(s: &str, shards: usize) -> Result<Vec<(u32, u8)>, String> {
+    if s == "-" {
+        return Ok(Vec::new());
+    }
+    let bytes = URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|e| format!("bad loads: {e}"))?;
+    let mut out = Vec::new();
+    let (mut gap, mut shift, mut last) = (0usize, 0u32, None::<usize>);
+    let mut bytes = bytes.into_iter();
+    while let Some(b) = bytes.next() {
+        if shift > 28 {
+            return Err("bad loads: a gap of more than 32 bits".to_string());
+        }
+        gap |= usize::from(b & 0x7f) << shift;
+        shift += 7;
+        if b & 0x80 != 0 {
+            continue;
+        }
+        let i = match last {
+            None => gap,
+            Some(_) if gap == 0 => return Err("bad loads: a shard twice".to_string()),
+            Some(l) => l + gap,
+        };
+        if i >= shards {
+            return Err(format!("bad loads: shard {i} of {shards}"));
+        }
+        let code = bytes.next().ok_or("bad loads: a shard without its code")?;
+        out.push((i as u32, code));
+        (last, gap, shift) = (Some(i), 0, 0);
+    }
+    if shift != 0 {
+        return Err("bad loads: it ends inside a gap".to_string());
+    }
+    Ok(out)
+}
+
+/// The code of shard `s` in ascending pairs (0 if absent).
+fn code_in(pairs: &[(u32, u8)], s: u32) -> Option<u8> {
+    pairs
+        .binary_search_by_key(&s, |(i, _)| *i)
+        .ok()
+        .map(|k| pairs[k].1)
+}
+
+/// Directives as published: `-`, or `<node>:<list>` groups joined by `,` (member ids
+/// have neither character).
+fn encode_directives(moves: &[(u32, String)]) -> String {
+    if moves.is_empty() {
+        return "-".to_string();
+    }
+    let mut by_node: std::collections::BTreeMap<&str, Vec<u32>> = Default::default();
+    for (s, to) in moves {
+        by_node.entry(to.as_str()).or_default().push(*s);
+    }
+    let groups: Vec<String> = by_node
+        .into_iter()
+        .map(|(to, mut shards)| {
+            shards.sort_unstable();
+            shards.dedup();
+            format!("{to}:{}", encode_list(shards.into_iter().map(|s| s as usize)))
+        })
+        .collect();
+    groups.join(",")
+}
+
+fn decode_directives(s: &str, shards: usize) -> Result<Vec<(u32, Arc<str>)>, String> {
+    if s == "-" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for group in s.split(',') {
+        let (to, list) = group
+            .split_once(':')
+            .ok_or_else(|| format!("bad moves: {group:.16?} has no ':'"))?;
+        let to: Arc<str> = Arc::from(to);
+        for i in decode_list(list, shards)? {
+            out.push((i, to.clone()));
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
 /// The symmetric difference of two ascending lists, ascending.
 fn flipped(a: &[u32], b: &[u32]) -> Vec<usize> {
     let (mut i, mut j, mut out) = (0, 0, Vec::new());
@@ -221,53 +332,112 @@ fn flipped(a: &[u32], b: &[u32]) -> Vec<usize> {
     out
 }
 
-/// Which node holds each shard, in chunks shared between views: a new view copies
-/// only the chunks whose shards changed hands (copy on write), so cloning a view costs
-/// P / 4096 reference counts rather than P entries.
+/// One value per shard in chunks shared between views: a new view copies only the
+/// chunks where a value changed (copy on write), so cloning costs P / 4096 reference
+/// counts rather than P entries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Holders {
-    chunks: Vec<Arc<Vec<u32>>>,
+struct Chunked<T> {
+    chunks: Vec<Arc<Vec<T>>>,
     len: usize,
 }
 
-/// Shards per chunk of [`Holders`].
+/// Shards per chunk of [`Chunked`].
 const CHUNK: usize = 4096;
+
+impl<T: Copy> Chunked<T> {
+    fn filled(len: usize, value: T) -> Self {
+        let chunks = (0..len.div_ceil(CHUNK))
+            .map(|c| Arc::new(vec![value; CHUNK.min(len - c * CHUNK)]))
+            .collect();
+        Chunked { chunks, len }
+    }
+
+    fn get(&self, s: usize) -> Option<T> {
+        self.chunks
+            .get(s / CHUNK)
+            .and_then(|c| c.get(s % CHUNK))
+            .copied()
+    }
+
+    fn set(&mut self, s: usize, value: T) {
+        if let Some(chunk) = self.chunks.get_mut(s / CHUNK) {
+            if let Some(v) = Arc::make_mut(chunk).get_mut(s % CHUNK) {
+                *v = value;
+            }
+        }
+    }
+}
+
+/// Which node holds each shard.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Holders(Chunked<u32>);
 
 /// "No holder" in [`Holders`].
 const NO_HOLDER: u32 = u32::MAX;
 
 impl Holders {
     fn new(len: usize) -> Self {
-        let chunks = (0..len.div_ceil(CHUNK))
-            .map(|c| Arc::new(vec![NO_HOLDER; CHUNK.min(len - c * CHUNK)]))
-            .collect();
-        Holders { chunks, len }
+        Holders(Chunked::filled(len, NO_HOLDER))
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.0.len
     }
 
     /// The node holding shard `s`, if any.
     pub(crate) fn get(&self, s: usize) -> Option<u32> {
-        self.chunks
-            .get(s / CHUNK)
-            .and_then(|c| c.get(s % CHUNK))
-            .copied()
-            .filter(|h| *h != NO_HOLDER)
+        self.0.get(s).filter(|h| *h != NO_HOLDER)
     }
 
     fn set(&mut self, s: usize, holder: Option<u32>) {
-        if let Some(chunk) = self.chunks.get_mut(s / CHUNK) {
-            if let Some(h) = Arc::make_mut(chunk).get_mut(s % CHUNK) {
-                *h = holder.unwrap_or(NO_HOLDER);
-            }
-        }
+        self.0.set(s, holder.unwrap_or(NO_HOLDER));
     }
 
     /// Every shard's holder, in order.
     pub(crate) fn to_vec(&self) -> Vec<Option<u32>> {
-        (0..self.len).map(|s| self.get(s)).collect()
+        (0..self.len()).map(|s| self.get(s)).collect()
+    }
+}
+
+/// The last load code published for each shard ([`crate::balance::quantize`]), by its
+/// holder at the time: kept while a shard has no holder, so a new leader starts from
+/// the last figure. Nothing is allocated until a load is reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Loads {
+    codes: Chunked<u8>,
+    /// Shards with a code above 0.
+    pub(crate) reported: usize,
+}
+
+impl Loads {
+    /// Shard `s`'s code (0: none reported).
+    pub(crate) fn get(&self, s: usize) -> u8 {
+        self.codes.get(s).unwrap_or(0)
+    }
+
+    /// Set shard `s`'s code out of `shards`; true if it changed.
+    fn set(&mut self, s: usize, code: u8, shards: usize) -> bool {
+        let old = self.get(s);
+        if old == code || s >= shards {
+            return false;
+        }
+        if self.codes.len != shards {
+            self.codes = Chunked::filled(shards, 0);
+        }
+        self.codes.set(s, code);
+        match (old, code) {
+            (0, _) => self.reported += 1,
+            (_, 0) => self.reported -= 1,
+            _ => {}
+        }
+        true
+    }
+
+    /// Every shard's load in thousandths of the unit ([`crate::balance::level`]).
+    pub(crate) fn levels(&self, shards: usize) -> Vec<u64> {
+        (0..shards)
+            .map(|s| crate::balance::level(self.get(s)))
+            .collect()
     }
 }
 
@@ -285,6 +455,13 @@ pub(crate) struct NodeState {
     base: Arc<str>,
     held_delta: Vec<u32>,
     campaigning_delta: Vec<u32>,
+    /// Load codes of the shards it holds (ascending, no zeros): the base's, and the
+    /// shards whose code differs from it (a 0 there removes the base's).
+    load_base: Arc<Vec<(u32, u8)>>,
+    load_delta: Vec<(u32, u8)>,
+    /// The leaders it asks for as the balancer by load, (shard, node) ascending;
+    /// `None` when it balances by count.
+    pub(crate) moves: Option<Vec<(u32, Arc<str>)>>,
 }
 
 impl NodeState {
@@ -298,6 +475,7 @@ impl NodeState {
         }
         let (mut p, mut w, mut d, mut b, mut z) = (None, None, None, None, None);
         let (mut dh, mut dc, mut h, mut c) = (None, None, None, None);
+        let (mut l, mut dl, mut mv) = (None, None, None);
         for part in parts {
             let (k, v) = part
                 .split_once('=')
@@ -312,6 +490,9 @@ impl NodeState {
                 "dc" => dc = Some(v),
                 "h" => h = Some(v),
                 "c" => c = Some(v),
+                "l" => l = Some(v),
+                "dl" => dl = Some(v),
+                "mv" => mv = Some(v),
                 _ => {} // later versions may add fields
             }
         }
@@ -319,7 +500,9 @@ impl NodeState {
         let base = b.ok_or("missing b")?;
         let held_delta = decode_list(dh.ok_or("missing dh")?, shards)?;
         let campaigning_delta = decode_list(dc.ok_or("missing dc")?, shards)?;
-        let (held, campaigning, base) = match prev {
+        let load_delta = decode_pairs(dl.unwrap_or("-"), shards)?;
+        let moves = mv.map(|v| decode_directives(v, shards)).transpose()?;
+        let (held, campaigning, base, load_base) = match prev {
             Some(prev) if prev.shards == shards && *prev.base == *base => {
                 // The same base: move from the old changes to the new ones.
                 let mut held = prev.held.clone();
@@ -330,7 +513,7 @@ impl NodeState {
                 for i in flipped(&prev.campaigning_delta, &campaigning_delta) {
                     campaigning.flip(i);
                 }
-                (held, campaigning, prev.base.clone())
+                (held, campaigning, prev.base.clone(), prev.load_base.clone())
             }
             _ => {
                 let mut held = ShardSet::decode(h.ok_or("missing h")?, shards)?;
@@ -341,7 +524,8 @@ impl NodeState {
                 for i in &campaigning_delta {
                     campaigning.flip(*i as usize);
                 }
-                (held, campaigning, Arc::from(base))
+                let load_base = decode_pairs(l.unwrap_or("-"), shards)?;
+                (held, campaigning, Arc::from(base), Arc::new(load_base))
             }
         };
         Ok(NodeState {
@@ -354,7 +538,40 @@ impl NodeState {
             base,
             held_delta,
             campaigning_delta,
+            load_base,
+            load_delta,
+            moves,
         })
+    }
+
+    /// The load code this node publishes for shard `s` (0: none).
+    pub(crate) fn load(&self, s: usize) -> u8 {
+        let s = s as u32;
+        code_in(&self.load_delta, s)
+            .or_else(|| code_in(&self.load_base, s))
+            .unwrap_or(0)
+    }
+
+    /// Whether this node publishes any load code.
+    fn has_loads(&self) -> bool {
+        !self.load_base.is_empty() || !self.load_delta.is_empty()
+    }
+
+    /// The shards whose load code differs between `self` and `new`, two states of one
+    /// member: from the change lists when both keep one base.
+    fn loads_changed(&self, new: &NodeState) -> Vec<usize> {
+        let mut keys: Vec<u32> = self.load_delta.iter().map(|(s, _)| *s).collect();
+        keys.extend(new.load_delta.iter().map(|(s, _)| *s));
+        if !Arc::ptr_eq(&self.load_base, &new.load_base) {
+            keys.extend(self.load_base.iter().map(|(s, _)| *s));
+            keys.extend(new.load_base.iter().map(|(s, _)| *s));
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        keys.into_iter()
+            .map(|s| s as usize)
+            .filter(|&s| self.load(s) != new.load(s))
+            .collect()
     }
 
     /// The shards whose held or campaigning bit differs between `self` and `new`, two
@@ -392,6 +609,13 @@ pub(crate) struct OwnState {
     base_text: String,
     held_delta: BTreeSet<u32>,
     campaigning_delta: BTreeSet<u32>,
+    /// Load codes of held shards (no zeros), as in the base, and where they differ
+    /// from it (0: the base's is gone).
+    loads: BTreeMap<u32, u8>,
+    base_loads: BTreeMap<u32, u8>,
+    load_delta: BTreeMap<u32, u8>,
+    /// As the balancer by load: the leaders it asks for (`None`: balancing by count).
+    moves: Option<Vec<(u32, String)>>,
 }
 
 impl OwnState {
@@ -409,7 +633,59 @@ impl OwnState {
             base_text: "h=- c=-".to_string(),
             held_delta: BTreeSet::new(),
             campaigning_delta: BTreeSet::new(),
+            loads: BTreeMap::new(),
+            base_loads: BTreeMap::new(),
+            load_delta: BTreeMap::new(),
+            moves: None,
         }
+    }
+
+    /// Set the load code published for shard `s` (0 removes it); true if that changed
+    /// the state.
+    pub(crate) fn set_load(&mut self, s: usize, code: u8) -> bool {
+        let Ok(i) = u32::try_from(s) else {
+            return false;
+        };
+        if s >= self.shards || self.load(s) == code {
+            return false;
+        }
+        if code == 0 {
+            self.loads.remove(&i);
+        } else {
+            self.loads.insert(i, code);
+        }
+        if self.base_loads.get(&i).copied().unwrap_or(0) == code {
+            self.load_delta.remove(&i);
+        } else {
+            self.load_delta.insert(i, code);
+        }
+        true
+    }
+
+    /// The load code published for shard `s` (0: none).
+    pub(crate) fn load(&self, s: usize) -> u8 {
+        u32::try_from(s)
+            .ok()
+            .and_then(|i| self.loads.get(&i).copied())
+            .unwrap_or(0)
+    }
+
+    /// The sum of this node's load levels ([`crate::balance::level`]).
+    pub(crate) fn load_total(&self) -> u64 {
+        self.loads
+            .values()
+            .map(|c| crate::balance::level(*c))
+            .sum()
+    }
+
+    /// Publish `moves` as the balancer by load (`None`: this node balances by count);
+    /// true if that changed the state.
+    pub(crate) fn set_moves(&mut self, moves: Option<Vec<(u32, String)>>) -> bool {
+        if self.moves == moves {
+            return false;
+        }
+        self.moves = moves;
+        true
     }
 
     /// The same state for a node in failure domain `zone`.
@@ -447,6 +723,11 @@ impl OwnState {
         for s in indices {
             self.set_campaigning(s, false);
         }
+        let indices: Vec<u32> = self.loads.keys().copied().collect();
+        for s in indices {
+            self.set_load(s as usize, 0);
+        }
+        self.moves = None;
     }
 
     /// The member value for the state now. The base is written again only when the
@@ -455,19 +736,35 @@ impl OwnState {
     pub(crate) fn value(&mut self) -> String {
         let mut dh = encode_list(self.held_delta.iter().map(|i| *i as usize));
         let mut dc = encode_list(self.campaigning_delta.iter().map(|i| *i as usize));
-        if dh.len() + dc.len() > self.base_text.len() / 4 + 64 {
+        let mut dl = encode_pairs(self.load_delta.iter().map(|(s, c)| (*s, *c)));
+        if dh.len() + dc.len() + dl.len() > self.base_text.len() / 4 + 64 {
             self.base_text = format!("h={} c={}", self.held.encode(), self.campaigning.encode());
+            if !self.loads.is_empty() {
+                let l = encode_pairs(self.loads.iter().map(|(s, c)| (*s, *c)));
+                self.base_text.push_str(&format!(" l={l}"));
+            }
+            self.base_loads = self.loads.clone();
             self.generation += 1;
             self.held_delta.clear();
             self.campaigning_delta.clear();
-            (dh, dc) = ("-".to_string(), "-".to_string());
+            self.load_delta.clear();
+            (dh, dc, dl) = ("-".to_string(), "-".to_string(), "-".to_string());
         }
+        let dl = if dl == "-" {
+            String::new()
+        } else {
+            format!(" dl={dl}")
+        };
+        let mv = self
+            .moves
+            .as_ref()
+            .map_or_else(String::new, |m| format!(" mv={}", encode_directives(m)));
         let zone = self
             .zone
             .as_ref()
             .map_or_else(String::new, |z| format!(" z={z}"));
         format!(
-            "{TAG} p={} w={} d={}{zone} b={:x}.{} dh={dh} dc={dc} {}",
+            "{TAG} p={} w={} d={}{zone} b={:x}.{} dh={dh} dc={dc}{dl}{mv} {}",
             self.shards,
             self.weight,
             u8::from(self.draining),
@@ -508,6 +805,13 @@ pub(crate) struct View {
     pub(crate) leads: Vec<usize>,
     /// Members whose value could not be used, with the reason.
     pub(crate) ignored: Vec<(String, String)>,
+    /// Each shard's last published load code.
+    pub(crate) loads: Loads,
+    /// The leaders the balancer asks for, (shard, node) ascending, when it balances by
+    /// load; `None` when it balances by count. The balancer is the first active node.
+    pub(crate) moves: Option<Arc<Vec<(usize, u32)>>>,
+    /// Changes whenever a load code or the balancer's moves change.
+    pub(crate) load_epoch: u64,
 }
 
 /// Whether `a` and `b` are the same text, without reading them where they are the same
@@ -579,6 +883,12 @@ impl View {
                 .iter()
                 .zip(&view.nodes)
                 .all(|(a, b)| a.id == b.id);
+        view.loads = if same_size {
+            prev.loads.clone()
+        } else {
+            Loads::default()
+        };
+        view.load_epoch = prev.load_epoch;
         if !same_nodes {
             view.holders = Holders::new(shards);
             view.leads = vec![0; view.nodes.len()];
@@ -590,6 +900,13 @@ impl View {
                     }
                 }
             }
+            let mut loads_moved = false;
+            if view.loads.reported > 0 || view.states.iter().any(|st| st.has_loads()) {
+                for s in 0..shards {
+                    loads_moved |= view.take_load(s, shards);
+                }
+            }
+            view.settle_moves(prev, loads_moved);
             return (view, Changed::All);
         }
         view.holders = prev.holders.clone();
@@ -598,10 +915,12 @@ impl View {
         // Each shard whose held bit flipped somewhere, with the lowest node that took
         // it in this update (if any).
         let mut flipped: HashMap<usize, Option<u32>> = HashMap::new();
+        let mut load_changed = Vec::new();
         for n in 0..view.nodes.len() {
             if Arc::ptr_eq(&prev.states[n], &view.states[n]) {
                 continue;
             }
+            load_changed.extend(prev.states[n].loads_changed(&view.states[n]));
             let (held, campaigning) = prev.states[n].changed(&view.states[n]);
             changed.extend(campaigning);
             for s in held {
@@ -642,7 +961,48 @@ impl View {
             }
             view.holders.set(s, holder);
         }
+        // A shard's load is its holder's figure: look again where a figure or a
+        // holder changed.
+        let mut loads_moved = false;
+        for s in load_changed.into_iter().chain(changed.iter().copied()) {
+            loads_moved |= view.take_load(s, shards);
+        }
+        view.settle_moves(prev, loads_moved);
         (view, Changed::Shards(changed))
+    }
+
+    /// Take shard `s`'s load code from its holder, if it has one (a shard without a
+    /// holder keeps its last); true if it changed.
+    fn take_load(&mut self, s: usize, shards: usize) -> bool {
+        match self.holders.get(s) {
+            Some(h) => {
+                let code = self.states[h as usize].load(s);
+                self.loads.set(s, code, shards)
+            }
+            None => false,
+        }
+    }
+
+    /// Read the balancer's moves, and move the load epoch on if they or a load
+    /// (`loads_moved`) changed since `prev`.
+    fn settle_moves(&mut self, prev: &View, loads_moved: bool) {
+        let balancer = self
+            .nodes
+            .iter()
+            .position(|n| !n.draining && n.weight > 0);
+        self.moves = balancer.and_then(|b| {
+            self.states[b].moves.as_ref().map(|moves| {
+                Arc::new(
+                    moves
+                        .iter()
+                        .filter_map(|(s, to)| self.index_of(to).map(|n| (*s as usize, n)))
+                        .collect(),
+                )
+            })
+        });
+        if loads_moved || self.moves != prev.moves {
+            self.load_epoch = prev.load_epoch.wrapping_add(1);
+        }
     }
 
     pub(crate) fn index_of(&self, id: &str) -> Option<u32> {
