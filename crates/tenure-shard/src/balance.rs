@@ -585,7 +585,11 @@ mod tests {
         for s in 0..1000 {
             assert!(by_load.replicas(s).contains(&by_load.preferred(s).unwrap()));
         }
-        let again = balanced(None, &sh, &ns, &holders(&by_load),
+        let again = balanced(
+            None,
+            &sh,
+            &ns,
+            &holders(&by_load),
             &loads,
             &LoadPolicy::default(),
         );
@@ -605,7 +609,11 @@ mod tests {
         let mut codes: Vec<u8> = figures.iter().map(|l| quantize(*l)).collect();
         let policy = LoadPolicy::default();
         let count = crate::assign::plan(&sh, &ns, 3, &[]);
-        let before_shift = balanced(None, &sh, &ns, &holders(&count),
+        let before_shift = balanced(
+            None,
+            &sh,
+            &ns,
+            &holders(&count),
             &levels_of(&codes),
             &policy,
         );
@@ -643,7 +651,11 @@ mod tests {
         let mut published: Vec<u8> = figures.iter().map(|l| quantize(*l)).collect();
         let policy = LoadPolicy::default();
         let count = crate::assign::plan(&sh, &ns, 3, &[]);
-        let mut plan = balanced(None, &sh, &ns, &holders(&count),
+        let mut plan = balanced(
+            None,
+            &sh,
+            &ns,
+            &holders(&count),
             &levels_of(&published),
             &policy,
         );
@@ -659,10 +671,7 @@ mod tests {
                 }
             }
             let h = holders(&plan);
-            plan = balanced(Some(&plan), &sh, &ns, &h,
-                &levels_of(&published),
-                &policy,
-            );
+            plan = balanced(Some(&plan), &sh, &ns, &h, &levels_of(&published), &policy);
             moves += plan.moves_from(&h);
         }
         assert!(
@@ -694,7 +703,11 @@ mod tests {
         ns[0].weight = 2;
         let loads = vec![level(quantize(10.0)); 600];
         let count = crate::assign::plan(&sh, &ns, 3, &[]);
-        let p = balanced(None, &sh, &ns, &holders(&count),
+        let p = balanced(
+            None,
+            &sh,
+            &ns,
+            &holders(&count),
             &loads,
             &LoadPolicy::default(),
         );

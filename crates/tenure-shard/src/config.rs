@@ -186,6 +186,8 @@ impl Layout {
 /// | `publish_interval` | 10 ms | least time between two updates of this node's member value |
 /// | `campaign_limit` | 1024 | campaigns this node has in flight at once, a batch of tries for free shards counting one per seat (the rest wait for a permit; only those in flight are published as campaigning, so this also bounds the handoffs towards this node per round) |
 /// | `startup_quiet` | 100 ms | at start, campaign only once the member list has not changed for this long |
+/// | `balance_by_load` | off (by count) | choose leaders by the loads reported with [`report_load`](crate::ShardManager::report_load): within a tolerance of each node's share by weight (its capacity), at most so many moves per window ([`LoadPolicy`](crate::balance::LoadPolicy)) |
+/// | `load_interval` | 1 s | least time between two publications of changed load figures |
 #[derive(Clone)]
 pub struct ShardManagerBuilder {
     pub(crate) backend: DynBackend,
@@ -199,6 +201,8 @@ pub struct ShardManagerBuilder {
     pub(crate) publish_interval: Duration,
     pub(crate) startup_quiet: Duration,
     pub(crate) campaign_limit: usize,
+    pub(crate) balance: Option<crate::balance::LoadPolicy>,
+    pub(crate) load_interval: Duration,
 }
 
 impl fmt::Debug for ShardManagerBuilder {
@@ -230,6 +234,8 @@ impl ShardManagerBuilder {
             publish_interval: Duration::from_millis(10),
             startup_quiet: Duration::from_millis(100),
             campaign_limit: 1024,
+            balance: None,
+            load_interval: Duration::from_secs(1),
         }
     }
 
@@ -292,6 +298,22 @@ impl ShardManagerBuilder {
         self
     }
 
+    /// Balance leaderships by reported load rather than by count, once loads are
+    /// reported (until then, and for shards nobody reported, by count). The node that
+    /// balances is the first active member by id: give every node of a namespace the
+    /// same policy, since the balancer's is the one that counts.
+    pub fn balance_by_load(mut self, policy: crate::balance::LoadPolicy) -> Self {
+        self.balance = Some(policy);
+        self
+    }
+
+    /// Least time between two publications of changed load figures (reports in
+    /// between are folded into the last).
+    pub fn load_interval(mut self, interval: Duration) -> Self {
+        self.load_interval = interval;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(Layout, String)> {
         let layout = self
             .layout
@@ -328,6 +350,23 @@ impl ShardManagerBuilder {
                 "publish_interval: {:?} is longer than the TTL {:?}",
                 self.publish_interval, self.timing.ttl
             )));
+        }
+        if let Some(p) = &self.balance {
+            if !(p.tolerance.is_finite() && p.tolerance > 0.0 && p.tolerance < 1.0) {
+                return Err(Error::invalid(format!(
+                    "balance_by_load: tolerance {}; use a fraction above 0 and below 1 (0.1 for ±10%)",
+                    p.tolerance
+                )));
+            }
+            if p.max_moves == 0 || p.window.is_zero() {
+                return Err(Error::invalid(format!(
+                    "balance_by_load: {} moves per {:?}; both must be positive",
+                    p.max_moves, p.window
+                )));
+            }
+        }
+        if self.load_interval.is_zero() {
+            return Err(Error::invalid("load_interval: must be positive"));
         }
         self.timing.validate()?;
         Ok((layout, id))
@@ -418,6 +457,31 @@ mod tests {
             (b.clone().layout(l.clone()).node_id("a/b"), "node_id"),
             (b.clone().layout(l.clone()).node_id("a").weight(0), "weight"),
             (b.clone().layout(l.clone()).node_id("a").zone(""), "zone"),
+            (
+                b.clone().layout(l.clone()).node_id("a").balance_by_load(
+                    crate::balance::LoadPolicy {
+                        tolerance: 0.0,
+                        ..Default::default()
+                    },
+                ),
+                "balance_by_load",
+            ),
+            (
+                b.clone().layout(l.clone()).node_id("a").balance_by_load(
+                    crate::balance::LoadPolicy {
+                        max_moves: 0,
+                        ..Default::default()
+                    },
+                ),
+                "balance_by_load",
+            ),
+            (
+                b.clone()
+                    .layout(l.clone())
+                    .node_id("a")
+                    .load_interval(Duration::ZERO),
+                "load_interval",
+            ),
             (
                 b.clone().layout(l.clone()).node_id("a").zone("eu west"),
                 "zone",

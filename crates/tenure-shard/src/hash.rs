@@ -37,7 +37,7 @@ pub fn rendezvous_score(shard: u64, node: u64) -> u64 {
 
 /// A small deterministic generator for tests (xorshift): each call gives a number
 /// below its argument.
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn test_rng(mut seed: u64) -> impl FnMut(usize) -> usize {
     move |below| {
         seed ^= seed << 13;

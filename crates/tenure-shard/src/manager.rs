@@ -3,7 +3,7 @@
 //! should lead, and reports what it holds.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex};
@@ -21,9 +21,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::assign::Plan;
+use crate::balance::{self, LoadPolicy};
 use crate::config::{Layout, Shard, ShardManagerBuilder};
 use crate::state::{Changed, OwnState, ShardSet, View};
-use crate::view::{plan_after, plan_for, ShardView};
+use crate::view::{plan_after, plan_by_load_with, plan_for, ShardView};
 
 /// What happens to this node's shards.
 #[derive(Clone, Debug)]
@@ -106,6 +107,8 @@ enum Internal {
 
 enum Command {
     Drain,
+    /// A load report: shard, figure.
+    Load(usize, f64),
     Close(oneshot::Sender<()>),
 }
 
@@ -129,7 +132,54 @@ pub struct ShardManager {
     status: watch::Receiver<ShardStatus>,
     picture: Arc<Mutex<Picture>>,
     held: Arc<Mutex<HashMap<usize, LeadershipWatch>>>,
+    loads: LoadReporter,
     task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Reports the load of the shards a node leads, for balance by load
+/// ([`ShardManagerBuilder::balance_by_load`]). Cheap to clone: hand one to each
+/// shard's worker. Reports are folded and published at most once per
+/// `load_interval`, and only when a figure moved by more than a factor
+/// [`DEADBAND`](crate::balance::DEADBAND) from the published one, so reporting often
+/// costs nothing while loads hold steady. A report for a shard the node does not lead
+/// (any more) is dropped; a new leader starts from the last published figure.
+#[derive(Clone)]
+pub struct LoadReporter {
+    layout: Arc<Layout>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl fmt::Debug for LoadReporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadReporter")
+            .field("namespace", &self.layout.namespace.as_str())
+            .finish()
+    }
+}
+
+impl LoadReporter {
+    /// Report `load` (a figure ≥ 0 in a unit the application picks, such as
+    /// requests per second) for `shard`. Errors: `InvalidArgument` for a figure that
+    /// is negative or not finite or a shard of another layout, `Closed` once the
+    /// manager stopped.
+    pub fn report(&self, shard: &Shard, load: f64) -> Result<()> {
+        if !(load.is_finite() && load >= 0.0) {
+            return Err(Error::invalid(format!(
+                "load of shard {}: {load}; a finite figure of at least 0",
+                shard.name()
+            )));
+        }
+        if self.layout.shards.get(shard.index()) != Some(shard) {
+            return Err(Error::invalid(format!(
+                "load of shard {}: not a shard of namespace {}",
+                shard.name(),
+                self.layout.namespace
+            )));
+        }
+        self.commands
+            .send(Command::Load(shard.index(), load))
+            .map_err(|_| closed())
+    }
 }
 
 impl fmt::Debug for ShardManager {
@@ -159,6 +209,16 @@ impl ShardManager {
     /// The layout.
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// Report the load of `shard`, which this node leads (see [`LoadReporter`]).
+    pub fn report_load(&self, shard: &Shard, load: f64) -> Result<()> {
+        self.loads.report(shard, load)
+    }
+
+    /// A handle to report loads with from elsewhere (each shard's worker, say).
+    pub fn load_reporter(&self) -> LoadReporter {
+        self.loads.clone()
     }
 
     /// The session this node's registration and leaderships live in.
@@ -280,6 +340,11 @@ impl ShardManagerBuilder {
                     .map_or(0, |d| d.as_nanos() as u64),
             );
         let mut mine = OwnState::new(shards, self.weight, nonce).in_zone(self.zone.clone());
+        if self.balance.is_some() {
+            // Balancing by load: as the balancer, this node's (empty) list of moves
+            // says so to the others.
+            mine.set_moves(Some(Vec::new()));
+        }
         let initial = mine.value();
         let member = Member::new(&node_id, &initial)?;
         session.register(&layout.namespace, &member).await?;
@@ -348,6 +413,17 @@ impl ShardManagerBuilder {
             picture: picture.clone(),
             held_watches: held_watches.clone(),
             version: 0,
+            balance: self.balance.clone(),
+            my_moves: BTreeMap::new(),
+            issued: VecDeque::new(),
+            balance_at: None,
+            balance_due: false,
+            pending_loads: ByShard::default(),
+            load_interval: self.load_interval,
+            load_flush_at: None,
+            last_flush: Instant::now() - self.load_interval,
+            own_load: 0,
+            figures_changed_at: Instant::now(),
         };
         let task = tokio::spawn(
             controller
@@ -356,13 +432,17 @@ impl ShardManagerBuilder {
         );
         Ok((
             ShardManager {
-                layout,
+                layout: layout.clone(),
                 node_id,
                 session,
-                commands: commands_tx,
+                commands: commands_tx.clone(),
                 status: status_rx,
                 picture,
                 held: held_watches,
+                loads: LoadReporter {
+                    layout: layout.clone(),
+                    commands: commands_tx.clone(),
+                },
                 task: Mutex::new(Some(task)),
             },
             events_rx,
@@ -751,6 +831,27 @@ struct Controller {
     picture: Arc<Mutex<Picture>>,
     held_watches: Arc<Mutex<HashMap<usize, LeadershipWatch>>>,
     version: u64,
+    /// Balance by load, with this policy (`None`: by count).
+    balance: Option<LoadPolicy>,
+    /// As the balancer: the leaders it asks for, shard → (node, when asked).
+    my_moves: BTreeMap<usize, (String, Instant)>,
+    /// When each move of the current window was asked for, oldest first.
+    issued: VecDeque<Instant>,
+    /// When the balancer looks again by itself (the window frees budget, a move
+    /// goes stale).
+    balance_at: Option<Instant>,
+    /// The balancer looks at the next reconcile (a new plan came).
+    balance_due: bool,
+    /// Load reports not yet published, shard → latest figure.
+    pending_loads: ByShard<f64>,
+    load_interval: Duration,
+    /// When the pending reports are published.
+    load_flush_at: Option<Instant>,
+    last_flush: Instant,
+    /// The sum of this node's published load levels.
+    own_load: u64,
+    /// When a published load figure last changed in the view.
+    figures_changed_at: Instant,
 }
 
 impl Controller {
@@ -769,6 +870,10 @@ impl Controller {
             let mut latest: Option<Vec<Member>> = None;
             let handoffs = (!self.pending.is_empty()).then(|| self.bucket.next());
             let wake = next_wake(self.retry_at, self.replan_at, handoffs);
+            let wake = [wake, self.load_flush_at, self.balance_at]
+                .into_iter()
+                .flatten()
+                .min();
             let sleep = async {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -805,6 +910,7 @@ impl Controller {
                     None => losses_open = false,
                 },
                 cmd = commands.recv() => match cmd {
+                    Some(Command::Load(s, load)) => self.report(s, load),
                     Some(Command::Drain) => {
                         self.draining = true;
                         self.mine.set_draining(true);
@@ -825,6 +931,10 @@ impl Controller {
                     if self.replan_at.is_some_and(|at| at <= Instant::now()) {
                         self.replan_at = None;
                         self.plan = None;
+                    }
+                    if self.balance_at.is_some_and(|at| at <= Instant::now()) {
+                        self.balance_at = None;
+                        self.balance_due = true;
                     }
                     if !members_open {
                         if let Ok(s) = self.session.watch_members(&self.layout.namespace).await {
@@ -897,6 +1007,7 @@ impl Controller {
         }
         self.planned_view = self.view.clone();
         self.plan = Some(plan);
+        self.balance_due = true;
     }
 
     fn set_members(&mut self, list: &[Member]) {
@@ -917,8 +1028,15 @@ impl Controller {
             // churn of holdings keep the pacing.
             self.next_plan_at = Instant::now();
         }
+        // Under balance by load, a new figure or move calls for a new plan too.
+        let loads_same = view.moves.is_none() || view.load_epoch == self.view.load_epoch;
+        if view.figures_epoch != self.view.figures_epoch {
+            self.figures_changed_at = Instant::now();
+        }
         let keep = match (&changed, &self.plan) {
-            (Changed::Shards(shards), Some(plan)) => follows_plan(&self.view, &view, plan, shards),
+            (Changed::Shards(shards), Some(plan)) => {
+                loads_same && follows_plan(&self.view, &view, plan, shards)
+            }
             _ => false,
         };
         match changed {
@@ -994,6 +1112,9 @@ impl Controller {
                 let lost = leadership.lost();
                 lock(&self.held_watches).insert(s, watch.clone());
                 self.set_held(s, true);
+                // A new leader starts from the last figure published for the shard.
+                let last = self.view.loads.get(s);
+                self.set_load(s, last);
                 self.held.insert(
                     s,
                     Held {
@@ -1021,6 +1142,7 @@ impl Controller {
                 if ours {
                     self.held.remove(&s);
                     self.set_held(s, false);
+                    self.set_load(s, 0);
                     lock(&self.held_watches).remove(&s);
                     tracing::info!(shard = s, %token, %reason, "leadership lost");
                     let _ = self.events.send(ShardEvent::Lost {
@@ -1079,6 +1201,10 @@ impl Controller {
         }
         self.try_free_shards(&view, &plan, now);
         self.run_handoffs(&view, &plan);
+        self.flush_loads(now);
+        if self.balance_due {
+            self.balance_step(&view, &plan, now);
+        }
         if self.mine_changed {
             self.mine_changed = false;
             self.publish.send_replace(self.mine.value());
@@ -1174,6 +1300,150 @@ impl Controller {
 
     fn set_campaigning(&mut self, s: usize, on: bool) {
         if self.mine.set_campaigning(s, on) {
+            self.mine_changed = true;
+        }
+    }
+
+    /// Publish `code` as shard `s`'s load (0: none), keeping this node's total.
+    fn set_load(&mut self, s: usize, code: u8) {
+        let old = self.mine.load(s);
+        if self.mine.set_load(s, code) {
+            self.mine_changed = true;
+            self.own_load = self.own_load - balance::level(old) + balance::level(code);
+        }
+        if code == 0 {
+            self.pending_loads.remove(&s);
+        }
+    }
+
+    /// A load report for shard `s`: kept until the next publication of loads, at
+    /// most one per `load_interval`.
+    fn report(&mut self, s: usize, load: f64) {
+        if !self.held.contains_key(&s) {
+            tracing::trace!(
+                shard = s,
+                load,
+                "load report for a shard not led here; dropped"
+            );
+            return;
+        }
+        self.pending_loads.insert(s, load);
+        if self.load_flush_at.is_none() {
+            self.load_flush_at = Some((self.last_flush + self.load_interval).max(Instant::now()));
+        }
+    }
+
+    /// Publish the pending load reports if it is time: each only if it moved out of
+    /// the deadband around the published figure.
+    fn flush_loads(&mut self, now: Instant) {
+        if self.load_flush_at.is_none_or(|at| at > now) {
+            return;
+        }
+        self.load_flush_at = None;
+        self.last_flush = now;
+        let pending: Vec<(usize, f64)> = self.pending_loads.drain().collect();
+        for (s, load) in pending {
+            if !self.held.contains_key(&s) {
+                continue;
+            }
+            if let Some(code) = balance::republish(self.mine.load(s), load, balance::DEADBAND) {
+                self.set_load(s, code);
+            }
+        }
+        crate::metrics::record_load(&self.layout, &self.node_id, self.own_load);
+    }
+
+    /// As the balancer (the first active node of the view, balancing by load): drop
+    /// the moves done, impossible or stale, and ask for the moves that bring the nodes
+    /// back within the tolerance, as far as the window's budget allows. Any other
+    /// node withdraws moves it asked for while it was the balancer.
+    fn balance_step(&mut self, view: &View, plan: &Plan, now: Instant) {
+        self.balance_due = false;
+        let Some(policy) = self.balance.clone() else {
+            return;
+        };
+        let balancer = view
+            .nodes
+            .iter()
+            .position(|n| !n.draining && n.weight > 0)
+            .map(|b| b as u32);
+        let levels_known = view.loads.reported > 0;
+        if self.draining || balancer.is_none() || balancer != self.me || !levels_known {
+            if !self.my_moves.is_empty() {
+                self.my_moves.clear();
+                self.publish_moves();
+            }
+            return;
+        }
+        let stale = self.session.timing().ttl * 2 + policy.window;
+        let before = self.my_moves.len();
+        self.my_moves.retain(|&s, (to, at)| {
+            view.index_of(to)
+                .is_some_and(|n| view.holders.get(s) != Some(n) && plan.replicas(s).contains(&n))
+                && now < *at + stale
+        });
+        let mut changed = self.my_moves.len() != before;
+        while self
+            .issued
+            .front()
+            .is_some_and(|t| *t + policy.window <= now)
+        {
+            self.issued.pop_front();
+        }
+        // Nodes publish their figures up to a load interval apart: wait until the
+        // figures have held still that long, so that a shift is acted on once, whole.
+        let still_at = self.figures_changed_at + self.load_interval;
+        let budget = if now < still_at {
+            0
+        } else {
+            policy.max_moves.saturating_sub(self.issued.len())
+        };
+        let moves: Vec<(usize, u32)> = self
+            .my_moves
+            .iter()
+            .filter_map(|(s, (to, _))| view.index_of(to).map(|n| (*s, n)))
+            .collect();
+        let current = plan_by_load_with(Some(plan), &self.layout, view, &moves);
+        let levels = view.loads.levels(self.layout.shards.len());
+        let new = balance::rebalance(&current, &view.nodes, &levels, &policy, budget);
+        if !new.is_empty() {
+            tracing::debug!(moves = new.len(), budget, "balancing by load");
+            changed = true;
+        }
+        for (s, n) in &new {
+            self.my_moves
+                .insert(*s, (view.nodes[*n as usize].id.clone(), now));
+            self.issued.push_back(now);
+        }
+        // Look again when the window frees budget (if it ran out), and when the
+        // oldest move goes stale.
+        let refill = if now < still_at {
+            Some(still_at)
+        } else {
+            (new.len() == budget)
+                .then(|| self.issued.front().map(|t| *t + policy.window))
+                .flatten()
+        };
+        let expiry = self.my_moves.values().map(|(_, at)| *at + stale).min();
+        self.balance_at = [refill, expiry].into_iter().flatten().min();
+        if changed {
+            self.publish_moves();
+        }
+        let per_node = crate::view::node_loads(view);
+        crate::metrics::record_load_imbalance(
+            &self.layout,
+            &self.node_id,
+            crate::view::load_imbalance(view, &per_node),
+        );
+    }
+
+    fn publish_moves(&mut self) {
+        let list = self
+            .my_moves
+            .iter()
+            .map(|(s, (to, _))| (*s as u32, to.clone()))
+            .collect();
+        if self.mine.set_moves(Some(list)) {
             self.mine_changed = true;
         }
     }
@@ -1283,6 +1553,7 @@ impl Controller {
                 continue;
             };
             self.set_held(s, false);
+            self.set_load(s, 0);
             self.misplaced.set(s, false);
             self.dirty.mark(s);
             lock(&self.held_watches).remove(&s);

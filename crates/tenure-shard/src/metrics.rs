@@ -7,6 +7,8 @@
 //! | `tenure_shard_pending_handoffs` | gauge | `namespace`, `node` | shards this node leads but should hand off |
 //! | `tenure_shard_drain_remaining` | gauge | `namespace`, `node` | while draining: shards still held or campaigned for, else 0 |
 //! | `tenure_shard_members` | gauge | `namespace`, `node` | members in this node's view |
+//! | `tenure_shard_load` | gauge | `namespace`, `node` | the load this node leads: the sum of its shards' published figures (after each publication of loads) |
+//! | `tenure_shard_load_imbalance_ratio` | gauge | `namespace`, `node` | on the balancer by load: most load per weight of an active node / the mean (1.0 is perfect) |
 
 use crate::config::Layout;
 use crate::manager::ShardStatus;
@@ -22,6 +24,21 @@ pub const PENDING_HANDOFFS: &str = "tenure_shard_pending_handoffs";
 pub const DRAIN_REMAINING: &str = "tenure_shard_drain_remaining";
 /// Gauge: members in view.
 pub const MEMBERS: &str = "tenure_shard_members";
+
+/// Gauge: the load this node leads.
+pub const LOAD: &str = "tenure_shard_load";
+/// Gauge: max/mean load per weight over active nodes (on the balancer).
+pub const LOAD_IMBALANCE: &str = "tenure_shard_load_imbalance_ratio";
+
+pub(crate) fn record_load(layout: &Layout, node: &str, level_sum: u64) {
+    metrics::gauge!(LOAD, "namespace" => layout.namespace.as_str().to_string(), "node" => node.to_string())
+        .set(level_sum as f64 / 1000.0);
+}
+
+pub(crate) fn record_load_imbalance(layout: &Layout, node: &str, ratio: f64) {
+    metrics::gauge!(LOAD_IMBALANCE, "namespace" => layout.namespace.as_str().to_string(), "node" => node.to_string())
+        .set(ratio);
+}
 
 /// Max over mean of leaderships of the active nodes in `view` (0 if none lead).
 pub(crate) fn imbalance(view: &View) -> f64 {

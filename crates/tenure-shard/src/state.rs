@@ -284,7 +284,10 @@ fn encode_directives(moves: &[(u32, String)]) -> String {
         .map(|(to, mut shards)| {
             shards.sort_unstable();
             shards.dedup();
-            format!("{to}:{}", encode_list(shards.into_iter().map(|s| s as usize)))
+            format!(
+                "{to}:{}",
+                encode_list(shards.into_iter().map(|s| s as usize))
+            )
         })
         .collect();
     groups.join(",")
@@ -670,14 +673,6 @@ impl OwnState {
             .unwrap_or(0)
     }
 
-    /// The sum of this node's load levels ([`crate::balance::level`]).
-    pub(crate) fn load_total(&self) -> u64 {
-        self.loads
-            .values()
-            .map(|c| crate::balance::level(*c))
-            .sum()
-    }
-
     /// Publish `moves` as the balancer by load (`None`: this node balances by count);
     /// true if that changed the state.
     pub(crate) fn set_moves(&mut self, moves: Option<Vec<(u32, String)>>) -> bool {
@@ -812,6 +807,8 @@ pub(crate) struct View {
     pub(crate) moves: Option<Arc<Vec<(usize, u32)>>>,
     /// Changes whenever a load code or the balancer's moves change.
     pub(crate) load_epoch: u64,
+    /// Changes whenever a load code changes.
+    pub(crate) figures_epoch: u64,
 }
 
 /// Whether `a` and `b` are the same text, without reading them where they are the same
@@ -889,6 +886,7 @@ impl View {
             Loads::default()
         };
         view.load_epoch = prev.load_epoch;
+        view.figures_epoch = prev.figures_epoch;
         if !same_nodes {
             view.holders = Holders::new(shards);
             view.leads = vec![0; view.nodes.len()];
@@ -986,10 +984,7 @@ impl View {
     /// Read the balancer's moves, and move the load epoch on if they or a load
     /// (`loads_moved`) changed since `prev`.
     fn settle_moves(&mut self, prev: &View, loads_moved: bool) {
-        let balancer = self
-            .nodes
-            .iter()
-            .position(|n| !n.draining && n.weight > 0);
+        let balancer = self.nodes.iter().position(|n| !n.draining && n.weight > 0);
         self.moves = balancer.and_then(|b| {
             self.states[b].moves.as_ref().map(|moves| {
                 Arc::new(
@@ -1000,6 +995,9 @@ impl View {
                 )
             })
         });
+        if loads_moved {
+            self.figures_epoch = prev.figures_epoch.wrapping_add(1);
+        }
         if loads_moved || self.moves != prev.moves {
             self.load_epoch = prev.load_epoch.wrapping_add(1);
         }

@@ -10,7 +10,7 @@ use crate::config::{Layout, Shard};
 use crate::state::View;
 
 /// One shard in a [`ShardView`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ShardInfo {
     /// The shard.
     pub shard: Shard,
@@ -24,10 +24,12 @@ pub struct ShardInfo {
     /// The fencing token of the current grant, where known (a node knows its own;
     /// a snapshot reads every shard's from the store).
     pub token: Option<FencingToken>,
+    /// The last load figure its leaders published (as quantized: within 4%), if any.
+    pub load: Option<f64>,
 }
 
 /// One member in a [`ShardView`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct NodeInfo {
     /// Member id.
     pub id: String,
@@ -44,6 +46,8 @@ pub struct NodeInfo {
     /// Shards the assignment gives it: its target, unless the replica sets make
     /// that impossible (e.g. replication 1, or very few shards per node).
     pub planned: usize,
+    /// The load of the shards it leads (sum of their last published figures).
+    pub load: f64,
 }
 
 /// The whole map of a namespace at one moment.
@@ -69,8 +73,11 @@ impl ShardView {
                 preferred: plan.preferred(s.index()).map(name),
                 replicas: plan.replicas(s.index()).iter().map(|n| name(*n)).collect(),
                 token: None,
+                load: (view.loads.get(s.index()) > 0)
+                    .then(|| crate::balance::level(view.loads.get(s.index())) as f64 / 1000.0),
             })
             .collect();
+        let per_node = node_loads(view);
         let nodes = view
             .nodes
             .iter()
@@ -83,6 +90,7 @@ impl ShardView {
                 leads: view.leads[i],
                 target: plan.target(i as u32) as usize,
                 planned: plan.load(i as u32) as usize,
+                load: per_node[i] as f64 / 1000.0,
             })
             .collect();
         ShardView {
@@ -117,6 +125,22 @@ impl ShardView {
     pub fn imbalance(&self) -> f64 {
         max_over_mean(self.nodes.iter().filter(|n| !n.draining).map(|n| n.leads))
     }
+
+    /// The most load per weight of an active node over the mean (1.0 is perfect
+    /// balance; 0.0 if no load is reported).
+    pub fn load_imbalance(&self) -> f64 {
+        let (mut load, mut weight, mut worst) = (0.0f64, 0.0f64, 0.0f64);
+        for n in self.nodes.iter().filter(|n| !n.draining && n.weight > 0) {
+            load += n.load;
+            weight += f64::from(n.weight);
+            worst = worst.max(n.load / f64::from(n.weight));
+        }
+        if load == 0.0 {
+            0.0
+        } else {
+            worst * weight / load
+        }
+    }
 }
 
 /// The largest of `leads` over their mean (0 if there are none or all are 0).
@@ -139,13 +163,70 @@ pub(crate) fn plan_for(layout: &Layout, view: &View) -> Arc<Plan> {
     plan_after(None, layout, view)
 }
 
-/// [`plan_for`], reusing `previous`'s replica sets if the nodes are the same.
+/// [`plan_for`], reusing `previous`'s replica sets if the nodes are the same. By load
+/// when the balancer balances by load and loads are reported (with the balancer's
+/// moves), else by count.
 pub(crate) fn plan_after(previous: Option<&Plan>, layout: &Layout, view: &View) -> Arc<Plan> {
-    Arc::new(assign::plan_reusing(
+    match &view.moves {
+        Some(moves) if view.loads.reported > 0 => plan_by_load_with(previous, layout, view, moves),
+        _ => Arc::new(assign::plan_reusing(
+            previous,
+            &layout.hashes,
+            &view.nodes,
+            layout.replication,
+            &view.holders.to_vec(),
+        )),
+    }
+}
+
+/// The plan by load of `view` with `moves` (the balancer's, or the ones it is about
+/// to publish).
+pub(crate) fn plan_by_load_with(
+    previous: Option<&Plan>,
+    layout: &Layout,
+    view: &View,
+    moves: &[(usize, u32)],
+) -> Arc<Plan> {
+    Arc::new(crate::balance::plan_by_load(
         previous,
         &layout.hashes,
         &view.nodes,
         layout.replication,
         &view.holders.to_vec(),
+        &view.loads.levels(layout.shards.len()),
+        moves,
     ))
+}
+
+/// Each node's load (sum of [`level`](crate::balance::level)s of the shards it holds
+/// in `view`), indexed like `view.nodes`.
+pub(crate) fn node_loads(view: &View) -> Vec<u64> {
+    let mut per = vec![0u64; view.nodes.len()];
+    if view.loads.reported == 0 {
+        return per;
+    }
+    for s in 0..view.holders.len() {
+        if let Some(h) = view.holders.get(s) {
+            per[h as usize] += crate::balance::level(view.loads.get(s));
+        }
+    }
+    per
+}
+
+/// The most load per capacity of an active node over the mean (0 if no load).
+pub(crate) fn load_imbalance(view: &View, per_node: &[u64]) -> f64 {
+    let (mut load, mut cap, mut worst) = (0u128, 0u128, 0.0f64);
+    for (n, l) in view.nodes.iter().zip(per_node) {
+        if n.draining || n.weight == 0 {
+            continue;
+        }
+        load += u128::from(*l);
+        cap += u128::from(n.weight);
+        worst = worst.max(*l as f64 / f64::from(n.weight));
+    }
+    if load == 0 {
+        0.0
+    } else {
+        worst * cap as f64 / load as f64
+    }
 }

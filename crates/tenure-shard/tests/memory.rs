@@ -9,8 +9,9 @@ use std::time::Duration;
 use tenure_core::{MemoryBackend, Timing};
 use tenure_shard::bench::CountingBackend;
 use tenure_shard::testing::{
-    check_cold_start, check_crash, check_drain, check_join, check_quiet, check_zone_loss,
-    same_backend, timing, Cluster, ShardEnv,
+    check_cold_start, check_crash, check_drain, check_join, check_load_capacities,
+    check_load_noise, check_load_shift, check_load_zipf, check_move_budget, check_quiet,
+    check_zone_loss, same_backend, timing, Cluster, ShardEnv,
 };
 use tenure_shard::Layout;
 
@@ -298,4 +299,47 @@ async fn a_handoff_the_plan_no_longer_asks_for_keeps_the_shard() {
     }
     assert_eq!(holding.len(), 100);
     c.close_all().await;
+}
+
+/// Balance by load (issue scenarios at 1,000 shards, 10 nodes, R = 3).
+fn load_env() -> ShardEnv {
+    let mut env = ShardEnv::memory();
+    env.shards = 1000;
+    env.nodes = 10;
+    env.settle = Duration::from_secs(30);
+    env
+}
+
+#[tokio::test(start_paused = true)]
+async fn zipf_loads_are_balanced_within_the_tolerance_or_the_bound() {
+    let (by_count, by_load, bound, moves) =
+        check_load_zipf(&load_env(), Duration::from_millis(500)).await;
+    eprintln!("zipf 1.1: max/mean {by_count:.3} by count, {by_load:.3} by load (bound {bound:.3}), {moves} moves");
+    assert!(by_load < by_count);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_load_shift_is_balanced_again_within_five_seconds() {
+    let (took, moves) = check_load_shift(&load_env()).await;
+    eprintln!("shift: balanced again in {took:?} with {moves} moves");
+}
+
+#[tokio::test(start_paused = true)]
+async fn noisy_loads_move_at_most_one_percent() {
+    let moves = check_load_noise(&load_env(), Duration::from_secs(60)).await;
+    eprintln!("noise: {moves} moves in 60 s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_move_budget_holds_in_every_window() {
+    let most = check_move_budget(&load_env(), 20).await;
+    eprintln!("budget 20/s: at most {most} handoffs in a window");
+}
+
+#[tokio::test(start_paused = true)]
+async fn load_follows_capacity() {
+    let mut env = load_env();
+    env.shards = 700;
+    let per = check_load_capacities(&env).await;
+    eprintln!("capacities 1:2:4: {per:?}");
 }
