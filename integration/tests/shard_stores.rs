@@ -13,7 +13,8 @@ use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::{DynBackend, Timing};
 use tenure_integration::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
 use tenure_shard::testing::{
-    check_cold_start, check_crash, check_drain, check_join, check_quiet, Connect, ShardEnv,
+    check_cold_start, check_crash, check_drain, check_join, check_load_zipf, check_quiet, Connect,
+    ShardEnv,
 };
 
 /// The query of 2 s connect and request timeouts.
@@ -34,12 +35,21 @@ fn env(connect: Connect) -> ShardEnv {
 
 /// Every scenario, each node connecting by `url` (through the facade, as an
 /// application does).
-async fn on_url(url: String) {
+async fn on_url(url: String, by_load: bool) {
     let env = env(Arc::new(move || {
         let url = url.clone();
         Box::pin(async move { tenure::connect(&url).await })
     }));
     scenarios(&env, Duration::from_millis(500)).await;
+    if by_load {
+        // Balance by load at a smaller scale than in memory: Zipf loads over 200
+        // shards on 5 nodes.
+        let mut env = env.clone();
+        env.shards = 200;
+        env.nodes = 5;
+        let (by_count, by_load, bound, moves) = check_load_zipf(&env, Duration::from_secs(1)).await;
+        eprintln!("zipf 1.1: max/mean {by_count:.3} by count, {by_load:.3} by load (bound {bound:.3}), {moves} moves");
+    }
 }
 
 /// Every scenario, `drain` being the drain check's handoff gap.
@@ -58,7 +68,7 @@ async fn shard_manager_on_etcd() {
         "etcd://{}?prefix=tenure-shard-test&{TIMEOUTS}",
         server.addr()
     );
-    on_url(url).await;
+    on_url(url, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,7 +77,7 @@ async fn shard_manager_on_redis() {
     let endpoint = server.endpoint();
     let sep = if endpoint.contains('?') { '&' } else { '?' };
     let url = format!("{endpoint}{sep}prefix=tenure-shard-test&{TIMEOUTS}");
-    on_url(url).await;
+    on_url(url, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +87,7 @@ async fn shard_manager_on_zookeeper() {
         "zk://{}/tenure-shard-test?connect_timeout=2s&request_timeout=2s&session_timeout=2s",
         server.addr()
     );
-    on_url(url).await;
+    on_url(url, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
