@@ -7,16 +7,18 @@
 //! same integers ([`level`], in thousandths of the unit).
 //!
 //! [`plan_by_load`] takes the replica sets of the count plan and chooses leaders:
-//! 1. **Keep**: a holder that is an active replica keeps its shard.
-//! 2. **Place**: the other shards, heaviest first, go to the replica with the lowest
-//!    load per capacity after taking it (ties to the better-ranked replica).
-//! 3. **Rebalance** the nodes above `(1 + tolerance)` × their capacity-weighted share
-//!    of the total, the worst first: each gives up, one at a time, the shard whose
-//!    move to another of its replicas lowers the larger of the two nodes' loads per
-//!    capacity the most, until it is within `tolerance / 2` of its share or no move
-//!    helps it, up to `max_moves` in all. Nodes between the two bounds are left alone
-//!    (hysteresis), so figures that drift a little do not cause churn. Each move is a
-//!    graceful handoff when the manager carries it out.
+//! a holder that is an active replica keeps its shard, the moves asked for (by the
+//! balancer, see the shard manager) take theirs, and the other shards, heaviest
+//! first, go to the replica with the lowest load per capacity after taking them.
+//!
+//! [`rebalance`] chooses the moves, at most a budget of them. A node whose largest
+//! shard alone is above its share is pinned to that shard (it aims at carrying it
+//! alone; the others share the rest). A node above `(1 + tolerance)` of its share,
+//! worst first, gives up the shard whose move to another of its replicas lowers the
+//! larger of the two nodes' loads per capacity the most; a node below
+//! `(1 − tolerance)` takes the shard that does the same for it; each until it is within
+//! `tolerance / 2` or no move helps. Nodes inside the band are left alone
+//! (hysteresis), so figures that drift a little do not cause churn.
 //!
 //! Reports that jitter are kept out before they reach the plan: [`republish`] lets a
 //! new figure through only when it differs from the published one by more than a

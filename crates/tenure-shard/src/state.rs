@@ -3,9 +3,13 @@
 //! shard and who campaigns for which.
 //!
 //! The value is one line of text:
-//! `tenure-shard/2 p=<shards> w=<weight> d=<0|1> [z=<zone>] b=<base> dh=<list> dc=<list> h=<set> c=<set>`.
+//! `tenure-shard/2 p=<shards> w=<weight> d=<0|1> [z=<zone>] b=<base> dh=<list> dc=<list> [dl=<pairs>] [mv=<moves>] h=<set> c=<set> [l=<pairs>]`.
 //! `z` (the node's failure domain) is there only when the node has one; readers
-//! ignore fields they do not know, so older nodes read newer values.
+//! ignore fields they do not know, so older nodes read newer values. `l` (in the
+//! base) and `dl` (changes since) carry the load codes of the shards the node holds,
+//! as ascending (shard gap, code byte) pairs; `mv` is there when the node balances by
+//! load: the leaders it asks for as the balancer, `-` or `<node>:<list>` groups
+//! joined by `,`.
 //! `h` and `c` are the *base*: the shards held and campaigned for when the base named
 //! `b` was written. `dh` and `dc` list the shards whose held and campaigning bits have
 //! flipped since. A node rewrites its base only when the lists grow past a quarter of
