@@ -126,6 +126,19 @@ pub fn level(code: u8) -> u64 {
     levels()[code as usize]
 }
 
+/// Zipf-distributed figures for `p` shards, as demos and benchmarks use: the hottest
+/// is 1000, the one of rank k (from 1) 1000 / k^`exponent`, ranks shuffled over the
+/// shards by hash so that heat does not follow the shard order.
+pub fn zipf(p: usize, exponent: f64) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..p).collect();
+    order.sort_by_key(|i| crate::hash::key_hash(&format!("rank/{i}")));
+    let mut figures = vec![0.0; p];
+    for (rank, shard) in order.into_iter().enumerate() {
+        figures[shard] = 1000.0 / ((rank + 1) as f64).powf(exponent);
+    }
+    figures
+}
+
 /// max(1, largest load ÷ mean node load) over `active` nodes of equal capacity: no
 /// placement of these loads has a lower max/mean.
 pub fn lower_bound(loads: &[u64], nodes: usize) -> f64 {
@@ -474,18 +487,6 @@ mod tests {
         (0..n)
             .map(|i| NodeSpec::new(format!("node-{i:02}")))
             .collect()
-    }
-
-    /// Zipf(s) figures over `p` shards, the hottest 1000 units, shuffled by hash so
-    /// that heat does not follow the shard order.
-    fn zipf(p: usize, s: f64) -> Vec<f64> {
-        let mut order: Vec<usize> = (0..p).collect();
-        order.sort_by_key(|i| key_hash(&format!("rank/{i}")));
-        let mut loads = vec![0.0; p];
-        for (rank, shard) in order.into_iter().enumerate() {
-            loads[shard] = 1000.0 / ((rank + 1) as f64).powf(s);
-        }
-        loads
     }
 
     /// Leaders placed by load from `holders`, then rebalanced within the policy.

@@ -374,16 +374,7 @@ impl Cluster {
     }
 }
 
-/// Zipf figures over `p` shards (the hottest 1000 units), heat shuffled by hash.
-pub fn zipf(p: usize, exponent: f64) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..p).collect();
-    order.sort_by_key(|i| crate::hash::key_hash(&format!("rank/{i}")));
-    let mut figures = vec![0.0; p];
-    for (rank, shard) in order.into_iter().enumerate() {
-        figures[shard] = 1000.0 / ((rank + 1) as f64).powf(exponent);
-    }
-    figures
-}
+pub use crate::balance::zipf;
 
 /// A cluster of `env.nodes` nodes balancing `figures` by load with `policy`
 /// (weights from `weights`, 1 where missing), settled once the first reports are
