@@ -23,7 +23,8 @@ pub enum Command {
     /// Print one JSON line per leader change of an election.
     Observe(ObserveArgs),
     /// Run N shard managers in this process through a script (converge, crash a node,
-    /// add a node, drain a node) with a live view, then print a summary.
+    /// add a node, drain a node) with a live view, then print a summary; with
+    /// `--load zipf`, balance by load first, beside the count-only baseline.
     Demo(DemoArgs),
     /// Read a sharded namespace: who leads each shard, replica sets, members.
     Shards(ShardsArgs),
@@ -181,12 +182,29 @@ pub struct DemoArgs {
     /// Seconds to pause between the script's steps [default: 1 on a terminal, else 0].
     #[arg(long)]
     pub pause: Option<f64>,
+    /// Load figures the nodes report for the shards they lead. zipf: Zipf figures
+    /// (exponent 1.1, the hottest shard 1,000), the nodes balance by load, and the
+    /// demo shows each node's load by count (after the cold start) beside its load
+    /// after balancing by load.
+    #[arg(long, value_enum, default_value_t = DemoLoad::None)]
+    pub load: DemoLoad,
     /// Print the summary as JSON on stdout (progress lines go to stderr).
     #[arg(long)]
     pub json: bool,
     /// Metrics.
     #[command(flatten)]
     pub metrics: MetricsArgs,
+}
+
+/// `tenure demo --load`: the load figures the demo's nodes report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum DemoLoad {
+    /// No figures: the nodes balance by count.
+    #[default]
+    None,
+    /// Zipf figures (exponent 1.1, the hottest shard 1,000) shuffled over the shards;
+    /// the nodes balance by load.
+    Zipf,
 }
 
 /// `tenure shards`.

@@ -1,6 +1,12 @@
 //! `tenure demo`: N shard managers in one process, a script (converge, crash a node,
 //! add a node, drain a node), a live view and a summary.
 //!
+//! With `--load zipf` every node balances by load and reports, for each shard it
+//! leads, that shard's Zipf figure ([`balance::zipf`]). Reports start only once the
+//! cold start has converged, so the leaders then are the count plan's: their load per
+//! node is the baseline, shown as bars beside the load per node once the balancer is
+//! done (a step of its own before the crash); each later step also waits for it.
+//!
 //! Every node is a [`ShardManager`] with its own session on one backend handle. Times
 //! are taken when this process receives a manager's event, so they include the event
 //! delivery (microseconds) and nothing else.
@@ -8,16 +14,36 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use tenure::shard::{Layout, ShardEvent, ShardManager, ShardStatus, ShardView};
+use tenure::shard::balance::{self, LoadPolicy};
+use tenure::shard::{
+    Layout, LoadReporter, ShardEvent, ShardEvents, ShardManager, ShardStatus, ShardView,
+};
 use tenure::{DynBackend, Error, ErrorKind, Result, Timing};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::args::DemoLoad;
 use crate::bench::Figure;
+
+/// The exponent of the figures of `--load zipf`.
+pub const ZIPF_EXPONENT: f64 = 1.1;
+
+/// How often a leader reports the figures of its shards under `--load`.
+const REPORT_EVERY: Duration = Duration::from_millis(500);
+
+/// Under `--load`, a step is over once every figure is published and no shard has
+/// changed hands for this long: the balancer acts once the figures have held still
+/// for a load interval (1 s) and nodes publish up to an interval apart, so three
+/// intervals leave it time to have acted.
+const LOAD_QUIET: Duration = Duration::from_secs(3);
+
+/// Width of the bars of the load per node, in characters.
+const BAR: usize = 24;
 
 /// What the demo runs.
 #[derive(Debug, Clone)]
@@ -44,6 +70,8 @@ pub struct DemoOptions {
     /// How long a step may go without progress (no node taking, giving up or asking
     /// for a shard) before the demo gives up on it.
     pub step_limit: Duration,
+    /// The load figures the nodes report (none: they balance by count).
+    pub load: DemoLoad,
 }
 
 impl DemoOptions {
@@ -60,6 +88,7 @@ impl DemoOptions {
             pause: Duration::from_secs(1),
             step_limit: Duration::from_secs(30),
             zones: 0,
+            load: DemoLoad::None,
         }
     }
 }
@@ -182,6 +211,137 @@ pub struct EndSummary {
     pub imbalance: f64,
     /// Leaders per zone (empty without zones).
     pub per_zone: BTreeMap<String, usize>,
+    /// Load per live node, the sum of the figures of the shards it leads (with
+    /// `--load`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub load_per_node: BTreeMap<String, f64>,
+    /// The most load of a live node over the mean (with `--load`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_imbalance: Option<f64>,
+    /// The least max / mean any placement reaches over these nodes (with `--load`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_lower_bound: Option<f64>,
+}
+
+/// One node's shards and load under the count plan and after balancing by load.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct NodeLoad {
+    /// Shards it led after the cold start (the count plan; no figure published yet).
+    pub shards_by_count: usize,
+    /// Their load (the sum of their figures).
+    pub by_count: f64,
+    /// Shards it led once balancing by load was done.
+    pub shards_by_load: usize,
+    /// Their load.
+    pub by_load: f64,
+}
+
+/// Balancing by load (`--load`): the load per node under the count plan (the leaders
+/// of the cold start, before any figure was published) and after balancing by load.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LoadSummary {
+    /// The figures: their distribution and its exponent.
+    pub figures: String,
+    /// The largest figure of a shard.
+    pub largest: f64,
+    /// The sum of every shard's figure.
+    pub total: f64,
+    /// Per node.
+    pub per_node: BTreeMap<String, NodeLoad>,
+    /// The most load of a node over the mean, by count.
+    pub max_over_mean_by_count: f64,
+    /// The same after balancing by load.
+    pub max_over_mean_by_load: f64,
+    /// max(1, largest figure / mean node load): no placement does better.
+    pub lower_bound: f64,
+    /// Shards that changed leader while balancing.
+    pub moves: usize,
+    /// From the first reports to the last of those moves.
+    pub balance_ms: f64,
+}
+
+impl LoadSummary {
+    /// One line per node: its load by count and by load as bars, scaled alike.
+    pub fn bars(&self) -> Vec<String> {
+        let top = self
+            .per_node
+            .values()
+            .map(|n| n.by_count.max(n.by_load))
+            .fold(0.0, f64::max);
+        let width = self.per_node.keys().map(|k| k.len()).max().unwrap_or(0);
+        let figure = |load: f64, shards: usize| {
+            let plural = if shards == 1 { "" } else { "s" };
+            format!("{} ({shards} shard{plural})", thousands(load))
+        };
+        let digits = self
+            .per_node
+            .values()
+            .map(|n| figure(n.by_count, n.shards_by_count).chars().count())
+            .max()
+            .unwrap_or(0);
+        self.per_node
+            .iter()
+            .map(|(id, n)| {
+                format!(
+                    "{id:<width$}  by count {} {:>digits$}   by load {} {}",
+                    bar(n.by_count, top),
+                    figure(n.by_count, n.shards_by_count),
+                    bar(n.by_load, top),
+                    figure(n.by_load, n.shards_by_load),
+                )
+            })
+            .collect()
+    }
+}
+
+/// A bar of `BAR` characters at most for `value` out of `top`, padded to `BAR`.
+fn bar(value: f64, top: f64) -> String {
+    let n = if top > 0.0 && value > 0.0 {
+        ((value / top * BAR as f64).round() as usize).clamp(1, BAR)
+    } else {
+        0
+    };
+    format!("{}{}", "█".repeat(n), " ".repeat(BAR - n))
+}
+
+/// `value` rounded, with thousands separated by commas (2,140).
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The largest of `values` over their mean (0 without values or when they sum to 0).
+fn max_over_mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (mut n, mut total, mut max) = (0usize, 0.0f64, 0.0f64);
+    for v in values {
+        n += 1;
+        total += v;
+        max = max.max(v);
+    }
+    if total > 0.0 {
+        max * n as f64 / total
+    } else {
+        0.0
+    }
+}
+
+/// max(1, largest figure / mean load of `nodes` equal nodes): the node that leads the
+/// hottest shard carries at least that figure, so no placement has a lower max / mean.
+fn lower_bound(figures: &[f64], nodes: usize) -> f64 {
+    let total: f64 = figures.iter().sum();
+    let largest = figures.iter().copied().fold(0.0, f64::max);
+    if total > 0.0 && nodes > 0 {
+        (largest * nodes as f64 / total).max(1.0)
+    } else {
+        1.0
+    }
 }
 
 /// What the demo measured.
@@ -211,6 +371,9 @@ pub struct DemoSummary {
     pub drain: DrainSummary,
     /// Every HandedOff → Acquired gap of the run.
     pub handoff_gaps: Spread,
+    /// Balancing by load (with `--load`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadSummary>,
     /// The end state.
     pub end: EndSummary,
     /// Wall time of the whole run (pauses included).
@@ -241,6 +404,23 @@ impl DemoSummary {
                 show_ms(self.converge_ms).to_string(),
             ),
         ];
+        if let Some(l) = &self.load {
+            rows.push((
+                "load per node, max / mean: by count → by load".into(),
+                format!(
+                    "{:.3} → {:.3} (lower bound {:.3}); {}, total {}",
+                    l.max_over_mean_by_count,
+                    l.max_over_mean_by_load,
+                    l.lower_bound,
+                    l.figures,
+                    thousands(l.total)
+                ),
+            ));
+            rows.push((
+                "balance by load".into(),
+                format!("{} moves in {}", l.moves, show_ms(l.balance_ms)),
+            ));
+        }
         for c in &self.crashes {
             rows.push((
                 format!("failover after crash of {}", c.node),
@@ -254,10 +434,15 @@ impl DemoSummary {
         rows.push((
             format!("moves on join of {} vs optimum", self.join.node),
             format!(
-                "{} moves, optimum {} (settled in {})",
+                "{} moves, optimum {} (settled in {}){}",
                 self.join.moves,
                 self.join.optimum,
-                show_ms(self.join.settle_ms)
+                show_ms(self.join.settle_ms),
+                if self.load.is_some() {
+                    "; the balancer's moves by load included"
+                } else {
+                    ""
+                }
             ),
         ));
         rows.push((
@@ -296,10 +481,26 @@ impl DemoSummary {
                 .collect();
             rows.push(("leaders per zone at the end".into(), zones.join(", ")));
         }
+        if let (Some(imbalance), Some(bound)) = (self.end.load_imbalance, self.end.load_lower_bound)
+        {
+            rows.push((
+                "load per node at the end, max / mean".into(),
+                format!("{imbalance:.3} (lower bound {bound:.3})"),
+            ));
+        }
         rows.push(("wall time".into(), show_ms(self.wall_ms)));
         let mut s = String::from("| figure | value |\n|---|---|\n");
         for (k, v) in rows {
             let _ = writeln!(s, "| {k} | {v} |");
+        }
+        if let Some(l) = &self.load {
+            let _ = writeln!(
+                s,
+                "\nload per node after the cold start (by count) and once balanced by load:"
+            );
+            for line in l.bars() {
+                let _ = writeln!(s, "  {line}");
+            }
         }
         s
     }
@@ -309,6 +510,7 @@ impl DemoSummary {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Start,
+    Balance,
     Crash,
     Join,
     Drain,
@@ -316,13 +518,19 @@ enum Phase {
 }
 
 impl Phase {
-    fn label(self) -> &'static str {
-        match self {
-            Phase::Start => "1/4 start and converge",
-            Phase::Crash => "2/4 crash a node",
-            Phase::Join => "3/4 add a node",
-            Phase::Drain => "4/4 drain a node",
-            Phase::Done => "done",
+    /// The step as the live view shows it; `load`: with the step that balances by load.
+    fn label(self, load: bool) -> &'static str {
+        match (self, load) {
+            (Phase::Start, false) => "1/4 start and converge",
+            (Phase::Crash, false) => "2/4 crash a node",
+            (Phase::Join, false) => "3/4 add a node",
+            (Phase::Drain, false) => "4/4 drain a node",
+            (Phase::Start, true) => "1/5 start and converge",
+            (Phase::Balance, _) => "2/5 balance by load",
+            (Phase::Crash, true) => "3/5 crash a node",
+            (Phase::Join, true) => "4/5 add a node",
+            (Phase::Drain, true) => "5/5 drain a node",
+            (Phase::Done, _) => "done",
         }
     }
 }
@@ -555,6 +763,110 @@ struct Demo {
     added: usize,
     record: Shared,
     started: Instant,
+    /// Each shard's load figure (with `--load`).
+    figures: Option<Arc<[f64]>>,
+    /// Whether the nodes report their figures yet (not during the cold start, so that
+    /// it shows the count plan's leaders).
+    reporting: Arc<AtomicBool>,
+}
+
+/// What a node reports under `--load`: each shard's figure, once `on`.
+struct Reports {
+    figures: Arc<[f64]>,
+    reporter: LoadReporter,
+    on: Arc<AtomicBool>,
+    layout: Layout,
+}
+
+impl Reports {
+    /// Report the figure of every shard in `led` whose leadership lasts, if reporting
+    /// is on. False once the manager has stopped.
+    fn report(&self, led: &HashMap<usize, CancellationToken>) -> bool {
+        if !self.on.load(Ordering::Relaxed) {
+            return true;
+        }
+        for (&i, lost) in led {
+            if lost.is_cancelled() {
+                continue;
+            }
+            let (Some(shard), Some(figure)) = (self.layout.shards().get(i), self.figures.get(i))
+            else {
+                continue;
+            };
+            if let Err(e) = self.reporter.report(shard, *figure) {
+                tracing::debug!(error = %e, "load reports stopped");
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Read one node's events into the record. Under `--load`, also report, every
+/// [`REPORT_EVERY`], the figure of each shard the node leads by its events (until the
+/// leadership's `lost` is cancelled), as an application's shard workers would: one
+/// timer per node rather than a task per shard, so that large demos stay cheap.
+async fn read_events(
+    mut events: ShardEvents,
+    record: Shared,
+    node: Arc<str>,
+    mut reports: Option<Reports>,
+) {
+    // Read what has queued up in one go: at 10^5–10^6 shards a step brings events in
+    // bursts, and one lock per event would let the reader fall behind.
+    let mut batch = Vec::with_capacity(1024);
+    let mut led: HashMap<usize, CancellationToken> = HashMap::new();
+    let mut tick = tokio::time::interval(REPORT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            n = events.recv_many(&mut batch, 1024) => {
+                if n == 0 {
+                    return;
+                }
+                let at = Instant::now();
+                if reports.is_some() {
+                    for event in &batch {
+                        match event {
+                            ShardEvent::Acquired { shard, lost, .. } => {
+                                led.insert(shard.index(), lost.clone());
+                            }
+                            ShardEvent::Lost { shard, .. } | ShardEvent::HandedOff { shard, .. } => {
+                                led.remove(&shard.index());
+                            }
+                        }
+                    }
+                }
+                let mut r = lock(&record);
+                for event in batch.drain(..) {
+                    r.on_event(&node, at, event);
+                }
+            }
+            _ = tick.tick(), if reports.is_some() => {
+                if reports.as_ref().is_some_and(|r| !r.report(&led)) {
+                    reports = None;
+                }
+            }
+        }
+    }
+}
+
+/// Shards and load per node of `nodes` (and any other leader) by the leaders of `snap`.
+fn leaders_load(
+    snap: &ShardView,
+    nodes: &[Node],
+    figures: &[f64],
+) -> BTreeMap<String, (usize, f64)> {
+    let mut per: BTreeMap<String, (usize, f64)> =
+        nodes.iter().map(|n| (n.id.clone(), (0, 0.0))).collect();
+    for s in &snap.shards {
+        if let Some(l) = &s.leader {
+            let e = per.entry(l.clone()).or_default();
+            e.0 += 1;
+            e.1 += figures.get(s.shard.index()).copied().unwrap_or(0.0);
+        }
+    }
+    per
 }
 
 impl Demo {
@@ -567,22 +879,18 @@ impl Demo {
         if self.options.zones > 0 {
             builder = builder.zone(format!("zone-{}", self.added % self.options.zones + 1));
         }
+        if self.figures.is_some() {
+            builder = builder.balance_by_load(LoadPolicy::default());
+        }
         self.added += 1;
-        let (manager, mut events) = builder.start().await?;
-        let record = self.record.clone();
-        let node: Arc<str> = id.into();
-        tokio::spawn(async move {
-            // Read what has queued up in one go: at 10^5–10^6 shards a step brings
-            // events in bursts, and one lock per event would let the reader fall behind.
-            let mut batch = Vec::with_capacity(1024);
-            while events.recv_many(&mut batch, 1024).await > 0 {
-                let at = Instant::now();
-                let mut r = lock(&record);
-                for event in batch.drain(..) {
-                    r.on_event(&node, at, event);
-                }
-            }
+        let (manager, events) = builder.start().await?;
+        let reports = self.figures.clone().map(|figures| Reports {
+            figures,
+            reporter: manager.load_reporter(),
+            on: self.reporting.clone(),
+            layout: self.layout.clone(),
         });
+        tokio::spawn(read_events(events, self.record.clone(), id.into(), reports));
         self.nodes.push(Node {
             id: id.to_string(),
             manager: Arc::new(manager),
@@ -729,6 +1037,37 @@ impl Demo {
         )
     }
 
+    /// Shards and load per live node, by the leaders the store has now.
+    async fn loads_now(&self, figures: &[f64]) -> Result<BTreeMap<String, (usize, f64)>> {
+        let any = self
+            .nodes
+            .first()
+            .ok_or_else(|| Error::invalid("no node left"))?;
+        let snap = any.manager.snapshot().await?;
+        Ok(leaders_load(&snap, &self.nodes, figures))
+    }
+
+    /// Whether every node's view has a published figure for every shard (but those
+    /// too small to publish: they quantize to 0).
+    fn figures_published(&self) -> bool {
+        let Some(figures) = &self.figures else {
+            return true;
+        };
+        self.nodes.iter().all(|n| {
+            n.manager.view().shards.iter().all(|s| {
+                s.load.is_some()
+                    || figures
+                        .get(s.shard.index())
+                        .is_none_or(|f| balance::quantize(*f) == 0)
+            })
+        })
+    }
+
+    /// Shards acquired so far (changes whenever a shard changes hands).
+    fn acquired(&self) -> usize {
+        lock(&self.record).acquisitions.len()
+    }
+
     fn set_phase(&self, phase: Phase, note: String) {
         let mut r = lock(&self.record);
         r.phase = phase;
@@ -752,6 +1091,16 @@ impl Demo {
         }
         let led: usize = r.led.values().sum();
         let max = per_node.values().copied().max().unwrap_or(0).max(1);
+        // With --load: each node's load by the leaders its events name.
+        let mut loads: HashMap<&str, f64> = HashMap::new();
+        if let Some(figures) = &self.figures {
+            for (i, l) in r.leaders.iter().enumerate() {
+                if let Some(l) = l {
+                    *loads.entry(&**l).or_default() += figures.get(i).copied().unwrap_or(0.0);
+                }
+            }
+        }
+        let top_load = loads.values().copied().fold(0.0, f64::max);
         let mut s = String::new();
         let _ = writeln!(
             s,
@@ -775,7 +1124,13 @@ impl Demo {
             } else {
                 ""
             };
-            let _ = writeln!(s, "  {id:<8} {:<40} {c:>4}{state}", "█".repeat(width));
+            let load = if self.figures.is_some() {
+                let l = loads.get(id).copied().unwrap_or(0.0);
+                format!("   load {} {:>7}", bar(l, top_load), thousands(l))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(s, "  {id:<8} {:<40} {c:>4}{load}{state}", "█".repeat(width));
         }
         let _ = writeln!(s);
         let _ = writeln!(s, "recent handovers:");
@@ -798,7 +1153,7 @@ impl Demo {
             s,
             "[{:>6.2} s] {}: {}  |  {led}/{total} shards led, {} handovers",
             self.started.elapsed().as_secs_f64(),
-            r.phase.label(),
+            r.phase.label(self.figures.is_some()),
             r.note,
             r.gaps.len()
         );
@@ -839,6 +1194,21 @@ impl Demo {
         } else {
             0.0
         };
+        let (load_per_node, load_imbalance, load_lower_bound) = match &self.figures {
+            Some(figures) => {
+                let loads: BTreeMap<String, f64> = leaders_load(&snap, &self.nodes, figures)
+                    .into_iter()
+                    .map(|(id, (_, load))| (id, load))
+                    .collect();
+                let imbalance = max_over_mean(loads.values().copied());
+                (
+                    loads,
+                    Some(imbalance),
+                    Some(lower_bound(figures, self.nodes.len())),
+                )
+            }
+            None => (BTreeMap::new(), None, None),
+        };
         Ok(EndSummary {
             led,
             leaderless: snap.shards.len() - led,
@@ -847,6 +1217,9 @@ impl Demo {
             max_leaders,
             mean_leaders,
             imbalance,
+            load_per_node,
+            load_imbalance,
+            load_lower_bound,
         })
     }
 
@@ -895,6 +1268,11 @@ pub async fn run_demo(
         added: 0,
         record: Arc::new(Mutex::new(Record::new(options.shards))),
         started,
+        figures: match options.load {
+            DemoLoad::None => None,
+            DemoLoad::Zipf => Some(balance::zipf(options.shards, ZIPF_EXPONENT).into()),
+        },
+        reporting: Arc::new(AtomicBool::new(false)),
     }));
     let stop_drawing = CancellationToken::new();
     let drawer = if view.is_live() {
@@ -984,6 +1362,35 @@ async fn script(
     }
     pause(&options).await;
 
+    // 1b. With --load: the nodes start reporting their figures and balance by load.
+    let figures = demo.lock().await.figures.clone();
+    let load = match figures {
+        Some(figures) => {
+            let load = balance_by_load(&demo, &figures).await?;
+            say(format!(
+                "balanced by load in {} with {} moves: load max / mean {:.3} by count, {:.3} by load (lower bound {:.3})",
+                show_ms(load.balance_ms),
+                load.moves,
+                load.max_over_mean_by_count,
+                load.max_over_mean_by_load,
+                load.lower_bound
+            ));
+            for line in load.bars() {
+                view.line(&format!("  {line}"));
+            }
+            demo.lock().await.set_phase(
+                Phase::Balance,
+                format!(
+                    "{} moves: max / mean {:.2} by count, {:.2} by load",
+                    load.moves, load.max_over_mean_by_count, load.max_over_mean_by_load
+                ),
+            );
+            pause(&options).await;
+            Some(load)
+        }
+        None => None,
+    };
+
     // 2. Crash a node.
     let victim = ids[ids.len() / 2].clone();
     let t_crash;
@@ -1005,7 +1412,7 @@ async fn script(
             crashed_shards.len()
         ));
     }
-    settle(&demo, "failover").await?;
+    settle_step(&demo, "failover").await?;
     let failover = {
         let d = demo.lock().await;
         let r = lock(&d.record);
@@ -1017,10 +1424,14 @@ async fn script(
                 *c = true;
             }
         }
+        // The first acquisition of each (balancing by load may move one again later).
         for (_, shard, at, _) in &r.acquisitions {
-            if *at >= t_crash && was_crashed.get(*shard).copied().unwrap_or(false) {
-                seen += 1;
-                last = last.max(*at);
+            if *at >= t_crash {
+                if let Some(c) = was_crashed.get_mut(*shard).filter(|c| **c) {
+                    *c = false;
+                    seen += 1;
+                    last = last.max(*at);
+                }
             }
         }
         if seen < crashed_shards.len() {
@@ -1056,7 +1467,7 @@ async fn script(
         d.add(&newcomer).await?;
     }
     say(format!("added {newcomer}"));
-    let joined = settle(&demo, "join").await?;
+    let joined = settle_step(&demo, "join").await?;
     let join = {
         let d = demo.lock().await;
         let r = lock(&d.record);
@@ -1115,7 +1526,7 @@ async fn script(
         let node = d.take(&drained)?;
         node.manager.close().await?;
     }
-    settle(&demo, "drain").await?;
+    settle_step(&demo, "drain").await?;
     let drain = {
         let d = demo.lock().await;
         let r = lock(&d.record);
@@ -1169,6 +1580,7 @@ async fn script(
         join,
         drain,
         handoff_gaps: Spread::of(&all_gaps),
+        load,
         end,
         wall_ms: ms(started.elapsed()),
     })
@@ -1200,6 +1612,110 @@ async fn settle(demo: &Arc<tokio::sync::Mutex<Demo>>, what: &str) -> Result<Inst
             return Err(demo.lock().await.not_settled(what));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The step that balances by load: the load per node by the leaders of the cold start
+/// (the count plan: no figure is published yet), then the nodes report their figures
+/// and the balancer moves shards until the load per node settles.
+async fn balance_by_load(
+    demo: &Arc<tokio::sync::Mutex<Demo>>,
+    figures: &[f64],
+) -> Result<LoadSummary> {
+    let by_count = demo.lock().await.loads_now(figures).await?;
+    let (started, before) = {
+        let d = demo.lock().await;
+        d.set_phase(Phase::Balance, "the nodes report their loads".into());
+        d.reporting.store(true, Ordering::Relaxed);
+        (Instant::now(), d.acquired())
+    };
+    let balanced = settle_step(demo, "balance by load").await?;
+    let d = demo.lock().await;
+    let by_load = d.loads_now(figures).await?;
+    let moves = d.acquired().saturating_sub(before);
+    let mut per_node = BTreeMap::new();
+    for id in by_count.keys().chain(by_load.keys()) {
+        let (a, b) = (
+            by_count.get(id).copied().unwrap_or_default(),
+            by_load.get(id).copied().unwrap_or_default(),
+        );
+        per_node.insert(
+            id.clone(),
+            NodeLoad {
+                shards_by_count: a.0,
+                by_count: a.1,
+                shards_by_load: b.0,
+                by_load: b.1,
+            },
+        );
+    }
+    Ok(LoadSummary {
+        figures: format!("Zipf figures, exponent {ZIPF_EXPONENT}"),
+        largest: figures.iter().copied().fold(0.0, f64::max),
+        total: figures.iter().sum(),
+        max_over_mean_by_count: max_over_mean(per_node.values().map(|n| n.by_count)),
+        max_over_mean_by_load: max_over_mean(per_node.values().map(|n| n.by_load)),
+        lower_bound: lower_bound(figures, d.nodes.len()),
+        per_node,
+        moves,
+        balance_ms: ms(balanced.saturating_duration_since(started)),
+    })
+}
+
+/// [`settle`]; with `--load`, also until every shard's figure is published and no
+/// shard has changed hands for [`LOAD_QUIET`] (the balancer acts a while after the
+/// figures held still, so the first quiet moment is not the end of a step). Returns
+/// when the last quiet stretch began; gives up when shards still change hands after
+/// four times `step_limit`, or the figures are not all published within it.
+async fn settle_step(demo: &Arc<tokio::sync::Mutex<Demo>>, what: &str) -> Result<Instant> {
+    let (load, limit) = {
+        let d = demo.lock().await;
+        (d.figures.is_some(), d.options.step_limit)
+    };
+    if !load {
+        return settle(demo, what).await;
+    }
+    let started = Instant::now();
+    let mut published = false;
+    loop {
+        let at = settle(demo, what).await?;
+        if !published {
+            published = demo.lock().await.figures_published();
+            if !published {
+                if started.elapsed() > limit {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "{what}: the nodes' load figures were not all published within {limit:?}"
+                        ),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        }
+        let (moved, since) = (demo.lock().await.acquired(), Instant::now());
+        let mut still = true;
+        while since.elapsed() < LOAD_QUIET {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let d = demo.lock().await;
+            if d.acquired() != moved || !d.quiet() {
+                still = false;
+                break;
+            }
+        }
+        if still {
+            return Ok(at);
+        }
+        if started.elapsed() > limit * 4 {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{what}: shards still change hands after {:?} of balancing by load",
+                    limit * 4
+                ),
+            ));
+        }
     }
 }
 

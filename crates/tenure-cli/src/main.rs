@@ -49,7 +49,14 @@ fn main() -> ExitCode {
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("bad arguments");
             let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("tenure: invalid_argument: {first} (see tenure --help)");
+            // clap names the values it accepts on a later line: keep them on this one.
+            let accepted = match e.get(clap::error::ContextKind::ValidValue) {
+                Some(clap::error::ContextValue::Strings(values)) if !values.is_empty() => {
+                    format!("; possible values: {}", values.join(", "))
+                }
+                _ => String::new(),
+            };
+            eprintln!("tenure: invalid_argument: {first}{accepted} (see tenure --help)");
             return ExitCode::from(2);
         }
     };
@@ -281,6 +288,7 @@ async fn run_demo(args: DemoArgs, shutdown: CancellationToken) -> tenure::Result
         )));
     }
     options.zones = args.zones;
+    options.load = args.load;
     options.nodes = args.nodes;
     options.shards = args.shards;
     options.replication = args.replication;

@@ -127,9 +127,133 @@ fn bad_demo_arguments_exit_2_with_one_line() {
         vec!["demo", "--ttl", "-1"],
         vec!["demo", "--backend", "nope://x"],
         vec!["demo", "--nodes", "3", "--zones", "4"],
+        vec!["demo", "--load", "pareto"],
+        vec!["demo", "--load", ""],
     ] {
         let out = tenure().args(&args).output().expect("run tenure");
         assert_invalid_argument(&out, &args);
+    }
+    // An unknown --load names the values it takes, on its one line.
+    let out = tenure()
+        .args(["demo", "--load", "pareto"])
+        .output()
+        .expect("run tenure");
+    let line = assert_invalid_argument(&out, &"--load pareto");
+    assert!(
+        line.contains("'pareto'") && line.contains("--load") && line.contains("none, zipf"),
+        "{line}"
+    );
+}
+
+/// `--load zipf`: the JSON summary's load per node by count (the cold start's leaders)
+/// and once balanced by load, checked against each other and the lower bound.
+#[test]
+fn load_zipf_balances_the_load_per_node_beside_the_count_baseline() {
+    let out = tenure()
+        .args([
+            "demo", "--load", "zipf", "--nodes", "4", "--shards", "200", "--json",
+        ])
+        .output()
+        .expect("run tenure");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tenure demo failed: {stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    let load = &v["load"];
+    let (by_count, by_load, bound) = (
+        f(load, &["max_over_mean_by_count"]),
+        f(load, &["max_over_mean_by_load"]),
+        f(load, &["lower_bound"]),
+    );
+    assert!(by_load < by_count, "{load:#}");
+    assert!(by_load <= (1.02 * bound).max(1.10), "{load:#}");
+    assert!(bound >= 1.0, "{load:#}");
+
+    // The per-node figures add up and give the ratios reported.
+    let per_node = load["per_node"].as_object().expect("per_node");
+    assert_eq!(per_node.len(), 4, "{load:#}");
+    let total = f(load, &["total"]);
+    for (column, shards) in [
+        ("by_count", "shards_by_count"),
+        ("by_load", "shards_by_load"),
+    ] {
+        let loads: Vec<f64> = per_node.values().map(|n| f(n, &[column])).collect();
+        let sum: f64 = loads.iter().sum();
+        assert!(
+            (sum - total).abs() < 1e-6 * total,
+            "{column}: {sum} of {total}"
+        );
+        let led: f64 = per_node.values().map(|n| f(n, &[shards])).sum();
+        assert_eq!(led, 200.0, "{shards}: {load:#}");
+        let max = loads.iter().copied().fold(0.0, f64::max);
+        let ratio = max / (sum / 4.0);
+        let reported = f(load, &[&format!("max_over_mean_{column}")]);
+        assert!(
+            (ratio - reported).abs() < 1e-9,
+            "{column}: {ratio} vs {reported}"
+        );
+    }
+    // The count plan: shares of 50 shards (±1); the bound from the largest figure.
+    for n in per_node.values() {
+        assert!(
+            (49.0..=51.0).contains(&f(n, &["shards_by_count"])),
+            "{load:#}"
+        );
+    }
+    let largest = f(load, &["largest"]);
+    assert!(
+        (bound - (largest / (total / 4.0)).max(1.0)).abs() < 1e-9,
+        "{load:#}"
+    );
+    // It took moves to get there, and the script still ran to its end.
+    assert!(f(load, &["moves"]) > 0.0, "{load:#}");
+    assert_eq!(f(&v, &["end", "led"]), 200.0);
+    let end = f(&v, &["end", "load_imbalance"]);
+    assert!(
+        end >= 1.0 && end <= (1.02 * f(&v, &["end", "load_lower_bound"])).max(1.10),
+        "{v:#}"
+    );
+    assert!(stderr.contains("balanced by load in"), "{stderr}");
+}
+
+/// `--load zipf` with zones, piped: the bars of each node, by count and by load, in
+/// the progress and under the table.
+#[test]
+fn load_zipf_with_zones_draws_the_bars() {
+    let out = tenure()
+        .args([
+            "demo", "--load", "zipf", "--nodes", "6", "--zones", "3", "--shards", "120", "--ttl",
+            "1",
+        ])
+        .output()
+        .expect("run tenure");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tenure demo failed: {stderr}");
+    for needle in [
+        "balanced by load in",
+        "| load per node, max / mean: by count → by load |",
+        "| balance by load |",
+        "| load per node at the end, max / mean |",
+        "| leaders per zone at the end |",
+        "load per node after the cold start (by count) and once balanced by load:",
+        "120 of 120 shards led",
+    ] {
+        assert!(
+            stdout.contains(needle),
+            "{needle:?} missing from:\n{stdout}"
+        );
+    }
+    // Each of the six nodes has a line of bars in the progress and under the table.
+    for i in 1..=6 {
+        let bars = stdout
+            .lines()
+            .filter(|l| {
+                l.starts_with(&format!("  node-{i}  by count █"))
+                    && l.contains(" by load █")
+                    && (l.ends_with(" shards)") || l.ends_with(" 1 shard)"))
+            })
+            .count();
+        assert_eq!(bars, 2, "node-{i}:\n{stdout}");
     }
 }
 
