@@ -567,8 +567,9 @@ struct Record {
     recent: VecDeque<Handover>,
     /// (phase, shard, at, node) of every acquisition.
     acquisitions: Vec<(Phase, usize, Instant, Arc<str>)>,
-    /// (phase, why, gap) of every shard that changed hands after a release.
-    gaps: Vec<(Phase, &'static str, Duration)>,
+    /// (phase, why, gap, from) of every shard that changed hands after a release by
+    /// node `from`.
+    gaps: Vec<(Phase, &'static str, Duration, Arc<str>)>,
     crashed: Vec<String>,
     note: String,
 }
@@ -619,7 +620,7 @@ impl Record {
                 self.acquisitions.push((self.phase, i, at, node.clone()));
                 if let Some(r) = self.released.remove(&i) {
                     let gap = at.saturating_duration_since(r.at);
-                    self.gaps.push((self.phase, r.why, gap));
+                    self.gaps.push((self.phase, r.why, gap, r.from.clone()));
                     self.push_recent(Handover {
                         shard: shard.name().to_string(),
                         from: r.from,
@@ -655,8 +656,8 @@ impl Record {
             // the way here): the gap was at most the delivery skew.
             Some(_) => {
                 let acquired = self.acquired_at[i].unwrap_or(at);
-                self.gaps
-                    .push((self.phase, why, acquired.saturating_duration_since(at)));
+                let gap = acquired.saturating_duration_since(at);
+                self.gaps.push((self.phase, why, gap, node.clone()));
             }
             None => {}
         }
@@ -1485,7 +1486,7 @@ async fn script(
             .gaps
             .iter()
             .filter(|(p, ..)| *p == Phase::Join)
-            .map(|(_, _, g)| *g)
+            .map(|(_, _, g, _)| *g)
             .collect();
         JoinSummary {
             node: newcomer.clone(),
@@ -1530,11 +1531,14 @@ async fn script(
     let drain = {
         let d = demo.lock().await;
         let r = lock(&d.record);
+        // The drained node's own handoffs (with --load, the balancer may move others').
         let gaps: Vec<Duration> = r
             .gaps
             .iter()
-            .filter(|(p, why, _)| *p == Phase::Drain && *why == "handoff")
-            .map(|(_, _, g)| *g)
+            .filter(|(p, why, _, from)| {
+                *p == Phase::Drain && *why == "handoff" && **from == *drained
+            })
+            .map(|(_, _, g, _)| *g)
             .collect();
         DrainSummary {
             node: drained.clone(),
@@ -1560,8 +1564,8 @@ async fn script(
     let all_gaps: Vec<Duration> = lock(&d.record)
         .gaps
         .iter()
-        .filter(|(_, why, _)| *why == "handoff")
-        .map(|(_, _, g)| *g)
+        .filter(|(_, why, ..)| *why == "handoff")
+        .map(|(_, _, g, _)| *g)
         .collect();
     Ok(DemoSummary {
         backend: options.backend_url.clone(),
