@@ -433,12 +433,12 @@ pub async fn check_load_zipf(env: &ShardEnv, max_gap: Duration) -> (f64, f64, f6
     (by_count, after, bound, moves)
 }
 
-/// Ten hot shards turn cold and ten cold ones hot: back within the tolerance (or the
-/// bound) within 5 s. Returns (time, moves). The aim is at most 3 moves per
-/// changed shard; with the ten hottest of Zipf 1.1 (46% of all load) swapped with the
-/// ten coldest, the balancer makes about 150 (74 when it sees the whole shift at
-/// once, in the unit test), so this checks at most 8 per changed shard until a
-/// better choice of moves gets there.
+/// Ten hot shards (ranked 2 to 11; the hottest, which sets the bound, keeps its
+/// figure) turn cold and the ten coldest turn hot: back within the tolerance (or the
+/// bound) within 5 s, and at most 5 moves per changed shard. The aim is 3:
+/// over 100 layouts the balancer makes at most 60 moves in 99 (median 32, most 75;
+/// `balance::tests::a_load_shift_is_undone_with_few_moves`), and this namespace is
+/// random, so 5 keeps the test from failing on the odd layout. Returns (time, moves).
 pub async fn check_load_shift(env: &ShardEnv) -> (Duration, usize) {
     let figures = zipf(env.shards, 1.1);
     let c = started_by_load(env, figures.clone(), Default::default(), &[]).await;
@@ -448,7 +448,7 @@ pub async fn check_load_shift(env: &ShardEnv) -> (Duration, usize) {
     {
         let mut f = c.figures.as_ref().unwrap().lock().unwrap();
         for k in 0..10 {
-            f.swap(by_heat[k], by_heat[env.shards - 1 - k]);
+            f.swap(by_heat[1 + k], by_heat[env.shards - 1 - k]);
         }
     }
     let took = loop {
@@ -469,7 +469,7 @@ pub async fn check_load_shift(env: &ShardEnv) -> (Duration, usize) {
     };
     c.settle(env.settle).await;
     let moves = c.handoffs_since(shifted).len();
-    assert!(moves <= 8 * 20, "{moves} moves for 20 changed shards");
+    assert!(moves <= 5 * 20, "{moves} moves for 20 changed shards");
     c.check().await;
     c.close_all().await;
     (took, moves)
