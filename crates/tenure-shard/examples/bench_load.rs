@@ -1,0 +1,223 @@
+//! Balance by load beside balance by count, on the in-memory backend in real time:
+//! `cargo run --release -p tenure-shard --example bench_load [-- 1000 10000]`
+//!
+//! Ten equal nodes, replication 3, Zipf (s = 1.1) figures reported by each shard's
+//! leader every 500 ms. Rows:
+//! - **zipf**: max/mean node load once settled, by count (the same figures over the
+//!   count plan's leaders; "before" for both rows) and by load ("after"); the lower
+//!   bound; the handoffs made; the time from the first node's start until settled (by
+//!   load: quiet and within the band).
+//! - **shift**: from there, the shards ranked 2 to 11 by heat swap figures with the
+//!   ten coldest: max/mean right after the swap and once balanced again, handoffs,
+//!   time from the swap until back within the band.
+//! - **noise**: every figure jitters ±20% every second for 20 s: max/mean before and
+//!   at the end (on the jittered figures), handoffs.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tenure_core::{MemoryBackend, Timing};
+use tenure_shard::balance::{zipf, LoadPolicy};
+use tenure_shard::testing::{same_backend, Cluster};
+use tenure_shard::Layout;
+use tokio::time::Instant;
+
+const NODES: usize = 10;
+
+struct Row {
+    scenario: &'static str,
+    shards: usize,
+    by_count: f64,
+    by_load: f64,
+    bound: f64,
+    moves: usize,
+    time: Option<Duration>,
+}
+
+fn timing() -> Timing {
+    let mut t = Timing::from_ttl(Duration::from_secs(2));
+    t.connect_timeout = Duration::from_secs(2);
+    t
+}
+
+async fn cluster(shards: usize, figures: Option<Vec<f64>>) -> Cluster {
+    let layout = Layout::new(
+        &format!("bench-load-{shards}-{}", figures.is_some()),
+        shards,
+        3,
+    )
+    .expect("layout");
+    let mut c = Cluster::new(
+        same_backend(Arc::new(MemoryBackend::new())),
+        layout,
+        timing(),
+    )
+    .await;
+    c.figures = figures.map(|f| Arc::new(Mutex::new(f)));
+    c.policy = LoadPolicy::default();
+    c
+}
+
+fn quiet(c: &Cluster) -> bool {
+    c.nodes
+        .values()
+        .all(|m| m.status().borrow().is_quiet(c.nodes.len()))
+}
+
+/// Poll until the cluster is quiet and max/mean is within the band (or 1.02 × the
+/// bound); the time it took from `since`, or `None` after `limit`.
+async fn until_balanced(c: &Cluster, since: Instant, limit: Duration) -> Option<Duration> {
+    loop {
+        if quiet(c) {
+            let (ratio, bound, _) = c.load_spread().await;
+            if ratio <= (1.02 * bound).max(1.10) {
+                return Some(since.elapsed());
+            }
+        }
+        if since.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn rows(shards: usize) -> Vec<Row> {
+    let figures = zipf(shards, 1.1);
+    let mut out = Vec::new();
+
+    // By count.
+    let mut c = cluster(shards, None).await;
+    let start = Instant::now();
+    for i in 0..NODES {
+        c.add(&format!("node-{i}")).await;
+    }
+    let count_time = c.settle(Duration::from_secs(60)).await;
+    let count_moves = c.handoffs_since(start).len();
+    c.figures = Some(Arc::new(Mutex::new(figures.clone())));
+    let (by_count, bound, _) = c.load_spread().await;
+    c.figures = None;
+    c.close_all().await;
+
+    // By load.
+    let mut c = cluster(shards, Some(figures.clone())).await;
+    let start = Instant::now();
+    for i in 0..NODES {
+        c.add(&format!("node-{i}")).await;
+    }
+    c.settle(Duration::from_secs(60)).await;
+    // The first figures are published within a load interval; give the balancer that.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let load_time = until_balanced(&c, start, Duration::from_secs(60)).await;
+    let (by_load, _, _) = c.load_spread().await;
+    out.push(Row {
+        scenario: "zipf, by count",
+        shards,
+        by_count,
+        by_load: by_count,
+        bound,
+        moves: count_moves,
+        time: Some(count_time),
+    });
+    out.push(Row {
+        scenario: "zipf, by load",
+        shards,
+        by_count,
+        by_load,
+        bound,
+        moves: c.handoffs_since(start).len(),
+        time: load_time,
+    });
+
+    // Shift.
+    let mut by_heat: Vec<usize> = (0..shards).collect();
+    by_heat.sort_by(|a, b| figures[*b].total_cmp(&figures[*a]).then(a.cmp(b)));
+    let shifted = Instant::now();
+    if let Some(f) = &c.figures {
+        let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+        for k in 0..10 {
+            f.swap(by_heat[1 + k], by_heat[shards - 1 - k]);
+        }
+    }
+    // The leaders of the moment under the shifted figures.
+    let (before, _, _) = c.load_spread().await;
+    // Wait for the new figures to be seen before polling for the balance.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let shift_time = until_balanced(&c, shifted, Duration::from_secs(60)).await;
+    let (after, bound_after, _) = c.load_spread().await;
+    out.push(Row {
+        scenario: "shift (ranks 2–11 ↔ 10 coldest)",
+        shards,
+        by_count: before,
+        by_load: after,
+        bound: bound_after,
+        moves: c.handoffs_since(shifted).len(),
+        time: shift_time,
+    });
+
+    // Noise.
+    if let Some(f) = &c.figures {
+        let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+        f.clone_from(&figures);
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    until_balanced(&c, Instant::now(), Duration::from_secs(60)).await;
+    let (calm, _, _) = c.load_spread().await;
+    let since = Instant::now();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while since.elapsed() < Duration::from_secs(20) {
+        if let Some(f) = &c.figures {
+            let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+            for (s, base) in figures.iter().enumerate() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                f[s] = base * (0.8 + 0.4 * (x % 1_000_001) as f64 / 1_000_000.0);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (noisy, bound_noise, _) = c.load_spread().await;
+    out.push(Row {
+        scenario: "noise ±20% every 1 s, 20 s",
+        shards,
+        by_count: calm,
+        by_load: noisy,
+        bound: bound_noise,
+        moves: c.handoffs_since(since).len(),
+        time: None,
+    });
+    c.close_all().await;
+    out
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![1000, 10_000]
+    } else {
+        sizes
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut all = Vec::new();
+    for p in sizes {
+        eprintln!("{p} shards on {NODES} nodes…");
+        all.extend(runtime.block_on(rows(p)));
+    }
+    println!("| scenario | shards | max/mean before | max/mean after | bound | handoffs | time |");
+    println!("|---|---|---|---|---|---|---|");
+    for r in all {
+        let time = r
+            .time
+            .map_or_else(|| "—".to_string(), |t| format!("{:.2} s", t.as_secs_f64()));
+        println!(
+            "| {} | {} | {:.3} | {:.3} | {:.3} | {} | {} |",
+            r.scenario, r.shards, r.by_count, r.by_load, r.bound, r.moves, time
+        );
+    }
+}
