@@ -2,7 +2,8 @@
 //! after each step settles, every shard has exactly one leader, a live node of its
 //! replica set, every node leads what the common plan gives it, and where the replica
 //! sets make it possible (always with replication ≥ 2 and enough shards per node)
-//! every node leads ⌊P/N⌋ or ⌈P/N⌉ shards.
+//! every node leads ⌊P/N⌋ or ⌈P/N⌉ shards; under balance by load, with figures that
+//! change at random too, the placement holds still once settled.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,5 +91,103 @@ proptest! {
             .build()
             .unwrap();
         rt.block_on(run(shards, replication, steps));
+    }
+}
+
+/// The same steps under balance by load, with random figures that also change at
+/// random: after each step settles and the balancer has acted, every shard has one
+/// leader in its replica set, every node follows the common plan (the balancer's
+/// moves included), and the placement holds still: no handoff in the next 3 s.
+#[derive(Clone, Debug)]
+enum LoadStep {
+    Member(Step),
+    /// New figures for every shard, from this seed.
+    Figures(u64),
+}
+
+fn load_step() -> impl Strategy<Value = LoadStep> {
+    prop_oneof![
+        3 => step().prop_map(LoadStep::Member),
+        2 => any::<u64>().prop_map(LoadStep::Figures),
+    ]
+}
+
+/// Figures from 0 to 1000 with a few hot ones, from `seed`.
+fn figures(shards: usize, seed: u64) -> Vec<f64> {
+    let mut x = seed | 1;
+    (0..shards)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let u = (x % 10_000) as f64 / 10_000.0;
+            // Mostly small, sometimes hot.
+            1000.0 * u.powi(4)
+        })
+        .collect()
+}
+
+async fn run_by_load(shards: usize, replication: usize, steps: Vec<LoadStep>) {
+    let mut c = Cluster::new(
+        same_backend(Arc::new(MemoryBackend::new())),
+        Layout::new("prop-load", shards, replication).unwrap(),
+        timing(),
+    )
+    .await;
+    c.figures = Some(Arc::new(std::sync::Mutex::new(figures(shards, 7))));
+    let mut next = 0;
+    for _ in 0..3 {
+        c.add(&format!("n{next}")).await;
+        next += 1;
+    }
+    let bound = Duration::from_secs(30);
+    for s in steps {
+        let ids: Vec<String> = c.nodes.keys().cloned().collect();
+        match s {
+            LoadStep::Figures(seed) => {
+                *c.figures.as_ref().unwrap().lock().unwrap() = figures(shards, seed);
+            }
+            LoadStep::Member(Step::Join) => {
+                c.add(&format!("n{next}")).await;
+                next += 1;
+            }
+            LoadStep::Member(_) if ids.len() == 1 => continue,
+            LoadStep::Member(Step::Leave(i)) => c.close(&ids[i % ids.len()]).await,
+            LoadStep::Member(Step::Crash(i)) => c.crash(&ids[i % ids.len()]),
+            LoadStep::Member(Step::Drain(i)) => {
+                let id = &ids[i % ids.len()];
+                c.nodes[id].drain().await.expect("drain");
+                assert!(c.nodes[id].held().is_empty());
+                c.close(id).await;
+            }
+        }
+        c.settle(bound).await;
+        // Reports go out within a load interval; the balancer waits one more for
+        // them to hold still.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        c.settle(bound).await;
+        c.check().await;
+        let still = tokio::time::Instant::now();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let moved = c.handoffs_since(still).len();
+        assert_eq!(moved, 0, "{moved} handoffs after the placement had settled");
+    }
+    c.close_all().await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+    #[test]
+    fn under_balance_by_load_changes_keep_one_leader_and_settle(
+        shards in 8usize..80,
+        replication in 1usize..4,
+        steps in proptest::collection::vec(load_step(), 1..7),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(run_by_load(shards, replication, steps));
     }
 }
