@@ -30,6 +30,7 @@ fn env(connect: Connect) -> ShardEnv {
         nodes: 4,
         slack: Duration::from_secs(1),
         settle: Duration::from_secs(30),
+        namespace: None,
     }
 }
 

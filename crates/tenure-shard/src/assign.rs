@@ -10,7 +10,9 @@
 //!    sets of about `R·P/N` shards and no others.
 //! 2. **Targets**: node `n` should lead `P·wₙ/W` shards, rounded by largest remainder
 //!    (ties go to the node that holds more now, then by hash), so targets sum to `P`
-//!    and, with equal weights, are ⌊P/N⌋ or ⌈P/N⌉.
+//!    and, with equal weights, are ⌊P/N⌋ or ⌈P/N⌉. The extra ones are spread over the
+//!    zones by their share of the nodes, so zones of equal size lead within one shard
+//!    of each other.
 //! 3. **Keep**: a holder that is still an active replica keeps its shard, up to its
 //!    target; a node above its target gives up first the shards that another replica
 //!    with room can take, and among those the ones where it ranks lowest.
@@ -216,8 +218,34 @@ pub fn plan_reusing(
             ));
         }
         rems.sort_unstable();
-        for (_, _, _, n) in rems.iter().take((p as u128 - given) as usize) {
-            targets[*n as usize] += 1;
+        // The extra shards go in that order, but spread over the zones (by their
+        // share of the nodes), so that zones lead within one shard of their share as
+        // well as nodes; without zones this is the plain order.
+        let zones = Zones::new(nodes);
+        let mut zone_nodes = vec![0usize; zones.count];
+        for &n in &active {
+            zone_nodes[zones.of[n as usize] as usize] += 1;
+        }
+        let mut zone_extras = vec![0usize; zones.count];
+        let mut taken = vec![false; rems.len()];
+        for _ in 0..(p as u128 - given) as usize {
+            let next = (0..rems.len()).filter(|i| !taken[*i]).min_by(|a, b| {
+                let (za, zb) = (
+                    zones.of[rems[*a].3 as usize] as usize,
+                    zones.of[rems[*b].3 as usize] as usize,
+                );
+                // extras_a / nodes_a against extras_b / nodes_b, exactly.
+                (zone_extras[za] * zone_nodes[zb])
+                    .cmp(&(zone_extras[zb] * zone_nodes[za]))
+                    .then(a.cmp(b))
+            });
+            let Some(i) = next else {
+                break;
+            };
+            taken[i] = true;
+            let n = rems[i].3 as usize;
+            zone_extras[zones.of[n] as usize] += 1;
+            targets[n] += 1;
         }
     }
 

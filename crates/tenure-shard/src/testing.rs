@@ -408,7 +408,7 @@ pub async fn check_load_zipf(env: &ShardEnv, max_gap: Duration) -> (f64, f64, f6
     let start = Instant::now();
     let figures = zipf(env.shards, 1.1);
     // Count-only baseline: the same loads under the count plan.
-    let layout = Layout::new(&env.namespace(), env.shards, 3).expect("layout");
+    let layout = Layout::new(&format!("{}-count", env.namespace()), env.shards, 3).expect("layout");
     let mut base = Cluster::new(env.connect.clone(), layout, env.timing.clone()).await;
     for i in 0..env.nodes {
         base.add(&format!("node-{i}")).await;
@@ -435,10 +435,10 @@ pub async fn check_load_zipf(env: &ShardEnv, max_gap: Duration) -> (f64, f64, f6
 
 /// Ten hot shards (ranked 2 to 11; the hottest, which sets the bound, keeps its
 /// figure) turn cold and the ten coldest turn hot: back within the tolerance (or the
-/// bound) within 5 s, and at most 5 moves per changed shard. The aim is 3:
-/// over 100 layouts the balancer makes at most 60 moves in 99 (median 32, most 75;
-/// `balance::tests::a_load_shift_is_undone_with_few_moves`), and this namespace is
-/// random, so 5 keeps the test from failing on the odd layout. Returns (time, moves).
+/// bound) within 5 s, with at most 3 moves per changed shard. (Over 100 layouts the
+/// balancer stays within that in 95: `balance::tests::a_load_shift_is_undone_with_few_moves`;
+/// on a store shared by tests the namespace, and so the layout, is random.) Returns
+/// (time, moves).
 pub async fn check_load_shift(env: &ShardEnv) -> (Duration, usize) {
     let figures = zipf(env.shards, 1.1);
     let c = started_by_load(env, figures.clone(), Default::default(), &[]).await;
@@ -469,7 +469,7 @@ pub async fn check_load_shift(env: &ShardEnv) -> (Duration, usize) {
     };
     c.settle(env.settle).await;
     let moves = c.handoffs_since(shifted).len();
-    assert!(moves <= 5 * 20, "{moves} moves for 20 changed shards");
+    assert!(moves <= 3 * 20, "{moves} moves for 20 changed shards");
     c.check().await;
     c.close_all().await;
     (took, moves)
@@ -576,6 +576,10 @@ pub struct ShardEnv {
     pub slack: Duration,
     /// How long the scenarios wait for convergence before failing.
     pub settle: Duration,
+    /// The namespace of every scenario; `None`: a random one each (for a shared
+    /// store). The in-memory store is new for each test, so it takes a fixed one and
+    /// every run sees the same layout.
+    pub namespace: Option<String>,
 }
 
 impl ShardEnv {
@@ -588,11 +592,14 @@ impl ShardEnv {
             nodes: 5,
             slack: Duration::ZERO,
             settle: Duration::from_secs(10),
+            namespace: Some("shard-memory".to_string()),
         }
     }
 
     fn namespace(&self) -> String {
-        format!("shard-{}", tenure_core::testing::random_prefix())
+        self.namespace
+            .clone()
+            .unwrap_or_else(|| format!("shard-{}", tenure_core::testing::random_prefix()))
     }
 
     /// A cluster of `self.nodes` nodes, settled and checked.
@@ -729,7 +736,8 @@ async fn crash_and_check(c: &mut Cluster, victims: &[String], env: &ShardEnv) ->
 }
 
 /// Nodes in three zones (`env.nodes` of them, at least 3, dealt round-robin): every
-/// shard's replicas span the three zones; when a whole zone crashes at once, every
+/// shard's replicas span the three zones, and with a multiple of three nodes each zone
+/// leads within one shard of P / 3; when a whole zone crashes at once, every
 /// shard it led is led again within TTL + one renew interval (+ slack), no shard of
 /// the other zones moves, and the survivors end balanced.
 pub async fn check_zone_loss(env: &ShardEnv) {
@@ -752,6 +760,21 @@ pub async fn check_zone_loss(env: &ShardEnv) {
         spanned.sort();
         spanned.dedup();
         assert_eq!(spanned.len(), 3, "{}: replicas {:?}", s.shard, s.replicas);
+    }
+    // Leaders per zone within one of P / 3.
+    let mut per_zone: BTreeMap<Option<String>, usize> = BTreeMap::new();
+    for n in &view.nodes {
+        *per_zone.entry(n.zone.clone()).or_default() += n.leads;
+    }
+    let nodes = env.nodes.max(3);
+    if nodes.is_multiple_of(3) {
+        let (lo, hi) = (env.shards / 3, env.shards.div_ceil(3));
+        for (z, l) in &per_zone {
+            assert!(
+                lo <= *l && *l <= hi,
+                "zone {z:?} leads {l}, not within one of P/3: {per_zone:?}"
+            );
+        }
     }
     let lost: Vec<String> = zone
         .iter()
