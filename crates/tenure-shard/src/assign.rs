@@ -121,9 +121,9 @@ impl Plan {
         &self.loads
     }
 
-    /// The same replica sets with other leaders (`NONE`-free where a shard has one),
-    /// the counts per node following them: what a balance other than by count chose.
-    /// The targets become those counts, so a node's target is what it should lead.
+    /// The same replica sets and fair shares with other leaders (`NONE`-free where a
+    /// shard has one), the counts per node following them: what a balance other than
+    /// by count chose.
     pub(crate) fn with_leaders(&self, preferred: Vec<u32>) -> Plan {
         let mut loads = vec![0u32; self.loads.len()];
         for n in &preferred {
@@ -136,7 +136,7 @@ impl Plan {
             key: self.key.clone(),
             replicas: self.replicas.clone(),
             preferred,
-            targets: loads.clone(),
+            targets: self.targets.clone(),
             loads,
         }
     }
@@ -180,7 +180,7 @@ pub fn plan_reusing(
         .filter(|n| nodes[*n as usize].active())
         .collect();
     let node_hash: Vec<u64> = nodes.iter().map(|n| key_hash(&n.id)).collect();
-    let base = replicas_only(previous, shard_hashes, nodes, replication);
+    let base = replicas_only(previous, shard_hashes, nodes, replication, holders);
     let (r, key, replicas) = (base.r, base.key, base.replicas);
     let holder = |s: usize| -> Option<u32> {
         holders
@@ -191,63 +191,8 @@ pub fn plan_reusing(
     };
     let reps = |s: usize| &replicas[s * r..(s + 1) * r];
 
-    // 2. Targets by largest remainder.
-    let mut targets = vec![0u32; nodes.len()];
-    let mut held = vec![0u32; nodes.len()];
-    for s in 0..p {
-        if let Some(h) = holder(s) {
-            held[h as usize] += 1;
-        }
-    }
-    if !active.is_empty() {
-        let total: u128 = active
-            .iter()
-            .map(|n| u128::from(nodes[*n as usize].weight))
-            .sum();
-        let mut rems = Vec::with_capacity(active.len());
-        let mut given = 0u128;
-        for &n in &active {
-            let q = p as u128 * u128::from(nodes[n as usize].weight);
-            targets[n as usize] = (q / total) as u32;
-            given += q / total;
-            rems.push((
-                Reverse(q % total),
-                Reverse(held[n as usize]),
-                node_hash[n as usize],
-                n,
-            ));
-        }
-        rems.sort_unstable();
-        // The extra shards go in that order, but spread over the zones (by their
-        // share of the nodes), so that zones lead within one shard of their share as
-        // well as nodes; without zones this is the plain order.
-        let zones = Zones::new(nodes);
-        let mut zone_nodes = vec![0usize; zones.count];
-        for &n in &active {
-            zone_nodes[zones.of[n as usize] as usize] += 1;
-        }
-        let mut zone_extras = vec![0usize; zones.count];
-        let mut taken = vec![false; rems.len()];
-        for _ in 0..(p as u128 - given) as usize {
-            let next = (0..rems.len()).filter(|i| !taken[*i]).min_by(|a, b| {
-                let (za, zb) = (
-                    zones.of[rems[*a].3 as usize] as usize,
-                    zones.of[rems[*b].3 as usize] as usize,
-                );
-                // extras_a / nodes_a against extras_b / nodes_b, exactly.
-                (zone_extras[za] * zone_nodes[zb])
-                    .cmp(&(zone_extras[zb] * zone_nodes[za]))
-                    .then(a.cmp(b))
-            });
-            let Some(i) = next else {
-                break;
-            };
-            taken[i] = true;
-            let n = rems[i].3 as usize;
-            zone_extras[zones.of[n] as usize] += 1;
-            targets[n] += 1;
-        }
-    }
+    // 2. Targets.
+    let targets = base.targets;
 
     // 3. Keep holders that are still replicas, up to their targets.
     let mut preferred = vec![NONE; p];
@@ -327,13 +272,90 @@ pub fn plan_reusing(
     }
 }
 
-/// Step 1 alone: the replica sets of [`plan_reusing`] with no leaders yet (reusing
-/// `previous`'s as it does), for a balance other than by count to choose leaders in.
+/// Each node's fair share of the `p` shards: `P·wₙ/W` rounded by largest remainder
+/// (ties to the node that holds more now, then by hash), the extra ones spread over
+/// the zones by their share of the nodes; 0 for nodes that are not active.
+fn fair_targets(p: usize, nodes: &[NodeSpec], holders: &[Option<u32>]) -> Vec<u32> {
+    let active: Vec<u32> = (0..nodes.len() as u32)
+        .filter(|n| nodes[*n as usize].active())
+        .collect();
+    let node_hash: Vec<u64> = nodes.iter().map(|n| key_hash(&n.id)).collect();
+    let holder = |s: usize| -> Option<u32> {
+        holders
+            .get(s)
+            .copied()
+            .flatten()
+            .filter(|h| (*h as usize) < nodes.len())
+    };
+    let mut targets = vec![0u32; nodes.len()];
+    let mut held = vec![0u32; nodes.len()];
+    for s in 0..p {
+        if let Some(h) = holder(s) {
+            held[h as usize] += 1;
+        }
+    }
+    if !active.is_empty() {
+        let total: u128 = active
+            .iter()
+            .map(|n| u128::from(nodes[*n as usize].weight))
+            .sum();
+        let mut rems = Vec::with_capacity(active.len());
+        let mut given = 0u128;
+        for &n in &active {
+            let q = p as u128 * u128::from(nodes[n as usize].weight);
+            targets[n as usize] = (q / total) as u32;
+            given += q / total;
+            rems.push((
+                Reverse(q % total),
+                Reverse(held[n as usize]),
+                node_hash[n as usize],
+                n,
+            ));
+        }
+        rems.sort_unstable();
+        // The extra shards go in that order, but spread over the zones (by their
+        // share of the nodes), so that zones lead within one shard of their share as
+        // well as nodes; without zones this is the plain order.
+        let zones = Zones::new(nodes);
+        let mut zone_nodes = vec![0usize; zones.count];
+        for &n in &active {
+            zone_nodes[zones.of[n as usize] as usize] += 1;
+        }
+        let mut zone_extras = vec![0usize; zones.count];
+        let mut taken = vec![false; rems.len()];
+        for _ in 0..(p as u128 - given) as usize {
+            let next = (0..rems.len()).filter(|i| !taken[*i]).min_by(|a, b| {
+                let (za, zb) = (
+                    zones.of[rems[*a].3 as usize] as usize,
+                    zones.of[rems[*b].3 as usize] as usize,
+                );
+                // extras_a / nodes_a against extras_b / nodes_b, exactly.
+                (zone_extras[za] * zone_nodes[zb])
+                    .cmp(&(zone_extras[zb] * zone_nodes[za]))
+                    .then(a.cmp(b))
+            });
+            let Some(i) = next else {
+                break;
+            };
+            taken[i] = true;
+            let n = rems[i].3 as usize;
+            zone_extras[zones.of[n] as usize] += 1;
+            targets[n] += 1;
+        }
+    }
+
+    targets
+}
+
+/// Steps 1 and 2 alone: the replica sets of [`plan_reusing`] (reusing `previous`'s
+/// as it does) and the nodes' fair shares, with no leaders yet, for a balance other
+/// than by count to choose leaders in.
 pub(crate) fn replicas_only(
     previous: Option<&Plan>,
     shard_hashes: &[u64],
     nodes: &[NodeSpec],
     replication: usize,
+    holders: &[Option<u32>],
 ) -> Plan {
     let p = shard_hashes.len();
     let active: Vec<u32> = (0..nodes.len() as u32)
@@ -367,7 +389,7 @@ pub(crate) fn replicas_only(
         key,
         replicas,
         preferred: vec![NONE; p],
-        targets: vec![0; nodes.len()],
+        targets: fair_targets(p, nodes, holders),
         loads: vec![0; nodes.len()],
     }
 }

@@ -20,7 +20,8 @@
 //! most load out of the band, counting both nodes' excess (so one move fixes as much
 //! as it can, and small shards move only when nothing bigger fits); then a node below
 //! `(1 − tolerance)` takes the shard that does the same for it; each until it is back
-//! inside the band or no move helps. Every move lowers the total excess, so the
+//! inside the band or no move helps (the band is 0.9 of the tolerance, as figures are
+//! quantized to within 4%). Every move lowers the total excess, so the
 //! search ends. Nodes inside the band are left alone, and together with the
 //! reporters' deadband ([`republish`]) that keeps figures that drift from causing
 //! churn.
@@ -170,7 +171,7 @@ pub fn plan_by_load(
     loads: &[u64],
     moves: &[(usize, u32)],
 ) -> Plan {
-    let base = crate::assign::replicas_only(previous, shard_hashes, nodes, replication);
+    let base = crate::assign::replicas_only(previous, shard_hashes, nodes, replication, holders);
     let p = base.shards();
     if base.replicas(0).is_empty() {
         return base;
@@ -910,6 +911,10 @@ mod tests {
         let per: Vec<u32> = (0..3).map(|n| p.load(n)).collect();
         // Equal loads: the count plan already balances them by capacity.
         assert_eq!(per, vec![300, 150, 150]);
+        // A plan by load keeps each node's fair share by count as its target.
+        for n in 0..3 {
+            assert_eq!(p.target(n), count.target(n));
+        }
         // No load at all: nothing to move.
         let h = holders(&count);
         let none = plan_by_load(None, &sh, &ns, 3, &h, &[], &[]);

@@ -72,7 +72,8 @@ pub struct ShardStatus {
     pub held: usize,
     /// Shards this node campaigns for without holding them yet.
     pub campaigning: usize,
-    /// Shards the assignment gives this node.
+    /// Shards the assignment gives this node (by load, that need not be its fair
+    /// share by count, which [`NodeInfo::target`](crate::NodeInfo) gives).
     pub target: usize,
     /// Shards this node holds but should hand off.
     pub pending_handoffs: usize,
@@ -1210,7 +1211,7 @@ impl Controller {
             self.publish.send_replace(self.mine.value());
         }
         self.version += 1;
-        let target = me.map_or(0, |m| plan.target(m) as usize);
+        let target = me.map_or(0, |m| plan.load(m) as usize);
         let status = ShardStatus {
             members: view.nodes.len(),
             held: self.held.len(),
