@@ -13,8 +13,8 @@ use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::{DynBackend, Timing};
 use tenure_integration::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
 use tenure_shard::testing::{
-    check_cold_start, check_crash, check_drain, check_join, check_load_zipf, check_quiet, Connect,
-    ShardEnv,
+    check_cold_start, check_crash, check_drain, check_join, check_load_noise, check_load_zipf,
+    check_move_budget, check_quiet, Connect, ShardEnv,
 };
 
 /// The query of 2 s connect and request timeouts.
@@ -50,6 +50,10 @@ async fn on_url(url: String, by_load: bool) {
         env.nodes = 5;
         let (by_count, by_load, bound, moves) = check_load_zipf(&env, Duration::from_secs(1)).await;
         eprintln!("zipf 1.1: max/mean {by_count:.3} by count, {by_load:.3} by load (bound {bound:.3}), {moves} moves");
+        let moves = check_load_noise(&env, Duration::from_secs(10)).await;
+        eprintln!("noise: {moves} moves in 10 s");
+        let most = check_move_budget(&env, 5).await;
+        eprintln!("budget 5/s: at most {most} handoffs in a window");
     }
 }
 

@@ -1416,14 +1416,13 @@ impl Controller {
                 .insert(*s, (view.nodes[*n as usize].id.clone(), now));
             self.issued.push_back(now);
         }
-        // Look again when the window frees budget (if it ran out), and when the
-        // oldest move goes stale.
+        // While moves of the window count against the budget, look again when the
+        // oldest leaves it: a step the budget cut short (a chain of two that did not
+        // fit counts too) has more to do, and nothing else may wake the balancer.
         let refill = if now < still_at {
             Some(still_at)
         } else {
-            (new.len() == budget)
-                .then(|| self.issued.front().map(|t| *t + policy.window))
-                .flatten()
+            self.issued.front().map(|t| *t + policy.window)
         };
         let expiry = self.my_moves.values().map(|(_, at)| *at + stale).min();
         self.balance_at = [refill, expiry].into_iter().flatten().min();

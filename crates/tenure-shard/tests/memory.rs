@@ -343,3 +343,62 @@ async fn load_follows_capacity() {
     let per = check_load_capacities(&env).await;
     eprintln!("capacities 1:2:4: {per:?}");
 }
+
+/// A new leader starts from the last figure published for its shard: node-0 reports
+/// a figure for one of its shards and crashes; node-1 takes the shard over and
+/// publishes that figure without having reported any.
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_starts_from_the_last_published_figure() {
+    let mut c = cluster(4).await;
+    for id in ["node-0", "node-1"] {
+        c.add_with(id, |b| {
+            b.balance_by_load(tenure_shard::balance::LoadPolicy::default())
+        })
+        .await;
+    }
+    c.settle(Duration::from_secs(10)).await;
+    let (shard, _) = c.nodes["node-0"]
+        .held()
+        .into_iter()
+        .next()
+        .expect("a shard");
+    c.nodes["node-0"].report_load(&shard, 123.0).unwrap();
+    // Published within a load interval (1 s).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let seen = c.nodes["node-1"].view().shards[shard.index()].load;
+    assert!(
+        seen.is_some_and(|l| (l / 123.0 - 1.0).abs() < 0.05),
+        "{seen:?}"
+    );
+    c.crash("node-0");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let m = &c.nodes["node-1"];
+    assert!(
+        m.held().iter().any(|(s, _)| *s == shard),
+        "node-1 took the shard over"
+    );
+    // What node-1 publishes: its node's load includes the figure.
+    let view = m.view();
+    let me = view.nodes.iter().find(|n| n.id == "node-1").unwrap();
+    assert!(
+        (me.load / 123.0 - 1.0).abs() < 0.05,
+        "node-1 carries {}",
+        me.load
+    );
+    assert!(m.report_load(&shard, -1.0).is_err());
+    assert!(m.report_load(&shard, f64::NAN).is_err());
+    // A shard this layout does not have.
+    let other = Layout::new("other", 8, 1).unwrap();
+    assert!(m.report_load(&other.shards()[7], 1.0).is_err());
+}
+
+/// A budget smaller than one rebalance needs: the balancer comes back when the
+/// window frees budget, until the loads are balanced.
+#[tokio::test(start_paused = true)]
+async fn a_small_move_budget_still_gets_there() {
+    let mut env = load_env();
+    env.shards = 200;
+    env.nodes = 5;
+    let most = check_move_budget(&env, 5).await;
+    eprintln!("budget 5/s: at most {most} handoffs in a window");
+}
