@@ -178,7 +178,7 @@ impl Layout {
 /// |---|---|---|
 /// | `layout` | required | namespace, shards, replication ([`Layout`]) |
 /// | `node_id` | required | this node's member id (letters, digits, `-_.`) |
-/// | `weight` | 1 | relative share of leaderships (1 to 1000) |
+/// | `weight` | 1 | relative share of leaderships (1 to 1000); under `balance_by_load`, the node's capacity: its share of the load |
 /// | `zone` | none | this node's failure domain (1 to 64 of letters, digits, `-_.:/`): every shard's replicas span as many zones as there are, up to the replication factor |
 /// | `timing` | [`Timing::default`] | session TTL, renewal, deadlines |
 /// | `handoff_rate` | 5,000 per second | graceful handoffs this node starts per second (those due together are resigned as one batch) |
@@ -251,7 +251,8 @@ impl ShardManagerBuilder {
         self
     }
 
-    /// This node's weight.
+    /// This node's weight: its share of the leaderships relative to other nodes, or,
+    /// balancing by load, its capacity (a node of weight 2 carries twice the load).
     pub fn weight(mut self, weight: u32) -> Self {
         self.weight = weight;
         self
