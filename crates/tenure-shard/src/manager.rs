@@ -1404,9 +1404,13 @@ impl Controller {
             .iter()
             .filter_map(|(s, (to, _))| view.index_of(to).map(|n| (*s, n)))
             .collect();
-        let current = plan_by_load_with(Some(plan), &self.layout, view, &moves);
-        let levels = view.loads.levels(self.layout.shards.len());
-        let new = balance::rebalance(&current, &view.nodes, &levels, &policy, budget);
+        let new = if budget == 0 {
+            Vec::new()
+        } else {
+            let current = plan_by_load_with(Some(plan), &self.layout, view, &moves);
+            let levels = view.loads.levels(self.layout.shards.len());
+            balance::rebalance(&current, &view.nodes, &levels, &policy, budget)
+        };
         if !new.is_empty() {
             tracing::debug!(moves = new.len(), budget, "balancing by load");
             changed = true;
