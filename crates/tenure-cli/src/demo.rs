@@ -305,7 +305,7 @@ fn bar(value: f64, top: f64) -> String {
 }
 
 /// `value` rounded, with thousands separated by commas (2,140).
-fn thousands(value: f64) -> String {
+pub(crate) fn thousands(value: f64) -> String {
     let digits = format!("{:.0}", value.max(0.0));
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

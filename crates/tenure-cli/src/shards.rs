@@ -30,15 +30,7 @@ pub struct StatusOptions {
 /// significant digits or so below.
 fn show_load(v: f64) -> String {
     if v >= 100.0 {
-        let digits = format!("{v:.0}");
-        let mut out = String::new();
-        for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i) % 3 == 0 {
-                out.push(',');
-            }
-            out.push(c);
-        }
-        out
+        crate::demo::thousands(v)
     } else if v >= 10.0 {
         format!("{v:.1}")
     } else if v >= 1.0 {

@@ -176,19 +176,11 @@ pub fn plan_reusing(
     holders: &[Option<u32>],
 ) -> Plan {
     let p = shard_hashes.len();
-    let active: Vec<u32> = (0..nodes.len() as u32)
-        .filter(|n| nodes[*n as usize].active())
-        .collect();
-    let node_hash: Vec<u64> = nodes.iter().map(|n| key_hash(&n.id)).collect();
+    let active = active_nodes(nodes);
+    let node_hash = node_hashes(nodes);
     let base = replicas_only(previous, shard_hashes, nodes, replication, holders);
     let (r, key, replicas) = (base.r, base.key, base.replicas);
-    let holder = |s: usize| -> Option<u32> {
-        holders
-            .get(s)
-            .copied()
-            .flatten()
-            .filter(|h| (*h as usize) < nodes.len())
-    };
+    let holder = |s: usize| holder_at(holders, nodes.len(), s);
     let reps = |s: usize| &replicas[s * r..(s + 1) * r];
 
     // 2. Targets.
@@ -272,21 +264,34 @@ pub fn plan_reusing(
     }
 }
 
+/// The numbers of the active nodes.
+fn active_nodes(nodes: &[NodeSpec]) -> Vec<u32> {
+    (0..nodes.len() as u32)
+        .filter(|n| nodes[*n as usize].active())
+        .collect()
+}
+
+/// Each node's [`key_hash`].
+fn node_hashes(nodes: &[NodeSpec]) -> Vec<u64> {
+    nodes.iter().map(|n| key_hash(&n.id)).collect()
+}
+
+/// The holder of shard `s` in `holders`, if it is one of the `nodes` nodes.
+fn holder_at(holders: &[Option<u32>], nodes: usize, s: usize) -> Option<u32> {
+    holders
+        .get(s)
+        .copied()
+        .flatten()
+        .filter(|h| (*h as usize) < nodes)
+}
+
 /// Each node's fair share of the `p` shards: `P·wₙ/W` rounded by largest remainder
 /// (ties to the node that holds more now, then by hash), the extra ones spread over
 /// the zones by their share of the nodes; 0 for nodes that are not active.
 fn fair_targets(p: usize, nodes: &[NodeSpec], holders: &[Option<u32>]) -> Vec<u32> {
-    let active: Vec<u32> = (0..nodes.len() as u32)
-        .filter(|n| nodes[*n as usize].active())
-        .collect();
-    let node_hash: Vec<u64> = nodes.iter().map(|n| key_hash(&n.id)).collect();
-    let holder = |s: usize| -> Option<u32> {
-        holders
-            .get(s)
-            .copied()
-            .flatten()
-            .filter(|h| (*h as usize) < nodes.len())
-    };
+    let active = active_nodes(nodes);
+    let node_hash = node_hashes(nodes);
+    let holder = |s: usize| holder_at(holders, nodes.len(), s);
     let mut targets = vec![0u32; nodes.len()];
     let mut held = vec![0u32; nodes.len()];
     for s in 0..p {
@@ -358,11 +363,9 @@ pub(crate) fn replicas_only(
     holders: &[Option<u32>],
 ) -> Plan {
     let p = shard_hashes.len();
-    let active: Vec<u32> = (0..nodes.len() as u32)
-        .filter(|n| nodes[*n as usize].active())
-        .collect();
+    let active = active_nodes(nodes);
     let r = replication.max(1).min(active.len());
-    let node_hash: Vec<u64> = nodes.iter().map(|n| key_hash(&n.id)).collect();
+    let node_hash = node_hashes(nodes);
     let zones = Zones::new(nodes);
     let key: Vec<NodeKey> = nodes
         .iter()

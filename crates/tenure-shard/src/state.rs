@@ -143,70 +143,34 @@ impl ShardSet {
 
 /// Ascending indices as LEB128 gaps in base64, or `-` when there are none.
 fn encode_list(indices: impl Iterator<Item = usize>) -> String {
-    let mut bytes = Vec::new();
-    let mut last = 0;
-    for i in indices {
-        let mut gap = i - last;
-        last = i;
-        loop {
-            let low = (gap & 0x7f) as u8;
-            gap >>= 7;
-            if gap == 0 {
-                bytes.push(low);
-                break;
-            }
-            bytes.push(low | 0x80);
-        }
-    }
-    if bytes.is_empty() {
-        "-".to_string()
-    } else {
-        URL_SAFE_NO_PAD.encode(bytes)
-    }
+    encode_gaps(indices.map(|i| (i, None)))
 }
 
 /// The indices of a list from [`encode_list`]: strictly ascending and below `shards`.
 fn decode_list(s: &str, shards: usize) -> Result<Vec<u32>, String> {
-    if s == "-" {
-        return Ok(Vec::new());
-    }
-    let bytes = URL_SAFE_NO_PAD
-        .decode(s)
-        .map_err(|e| format!("bad list: {e}"))?;
-    let mut out = Vec::new();
-    let (mut gap, mut shift, mut last) = (0usize, 0u32, None::<usize>);
-    for b in bytes {
-        if shift > 28 {
-            return Err("bad list: a gap of more than 32 bits".to_string());
-        }
-        gap |= usize::from(b & 0x7f) << shift;
-        shift += 7;
-        if b & 0x80 != 0 {
-            continue;
-        }
-        let i = match last {
-            None => gap,
-            Some(_) if gap == 0 => return Err("bad list: an index twice".to_string()),
-            Some(l) => l + gap,
-        };
-        if i >= shards {
-            return Err(format!("bad list: shard {i} of {shards}"));
-        }
-        out.push(i as u32);
-        (last, gap, shift) = (Some(i), 0, 0);
-    }
-    if shift != 0 {
-        return Err("bad list: it ends inside a gap".to_string());
-    }
-    Ok(out)
+    Ok(decode_gaps(s, shards, false, "list")?
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect())
 }
 
 /// Ascending `(shard, code)` pairs as LEB128 gaps each followed by the code byte, in
 /// base64, or `-` when there are none.
 fn encode_pairs(pairs: impl Iterator<Item = (u32, u8)>) -> String {
+    encode_gaps(pairs.map(|(i, code)| (i as usize, Some(code))))
+}
+
+/// The pairs of [`encode_pairs`]: shards strictly ascending and below `shards`.
+fn decode_pairs(s: &str, shards: usize) -> Result<Vec<(u32, u8)>, String> {
+    decode_gaps(s, shards, true, "loads")
+}
+
+/// Ascending indices as LEB128 gaps (the first from 0), each followed by its byte
+/// where it has one, in base64; `-` when there are none.
+fn encode_gaps(items: impl Iterator<Item = (usize, Option<u8>)>) -> String {
     let mut bytes = Vec::new();
     let mut last = 0;
-    for (i, code) in pairs {
+    for (i, byte) in items {
         let mut gap = i - last;
         last = i;
         loop {
@@ -218,7 +182,7 @@ fn encode_pairs(pairs: impl Iterator<Item = (u32, u8)>) -> String {
             }
             bytes.push(low | 0x80);
         }
-        bytes.push(code);
+        bytes.extend(byte);
     }
     if bytes.is_empty() {
         "-".to_string()
@@ -227,20 +191,26 @@ fn encode_pairs(pairs: impl Iterator<Item = (u32, u8)>) -> String {
     }
 }
 
-/// The pairs of [`encode_pairs`]: shards strictly ascending and below `shards`.
-fn decode_pairs(s: &str, shards: usize) -> Result<Vec<(u32, u8)>, String> {
+/// What [`encode_gaps`] wrote, each index with its byte (0 when `with_byte` is
+/// false); `what` names the field in errors.
+fn decode_gaps(
+    s: &str,
+    shards: usize,
+    with_byte: bool,
+    what: &str,
+) -> Result<Vec<(u32, u8)>, String> {
     if s == "-" {
         return Ok(Vec::new());
     }
     let bytes = URL_SAFE_NO_PAD
         .decode(s)
-        .map_err(|e| format!("bad loads: {e}"))?;
+        .map_err(|e| format!("bad {what}: {e}"))?;
     let mut out = Vec::new();
     let (mut gap, mut shift, mut last) = (0usize, 0u32, None::<usize>);
     let mut bytes = bytes.into_iter();
     while let Some(b) = bytes.next() {
         if shift > 28 {
-            return Err("bad loads: a gap of more than 32 bits".to_string());
+            return Err(format!("bad {what}: a gap of more than 32 bits"));
         }
         gap |= usize::from(b & 0x7f) << shift;
         shift += 7;
@@ -249,18 +219,24 @@ fn decode_pairs(s: &str, shards: usize) -> Result<Vec<(u32, u8)>, String> {
         }
         let i = match last {
             None => gap,
-            Some(_) if gap == 0 => return Err("bad loads: a shard twice".to_string()),
+            Some(_) if gap == 0 => return Err(format!("bad {what}: an index twice")),
             Some(l) => l + gap,
         };
         if i >= shards {
-            return Err(format!("bad loads: shard {i} of {shards}"));
+            return Err(format!("bad {what}: shard {i} of {shards}"));
         }
-        let code = bytes.next().ok_or("bad loads: a shard without its code")?;
-        out.push((i as u32, code));
+        let byte = if with_byte {
+            bytes
+                .next()
+                .ok_or_else(|| format!("bad {what}: an index without its byte"))?
+        } else {
+            0
+        };
+        out.push((i as u32, byte));
         (last, gap, shift) = (Some(i), 0, 0);
     }
     if shift != 0 {
-        return Err("bad loads: it ends inside a gap".to_string());
+        return Err(format!("bad {what}: it ends inside a gap"));
     }
     Ok(out)
 }
