@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use azure_core::http::{ClientOptions, Etag, NoFormat, RequestContent, RetryOptions, Url};
+use azure_core::http::{
+    ClientOptions, Etag, NoFormat, RequestContent, RetryOptions, Transport, Url,
+};
 use azure_core::Bytes;
 use azure_storage_blob::models::{
     BlobClientAcquireLeaseOptions, BlobClientBreakLeaseOptions, BlobClientDeleteOptions,
@@ -42,6 +44,27 @@ pub(crate) struct Listed {
     pub(crate) leased: bool,
 }
 
+/// How long an idle connection is kept for the next request. Servers close idle
+/// kept-alive connections (Azurite after 5 s, as Node does), and a request sent on one
+/// as it closes fails with "connection reset by peer": the client lets go first. (The
+/// default client keeps them 90 s; a member stream polling every few seconds met the
+/// reset in a conformance run.)
+const IDLE_CONNECTIONS: std::time::Duration = std::time::Duration::from_secs(4);
+
+/// The HTTP client: azure_core's defaults (no redirects), this config's connect
+/// timeout, and idle connections dropped after [`IDLE_CONNECTIONS`].
+fn http_client(config: &AzureConfig) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(config.get_connect_timeout())
+        .pool_idle_timeout(IDLE_CONNECTIONS)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| {
+            TAG.own(ErrorKind::Unavailable, "HTTP client")
+                .with_source(Cause(e.to_string()))
+        })
+}
+
 /// The container and the counters every request goes through.
 pub(crate) struct Store {
     container: BlobContainerClient,
@@ -61,6 +84,7 @@ impl Store {
         let mut client_options = ClientOptions {
             // The core retries by itself, within its deadlines.
             retry: RetryOptions::none(),
+            transport: Some(Transport::new(Arc::new(http_client(&config)?))),
             ..Default::default()
         };
         let mut token = None;
