@@ -58,27 +58,10 @@ async fn cluster(shards: usize, figures: Option<Vec<f64>>) -> Cluster {
     c
 }
 
-fn quiet(c: &Cluster) -> bool {
-    c.nodes
-        .values()
-        .all(|m| m.status().borrow().is_quiet(c.nodes.len()))
-}
-
-/// Poll until the cluster is quiet and max/mean is within the band (or 1.02 × the
-/// bound); the time it took from `since`, or `None` after `limit`.
+/// Wait until balanced (see [`Cluster::until_balanced`]); the time from `since`, or
+/// `None` after `limit`.
 async fn until_balanced(c: &Cluster, since: Instant, limit: Duration) -> Option<Duration> {
-    loop {
-        if quiet(c) {
-            let (ratio, bound, _) = c.load_spread().await;
-            if ratio <= (1.02 * bound).max(1.10) {
-                return Some(since.elapsed());
-            }
-        }
-        if since.elapsed() > limit {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    c.until_balanced(limit).await.then(|| since.elapsed())
 }
 
 async fn rows(shards: usize) -> Vec<Row> {

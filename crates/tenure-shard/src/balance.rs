@@ -213,7 +213,8 @@ pub fn plan_by_load(
 /// The leader moves that bring every active node of `plan` (leaders chosen, e.g. by
 /// [`plan_by_load`]) within `policy.tolerance` of its capacity-weighted share of
 /// `loads`, or as near as the replica sets allow, at most `budget` of them, as
-/// (shard, new leader). Nodes above the band, the worst first, give up the shard whose
+/// (shard, new leader), the moves that fix the most first. Nodes above the band, the
+/// worst first, give up the shard whose
 /// move takes the most load out of the band; nodes below it, the emptiest first, take
 /// the shard that does the same for them; each stops once back inside the band (see
 /// the module docs).
@@ -305,6 +306,7 @@ pub fn rebalance(
                 stuck[n] = true;
             }
             for (s, from, to) in steps {
+                b.left.insert((s, from as u32));
                 b.take(s, from);
                 b.put(s, to as u32);
                 moved.push((s, to as u32));
@@ -331,6 +333,7 @@ pub fn rebalance(
         });
         match b.best_move_to(n, &candidates[n], aim) {
             Some((s, from)) => {
+                b.left.insert((s, from as u32));
                 b.take(s, from);
                 b.put(s, n as u32);
                 moved.push((s, n as u32));
@@ -339,12 +342,18 @@ pub fn rebalance(
             None => stuck[n] = true,
         }
     }
-    // A shard moved twice counts once, at its last leader.
-    let mut last: std::collections::BTreeMap<usize, u32> = Default::default();
+    // A shard moved twice counts once, at its last leader, in the order the shards
+    // were first moved (the order that fixes the most first).
+    let mut last: std::collections::HashMap<usize, u32> = Default::default();
+    let mut order = Vec::new();
     for (s, n) in moved {
-        last.insert(s, n);
+        if last.insert(s, n).is_none() {
+            order.push(s);
+        }
     }
-    last.into_iter()
+    order
+        .into_iter()
+        .filter_map(|s| last.get(&s).map(|n| (s, *n)))
         .filter(|(s, n)| plan.preferred(*s) != Some(*n))
         .collect()
 }
@@ -367,6 +376,12 @@ struct Balancer<'a> {
     total_cap: u128,
     /// The load of the shard a node is pinned to ([`Self::pin`]).
     pinned: Vec<Option<u64>>,
+    /// (shard, node) for every shard that left a node in this rebalance: it never
+    /// goes back there, so no sequence of moves can cycle (pins move as leaders do,
+    /// so the excess alone does not rule that out: relocating a pinned shard and
+    /// taking by load once passed one shard back and forth until a guard stopped it,
+    /// 864 moves for 4 net).
+    left: std::collections::HashSet<(usize, u32)>,
     node_load: Vec<u64>,
     leader: Vec<u32>,
     /// Shards led by each node (unordered; a moved shard is swapped out).
@@ -390,6 +405,7 @@ impl<'a> Balancer<'a> {
             cap,
             node_load: vec![0; nodes.len()],
             pinned: vec![None; nodes.len()],
+            left: Default::default(),
             leader: vec![u32::MAX; p],
             led: vec![Vec::new(); nodes.len()],
             loads,
@@ -468,6 +484,7 @@ impl<'a> Balancer<'a> {
             .map(|m| *m as usize)
             .filter(|m| {
                 *m != n
+                    && !self.left.contains(&(big, *m as u32))
                     && self.cap[*m] > 0
                     && self.pinned[*m].is_none()
                     && self.node_load[*m] * self.cap[n] <= other_load * self.cap[*m]
@@ -542,7 +559,7 @@ impl<'a> Balancer<'a> {
             }
             for &m in self.plan.replicas(s) {
                 let m = m as usize;
-                if m == n || self.cap[m] == 0 {
+                if m == n || self.cap[m] == 0 || self.left.contains(&(s, m as u32)) {
                     continue;
                 }
                 let g = self.gain(n, m, l, tolerance);
@@ -582,7 +599,7 @@ impl<'a> Balancer<'a> {
         for s in top {
             let replicas: Vec<usize> = self.plan.replicas(s).iter().map(|m| *m as usize).collect();
             for m in replicas {
-                if m == n || self.cap[m] == 0 {
+                if m == n || self.cap[m] == 0 || self.left.contains(&(s, m as u32)) {
                     continue;
                 }
                 self.take(s, n);
@@ -615,7 +632,7 @@ impl<'a> Balancer<'a> {
         let mut best: Option<(f64, u64, usize, usize)> = None;
         for &s in candidates {
             let (l, h) = (self.loads[s], self.leader[s]);
-            if l == 0 || h == u32::MAX || h as usize == n {
+            if l == 0 || h == u32::MAX || h as usize == n || self.left.contains(&(s, n as u32)) {
                 continue;
             }
             let h = h as usize;
@@ -803,6 +820,32 @@ mod tests {
         let mut moves: Vec<usize> = all.into_iter().map(|(m, _)| m).collect();
         moves.sort_unstable();
         moves
+    }
+
+    /// 5 nodes, 200 shards, Zipf 1.1, from the count plan's leaders, over 100
+    /// layouts: every one ends within 1.10 (the bound is 1.06). Relocating a pinned
+    /// shard and taking by load once passed shards back and forth in some of them
+    /// until the guard on rounds stopped it, far from balanced (1.4 to 1.6 on etcd
+    /// and Redis).
+    #[test]
+    fn small_clusters_reach_the_aim_in_every_layout() {
+        let ns = nodes(5);
+        let codes: Vec<u8> = zipf(200, 1.1).into_iter().map(quantize).collect();
+        let loads = levels_of(&codes);
+        let bound = lower_bound(&loads, 5);
+        let policy = LoadPolicy::default();
+        for layout in 0..100 {
+            let sh: Vec<u64> = (0..200)
+                .map(|i| key_hash(&format!("small{layout}/{i:03}")))
+                .collect();
+            let count = crate::assign::plan(&sh, &ns, 3, &[]);
+            let by_load = balanced(None, &sh, &ns, &holders(&count), &loads, &policy);
+            let ratio = max_over_mean(&by_load, &loads, 5);
+            assert!(
+                ratio <= (1.02 * bound).max(1.10),
+                "layout {layout}: max/mean {ratio:.3} (bound {bound:.3})"
+            );
+        }
     }
 
     /// Ten hot shards turn cold and ten cold ones hot: back within tolerance (or the

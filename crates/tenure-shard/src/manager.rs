@@ -425,6 +425,8 @@ impl ShardManagerBuilder {
             last_flush: Instant::now() - self.load_interval,
             own_load: 0,
             figures_changed_at: Instant::now(),
+            to_issue: VecDeque::new(),
+            to_issue_for: None,
         };
         let task = tokio::spawn(
             controller
@@ -853,6 +855,10 @@ struct Controller {
     own_load: u64,
     /// When a published load figure last changed in the view.
     figures_changed_at: Instant,
+    /// As the balancer: the moves of the last rebalance not yet asked for, and the
+    /// figures and members it was worked out for.
+    to_issue: VecDeque<(usize, String)>,
+    to_issue_for: Option<(u64, Vec<crate::assign::NodeSpec>)>,
 }
 
 impl Controller {
@@ -1370,6 +1376,8 @@ impl Controller {
             .map(|b| b as u32);
         let levels_known = view.loads.reported > 0;
         if self.draining || balancer.is_none() || balancer != self.me || !levels_known {
+            self.to_issue.clear();
+            self.to_issue_for = None;
             if !self.my_moves.is_empty() {
                 self.my_moves.clear();
                 self.publish_moves();
@@ -1404,21 +1412,45 @@ impl Controller {
             .iter()
             .filter_map(|(s, (to, _))| view.index_of(to).map(|n| (*s, n)))
             .collect();
-        let new = if budget == 0 {
-            Vec::new()
-        } else {
+        // The whole rebalance is worked out once for the figures and members it saw,
+        // and its moves are asked for as the budget allows. Working it out again after
+        // each budget's worth moved went back and forth: a partial rebalance is not
+        // on the way to the whole one (on Redis, 200 shards at 5 moves a second,
+        // max/mean swung between 1.57 and 1.61 for 30 s).
+        let key = (view.figures_epoch, view.nodes.clone());
+        if budget > 0 && (self.to_issue.is_empty() || self.to_issue_for.as_ref() != Some(&key)) {
             let current = plan_by_load_with(Some(plan), &self.layout, view, &moves);
             let levels = view.loads.levels(self.layout.shards.len());
-            balance::rebalance(&current, &view.nodes, &levels, &policy, budget)
-        };
-        if !new.is_empty() {
-            tracing::debug!(moves = new.len(), budget, "balancing by load");
-            changed = true;
+            let all = balance::rebalance(&current, &view.nodes, &levels, &policy, usize::MAX);
+            self.to_issue = all
+                .into_iter()
+                .map(|(s, n)| (s, view.nodes[n as usize].id.clone()))
+                .collect();
+            self.to_issue_for = Some(key);
         }
-        for (s, n) in &new {
-            self.my_moves
-                .insert(*s, (view.nodes[*n as usize].id.clone(), now));
-            self.issued.push_back(now);
+        let mut new = 0;
+        while new < budget {
+            let Some((s, to)) = self.to_issue.pop_front() else {
+                break;
+            };
+            // Still a move to make (the target a replica that does not hold it)?
+            let due = view
+                .index_of(&to)
+                .is_some_and(|n| view.holders.get(s) != Some(n) && plan.replicas(s).contains(&n));
+            if due {
+                self.my_moves.insert(s, (to, now));
+                self.issued.push_back(now);
+                new += 1;
+            }
+        }
+        if new > 0 {
+            tracing::debug!(
+                moves = new,
+                left = self.to_issue.len(),
+                budget,
+                "balancing by load"
+            );
+            changed = true;
         }
         // While moves of the window count against the budget, look again when the
         // oldest leaves it: a step the budget cut short (a chain of two that did not
