@@ -21,8 +21,8 @@
 //! as it can, and small shards move only when nothing bigger fits); then a node below
 //! `(1 − tolerance)` takes the shard that does the same for it; each until it is back
 //! inside the band or no move helps (the band is 0.9 of the tolerance, as figures are
-//! quantized to within 4%). Every move lowers the total excess, so the
-//! search ends. Nodes inside the band are left alone, and together with the
+//! quantized to within 4%). No shard goes back to a node it left in one rebalance,
+//! so the search ends. Nodes inside the band are left alone, and together with the
 //! reporters' deadband ([`republish`]) that keeps figures that drift from causing
 //! churn.
 //!
