@@ -306,7 +306,7 @@ pub fn rebalance(
                 stuck[n] = true;
             }
             for (s, from, to) in steps {
-                b.left.insert((s, from as u32));
+                b.left[s].push(from as u32);
                 b.take(s, from);
                 b.put(s, to as u32);
                 moved.push((s, to as u32));
@@ -333,7 +333,7 @@ pub fn rebalance(
         });
         match b.best_move_to(n, &candidates[n], aim) {
             Some((s, from)) => {
-                b.left.insert((s, from as u32));
+                b.left[s].push(from as u32);
                 b.take(s, from);
                 b.put(s, n as u32);
                 moved.push((s, n as u32));
@@ -376,16 +376,22 @@ struct Balancer<'a> {
     total_cap: u128,
     /// The load of the shard a node is pinned to ([`Self::pin`]).
     pinned: Vec<Option<u64>>,
+    /// The sum of all loads (`total` leaves the pinned shards out).
+    all_load: u128,
     /// (shard, node) for every shard that left a node in this rebalance: it never
     /// goes back there, so no sequence of moves can cycle (pins move as leaders do,
     /// so the excess alone does not rule that out: relocating a pinned shard and
     /// taking by load once passed one shard back and forth until a guard stopped it,
     /// 864 moves for 4 net).
-    left: std::collections::HashSet<(usize, u32)>,
+    left: Vec<Vec<u32>>,
+    /// Each node's share of `total` (by capacity), as of the last [`Self::pin`].
+    share: Vec<f64>,
     node_load: Vec<u64>,
     leader: Vec<u32>,
-    /// Shards led by each node (unordered; a moved shard is swapped out).
+    /// Shards led by each node (unordered; a moved shard is swapped out), and each
+    /// shard's place in its leader's list (a move costs O(1), not O(P/N)).
     led: Vec<Vec<usize>>,
+    pos: Vec<usize>,
     loads: Vec<u64>,
 }
 
@@ -401,13 +407,16 @@ impl<'a> Balancer<'a> {
         Balancer {
             plan,
             total: loads.iter().map(|l| u128::from(*l)).sum(),
+            all_load: loads.iter().map(|l| u128::from(*l)).sum(),
             total_cap: cap.iter().map(|c| u128::from(*c)).sum(),
             cap,
             node_load: vec![0; nodes.len()],
             pinned: vec![None; nodes.len()],
-            left: Default::default(),
+            left: vec![Vec::new(); p],
+            share: vec![0.0; nodes.len()],
             leader: vec![u32::MAX; p],
             led: vec![Vec::new(); nodes.len()],
+            pos: vec![0; p],
             loads,
         }
     }
@@ -415,13 +424,18 @@ impl<'a> Balancer<'a> {
     fn put(&mut self, s: usize, n: u32) {
         self.leader[s] = n;
         self.node_load[n as usize] += self.loads[s];
+        self.pos[s] = self.led[n as usize].len();
         self.led[n as usize].push(s);
     }
 
     fn take(&mut self, s: usize, n: usize) {
         self.node_load[n] -= self.loads[s];
-        if let Some(i) = self.led[n].iter().position(|x| *x == s) {
+        let i = self.pos[s];
+        if self.led[n].get(i) == Some(&s) {
             self.led[n].swap_remove(i);
+            if let Some(&moved) = self.led[n].get(i) {
+                self.pos[moved] = i;
+            }
         }
         self.leader[s] = u32::MAX;
     }
@@ -446,7 +460,7 @@ impl<'a> Balancer<'a> {
     /// shards still pin.
     fn pin(&mut self, heaviest: &[usize]) {
         self.pinned.iter_mut().for_each(|p| *p = None);
-        self.total = self.loads.iter().map(|l| u128::from(*l)).sum();
+        self.total = self.all_load;
         self.total_cap = self.cap.iter().map(|c| u128::from(*c)).sum();
         for &s in heaviest {
             let (l, n) = (self.loads[s], self.leader[s]);
@@ -464,6 +478,13 @@ impl<'a> Balancer<'a> {
             self.pinned[n] = Some(l.max(1));
             self.total -= u128::from(l);
             self.total_cap -= u128::from(self.cap[n]);
+        }
+        for n in 0..self.cap.len() {
+            self.share[n] = if self.total_cap == 0 {
+                0.0
+            } else {
+                self.total as f64 * self.cap[n] as f64 / self.total_cap as f64
+            };
         }
     }
 
@@ -484,7 +505,7 @@ impl<'a> Balancer<'a> {
             .map(|m| *m as usize)
             .filter(|m| {
                 *m != n
-                    && !self.left.contains(&(big, *m as u32))
+                    && !self.left[big].contains(&(*m as u32))
                     && self.cap[*m] > 0
                     && self.pinned[*m].is_none()
                     && self.node_load[*m] * self.cap[n] <= other_load * self.cap[*m]
@@ -518,10 +539,7 @@ impl<'a> Balancer<'a> {
         if let Some(pin) = self.pinned[n] {
             return (load - pinned_high(tolerance) * pin as f64).max(0.0);
         }
-        if self.total_cap == 0 {
-            return 0.0;
-        }
-        let share = self.total as f64 * self.cap[n] as f64 / self.total_cap as f64;
+        let share = self.share[n];
         (load - (1.0 + tolerance) * share).max(0.0) + ((1.0 - tolerance) * share - load).max(0.0)
     }
 
@@ -559,7 +577,7 @@ impl<'a> Balancer<'a> {
             }
             for &m in self.plan.replicas(s) {
                 let m = m as usize;
-                if m == n || self.cap[m] == 0 || self.left.contains(&(s, m as u32)) {
+                if m == n || self.cap[m] == 0 || self.left[s].contains(&(m as u32)) {
                     continue;
                 }
                 let g = self.gain(n, m, l, tolerance);
@@ -599,7 +617,7 @@ impl<'a> Balancer<'a> {
         for s in top {
             let replicas: Vec<usize> = self.plan.replicas(s).iter().map(|m| *m as usize).collect();
             for m in replicas {
-                if m == n || self.cap[m] == 0 || self.left.contains(&(s, m as u32)) {
+                if m == n || self.cap[m] == 0 || self.left[s].contains(&(m as u32)) {
                     continue;
                 }
                 self.take(s, n);
@@ -632,7 +650,7 @@ impl<'a> Balancer<'a> {
         let mut best: Option<(f64, u64, usize, usize)> = None;
         for &s in candidates {
             let (l, h) = (self.loads[s], self.leader[s]);
-            if l == 0 || h == u32::MAX || h as usize == n || self.left.contains(&(s, n as u32)) {
+            if l == 0 || h == u32::MAX || h as usize == n || self.left[s].contains(&(n as u32)) {
                 continue;
             }
             let h = h as usize;
