@@ -129,17 +129,12 @@ impl ShardView {
     /// The most load per weight of an active node over the mean (1.0 is perfect
     /// balance; 0.0 if no load is reported).
     pub fn load_imbalance(&self) -> f64 {
-        let (mut load, mut weight, mut worst) = (0.0f64, 0.0f64, 0.0f64);
-        for n in self.nodes.iter().filter(|n| !n.draining && n.weight > 0) {
-            load += n.load;
-            weight += f64::from(n.weight);
-            worst = worst.max(n.load / f64::from(n.weight));
-        }
-        if load == 0.0 {
-            0.0
-        } else {
-            worst * weight / load
-        }
+        max_per_weight_over_mean(
+            self.nodes
+                .iter()
+                .filter(|n| !n.draining)
+                .map(|n| (n.weight, n.load)),
+        )
     }
 }
 
@@ -215,18 +210,27 @@ pub(crate) fn node_loads(view: &View) -> Vec<u64> {
 
 /// The most load per capacity of an active node over the mean (0 if no load).
 pub(crate) fn load_imbalance(view: &View, per_node: &[u64]) -> f64 {
-    let (mut load, mut cap, mut worst) = (0u128, 0u128, 0.0f64);
-    for (n, l) in view.nodes.iter().zip(per_node) {
-        if n.draining || n.weight == 0 {
-            continue;
-        }
-        load += u128::from(*l);
-        cap += u128::from(n.weight);
-        worst = worst.max(*l as f64 / f64::from(n.weight));
+    max_per_weight_over_mean(
+        view.nodes
+            .iter()
+            .zip(per_node)
+            .filter(|(n, _)| !n.draining)
+            .map(|(n, l)| (n.weight, *l as f64)),
+    )
+}
+
+/// The most load per weight over the mean, for (weight, load) of the active nodes
+/// (weight 0 counts as inactive); 0 when they carry no load.
+fn max_per_weight_over_mean(nodes: impl Iterator<Item = (u32, f64)>) -> f64 {
+    let (mut load, mut weight, mut worst) = (0.0f64, 0.0f64, 0.0f64);
+    for (w, l) in nodes.filter(|(w, _)| *w > 0) {
+        load += l;
+        weight += f64::from(w);
+        worst = worst.max(l / f64::from(w));
     }
-    if load == 0 {
+    if load == 0.0 {
         0.0
     } else {
-        worst * cap as f64 / load as f64
+        worst * weight / load
     }
 }
