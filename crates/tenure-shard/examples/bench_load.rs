@@ -1,5 +1,6 @@
 //! Balance by load beside balance by count, on the in-memory backend in real time:
-//! `cargo run --release -p tenure-shard --example bench_load [-- 1000 10000]`
+//! `cargo run --release -p tenure-shard --example bench_load [-- 1000 10000]`;
+//! the balancer's search alone at 10^4 to 10^6 shards: `… --example bench_load -- --search`.
 //!
 //! Ten equal nodes, replication 3, Zipf (s = 1.1) figures reported by each shard's
 //! leader every 500 ms. Rows:
@@ -20,6 +21,7 @@ use tenure_core::{MemoryBackend, Timing};
 use tenure_shard::balance::{zipf, LoadPolicy};
 use tenure_shard::testing::{same_backend, Cluster};
 use tenure_shard::Layout;
+use tenure_shard::NodeSpec;
 use tokio::time::Instant;
 
 const NODES: usize = 10;
@@ -173,11 +175,77 @@ async fn rows(shards: usize) -> Vec<Row> {
     out
 }
 
-fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
+/// The balancer's search alone: Zipf 1.1 codes over `shards`, `nodes` equal nodes,
+/// R = 3, from the count plan's leaders; the whole rebalance (no budget), by the index
+/// and (up to `scan_up_to` shards) by scoring every shard as before it.
+fn search_row(shards: usize, nodes: usize, scan_up_to: usize) {
+    use tenure_shard::balance::{level, lower_bound, plan_by_load, quantize, rebalance};
+    let hashes: Vec<u64> = (0..shards)
+        .map(|i| tenure_shard::hash::key_hash(&format!("search/{i}")))
         .collect();
+    let specs: Vec<NodeSpec> = (0..nodes)
+        .map(|i| NodeSpec::new(format!("node-{i:03}")))
+        .collect();
+    let loads: Vec<u64> = zipf(shards, 1.1)
+        .into_iter()
+        .map(|f| level(quantize(f)))
+        .collect();
+    let count = tenure_shard::plan(&hashes, &specs, 3, &[]);
+    let holders: Vec<Option<u32>> = (0..shards).map(|s| count.preferred(s)).collect();
+    let started = std::time::Instant::now();
+    let placed = plan_by_load(None, &hashes, &specs, 3, &holders, &loads, &[]);
+    let place = started.elapsed();
+    let policy = LoadPolicy::default();
+    let started = std::time::Instant::now();
+    let moves = rebalance(&placed, &specs, &loads, &policy, usize::MAX);
+    let search = started.elapsed();
+    let scan = (shards <= scan_up_to).then(|| {
+        let started = std::time::Instant::now();
+        let same =
+            tenure_shard::balance::rebalance_by_scan(&placed, &specs, &loads, &policy, usize::MAX);
+        assert_eq!(same, moves, "the scan and the index disagree");
+        started.elapsed()
+    });
+    let after = plan_by_load(None, &hashes, &specs, 3, &holders, &loads, &moves);
+    let ratio = |plan: &tenure_shard::Plan| {
+        let mut per = vec![0u64; nodes];
+        for (s, l) in loads.iter().enumerate() {
+            if let Some(n) = plan.preferred(s) {
+                per[n as usize] += l;
+            }
+        }
+        let total: u64 = per.iter().sum();
+        per.iter().copied().max().unwrap_or(0) as f64 * nodes as f64 / total.max(1) as f64
+    };
+    let secs = |d: Duration| format!("{:.3} s", d.as_secs_f64());
+    println!(
+        "| {shards} | {nodes} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} |",
+        ratio(&count),
+        ratio(&after),
+        lower_bound(&loads, nodes),
+        moves.len(),
+        secs(place),
+        secs(search),
+        scan.map_or_else(|| "—".to_string(), secs),
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--search") {
+        println!("| shards | nodes | max/mean by count | by load | bound | moves | placement | search (index) | search (scan) |");
+        println!("|---|---|---|---|---|---|---|---|---|");
+        for (shards, nodes) in [
+            (10_000, 10),
+            (100_000, 10),
+            (1_000_000, 10),
+            (1_000_000, 100),
+        ] {
+            search_row(shards, nodes, 100_000);
+        }
+        return;
+    }
+    let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let sizes = if sizes.is_empty() {
         vec![1000, 10_000]
     } else {
