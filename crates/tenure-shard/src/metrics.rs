@@ -7,7 +7,7 @@
 //! | `tenure_shard_pending_handoffs` | gauge | `namespace`, `node` | shards this node leads but should hand off |
 //! | `tenure_shard_drain_remaining` | gauge | `namespace`, `node` | while draining: shards still held or campaigned for, else 0 |
 //! | `tenure_shard_members` | gauge | `namespace`, `node` | members in this node's view |
-//! | `tenure_shard_load` | gauge | `namespace`, `node` | the load this node leads: the sum of its shards' published figures (after each publication of loads) |
+//! | `tenure_shard_load` | gauge | `namespace`, `node` | the load this node leads in its view: the sum of the published figures of the shards it holds (once any figure is published) |
 //! | `tenure_shard_load_imbalance_ratio` | gauge | `namespace`, `node` | on the balancer by load: most load per weight of an active node / the mean (1.0 is perfect) |
 
 use crate::config::Layout;
@@ -29,11 +29,6 @@ pub const MEMBERS: &str = "tenure_shard_members";
 pub const LOAD: &str = "tenure_shard_load";
 /// Gauge: max/mean load per weight over active nodes (on the balancer).
 pub const LOAD_IMBALANCE: &str = "tenure_shard_load_imbalance_ratio";
-
-pub(crate) fn record_load(layout: &Layout, node: &str, level_sum: u64) {
-    metrics::gauge!(LOAD, "namespace" => layout.namespace.as_str().to_string(), "node" => node.to_string())
-        .set(level_sum as f64 / 1000.0);
-}
 
 pub(crate) fn record_load_imbalance(layout: &Layout, node: &str, ratio: f64) {
     metrics::gauge!(LOAD_IMBALANCE, "namespace" => layout.namespace.as_str().to_string(), "node" => node.to_string())
@@ -67,5 +62,14 @@ pub(crate) fn record(layout: &Layout, node: &str, status: &ShardStatus, view: &V
     };
     metrics::gauge!(DRAIN_REMAINING, "namespace" => ns.clone(), "node" => node.clone())
         .set(remaining as f64);
+    if view.loads.reported > 0 {
+        let load = view
+            .index_of(&node)
+            .and_then(|me| view.node_load.get(me as usize))
+            .copied()
+            .unwrap_or(0);
+        metrics::gauge!(LOAD, "namespace" => ns.clone(), "node" => node.clone())
+            .set(load as f64 / 1000.0);
+    }
     metrics::gauge!(MEMBERS, "namespace" => ns, "node" => node).set(status.members as f64);
 }

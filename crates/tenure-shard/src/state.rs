@@ -778,6 +778,9 @@ pub(crate) struct View {
     pub(crate) holders: Holders,
     /// Shards each node holds by `holders`.
     pub(crate) leads: Vec<usize>,
+    /// Each node's load: the sum of the [`level`](crate::balance::level)s of the
+    /// shards it holds by `holders` (kept up to date shard by shard, like `leads`).
+    pub(crate) node_load: Vec<u64>,
     /// Members whose value could not be used, with the reason.
     pub(crate) ignored: Vec<(String, String)>,
     /// Each shard's last published load code.
@@ -879,9 +882,13 @@ impl View {
                 }
             }
             let mut loads_moved = false;
+            view.node_load = vec![0; view.nodes.len()];
             if view.loads.reported > 0 || view.states.iter().any(|st| st.has_loads()) {
                 for s in 0..shards {
                     loads_moved |= view.take_load(s, shards);
+                    if let Some(h) = view.holders.get(s) {
+                        view.node_load[h as usize] += crate::balance::level(view.loads.get(s));
+                    }
                 }
             }
             view.settle_moves(prev, loads_moved);
@@ -889,6 +896,7 @@ impl View {
         }
         view.holders = prev.holders.clone();
         view.leads = prev.leads.clone();
+        view.node_load = prev.node_load.clone();
         let mut changed = Vec::new();
         // Each shard whose held bit flipped somewhere, with the lowest node that took
         // it in this update (if any).
@@ -942,8 +950,27 @@ impl View {
         // A shard's load is its holder's figure: look again where a figure or a
         // holder changed.
         let mut loads_moved = false;
-        for s in load_changed.into_iter().chain(changed.iter().copied()) {
+        let mut looked: Vec<usize> = load_changed
+            .into_iter()
+            .chain(changed.iter().copied())
+            .collect();
+        looked.sort_unstable();
+        looked.dedup();
+        for &s in &looked {
             loads_moved |= view.take_load(s, shards);
+            // Each node's load: out with what the shard added before, in with what it
+            // adds now.
+            let load = |v: &View| {
+                v.holders
+                    .get(s)
+                    .map(|h| (h, crate::balance::level(v.loads.get(s))))
+            };
+            if let Some((h, l)) = load(prev) {
+                view.node_load[h as usize] -= l;
+            }
+            if let Some((h, l)) = load(&view) {
+                view.node_load[h as usize] += l;
+            }
         }
         view.settle_moves(prev, loads_moved);
         (view, Changed::Shards(changed))
@@ -1379,6 +1406,17 @@ mod tests {
         assert!(after.states[0].campaigning.contains(700));
     }
 
+    /// Each node's load summed afresh from `view`'s holders and codes.
+    fn summed_loads(view: &View) -> Vec<u64> {
+        let mut per = vec![0; view.nodes.len()];
+        for s in 0..view.holders.len() {
+            if let Some(h) = view.holders.get(s) {
+                per[h as usize] += crate::balance::level(view.loads.get(s));
+            }
+        }
+        per
+    }
+
     #[test]
     fn random_updates_with_double_claims_keep_the_holders_of_a_built_view() {
         let (p, n) = (64, 6);
@@ -1400,12 +1438,18 @@ mod tests {
                     let on = !own[node].held.contains(s);
                     own[node].set_held(s, on);
                 }
+                // And reports loads, also for shards it does not hold (its code
+                // counts once it does).
+                for _ in 0..next(4) {
+                    own[node].set_load(next(p), next(40) as u8);
+                }
             }
             let members = list(&mut own);
             let (after, _) = View::update(&view, &members, p);
             let built = View::build(&members, p);
             assert_eq!(after.holders, built.holders, "round {round}");
             assert_eq!(after.leads, built.leads, "round {round}");
+            assert_eq!(after.node_load, summed_loads(&after), "round {round}");
             view = after;
         }
     }

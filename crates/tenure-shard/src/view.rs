@@ -77,7 +77,7 @@ impl ShardView {
                     .then(|| crate::balance::level(view.loads.get(s.index())) as f64 / 1000.0),
             })
             .collect();
-        let per_node = node_loads(view);
+        let per_node = &view.node_load;
         let nodes = view
             .nodes
             .iter()
@@ -193,27 +193,12 @@ pub(crate) fn plan_by_load_with(
     ))
 }
 
-/// Each node's load (sum of [`level`](crate::balance::level)s of the shards it holds
-/// in `view`), indexed like `view.nodes`.
-pub(crate) fn node_loads(view: &View) -> Vec<u64> {
-    let mut per = vec![0u64; view.nodes.len()];
-    if view.loads.reported == 0 {
-        return per;
-    }
-    for s in 0..view.holders.len() {
-        if let Some(h) = view.holders.get(s) {
-            per[h as usize] += crate::balance::level(view.loads.get(s));
-        }
-    }
-    per
-}
-
 /// The most load per capacity of an active node over the mean (0 if no load).
-pub(crate) fn load_imbalance(view: &View, per_node: &[u64]) -> f64 {
+pub(crate) fn load_imbalance(view: &View) -> f64 {
     max_per_weight_over_mean(
         view.nodes
             .iter()
-            .zip(per_node)
+            .zip(&view.node_load)
             .filter(|(n, _)| !n.draining)
             .map(|(n, l)| (n.weight, *l as f64)),
     )
