@@ -676,9 +676,12 @@ impl<'a> Balancer<'a> {
 
     /// The best move of a shard of `set` from `pair.0` to `pair.1` that `ok` allows,
     /// folded into `best` (`tie`, the other node, breaks ties as in [`Self::beats`]).
-    /// The gain is linear in the load moved between the kinks ([`Self::kinks`]), so
-    /// the best of a stretch between two kinks is its lightest or its heaviest shard
-    /// (of the heaviest load, the lowest-numbered).
+    ///
+    /// Each node's excess is convex in its load, so the gain is concave in the load
+    /// moved: it rises (by one per unit while `from` is above its band or `to` below
+    /// its own, by two while both) up to a peak, then stays or falls. The best shard
+    /// is the heaviest one up to the peak (of that load, the lowest-numbered) or the
+    /// lightest one past it: two lookups per pair of nodes.
     fn best_of_pair(
         &self,
         set: &BTreeSet<(u64, usize)>,
@@ -688,62 +691,71 @@ impl<'a> Balancer<'a> {
         ok: impl Fn(usize) -> bool,
         best: &mut Option<(f64, u64, usize, usize)>,
     ) {
-        let (a, b) = (self.node_load[from] as f64, self.node_load[to] as f64);
-        let mut cuts: Vec<u64> = Vec::with_capacity(4);
-        // Loads up to ⌊k⌋ are on one side of kink k and loads from ⌊k⌋ + 1 on the other.
-        let mut cut = |k: f64| {
-            if k >= 0.0 {
-                cuts.push(k.floor() as u64);
-            }
-        };
-        for k in self.kinks(from, tolerance).into_iter().flatten() {
-            cut(a - k);
-        }
-        for k in self.kinks(to, tolerance).into_iter().flatten() {
-            cut(k - b);
-        }
-        cuts.sort_unstable();
-        cuts.dedup();
+        // Loads up to ⌊peak⌋ are on the rising side, loads from ⌊peak⌋ + 1 past it.
+        let cut = self.peak(from, to, tolerance).floor() as u64;
         let mut consider = |(l, s): (u64, usize)| {
             let g = self.gain(from, to, l, tolerance);
             if Self::beats(*best, g, l, s, tie) {
                 *best = Some((g, l, s, tie));
             }
         };
-        let mut low = 0;
-        for high in cuts.into_iter().chain(std::iter::once(u64::MAX)) {
-            if high < low {
-                continue;
-            }
-            let stretch = || set.range((low, 0)..=(high, usize::MAX)).copied();
-            if let Some(first) = stretch().find(|(_, s)| ok(*s)) {
-                consider(first);
-                if let Some((top, _)) = stretch().rev().find(|(_, s)| ok(*s)) {
-                    let lowest = set
-                        .range((top, 0)..=(top, usize::MAX))
-                        .copied()
-                        .find(|(_, s)| ok(*s));
-                    if let Some(last) = lowest {
-                        consider(last);
-                    }
-                }
-            }
-            if high == u64::MAX {
-                break;
-            }
-            low = high + 1;
+        let rising = set.range(..=(cut, usize::MAX)).rev().find(|(_, s)| ok(*s));
+        if let Some(&(top, _)) = rising {
+            let lowest = set
+                .range((top, 0)..=(top, usize::MAX))
+                .copied()
+                .find(|(_, s)| ok(*s));
+            lowest.into_iter().for_each(&mut consider);
         }
+        let past = set
+            .range((cut.saturating_add(1), 0)..)
+            .copied()
+            .find(|(_, s)| ok(*s));
+        past.into_iter().for_each(&mut consider);
     }
 
-    /// The loads at which node `n`'s [`excess`](Self::excess) bends: the edges of its
-    /// band (a pinned node: the one edge above its shard).
-    fn kinks(&self, n: usize, tolerance: f64) -> [Option<f64>; 2] {
+    /// The load moved from `from` to `to` past which the gain rises no more (see
+    /// [`Self::best_of_pair`]), 0 if it never rises.
+    fn peak(&self, from: usize, to: usize, tolerance: f64) -> f64 {
+        let (a, b) = (self.node_load[from] as f64, self.node_load[to] as f64);
+        let (high_from, low_from) = self.band(from, tolerance);
+        let (high_to, low_to) = self.band(to, tolerance);
+        // The gain's slope just past moving `x`: +1 while `from` is still above its
+        // band and while `to` is still below its own, −1 once `from` is below its
+        // band and once `to` is above its own.
+        let slope = |x: f64| {
+            i32::from(x < a - high_from) - i32::from(low_from.is_some_and(|l| x >= a - l))
+                + i32::from(low_to.is_some_and(|l| x < l - b))
+                - i32::from(x >= high_to - b)
+        };
+        let mut kinks = [
+            Some(0.0),
+            Some(a - high_from),
+            low_from.map(|l| a - l),
+            low_to.map(|l| l - b),
+            Some(high_to - b),
+        ];
+        kinks.sort_by(|x, y| {
+            x.unwrap_or(f64::INFINITY)
+                .total_cmp(&y.unwrap_or(f64::INFINITY))
+        });
+        kinks
+            .into_iter()
+            .flatten()
+            .filter(|x| *x >= 0.0)
+            .find(|x| slope(*x) <= 0)
+            .unwrap_or(0.0)
+    }
+
+    /// The edges of node `n`'s band as loads (high, low): where its
+    /// [`excess`](Self::excess) starts; a pinned node has no low edge.
+    fn band(&self, n: usize, tolerance: f64) -> (f64, Option<f64>) {
         match self.pinned[n] {
-            Some(pin) => [Some(pinned_high(tolerance) * pin as f64), None],
-            None => [
-                Some((1.0 + tolerance) * self.share[n]),
+            Some(pin) => (pinned_high(tolerance) * pin as f64, None),
+            None => (
+                (1.0 + tolerance) * self.share[n],
                 Some((1.0 - tolerance) * self.share[n]),
-            ],
+            ),
         }
     }
 
