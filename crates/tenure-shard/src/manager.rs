@@ -81,6 +81,10 @@ pub struct ShardStatus {
     pub draining: bool,
     /// Whether, in this node's view, every shard is led by its preferred node.
     pub settled: bool,
+    /// On the balancer by load: the moves it has worked out and not yet seen made
+    /// (asked for, or held back by the move budget), plus one while the latest
+    /// figures and members have no rebalance yet; 0 on every other node.
+    pub balancing: usize,
     /// Incremented on every recomputation.
     pub version: u64,
 }
@@ -88,12 +92,13 @@ pub struct ShardStatus {
 impl ShardStatus {
     /// Whether this node is done with the member list it sees, and that list has
     /// `members` members: every shard with its preferred node in its view, nothing
-    /// campaigned for, nothing left to hand off.
+    /// campaigned for, nothing left to hand off, no balancing moves left to ask for.
     pub fn is_quiet(&self, members: usize) -> bool {
         self.members == members
             && self.settled
             && self.campaigning == 0
             && self.pending_handoffs == 0
+            && self.balancing == 0
     }
 }
 
@@ -434,6 +439,7 @@ impl ShardManagerBuilder {
             to_issue_for: None,
             rebalancing: false,
             vacancy_seen: false,
+            balancing: 0,
         };
         let task = tokio::spawn(
             controller
@@ -868,6 +874,8 @@ struct Controller {
     rebalancing: bool,
     /// A shard had no leader at a step since the last rebalance was worked out.
     vacancy_seen: bool,
+    /// [`ShardStatus::balancing`] as of the last balancer step.
+    balancing: usize,
 }
 
 impl Controller {
@@ -1086,6 +1094,11 @@ impl Controller {
                 // Members or figures that changed meanwhile make these moves stale:
                 // the next step works them out again.
                 let current = (self.view.figures_epoch, self.view.nodes.clone());
+                tracing::debug!(
+                    moves = moves.len(),
+                    current = key == current,
+                    "rebalance worked out"
+                );
                 if key == current {
                     self.to_issue = moves
                         .into_iter()
@@ -1250,6 +1263,7 @@ impl Controller {
             pending_handoffs: self.misplaced.count,
             draining: self.draining,
             settled: self.unsettled.count == 0,
+            balancing: self.balancing,
             version: self.version,
         };
         crate::metrics::record(&self.layout, &self.node_id, &status, &view);
@@ -1399,6 +1413,7 @@ impl Controller {
         if self.draining || balancer.is_none() || balancer != self.me || !levels_known {
             self.to_issue.clear();
             self.to_issue_for = None;
+            self.balancing = 0;
             if !self.my_moves.is_empty() {
                 self.my_moves.clear();
                 self.publish_moves();
@@ -1425,6 +1440,7 @@ impl Controller {
         self.vacancy_seen |= vacant;
         let done = self.to_issue.is_empty() && self.my_moves.is_empty() && !self.rebalancing;
         if expired || (self.vacancy_seen && !vacant && done) {
+            tracing::debug!(expired, "rebalancing again: leaders may have moved");
             self.vacancy_seen = false;
             self.to_issue_for = None;
         }
@@ -1457,6 +1473,7 @@ impl Controller {
         // 100), and its moves come back as `Internal::Rebalanced`; meanwhile the
         // moves of the last one for other figures are not asked for.
         let key = (view.figures_epoch, view.nodes.clone());
+        let key_now = key.clone();
         let fresh = self.to_issue_for.as_ref() == Some(&key);
         if !fresh {
             self.to_issue.clear();
@@ -1506,6 +1523,10 @@ impl Controller {
         };
         let expiry = self.my_moves.values().map(|(_, at)| *at + stale).min();
         self.balance_at = [refill, expiry].into_iter().flatten().min();
+        // Moves not made yet, and one while the latest figures and members have no
+        // rebalance yet (waiting for the figures to hold still, or working it out).
+        let worked_out = self.to_issue_for.as_ref() == Some(&key_now);
+        self.balancing = self.to_issue.len() + self.my_moves.len() + usize::from(!worked_out);
         if changed {
             self.publish_moves();
         }

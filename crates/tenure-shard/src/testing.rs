@@ -548,9 +548,12 @@ pub async fn check_move_budget(env: &ShardEnv, max_moves: usize) -> usize {
     };
     let start = Instant::now();
     let c = started_by_load(env, zipf(env.shards, 1.1), policy, &[]).await;
-    // Until the balancer has nothing left to ask for.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Quiet includes the balancer: every move it worked out is made by then.
     c.settle(env.settle).await;
+    let quiet = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let late = c.handoffs_since(quiet).len();
+    assert_eq!(late, 0, "{late} handoffs after every node was quiet");
     let times: Vec<Instant> = c.handoffs_since(start).iter().map(|l| l.at).collect();
     let window = Duration::from_millis(950);
     let most = (0..times.len())
