@@ -1,9 +1,10 @@
 //! Balance by load beside balance by count, on the in-memory backend in real time:
 //! `cargo run --release -p tenure-shard --example bench_load [-- 1000 10000]`;
-//! the balancer's search alone at 10^4 to 10^6 shards: `… --example bench_load -- --search`.
+//! the balancer's search alone at 10^4 to 10^6 shards: `… --example bench_load -- --search`
+//! (or one row: `-- --search SHARDS NODES`).
 //!
-//! Ten equal nodes, replication 3, Zipf (s = 1.1) figures reported by each shard's
-//! leader every 500 ms. Rows:
+//! Ten equal nodes, replication 3, Zipf (s = 1.1) figures (scaled with the shard
+//! count, see [`figures`]) reported by each shard's leader every 500 ms. Rows:
 //! - **zipf**: max/mean node load once settled, by count (the same figures over the
 //!   count plan's leaders; "before" for both rows) and by load ("after"); the lower
 //!   bound; the handoffs made; the time from the first node's start until settled (by
@@ -25,6 +26,9 @@ use tenure_shard::NodeSpec;
 use tokio::time::Instant;
 
 const NODES: usize = 10;
+/// How long a step may take before its time shows as "—" (at 10^6 shards the
+/// default budget of 1,000 moves a second alone takes over a minute).
+const LIMIT: Duration = Duration::from_secs(300);
 
 struct Row {
     scenario: &'static str,
@@ -66,8 +70,17 @@ async fn until_balanced(c: &Cluster, since: Instant, limit: Duration) -> Option<
     c.until_balanced(limit).await.then(|| since.elapsed())
 }
 
+/// Zipf (s = 1.1) figures, scaled with the shard count so that the coldest shard is
+/// as far above the codes' floor (0.005, see `quantize`) as at 1,000 shards: at
+/// 100,000 shards unscaled, a third of the shards would count as no load, and their
+/// figures (4% of the total) would stay wherever they were.
+fn figures(shards: usize) -> Vec<f64> {
+    let scale = (shards as f64 / 1000.0).max(1.0);
+    zipf(shards, 1.1).into_iter().map(|f| f * scale).collect()
+}
+
 async fn rows(shards: usize) -> Vec<Row> {
-    let figures = zipf(shards, 1.1);
+    let figures = figures(shards);
     let mut out = Vec::new();
 
     // By count.
@@ -76,7 +89,7 @@ async fn rows(shards: usize) -> Vec<Row> {
     for i in 0..NODES {
         c.add(&format!("node-{i}")).await;
     }
-    let count_time = c.settle(Duration::from_secs(60)).await;
+    let count_time = c.settle(LIMIT).await;
     let count_moves = c.handoffs_since(start).len();
     c.figures = Some(Arc::new(Mutex::new(figures.clone())));
     let (by_count, bound, _) = c.load_spread().await;
@@ -89,10 +102,10 @@ async fn rows(shards: usize) -> Vec<Row> {
     for i in 0..NODES {
         c.add(&format!("node-{i}")).await;
     }
-    c.settle(Duration::from_secs(60)).await;
+    c.settle(LIMIT).await;
     // The first figures are published within a load interval; give the balancer that.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let load_time = until_balanced(&c, start, Duration::from_secs(60)).await;
+    let load_time = until_balanced(&c, start, LIMIT).await;
     let (by_load, _, _) = c.load_spread().await;
     out.push(Row {
         scenario: "zipf, by count",
@@ -127,7 +140,7 @@ async fn rows(shards: usize) -> Vec<Row> {
     let (before, _, _) = c.load_spread().await;
     // Wait for the new figures to be seen before polling for the balance.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let shift_time = until_balanced(&c, shifted, Duration::from_secs(60)).await;
+    let shift_time = until_balanced(&c, shifted, LIMIT).await;
     let (after, bound_after, _) = c.load_spread().await;
     out.push(Row {
         scenario: "shift (ranks 2–11 ↔ 10 coldest)",
@@ -145,7 +158,7 @@ async fn rows(shards: usize) -> Vec<Row> {
         f.clone_from(&figures);
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    until_balanced(&c, Instant::now(), Duration::from_secs(60)).await;
+    until_balanced(&c, Instant::now(), LIMIT).await;
     let (calm, _, _) = c.load_spread().await;
     let since = Instant::now();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -175,7 +188,7 @@ async fn rows(shards: usize) -> Vec<Row> {
     out
 }
 
-/// The balancer's search alone: Zipf 1.1 codes over `shards`, `nodes` equal nodes,
+/// The balancer's search alone: the codes of [`figures`] over `shards`, `nodes` equal nodes,
 /// R = 3, from the count plan's leaders; the whole rebalance (no budget), by the index
 /// and (up to `scan_up_to` shards) by scoring every shard as before it.
 fn search_row(shards: usize, nodes: usize, scan_up_to: usize) {
@@ -186,7 +199,7 @@ fn search_row(shards: usize, nodes: usize, scan_up_to: usize) {
     let specs: Vec<NodeSpec> = (0..nodes)
         .map(|i| NodeSpec::new(format!("node-{i:03}")))
         .collect();
-    let loads: Vec<u64> = zipf(shards, 1.1)
+    let loads: Vec<u64> = figures(shards)
         .into_iter()
         .map(|f| level(quantize(f)))
         .collect();
@@ -207,6 +220,18 @@ fn search_row(shards: usize, nodes: usize, scan_up_to: usize) {
         started.elapsed()
     });
     let after = plan_by_load(None, &hashes, &specs, 3, &holders, &loads, &moves);
+    // The shift of the cluster rows, from there: the moves that undo it.
+    let mut shifted = loads.clone();
+    let mut by_heat: Vec<usize> = (0..shards).collect();
+    by_heat.sort_by(|a, b| loads[*b].cmp(&loads[*a]).then(a.cmp(b)));
+    for k in 0..10 {
+        shifted.swap(by_heat[1 + k], by_heat[shards - 1 - k]);
+    }
+    let leaders: Vec<Option<u32>> = (0..shards).map(|s| after.preferred(s)).collect();
+    let started = std::time::Instant::now();
+    let from = plan_by_load(Some(&after), &hashes, &specs, 3, &leaders, &shifted, &[]);
+    let undo = rebalance(&from, &specs, &shifted, &policy, usize::MAX);
+    let shift_time = started.elapsed();
     let ratio = |plan: &tenure_shard::Plan| {
         let mut per = vec![0u64; nodes];
         for (s, l) in loads.iter().enumerate() {
@@ -219,7 +244,7 @@ fn search_row(shards: usize, nodes: usize, scan_up_to: usize) {
     };
     let secs = |d: Duration| format!("{:.3} s", d.as_secs_f64());
     println!(
-        "| {shards} | {nodes} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} |",
+        "| {shards} | {nodes} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {} ({}) |",
         ratio(&count),
         ratio(&after),
         lower_bound(&loads, nodes),
@@ -227,20 +252,33 @@ fn search_row(shards: usize, nodes: usize, scan_up_to: usize) {
         secs(place),
         secs(search),
         scan.map_or_else(|| "—".to_string(), secs),
+        undo.len(),
+        secs(shift_time),
     );
 }
 
 fn main() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("--search") {
-        println!("| shards | nodes | max/mean by count | by load | bound | moves | placement | search (index) | search (scan) |");
-        println!("|---|---|---|---|---|---|---|---|---|");
-        for (shards, nodes) in [
-            (10_000, 10),
-            (100_000, 10),
-            (1_000_000, 10),
-            (1_000_000, 100),
-        ] {
+        println!("| shards | nodes | max/mean by count | by load | bound | moves | placement | search (index) | search (scan) | shift: moves (search) |");
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        let given: Vec<usize> = args[1..].iter().filter_map(|a| a.parse().ok()).collect();
+        let rows = match given[..] {
+            [shards, nodes] => vec![(shards, nodes)],
+            _ => vec![
+                (10_000, 10),
+                (100_000, 10),
+                (1_000_000, 10),
+                (1_000_000, 100),
+            ],
+        };
+        for (shards, nodes) in rows {
             search_row(shards, nodes, 100_000);
         }
         return;
