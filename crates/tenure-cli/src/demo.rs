@@ -929,7 +929,7 @@ impl Demo {
 
     /// What each node is doing, for telling apart progress from a stall: changes
     /// whenever a node takes, gives up or asks for a shard, or sees the members change.
-    fn progress(&self) -> Vec<(usize, usize, usize, usize, bool)> {
+    fn progress(&self) -> Vec<(usize, usize, usize, usize, bool, usize)> {
         self.nodes
             .iter()
             .map(|n| {
@@ -940,6 +940,7 @@ impl Demo {
                     s.pending_handoffs,
                     s.members,
                     s.settled,
+                    s.balancing,
                 )
             })
             .collect()
@@ -959,7 +960,7 @@ impl Demo {
                 format!("holds {} of a target of {}", s.held, s.target)
             };
             let state = format!(
-                "{held}, campaigns for {}, has {} to hand off, sees {} members{}",
+                "{held}, campaigns for {}, has {} to hand off, sees {} members{}{}",
                 s.campaigning,
                 s.pending_handoffs,
                 s.members,
@@ -967,6 +968,11 @@ impl Demo {
                     ""
                 } else {
                     ", not every shard with its preferred node"
+                },
+                if s.balancing > 0 {
+                    format!(", balances load with {} moves still to make", s.balancing)
+                } else {
+                    String::new()
                 }
             );
             groups.entry(state).or_default().push(&n.id);
