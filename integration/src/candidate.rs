@@ -98,6 +98,19 @@ impl Event {
         self.kind == kind
     }
 
+    /// Whether it starts or ends a tenure: `elected`, `lost`, `resigned`, `killed` or
+    /// `exited`.
+    pub fn marks_tenure(&self) -> bool {
+        [
+            Self::ELECTED,
+            Self::LOST,
+            Self::RESIGNED,
+            Self::KILLED,
+            Self::EXITED,
+        ]
+        .contains(&self.kind.as_str())
+    }
+
     fn harness(kind: &str, mono_ns: u64) -> Self {
         Event {
             synthetic: true,
@@ -251,15 +264,8 @@ impl CandidateProcess {
     /// Whether it leads now: its last `elected` is not followed by `lost`, `resigned`,
     /// `killed` or `exited`.
     pub fn leads(&self) -> bool {
-        let ends = [
-            Event::ELECTED,
-            Event::LOST,
-            Event::RESIGNED,
-            Event::KILLED,
-            Event::EXITED,
-        ];
         let events = self.events();
-        let last = events.iter().rev().find(|e| ends.iter().any(|k| e.is(k)));
+        let last = events.iter().rev().find(|e| e.marks_tenure());
         last.is_some_and(|e| e.is(Event::ELECTED))
     }
 
@@ -348,7 +354,7 @@ impl CandidateProcess {
     pub async fn send_line(&mut self, line: &str) -> Result<()> {
         let what = format!("sending {line:?} to {}", self.label);
         let Some(stdin) = self.stdin.as_mut() else {
-            return Err(HarnessError::NotRunning { what });
+            return Err(HarnessError::not_running(what));
         };
         let sent = stdin.write_all(format!("{line}\n").as_bytes()).await;
         sent.and(stdin.flush().await)
@@ -457,9 +463,9 @@ impl CandidateProcess {
     }
 
     fn running_pid(&self) -> Result<u32> {
-        self.child.id().ok_or_else(|| HarnessError::NotRunning {
-            what: self.label.clone(),
-        })
+        self.child
+            .id()
+            .ok_or_else(|| HarnessError::not_running(&*self.label))
     }
 }
 

@@ -159,6 +159,16 @@ impl HarnessError {
             source,
         }
     }
+
+    /// [`io`](Self::io) with an error that is only `why`.
+    pub fn failed(context: impl Into<String>, why: impl Into<String>) -> Self {
+        Self::io(context, io::Error::other(why.into()))
+    }
+
+    /// [`HarnessError::NotRunning`] for `what`.
+    pub fn not_running(what: impl Into<String>) -> Self {
+        HarnessError::NotRunning { what: what.into() }
+    }
 }
 
 /// The result type of the harness.

@@ -95,21 +95,19 @@ impl GuardedResource {
 
     /// The accepted writes, in order.
     pub fn accepted(&self) -> Vec<WriteRecord> {
-        self.ledger()
-            .writes
-            .iter()
-            .filter(|w| w.accepted)
-            .cloned()
-            .collect()
+        self.writes_that(true)
     }
 
     /// The refused writes, in order.
     pub fn refused(&self) -> Vec<WriteRecord> {
-        self.ledger()
-            .writes
-            .iter()
-            .filter(|w| !w.accepted)
-            .cloned()
+        self.writes_that(false)
+    }
+
+    fn writes_that(&self, accepted: bool) -> Vec<WriteRecord> {
+        let writes = self.ledger().writes.clone();
+        writes
+            .into_iter()
+            .filter(|w| w.accepted == accepted)
             .collect()
     }
 
@@ -126,21 +124,18 @@ impl GuardedResource {
     /// Sends one write and returns the answer; for tests that write
     /// directly rather than through a shell.
     pub async fn write(&self, election: &str, token: u64, writer: &str) -> Result<WriteReply> {
-        let context = || format!("writing to the guarded resource at {}", self.addr);
-        let mut stream = TcpStream::connect(self.addr)
-            .await
-            .map_err(|e| HarnessError::io(context(), e))?;
-        stream
-            .write_all(format!("WRITE {election} {token} {writer}\n").as_bytes())
-            .await
-            .map_err(|e| HarnessError::io(context(), e))?;
-        let mut line = String::new();
-        BufReader::new(stream)
-            .take(MAX_LINE)
-            .read_line(&mut line)
-            .await
-            .map_err(|e| HarnessError::io(context(), e))?;
-        Ok(parse_reply(&line))
+        let exchange = async {
+            let mut stream = TcpStream::connect(self.addr).await?;
+            let request = format!("WRITE {election} {token} {writer}\n");
+            stream.write_all(request.as_bytes()).await?;
+            let mut line = String::new();
+            let mut reader = BufReader::new(stream).take(MAX_LINE);
+            reader.read_line(&mut line).await.map(|_| line)
+        };
+        let context = format!("writing to the guarded resource at {}", self.addr);
+        Ok(parse_reply(
+            &exchange.await.map_err(|e| HarnessError::io(context, e))?,
+        ))
     }
 
     /// A command for `bash -c` that writes `$TENURE_TOKEN` for

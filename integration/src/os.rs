@@ -19,9 +19,7 @@ pub use clock::monotonic_now_ns;
 
 /// Sends `signal` to the process `pid`.
 pub(crate) fn send_signal(pid: u32, signal: libc::c_int, what: &str) -> Result<()> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| HarnessError::NotRunning {
-        what: what.to_owned(),
-    })?;
+    let pid = libc::pid_t::try_from(pid).map_err(|_| HarnessError::not_running(what))?;
     // SAFETY: kill(2) has no memory-safety preconditions.
     let rc = unsafe { libc::kill(pid, signal) };
     if rc == 0 {
@@ -29,9 +27,7 @@ pub(crate) fn send_signal(pid: u32, signal: libc::c_int, what: &str) -> Result<(
     } else {
         let err = io::Error::last_os_error();
         if err.raw_os_error() == Some(libc::ESRCH) {
-            Err(HarnessError::NotRunning {
-                what: what.to_owned(),
-            })
+            Err(HarnessError::not_running(what))
         } else {
             Err(HarnessError::io(
                 format!("sending signal {signal} to {what} (pid {pid})"),
@@ -52,17 +48,11 @@ pub(crate) fn stop_process(pid: u32, what: &str) -> Result<()> {
         match all_threads_stopped(pid) {
             Some(true) => return Ok(()),
             Some(false) => {}
-            None => {
-                return Err(HarnessError::NotRunning {
-                    what: what.to_owned(),
-                })
-            }
+            None => return Err(HarnessError::not_running(what)),
         }
         if std::time::Instant::now() >= deadline {
-            return Err(HarnessError::io(
-                format!("waiting for {what} (pid {pid}) to stop after SIGSTOP"),
-                io::Error::new(io::ErrorKind::TimedOut, "still running after 5 s"),
-            ));
+            let doing = format!("waiting for {what} (pid {pid}) to stop after SIGSTOP");
+            return Err(HarnessError::failed(doing, "still running after 5 s"));
         }
         std::thread::sleep(std::time::Duration::from_micros(200));
     }
@@ -126,24 +116,20 @@ pub fn free_port() -> Result<u16> {
             return Ok(port);
         }
     }
-    Err(HarnessError::io(
-        "finding a free loopback port",
-        io::Error::new(
-            io::ErrorKind::AddrInUse,
-            "64 tries gave only ports already used",
-        ),
-    ))
+    let why = "64 tries gave only ports already used";
+    Err(HarnessError::failed("finding a free loopback port", why))
 }
 
 /// A listener on a free loopback port and its address; `what` names it in errors.
 pub(crate) async fn listen_loopback(what: &str) -> Result<(tokio::net::TcpListener, SocketAddr)> {
-    let listener = tokio::net::TcpListener::bind(loopback(0))
+    let listen = async {
+        let listener = tokio::net::TcpListener::bind(loopback(0)).await?;
+        let addr = listener.local_addr()?;
+        Ok((listener, addr))
+    };
+    listen
         .await
-        .map_err(|e| HarnessError::io(format!("binding {what} on 127.0.0.1:0"), e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| HarnessError::io(format!("reading the address of {what}"), e))?;
-    Ok((listener, addr))
+        .map_err(|e| HarnessError::io(format!("listening for {what} on 127.0.0.1:0"), e))
 }
 
 /// The loopback address with `port`.

@@ -127,9 +127,7 @@ impl TcpProxy {
     }
 
     async fn command(&self, state: LinkState) -> Result<()> {
-        let stopped = || HarnessError::NotRunning {
-            what: format!("the proxy on {}", self.addr),
-        };
+        let stopped = || HarnessError::not_running(format!("the proxy on {}", self.addr));
         let (done, reply) = oneshot::channel();
         self.commands
             .send(Command { state, done })
@@ -218,17 +216,13 @@ impl AcceptLoop {
 
 /// Opens the listener again on the same address after a cut.
 fn rebind(addr: SocketAddr) -> Result<TcpListener> {
-    let context = || format!("reopening the proxy listener on {addr}");
-    let socket = TcpSocket::new_v4().map_err(|e| HarnessError::io(context(), e))?;
-    socket
-        .set_reuseaddr(true)
-        .map_err(|e| HarnessError::io(context(), e))?;
-    socket
-        .bind(addr)
-        .map_err(|e| HarnessError::io(context(), e))?;
-    socket
-        .listen(128)
-        .map_err(|e| HarnessError::io(context(), e))
+    let listen = || {
+        let socket = TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(128)
+    };
+    listen().map_err(|e| HarnessError::io(format!("reopening the proxy listener on {addr}"), e))
 }
 
 /// Decrements the open-connection count when a connection task ends or is

@@ -68,31 +68,33 @@ impl Launch {
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    /// Its name in messages, the variable that names an external server, and what its
+    /// endpoint has before and after `host:port`.
+    const fn table(self) -> [&'static str; 4] {
         match self {
-            Kind::Etcd => "etcd",
-            Kind::ZooKeeper => "ZooKeeper",
-            Kind::Redis => "Redis",
-            Kind::Azurite => "Azurite",
+            Kind::Etcd => ["etcd", "TENURE_TEST_ETCD", "http://", ""],
+            Kind::ZooKeeper => ["ZooKeeper", "TENURE_TEST_ZOOKEEPER", "", ""],
+            Kind::Redis => ["Redis", "TENURE_TEST_REDIS", "redis://", ""],
+            Kind::Azurite => [
+                "Azurite",
+                "TENURE_TEST_AZURITE",
+                "http://",
+                "/devstoreaccount1",
+            ],
         }
+    }
+
+    fn name(self) -> &'static str {
+        self.table()[0]
     }
 
     const fn env_var(self) -> &'static str {
-        match self {
-            Kind::Etcd => "TENURE_TEST_ETCD",
-            Kind::ZooKeeper => "TENURE_TEST_ZOOKEEPER",
-            Kind::Redis => "TENURE_TEST_REDIS",
-            Kind::Azurite => "TENURE_TEST_AZURITE",
-        }
+        self.table()[1]
     }
 
     fn endpoint(self, addr: SocketAddr) -> String {
-        match self {
-            Kind::Etcd => format!("http://{addr}"),
-            Kind::ZooKeeper => addr.to_string(),
-            Kind::Redis => format!("redis://{addr}"),
-            Kind::Azurite => format!("http://{addr}/devstoreaccount1"),
-        }
+        let [_, _, before, after] = self.table();
+        format!("{before}{addr}{after}")
     }
 
     async fn probe(self, addr: SocketAddr, timeout: Duration) -> std::result::Result<(), String> {
@@ -165,26 +167,14 @@ impl Kind {
                 Ok(Launch::of(&program, args))
             }
             Kind::ZooKeeper => {
-                create_dir(data_dir)?;
-                // A shorter tick keeps session timeouts up to 20 s allowed.
-                let tick = match zk_tick {
-                    Some(t) => format!(
-                        "tickTime={}\nmaxSessionTimeout=20000\n",
-                        t.as_millis().max(1)
-                    ),
-                    None => "tickTime=1000\n".to_string(),
-                };
-                let config = format!("{tick}syncLimit=5\n");
+                // 20 s is the default maxSessionTimeout at 1000 ms, kept for a shorter tick.
+                let tick = zk_tick.map_or(1000, |t| t.as_millis().max(1));
+                let config = format!("tickTime={tick}\nmaxSessionTimeout=20000\nsyncLimit=5\n");
                 zookeeper_launch(root, data_dir, port, &config, "ZooKeeperServerMain")
             }
-            Kind::Redis => {
-                let program = self.program()?;
-                create_dir(data_dir)?;
-                Ok(Launch::of(&program, redis_args(port, data_dir)))
-            }
+            Kind::Redis => Ok(Launch::of(&self.program()?, redis_args(port, data_dir))),
             Kind::Azurite => {
                 let program = self.program()?;
-                create_dir(data_dir)?;
                 let mut args = words(&format!(
                     "--blobHost 127.0.0.1 --blobPort {port} --skipApiVersionCheck --loose \
                      --disableTelemetry --silent --location"
@@ -290,13 +280,6 @@ fn redis_args(port: u16, dir: &Path) -> Vec<String> {
     args.extend(["--save", "", "--appendonly", "no", "--dir"].map(String::from));
     args.push(dir.display().to_string());
     args
-}
-
-fn create_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| HarnessError::File {
-        path: dir.to_owned(),
-        reason: format!("cannot create directory: {e}"),
-    })
 }
 
 fn require_program(program: &str, what: &'static str, package: &'static str) -> Result<PathBuf> {
@@ -470,35 +453,25 @@ impl Local {
 
     /// Starts the process without waiting for it.
     fn spawn(&mut self, kind: Kind) -> Result<()> {
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .map_err(|e| HarnessError::File {
-                path: self.log_path.clone(),
-                reason: format!("cannot open server log: {e}"),
-            })?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| HarnessError::io("duplicating the server log handle", e))?;
-        let child = Command::new(&self.launch.program)
-            .args(&self.launch.args)
-            .current_dir(self.root.path())
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .map_err(|e| {
-                HarnessError::io(
-                    format!(
-                        "starting {} ({})",
-                        kind.name(),
-                        self.launch.program.display()
-                    ),
-                    e,
-                )
-            })?;
-        self.child = Some(child);
+        let spawn = || {
+            let log = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log_path)?;
+            Command::new(&self.launch.program)
+                .args(&self.launch.args)
+                .current_dir(self.root.path())
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+        };
+        let (name, program) = (kind.name(), self.launch.program.display());
+        let doing = format!(
+            "starting {name} ({program}, its log in {})",
+            self.log_path.display()
+        );
+        self.child = Some(spawn().map_err(|e| HarnessError::io(doing, e))?);
         self.started = Instant::now();
         Ok(())
     }
@@ -588,9 +561,7 @@ impl Local {
         self.child
             .as_ref()
             .map(Child::id)
-            .ok_or_else(|| HarnessError::NotRunning {
-                what: format!("the {} server", kind.name()),
-            })
+            .ok_or_else(|| HarnessError::not_running(format!("the {} server", kind.name())))
     }
 
     fn log_tail(&self) -> String {
@@ -648,22 +619,15 @@ impl StoreServer {
             .or_else(|| addrs.first())
             .copied()
             .ok_or_else(|| bad(format!("{host_port} resolves to no address")))?;
-        let started = Instant::now();
-        loop {
-            match kind.probe(addr, MAX_PROBE_TIMEOUT).await {
-                Ok(()) => break,
-                Err(why) if started.elapsed() >= READY_TIMEOUT => {
-                    return Err(HarnessError::NotReady {
-                        server: kind.name(),
-                        addr,
-                        timeout: READY_TIMEOUT,
-                        last_probe: why,
-                        log_tail: format!("(external server from {}; no log)", kind.env_var()),
-                    })
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
+        let probe = || kind.probe(addr, MAX_PROBE_TIMEOUT);
+        let ready = retry(READY_TIMEOUT, Duration::from_millis(200), probe).await;
+        ready.map_err(|last_probe| HarnessError::NotReady {
+            server: kind.name(),
+            addr,
+            timeout: READY_TIMEOUT,
+            last_probe,
+            log_tail: format!("(external server from {}; no log)", kind.env_var()),
+        })?;
         let members = Members::ready(kind, Vec::new()).await?;
         Ok(StoreServer {
             endpoint,
@@ -681,13 +645,10 @@ impl StoreServer {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let root = tempfile::Builder::new()
-                .prefix(&format!("tenure-{}-", kind.name().to_ascii_lowercase()))
-                .tempdir()
-                .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
+            let (root, data_dir) =
+                temp_root(&format!("tenure-{}-", kind.name().to_ascii_lowercase()))?;
             let port = free_port()?;
             let addr = loopback(port);
-            let data_dir = root.path().join("data");
             let launch = prepare(root.path(), &data_dir, port)?;
             let mut local = Local::new(launch, data_dir, root);
             match local.launch(kind, addr).await {
@@ -733,6 +694,12 @@ impl StoreServer {
     /// The store's client endpoint, in the store's own form (see each handle).
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// The endpoint with `addr` (e.g. a proxy's) in place of the server's address.
+    pub fn endpoint_at(&self, addr: impl std::fmt::Display) -> String {
+        let at = addr.to_string();
+        self.endpoint.replacen(&self.addr.to_string(), &at, 1)
     }
 
     /// The socket address the server listens on (what a [`TcpProxy`](crate::TcpProxy)
@@ -851,7 +818,6 @@ macro_rules! server_handle {
             pub async fn start_with_args(args: impl Fn(&Path, u16) -> Vec<String>) -> Result<Self> {
                 let kind = $kind;
                 let prepare = |_: &Path, dir: &Path, port| {
-                    create_dir(dir)?;
                     let launch = Launch::of(&kind.program()?, args(dir, port));
                     Ok(Launch { listen_only: true, ..launch })
                 };
@@ -899,7 +865,7 @@ impl EtcdServer {
             let out = etcdctl(self.endpoint(), &args, what)?;
             if !out.status.success() {
                 let why = String::from_utf8_lossy(&out.stderr).replace(password, "***");
-                return Err(HarnessError::io(what, std::io::Error::other(why)));
+                return Err(HarnessError::failed(what, why));
             }
         }
         Ok(())
@@ -1153,36 +1119,28 @@ impl EtcdCluster {
             .enumerate()
             .map(|(i, (_, peer))| format!("e{i}=http://127.0.0.1:{peer}"))
             .collect();
-        let token = format!("--initial-cluster-token tenure-{}", std::process::id());
-        let mut members = Vec::new();
-        for (i, ports) in ports.iter().enumerate() {
-            let (root, data_dir) = temp_root("tenure-etcd-cluster-")?;
-            let args = etcd_args(
-                &format!("e{i}"),
-                &data_dir,
-                *ports,
-                &initial.join(","),
-                20,
-                &token,
-            );
-            let mut local = Local::new(Launch::of(&program, args), data_dir, root);
-            local.spawn(Kind::Etcd)?;
-            members.push((loopback(ports.0), local));
-        }
+        let (initial, token) = (
+            initial.join(","),
+            format!("--initial-cluster-token tenure-{}", std::process::id()),
+        );
+        let clients: Vec<u16> = ports.iter().map(|p| p.0).collect();
+        let members = Members::spawn(Kind::Etcd, "tenure-etcd-cluster-", &clients, |i, _, dir| {
+            let args = etcd_args(&format!("e{i}"), dir, ports[i], &initial, 20, &token);
+            Ok(Launch::of(&program, args))
+        });
         Ok(EtcdCluster {
-            members: Members::ready(Kind::Etcd, members).await?,
+            members: members.await?,
         })
     }
 
     /// Waits (at most 30 s) until a member is raft leader; its index.
     pub async fn wait_leader(&self) -> Result<usize> {
-        let retry = Retry::new(Duration::from_secs(30), Duration::from_millis(100));
-        loop {
-            match self.leader() {
-                Ok(i) => return Ok(i),
-                Err(e) => retry.again(e).await?,
-            }
-        }
+        retry(
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async { self.leader() },
+        )
+        .await
     }
 
     /// The index of the member that is raft leader now, asked with `etcdctl endpoint
@@ -1217,10 +1175,8 @@ impl EtcdCluster {
                 }
             }
         }
-        Err(HarnessError::io(
-            "finding the etcd leader",
-            std::io::Error::other(format!("no member reports itself leader: {text}")),
-        ))
+        let why = format!("no member reports itself leader: {text}");
+        Err(HarnessError::failed("finding the etcd leader", why))
     }
 }
 
@@ -1253,48 +1209,30 @@ impl ZooKeeperEnsemble {
                 format!("server.{}=127.0.0.1:{peer}:{election}\n", i + 1)
             })
             .collect();
-        let mut members = Vec::new();
-        for (i, (client, _, _)) in ports.iter().enumerate() {
-            let (root, data_dir) = temp_root("tenure-zookeeper-ensemble-")?;
-            write_file(&data_dir.join("myid"), &format!("{}\n", i + 1), "myid")?;
-            let config = format!(
-                "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=20000\nsyncLimit=2\n\
-                 {servers}"
-            );
-            let launch = zookeeper_launch(
-                root.path(),
-                &data_dir,
-                *client,
-                &config,
-                "quorum.QuorumPeerMain",
-            )?;
-            let mut local = Local::new(launch, data_dir, root);
-            local.spawn(Kind::ZooKeeper)?;
-            members.push((loopback(*client), local));
-        }
+        let config = format!(
+            "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=20000\nsyncLimit=2\n{servers}"
+        );
+        let clients: Vec<u16> = ports.iter().map(|p| p.0).collect();
+        let prefix = "tenure-zookeeper-ensemble-";
+        let members = Members::spawn(Kind::ZooKeeper, prefix, &clients, |i, root, dir| {
+            write_file(&dir.join("myid"), &format!("{}\n", i + 1), "myid")?;
+            zookeeper_launch(root, dir, clients[i], &config, "quorum.QuorumPeerMain")
+        });
         Ok(ZooKeeperEnsemble {
-            members: Members::ready(Kind::ZooKeeper, members).await?,
+            members: members.await?,
         })
     }
 
     /// What server `i` answers to the four-letter word `srvr` (within 1 s).
     pub async fn srvr(&self, i: usize) -> Result<String> {
+        let addr = self.members.addrs().get(i).copied();
         let addr =
-            self.members
-                .addrs()
-                .get(i)
-                .copied()
-                .ok_or_else(|| HarnessError::NotRunning {
-                    what: format!("ZooKeeper server {i}"),
-                })?;
+            addr.ok_or_else(|| HarnessError::not_running(format!("ZooKeeper server {i}")))?;
         probe::exchange(addr, b"srvr", |_| false, Duration::from_secs(1))
             .await
             .map(|a| String::from_utf8_lossy(&a).into_owned())
             .map_err(|why| {
-                HarnessError::io(
-                    format!("asking ZooKeeper server {i} for srvr"),
-                    std::io::Error::other(why),
-                )
+                HarnessError::failed(format!("asking ZooKeeper server {i} for srvr"), why)
             })
     }
 
@@ -1303,10 +1241,8 @@ impl ZooKeeperEnsemble {
     /// with each server's `cons` (its connections and their session ids).
     pub async fn serving(&self, session_id: &str) -> Result<Option<usize>> {
         let Ok(wanted) = u64::from_str_radix(session_id, 16) else {
-            return Err(HarnessError::io(
-                "reading a ZooKeeper session id",
-                std::io::Error::other(format!("{session_id:?} is not hex")),
-            ));
+            let why = format!("{session_id:?} is not hex");
+            return Err(HarnessError::failed("reading a ZooKeeper session id", why));
         };
         for (i, addr) in self.members.addrs().into_iter().enumerate() {
             let Ok(answer) =
@@ -1336,36 +1272,31 @@ impl ZooKeeperEnsemble {
                 Err(e) => answers.push(format!("{i}: {e}")),
             }
         }
-        Err(HarnessError::io(
+        let why = format!("no server reports Mode: leader ({})", answers.join("; "));
+        Err(HarnessError::failed(
             "finding the ZooKeeper ensemble leader",
-            std::io::Error::other(format!(
-                "no server reports Mode: leader ({})",
-                answers.join("; ")
-            )),
+            why,
         ))
     }
 
     /// Waits until every running server serves and one of them leads (at most 30 s);
     /// the leader's index.
     pub async fn wait_leader(&self) -> Result<usize> {
-        let retry = Retry::new(Duration::from_secs(30), Duration::from_millis(100));
-        loop {
-            match self.serving_leader().await {
-                Ok(i) => return Ok(i),
-                Err(e) => retry.again(e).await?,
-            }
-        }
-    }
-
-    /// The leader's index, once every server serves.
-    async fn serving_leader(&self) -> Result<usize> {
-        for i in 0..self.members.len() {
-            if !matches!(self.srvr(i).await, Ok(t) if t.contains("Mode:")) {
-                let what = format!("ZooKeeper server {i} serving");
-                return Err(HarnessError::NotRunning { what });
-            }
-        }
-        self.leader().await
+        retry(
+            Duration::from_secs(30),
+            Duration::from_millis(100),
+            || async {
+                for i in 0..self.members.len() {
+                    if !matches!(self.srvr(i).await, Ok(t) if t.contains("Mode:")) {
+                        return Err(HarnessError::not_running(format!(
+                            "ZooKeeper server {i} serving"
+                        )));
+                    }
+                }
+                self.leader().await
+            },
+        )
+        .await
     }
 }
 
@@ -1378,6 +1309,25 @@ pub struct Members {
 }
 
 impl Members {
+    /// Members serving clients on `ports`, member `i` started as `launch(i, root,
+    /// data_dir)` says in a temporary directory `root` (named `prefix…`) of its own,
+    /// once each answers its readiness probe.
+    async fn spawn(
+        kind: Kind,
+        prefix: &str,
+        ports: &[u16],
+        mut launch: impl FnMut(usize, &Path, &Path) -> Result<Launch>,
+    ) -> Result<Self> {
+        let mut list = Vec::new();
+        for (i, port) in ports.iter().enumerate() {
+            let (root, dir) = temp_root(prefix)?;
+            let mut local = Local::new(launch(i, root.path(), &dir)?, dir, root);
+            local.spawn(kind)?;
+            list.push((loopback(*port), local));
+        }
+        Self::ready(kind, list).await
+    }
+
     /// Members spawned together, once each answers its readiness probe.
     async fn ready(kind: Kind, mut list: Vec<(SocketAddr, Local)>) -> Result<Self> {
         for (addr, local) in &mut list {
@@ -1416,9 +1366,7 @@ impl Members {
     }
 
     fn missing(&self, i: usize) -> HarnessError {
-        HarnessError::NotRunning {
-            what: format!("{} member {i}", self.kind.name()),
-        }
+        HarnessError::not_running(format!("{} member {i}", self.kind.name()))
     }
 
     fn pid(&self, i: usize) -> Result<u32> {
@@ -1522,42 +1470,40 @@ impl RedisSentinels {
     pub async fn start() -> Result<Self> {
         let program = require_program("redis-server", "redis-server", REDIS_PACKAGE)?;
         let service = format!("tenure-{}", std::process::id());
-        let primary_port = free_port()?;
-        let replicas = [free_port()?, free_port()?].map(|p| (p, Some(primary_port)));
-        let mut data = Vec::new();
-        for (port, replica_of) in [(primary_port, None)].into_iter().chain(replicas) {
-            let (root, dir) = temp_root("tenure-redis-data-")?;
-            let mut args = redis_args(port, &dir);
-            if let Some(of) = replica_of {
-                args.extend(["--replicaof".into(), "127.0.0.1".into(), of.to_string()]);
+        let data = [free_port()?, free_port()?, free_port()?];
+        let primary = data[0];
+        let data = Members::spawn(Kind::Redis, "tenure-redis-data-", &data, |i, _, dir| {
+            let mut args = redis_args(data[i], dir);
+            if i > 0 {
+                args.extend([
+                    "--replicaof".into(),
+                    "127.0.0.1".into(),
+                    primary.to_string(),
+                ]);
             }
-            let mut local = Local::new(Launch::of(&program, args), dir, root);
-            local.spawn(Kind::Redis)?;
-            data.push((loopback(port), local));
-        }
-        let mut sentinels = Vec::new();
-        for _ in 0..3 {
-            let port = free_port()?;
-            let (root, dir) = temp_root("tenure-redis-sentinel-")?;
-            let config = root.path().join("sentinel.conf");
-            let down = Self::DOWN_AFTER.as_millis();
+            Ok(Launch::of(&program, args))
+        });
+        let data = data.await?;
+        let sentinels = [free_port()?, free_port()?, free_port()?];
+        let prefix = "tenure-redis-sentinel-";
+        let sentinels = Members::spawn(Kind::Redis, prefix, &sentinels, |i, root, dir| {
+            let (config, down) = (root.join("sentinel.conf"), Self::DOWN_AFTER.as_millis());
             let text = format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\n\
-                 sentinel monitor {service} 127.0.0.1 {primary_port} 2\n\
+                "port {}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {service} 127.0.0.1 {primary} 2\n\
                  sentinel down-after-milliseconds {service} {down}\n\
                  sentinel failover-timeout {service} 4000\n\
                  sentinel parallel-syncs {service} 1\n",
+                sentinels[i],
                 dir.display()
             );
             write_file(&config, &text, "the Sentinel config")?;
             let args = vec![config.display().to_string(), "--sentinel".to_string()];
-            let mut local = Local::new(Launch::of(&program, args), dir, root);
-            local.spawn(Kind::Redis)?;
-            sentinels.push((loopback(port), local));
-        }
+            Ok(Launch::of(&program, args))
+        });
         let group = RedisSentinels {
-            data: Members::ready(Kind::Redis, data).await?,
-            sentinels: Members::ready(Kind::Redis, sentinels).await?,
+            data,
+            sentinels: sentinels.await?,
             service,
         };
         group.wait_until_monitored().await?;
@@ -1597,9 +1543,9 @@ impl RedisSentinels {
                 }
             }
         }
-        Err(HarnessError::NotRunning {
-            what: "a Redis primary (no data node answers ROLE with master)".into(),
-        })
+        Err(HarnessError::not_running(
+            "a Redis primary (no data node answers ROLE with master)",
+        ))
     }
 
     /// Asks the first sentinel that answers for a failover now (`SENTINEL FAILOVER`):
@@ -1615,38 +1561,37 @@ impl RedisSentinels {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or(HarnessError::NotRunning {
-            what: "a sentinel".into(),
-        }))
+        Err(last.unwrap_or(HarnessError::not_running("a sentinel")))
     }
 
     /// The data node the sentinels name as primary, once a majority agree on one
     /// other than `old` (waits up to 30 s).
     pub async fn wait_failover(&self, old: usize) -> Result<usize> {
         let addrs = self.data.addrs();
-        let retry = Retry::new(Duration::from_secs(30), Duration::from_millis(50));
-        loop {
-            let mut votes = vec![0; addrs.len()];
-            for sentinel in self.sentinels.addrs() {
-                let ask = ["SENTINEL", "get-master-addr-by-name", &self.service];
-                let named = redis_query::<Option<(String, u16)>>(sentinel, &ask).await;
-                if let Ok(Some((_, port))) = named {
-                    if let Some(i) = addrs.iter().position(|a| a.port() == port) {
-                        votes[i] += 1;
+        retry(
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || async {
+                let mut votes = vec![0; addrs.len()];
+                for sentinel in self.sentinels.addrs() {
+                    let ask = ["SENTINEL", "get-master-addr-by-name", &self.service];
+                    let named = redis_query::<Option<(String, u16)>>(sentinel, &ask).await;
+                    if let Ok(Some((_, port))) = named {
+                        if let Some(i) = addrs.iter().position(|a| a.port() == port) {
+                            votes[i] += 1;
+                        }
                     }
                 }
-            }
-            if let Some(i) = (0..addrs.len()).find(|&i| i != old && votes[i] >= 2) {
-                return Ok(i);
-            }
-            let what = format!("a Sentinel failover away from data node {old} within 30 s");
-            retry.again(HarnessError::NotRunning { what }).await?;
-        }
+                let what = format!("a Sentinel failover away from data node {old} within 30 s");
+                let chosen = (0..addrs.len()).find(|&i| i != old && votes[i] >= 2);
+                chosen.ok_or_else(|| HarnessError::not_running(what))
+            },
+        )
+        .await
     }
 
     async fn wait_until_monitored(&self) -> Result<()> {
-        let retry = Retry::new(READY_TIMEOUT, Duration::from_millis(100));
-        loop {
+        retry(READY_TIMEOUT, Duration::from_millis(100), || async {
             let mut known = true;
             for replica in &self.data.addrs()[1..] {
                 known &= redis_query::<String>(*replica, &["INFO", "replication"])
@@ -1664,54 +1609,48 @@ impl RedisSentinels {
                 return Ok(());
             }
             let (service, log) = (&self.service, self.sentinels.log_tail(0));
-            let what = format!(
+            Err(HarnessError::not_running(format!(
                 "Sentinel monitoring of {service} within {READY_TIMEOUT:?} (sentinel log: {log})"
-            );
-            retry.again(HarnessError::NotRunning { what }).await?;
-        }
+            )))
+        })
+        .await
     }
 }
 
-/// A temporary directory for one process and the `data` directory in it.
+/// A temporary directory for one process (named `prefix…`) and the `data` directory in it.
 fn temp_root(prefix: &str) -> Result<(TempDir, PathBuf)> {
     let root = tempfile::Builder::new()
         .prefix(prefix)
         .tempdir()
         .map_err(|e| HarnessError::io("creating a temporary directory", e))?;
     let dir = root.path().join("data");
-    create_dir(&dir)?;
+    std::fs::create_dir_all(&dir).map_err(|e| HarnessError::File {
+        path: dir.clone(),
+        reason: format!("cannot create directory: {e}"),
+    })?;
     Ok((root, dir))
 }
 
-/// A bound for retries: [`again`](Self::again) waits before the next try, or gives the
-/// last error back once the time is up.
-pub(crate) struct Retry {
-    until: Instant,
+/// What `attempt` gives once it succeeds, trying every `every` for at most `within`
+/// (then its last error).
+pub(crate) async fn retry<T, E, F: std::future::Future<Output = Result<T, E>>>(
+    within: Duration,
     every: Duration,
-}
-
-impl Retry {
-    /// Retries for at most `within`, every `every`.
-    pub(crate) fn new(within: Duration, every: Duration) -> Self {
-        let until = Instant::now() + within;
-        Retry { until, every }
-    }
-
-    /// `Err(last)` once the time is up, else `Ok` after a pause.
-    pub(crate) async fn again(&self, last: HarnessError) -> Result<()> {
-        if Instant::now() >= self.until {
-            return Err(last);
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, E> {
+    let until = Instant::now() + within;
+    loop {
+        match attempt().await {
+            Err(_) if Instant::now() < until => tokio::time::sleep(every).await,
+            done => return done,
         }
-        tokio::time::sleep(self.every).await;
-        Ok(())
     }
 }
 
 /// One command to the Redis (or Sentinel) at `addr`, with a 1 s bound.
 async fn redis_query<T: redis::FromRedisValue>(addr: SocketAddr, args: &[&str]) -> Result<T> {
-    let failed = |why: String| HarnessError::NotRunning {
-        what: format!("an answer from Redis at {addr}: {why}"),
-    };
+    let failed =
+        |why: String| HarnessError::not_running(format!("an answer from Redis at {addr}: {why}"));
     let query = async {
         let client = redis::Client::open(format!("redis://{addr}"))?;
         let mut c = client.get_multiplexed_async_connection().await?;
