@@ -2,37 +2,21 @@
 //! safety checker that reads everything they and a fenced resource saw.
 //!
 //! [`run_chaos`] starts a store (or, for `peer://`, a cluster of nodes whose every link
-//! goes through its own [`TcpProxy`]), K `tenure campaign` processes whose command
-//! writes its `TENURE_TOKEN` to a [`GuardedResource`], and then, until the duration is
-//! up, injects one fault at a time with quiet gaps between them. The fault kinds
-//! ([`FaultKind`]) are drawn in rounds: every round is a shuffle of every kind that
-//! applies to the backend, so even a short run covers each kind. Every random choice
-//! comes from one seed, printed first; the same seed replays the same schedule (the
-//! processes' timing still varies).
+//! goes through its own [`TcpProxy`]) and K `tenure campaign` processes whose command
+//! writes its `TENURE_TOKEN` to a [`GuardedResource`], then injects one fault at a time
+//! with quiet gaps until the duration is up. Every round is a shuffle of every
+//! [`FaultKind`] of the backend; every random choice comes from one seed, printed first,
+//! so a seed replays the schedule (not the processes' timing).
 //!
-//! At the end [`ChaosReport`] gives the faults by kind, the leaderships granted, the
-//! longest time without a leader, and the **violations**: overlapping `[elected, lost]`
-//! intervals of the election, tokens that do not increase, grants without a token, and
-//! writes the resource accepted with a stale token. On Redis a restart without
-//! persistence loses the seat, which its README declares may hand the seat to a second
-//! holder before the first one's deadline: overlaps that span such a restart are listed
-//! as allowed by that limit, and the check that must hold is zero stale writes.
-//!
-//! Azure runs against Azurite with 15 s leases (the shortest Azure grants), so every
-//! fault lasts longer and a bounded run is one round of every fault kind
-//! ([`ChaosOptions::rounds`]). Azurite keeps its state in memory and writes it to disk
-//! every 5 s, so a SIGKILL could also lose the fencing counter it has acknowledged; the
-//! runner restarts Azurite the orderly way (SIGTERM: it saves and exits, then a new
-//! process on the same data directory). Even then Azurite forgets the active leases
-//! (they read back as expired), an emulator limit the Azure README states: like a Redis
-//! restart, overlaps that span it are allowed, stale writes are not.
-//!
-//! On an etcd cluster the raft leader, paused past the TTL, can revoke the leases a
-//! healthy member kept alive as it resumes (a store limit the etcd README states). The
-//! holder's loss and its successor's grant then come from the same deletion, and their
-//! tenures can overlap by the time the two notifications take: an overlap whose first
-//! tenure ended as revoked within a TTL after the store leader resumed, with the
-//! successor granted after the resume, is listed as allowed; stale writes are not.
+//! [`ChaosReport`] gives the faults, the grants, the longest leaderless gap and the
+//! **violations**: overlapping tenures, tokens that do not increase, grants without a
+//! token, and stale writes the resource accepted. Three documented store limits allow
+//! overlaps (never stale writes): a Redis restart without persistence; an Azurite
+//! restart, which forgets active leases (it is restarted the orderly way, SIGTERM, as it
+//! saves its state only every 5 s); and an etcd raft leader that, paused past the TTL,
+//! revokes leases as it resumes (an overlap whose first tenure ended as revoked within a
+//! TTL after the resume, the successor granted after it). Azure runs with 15 s leases,
+//! so a bounded run there is one round ([`ChaosOptions::rounds`]).
 
 use crate::StoreServer;
 use std::collections::BTreeMap;
@@ -153,10 +137,8 @@ impl ChaosBackend {
         }
     }
 
-    /// Why a restart of this backend's server loses the seats, if it does: Redis runs
-    /// without persistence, and Azurite (the emulator) reports every lease it had as
-    /// expired after a restart, even an orderly one (observed with Azurite 3.35). Both are documented limits; they allow two tenures to overlap across
-    /// the restart, and the check that must hold then is zero stale writes accepted.
+    /// Why a restart of this backend's server loses the seats, if it does (a documented
+    /// limit that allows overlaps across the restart; see the module docs).
     pub fn restart_data_loss(self) -> Option<&'static str> {
         match self {
             ChaosBackend::Redis => Some("Redis without persistence starts empty"),
@@ -165,13 +147,8 @@ impl ChaosBackend {
         }
     }
 
-    /// Why this store, when its leader member resumes from a pause longer than the
-    /// TTL, can delete a seat whose session a healthy member kept alive: etcd's raft
-    /// leader revokes such leases on resume (etcd issue 15247, still seen with 3.5.16;
-    /// the etcd README states the limit). No client can keep a seat the store deleted
-    /// and the successor is granted from the same deletion, so the two tenures can
-    /// overlap by the time the two notifications take; the check that must hold then
-    /// is zero stale writes accepted.
+    /// Why this store's leader member, resumed from a pause past the TTL, can delete a
+    /// seat a healthy member kept alive (etcd issue 15247; see the module docs).
     pub fn leader_resume_revokes(self) -> Option<&'static str> {
         match self {
             ChaosBackend::EtcdCluster => {
@@ -410,10 +387,8 @@ pub struct ChaosReport {
     /// Fencing violations in the event logs (overlaps, tokens not increasing, grants
     /// without a token), except those in [`allowed_overlaps`](Self::allowed_overlaps).
     pub violations: Vec<FencingViolation>,
-    /// Overlaps the backend's documented limits allow, each with the limit: across a
-    /// restart of a store that loses its seats (Redis, Azurite,
-    /// [`ChaosBackend::restart_data_loss`]), or where the store revoked a seat as its
-    /// leader member resumed ([`ChaosBackend::leader_resume_revokes`]).
+    /// Overlaps a documented store limit allows, each with the limit
+    /// ([`ChaosBackend::restart_data_loss`], [`ChaosBackend::leader_resume_revokes`]).
     pub allowed_overlaps: Vec<(FencingViolation, &'static str)>,
     /// Writes the resource accepted although their token was stale: lower than a
     /// token it had accepted before, or granted to another candidate, or never
@@ -673,21 +648,15 @@ struct PeerLinks {
 
 impl PeerLinks {
     async fn start(nodes: usize) -> Result<Self> {
-        let mut ports = Vec::with_capacity(nodes);
-        for _ in 0..nodes {
-            ports.push(free_port()?);
-        }
+        let ports: Vec<u16> = (0..nodes).map(|_| free_port()).collect::<Result<_>>()?;
         let mut links = Vec::with_capacity(nodes);
         for i in 0..nodes {
             let mut row = Vec::with_capacity(nodes);
             for (j, port) in ports.iter().enumerate() {
-                row.push(if i == j {
-                    None
-                } else {
-                    Some(
-                        TcpProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], *port)))
-                            .await?,
-                    )
+                let link = (i != j).then(|| TcpProxy::start(loopback(*port)));
+                row.push(match link {
+                    Some(starting) => Some(starting.await?),
+                    None => None,
                 });
             }
             links.push(row);
@@ -901,11 +870,14 @@ impl Run {
         self.slots[slot].label().to_owned()
     }
 
-    /// Keeps the log and the stderr of a candidate that was replaced.
-    fn retire(&mut self, old: &CandidateProcess) {
+    /// Starts a new candidate in `slot`, keeping the log and the stderr of the old one.
+    fn replace(&mut self, slot: usize) -> Result<()> {
+        let fresh = self.spawn(slot)?;
+        let old = std::mem::replace(&mut self.slots[slot], fresh);
         self.finished.push(old.events());
         self.stderr
             .push((old.label().to_owned(), old.stderr_tail()));
+        Ok(())
     }
 
     async fn campaign(&mut self) -> Result<()> {
@@ -950,9 +922,7 @@ impl Run {
                         self.slots[slot].stderr_tail()
                     );
                 }
-                let fresh = self.spawn(slot)?;
-                let old = std::mem::replace(&mut self.slots[slot], fresh);
-                self.retire(&old);
+                self.replace(slot)?;
             }
         }
         Ok(())
@@ -967,9 +937,7 @@ impl Run {
                 let label = self.label(slot);
                 self.slots[slot].kill().await?;
                 self.note(kind, format!("SIGKILL {label} ({why})"));
-                let fresh = self.spawn(slot)?;
-                let old = std::mem::replace(&mut self.slots[slot], fresh);
-                self.retire(&old);
+                self.replace(slot)?;
             }
             FaultKind::StopHolder => {
                 let (slot, why) = self.target();
@@ -1053,11 +1021,8 @@ impl Run {
         Ok(())
     }
 
-    /// A member to hurt: the cluster's leader (raft leader, ensemble leader, primary)
-    /// half of the time, else a random member; with a line that says which. The one
-    /// server of a single store, without a random draw.
-    /// The member to fault, how to name it, and whether it leads the store (a single
-    /// server counts as its own leader).
+    /// The member to fault (the store's leader half of the time, else a random one; the
+    /// one server of a single store), how to name it, and whether it leads the store.
     async fn member_target(&mut self) -> (usize, String, bool) {
         let n = match &mut self.store {
             Some(Store::Single(..)) | None => return (0, "the store".into(), true),
@@ -1267,21 +1232,7 @@ pub async fn assert_bounded_run(
 /// The leadership events of `logs` in time order, one line each, with times in seconds
 /// after `start_ns`.
 fn timeline(logs: &[Vec<Event>], start_ns: u64) -> Vec<String> {
-    let mut events: Vec<&Event> = logs
-        .iter()
-        .flatten()
-        .filter(|e| {
-            [
-                Event::ELECTED,
-                Event::LOST,
-                Event::RESIGNED,
-                Event::KILLED,
-                Event::EXITED,
-            ]
-            .iter()
-            .any(|k| e.is(k))
-        })
-        .collect();
+    let mut events: Vec<&Event> = logs.iter().flatten().filter(|e| e.marks_tenure()).collect();
     events.sort_by_key(|e| e.mono_ns);
     events
         .iter()
@@ -1483,50 +1434,36 @@ mod tests {
 
     #[test]
     fn only_a_revocation_right_after_a_leader_resume_is_allowed_to_overlap() {
-        let revoked = |end: u64| Tenure {
-            reason: Some("revoked: the candidate key was deleted in etcd".into()),
-            ..tenure("a", 2, 100, end)
-        };
-        let window = Duration::from_nanos(50);
-        let successor = tenure("b", 4, 1_000, 2_000);
-        // The store leader resumed at 990; a's seat was deleted at 1_000 and b granted.
-        assert!(revoked_after_resume(
-            &revoked(1_001),
-            &successor,
-            &[990],
-            window
-        ));
-        // No resume, or one long before: a real overlap.
-        assert!(!revoked_after_resume(
-            &revoked(1_001),
-            &successor,
-            &[],
-            window
-        ));
-        assert!(!revoked_after_resume(
-            &revoked(1_001),
-            &successor,
-            &[500],
-            window
-        ));
-        // The successor was granted before the resume: not this limit.
-        assert!(!revoked_after_resume(
-            &revoked(1_001),
-            &successor,
-            &[1_000 + 1],
-            window
-        ));
-        // A loss the client decided (renew deadline) after a resume is never allowed.
-        let deadline = Tenure {
-            reason: Some("renew deadline passed".into()),
+        let a = |reason: &str, end| Tenure {
+            reason: Some(reason.into()),
+            end,
             ..tenure("a", 2, 100, 1_001)
         };
-        assert!(!revoked_after_resume(&deadline, &successor, &[990], window));
-        let killed = Tenure {
-            end: TenureEnd::Killed,
-            ..revoked(1_001)
-        };
-        assert!(!revoked_after_resume(&killed, &successor, &[990], window));
+        let revoked = || a("revoked: deleted in etcd", TenureEnd::Lost);
+        let successor = tenure("b", 4, 1_000, 2_000);
+        // Seat deleted at 1_000, successor granted at 1_000; resumes as given.
+        for (first, resumes, allowed, case) in [
+            (revoked(), &[990][..], true, "after a resume at 990"),
+            (revoked(), &[], false, "no resume: a real overlap"),
+            (revoked(), &[500], false, "a resume long before"),
+            (revoked(), &[1_001], false, "successor granted first"),
+            (
+                a("renew deadline passed", TenureEnd::Lost),
+                &[990],
+                false,
+                "deadline",
+            ),
+            (
+                a("revoked", TenureEnd::Killed),
+                &[990],
+                false,
+                "a killed holder",
+            ),
+        ] {
+            let window = Duration::from_nanos(50);
+            let found = revoked_after_resume(&first, &successor, resumes, window);
+            assert_eq!(found, allowed, "{case}");
+        }
     }
 
     #[test]

@@ -1,15 +1,8 @@
-//! Bounded chaos runs, one per backend: three `tenure campaign` processes against a
-//! real store (or a three-node `peer://` cluster), seeded random faults of every kind
-//! the backend has for about a minute, then the safety check: no overlapping tenures,
-//! increasing tokens, no stale write accepted (Redis: overlaps across a restart without
-//! persistence are its documented limit; stale writes must still be zero).
-//!
-//! Azure (Azurite) leases last at least 15 s, so its run is one round instead: every
-//! fault kind once, in seeded order, which takes about three to five minutes.
-//!
-//! `TENURE_CHAOS_DURATION` (e.g. `10s`, `30m`) and `TENURE_CHAOS_SEED` override the
-//! duration and the seed (with a duration given, the Azure run is bounded by it instead
-//! of by one round); the seed is printed at the start of each run. For soak runs use
+//! Bounded chaos runs (`chaos::run_chaos`), one per backend: three `tenure campaign`
+//! processes against a real store (or a three-node `peer://` cluster) under seeded random
+//! faults of every kind for about a minute, then the safety check. Azure (15 s leases) runs
+//! one round of every fault kind instead, three to five minutes. `TENURE_CHAOS_DURATION`
+//! and `TENURE_CHAOS_SEED` override duration and seed (`assert_bounded_run`); soak runs use
 //! the `tenure-chaos` binary (docs/reliability.md).
 
 use std::time::Duration;
@@ -29,9 +22,7 @@ async fn chaos(backend: ChaosBackend) {
     assert_bounded_run(backend, tenure_bin(), DEFAULT_DURATION, None).await;
 }
 
-/// One round of every fault kind, in seeded order (Azurite with 15 s leases: the
-/// holder killed and stopped past its lease, Azurite stopped past the renew deadline
-/// and restarted, a candidate's connection cut and blackholed).
+/// One round of every fault kind, in seeded order.
 async fn one_round(backend: ChaosBackend) {
     assert_bounded_run(backend, tenure_bin(), ONE_ROUND_LIMIT, Some(1)).await;
 }

@@ -1,12 +1,6 @@
-//! Bounded chaos runs on the clustered stores, one round of every fault kind each:
-//! three `tenure campaign` processes naming every member, the holder killed and
-//! stopped, one member (the store's leader half of the time) stopped past the renew
-//! deadline or killed and restarted; then the safety check (no overlapping tenures,
-//! increasing tokens, no stale write accepted). With a TTL of 5 s a round takes about
-//! a minute. The runs go one at a time: each runs three to six store processes.
-//!
-//! `TENURE_CHAOS_DURATION` turns a run into a soak of that length (e.g. `30m`, see
-//! docs/reliability.md) and `TENURE_CHAOS_SEED` replays a seed.
+//! Bounded chaos runs on the clustered stores, one round of every fault kind each (about
+//! a minute with a 5 s TTL), one run at a time: each runs three to six store processes.
+//! The overrides are those of `tests/chaos.rs`.
 
 use std::time::Duration;
 
