@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use tenure_integration::{EtcdServer, RedisServer, StoreServer, ZooKeeperServer};
+use tenure_integration::{with_query, EtcdServer, RedisServer, StoreServer, ZooKeeperServer};
 use tenure_shard::bench::{markdown, run, BenchConfig};
 
 /// The local ZooKeeper's `tickTime` (session timeouts from 0.4 s to 20 s).
@@ -53,14 +53,13 @@ async fn main() {
             }
         };
         let (addr, endpoint) = (server.addr(), server.endpoint());
-        let sep = if endpoint.contains('?') { '&' } else { '?' };
         for &p in &sizes {
             let mut cfg = BenchConfig::new(p);
             cfg.timing.connect_timeout = Duration::from_secs(5);
             let ttl = cfg.timing.ttl.as_secs();
             let url = match name {
                 "etcd" => format!("etcd://{addr}?prefix=bench&{timeouts}"),
-                "redis" => format!("{endpoint}{sep}prefix=bench&{timeouts}"),
+                "redis" => with_query(endpoint, &format!("prefix=bench&{timeouts}")),
                 _ => format!(
                     "zk://{addr}/bench?connect_timeout=5s&request_timeout=5s&session_timeout={ttl}s"
                 ),

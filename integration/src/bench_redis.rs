@@ -36,8 +36,7 @@ pub async fn bench_redis(
         false => format!("redis://{e}"),
     });
     let (server, endpoint, where_) = given_or_local(given.as_deref(), RedisServer::start()).await?;
-    let sep = if endpoint.contains('?') { '&' } else { '?' };
-    let backend = RedisBackend::from_url(&format!("{endpoint}{sep}prefix=tenure-bench"))
+    let backend = RedisBackend::from_url(&crate::with_query(&endpoint, "prefix=tenure-bench"))
         .await
         .map_err(|e| format!("connect to Redis: {e}"))?;
     let title = format!("Redis at {}, {where_}", backend.config());

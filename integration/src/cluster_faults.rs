@@ -173,6 +173,25 @@ pub async fn lead_in(session: &Session, election: &ElectionName) -> Leadership {
     }
 }
 
+/// A campaign running in a task of its own, which gives its session back.
+pub type Waiter = tokio::task::JoinHandle<(tenure_core::Result<Leadership>, Session)>;
+
+/// `session` campaigning for `election` as `candidate` in a task of its own.
+pub fn spawn_campaign(session: Session, election: &ElectionName, candidate: Candidate) -> Waiter {
+    let election = election.clone();
+    tokio::spawn(async move { (session.campaign(&election, &candidate).await, session) })
+}
+
+/// The grant `waiter` got within `within`, and its session; panics saying `what` if none.
+pub async fn wait_grant(waiter: Waiter, within: Duration, what: &str) -> (Leadership, Session) {
+    match tokio::time::timeout(within, waiter).await {
+        Ok(Ok((Ok(l), s))) => (l, s),
+        Ok(Ok((Err(e), _))) => panic!("{what}: campaign: {e}"),
+        Ok(Err(e)) => panic!("{what}: task: {e}"),
+        Err(_) => panic!("{what}: not within {within:?}"),
+    }
+}
+
 /// Leadership of a fresh election named after `what`.
 pub async fn lead(session: &Session, what: &str) -> Leadership {
     lead_in(session, &election(what)).await
@@ -287,6 +306,25 @@ async fn leader_of(cluster: &dyn StoreCluster) -> usize {
     }
 }
 
+/// Member `member` (`what` names it) paused for `paused` under the leadership `held`,
+/// which must hold through it ([`hold_through`]), then resumed, after which it must hold
+/// for `after` ([`hold_after_resume`]); the leadership afterwards.
+async fn pause_member(
+    cluster: &dyn StoreCluster,
+    held: (Session, Leadership),
+    member: usize,
+    (paused, after): (Duration, Duration),
+    what: &str,
+) -> (Session, Leadership) {
+    let store_leader = leader_of(cluster).await;
+    cluster.pause(member).expect("pause");
+    let paused_what = format!("{what} paused for {paused:?}");
+    hold_through(cluster, &held.1, paused, &paused_what).await;
+    cluster.resume(member).expect("resume");
+    let was_leader = member == store_leader;
+    hold_after_resume(cluster, held, was_leader, after, &format!("{what} resumed")).await
+}
+
 /// Each member in turn paused past the TTL under one leadership, so the member the
 /// session talks to (and whichever it moves to) is paused at least once.
 pub async fn pausing_each_member(cluster: &dyn StoreCluster) {
@@ -294,23 +332,10 @@ pub async fn pausing_each_member(cluster: &dyn StoreCluster) {
     let l = lead(&s, "pause-each").await;
     let mut held = (s, l);
     for member in 0..cluster.len() {
-        let store_leader = leader_of(cluster).await;
-        cluster.pause(member).expect("pause");
-        let what = format!("member {member} paused past the TTL");
-        hold_through(cluster, &held.1, TTL + Duration::from_secs(1), &what).await;
-        cluster.resume(member).expect("resume");
-        let what = format!("member {member} resumed");
-        held = hold_after_resume(
-            cluster,
-            held,
-            member == store_leader,
-            Duration::from_secs(1),
-            &what,
-        )
-        .await;
+        let times = (TTL + Duration::from_secs(1), Duration::from_secs(1));
+        held = pause_member(cluster, held, member, times, &format!("member {member}")).await;
     }
-    let (s, l) = held;
-    resign_and_close(l, s).await;
+    resign_and_close(held.1, held.0).await;
 }
 
 /// The member the session talks to (for etcd, the one serving its lease keep-alives)
@@ -326,27 +351,10 @@ pub async fn pausing_the_member_in_use(cluster: &dyn StoreCluster) {
         panic!("the session is connected to no member");
     };
     eprintln!("the session talks to member(s) {used:?}: pausing {member}");
-    let store_leader = leader_of(cluster).await;
-    cluster.pause(member).expect("pause");
-    hold_through(
-        cluster,
-        &l,
-        Duration::from_secs(8),
-        "the member in use paused for 8 s",
-    )
-    .await;
+    let times = (Duration::from_secs(8), Duration::from_secs(2));
+    let (s, l) = pause_member(cluster, (s, l), member, times, "the member in use").await;
     let moved = cluster.in_use(&s).await.unwrap_or_default();
-    eprintln!("while member {member} is paused the session talks to {moved:?}");
-    cluster.resume(member).expect("resume");
-    let what = "the member in use resumed";
-    let (s, l) = hold_after_resume(
-        cluster,
-        (s, l),
-        member == store_leader,
-        Duration::from_secs(2),
-        what,
-    )
-    .await;
+    eprintln!("after member {member}'s pause the session talks to {moved:?}");
     resign_and_close(l, s).await;
 }
 
@@ -355,17 +363,8 @@ pub async fn pausing_the_store_leader(cluster: &dyn StoreCluster) {
     let s = cluster_session(cluster).await;
     let l = lead(&s, "pause-leader").await;
     let leader = leader_of(cluster).await;
-    cluster.pause(leader).expect("pause");
-    hold_through(
-        cluster,
-        &l,
-        Duration::from_secs(8),
-        "store leader paused for 8 s",
-    )
-    .await;
-    cluster.resume(leader).expect("resume");
-    let what = "store leader resumed";
-    let (s, l) = hold_after_resume(cluster, (s, l), true, Duration::from_secs(4), what).await;
+    let times = (Duration::from_secs(8), Duration::from_secs(4));
+    let (s, l) = pause_member(cluster, (s, l), leader, times, "store leader").await;
     resign_and_close(l, s).await;
 }
 

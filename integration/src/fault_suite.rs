@@ -2,7 +2,10 @@
 //! checks: each scenario is a plain `async fn` taking a [`FaultSpec`] (how candidates
 //! reach the store and the bounds that differ between stores), and each store's test
 //! file calls the scenarios with its spec. The candidates are real `tenure campaign`
-//! processes writing their token to a [`GuardedResource`].
+//! processes writing their token to a [`GuardedResource`]. Each test starts its own
+//! server (the scenarios pause and restart it: with an external `TENURE_TEST_*` server
+//! those fail, saying so) and two or three candidates, so run the fault test files with
+//! `--test-threads=2` or fewer on small machines.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -321,14 +324,6 @@ pub async fn sigstop_of_the_store(spec: &FaultSpec, store: &StoreServer) {
     finish(&resource, vec![a, b]).await;
 }
 
-/// `store`'s endpoint with its address replaced by `proxy`'s: the same store, reached
-/// through the proxy.
-pub fn via(store: &StoreServer, proxy: &TcpProxy) -> String {
-    store
-        .endpoint()
-        .replacen(&store.addr().to_string(), &proxy.addr().to_string(), 1)
-}
-
 /// A cut connection: the holder reaches the store through a proxy, a waiter directly.
 /// Once the link is cut the holder reports `lost` by its renew deadline and before
 /// the waiter's grant; after the link heals the old holder campaigns again by itself
@@ -337,7 +332,7 @@ pub async fn cut_connection(store: &StoreServer, spec_at: &dyn Fn(&str) -> Fault
     let resource = GuardedResource::start().await.expect("resource");
     let proxy = TcpProxy::start(store.addr()).await.expect("proxy");
     let direct = spec_at(store.endpoint());
-    let through_proxy = spec_at(&via(store, &proxy));
+    let through_proxy = spec_at(&store.endpoint_at(proxy.addr()));
     let election = "faults/cut";
     let a = through_proxy.candidate(election, "a", &resource);
     let a_elected = wait(&a, is(Event::ELECTED), direct.start_bound).await;
@@ -495,15 +490,12 @@ pub async fn store_restart(spec: &FaultSpec, store: &mut StoreServer, expect: Re
 /// hole), exits 1 within its connect timeout with one `unavailable` or `timeout` line.
 pub async fn unreachable_store(store: &StoreServer, spec_at: &dyn Fn(&str) -> FaultSpec) {
     let port = free_port().expect("port");
-    let nothing =
-        store
-            .endpoint()
-            .replacen(&store.addr().to_string(), &format!("127.0.0.1:{port}"), 1);
+    let nothing = store.endpoint_at(format!("127.0.0.1:{port}"));
     let proxy = TcpProxy::start(store.addr()).await.expect("proxy");
     proxy.blackhole().await.expect("blackhole");
     for (endpoint, what) in [
         (nothing, "nothing listens"),
-        (via(store, &proxy), "black hole"),
+        (store.endpoint_at(proxy.addr()), "black hole"),
     ] {
         let spec = spec_at(&endpoint);
         let limit = Duration::from_millis(700);

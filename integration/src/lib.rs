@@ -2,41 +2,23 @@
 //! candidate processes and fencing checks.
 //!
 //! - **Servers.** [`EtcdServer`], [`ZooKeeperServer`], [`RedisServer`] and
-//!   [`AzuriteServer`] start the real store as a child process on a free
-//!   loopback port with a temporary data directory, wait until it answers
-//!   (at most [`READY_TIMEOUT`]), and kill it and remove the directory on
-//!   drop. They offer fault injection: `pause` (SIGSTOP), `resume` (SIGCONT),
-//!   `restart` (same port, same data directory) and `kill`. When
-//!   `TENURE_TEST_ETCD`, `TENURE_TEST_ZOOKEEPER`, `TENURE_TEST_REDIS` or
-//!   `TENURE_TEST_AZURITE` is set, `start` uses that external endpoint
-//!   instead (and fault injection reports that it needs a local server). A
-//!   missing program is an error naming `bash scripts/install-test-deps.sh`.
-//! - **Network faults.** [`TcpProxy`] sits between a client and a server and
-//!   can [`cut`](TcpProxy::cut), [`blackhole`](TcpProxy::blackhole) and
-//!   [`heal`](TcpProxy::heal) the link.
-//! - **Candidates.** [`CandidateProcess`] runs the `tenure` CLI (or any
-//!   program printing the same JSON event lines), collects its [`Event`]s and
-//!   can kill, pause, resume or terminate it. [`monotonic_now_ns`] reads the
-//!   clock the events are stamped with.
-//! - **Fencing.** [`GuardedResource`] is a line-protocol TCP server that
-//!   refuses writes with stale tokens; [`write_loop_command`] is a shell
-//!   command that writes a candidate's token to it in a loop;
-//!   [`check_fencing`] finds overlapping tenures and non-increasing tokens in
-//!   the event logs of many candidates.
-//! - **Chaos.** [`run_chaos`] runs K candidate processes against a real backend
-//!   for a given time, injects seeded random faults (SIGKILL or SIGSTOP of the
-//!   holder, SIGSTOP or restart of the store, cut or black-holed links, peer
-//!   partitions) and returns a [`ChaosReport`] of faults, grants, the longest
-//!   leaderless gap and every safety violation; the `tenure-chaos` binary runs it
-//!   from a shell.
-//! - **Benchmarks.** [`bench_etcd`], [`bench_redis`], [`bench_zookeeper`] and [`bench_backend`]
-//!   measure graceful handover and crash failover latency and return a
-//!   [`BenchTable`] (min/median/max per figure); [`bench_redis`] adds the cost
-//!   of one renewal for 1, 100 and 10,000 held elections. One example runs any of
-//!   them: `cargo run --release -p tenure-integration --example bench -- STORE`.
+//!   [`AzuriteServer`] run the store as a child process on a free loopback port with a
+//!   temporary data directory (or use the external one `TENURE_TEST_ETCD`, `…_ZOOKEEPER`,
+//!   `…_REDIS` or `…_AZURITE` names), with faults on the process ([`StoreServer`]);
+//!   [`EtcdCluster`], [`ZooKeeperEnsemble`] and [`RedisSentinels`] run several.
+//! - **Network faults.** [`TcpProxy`] can cut, black-hole and heal a link.
+//! - **Candidates.** [`CandidateProcess`] runs the `tenure` CLI and collects its
+//!   [`Event`]s; [`GuardedResource`] refuses writes with stale tokens and
+//!   [`check_fencing`] finds overlapping tenures and non-increasing tokens.
+//! - **Suites.** [`fault_suite`] and [`cluster_faults`] run the same fault scenarios on
+//!   every store; [`run_chaos`] runs seeded random faults against K candidates
+//!   ([`ChaosReport`]; the `tenure-chaos` binary runs it from a shell).
+//! - **Benchmarks.** [`bench_etcd`], [`bench_redis`], [`bench_zookeeper`],
+//!   [`bench_azure`] and [`bench_backend`] measure handover and failover latency
+//!   ([`BenchTable`]): `cargo run --release -p tenure-integration --example bench -- STORE`.
 //!
-//! Everything here needs a Tokio runtime with the `net`, `process`, `time`
-//! and `io-util` drivers (any `#[tokio::test]`).
+//! Everything here needs a Tokio runtime with the `net`, `process`, `time` and `io-util`
+//! drivers (any `#[tokio::test]`).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tenure_integration::HarnessError> {
@@ -98,4 +80,4 @@ pub use server::{
     start_with_passwords, workspace_root, AzuriteServer, EtcdCluster, EtcdServer, Members,
     RedisSentinels, RedisServer, StoreServer, ZooKeeperEnsemble, ZooKeeperServer, READY_TIMEOUT,
 };
-pub use shared::run_prefix;
+pub use shared::{run_prefix, with_query};

@@ -1,6 +1,7 @@
 //! Small helpers for the membership tests that go beyond the conformance suite's
-//! clause 13 on one store: sessions opened on a backend directly, members and
-//! namespaces from literals, and reading a member stream until it shows a list.
+//! clause 13 on one store (and etcd's batching tests): a local etcd with a backend,
+//! sessions opened on a backend directly, members and namespaces from literals, and
+//! reading a member stream until it shows a list.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,18 @@ use std::time::Duration;
 use futures::{Future, StreamExt};
 use tenure_core::backend::{BackendSession, SessionEvents};
 use tenure_core::{Backend, ElectionName, ErrorKind, Member, MemberStream};
+
+/// A local etcd of the test's own and a backend on it, keys under
+/// [`run_prefix`](crate::run_prefix), with the URL query `timeouts`.
+pub async fn etcd_backend(timeouts: &str) -> (crate::EtcdServer, tenure_etcd::EtcdBackend) {
+    let server = crate::EtcdServer::start().await.expect("etcd");
+    let (addr, prefix) = (server.addr(), crate::run_prefix());
+    let url = format!("etcd://{addr}?prefix={prefix}&{timeouts}");
+    match tenure_etcd::EtcdBackend::from_url(&url).await {
+        Ok(b) => (server, b),
+        Err(e) => panic!("connect to {addr}: {e}"),
+    }
+}
 
 /// A backend session with `ttl` (its events are dropped).
 pub async fn open(b: &dyn Backend, ttl: Duration) -> Arc<dyn BackendSession> {

@@ -11,10 +11,9 @@ use tenure_redis::RedisBackend;
 /// The backend on `endpoint` with keys under [`run_prefix`](crate::run_prefix), a 1 s
 /// connect and a 500 ms request timeout, and the query pairs `extra` (`&k=v…`).
 pub async fn backend(endpoint: &str, extra: &str) -> RedisBackend {
-    let sep = if endpoint.contains('?') { '&' } else { '?' };
     let prefix = crate::run_prefix();
     let timeouts = "connect_timeout_ms=1000&request_timeout_ms=500";
-    let url = format!("{endpoint}{sep}prefix={prefix}&{timeouts}{extra}");
+    let url = crate::with_query(endpoint, &format!("prefix={prefix}&{timeouts}{extra}"));
     match RedisBackend::from_url(&url).await {
         Ok(b) => b,
         Err(e) => panic!("connect to {endpoint}: {e}"),
@@ -60,11 +59,12 @@ pub async fn command_calls(c: &mut MultiplexedConnection) -> HashMap<String, u64
         .collect()
 }
 
-/// Connections the server has accepted since it started.
-pub async fn connections_received(c: &mut MultiplexedConnection) -> u64 {
+/// The counter `field` of the server's `INFO stats` (`total_connections_received`, …).
+pub async fn stat(c: &mut MultiplexedConnection, field: &str) -> u64 {
     let info: String = cmd(c, &["INFO", "stats"]).await;
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_connections_received:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("total_connections_received")
+    let value = info
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'));
+    let value = value.and_then(|n| n.trim().parse().ok());
+    value.unwrap_or_else(|| panic!("INFO stats has no {field}"))
 }

@@ -7,6 +7,12 @@ pub fn run_prefix() -> &'static str {
     PREFIX.get_or_init(tenure_core::testing::random_prefix)
 }
 
+/// `url` with `pairs` (`k=v&…`) added to its query.
+pub fn with_query(url: &str, pairs: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{pairs}")
+}
+
 /// Defines `fn shared_server() -> (String, SocketAddr)` for a test binary: starts one
 /// `$server` (a harness server type) the first time it is called, on a thread of its
 /// own so that no test's runtime owns it, stops it when the binary exits, and returns

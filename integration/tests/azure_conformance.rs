@@ -3,7 +3,6 @@
 //! of 15 s (the shortest Azure grants), a 100 ms poll interval, and disconnects
 //! injected through a TCP proxy (black hole).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,10 +13,6 @@ use tenure_core::{DynBackend, Session, Timing};
 use tenure_integration::{assert_ttls_refused, timing_ms, AzuriteServer, ProxyFaults};
 
 tenure_integration::shared_server!(AzuriteServer, "Azurite");
-
-fn server() -> (String, SocketAddr) {
-    shared_server()
-}
 
 /// A container name of its own: `t-<random>`.
 fn container() -> String {
@@ -32,7 +27,7 @@ fn config(endpoint: &str, container: &str) -> AzureConfig {
 }
 
 async fn azure_env() -> Env {
-    let (endpoint, server) = server();
+    let (endpoint, server) = shared_server();
     let container = container();
     let backend = match AzureBackend::connect(config(&endpoint, &container)).await {
         Ok(b) => b,

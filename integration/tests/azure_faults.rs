@@ -1,13 +1,7 @@
-//! Fault tests against Azurite with real candidate processes (the `tenure` CLI, whose
-//! leader command writes its token to a guarded resource): SIGKILL and SIGSTOP of the
-//! holder, SIGSTOP of Azurite, a cut connection, and bad input (unreachable endpoint,
-//! wrong key, missing container, a lease broken by an operator). Each test starts its
-//! own Azurite; candidates get the development account through
-//! `AZURE_STORAGE_CONNECTION_STRING`.
-//!
-//! Tests that stop the server need a local one; with `TENURE_TEST_AZURITE` set they say
-//! so and stop. Leases are 15 s (the shortest Azure grants), so these tests take about
-//! two minutes; run with `--test-threads=2` or fewer on small machines.
+//! The shared fault scenarios (`fault_suite`) against Azurite, candidates getting the
+//! development account through `AZURE_STORAGE_CONNECTION_STRING`, plus a wrong key, a
+//! missing container, a lease broken by an operator and secrets kept out of logs. Leases
+//! are 15 s (the shortest Azure grants), so these take about two minutes.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +10,7 @@ use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::testing::random_prefix;
 use tenure_core::{Candidate, ElectionName, ErrorKind, LossReason, Session, Timing};
 use tenure_integration::cli_faults::{finish, is, ms, wait};
-use tenure_integration::cluster_faults::elect_and_resign;
+use tenure_integration::cluster_faults::{elect_and_resign, spawn_campaign, wait_grant};
 use tenure_integration::fault_suite::{self, FaultSpec};
 use tenure_integration::{AzuriteServer, Event, GuardedResource};
 
@@ -138,26 +132,14 @@ async fn a_lease_broken_by_an_operator_is_lost_at_the_next_renewal() {
     let other = Session::open(Arc::new(backend.clone()), timing)
         .await
         .expect("session");
-    let waiter = {
-        let election = election.clone();
-        tokio::spawn(async move {
-            let l = other
-                .campaign(&election, &Candidate::new("b").unwrap())
-                .await
-                .expect("campaign b");
-            (l, other)
-        })
-    };
+    let waiter = spawn_campaign(other, &election, Candidate::new("b").unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
     backend.break_lease(&election).await.expect("break");
     let reason = tokio::time::timeout(Duration::from_secs(3), l.lost_wait())
         .await
         .expect("lost within a renewal");
     assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
-    let (b, _other) = tokio::time::timeout(Duration::from_secs(3), waiter)
-        .await
-        .expect("b granted within a poll")
-        .expect("waiter");
+    let (b, _other) = wait_grant(waiter, Duration::from_secs(3), "b granted within a poll").await;
     assert!(b.token() > l.token());
     // The old holder's renewal failed because the lease is b's now; observers see b.
     let info = s.leader(&election).await.expect("leader").expect("held");

@@ -8,22 +8,13 @@ use std::time::Duration;
 use tenure_core::backend::{BackendSession, SessionEvent, SessionEvents};
 use tenure_core::{Backend, Candidate, ElectionName};
 use tenure_etcd::EtcdBackend;
-use tenure_integration::membership::{name, open};
-use tenure_integration::{run_prefix, EtcdServer};
+use tenure_integration::membership::{etcd_backend, name, open};
+use tenure_integration::EtcdServer;
 
 const SEATS: usize = 300;
 
 async fn backend() -> (EtcdServer, EtcdBackend) {
-    let server = EtcdServer::start().await.expect("etcd");
-    let addr = server.addr();
-    let url = format!(
-        "etcd://{addr}?prefix={}&connect_timeout_ms=2000&request_timeout_ms=5000",
-        run_prefix()
-    );
-    match EtcdBackend::from_url(&url).await {
-        Ok(b) => (server, b),
-        Err(e) => panic!("connect to {addr}: {e}"),
-    }
+    etcd_backend("connect_timeout_ms=2000&request_timeout_ms=5000").await
 }
 
 fn seats(tag: &str) -> Vec<ElectionName> {

@@ -4,7 +4,6 @@
 //! 2 s, and faults injected through a TCP proxy (disconnect) and lease revocation
 //! (expiry).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,10 +14,6 @@ use tenure_integration::{assert_ttls_refused, timing_ms, EtcdServer, ProxyFaults
 
 tenure_integration::shared_server!(EtcdServer, "etcd");
 
-fn server_addr() -> SocketAddr {
-    shared_server().1
-}
-
 /// The URL for `hosts` (`host:port`, or every member of an external cluster).
 fn url(hosts: &str) -> String {
     let hosts = hosts.trim_start_matches("http://");
@@ -26,7 +21,7 @@ fn url(hosts: &str) -> String {
 }
 
 async fn etcd_env() -> Env {
-    let server = server_addr();
+    let server = shared_server().1;
     // Every member when `TENURE_TEST_ETCD` names a cluster.
     let backend = match EtcdBackend::from_url(&url(&shared_server().0)).await {
         Ok(b) => b,

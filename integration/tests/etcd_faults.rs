@@ -1,11 +1,5 @@
-//! Fault tests against a real etcd with real candidate processes (the `tenure` CLI):
-//! SIGKILL and SIGSTOP of the holder, SIGSTOP and restart of etcd, a cut connection,
-//! and bad input (unreachable endpoint, wrong password). Each test starts its own etcd
-//! (they pause and restart it) and checks the fencing of every candidate's event log.
-//!
-//! Run with `--test-threads=2` or fewer on small machines: every test runs an etcd and
-//! two or three candidate processes. The tests that pause, restart or reconfigure etcd
-//! need a local server and say so if `TENURE_TEST_ETCD` names an external one.
+//! The shared fault scenarios (`fault_suite`) against a real etcd, store restart
+//! included, plus a wrong password.
 
 use std::time::Duration;
 

@@ -9,20 +9,14 @@ use std::time::Duration;
 use tenure_core::Backend;
 use tenure_etcd::EtcdBackend;
 use tenure_integration::membership::{
-    crashed_member_goes, ended_session_loses_its_members, member, name, open, until, until_where,
+    crashed_member_goes, ended_session_loses_its_members, etcd_backend, member, name, open, until,
+    until_where,
 };
-use tenure_integration::{run_prefix, EtcdServer};
+use tenure_integration::EtcdServer;
 
 /// A server of the test's own and a backend on it, keys under the run's prefix.
 async fn backend() -> (EtcdServer, EtcdBackend) {
-    let server = EtcdServer::start().await.expect("etcd");
-    let addr = server.addr();
-    let timeouts = "connect_timeout_ms=1000&request_timeout_ms=1000";
-    let url = format!("etcd://{addr}?prefix={}&{timeouts}", run_prefix());
-    match EtcdBackend::from_url(&url).await {
-        Ok(b) => (server, b),
-        Err(e) => panic!("connect to {addr}: {e}"),
-    }
+    etcd_backend("connect_timeout_ms=1000&request_timeout_ms=1000").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

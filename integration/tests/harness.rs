@@ -283,17 +283,19 @@ async fn proxy_in_front_of_a_real_server() {
 #[tokio::test]
 async fn guarded_resource_accepts_and_refuses() {
     let resource = GuardedResource::start().await.unwrap();
-    assert_eq!(resource.write("e1", 5, "a").await.unwrap(), WriteReply::Ok);
-    assert_eq!(resource.write("e1", 5, "a").await.unwrap(), WriteReply::Ok);
-    assert_eq!(
-        resource.write("e1", 4, "b").await.unwrap(),
-        WriteReply::Stale(5)
-    );
-    assert_eq!(resource.write("e1", 9, "b").await.unwrap(), WriteReply::Ok);
-    assert_eq!(resource.write("e2", 1, "c").await.unwrap(), WriteReply::Ok);
-    assert_eq!(resource.highest("e1"), Some(9));
-    assert_eq!(resource.highest("e2"), Some(1));
-    assert_eq!(resource.highest("e3"), None);
+    let ok = WriteReply::Ok;
+    for (election, token, writer, reply) in [
+        ("e1", 5, "a", ok.clone()),
+        ("e1", 5, "a", ok.clone()),
+        ("e1", 4, "b", WriteReply::Stale(5)),
+        ("e1", 9, "b", ok.clone()),
+        ("e2", 1, "c", ok),
+    ] {
+        let got = resource.write(election, token, writer).await.unwrap();
+        assert_eq!(got, reply, "{election} {token} {writer}");
+    }
+    let highest = ["e1", "e2", "e3"].map(|e| resource.highest(e));
+    assert_eq!(highest, [Some(9), Some(1), None]);
 
     let writes = resource.writes();
     assert_eq!(writes.len(), 5);
@@ -492,26 +494,49 @@ fn ev(kind: &str, id: &str, token: Option<u64>, at: u64) -> Event {
     Event::new(kind, "e1", id, token, at)
 }
 
+/// `id`'s log in `e1`: elected with `token` at `from`, then `end` (`lost`, `resigned`)
+/// at `to`.
+fn held(id: &str, token: u64, from: u64, end: &str, to: u64) -> Vec<Event> {
+    vec![
+        ev("elected", id, Some(token), from),
+        ev(end, id, Some(token), to),
+    ]
+}
+
+/// One line per violation: `overlap a b`, `a:Some(7)>=b:Some(7)`, `missing d`.
+fn summary(violations: &[FencingViolation]) -> Vec<String> {
+    let line = |v: &FencingViolation| match v {
+        FencingViolation::Overlap { first, second } => {
+            format!("overlap {} {}", first.id, second.id)
+        }
+        FencingViolation::TokenNotIncreasing {
+            earlier: a,
+            later: b,
+        } => {
+            format!("{}:{:?}>={}:{:?}", a.id, a.token, b.id, b.token)
+        }
+        FencingViolation::MissingToken { tenure } => format!("missing {}", tenure.id),
+        other => format!("unexpected {other}"),
+    };
+    violations.iter().map(line).collect()
+}
+
 #[test]
 fn fencing_checker_passes_a_clean_history() {
+    let mut a = held("a", 1, 10, "lost", 20);
+    a.insert(0, ev("campaigning", "a", None, 1));
+    a.push(ev("campaigning", "a", None, 21));
+    a.extend(held("a", 4, 50, "resigned", 60));
     let logs = vec![
-        vec![
-            ev("campaigning", "a", None, 1),
-            ev("elected", "a", Some(1), 10),
-            ev("lost", "a", Some(1), 20),
-            ev("campaigning", "a", None, 21),
-            ev("elected", "a", Some(4), 50),
-            ev("resigned", "a", Some(4), 60),
-        ],
-        vec![
-            ev("elected", "b", Some(2), 20), // touching ends are fine
-            ev("killed", "", None, 30),
-        ],
-        vec![
-            ev("elected", "c", Some(3), 35),
-            ev("lost", "c", Some(3), 49),
-            ev("elected", "c", Some(5), 70), // still leader "now"
-        ],
+        a,
+        // Touching ends are fine.
+        vec![ev("elected", "b", Some(2), 20), ev("killed", "", None, 30)],
+        // Still leader "now".
+        [
+            held("c", 3, 35, "lost", 49),
+            vec![ev("elected", "c", Some(5), 70)],
+        ]
+        .concat(),
         // Another election is checked on its own.
         vec![Event::new("elected", "e2", "z", Some(1), 15)],
     ];
@@ -523,28 +548,13 @@ fn fencing_checker_passes_a_clean_history() {
 #[test]
 fn fencing_checker_finds_a_planted_overlap() {
     let logs = vec![
-        vec![
-            ev("elected", "a", Some(1), 10),
-            ev("lost", "a", Some(1), 40),
-        ],
-        vec![
-            ev("elected", "b", Some(2), 30),
-            ev("resigned", "b", Some(2), 50),
-        ],
+        held("a", 1, 10, "lost", 40),
+        held("b", 2, 30, "resigned", 50),
     ];
     let violations = check_fencing_at(&logs, 100);
-    assert_eq!(violations.len(), 1, "{violations:#?}");
-    match &violations[0] {
-        FencingViolation::Overlap { first, second } => {
-            assert_eq!((first.id.as_str(), second.id.as_str()), ("a", "b"));
-        }
-        other => panic!("expected an overlap, got {other}"),
-    }
-    assert!(
-        violations[0].to_string().contains("overlap by 10 ns"),
-        "{}",
-        violations[0]
-    );
+    assert_eq!(summary(&violations), ["overlap a b"]);
+    let text = violations[0].to_string();
+    assert!(text.contains("overlap by 10 ns"), "{text}");
 
     // A leader that never ended overlaps a later one until "now"; a killed
     // one only until its kill.
@@ -565,36 +575,13 @@ fn fencing_checker_finds_a_planted_overlap() {
 #[test]
 fn fencing_checker_finds_a_planted_non_increasing_token() {
     let logs = vec![
-        vec![
-            ev("elected", "a", Some(7), 10),
-            ev("lost", "a", Some(7), 20),
-        ],
-        vec![
-            ev("elected", "b", Some(7), 30),
-            ev("lost", "b", Some(7), 40),
-        ],
-        vec![
-            ev("elected", "c", Some(3), 50),
-            ev("lost", "c", Some(3), 60),
-        ],
+        held("a", 7, 10, "lost", 20),
+        held("b", 7, 30, "lost", 40),
+        held("c", 3, 50, "lost", 60),
         vec![ev("elected", "d", None, 70)],
     ];
-    let violations = check_fencing_at(&logs, 100);
-    let summary: Vec<String> = violations
-        .iter()
-        .map(|v| match v {
-            FencingViolation::TokenNotIncreasing { earlier, later } => {
-                format!(
-                    "{}:{:?}>={}:{:?}",
-                    earlier.id, earlier.token, later.id, later.token
-                )
-            }
-            FencingViolation::MissingToken { tenure } => format!("missing {}", tenure.id),
-            other => format!("unexpected {other}"),
-        })
-        .collect();
     assert_eq!(
-        summary,
+        summary(&check_fencing_at(&logs, 100)),
         ["a:Some(7)>=b:Some(7)", "b:Some(7)>=c:Some(3)", "missing d"]
     );
 }

@@ -12,9 +12,9 @@ use futures::StreamExt;
 use tenure_core::{
     Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, Session, Timing,
 };
-use tenure_integration::redis_admin::{
-    backend, cmd, command_calls, connect, connections_received, reset_stats,
-};
+use tenure_integration::cluster_faults::{spawn_campaign, wait_grant, Waiter};
+use tenure_integration::membership::name;
+use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats, stat};
 use tenure_integration::{run_prefix, RedisServer, TcpProxy};
 use tenure_redis::RedisBackend;
 
@@ -28,10 +28,6 @@ fn timing(ttl: Duration) -> Timing {
     t
 }
 
-fn name(s: &str) -> ElectionName {
-    ElectionName::new(s).expect("name")
-}
-
 fn cand(id: &str) -> Candidate {
     Candidate::with_value(id, format!("value-of-{id}")).expect("candidate")
 }
@@ -42,23 +38,15 @@ async fn session(b: &RedisBackend, t: &Timing) -> Session {
         .expect("session")
 }
 
-type Waiter = tokio::task::JoinHandle<(tenure_core::Result<Leadership>, Session)>;
-
-/// `s` campaigning for `e` as `b` in a task of its own, which gives the session back.
-fn spawn_b(s: Session, e: &ElectionName) -> Waiter {
-    let e = e.clone();
-    tokio::spawn(async move { (s.campaign(&e, &cand("b")).await, s) })
-}
-
-/// The grant `waiter` got within `within` (panics saying `what` if none), and its
-/// session.
-async fn wait_grant(waiter: Waiter, within: Duration, what: &str) -> (Leadership, Session) {
-    match tokio::time::timeout(within, waiter).await {
-        Ok(Ok((Ok(l), s))) => (l, s),
-        Ok(Ok((Err(e), _))) => panic!("{what}: campaign: {e}"),
-        Ok(Err(e)) => panic!("{what}: task: {e}"),
-        Err(_) => panic!("{what}: not within {within:?}"),
-    }
+/// Two sessions on `b`: the first leads `e` as `a`, the second waits for it as `b`.
+async fn held_and_waited(
+    b: &RedisBackend,
+    t: &Timing,
+    e: &ElectionName,
+) -> (Session, Leadership, Waiter) {
+    let (sa, sb) = (session(b, t).await, session(b, t).await);
+    let a = sa.campaign(e, &cand("a")).await.expect("campaign");
+    (sa, a, spawn_campaign(sb, e, cand("b")))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,11 +66,7 @@ async fn answers_stay_in_step_after_the_link_lost_bytes() {
         );
     }
     let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
-    let endpoint =
-        server
-            .endpoint()
-            .replacen(&server.addr().to_string(), &proxy.addr().to_string(), 1);
-    let victim = backend(&endpoint, "").await;
+    let victim = backend(&server.endpoint_at(proxy.addr()), "").await;
     assert_eq!(
         victim
             .leader(&name("step/0"))
@@ -218,9 +202,7 @@ async fn crash_failover_follows_the_ttl_not_the_poll_interval() {
     let b = backend(server.endpoint(), "&poll_interval_ms=5000").await;
     let t = timing(Duration::from_secs(1));
     let e = name("crash/ttl");
-    let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
-    let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-    let waiter = spawn_b(sb, &e);
+    let (sa, a, waiter) = held_and_waited(&b, &t, &e).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let crashed = tokio::time::Instant::now();
     sa.abandon();
@@ -239,12 +221,10 @@ async fn waiters_and_observers_converge_when_no_message_comes() {
     let mut raw = connect(server.endpoint()).await;
     let t = timing(Duration::from_secs(20));
     let e = name("silent");
-    let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
-    let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
+    let (_sa, a, waiter) = held_and_waited(&b, &t, &e).await;
     let mut observed = b.observe(&e).await.expect("observe");
     let first = observed.next().await.expect("item").expect("state");
     assert_eq!(first.map(|l| l.id), Some("a".into()));
-    let waiter = spawn_b(sb, &e);
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The seat disappears without a message (as when a message is lost).
     let removed = Instant::now();
@@ -353,9 +333,7 @@ async fn the_first_handover_of_a_new_backend_is_prompt() {
         // A new backend opens its subscriber connection for the first waiter.
         let b = backend(server.endpoint(), "&poll_interval_ms=30000").await;
         let e = name(&format!("first/{round}"));
-        let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
-        let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-        let waiter = spawn_b(sb, &e);
+        let (_sa, a, waiter) = held_and_waited(&b, &t, &e).await;
         tokio::time::sleep(Duration::from_millis(30)).await;
         let t0 = tokio::time::Instant::now();
         a.resign().await.expect("resign");
@@ -374,25 +352,16 @@ async fn a_queued_session_that_stopped_waiting_is_skipped() {
     let mut raw = connect(server.endpoint()).await;
     let t = timing(Duration::from_secs(10));
     let e = name("ghost");
-    let (sa, sb, ghost) = (
-        session(&b, &t).await,
-        session(&b, &t).await,
-        session(&b, &t).await,
-    );
-    let a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-    let waiter = spawn_b(sb, &e);
+    let (_sa, a, waiter) = held_and_waited(&b, &t, &e).await;
+    let ghost = session(&b, &t).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     // A live session first in line that no longer waits (its withdrawal was lost).
     let queue = format!("{}:queue:ghost", run_prefix());
     cmd::<()>(&mut raw, &["ZADD", &queue, "0", &ghost.id()]).await;
     let t0 = tokio::time::Instant::now();
     a.resign().await.expect("resign");
-    let (granted, _sb) = wait_grant(
-        waiter,
-        Duration::from_secs(5),
-        "the live waiter was woken, not the ghost",
-    )
-    .await;
+    let woken = "the live waiter was woken, not the ghost";
+    let (granted, _sb) = wait_grant(waiter, Duration::from_secs(5), woken).await;
     let gap = granted.granted_at() - t0;
     assert!(gap < Duration::from_secs(1), "{gap:?}");
     let left: Vec<String> = cmd(&mut raw, &["ZRANGE", &queue, "0", "-1"]).await;
@@ -408,15 +377,13 @@ async fn an_idle_backend_keeps_its_connections() {
     let b = backend(server.endpoint(), "").await;
     let t = timing(Duration::from_secs(1));
     let e = name("idle");
-    let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
-    let _a = sa.campaign(&e, &cand("a")).await.expect("campaign");
-    let waiter = spawn_b(sb, &e);
+    let (_sa, _a, waiter) = held_and_waited(&b, &t, &e).await;
     let _observed = b.observe(&e).await.expect("observe");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let before = connections_received(&mut raw).await;
+    let before = stat(&mut raw, "total_connections_received").await;
     // Renewals, pings of the subscriber, polls of the waiter and the observer.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let after = connections_received(&mut raw).await;
+    let after = stat(&mut raw, "total_connections_received").await;
     assert_eq!(
         after, before,
         "the backend opened new connections while idle"

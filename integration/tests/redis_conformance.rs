@@ -3,7 +3,6 @@
 //! of 1 s, and faults injected through a TCP proxy (disconnect: black hole) and by
 //! ending the session's keys through a second backend (expiry).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,20 +15,14 @@ use tenure_redis::RedisBackend;
 
 tenure_integration::shared_server!(RedisServer, "Redis");
 
-fn server() -> (String, SocketAddr) {
-    shared_server()
-}
-
 /// The test settings appended to a `redis://…` endpoint.
 fn url(endpoint: &str) -> String {
-    let sep = if endpoint.contains('?') { '&' } else { '?' };
-    format!(
-        "{endpoint}{sep}prefix=tenure-test&connect_timeout_ms=1000&request_timeout_ms=1000&poll_interval_ms=1000"
-    )
+    let query = "prefix=tenure-test&connect_timeout_ms=1000&request_timeout_ms=1000";
+    tenure_integration::with_query(endpoint, &format!("{query}&poll_interval_ms=1000"))
 }
 
 async fn redis_env() -> Env {
-    let (endpoint, server) = server();
+    let (endpoint, server) = shared_server();
     let backend = match RedisBackend::from_url(&url(&endpoint)).await {
         Ok(b) => b,
         Err(e) => panic!("connect to Redis at {server}: {e}"),
@@ -91,7 +84,7 @@ async fn clause_01_at_most_one_holder_while_redis_keeps_its_data() {
     let mut env = redis_env().await;
     let why = env.backend.capabilities().supports(Clause::AtMostOneHolder);
     assert!(why.is_err_and(|w| w.contains("keeps its data")));
-    let (endpoint, _) = server();
+    let (endpoint, _) = shared_server();
     let backend = RedisBackend::from_url(&url(&endpoint))
         .await
         .expect("connect");

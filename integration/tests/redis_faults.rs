@@ -1,12 +1,5 @@
-//! Fault tests against a real Redis with real candidate processes (the `tenure` CLI,
-//! whose leader command writes its token to a guarded resource): SIGKILL and SIGSTOP of
-//! the holder, SIGSTOP of Redis, a restart of Redis without persistence (data loss), a
-//! cut connection, and bad input (unreachable server, wrong password, missing
-//! permissions). Each test starts its own Redis.
-//!
-//! Tests that stop, restart or reconfigure the server need a local one; with
-//! `TENURE_TEST_REDIS` set they say so and stop. Run with `--test-threads=2` or fewer on
-//! small machines.
+//! The shared fault scenarios (`fault_suite`) against a real Redis, a restart without
+//! persistence (data loss) included, plus wrong passwords and missing permissions.
 
 use std::time::Duration;
 
@@ -21,8 +14,7 @@ const TTL: Duration = Duration::from_secs(2);
 
 /// How candidates reach Redis at `endpoint`: 1 s timeouts, keys under `prefix`.
 fn spec_in(endpoint: &str, prefix: &str) -> FaultSpec {
-    let sep = if endpoint.contains('?') { '&' } else { '?' };
-    let url = format!("{endpoint}{sep}prefix={prefix}&{TIMEOUTS}");
+    let url = tenure_integration::with_query(endpoint, &format!("prefix={prefix}&{TIMEOUTS}"));
     FaultSpec::new(url, TTL, Duration::from_millis(300))
 }
 

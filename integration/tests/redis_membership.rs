@@ -14,7 +14,7 @@ use tenure_integration::membership::until_where;
 use tenure_integration::membership::{
     crashed_member_goes, ended_session_loses_its_members, member, name, open, pairs,
 };
-use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats};
+use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats, stat};
 use tenure_integration::{run_prefix, RedisServer};
 use tenure_redis::RedisBackend;
 
@@ -205,12 +205,7 @@ async fn a_watcher_reads_only_the_values_that_changed() {
         let what = format!("small = {i}");
         until_where(&mut w, &what, Duration::from_secs(10), shows(i.to_string())).await;
     }
-    let info: String = cmd(&mut c, &["INFO", "stats"]).await;
-    let sent: u64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("total_net_output_bytes");
+    let sent = stat(&mut c, "total_net_output_bytes").await;
     // Re-reading every value would send the big one after each change: 5 MiB.
     assert!(
         sent < big.len() as u64,

@@ -79,9 +79,8 @@ async fn shard_manager_on_etcd() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shard_manager_on_redis() {
     let server = RedisServer::start().await.expect("start Redis");
-    let endpoint = server.endpoint();
-    let sep = if endpoint.contains('?') { '&' } else { '?' };
-    let url = format!("{endpoint}{sep}prefix=tenure-shard-test&{TIMEOUTS}");
+    let query = format!("prefix=tenure-shard-test&{TIMEOUTS}");
+    let url = tenure_integration::with_query(server.endpoint(), &query);
     on_url(url, true).await;
 }
 

@@ -3,6 +3,7 @@
 //! only: nothing connects.
 
 use tenure_core::{ErrorKind, MemoryBackend, Result};
+use tenure_integration::with_query;
 
 /// A backend's parser and a URL it accepts.
 struct Backend {
@@ -37,12 +38,6 @@ fn backends() -> Vec<Backend> {
         }),
         b("mem", "mem://store", |u| debug(MemoryBackend::from_url(u))),
     ]
-}
-
-/// `base` with `pair` added to its query.
-fn with_query(base: &str, pair: &str) -> String {
-    let joint = if base.contains('?') { '&' } else { '?' };
-    format!("{base}{joint}{pair}")
 }
 
 /// `base` with its authority replaced.

@@ -5,23 +5,19 @@
 //! shortest), and faults injected through a TCP proxy (disconnect) and by closing the
 //! session from a second connection with the same session id (expiry).
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure_core::testing::Env;
 use tenure_core::{
-    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, LossReason, Session,
+    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, LossReason,
 };
+use tenure_integration::cluster_faults::{spawn_campaign, wait_grant, Waiter};
 use tenure_integration::membership::{member, open, pairs, until, until_where};
 use tenure_integration::{assert_ttls_refused, timing_ms, ProxyFaults, ZooKeeperServer};
 use tenure_zookeeper::ZooKeeperBackend;
 
 tenure_integration::shared_server!(ZooKeeperServer, "ZooKeeper");
-
-fn server_addr() -> SocketAddr {
-    shared_server().1
-}
 
 /// The URL for `hosts` (`host:port`, or every server of an external ensemble).
 fn url(hosts: impl std::fmt::Display) -> String {
@@ -29,7 +25,7 @@ fn url(hosts: impl std::fmt::Display) -> String {
 }
 
 async fn zk_env() -> Env {
-    let server = server_addr();
+    let server = shared_server().1;
     // Every server when `TENURE_TEST_ZOOKEEPER` names an ensemble.
     let backend = match ZooKeeperBackend::from_url(&url(shared_server().0)).await {
         Ok(b) => b,
@@ -91,23 +87,11 @@ async fn close_hands_over_and_nodes_use_curator_names() {
         .campaign(&election, &Candidate::new("a").unwrap())
         .await
         .unwrap();
-    let waiter = {
-        let election = election.clone();
-        tokio::spawn(async move {
-            let l = sb
-                .campaign(&election, &Candidate::new("b").unwrap())
-                .await
-                .unwrap();
-            (l, sb)
-        })
-    };
+    let waiter = spawn_campaign(sb, &election, Candidate::new("b").unwrap());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let t0 = std::time::Instant::now();
     sa.close().await.unwrap();
-    let (b, _sb) = tokio::time::timeout(Duration::from_secs(1), waiter)
-        .await
-        .expect("handover after close")
-        .unwrap();
+    let (b, _sb) = wait_grant(waiter, Duration::from_secs(1), "handover after close").await;
     assert!(t0.elapsed() < Duration::from_secs(1));
     assert!(b.token() > a.token());
     let leader = env.backend.leader(&election).await.unwrap().unwrap();
@@ -221,7 +205,7 @@ async fn members_go_when_their_session_expires() {
     use tenure_core::backend::SessionEvents;
     let env = zk_env().await;
     let ns = ElectionName::new(format!("{}/expiry", env.prefix)).unwrap();
-    let backend = ZooKeeperBackend::from_url(&url(server_addr()))
+    let backend = ZooKeeperBackend::from_url(&url(shared_server().1))
         .await
         .unwrap();
     let (events, mut rx) = SessionEvents::channel();
@@ -273,7 +257,7 @@ async fn revoke_by_hand(
     admin: &zookeeper_client::Client,
     election: &ElectionName,
     (holder, id): (&Leadership, &str),
-    next: tokio::task::JoinHandle<Leadership>,
+    next: Waiter,
 ) -> Leadership {
     let node = node_of(admin, election, id).await;
     admin.delete(&node, None).await.unwrap();
@@ -281,10 +265,7 @@ async fn revoke_by_hand(
         .await
         .unwrap_or_else(|_| panic!("{id} lost within 2 s"));
     assert!(matches!(reason, LossReason::Revoked(_)), "{reason:?}");
-    let next = tokio::time::timeout(Duration::from_secs(2), next)
-        .await
-        .expect("the next in line granted within 2 s")
-        .unwrap();
+    let (next, _) = wait_grant(next, Duration::from_secs(2), "the next in line in 2 s").await;
     assert!(next.token() > holder.token());
     next
 }
@@ -296,7 +277,7 @@ async fn revoke_by_hand(
 async fn nodes_deleted_by_hand_revoke_and_requeue() {
     let env = zk_env().await;
     let election = ElectionName::new(format!("{}/by-hand", env.prefix)).unwrap();
-    let admin = zookeeper_client::Client::connect(&server_addr().to_string())
+    let admin = zookeeper_client::Client::connect(&shared_server().1.to_string())
         .await
         .unwrap();
     let (sa, sb, sc) = (
@@ -308,17 +289,9 @@ async fn nodes_deleted_by_hand_revoke_and_requeue() {
         .campaign(&election, &Candidate::new("a").unwrap())
         .await
         .unwrap();
-    let spawn_campaign = |s: Session, id: &'static str| {
-        let election = election.clone();
-        tokio::spawn(async move {
-            s.campaign(&election, &Candidate::new(id).unwrap())
-                .await
-                .unwrap()
-        })
-    };
-    let b = spawn_campaign(sb.clone(), "b");
+    let b = spawn_campaign(sb.clone(), &election, Candidate::new("b").unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let c = spawn_campaign(sc.clone(), "c");
+    let c = spawn_campaign(sc.clone(), &election, Candidate::new("c").unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // The leader's node goes: a is revoked, b (next in line) is granted.

@@ -1,18 +1,11 @@
-//! Fault tests against a real ZooKeeper (tickTime 1000 ms) with real candidate processes
-//! (the `tenure` CLI on `zk://`): SIGKILL and SIGSTOP of the holder, SIGSTOP of the
-//! server longer than the deadline, a server restart with the same data directory within
-//! the session timeout (leadership survives), a cut connection, and bad input
-//! (unreachable server, a chroot the client may not use). Each test starts its own
-//! ZooKeeper (they pause and restart it) and checks the fencing of every candidate's
-//! event log.
-//!
-//! Run with `--test-threads=2` or fewer on small machines: every test runs a ZooKeeper
-//! and two or three candidate processes. The tests that pause or restart the server need
-//! a local one and say so if `TENURE_TEST_ZOOKEEPER` names an external one.
+//! The shared fault scenarios (`fault_suite`) against a real ZooKeeper (tickTime
+//! 1000 ms), a restart within the session timeout (leadership survives) included, plus a
+//! chroot the client may not use and a server silent past the connection timeout.
 
 use std::time::Duration;
 
 use tenure_core::ErrorKind;
+use tenure_integration::cluster_faults::{election, lead_in, session, spawn_campaign, wait_grant};
 use tenure_integration::fault_suite::{FaultSpec, Restart, TIMEOUTS};
 use tenure_integration::ZooKeeperServer;
 use tenure_zookeeper::ZooKeeperBackend;
@@ -57,12 +50,7 @@ async fn a_chroot_the_client_may_not_write_is_unauthorized() {
     let backend = ZooKeeperBackend::from_url(&format!("zk://{}/locked", zk.endpoint()))
         .await
         .expect("a readable chroot connects");
-    let session = tenure_core::Session::open(
-        std::sync::Arc::new(backend),
-        tenure_core::Timing::from_ttl(TTL),
-    )
-    .await
-    .expect("session");
+    let session = session(std::sync::Arc::new(backend), TTL).await;
     let err = session
         .campaign(
             &tenure_core::ElectionName::new("e").expect("name"),
@@ -85,50 +73,30 @@ async fn a_chroot_the_client_may_not_write_is_unauthorized() {
 /// final backend error. The waiter is then granted when the holder resigns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_campaign_rides_through_a_server_silent_past_the_connection_timeout() {
-    use std::sync::Arc;
-    use tenure_core::{Candidate, ElectionName, Session, Timing};
-
     let zk = ZooKeeperServer::start().await.expect("zookeeper");
-    let backend = Arc::new(
-        ZooKeeperBackend::from_url(&format!("zk://{}", zk.endpoint()))
-            .await
-            .expect("backend"),
-    );
+    let url = format!("zk://{}", zk.endpoint());
+    let backend = std::sync::Arc::new(ZooKeeperBackend::from_url(&url).await.expect("backend"));
     // Session timeout 4 s: the connection timeout is 500 ms; the silence lasts 1.5 s.
-    let timing = Timing::from_ttl(Duration::from_secs(4));
-    let a = Session::open(backend.clone(), timing.clone())
-        .await
-        .expect("session a");
-    let b = Session::open(backend, timing).await.expect("session b");
-    let election = ElectionName::new(tenure_core::testing::random_prefix()).expect("name");
-    let held = a
-        .campaign(&election, &Candidate::new("a").expect("id"))
-        .await
-        .expect("a leads");
+    let ttl = Duration::from_secs(4);
+    let (a, b) = (
+        session(backend.clone(), ttl).await,
+        session(backend, ttl).await,
+    );
+    let election = election("silent");
+    let held = lead_in(&a, &election).await;
     zk.pause().expect("pause");
-    let waiter = {
-        let election = election.clone();
-        tokio::spawn(async move {
-            b.campaign(&election, &Candidate::new("b").expect("id"))
-                .await
-        })
-    };
+    let waiter = spawn_campaign(b, &election, tenure_core::Candidate::new("b").expect("id"));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     zk.resume().expect("resume");
     tokio::time::sleep(Duration::from_millis(500)).await;
     if waiter.is_finished() {
-        let outcome = waiter.await.expect("waiter task");
-        panic!(
-            "the waiter's campaign ended during the silence: {:?}",
-            outcome.map(|l| l.token())
-        );
+        let (outcome, _) = waiter.await.expect("waiter task");
+        let token = outcome.map(|l| l.token());
+        panic!("the waiter's campaign ended during the silence: {token:?}");
     }
     let first_token = held.token();
     held.resign().await.expect("resign");
-    let granted = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter is granted within 10 s of the resign")
-        .expect("waiter task")
-        .expect("the waiter's campaign succeeds");
+    let within = "the waiter is granted within 10 s of the resign";
+    let (granted, _) = wait_grant(waiter, Duration::from_secs(10), within).await;
     assert!(granted.token() > first_token);
 }
