@@ -20,9 +20,10 @@ fn spec_in(endpoint: &str, prefix: &str) -> FaultSpec {
 
 tenure_integration::fault_tests!(RedisServer::start(), spec_in, restart: Restart::LosesItsData);
 
-async fn admin(redis: &RedisServer, args: &[&str]) {
+/// Runs the command `words` (separated by spaces) on `redis`.
+async fn admin(redis: &RedisServer, words: &str) {
     let mut c = connect(redis.endpoint()).await;
-    cmd::<redis::Value>(&mut c, args).await;
+    cmd::<redis::Value>(&mut c, &words.split(' ').collect::<Vec<_>>()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -32,36 +33,13 @@ async fn wrong_password_or_missing_permission_is_unauthorized() {
     let host = redis.addr();
     let password = "right-Pa55word";
     // A user who may touch only keys under `other:`, and one who may not run scripts.
+    admin(&redis, "ACL SETUSER fenced on >fenced-pw ~other:* &* +@all").await;
     admin(
         &redis,
-        &[
-            "ACL",
-            "SETUSER",
-            "fenced",
-            "on",
-            ">fenced-pw",
-            "~other:*",
-            "&*",
-            "+@all",
-        ],
+        "ACL SETUSER noscript on >noscript-pw ~* &* +@all -@scripting",
     )
     .await;
-    admin(
-        &redis,
-        &[
-            "ACL",
-            "SETUSER",
-            "noscript",
-            "on",
-            ">noscript-pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-@scripting",
-        ],
-    )
-    .await;
-    admin(&redis, &["CONFIG", "SET", "requirepass", password]).await;
+    admin(&redis, &format!("CONFIG SET requirepass {password}")).await;
     for (url, what) in [
         (format!("redis://:wrong-pw@{host}"), "wrong password"),
         (format!("redis://{host}"), "no password"),

@@ -40,11 +40,17 @@ fn backends() -> Vec<Backend> {
     ]
 }
 
-/// `base` with its authority replaced.
-fn with_authority(base: &str, authority: &str) -> String {
+/// `base` as its scheme, its authority and what follows.
+fn parts(base: &str) -> (&str, &str, &str) {
     let (scheme, rest) = base.split_once("://").unwrap();
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    format!("{scheme}://{authority}{}", &rest[end..])
+    (scheme, &rest[..end], &rest[end..])
+}
+
+/// `base` with its authority replaced.
+fn with_authority(base: &str, authority: &str) -> String {
+    let (scheme, _, tail) = parts(base);
+    format!("{scheme}://{authority}{tail}")
 }
 
 #[test]
@@ -60,46 +66,28 @@ fn every_backend_accepts_its_url_and_an_upper_case_scheme() {
 #[test]
 fn the_same_bad_input_fails_the_same_way_everywhere() {
     for b in backends() {
-        let cases = [
-            (
-                with_query(b.base, "x=%zz"),
-                "url: x: '%' must be followed by two hex digits",
-            ),
-            (with_query(b.base, "%4=1"), "url: parameter name: '%'"),
-            (
-                with_query(b.base, "x=%ff"),
-                "url: x: not UTF-8 after decoding",
-            ),
-            (
-                with_query(b.base, "no+such=1"),
-                "url: unknown parameter \"no such\"",
-            ),
-            (
-                with_query(b.base, "no%20such=1"),
-                "url: unknown parameter \"no such\"",
-            ),
-            (
-                with_query(&with_query(b.base, "dup=1"), "dup=2"),
-                "url: parameter \"dup\" is given twice",
-            ),
-            (
-                format!("{}#frag", b.base),
-                "url: a #fragment is not supported",
-            ),
-            (
-                with_authority(b.base, "a:1,,b:2"),
-                "url: empty host in the host list",
-            ),
-            (
-                with_authority(b.base, "a:1,"),
-                "url: empty host in the host list",
-            ),
-            (with_authority(b.base, "a b:1"), "is not allowed in a host"),
-            (
-                format!("nope://{}", b.base.split_once("://").unwrap().1),
-                "url: unknown scheme",
-            ),
+        let unknown = "url: unknown parameter \"no such\"";
+        let in_query = [
+            ("x=%zz", "url: x: '%' must be followed by two hex digits"),
+            ("%4=1", "url: parameter name: '%'"),
+            ("x=%ff", "url: x: not UTF-8 after decoding"),
+            ("no+such=1", unknown),
+            ("no%20such=1", unknown),
+            ("dup=1&dup=2", "url: parameter \"dup\" is given twice"),
         ];
+        let empty_host = "url: empty host in the host list";
+        let in_authority = [
+            ("a:1,,b:2", empty_host),
+            ("a:1,", empty_host),
+            ("a b:1", "is not allowed in a host"),
+        ];
+        let mut cases: Vec<(String, &str)> =
+            in_query.map(|(q, e)| (with_query(b.base, q), e)).into();
+        cases.extend(in_authority.map(|(a, e)| (with_authority(b.base, a), e)));
+        let fragment = "url: a #fragment is not supported";
+        cases.push((format!("{}#frag", b.base), fragment));
+        let (_, host, tail) = parts(b.base);
+        cases.push((format!("nope://{host}{tail}"), "url: unknown scheme"));
         for (url, expected) in cases {
             let outcome = if expected == "url: unknown scheme" {
                 // A scheme no backend has: the scheme table answers.
@@ -126,13 +114,7 @@ fn the_same_bad_input_fails_the_same_way_everywhere() {
 fn passwords_never_show_whether_accepted_or_refused() {
     let secret = "hunter2-S3CRET";
     for b in backends() {
-        let url = with_authority(
-            b.base,
-            &format!("user:{secret}@{}", {
-                let rest = b.base.split_once("://").unwrap().1;
-                &rest[..rest.find(['/', '?']).unwrap_or(rest.len())]
-            }),
-        );
+        let url = with_authority(b.base, &format!("user:{secret}@{}", parts(b.base).1));
         let shown = match (b.parse)(&url) {
             Ok(debug) => debug,
             Err(e) => format!("{e} {e:?}"),
