@@ -111,7 +111,7 @@ enum Internal {
     Lost(usize, FencingToken, LossReason),
     /// The balancer's moves, worked out off the controller task for these figures
     /// and members.
-    Rebalanced(RebalanceKey, Vec<(usize, u32)>),
+    Rebalanced(RebalanceKey, Vec<(usize, u32)>, Duration),
 }
 
 /// What a rebalance was worked out for: the figures' epoch and the member list.
@@ -435,9 +435,11 @@ impl ShardManagerBuilder {
             load_flush_at: None,
             last_flush: Instant::now() - self.load_interval,
             figures_changed_at: Instant::now(),
+            figures_pending_since: None,
             to_issue: VecDeque::new(),
             to_issue_for: None,
             rebalancing: false,
+            next_rebalance_at: Instant::now(),
             vacancy_seen: false,
             balancing: 0,
         };
@@ -866,12 +868,18 @@ struct Controller {
     last_flush: Instant,
     /// When a published load figure last changed in the view.
     figures_changed_at: Instant,
+    /// When the figures first changed since the balancer last started a rebalance.
+    figures_pending_since: Option<Instant>,
     /// As the balancer: the moves of the last rebalance not yet asked for, and the
     /// figures and members it was worked out for.
     to_issue: VecDeque<(usize, String)>,
     to_issue_for: Option<RebalanceKey>,
     /// A rebalance is being worked out on the blocking pool.
     rebalancing: bool,
+    /// When the next rebalance may start: as long after the last one ended as it
+    /// took, so the balancer spends at most half a core on it however often the
+    /// figures change.
+    next_rebalance_at: Instant,
     /// A shard had no leader at a step since the last rebalance was worked out.
     vacancy_seen: bool,
     /// [`ShardStatus::balancing`] as of the last balancer step.
@@ -1056,6 +1064,8 @@ impl Controller {
         let loads_same = view.moves.is_none() || view.load_epoch == self.view.load_epoch;
         if view.figures_epoch != self.view.figures_epoch {
             self.figures_changed_at = Instant::now();
+            self.figures_pending_since
+                .get_or_insert(self.figures_changed_at);
         }
         let keep = match (&changed, &self.plan) {
             (Changed::Shards(shards), Some(plan)) => {
@@ -1089,17 +1099,22 @@ impl Controller {
             Internal::Rebalanced(..) => {}
         }
         match msg {
-            Internal::Rebalanced(key, moves) => {
+            Internal::Rebalanced(key, moves, took) => {
                 self.rebalancing = false;
-                // Members or figures that changed meanwhile make these moves stale:
-                // the next step works them out again.
-                let current = (self.view.figures_epoch, self.view.nodes.clone());
+                self.next_rebalance_at = Instant::now() + took;
+                // Moves for other members are dropped. Figures that changed meanwhile
+                // make them a little stale, but they are asked for (each is checked
+                // then) while the next rebalance is worked out for the new figures: at
+                // 10^6 shards some figure changes during every rebalance.
+                let same_members = key.1 == self.view.nodes;
                 tracing::debug!(
                     moves = moves.len(),
-                    current = key == current,
+                    same_members,
+                    same_figures = key.0 == self.view.figures_epoch,
+                    took_ms = took.as_millis() as u64,
                     "rebalance worked out"
                 );
-                if key == current {
+                if same_members {
                     self.to_issue = moves
                         .into_iter()
                         .filter_map(|(s, n)| key.1.get(n as usize).map(|m| (s, m.id.clone())))
@@ -1451,14 +1466,15 @@ impl Controller {
         {
             self.issued.pop_front();
         }
-        // Nodes publish their figures up to a load interval apart: wait until the
-        // figures have held still that long, so that a shift is acted on once, whole.
+        // Nodes publish their figures up to a load interval apart: a rebalance waits
+        // until the figures have held still that long, so that a shift is acted on
+        // once, whole; but no longer than two intervals after they first changed since
+        // the last one began, as among many shards some figure may always be changing.
         let still_at = self.figures_changed_at + self.load_interval;
-        let budget = if now < still_at {
-            0
-        } else {
-            policy.max_moves.saturating_sub(self.issued.len())
-        };
+        let ready_at = self
+            .figures_pending_since
+            .map_or(still_at, |t| still_at.min(t + self.load_interval * 2));
+        let ready = now >= ready_at;
         let moves: Vec<(usize, u32)> = self
             .my_moves
             .iter()
@@ -1475,18 +1491,28 @@ impl Controller {
         let key = (view.figures_epoch, view.nodes.clone());
         let key_now = key.clone();
         let fresh = self.to_issue_for.as_ref() == Some(&key);
-        if !fresh {
+        if self.to_issue_for.as_ref().is_none_or(|k| k.1 != key.1) {
             self.to_issue.clear();
         }
-        if budget > 0 && !fresh && !self.rebalancing {
+        // The last rebalance's moves are asked for while its figures are the latest,
+        // or once the new ones are ready to be worked out too.
+        let budget = if fresh || ready {
+            policy.max_moves.saturating_sub(self.issued.len())
+        } else {
+            0
+        };
+        let paced = now < self.next_rebalance_at;
+        if ready && !fresh && !self.rebalancing && !paced {
             self.rebalancing = true;
+            self.figures_pending_since = None;
             let (plan, layout, view) = (plan.clone(), self.layout.clone(), view.clone());
             let (tx, policy) = (self.internal_tx.clone(), policy.clone());
             tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
                 let current = plan_by_load_with(Some(&plan), &layout, &view, &moves);
                 let levels = view.loads.levels(layout.shards.len());
                 let all = balance::rebalance(&current, &view.nodes, &levels, &policy, usize::MAX);
-                let _ = tx.send(Internal::Rebalanced(key, all));
+                let _ = tx.send(Internal::Rebalanced(key, all, started.elapsed()));
             });
         }
         let mut new = 0;
@@ -1516,13 +1542,14 @@ impl Controller {
         // While moves of the window count against the budget, look again when the
         // oldest leaves it: a step the budget cut short (a chain of two that did not
         // fit counts too) has more to do, and nothing else may wake the balancer.
-        let refill = if now < still_at {
-            Some(still_at)
+        let refill = if !fresh && !ready {
+            Some(ready_at)
         } else {
             self.issued.front().map(|t| *t + policy.window)
         };
         let expiry = self.my_moves.values().map(|(_, at)| *at + stale).min();
-        self.balance_at = [refill, expiry].into_iter().flatten().min();
+        let pacing = (!fresh && paced).then_some(self.next_rebalance_at);
+        self.balance_at = [refill, expiry, pacing].into_iter().flatten().min();
         // Moves not made yet, and one while the latest figures and members have no
         // rebalance yet (waiting for the figures to hold still, or working it out).
         let worked_out = self.to_issue_for.as_ref() == Some(&key_now);

@@ -402,3 +402,62 @@ async fn a_small_move_budget_still_gets_there() {
     let most = check_move_budget(&env, 5).await;
     eprintln!("budget 5/s: at most {most} handoffs in a window");
 }
+
+/// Some figure changes all the time (four cold shards flap between 0.5 and 2, each
+/// once a second, a quarter second apart, past the reporters' deadband): a shift of
+/// the hot shards is still balanced within 5 s. The balancer waited for every figure
+/// to hold still a whole load interval, which they never did, and so never moved a
+/// shard.
+#[tokio::test(start_paused = true)]
+async fn a_shift_is_balanced_while_other_figures_keep_changing() {
+    let env = load_env();
+    let figures = tenure_shard::balance::zipf(env.shards, 1.1);
+    // Nodes that join 300 ms apart publish their figures in different phases, so the
+    // flapping figures reach the view less than a load interval apart.
+    let mut c = cluster(env.shards).await;
+    c.figures = Some(Arc::new(std::sync::Mutex::new(figures.clone())));
+    for i in 0..env.nodes {
+        c.add(&format!("node-{i}")).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(c.until_balanced(env.settle).await, "never balanced");
+    let mut by_heat: Vec<usize> = (0..env.shards).collect();
+    by_heat.sort_by(|a, b| figures[*b].total_cmp(&figures[*a]).then(a.cmp(b)));
+    let shared = c.figures.clone().expect("figures");
+    let flappers: Vec<usize> = (20..24).map(|k| by_heat[env.shards - k]).collect();
+    let flapping = tokio::spawn({
+        let shared = shared.clone();
+        async move {
+            for tick in 0usize.. {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                let s = flappers[tick % 4];
+                let mut f = shared.lock().unwrap();
+                f[s] = if f[s] < 1.0 { 2.0 } else { 0.5 };
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let shifted = tokio::time::Instant::now();
+    {
+        let mut f = shared.lock().unwrap();
+        for k in 0..10 {
+            f.swap(by_heat[1 + k], by_heat[env.shards - 1 - k]);
+        }
+    }
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (now, bound, _) = c.load_spread().await;
+        if !c.handoffs_since(shifted).is_empty() && now <= (1.02 * bound).max(1.10) {
+            break;
+        }
+        assert!(
+            shifted.elapsed() < Duration::from_secs(5),
+            "not back within the tolerance 5 s after the shift: max/mean {now:.3}, bound {bound:.3}"
+        );
+    }
+    flapping.abort();
+    let moves = c.handoffs_since(shifted).len();
+    assert!(moves <= 3 * 20, "{moves} moves for 20 changed shards");
+    c.check().await;
+    c.close_all().await;
+}
