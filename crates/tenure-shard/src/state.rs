@@ -3,13 +3,16 @@
 //! shard and who campaigns for which.
 //!
 //! The value is one line of text:
-//! `tenure-shard/2 p=<shards> w=<weight> d=<0|1> [z=<zone>] b=<base> dh=<list> dc=<list> [dl=<pairs>] [mv=<moves>] h=<set> c=<set> [l=<pairs>]`.
+//! `tenure-shard/2 p=<shards> w=<weight> d=<0|1> [z=<zone>] b=<base> dh=<list> dc=<list> [dl=<pairs>] [mv=<moves>] h=<set> c=<set> [lc=<codes>]`.
 //! `z` (the node's failure domain) is there only when the node has one; readers
-//! ignore fields they do not know, so older nodes read newer values. `l` (in the
-//! base) and `dl` (changes since) carry the load codes of the shards the node holds,
-//! as ascending (shard gap, code byte) pairs; `mv` is there when the node balances by
-//! load: the leaders it asks for as the balancer, `-` or `<node>:<list>` groups
-//! joined by `,`.
+//! ignore fields they do not know, so older nodes read newer values. `lc` (in the
+//! base) and `dl` (changes since) carry the load codes of the shards the node holds:
+//! `lc` one code byte for each shard of the base's `h`, in ascending order (0: none),
+//! in base64; `dl` ascending (shard gap, code byte) pairs. (`l`, the base's codes as
+//! pairs like `dl`, is still read.) A node whose value would pass
+//! [`MAX_MEMBER_VALUE_LEN`] with its codes publishes none ([`OwnState::loads_withheld`]).
+//! `mv` is there when the node balances by load: the leaders it asks for as the
+//! balancer, `-` or `<node>:<list>` groups joined by `,`.
 //! `h` and `c` are the *base*: the shards held and campaigned for when the base named
 //! `b` was written. `dh` and `dc` list the shards whose held and campaigning bits have
 //! flipped since. A node rewrites its base only when the lists grow past a quarter of
@@ -28,7 +31,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 
-use tenure_core::Member;
+use tenure_core::{Member, MAX_MEMBER_VALUE_LEN};
 
 use crate::assign::NodeSpec;
 
@@ -158,6 +161,41 @@ fn decode_list(s: &str, shards: usize) -> Result<Vec<u32>, String> {
 /// base64, or `-` when there are none.
 fn encode_pairs(pairs: impl Iterator<Item = (u32, u8)>) -> String {
     encode_gaps(pairs.map(|(i, code)| (i as usize, Some(code))))
+}
+
+/// The codes of the shards of `held`, one byte each in ascending order (0: none), in
+/// base64: a base's codes cost a byte per held shard, the shards being named by `h`.
+fn encode_aligned(held: &ShardSet, codes: &BTreeMap<u32, u8>) -> String {
+    let bytes: Vec<u8> = held
+        .iter()
+        .map(|s| {
+            u32::try_from(s)
+                .ok()
+                .and_then(|i| codes.get(&i).copied())
+                .unwrap_or(0)
+        })
+        .collect();
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The (shard, code) pairs, codes above 0, of [`encode_aligned`] for `held`.
+fn decode_aligned(s: &str, held: &ShardSet) -> Result<Vec<(u32, u8)>, String> {
+    let bytes = URL_SAFE_NO_PAD
+        .decode(s)
+        .map_err(|e| format!("load codes: {e}"))?;
+    if bytes.len() != held.len() {
+        return Err(format!(
+            "load codes: {} for {} held shards",
+            bytes.len(),
+            held.len()
+        ));
+    }
+    Ok(held
+        .iter()
+        .zip(bytes)
+        .filter(|(_, code)| *code > 0)
+        .map(|(s, code)| (s as u32, code))
+        .collect())
 }
 
 /// The pairs of [`encode_pairs`]: shards strictly ascending and below `shards`.
@@ -458,7 +496,7 @@ impl NodeState {
         }
         let (mut p, mut w, mut d, mut b, mut z) = (None, None, None, None, None);
         let (mut dh, mut dc, mut h, mut c) = (None, None, None, None);
-        let (mut l, mut dl, mut mv) = (None, None, None);
+        let (mut l, mut lc, mut dl, mut mv) = (None, None, None, None);
         for part in parts {
             let (k, v) = part
                 .split_once('=')
@@ -474,6 +512,7 @@ impl NodeState {
                 "h" => h = Some(v),
                 "c" => c = Some(v),
                 "l" => l = Some(v),
+                "lc" => lc = Some(v),
                 "dl" => dl = Some(v),
                 "mv" => mv = Some(v),
                 _ => {} // later versions may add fields
@@ -500,6 +539,10 @@ impl NodeState {
             }
             _ => {
                 let mut held = ShardSet::decode(h.ok_or("missing h")?, shards)?;
+                let load_base = match lc {
+                    Some(codes) => decode_aligned(codes, &held)?,
+                    None => decode_pairs(l.unwrap_or("-"), shards)?,
+                };
                 for i in &held_delta {
                     held.flip(*i as usize);
                 }
@@ -507,7 +550,6 @@ impl NodeState {
                 for i in &campaigning_delta {
                     campaigning.flip(*i as usize);
                 }
-                let load_base = decode_pairs(l.unwrap_or("-"), shards)?;
                 (held, campaigning, Arc::from(base), Arc::new(load_base))
             }
         };
@@ -597,6 +639,9 @@ pub(crate) struct OwnState {
     loads: BTreeMap<u32, u8>,
     base_loads: BTreeMap<u32, u8>,
     load_delta: BTreeMap<u32, u8>,
+    /// The base was written without the codes, as with them the value could pass
+    /// [`MAX_MEMBER_VALUE_LEN`]; no code is published until a base fits them.
+    loads_withheld: bool,
     /// As the balancer by load: the leaders it asks for (`None`: balancing by count).
     moves: Option<Vec<(u32, String)>>,
 }
@@ -619,8 +664,14 @@ impl OwnState {
             loads: BTreeMap::new(),
             base_loads: BTreeMap::new(),
             load_delta: BTreeMap::new(),
+            loads_withheld: false,
             moves: None,
         }
+    }
+
+    /// Whether the last base left the load codes out (see the field).
+    pub(crate) fn loads_withheld(&self) -> bool {
+        self.loads_withheld
     }
 
     /// Set the load code published for shard `s` (0 removes it); true if that changed
@@ -711,19 +762,44 @@ impl OwnState {
     pub(crate) fn value(&mut self) -> String {
         let mut dh = encode_list(self.held_delta.iter().map(|i| *i as usize));
         let mut dc = encode_list(self.campaigning_delta.iter().map(|i| *i as usize));
-        let mut dl = encode_pairs(self.load_delta.iter().map(|(s, c)| (*s, *c)));
+        let mut dl = if self.loads_withheld {
+            "-".to_string()
+        } else {
+            encode_pairs(self.load_delta.iter().map(|(s, c)| (*s, *c)))
+        };
         if dh.len() + dc.len() + dl.len() > self.base_text.len() / 4 + 64 {
             self.base_text = format!("h={} c={}", self.held.encode(), self.campaigning.encode());
-            if !self.loads.is_empty() {
-                let l = encode_pairs(self.loads.iter().map(|(s, c)| (*s, *c)));
-                self.base_text.push_str(&format!(" l={l}"));
+            // The codes of held shards go with the base; a code for a shard not held
+            // (none is kept) would stay a change.
+            let (held_codes, others): (BTreeMap<u32, u8>, BTreeMap<u32, u8>) = self
+                .loads
+                .iter()
+                .partition(|(s, _)| self.held.contains(**s as usize));
+            let codes = (!held_codes.is_empty())
+                .then(|| format!(" lc={}", encode_aligned(&self.held, &held_codes)));
+            // The changes until the next base add at most a quarter of it, and the
+            // other fields well under a kilobyte.
+            let fits = |base: usize| base + base / 4 + 1024 <= MAX_MEMBER_VALUE_LEN;
+            self.loads_withheld = codes
+                .as_ref()
+                .is_some_and(|c| !fits(self.base_text.len() + c.len()));
+            if self.loads_withheld {
+                self.base_loads.clear();
+                self.load_delta = self.loads.clone();
+            } else {
+                self.base_text.push_str(codes.as_deref().unwrap_or(""));
+                self.base_loads = held_codes;
+                self.load_delta = others;
             }
-            self.base_loads = self.loads.clone();
             self.generation += 1;
             self.held_delta.clear();
             self.campaigning_delta.clear();
-            self.load_delta.clear();
-            (dh, dc, dl) = ("-".to_string(), "-".to_string(), "-".to_string());
+            (dh, dc) = ("-".to_string(), "-".to_string());
+            dl = if self.loads_withheld {
+                "-".to_string()
+            } else {
+                encode_pairs(self.load_delta.iter().map(|(s, c)| (*s, *c)))
+            };
         }
         let dl = if dl == "-" {
             String::new()
@@ -1060,7 +1136,7 @@ mod tests {
     fn load_codes_and_moves_round_trip_and_patch_like_the_sets() {
         let mut own = OwnState::new(5000, 1, 9);
         let plain = own.value();
-        assert!(!plain.contains(" l=") && !plain.contains(" dl=") && !plain.contains(" mv="));
+        assert!(!plain.contains(" lc=") && !plain.contains(" dl=") && !plain.contains(" mv="));
         for s in 0..5000 {
             own.set_held(s, s % 3 == 0);
             if s % 3 == 0 {
@@ -1073,6 +1149,7 @@ mod tests {
             (9, "node-b".into()),
         ]));
         let first_text = own.value();
+        assert!(first_text.contains(" lc=") && !first_text.contains(" l="));
         let first = NodeState::decode(&first_text, None).unwrap();
         for s in 0..5000 {
             let want = if s % 3 == 0 { (s % 250) as u8 + 1 } else { 0 };
@@ -1114,6 +1191,60 @@ mod tests {
             None
         )
         .is_err());
+        // Codes aligned with the held set: one byte per held shard, no more, no less.
+        let held_two = format!("h=l{}", encode_list([1usize, 3].into_iter()));
+        let value = |codes: &[u8]| {
+            format!(
+                "tenure-shard/2 p=4 w=1 d=0 b=1.0 dh=- dc=- {held_two} c=- lc={}",
+                URL_SAFE_NO_PAD.encode(codes)
+            )
+        };
+        let st = NodeState::decode(&value(&[7, 0]), None).unwrap();
+        assert_eq!((st.load(1), st.load(3)), (7, 0));
+        assert!(NodeState::decode(&value(&[7]), None).is_err());
+        assert!(NodeState::decode(&value(&[7, 8, 9]), None).is_err());
+        // A base written as pairs (`l=`, before `lc=`) is still read.
+        let pairs = format!(
+            "tenure-shard/2 p=4 w=1 d=0 b=1.0 dh=- dc=- {held_two} c=- l={}",
+            encode_pairs([(3u32, 9u8)].into_iter())
+        );
+        assert_eq!(NodeState::decode(&pairs, None).unwrap().load(3), 9);
+    }
+
+    /// At 10^6 shards a node holding 100,000 with codes publishes them within the
+    /// member value limit; one holding 300,000 would pass it, so it publishes its
+    /// holdings without codes, and the codes again once it holds fewer.
+    #[test]
+    fn load_codes_fit_the_member_value_or_are_withheld() {
+        let p = 1_000_000;
+        let mut own = OwnState::new(p, 1, 3);
+        let hold = |own: &mut OwnState, every: usize| {
+            for s in 0..p {
+                let on = s % every == 0;
+                own.set_held(s, on);
+                own.set_load(s, if on { (s % 200) as u8 + 1 } else { 0 });
+            }
+        };
+        hold(&mut own, 10);
+        let text = own.value();
+        assert!(!own.loads_withheld());
+        assert!(text.len() <= MAX_MEMBER_VALUE_LEN, "{} bytes", text.len());
+        eprintln!(
+            "100,000 of 10^6 shards held, with codes: {} bytes",
+            text.len()
+        );
+        let st = NodeState::decode(&text, None).unwrap();
+        assert_eq!((st.load(10), st.load(20), st.load(15)), (11, 21, 0));
+        hold(&mut own, 3);
+        let text = own.value();
+        assert!(own.loads_withheld());
+        assert!(text.len() <= MAX_MEMBER_VALUE_LEN, "{} bytes", text.len());
+        let st = NodeState::decode(&text, None).unwrap();
+        assert!(st.held.contains(999_999) && st.load(999_999) == 0);
+        hold(&mut own, 10);
+        let text = own.value();
+        assert!(!own.loads_withheld());
+        assert_eq!(NodeState::decode(&text, None).unwrap().load(10), 11);
     }
 
     #[test]
