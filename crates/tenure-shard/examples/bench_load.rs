@@ -67,6 +67,17 @@ async fn cluster(shards: usize, figures: Option<Vec<f64>>) -> Cluster {
     c
 }
 
+/// [`Cluster::load_spread`] once every shard has a leader (a handoff may be under
+/// way at any moment).
+async fn spread(c: &Cluster) -> (f64, f64, std::collections::BTreeMap<String, f64>) {
+    loop {
+        if let Ok(s) = c.try_load_spread().await {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Wait until balanced (see [`Cluster::until_balanced`]); the time from `since`, or
 /// `None` after `limit`.
 async fn until_balanced(c: &Cluster, since: Instant, limit: Duration) -> Option<Duration> {
@@ -95,7 +106,7 @@ async fn rows(shards: usize) -> Vec<Row> {
     let count_time = c.settle(LIMIT).await;
     let count_moves = c.handoffs_since(start).len();
     c.figures = Some(Arc::new(Mutex::new(figures.clone())));
-    let (by_count, bound, _) = c.load_spread().await;
+    let (by_count, bound, _) = spread(&c).await;
     c.figures = None;
     c.close_all().await;
 
@@ -109,7 +120,7 @@ async fn rows(shards: usize) -> Vec<Row> {
     // The first figures are published within a load interval; give the balancer that.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let load_time = until_balanced(&c, start, LIMIT).await;
-    let (by_load, _, _) = c.load_spread().await;
+    let (by_load, _, _) = spread(&c).await;
     out.push(Row {
         scenario: "zipf, by count",
         shards,
@@ -140,11 +151,11 @@ async fn rows(shards: usize) -> Vec<Row> {
         }
     }
     // The leaders of the moment under the shifted figures.
-    let (before, _, _) = c.load_spread().await;
+    let (before, _, _) = spread(&c).await;
     // Wait for the new figures to be seen before polling for the balance.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let shift_time = until_balanced(&c, shifted, LIMIT).await;
-    let (after, bound_after, _) = c.load_spread().await;
+    let (after, bound_after, _) = spread(&c).await;
     out.push(Row {
         scenario: "shift (ranks 2–11 ↔ 10 coldest)",
         shards,
@@ -162,7 +173,7 @@ async fn rows(shards: usize) -> Vec<Row> {
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     until_balanced(&c, Instant::now(), LIMIT).await;
-    let (calm, _, _) = c.load_spread().await;
+    let (calm, _, _) = spread(&c).await;
     let since = Instant::now();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     while since.elapsed() < Duration::from_secs(20) {
@@ -177,7 +188,7 @@ async fn rows(shards: usize) -> Vec<Row> {
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let (noisy, bound_noise, _) = c.load_spread().await;
+    let (noisy, bound_noise, _) = spread(&c).await;
     out.push(Row {
         scenario: "noise ±20% every 1 s, 20 s",
         shards,
@@ -296,20 +307,19 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let mut all = Vec::new();
-    for p in sizes {
-        eprintln!("{p} shards on {NODES} nodes…");
-        all.extend(runtime.block_on(rows(p)));
-    }
+    // The rows of each size as soon as they are measured (a size can take minutes).
     println!("| scenario | shards | max/mean before | max/mean after | bound | handoffs | time |");
     println!("|---|---|---|---|---|---|---|");
-    for r in all {
-        let time = r
-            .time
-            .map_or_else(|| "—".to_string(), |t| format!("{:.2} s", t.as_secs_f64()));
-        println!(
-            "| {} | {} | {:.3} | {:.3} | {:.3} | {} | {} |",
-            r.scenario, r.shards, r.by_count, r.by_load, r.bound, r.moves, time
-        );
+    for p in sizes {
+        eprintln!("{p} shards on {NODES} nodes…");
+        for r in runtime.block_on(rows(p)) {
+            let time = r
+                .time
+                .map_or_else(|| "—".to_string(), |t| format!("{:.2} s", t.as_secs_f64()));
+            println!(
+                "| {} | {} | {:.3} | {:.3} | {:.3} | {} | {} |",
+                r.scenario, r.shards, r.by_count, r.by_load, r.bound, r.moves, time
+            );
+        }
     }
 }

@@ -36,9 +36,10 @@
 //! replication R a shard can only go to its R replicas, which can make the best
 //! reachable figure higher still.
 //!
-//! Cost: O(P log P) for the placement order, and per move a scan of the most loaded
-//! node's shards and their replicas, O(P/N · R); `max_moves` bounds the moves of one
-//! plan.
+//! Cost: O(P log P) for the placement order and O(P · R log P) for an index of the
+//! shards by (leader, replica) ordered by load, then O(N log P) per move: the gain of
+//! a move is concave in the load moved, so each pair of nodes needs two lookups
+//! (see `best_of_pair`); `max_moves` bounds the moves asked for per window.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};

@@ -436,6 +436,7 @@ impl ShardManagerBuilder {
             last_flush: Instant::now() - self.load_interval,
             figures_changed_at: Instant::now(),
             figures_pending_since: None,
+            figures_pending: 0,
             to_issue: VecDeque::new(),
             to_issue_for: None,
             rebalancing: false,
@@ -869,8 +870,10 @@ struct Controller {
     last_flush: Instant,
     /// When a published load figure last changed in the view.
     figures_changed_at: Instant,
-    /// When the figures first changed since the balancer last started a rebalance.
+    /// When the figures first changed since the balancer last started a rebalance,
+    /// and how many codes changed since.
     figures_pending_since: Option<Instant>,
+    figures_pending: usize,
     /// As the balancer: the moves of the last rebalance not yet asked for, and the
     /// figures and members it was worked out for.
     to_issue: VecDeque<(usize, String)>,
@@ -1069,6 +1072,7 @@ impl Controller {
             self.figures_changed_at = Instant::now();
             self.figures_pending_since
                 .get_or_insert(self.figures_changed_at);
+            self.figures_pending += view.figures_changed;
         }
         let keep = match (&changed, &self.plan) {
             (Changed::Shards(shards), Some(plan)) => {
@@ -1481,12 +1485,16 @@ impl Controller {
         }
         // Nodes publish their figures up to a load interval apart: a rebalance waits
         // until the figures have held still that long, so that a shift is acted on
-        // once, whole; but no longer than two intervals after they first changed since
-        // the last one began, as among many shards some figure may always be changing.
+        // once, whole. Among many shards some figure may always be changing, so where
+        // few have (at most a tenth of the shards: a trickle or a shift, not a cold
+        // start whose figures come in for seconds) it waits no longer than two
+        // intervals after the first change since the last one began.
         let still_at = self.figures_changed_at + self.load_interval;
-        let ready_at = self
-            .figures_pending_since
-            .map_or(still_at, |t| still_at.min(t + self.load_interval * 2));
+        let trickle = self.figures_pending <= (self.layout.shards.len() / 10).max(1);
+        let ready_at = match self.figures_pending_since {
+            Some(t) if trickle => still_at.min(t + self.load_interval * 2),
+            _ => still_at,
+        };
         let ready = now >= ready_at;
         // The whole rebalance is worked out once for the figures and members it saw,
         // and its moves are asked for as the budget allows. Working it out again after
@@ -1545,6 +1553,7 @@ impl Controller {
         if ready && !fresh && !self.rebalancing && !paced {
             self.rebalancing = true;
             self.figures_pending_since = None;
+            self.figures_pending = 0;
             let (plan, layout, view) = (plan.clone(), self.layout.clone(), view.clone());
             let (tx, policy) = (self.internal_tx.clone(), policy.clone());
             tokio::task::spawn_blocking(move || {

@@ -868,6 +868,8 @@ pub(crate) struct View {
     pub(crate) load_epoch: u64,
     /// Changes whenever a load code changes.
     pub(crate) figures_epoch: u64,
+    /// The shards whose load code changed since the view this one was updated from.
+    pub(crate) figures_changed: usize,
 }
 
 /// Whether `a` and `b` are the same text, without reading them where they are the same
@@ -957,11 +959,11 @@ impl View {
                     }
                 }
             }
-            let mut loads_moved = false;
+            let mut loads_moved = 0;
             view.node_load = vec![0; view.nodes.len()];
             if view.loads.reported > 0 || view.states.iter().any(|st| st.has_loads()) {
                 for s in 0..shards {
-                    loads_moved |= view.take_load(s, shards);
+                    loads_moved += usize::from(view.take_load(s, shards));
                     if let Some(h) = view.holders.get(s) {
                         view.node_load[h as usize] += crate::balance::level(view.loads.get(s));
                     }
@@ -1025,7 +1027,7 @@ impl View {
         }
         // A shard's load is its holder's figure: look again where a figure or a
         // holder changed.
-        let mut loads_moved = false;
+        let mut loads_moved = 0;
         let mut looked: Vec<usize> = load_changed
             .into_iter()
             .chain(changed.iter().copied())
@@ -1033,7 +1035,7 @@ impl View {
         looked.sort_unstable();
         looked.dedup();
         for &s in &looked {
-            loads_moved |= view.take_load(s, shards);
+            loads_moved += usize::from(view.take_load(s, shards));
             // Each node's load: out with what the shard added before, in with what it
             // adds now.
             let load = |v: &View| {
@@ -1065,8 +1067,9 @@ impl View {
     }
 
     /// Read the balancer's moves, and move the load epoch on if they or a load
-    /// (`loads_moved`) changed since `prev`.
-    fn settle_moves(&mut self, prev: &View, loads_moved: bool) {
+    /// (`loads_moved` of them) changed since `prev`.
+    fn settle_moves(&mut self, prev: &View, loads_moved: usize) {
+        self.figures_changed = loads_moved;
         let balancer = self.nodes.iter().position(|n| !n.draining && n.weight > 0);
         self.moves = balancer.and_then(|b| {
             self.states[b].moves.as_ref().map(|moves| {
@@ -1078,10 +1081,10 @@ impl View {
                 )
             })
         });
-        if loads_moved {
+        if loads_moved > 0 {
             self.figures_epoch = prev.figures_epoch.wrapping_add(1);
         }
-        if loads_moved || self.moves != prev.moves {
+        if loads_moved > 0 || self.moves != prev.moves {
             self.load_epoch = prev.load_epoch.wrapping_add(1);
         }
     }

@@ -405,9 +405,9 @@ async fn a_small_move_budget_still_gets_there() {
 
 /// Some figure changes all the time (four cold shards flap between 0.5 and 2, each
 /// once a second, a quarter second apart, past the reporters' deadband): a shift of
-/// the hot shards is still balanced within 5 s. The balancer waited for every figure
-/// to hold still a whole load interval, which they never did, and so never moved a
-/// shard.
+/// the hot shards is still balanced within 5 s, with at most 5 moves per changed
+/// shard. The balancer waited for every figure to hold still a whole load interval,
+/// which they never did, and so never moved a shard.
 #[tokio::test(start_paused = true)]
 async fn a_shift_is_balanced_while_other_figures_keep_changing() {
     let env = load_env();
@@ -457,7 +457,11 @@ async fn a_shift_is_balanced_while_other_figures_keep_changing() {
     }
     flapping.abort();
     let moves = c.handoffs_since(shifted).len();
-    assert!(moves <= 3 * 20, "{moves} moves for 20 changed shards");
+    // A shift whose figures come in while a rebalance starts (the flapping ones make
+    // it start on time, not once every figure held still) is acted on in two parts,
+    // which can take twice the moves of the quiet case (3 per changed shard).
+    eprintln!("shift among flapping figures: {moves} moves");
+    assert!(moves <= 5 * 20, "{moves} moves for 20 changed shards");
     c.check().await;
     c.close_all().await;
 }
