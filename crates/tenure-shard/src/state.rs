@@ -760,6 +760,14 @@ impl OwnState {
     /// change lists would be longer than a quarter of it, so the lists stay short and
     /// writing the base is paid for by the changes since the last one.
     pub(crate) fn value(&mut self) -> String {
+        let mv = self
+            .moves
+            .as_ref()
+            .map_or_else(String::new, |m| format!(" mv={}", encode_directives(m)));
+        let zone = self
+            .zone
+            .as_ref()
+            .map_or_else(String::new, |z| format!(" z={z}"));
         let mut dh = encode_list(self.held_delta.iter().map(|i| *i as usize));
         let mut dc = encode_list(self.campaigning_delta.iter().map(|i| *i as usize));
         let mut dl = if self.loads_withheld {
@@ -777,9 +785,11 @@ impl OwnState {
                 .partition(|(s, _)| self.held.contains(**s as usize));
             let codes = (!held_codes.is_empty())
                 .then(|| format!(" lc={}", encode_aligned(&self.held, &held_codes)));
-            // The changes until the next base add at most a quarter of it, and the
-            // other fields well under a kilobyte.
-            let fits = |base: usize| base + base / 4 + 1024 <= MAX_MEMBER_VALUE_LEN;
+            // The changes until the next base add at most a quarter of it; the
+            // balancer's moves and the zone are as long as now, the rest well under a
+            // kilobyte.
+            let rest = mv.len() + zone.len() + 1024;
+            let fits = |base: usize| base + base / 4 + rest <= MAX_MEMBER_VALUE_LEN;
             self.loads_withheld = codes
                 .as_ref()
                 .is_some_and(|c| !fits(self.base_text.len() + c.len()));
@@ -806,14 +816,6 @@ impl OwnState {
         } else {
             format!(" dl={dl}")
         };
-        let mv = self
-            .moves
-            .as_ref()
-            .map_or_else(String::new, |m| format!(" mv={}", encode_directives(m)));
-        let zone = self
-            .zone
-            .as_ref()
-            .map_or_else(String::new, |z| format!(" z={z}"));
         format!(
             "{TAG} p={} w={} d={}{zone} b={:x}.{} dh={dh} dc={dc}{dl}{mv} {}",
             self.shards,
