@@ -327,16 +327,12 @@ async fn shell_writer_loop_speaks_to_the_guarded_resource() {
     let resource = GuardedResource::start().await.unwrap();
     let command = resource.write_loop_command(Duration::from_millis(50));
     let writer = |token: &str, id: &str| {
-        CandidateProcess::spawn(
-            Path::new("bash"),
-            &["-c".to_owned(), command.clone()],
-            [
-                ("TENURE_ELECTION", "e1"),
-                ("TENURE_TOKEN", token),
-                ("TENURE_ID", id),
-            ],
-        )
-        .unwrap()
+        let env = [
+            ("TENURE_ELECTION", "e1"),
+            ("TENURE_TOKEN", token),
+            ("TENURE_ID", id),
+        ];
+        fake_candidate(&command, &env)
     };
     let mut old = writer("3", "old");
     wait_until("the old writer wrote", || resource.accepted().len() >= 2).await;
@@ -366,20 +362,11 @@ async fn shell_writer_loop_speaks_to_the_guarded_resource() {
     assert_eq!(resource.highest("e1"), Some(4));
 }
 
-/// A fake candidate: bash printing event lines with the harness's clock
-/// readings passed in through the environment.
-fn fake_candidate(script: &str, env: &[(&str, String)]) -> CandidateProcess {
-    CandidateProcess::spawn(
-        Path::new("bash"),
-        &[
-            "-c".to_owned(),
-            script.to_owned(),
-            "--id".to_owned(),
-            "fake".to_owned(),
-        ],
-        env.iter().map(|(k, v)| (*k, v.as_str())),
-    )
-    .unwrap()
+/// A fake candidate: bash running `script` with `env` (event lines, or a writer loop),
+/// labelled `--id fake`.
+fn fake_candidate(script: &str, env: &[(&str, &str)]) -> CandidateProcess {
+    let args = ["-c", script, "--id", "fake"].map(String::from);
+    CandidateProcess::spawn(Path::new("bash"), &args, env.iter().copied()).unwrap()
 }
 
 #[tokio::test]
@@ -393,7 +380,7 @@ async fn candidate_process_collects_events_and_takes_signals() {
         echo "{\"event\":\"elected\",\"election\":\"e1\",\"id\":\"c1\",\"token\":5,\"mono_ns\":$T0}"
         while :; do echo tick; sleep 0.05; done
     "#;
-    let mut c = fake_candidate(script, &[("T0", t0.to_string())]);
+    let mut c = fake_candidate(script, &[("T0", &t0.to_string())]);
     assert!(c.label().contains("--id fake"), "{}", c.label());
 
     let elected = c
