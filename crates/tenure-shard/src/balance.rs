@@ -53,7 +53,7 @@ pub struct LoadPolicy {
     /// fraction (0.10: within ±10% of the capacity-weighted mean).
     pub tolerance: f64,
     /// The most leaders moved to even out load in one `window` (placing shards that
-    /// have no leader is not counted).
+    /// have no leader is not counted), and the most moves asked for and not made yet.
     pub max_moves: usize,
     /// The window of `max_moves`.
     pub window: std::time::Duration,

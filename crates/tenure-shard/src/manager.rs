@@ -1511,9 +1511,15 @@ impl Controller {
             self.to_issue.clear();
         }
         // The last rebalance's moves are asked for while its figures are the latest,
-        // or once the new ones are ready to be worked out too.
+        // or once the new ones are ready to be worked out too; at most `max_moves` in
+        // a window, and no more than that many not made yet (at 10^6 shards moves
+        // were asked for faster than this machine made them, went stale after two
+        // TTLs and had the whole rebalance worked out again, over and over).
         let budget = if fresh || ready {
-            policy.max_moves.saturating_sub(self.issued.len())
+            policy
+                .max_moves
+                .saturating_sub(self.issued.len())
+                .min(policy.max_moves.saturating_sub(self.my_moves.len()))
         } else {
             0
         };
