@@ -442,6 +442,7 @@ impl ShardManagerBuilder {
             rebalancing: false,
             next_rebalance_at: Instant::now(),
             vacancy_seen: false,
+            moves_progressed_at: Instant::now(),
             balancing: 0,
             loads_withheld: false,
         };
@@ -886,6 +887,8 @@ struct Controller {
     next_rebalance_at: Instant,
     /// A shard had no leader at a step since the last rebalance was worked out.
     vacancy_seen: bool,
+    /// When the balancer last saw one of its moves made.
+    moves_progressed_at: Instant,
     /// [`ShardStatus::balancing`] as of the last balancer step.
     balancing: usize,
     /// This node's member value leaves its load codes out (see `OwnState`).
@@ -1452,15 +1455,28 @@ impl Controller {
             }
             return;
         }
+        // A move is dropped when it was not made within two TTLs and a window while
+        // none was: moves are made as fast as the cluster can, which at 10^6 shards
+        // on this machine is a hundred or so a second, and dropping them for being
+        // slow only cancelled them in flight.
         let stale = self.session.timing().ttl * 2 + policy.window;
         let before = self.my_moves.len();
+        let made = self.my_moves.iter().any(|(&s, (to, _))| {
+            view.index_of(to)
+                .is_some_and(|n| view.holders.get(s) == Some(n))
+        });
+        if made {
+            self.moves_progressed_at = now;
+        }
+        let progressed = self.moves_progressed_at;
         let mut expired = false;
         self.my_moves.retain(|&s, (to, at)| {
             let due = view
                 .index_of(to)
                 .is_some_and(|n| view.holders.get(s) != Some(n) && plan.replicas(s).contains(&n));
-            expired |= due && now >= *at + stale;
-            due && now < *at + stale
+            let late = now >= (*at).max(progressed) + stale;
+            expired |= due && late;
+            due && !late
         });
         let mut changed = self.my_moves.len() != before;
         // A rebalance is worked out once for the same figures and members: carried
@@ -1578,7 +1594,11 @@ impl Controller {
         } else {
             self.issued.front().map(|t| *t + policy.window)
         };
-        let expiry = self.my_moves.values().map(|(_, at)| *at + stale).min();
+        let expiry = self
+            .my_moves
+            .values()
+            .map(|(_, at)| (*at).max(self.moves_progressed_at) + stale)
+            .min();
         let pacing = (!fresh && paced).then_some(self.next_rebalance_at);
         self.balance_at = [refill, expiry, pacing].into_iter().flatten().min();
         // Moves not made yet, and one while the latest figures and members have no
