@@ -233,7 +233,7 @@ pub fn rebalance(
 /// How [`Balancer`] finds a node's best move.
 #[derive(Clone, Copy, PartialEq)]
 enum Search {
-    /// A few shards at the kinks of the gain, per pair of nodes ([`Index`]).
+    /// Two shards per pair of nodes, either side of the gain's peak ([`Index`]).
     Index,
     /// Every shard the node leads or replicates: the reference the index is checked
     /// against.
@@ -432,10 +432,9 @@ struct Balancer<'a> {
 
 /// The shards with load, by (leader, another replica), each set ordered by (load,
 /// shard): the moves open between two nodes. The gain of moving load `l` between
-/// two given nodes is linear in `l` between at most four kinks (where either node
-/// crosses an edge of its band), so the best of a set is at one end of a stretch
-/// between kinks: a few lookups per pair of nodes instead of a score for every
-/// shard a node leads.
+/// two given nodes is concave in `l`, rising up to a peak (see
+/// `Balancer::best_of_pair`), so the best of a set is next to the peak: two lookups
+/// per pair of nodes instead of a score for every shard a node leads.
 struct Index {
     /// `out[n][m]`: the shards `n` leads that `m` replicates.
     out: Vec<BTreeMap<u32, BTreeSet<(u64, usize)>>>,
