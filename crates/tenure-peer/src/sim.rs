@@ -485,6 +485,16 @@ impl<A: ElectionAlgorithm> Simulation<A> {
     /// Restarts a crashed `host` with a fresh machine that gets the durable
     /// state back, then starts it.
     pub fn restart(&mut self, host: PeerId) {
+        self.restart_with(host, true);
+    }
+
+    /// Restarts a crashed `host` with a fresh machine that does not get its durable
+    /// state back (a `peer://` node without `state=`), then starts it.
+    pub fn restart_forgetting(&mut self, host: PeerId) {
+        self.restart_with(host, false);
+    }
+
+    fn restart_with(&mut self, host: PeerId, restore: bool) {
         let now = self.now;
         let Some(h) = self.hosts.get_mut(&host) else {
             return;
@@ -493,7 +503,9 @@ impl<A: ElectionAlgorithm> Simulation<A> {
             return;
         }
         let mut machine = (self.factory)(host);
-        machine.restore(h.durable);
+        if restore {
+            machine.restore(h.durable);
+        }
         h.incarnation += 1;
         h.started = true;
         machine.start(now);

@@ -19,13 +19,18 @@ const SEEDS_PER_ALGO: u64 = 200;
 
 /// Builds and runs one random schedule of the quorum-guarded `algo`.
 fn run_schedule(algo: PeerAlgorithm, seed: u64) -> Simulation<Machine> {
-    run_schedule_with(seed, |n| Box::new(guarded(algo, n)))
+    run_schedule_with(seed, false, |n| Box::new(guarded(algo, n)))
 }
 
 type Factory = Box<dyn FnMut(PeerId) -> Machine>;
 
-/// Builds and runs one random schedule; returns the simulation at the end.
-fn run_schedule_with(seed: u64, factory: impl Fn(u64) -> Factory) -> Simulation<Machine> {
+/// Builds and runs one random schedule; returns the simulation at the end. With
+/// `forget`, a restarted host does not get its durable state back.
+fn run_schedule_with(
+    seed: u64,
+    forget: bool,
+    factory: impl Fn(u64) -> Factory,
+) -> Simulation<Machine> {
     let mut plan = SimRng::new(seed ^ 0x5EED_5EED);
     let n = 3 + plan.below(3); // 3..=5 hosts
     let hosts = ids(n);
@@ -42,6 +47,7 @@ fn run_schedule_with(seed: u64, factory: impl Fn(u64) -> Factory) -> Simulation<
         let host = hosts[plan.below(n) as usize];
         match plan.below(6) {
             0 | 1 => sim.crash(host),
+            2 if forget => sim.restart_forgetting(host),
             2 => sim.restart(host),
             3 => {
                 let mut side = Vec::new();
@@ -99,7 +105,7 @@ fn check_run(algo: PeerAlgorithm, seed: u64) -> Result<(), String> {
 /// Plain algorithms promise liveness only: once every host is up and
 /// connected, all agree on one leader.
 fn check_plain_run(algo: PeerAlgorithm, seed: u64) -> Result<(), String> {
-    let mut sim = run_schedule_with(seed, |n| Box::new(detected(algo, n)));
+    let mut sim = run_schedule_with(seed, false, |n| Box::new(detected(algo, n)));
     heal(&mut sim);
     check_agreement(&sim).map(|_| ())
 }
@@ -150,6 +156,29 @@ proptest! {
         let algo = PeerAlgorithm::ALL[which];
         let result = check_run(algo, seed);
         prop_assert!(result.is_ok(), "{:?}, seed {}: {:?}", algo, seed, result);
+    }
+}
+
+/// Restarts that forget every promise (a `peer://` node without `state=`): epochs
+/// may then repeat or go back, as documented, but a restarted host refuses everyone
+/// for one lease, so no two hosts may ever lead at the same instant.
+#[test]
+fn quorum_mode_never_overlaps_when_restarts_forget() {
+    let runs = runs_per_algo();
+    for algo in PeerAlgorithm::ALL {
+        for i in 0..runs {
+            let seed = 0xF0E7 + i;
+            let sim = run_schedule_with(seed, true, |n| Box::new(guarded(algo, n)));
+            let terms = sim.terms();
+            for (k, a) in terms.iter().enumerate() {
+                for b in &terms[k + 1..] {
+                    assert!(
+                        !a.overlaps(b),
+                        "{algo:?}, seed {seed}: overlapping leaderships {a:?} and {b:?}"
+                    );
+                }
+            }
+        }
     }
 }
 
