@@ -625,11 +625,8 @@ impl<'a> Balancer<'a> {
     /// above [`pinned_high`] of its shard; `tolerance` here is the aim).
     fn excess(&self, n: usize, load: u64, tolerance: f64) -> f64 {
         let load = load as f64;
-        if let Some(pin) = self.pinned[n] {
-            return (load - pinned_high(tolerance) * pin as f64).max(0.0);
-        }
-        let share = self.share[n];
-        (load - (1.0 + tolerance) * share).max(0.0) + ((1.0 - tolerance) * share - load).max(0.0)
+        let (high, low) = self.band(n, tolerance);
+        (load - high).max(0.0) + low.map_or(0.0, |low| (low - load).max(0.0))
     }
 
     /// How much moving load `l` from `from` to `to` takes out of the band's excess.
@@ -762,15 +759,9 @@ impl<'a> Balancer<'a> {
     /// Up to `k` of the shards with load that `n` leads, the heaviest first (equal
     /// loads: the lowest-numbered first).
     fn heaviest_led(&self, n: usize, k: usize) -> Vec<usize> {
+        // Only rebalancing asks, after `build_index`.
         let Some(index) = &self.index else {
-            let mut top: Vec<usize> = self.led[n]
-                .iter()
-                .copied()
-                .filter(|s| self.loads[*s] > 0)
-                .collect();
-            top.sort_unstable_by(|a, b| self.loads[*b].cmp(&self.loads[*a]).then(a.cmp(b)));
-            top.truncate(k);
-            return top;
+            return Vec::new();
         };
         // Load by load from the top, the lowest-numbered k of each load over all of
         // n's sets (a shard stands in one set per other replica).

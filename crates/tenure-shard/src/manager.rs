@@ -1521,7 +1521,6 @@ impl Controller {
         // 10^6, 23 s at 10^6 on 100 nodes), and its moves come back as
         // `Internal::Rebalanced`.
         let key = (view.figures_epoch, view.nodes.clone());
-        let key_now = key.clone();
         let fresh = self.to_issue_for.as_ref() == Some(&key);
         if self.to_issue_for.as_ref().is_none_or(|k| k.1 != key.1) {
             self.to_issue.clear();
@@ -1577,7 +1576,7 @@ impl Controller {
             self.figures_pending_since = None;
             self.figures_pending = 0;
             let (plan, layout, view) = (plan.clone(), self.layout.clone(), view.clone());
-            let (tx, policy) = (self.internal_tx.clone(), policy.clone());
+            let (tx, policy, key) = (self.internal_tx.clone(), policy.clone(), key.clone());
             tokio::task::spawn_blocking(move || {
                 let started = std::time::Instant::now();
                 let current = plan_by_load_with(Some(&plan), &layout, &view, &moves);
@@ -1603,7 +1602,7 @@ impl Controller {
         self.balance_at = [refill, expiry, pacing].into_iter().flatten().min();
         // Moves not made yet, and one while the latest figures and members have no
         // rebalance yet (waiting for the figures to hold still, or working it out).
-        let worked_out = self.to_issue_for.as_ref() == Some(&key_now);
+        let worked_out = self.to_issue_for.as_ref() == Some(&key);
         self.balancing = self.to_issue.len() + self.my_moves.len() + usize::from(!worked_out);
         if changed {
             self.publish_moves();
