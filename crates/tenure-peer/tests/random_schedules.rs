@@ -46,6 +46,12 @@ fn run_schedule_with(
         sim.run_for(Duration::from_millis(50 + plan.below(1500)));
         let host = hosts[plan.below(n) as usize];
         match plan.below(6) {
+            0 | 1 if forget => {
+                // Back at once, having forgotten what it promised just before.
+                sim.crash(host);
+                sim.run_for(Duration::from_millis(1 + plan.below(20)));
+                sim.restart_forgetting(host);
+            }
             0 | 1 => sim.crash(host),
             2 if forget => sim.restart_forgetting(host),
             2 => sim.restart(host),
