@@ -5,9 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{
-    decode_record, revision_token, Capabilities, DynSession, Published, SessionEvents,
-};
+use tenure_core::backend::{Capabilities, Clause, DynSession, Published, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
 };
@@ -17,10 +15,10 @@ use crate::config::EtcdConfig;
 use crate::config::SCHEME;
 use crate::error::{map, TAG};
 use crate::follow::{follow, Follower};
-use crate::keys::{election_range, member_range, parse_lease_hex};
+use crate::keys::{parse_lease_hex, EtcdLayout, KeySpace};
 use crate::members::{self, Members};
 use crate::ops::{self, prefix_end};
-use crate::proto::Event;
+use crate::proto::{Event, KeyValue};
 use crate::session::EtcdSession;
 use crate::shared::Shared;
 
@@ -51,7 +49,8 @@ impl EtcdBackend {
         config.validate()?;
         let client = EtcdClient::connect(&config).await?;
         let limit = config.get_connect_timeout();
-        let probe_key = format!("{}/", config.key_prefix());
+        let keys = KeySpace::new(config.key_prefix(), config.key_layout());
+        let probe_key = keys.root().to_string();
         let connecting = async {
             client.authenticate().await.map_err(|e| map("connect", e))?;
             // A read under the prefix: proves the server answers and that the user may
@@ -110,7 +109,11 @@ impl Backend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full().batched(crate::session::BATCH)
+        let capabilities = Capabilities::full().batched(crate::session::BATCH);
+        match self.shared.config.key_layout() {
+            EtcdLayout::GoElection => capabilities.except(Clause::Observe, GO_LEADER_ID),
+            _ => capabilities,
+        }
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {
@@ -132,13 +135,13 @@ impl Backend for EtcdBackend {
     }
 
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
-        let range = election_range(self.shared.prefix(), election);
+        let range = self.shared.keys.election_range(election);
         let (first, _) = self.shared.first_candidate(&range).await?;
-        Ok(first.map(|kv| decode_record(&kv.value, revision_token(kv.create_revision))))
+        Ok(first.map(|kv| leader_info(&self.shared, &range, &kv)))
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        let mut leader = Leader(election_range(self.shared.prefix(), election));
+        let mut leader = Leader(self.shared.keys.election_range(election));
         let (first, revision) = leader.read(&self.shared).await?;
         let (published, stream) = Published::new(first);
         let (shared, range) = (self.shared.clone(), leader.0.clone());
@@ -153,13 +156,13 @@ impl Backend for EtcdBackend {
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
-        let range = member_range(self.shared.prefix(), namespace);
+        let range = self.shared.keys.member_range(namespace);
         let (members, _) = members::list(&self.shared, &range).await?;
         Ok(members.into_values().collect())
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        let range = member_range(self.shared.prefix(), namespace);
+        let range = self.shared.keys.member_range(namespace);
         let mut members = Members {
             range: range.clone(),
             members: BTreeMap::new(),
@@ -179,6 +182,18 @@ impl Backend for EtcdBackend {
     }
 }
 
+/// Why clause 9 is declared with the Go layout.
+const GO_LEADER_ID: &str = "with layout=go the leader's candidate id is not stored (Go's \
+    concurrency.Election keeps only the proposal, which is the candidate's value): leader() \
+    and observe() report the value, the token and, as the id, the lease id in the leader's key";
+
+/// The leader in the first key `kv` of the election `range`.
+fn leader_info(shared: &Shared, range: &str, kv: &KeyValue) -> LeaderInfo {
+    shared
+        .keys
+        .leader(range, &kv.key, &kv.value, kv.create_revision)
+}
+
 /// One election's leader, kept from its key range: the first key by create revision,
 /// read again after every batch of events.
 struct Leader(String);
@@ -188,10 +203,7 @@ impl Follower for Leader {
 
     async fn read(&mut self, shared: &Shared) -> Result<(Option<LeaderInfo>, i64)> {
         let (first, revision) = shared.first_candidate(&self.0).await?;
-        Ok((
-            first.map(|kv| decode_record(&kv.value, revision_token(kv.create_revision))),
-            revision,
-        ))
+        Ok((first.map(|kv| leader_info(shared, &self.0, &kv)), revision))
     }
 
     async fn apply(&mut self, shared: &Shared, _: &[Event]) -> Option<Option<LeaderInfo>> {

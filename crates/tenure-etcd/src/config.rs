@@ -10,7 +10,7 @@ use tenure_core::backend::config::{
 };
 use tenure_core::{Error, Result};
 
-use crate::keys::{validate_prefix, DEFAULT_PREFIX};
+use crate::keys::{validate_prefix, EtcdLayout, DEFAULT_PREFIX};
 
 /// The URL scheme of this backend: `etcd://host:port[,host:port…][?prefix=…]`
 /// (`etcds://` for TLS).
@@ -27,12 +27,13 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The URL query keys.
 const KEYS: &[&str] = &[
-    "prefix", "username", "password", "ca", "cert", "key", "domain",
+    "prefix", "layout", "username", "password", "ca", "cert", "key", "domain",
 ];
 
 /// The environment variables that set a URL key.
 const ENV_KEYS: &[(&str, &str)] = &[
     ("TENURE_ETCD_PREFIX", "prefix"),
+    ("TENURE_ETCD_LAYOUT", "layout"),
     ("TENURE_ETCD_USERNAME", "username"),
     ("TENURE_ETCD_PASSWORD", "password"),
     ("TENURE_ETCD_CA_FILE", "ca"),
@@ -50,6 +51,7 @@ const ENV_KEYS: &[(&str, &str)] = &[
 /// |---|---|---|---|
 /// | endpoints (`host:port`, several for a cluster) | required | `etcd://h1:2379,h2:2379` | `TENURE_ETCD_ENDPOINTS` (comma separated; `https://` entries turn TLS on) |
 /// | key prefix | `tenure` | `prefix=` | `TENURE_ETCD_PREFIX` |
+/// | key layout ([`EtcdLayout`]): `tenure`, or `go` to share elections with Go's `concurrency.Election` | `tenure` | `layout=` | `TENURE_ETCD_LAYOUT` |
 /// | username and password | none | `username=`, `password=` (or `user:pass@` before the hosts) | `TENURE_ETCD_USERNAME`, `TENURE_ETCD_PASSWORD` |
 /// | TLS | off | scheme `etcds://` | `TENURE_ETCD_TLS=true` |
 /// | CA certificate (PEM file, required with TLS) | none | `ca=` | `TENURE_ETCD_CA_FILE` |
@@ -65,6 +67,7 @@ const ENV_KEYS: &[(&str, &str)] = &[
 pub struct EtcdConfig {
     endpoints: Vec<String>,
     prefix: String,
+    layout: EtcdLayout,
     credentials: Credentials,
     tls: bool,
     files: TlsFiles,
@@ -75,7 +78,8 @@ pub struct EtcdConfig {
 tenure_core::config_timeouts!(EtcdConfig);
 tenure_core::config_credentials!(EtcdConfig, "Authenticate as `username` with `password`.");
 
-/// The URL form without the password: `etcd://[user@]h1:2379,h2:2379?prefix=…`.
+/// The URL form without the password: `etcd://[user@]h1:2379,h2:2379?prefix=…`, with
+/// `&layout=…` when it is not the default.
 impl fmt::Display for EtcdConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let scheme = if self.tls { TLS_SCHEME } else { SCHEME };
@@ -85,7 +89,11 @@ impl fmt::Display for EtcdConfig {
             self.credentials.userinfo(),
             self.endpoints.join(","),
             self.prefix
-        )
+        )?;
+        if self.layout != EtcdLayout::default() {
+            write!(f, "&layout={}", self.layout)?;
+        }
+        Ok(())
     }
 }
 
@@ -99,6 +107,7 @@ impl EtcdConfig {
         EtcdConfig {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             prefix: DEFAULT_PREFIX.to_string(),
+            layout: EtcdLayout::default(),
             credentials: Credentials::default(),
             tls: false,
             files: TlsFiles::default(),
@@ -119,7 +128,7 @@ impl EtcdConfig {
         finish(config, url.query, Self::set, Self::validate)
     }
 
-    /// Read `TENURE_ETCD_ENDPOINTS` (required), `TENURE_ETCD_PREFIX`,
+    /// Read `TENURE_ETCD_ENDPOINTS` (required), `TENURE_ETCD_PREFIX`, `TENURE_ETCD_LAYOUT`,
     /// `TENURE_ETCD_USERNAME`, `TENURE_ETCD_PASSWORD`, `TENURE_ETCD_TLS`,
     /// `TENURE_ETCD_CA_FILE`, `TENURE_ETCD_CERT_FILE`, `TENURE_ETCD_KEY_FILE`,
     /// `TENURE_ETCD_DOMAIN`, `TENURE_ETCD_CONNECT_TIMEOUT_MS` and
@@ -157,6 +166,7 @@ impl EtcdConfig {
         }
         match key {
             "prefix" => self.prefix = value,
+            "layout" => self.layout = value.parse()?,
             "username" | "user" | "password" => {
                 self.credentials.set(key, value);
             }
@@ -179,7 +189,7 @@ impl EtcdConfig {
         for e in &self.endpoints {
             validate_endpoint(e)?;
         }
-        validate_prefix(&self.prefix)?;
+        validate_prefix(&self.prefix, self.layout)?;
         self.credentials.validate()?;
         if self.tls && self.files.ca.is_none() {
             return Err(Error::invalid(
@@ -192,9 +202,18 @@ impl EtcdConfig {
     }
 
     /// Keep tenure's keys under `prefix` (default `tenure`): an election `E` lives at
-    /// `<prefix>/E/@<lease>`.
+    /// `<prefix>/E/@<lease>` (with [`EtcdLayout::GoElection`], at `<prefix>/E/<lease>`,
+    /// and the prefix may start with `/`).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Keep elections in `layout` (default [`EtcdLayout::Tenure`]);
+    /// [`EtcdLayout::GoElection`] shares them with Go services that use
+    /// `concurrency.Election` on `<prefix>/<election>`.
+    pub fn layout(mut self, layout: EtcdLayout) -> Self {
+        self.layout = layout;
         self
     }
 
@@ -230,6 +249,11 @@ impl EtcdConfig {
     /// The key prefix.
     pub fn key_prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The key layout of elections.
+    pub fn key_layout(&self) -> EtcdLayout {
+        self.layout
     }
 
     /// Whether TLS is on.
@@ -345,6 +369,74 @@ mod tests {
             ("h:2379", "scheme"),
         ];
         assert_refused(EtcdConfig::from_url, &cases);
+    }
+
+    #[test]
+    fn layouts() {
+        let c = EtcdConfig::from_url("etcd://h:2379").unwrap();
+        assert_eq!(c.key_layout(), EtcdLayout::Tenure);
+        let c = EtcdConfig::from_url("etcd://h:2379?layout=tenure").unwrap();
+        assert_eq!(c.key_layout(), EtcdLayout::Tenure);
+        assert_eq!(c.to_string(), "etcd://h:2379?prefix=tenure");
+        let c =
+            EtcdConfig::from_url("etcd://h:2379?layout=go&prefix=%2Fservices%2Fbilling").unwrap();
+        assert_eq!(c.key_layout(), EtcdLayout::GoElection);
+        assert_eq!(c.key_prefix(), "/services/billing");
+        assert_eq!(
+            c.to_string(),
+            "etcd://h:2379?prefix=/services/billing&layout=go"
+        );
+        // The Display form parses back to the same settings.
+        assert_eq!(EtcdConfig::from_url(&c.to_string()).unwrap(), c);
+        let c = EtcdConfig::from_url("etcd://h:2379?prefix=/&layout=go").unwrap();
+        assert_eq!(c.key_prefix(), "/");
+        let cases = [
+            (
+                "etcd://h:2379?layout=golang",
+                "layout: \"golang\" is not a layout",
+            ),
+            ("etcd://h:2379?layout=Go", "use tenure"),
+            ("etcd://h:2379?layout=", "layout"),
+            ("etcd://h:2379?layout=go&layout=tenure", "layout"),
+            // A leading '/' only with the Go layout, whose names often have one.
+            ("etcd://h:2379?prefix=/x", "allowed with layout=go"),
+            ("etcd://h:2379?prefix=/&layout=tenure", "prefix"),
+            ("etcd://h:2379?layout=go&prefix=//x", "prefix"),
+            ("etcd://h:2379?layout=go&prefix=x/", "prefix"),
+        ];
+        assert_refused(EtcdConfig::from_url, &cases);
+        let e = EtcdConfig::from_url("etcd://h:2379?layout=zk").unwrap_err();
+        assert!(
+            e.message().contains("tenure") && e.message().contains("go (the keys of Go's"),
+            "{e}"
+        );
+        // Environment and builder.
+        let vars = [
+            ("TENURE_ETCD_ENDPOINTS", "a:1"),
+            ("TENURE_ETCD_LAYOUT", "go"),
+            ("TENURE_ETCD_PREFIX", "/svc"),
+        ];
+        let c = EtcdConfig::from_lookup(env_lookup(&vars)).unwrap();
+        assert_eq!(
+            (c.key_layout(), c.key_prefix()),
+            (EtcdLayout::GoElection, "/svc")
+        );
+        let vars = [
+            ("TENURE_ETCD_ENDPOINTS", "a:1"),
+            ("TENURE_ETCD_LAYOUT", "golang"),
+        ];
+        let e = EtcdConfig::from_lookup(env_lookup(&vars)).unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("TENURE_ETCD_LAYOUT: layout: \"golang\""),
+            "{e}"
+        );
+        let c = EtcdConfig::new(["h:1"])
+            .layout(EtcdLayout::GoElection)
+            .prefix("/svc");
+        c.validate().unwrap();
+        assert_eq!(c.key_layout(), EtcdLayout::GoElection);
+        assert!(EtcdConfig::new(["h:1"]).prefix("/svc").validate().is_err());
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! Where elections and members live in the etcd key space, and what a candidate key
-//! holds.
+//! holds, in either layout ([`EtcdLayout`]).
 //!
 //! Sans-IO: only strings and bytes, so the layout is tested without a server.
 
-use tenure_core::{ElectionName, Error, Member, Result};
+use std::fmt;
+use std::str::FromStr;
+
+use tenure_core::backend::{decode_record, encode_record, revision_token};
+use tenure_core::{Candidate, ElectionName, Error, LeaderInfo, Member, Result};
 
 /// Separates an election's name from its candidates' lease ids. It cannot appear in an
 /// election name, so no election's candidate range contains another election's keys
@@ -21,9 +25,71 @@ pub(crate) const DEFAULT_PREFIX: &str = "tenure";
 /// The longest key prefix accepted, in bytes.
 const MAX_PREFIX_LEN: usize = 200;
 
-/// Check a key prefix: the characters of an election name (ASCII letters, digits, `-`,
-/// `_`, `.`, `/`), no leading, trailing or doubled `/`.
-pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+/// Which keys and values elections use in etcd. Members and sessions are the same in
+/// both.
+///
+/// | | [`Tenure`](Self::Tenure) (`layout=tenure`, the default) | [`GoElection`](Self::GoElection) (`layout=go`) |
+/// |---|---|---|
+/// | candidate key | `<prefix>/<election>/@<lease id, 16 hex digits>` | `<prefix>/<election>/<lease id in lower-case hex>`, the key Go's `concurrency.Election` writes for the election `<prefix>/<election>` |
+/// | key value | `{"id":…,"value":…}` | the candidate's value as is (Go's proposal) |
+/// | leader's id as read | the candidate id | the lease id in the leader's key (Go stores no id) |
+/// | prefix | ASCII letters, digits, `-`, `_`, `.`, `/`; no leading `/` | the same, and it may start with `/` or be `/` alone |
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[non_exhaustive]
+pub enum EtcdLayout {
+    /// tenure's own keys and values.
+    #[default]
+    Tenure,
+    /// The keys and values of Go's `concurrency.Election` (`etcdctl elect`), so that
+    /// tenure candidates and Go services share one election.
+    GoElection,
+}
+
+impl EtcdLayout {
+    /// Every layout with its name in URLs and the environment.
+    const NAMES: [(EtcdLayout, &'static str); 2] = [
+        (EtcdLayout::Tenure, "tenure"),
+        (EtcdLayout::GoElection, "go"),
+    ];
+
+    /// The layout's name in URLs and the environment: `tenure` or `go`.
+    pub fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(layout, _)| *layout == self)
+            .map_or("tenure", |(_, name)| name)
+    }
+}
+
+impl fmt::Display for EtcdLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Parse a layout name (`tenure` or `go`); anything else is `InvalidArgument` naming
+/// `layout` and the valid values.
+impl FromStr for EtcdLayout {
+    type Err = Error;
+
+    fn from_str(value: &str) -> Result<Self> {
+        Self::NAMES
+            .iter()
+            .find(|(_, name)| *name == value)
+            .map(|(layout, _)| *layout)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "layout: {value:?} is not a layout; use tenure (tenure's own keys) or go \
+                     (the keys of Go's concurrency.Election and etcdctl elect)"
+                ))
+            })
+    }
+}
+
+/// Check a key prefix for `layout`: the characters of an election name (ASCII letters,
+/// digits, `-`, `_`, `.`, `/`), no leading, trailing or doubled `/`; with the Go layout
+/// a leading `/` (Go services often name elections `/service/leader`) or `/` alone.
+pub(crate) fn validate_prefix(prefix: &str, layout: EtcdLayout) -> Result<()> {
     let bad = |why: &str| Err(Error::invalid(format!("prefix {prefix:?}: {why}")));
     if prefix.is_empty() {
         return bad("must not be empty");
@@ -39,34 +105,112 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
             "character {c:?} is not allowed (use ASCII letters, digits, '-', '_', '.', '/')"
         ));
     }
-    if prefix.split('/').any(str::is_empty) {
-        return bad("must not start or end with '/' nor contain '//'");
+    let segments = match layout {
+        EtcdLayout::GoElection if prefix == "/" => return Ok(()),
+        EtcdLayout::GoElection => prefix.strip_prefix('/').unwrap_or(prefix),
+        EtcdLayout::Tenure => prefix,
+    };
+    if segments.split('/').any(str::is_empty) {
+        return bad(match layout {
+            EtcdLayout::GoElection => "must not end with '/' nor contain '//'",
+            EtcdLayout::Tenure => {
+                "must not start or end with '/' nor contain '//' (a leading '/' is allowed \
+                 with layout=go)"
+            }
+        });
     }
     Ok(())
 }
 
-/// The key range of one election: `<prefix>/<election>/@`. Every candidate key of the
-/// election starts with it.
-pub(crate) fn election_range(prefix: &str, election: &ElectionName) -> String {
-    format!("{prefix}/{election}/{CANDIDATE_MARK}")
+/// The keys of one backend: its prefix and layout.
+#[derive(Clone, Debug)]
+pub(crate) struct KeySpace {
+    /// Every key of the backend starts with it: `<prefix>/`, or `/` for the prefix `/`.
+    root: String,
+    layout: EtcdLayout,
 }
 
-/// The key of a session's candidacy in an election: the election range followed by the
-/// lease id in 16 hex digits.
-pub(crate) fn candidate_key(prefix: &str, election: &ElectionName, lease: i64) -> String {
-    format!("{}{}", election_range(prefix, election), lease_hex(lease))
-}
+impl KeySpace {
+    /// The keys under `prefix` (checked by [`validate_prefix`]) in `layout`.
+    pub(crate) fn new(prefix: &str, layout: EtcdLayout) -> Self {
+        let root = if prefix.ends_with('/') {
+            prefix.to_string()
+        } else {
+            format!("{prefix}/")
+        };
+        KeySpace { root, layout }
+    }
 
-/// The key range of one membership namespace: `<prefix>/@members/<namespace>/@`. Every
-/// member key of the namespace starts with it, and no other namespace's keys do (member
-/// ids cannot contain `/`, namespaces cannot contain `@`).
-pub(crate) fn member_range(prefix: &str, namespace: &ElectionName) -> String {
-    format!("{prefix}/{MEMBERS_MARK}/{namespace}/{CANDIDATE_MARK}")
-}
+    /// The range every key of the backend lies in (a prefix).
+    pub(crate) fn root(&self) -> &str {
+        &self.root
+    }
 
-/// The key of member `id` in `namespace`: the namespace range followed by the id.
-pub(crate) fn member_key(prefix: &str, namespace: &ElectionName, id: &str) -> String {
-    format!("{}{id}", member_range(prefix, namespace))
+    /// The key range of one election; every candidate key of the election starts with
+    /// it. Tenure layout: `<prefix>/<election>/@`. Go layout: `<prefix>/<election>/`,
+    /// the prefix Go's `NewElection(session, "<prefix>/<election>")` uses.
+    pub(crate) fn election_range(&self, election: &ElectionName) -> String {
+        match self.layout {
+            EtcdLayout::Tenure => format!("{}{election}/{CANDIDATE_MARK}", self.root),
+            EtcdLayout::GoElection => format!("{}{election}/", self.root),
+        }
+    }
+
+    /// The key of a session's candidacy in an election: the election range followed by
+    /// the lease id (16 hex digits; in the Go layout as Go's `%x` writes it).
+    pub(crate) fn candidate_key(&self, election: &ElectionName, lease: i64) -> String {
+        let range = self.election_range(election);
+        match self.layout {
+            EtcdLayout::Tenure => format!("{range}{}", lease_hex(lease)),
+            EtcdLayout::GoElection => format!("{range}{}", go_lease_hex(lease)),
+        }
+    }
+
+    /// What a candidate key holds: tenure's record, or in the Go layout the candidate's
+    /// value (Go's proposal).
+    pub(crate) fn candidate_value(&self, candidate: &Candidate) -> Vec<u8> {
+        match self.layout {
+            EtcdLayout::Tenure => encode_record(candidate),
+            EtcdLayout::GoElection => candidate.value().as_bytes().to_vec(),
+        }
+    }
+
+    /// The leader whose key (in the election `range`) holds `value` and was created at
+    /// `create_revision`. In the Go layout the id is the key's lease id, as written in
+    /// the key: Go stores nothing else that names a candidate.
+    pub(crate) fn leader(
+        &self,
+        range: &str,
+        key: &[u8],
+        value: &[u8],
+        create_revision: i64,
+    ) -> LeaderInfo {
+        let token = revision_token(create_revision);
+        match self.layout {
+            EtcdLayout::Tenure => decode_record(value, token),
+            EtcdLayout::GoElection => {
+                let key = String::from_utf8_lossy(key);
+                LeaderInfo {
+                    id: key.strip_prefix(range).unwrap_or(&key).to_string(),
+                    value: String::from_utf8_lossy(value).into_owned(),
+                    token,
+                }
+            }
+        }
+    }
+
+    /// The key range of one membership namespace: `<prefix>/@members/<namespace>/@`.
+    /// Every member key of the namespace starts with it, and no other namespace's keys
+    /// do (member ids cannot contain `/`, namespaces cannot contain `@`); no election's
+    /// range in either layout contains it (election names cannot start with `@`).
+    pub(crate) fn member_range(&self, namespace: &ElectionName) -> String {
+        format!("{}{MEMBERS_MARK}/{namespace}/{CANDIDATE_MARK}", self.root)
+    }
+
+    /// The key of member `id` in `namespace`: the namespace range followed by the id.
+    pub(crate) fn member_key(&self, namespace: &ElectionName, id: &str) -> String {
+        format!("{}{id}", self.member_range(namespace))
+    }
 }
 
 /// The member stored under `key` (in the namespace `range`) with `value`; `None` for a
@@ -80,6 +224,16 @@ pub(crate) fn decode_member(range: &str, key: &[u8], value: &[u8]) -> Option<Mem
 /// A lease id as 16 lowercase hex digits (the session id).
 pub(crate) fn lease_hex(lease: i64) -> String {
     format!("{:016x}", lease as u64)
+}
+
+/// A lease id as Go's `fmt` writes an `int64` with `%x`: lower-case hex without
+/// leading zeros (etcd's lease ids are positive; a negative one gets a `-`, as in Go).
+pub(crate) fn go_lease_hex(lease: i64) -> String {
+    if lease < 0 {
+        format!("-{:x}", lease.unsigned_abs())
+    } else {
+        format!("{lease:x}")
+    }
 }
 
 /// Parse a session id back into a lease id.
@@ -98,45 +252,119 @@ mod tests {
         ElectionName::new(s).unwrap()
     }
 
+    fn tenure() -> KeySpace {
+        KeySpace::new("tenure", EtcdLayout::Tenure)
+    }
+
     #[test]
     fn election_ranges_do_not_nest() {
-        let a = election_range("tenure", &name("a"));
-        let ab = candidate_key("tenure", &name("a/b"), 7);
+        let keys = tenure();
+        let a = keys.election_range(&name("a"));
+        let ab = keys.candidate_key(&name("a/b"), 7);
         assert_eq!(a, "tenure/a/@");
         assert_eq!(ab, "tenure/a/b/@0000000000000007");
         assert!(!ab.starts_with(&a));
-        let own = candidate_key("tenure", &name("a"), 0x1234);
+        let own = keys.candidate_key(&name("a"), 0x1234);
         assert!(own.starts_with(&a));
+        assert_eq!(keys.root(), "tenure/");
+    }
+
+    #[test]
+    fn go_keys_are_the_ones_go_writes() {
+        // Go: NewElection(s, "svc/billing") keeps "svc/billing/" and Campaign writes
+        // fmt.Sprintf("%s%x", prefix, lease).
+        let keys = KeySpace::new("svc", EtcdLayout::GoElection);
+        let e = name("billing");
+        assert_eq!(keys.election_range(&e), "svc/billing/");
+        assert_eq!(
+            keys.candidate_key(&e, 0x694d_a216_892f_af05),
+            "svc/billing/694da216892faf05"
+        );
+        assert_eq!(keys.candidate_key(&e, 0x1f), "svc/billing/1f");
+        assert_eq!(go_lease_hex(-0x1f), "-1f");
+        // A prefix that starts with '/' (Go's habit), or is '/' alone.
+        let slash = KeySpace::new("/services", EtcdLayout::GoElection);
+        assert_eq!(slash.election_range(&e), "/services/billing/");
+        let root = KeySpace::new("/", EtcdLayout::GoElection);
+        assert_eq!(root.root(), "/");
+        assert_eq!(root.election_range(&e), "/billing/");
+        assert_eq!(root.member_range(&e), "/@members/billing/@");
+        // Members are where the tenure layout keeps them.
+        assert_eq!(keys.member_key(&e, "n1"), "svc/@members/billing/@n1");
+    }
+
+    #[test]
+    fn go_values_are_the_proposal_and_the_id_is_the_lease() {
+        let keys = KeySpace::new("svc", EtcdLayout::GoElection);
+        let c = Candidate::with_value("node-1", "10.0.0.1:8080").unwrap();
+        assert_eq!(keys.candidate_value(&c), b"10.0.0.1:8080");
+        assert_eq!(
+            keys.candidate_value(&Candidate::new("node-1").unwrap()),
+            b""
+        );
+        let range = keys.election_range(&name("billing"));
+        let key = format!("{range}694da216892faf05");
+        let info = keys.leader(&range, key.as_bytes(), b"go proposal \xff", 42);
+        assert_eq!(info.id, "694da216892faf05");
+        assert_eq!(info.value, "go proposal \u{fffd}");
+        assert_eq!(info.token.get(), 42);
+        // The tenure layout keeps reading its records.
+        let keys = tenure();
+        let range = keys.election_range(&name("billing"));
+        let value = keys.candidate_value(&c);
+        let info = keys.leader(&range, b"ignored", &value, 7);
+        assert_eq!(
+            (info.id.as_str(), info.value.as_str()),
+            ("node-1", "10.0.0.1:8080")
+        );
+    }
+
+    #[test]
+    fn layout_names_parse_and_bad_ones_name_the_valid_values() {
+        for layout in [EtcdLayout::Tenure, EtcdLayout::GoElection] {
+            assert_eq!(layout.name().parse::<EtcdLayout>().unwrap(), layout);
+            assert_eq!(layout.to_string(), layout.name());
+        }
+        assert_eq!(EtcdLayout::default(), EtcdLayout::Tenure);
+        for bad in ["", "Go", "golang", "curator", " go"] {
+            let e = bad.parse::<EtcdLayout>().unwrap_err();
+            let message = e.message();
+            assert!(message.starts_with("layout: "), "{e}");
+            assert!(
+                message.contains("tenure") && message.contains(" go "),
+                "{e}"
+            );
+        }
     }
 
     #[test]
     fn member_keys_are_apart_from_elections_and_other_namespaces() {
-        let ns = member_range("tenure", &name("a"));
-        assert_eq!(ns, "tenure/@members/a/@");
-        let key = member_key("tenure", &name("a"), "node-1");
-        assert_eq!(key, "tenure/@members/a/@node-1");
-        assert!(key.starts_with(&ns));
-        // A nested namespace is not in the range of its parent.
-        assert!(!member_key("tenure", &name("a/b"), "x").starts_with(&ns));
-        // No election range contains a member key, nor a member range an election key
-        // (election names cannot contain '@', so they never start with it).
-        for election in ["a", "@members", "members", "a/@", "x/y"] {
-            let Ok(e) = ElectionName::new(election) else {
-                continue;
-            };
-            let range = election_range("tenure", &e);
-            assert!(!key.starts_with(&range), "{election}");
-            assert!(
-                !candidate_key("tenure", &e, 1).starts_with(&ns),
-                "{election}"
-            );
+        for layout in [EtcdLayout::Tenure, EtcdLayout::GoElection] {
+            let keys = KeySpace::new("tenure", layout);
+            let ns = keys.member_range(&name("a"));
+            assert_eq!(ns, "tenure/@members/a/@");
+            let key = keys.member_key(&name("a"), "node-1");
+            assert_eq!(key, "tenure/@members/a/@node-1");
+            assert!(key.starts_with(&ns));
+            // A nested namespace is not in the range of its parent.
+            assert!(!keys.member_key(&name("a/b"), "x").starts_with(&ns));
+            // No election range contains a member key, nor a member range an election
+            // key (election names cannot contain '@', so they never start with it).
+            for election in ["a", "@members", "members", "a/@", "x/y"] {
+                let Ok(e) = ElectionName::new(election) else {
+                    continue;
+                };
+                let range = keys.election_range(&e);
+                assert!(!key.starts_with(&range), "{election}");
+                assert!(!keys.candidate_key(&e, 1).starts_with(&ns), "{election}");
+            }
         }
         assert!(ElectionName::new("@members/a").is_err());
     }
 
     #[test]
     fn member_records_decode_and_skip_foreign_keys() {
-        let ns = member_range("p", &name("ns"));
+        let ns = tenure().member_range(&name("ns"));
         let m = decode_member(&ns, format!("{ns}node-1").as_bytes(), b"state 1").unwrap();
         assert_eq!((m.id(), m.value()), ("node-1", "state 1"));
         assert!(decode_member(&ns, format!("{ns}a/b").as_bytes(), b"").is_none());
@@ -159,11 +387,20 @@ mod tests {
     #[test]
     fn prefixes_are_checked() {
         for ok in ["tenure", "app/prod", "a.b-c_d"] {
-            validate_prefix(ok).unwrap();
+            validate_prefix(ok, EtcdLayout::Tenure).unwrap();
+            validate_prefix(ok, EtcdLayout::GoElection).unwrap();
         }
-        for bad in ["", "/x", "x/", "a//b", "a b", "a@b", "ü"] {
-            let e = validate_prefix(bad).unwrap_err();
+        for bad in ["", "/x", "x/", "a//b", "a b", "a@b", "ü", "/"] {
+            let e = validate_prefix(bad, EtcdLayout::Tenure).unwrap_err();
             assert!(e.message().starts_with("prefix"), "{e}");
+        }
+        // Go names often start with '/'.
+        for ok in ["/", "/x", "/services/billing"] {
+            validate_prefix(ok, EtcdLayout::GoElection).unwrap();
+        }
+        for bad in ["", "//", "//x", "x/", "/x/", "a//b", "a b", "a@b"] {
+            let e = validate_prefix(bad, EtcdLayout::GoElection).unwrap_err();
+            assert!(e.message().starts_with("prefix"), "{bad:?}: {e}");
         }
     }
 }

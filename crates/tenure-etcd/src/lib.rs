@@ -18,6 +18,7 @@ mod watcher;
 
 pub use backend::EtcdBackend;
 pub use config::{EtcdConfig, SCHEME, SCHEMES};
+pub use keys::EtcdLayout;
 
 /// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
 pub const DRIVER: tenure_core::backend::Driver =

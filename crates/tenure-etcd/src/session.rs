@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::{
-    encode_record, lock, revision_token, BackendSession, Lifetime, Purpose, SessionEvents,
+    lock, revision_token, BackendSession, Lifetime, Purpose, SessionEvents,
 };
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -15,7 +15,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::batch::Batcher;
 use crate::client::KeepAliveStream;
 use crate::error::TAG;
-use crate::keys::{candidate_key, election_range, lease_hex, member_key};
+use crate::keys::lease_hex;
 use crate::ops::{self, op};
 use crate::proto::{KeyValue, TxnRequest, TxnResponse};
 use crate::shared::{lease_seconds, Shared};
@@ -106,7 +106,7 @@ impl EtcdSession {
         let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
         let watcher = KeyWatcher::spawn(
             shared.client.clone(),
-            shared.prefix(),
+            shared.keys.root(),
             shared.config.get_request_timeout(),
             life.child_token(),
         );
@@ -144,7 +144,7 @@ impl Inner {
     }
 
     fn key(&self, election: &ElectionName) -> String {
-        candidate_key(self.shared.prefix(), election, self.lease)
+        self.shared.keys.candidate_key(election, self.lease)
     }
 
     async fn txn(&self, what: &str, txn: TxnRequest) -> Result<TxnResponse> {
@@ -166,9 +166,12 @@ impl Inner {
         let mut txn = TxnRequest::default();
         for ((election, candidate), key) in chunk.iter().zip(&keys) {
             txn.compare.push(ops::created_at(key, 0));
-            txn.success
-                .push(op(ops::put(key, &encode_record(candidate), self.lease)));
-            let range = election_range(self.shared.prefix(), election);
+            txn.success.push(op(ops::put(
+                key,
+                &self.shared.keys.candidate_value(candidate),
+                self.lease,
+            )));
+            let range = self.shared.keys.election_range(election);
             txn.success.push(op(ops::first_by_create(&range)));
         }
         let resp = self.txn("try_campaign_many", txn).await?;
@@ -208,7 +211,7 @@ impl Inner {
         value: &[u8],
         with_first: bool,
     ) -> Result<(i64, Vec<KeyValue>)> {
-        let range = election_range(self.shared.prefix(), election);
+        let range = self.shared.keys.election_range(election);
         for _ in 0..4 {
             let mut then = vec![op(ops::put(key, value, self.lease))];
             if with_first {
@@ -273,7 +276,7 @@ impl Inner {
         key: &str,
         value: &[u8],
     ) -> Result<Option<(i64, Option<String>)>> {
-        let range = election_range(self.shared.prefix(), election);
+        let range = self.shared.keys.election_range(election);
         let compare = vec![ops::created_at(key, 0)];
         let success = vec![
             op(ops::put(key, value, self.lease)),
@@ -468,8 +471,8 @@ impl BackendSession for EtcdSession {
         let inner = &self.inner;
         inner.life.check_open()?;
         let key = inner.key(election);
-        let range = election_range(inner.shared.prefix(), election);
-        let value = encode_record(candidate);
+        let range = inner.shared.keys.election_range(election);
+        let value = inner.shared.keys.candidate_value(candidate);
         // A new key's transaction also reads the key before it: the first look at the
         // queue comes with it.
         let (mut revision, mut first_look) = match inner.enqueue(election, &key, &value).await? {
@@ -541,7 +544,7 @@ impl BackendSession for EtcdSession {
         let inner = &self.inner;
         inner.life.check_open()?;
         let key = inner.key(election);
-        let value = encode_record(candidate);
+        let value = inner.shared.keys.candidate_value(candidate);
         let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
         let leads = first
             .first()
@@ -630,7 +633,7 @@ impl BackendSession for EtcdSession {
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        let key = member_key(inner.shared.prefix(), namespace, member.id());
+        let key = inner.shared.keys.member_key(namespace, member.id());
         // A put on a revoked or expired lease fails with "lease not found":
         // SessionExpired. The put goes in a transaction: etcd (3.4) checks a plain
         // put against every key already on its lease, which for a node holding
@@ -647,7 +650,7 @@ impl BackendSession for EtcdSession {
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
         Member::check_id(id)?;
         let inner = &self.inner;
-        let key = member_key(inner.shared.prefix(), namespace, id);
+        let key = inner.shared.keys.member_key(namespace, id);
         // Only this session's registration: a later one by another session stays.
         let txn = TxnRequest {
             compare: vec![ops::on_lease(&key, inner.lease)],

@@ -9,6 +9,7 @@ use tenure_core::Result;
 use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
 use crate::error::{map, TAG};
+use crate::keys::KeySpace;
 use crate::ops;
 use crate::proto::KeyValue;
 
@@ -16,6 +17,8 @@ use crate::proto::KeyValue;
 pub(crate) struct Shared {
     pub(crate) client: EtcdClient,
     pub(crate) config: EtcdConfig,
+    /// Where elections and members are, in the configured prefix and layout.
+    pub(crate) keys: KeySpace,
     /// The timeout, error tags and count of every request.
     pub(crate) requests: Requests<tonic::Status>,
 }
@@ -30,6 +33,7 @@ impl Shared {
         );
         Shared {
             client,
+            keys: KeySpace::new(config.key_prefix(), config.key_layout()),
             config,
             requests,
         }
@@ -51,10 +55,6 @@ impl Shared {
             )
             .await?;
         Ok((resp.kvs.into_iter().next(), ops::revision(&resp.header)))
-    }
-
-    pub(crate) fn prefix(&self) -> &str {
-        self.config.key_prefix()
     }
 }
 

@@ -98,11 +98,12 @@ impl Drop for KeyWatch {
 }
 
 impl KeyWatcher {
-    /// Start the task for the keys under `prefix`; it opens its stream on the first
-    /// watch and stops with `stop`.
+    /// Start the task for the keys in the range `root` (a prefix that every key it is
+    /// asked to watch starts with: `<prefix>/`); it opens its stream on the first watch
+    /// and stops with `stop`.
     pub(crate) fn spawn(
         client: EtcdClient,
-        prefix: &str,
+        root: &str,
         request_timeout: Duration,
         stop: CancellationToken,
     ) -> Self {
@@ -110,7 +111,7 @@ impl KeyWatcher {
         let task = Task {
             client,
             request_timeout,
-            range: format!("{prefix}/"),
+            range: root.to_string(),
             stream: None,
             prefix: Prefix::Off,
             log: DeleteLog::default(),
@@ -207,7 +208,7 @@ struct Waiter {
 struct Task {
     client: EtcdClient,
     request_timeout: Duration,
-    /// `<prefix>/`: the range of the prefix watch.
+    /// `<prefix>/` (or `/`): the range of the prefix watch.
     range: String,
     stream: Option<WatchStream>,
     prefix: Prefix,
