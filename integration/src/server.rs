@@ -377,6 +377,13 @@ fn find_etcd(program: &'static str) -> Result<PathBuf> {
     )
 }
 
+/// The `etcdctl` the harness runs (from `.tools/etcd/bin` under the workspace root, else
+/// from `PATH`), for tests that drive it themselves (`etcdctl elect`); missing, the error
+/// names `bash scripts/install-test-deps.sh`.
+pub fn etcdctl_program() -> Result<PathBuf> {
+    find_etcd("etcdctl")
+}
+
 /// `azurite-blob` from `.tools/azurite` under the workspace root, else from
 /// `PATH`.
 fn find_azurite() -> Result<PathBuf> {
