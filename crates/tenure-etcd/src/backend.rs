@@ -112,7 +112,7 @@ impl Backend for EtcdBackend {
         let capabilities = Capabilities::full().batched(crate::session::BATCH);
         match self.shared.config.key_layout() {
             EtcdLayout::GoElection => capabilities.except(Clause::Observe, GO_LEADER_ID),
-            _ => capabilities,
+            EtcdLayout::Tenure => capabilities,
         }
     }
 

@@ -46,18 +46,15 @@ pub enum EtcdLayout {
 }
 
 impl EtcdLayout {
-    /// Every layout with its name in URLs and the environment.
-    const NAMES: [(EtcdLayout, &'static str); 2] = [
-        (EtcdLayout::Tenure, "tenure"),
-        (EtcdLayout::GoElection, "go"),
-    ];
+    /// Every layout.
+    const ALL: [EtcdLayout; 2] = [EtcdLayout::Tenure, EtcdLayout::GoElection];
 
     /// The layout's name in URLs and the environment: `tenure` or `go`.
     pub fn name(self) -> &'static str {
-        Self::NAMES
-            .iter()
-            .find(|(layout, _)| *layout == self)
-            .map_or("tenure", |(_, name)| name)
+        match self {
+            EtcdLayout::Tenure => "tenure",
+            EtcdLayout::GoElection => "go",
+        }
     }
 }
 
@@ -73,10 +70,9 @@ impl FromStr for EtcdLayout {
     type Err = Error;
 
     fn from_str(value: &str) -> Result<Self> {
-        Self::NAMES
-            .iter()
-            .find(|(_, name)| *name == value)
-            .map(|(layout, _)| *layout)
+        Self::ALL
+            .into_iter()
+            .find(|layout| layout.name() == value)
             .ok_or_else(|| {
                 Error::invalid(format!(
                     "layout: {value:?} is not a layout; use tenure (tenure's own keys) or go \
