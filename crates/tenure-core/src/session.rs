@@ -60,6 +60,38 @@ impl fmt::Debug for Session {
     }
 }
 
+/// Losses the backend reported for grants the session has not registered (yet): by
+/// election, the token, the reason and when the report came (see
+/// [`SessionCore::grant_lost`]). Reports older than a TTL are swept once the map has
+/// doubled since the last sweep, as [`ElectionLocks`] does: they are of grants the
+/// session gave up before the report came.
+#[derive(Default)]
+struct EarlyLosses {
+    map: HashMap<ElectionName, (FencingToken, String, Instant)>,
+    sweep_at: usize,
+}
+
+impl EarlyLosses {
+    fn insert(
+        &mut self,
+        election: ElectionName,
+        token: FencingToken,
+        reason: String,
+        ttl: Duration,
+    ) {
+        if self.map.len() >= self.sweep_at {
+            self.map.retain(|_, (_, _, at)| at.elapsed() < ttl);
+            self.sweep_at = (self.map.len() * 2).max(1024);
+        }
+        self.map.insert(election, (token, reason, Instant::now()));
+    }
+
+    /// The report for `election`, if any: it is used up by the grant registered now.
+    fn take(&mut self, election: &ElectionName) -> Option<(FencingToken, String)> {
+        self.map.remove(election).map(|(t, r, _)| (t, r))
+    }
+}
+
 /// The per-election locks of a session's campaigns. Locks nobody holds are dropped
 /// once the map has doubled since the last sweep, so the map does not grow with every
 /// election ever seen and a sweep's cost is paid for by the entries added since: with
@@ -94,6 +126,8 @@ pub(crate) struct SessionCore {
     deadline_ns: AtomicU64,
     deadline_moved: Notify,
     held: Mutex<HashMap<ElectionName, Arc<GrantState>>>,
+    /// Losses reported for grants not in `held` (yet); locked only with `held` locked.
+    early_losses: Mutex<EarlyLosses>,
     locks: Mutex<ElectionLocks>,
     /// Member registrations made through this session, by (namespace, id); re-made in
     /// the store when an expired session is re-opened.
@@ -136,6 +170,7 @@ impl Session {
             deadline_ns: AtomicU64::new(duration_ns(timing.renew_deadline)),
             deadline_moved: Notify::new(),
             held: Mutex::new(HashMap::new()),
+            early_losses: Mutex::new(EarlyLosses::default()),
             locks: Mutex::new(ElectionLocks::default()),
             registrations: Mutex::new(HashMap::new()),
             stop_renewal: CancellationToken::new(),
@@ -791,7 +826,13 @@ impl SessionCore {
             Instant::now(),
             self.lost_tx.clone(),
         ));
-        self.lock_held().insert(election.clone(), state.clone());
+        let early = {
+            let mut held = self.lock_held();
+            held.insert(election.clone(), state.clone());
+            // A report for this election from before the grant is about this grant or
+            // an older one (tokens only grow): either way it is used up now.
+            crate::backend::lock(&self.early_losses).take(election)
+        };
         tracing::info!(election = %election, token = token.0, candidate = candidate.id(), "elected");
         crate::metrics::elected(self.scheme, election);
         // A grant whose deadline passed between the check and now fires at once.
@@ -800,7 +841,43 @@ impl SessionCore {
             session: session.clone(),
         };
         leadership.is_leader();
+        if let Some((_, reason)) = early.filter(|(t, _)| *t == token) {
+            tracing::debug!(election = %election, token = token.0, "the grant was reported lost before it was registered");
+            leadership
+                .state
+                .fire(LossReason::Revoked(reason), self.loss_instant());
+        }
         leadership
+    }
+
+    /// The backend reports the grant `token` of `election` lost. The report may come
+    /// before the grant is registered: the backend answers the campaign and then learns
+    /// of the loss, and this task reads the report before the campaign's caller
+    /// registers the grant (the peer backend, whose quorum leadership can end a moment
+    /// after it granted the seat, did this under load; the report was dropped, and the
+    /// session went on renewing a grant that no longer existed). Such a report is kept
+    /// until the election's next grant is registered, which it ends if the tokens match.
+    fn grant_lost(&self, election: ElectionName, token: FencingToken, reason: String) {
+        let fire = {
+            let held = self.lock_held();
+            match held.get(&election) {
+                Some(g) if g.token == token => Some(g.clone()),
+                // An older grant's report: that grant is gone already.
+                Some(g) if g.token > token => None,
+                _ => {
+                    crate::backend::lock(&self.early_losses).insert(
+                        election,
+                        token,
+                        reason.clone(),
+                        self.timing.ttl,
+                    );
+                    None
+                }
+            }
+        };
+        if let Some(g) = fire {
+            g.fire(LossReason::Revoked(reason), self.loss_instant());
+        }
     }
 
     /// Release a grant in the store (after its lost signal fired), then forget it.
@@ -992,11 +1069,7 @@ impl SessionCore {
                 _ = tokio::time::sleep_until(next) => {}
                 ev = recv_event(&mut events, &mut events_open) => match ev {
                     Some(SessionEvent::ElectionLost { election, token, reason }) => {
-                        if let Some(g) = self.held_grant(&election) {
-                            if g.token == token {
-                                g.fire(LossReason::Revoked(reason), self.loss_instant());
-                            }
-                        }
+                        self.grant_lost(election, token, reason);
                         continue;
                     }
                     Some(SessionEvent::Expired { reason }) => {
@@ -1133,6 +1206,31 @@ impl SessionCore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn early_losses_are_kept_a_ttl_and_swept_at_doubling_sizes() {
+        let ttl = Duration::from_secs(10);
+        let name = |i: usize| ElectionName::new(format!("e/{i}")).expect("name");
+        let mut early = EarlyLosses::default();
+        for i in 0..2000 {
+            early.insert(name(i), FencingToken(i as u64), "gone".into(), ttl);
+        }
+        // Nothing is old enough to go: every report is still there.
+        assert_eq!(early.map.len(), 2000);
+        assert_eq!(early.take(&name(7)), Some((FencingToken(7), "gone".into())));
+        assert_eq!(early.take(&name(7)), None);
+        tokio::time::advance(ttl).await;
+        early.insert(name(5000), FencingToken(1), "new".into(), ttl);
+        // The next insert past the doubled size sweeps the reports older than a TTL.
+        for i in 5001..5000 + early.sweep_at {
+            early.insert(name(i), FencingToken(1), "new".into(), ttl);
+        }
+        assert!((0..2000).all(|i| !early.map.contains_key(&name(i))));
+        assert_eq!(
+            early.take(&name(5000)),
+            Some((FencingToken(1), "new".into()))
+        );
+    }
 
     #[test]
     fn election_locks_sweep_rarely_and_drop_unused_locks() {
