@@ -453,6 +453,7 @@ impl Engine {
                         return;
                     }
                     let now = self.clock.now();
+                    tracing::trace!(election = %name, %from, ?msg, "received");
                     if let Some(seat) = self.seats.get_mut(&name) {
                         seat.machine.handle_message(now, from, msg);
                     }
@@ -577,6 +578,7 @@ impl Engine {
                         let _ = self.transport.send(to, seat_envelope(name, h));
                     }
                 }
+                tracing::trace!(election = %name, %to, ?msg, "sending");
                 let envelope = Envelope::Routed {
                     channel: name.as_str().to_owned(),
                     msg,
@@ -608,6 +610,7 @@ impl Engine {
         let leading = seat.machine.fencing_token();
         // The holder's grant ends with this node's leadership of its epoch.
         if let Some(h) = seat.holder.take_if(|h| leading != Some(h.token)) {
+            tracing::debug!(election = %name, token = h.token, ?leading, "the grant ends with this node's leadership of its epoch");
             if let Some(entry) = self.sessions.get_mut(&h.session) {
                 entry.held.remove(name);
                 entry.events.election_lost(
@@ -645,6 +648,7 @@ impl Engine {
                     break;
                 }
                 let token = FencingToken(epoch);
+                tracing::debug!(election = %name, epoch, ?expiry, "granting the seat");
                 if w.reply.send(Ok(Some(token))).is_ok() {
                     for peer in self.config.members.keys().filter(|p| **p != me) {
                         let h = Holder {
