@@ -6,7 +6,7 @@
 pub use tenure_azure::{AzureBackend, AzureConfig};
 pub use tenure_core::*;
 #[cfg(feature = "etcd")]
-pub use tenure_etcd::{EtcdBackend, EtcdConfig};
+pub use tenure_etcd::{EtcdBackend, EtcdConfig, EtcdLayout};
 /// The peer-to-peer backend (`peer://`): election algorithms, quorum guard,
 /// simulator, TCP transport.
 #[cfg(feature = "peer")]
@@ -25,7 +25,7 @@ pub use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 /// | scheme | feature | backend |
 /// |---|---|---|
 /// | `mem://[NAME]` | always | in-memory store of this process ([`MemoryBackend`]) |
-/// | `etcd://host:port[,…][?prefix=…]`, `etcds://…` (TLS) | `etcd` | etcd v3 (`EtcdBackend`) |
+/// | `etcd://host:port[,…][?prefix=…][&layout=go]`, `etcds://…` (TLS) | `etcd` | etcd v3 (`EtcdBackend`); `layout=go` shares elections with Go's `concurrency.Election` |
 /// | `redis://[user:password@]host[:port][/db][?prefix=…]`, `rediss://…` (TLS) | `redis` | a Redis primary (`RedisBackend`) |
 /// | `redis+sentinel://[user:password@]sentinel[:port][,…]/service[/db]`, `rediss+sentinel://…` | `redis` | the Redis primary Sentinel names, followed through failovers (`RedisBackend`) |
 /// | `zk://[user:password@]host:port[,…][/chroot][?session_timeout=…]` | `zookeeper` | ZooKeeper, Curator LeaderLatch-style nodes (`ZooKeeperBackend`) |
