@@ -121,6 +121,8 @@ enum Command {
     Drain,
     /// A load report: shard, figure.
     Load(usize, f64),
+    /// Load reports of many shards at once.
+    Loads(Vec<(usize, f64)>),
     Close(oneshot::Sender<()>),
 }
 
@@ -175,6 +177,32 @@ impl LoadReporter {
     /// is negative or not finite or a shard of another layout, `Closed` once the
     /// manager stopped.
     pub fn report(&self, shard: &Shard, load: f64) -> Result<()> {
+        let s = self.check(shard, load)?;
+        self.commands
+            .send(Command::Load(s, load))
+            .map_err(|_| closed())
+    }
+
+    /// Report the loads of many shards at once, as [`report`](Self::report) does for
+    /// one: for a node that gathers its shards' figures in one place, one message to
+    /// the manager instead of one per shard (at 10^5 shards a node, reporting shard by
+    /// shard every half second was most of the work a node did). Every report is
+    /// checked first: on an error nothing is reported.
+    pub fn report_many<'a>(&self, loads: impl IntoIterator<Item = (&'a Shard, f64)>) -> Result<()> {
+        let loads = loads
+            .into_iter()
+            .map(|(shard, load)| self.check(shard, load).map(|s| (s, load)))
+            .collect::<Result<Vec<_>>>()?;
+        if loads.is_empty() {
+            return Ok(());
+        }
+        self.commands
+            .send(Command::Loads(loads))
+            .map_err(|_| closed())
+    }
+
+    /// The index of `shard` if `load` may be reported for it.
+    fn check(&self, shard: &Shard, load: f64) -> Result<usize> {
         if !(load.is_finite() && load >= 0.0) {
             return Err(Error::invalid(format!(
                 "load of shard {}: {load}; a finite figure of at least 0",
@@ -188,9 +216,7 @@ impl LoadReporter {
                 self.layout.namespace
             )));
         }
-        self.commands
-            .send(Command::Load(shard.index(), load))
-            .map_err(|_| closed())
+        Ok(shard.index())
     }
 }
 
@@ -226,6 +252,14 @@ impl ShardManager {
     /// Report the load of `shard`, which this node leads (see [`LoadReporter`]).
     pub fn report_load(&self, shard: &Shard, load: f64) -> Result<()> {
         self.loads.report(shard, load)
+    }
+
+    /// Report the loads of many shards at once (see [`LoadReporter::report_many`]).
+    pub fn report_loads<'a>(
+        &self,
+        loads: impl IntoIterator<Item = (&'a Shard, f64)>,
+    ) -> Result<()> {
+        self.loads.report_many(loads)
     }
 
     /// A handle to report loads with from elsewhere (each shard's worker, say).
@@ -952,6 +986,9 @@ impl Controller {
                 },
                 cmd = commands.recv() => match cmd {
                     Some(Command::Load(s, load)) => self.report(s, load),
+                    Some(Command::Loads(loads)) => {
+                        loads.into_iter().for_each(|(s, load)| self.report(s, load))
+                    }
                     Some(Command::Drain) => {
                         self.draining = true;
                         self.mine.set_draining(true);

@@ -46,9 +46,10 @@ pub struct Cluster {
     /// balance (it then checked it).
     pub feasible: Arc<std::sync::atomic::AtomicBool>,
     /// With figures here (one per shard), nodes added from then on balance by load
-    /// with `policy`, and each leader reports its shard's figure every
-    /// `report_every` as an application would, from its `Acquired` event until the
-    /// leadership ends.
+    /// with `policy`, and each node reports the figures of the shards it leads as an
+    /// application would: each once at its `Acquired` event, then all of them together
+    /// every `report_every` ([`LoadReporter::report_many`](crate::LoadReporter::report_many))
+    /// until the leadership ends.
     pub figures: Option<Arc<Mutex<Vec<f64>>>>,
     pub policy: crate::balance::LoadPolicy,
     pub report_every: Duration,
@@ -116,25 +117,48 @@ impl Cluster {
         let reporter = m.load_reporter();
         let figures = self.figures.clone();
         let every = self.report_every;
+        // The shards this node leads, each with its lost signal: reported at once when
+        // acquired, then all together every `report_every` by one task per node (a
+        // task and a timer per shard was most of the work at 10^6 shards).
+        let led: Arc<Mutex<BTreeMap<usize, (crate::Shard, tenure_core::CancellationToken)>>> =
+            Arc::default();
+        let done = tenure_core::CancellationToken::new();
+        if let Some(figures) = &figures {
+            let (figures, reporter, led, done) =
+                (figures.clone(), reporter.clone(), led.clone(), done.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = done.cancelled() => return,
+                        _ = tokio::time::sleep(every) => {}
+                    }
+                    let batch: Vec<(crate::Shard, f64)> = {
+                        let figures = figures.lock().unwrap();
+                        let mut led = led.lock().unwrap();
+                        led.retain(|_, (_, lost)| !lost.is_cancelled());
+                        led.iter()
+                            .map(|(s, (shard, _))| (shard.clone(), figures[*s]))
+                            .collect()
+                    };
+                    if reporter
+                        .report_many(batch.iter().map(|(shard, f)| (shard, *f)))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
         tokio::spawn(async move {
             while let Some(event) = events.recv().await {
                 if let (Some(figures), ShardEvent::Acquired { shard, lost, .. }) =
                     (&figures, &event)
                 {
-                    let (figures, reporter) = (figures.clone(), reporter.clone());
-                    let (shard, lost) = (shard.clone(), lost.clone());
-                    tokio::spawn(async move {
-                        loop {
-                            let figure = figures.lock().unwrap()[shard.index()];
-                            if reporter.report(&shard, figure).is_err() {
-                                return;
-                            }
-                            tokio::select! {
-                                _ = lost.cancelled() => return,
-                                _ = tokio::time::sleep(every) => {}
-                            }
-                        }
-                    });
+                    let figure = figures.lock().unwrap()[shard.index()];
+                    let _ = reporter.report(shard, figure);
+                    led.lock()
+                        .unwrap()
+                        .insert(shard.index(), (shard.clone(), lost.clone()));
                 }
                 log.lock().unwrap().push(Logged {
                     at: Instant::now(),
@@ -142,6 +166,7 @@ impl Cluster {
                     event,
                 });
             }
+            done.cancel();
         });
         self.nodes.insert(id.to_string(), m);
     }

@@ -392,6 +392,44 @@ async fn a_new_leader_starts_from_the_last_published_figure() {
     assert!(m.report_load(&other.shards()[7], 1.0).is_err());
 }
 
+/// Loads reported in one batch are published like single reports; a batch with one
+/// bad figure in it is refused whole, and none of its figures is published.
+#[tokio::test(start_paused = true)]
+async fn a_batch_of_loads_is_published_whole_or_refused_whole() {
+    let mut c = cluster(8).await;
+    c.add_with("node-0", |b| {
+        b.balance_by_load(tenure_shard::balance::LoadPolicy::default())
+    })
+    .await;
+    c.settle(Duration::from_secs(10)).await;
+    let m = &c.nodes["node-0"];
+    let held: Vec<_> = m.held().into_iter().map(|(s, _)| s).collect();
+    assert_eq!(held.len(), 8);
+    let figure = |i: usize| 100.0 * (i + 1) as f64;
+    let bad = held
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s, if i == 5 { f64::INFINITY } else { figure(i) }));
+    assert!(m.report_loads(bad).is_err());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        m.view().shards.iter().all(|s| s.load.is_none()),
+        "a refused batch published {:?}",
+        m.view().shards
+    );
+    m.report_loads(held.iter().enumerate().map(|(i, s)| (s, figure(i))))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let view = m.view();
+    for (i, s) in held.iter().enumerate() {
+        let seen = view.shards[s.index()].load;
+        assert!(
+            seen.is_some_and(|l| (l / figure(i) - 1.0).abs() < 0.05),
+            "shard {i}: {seen:?}"
+        );
+    }
+}
+
 /// A budget smaller than one rebalance needs: the balancer comes back when the
 /// window frees budget, until the loads are balanced.
 #[tokio::test(start_paused = true)]
