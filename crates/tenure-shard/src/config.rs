@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{DynBackend, ElectionName, Error, Member, Result, Timing};
+use futures::future::BoxFuture;
+use tenure_core::{DynBackend, ElectionName, Error, FencingToken, Member, Result, Timing};
 
 use crate::hash::key_hash;
 
@@ -188,6 +189,7 @@ impl Layout {
 /// | `startup_quiet` | 100 ms | at start, campaign only once the member list has not changed for this long |
 /// | `balance_by_load` | off (by count) | choose leaders by the loads reported with [`report_load`](crate::ShardManager::report_load): within a tolerance of each node's share by weight (its capacity), at most so many moves per window ([`LoadPolicy`](crate::balance::LoadPolicy)) |
 /// | `load_interval` | 1 s | least time between two publications of changed load figures |
+/// | `before_handoff` | none | a hook whose future this node awaits before it resigns a shard it hands over (to stop the shard's work first) |
 #[derive(Clone)]
 pub struct ShardManagerBuilder {
     pub(crate) backend: DynBackend,
@@ -203,7 +205,12 @@ pub struct ShardManagerBuilder {
     pub(crate) campaign_limit: usize,
     pub(crate) balance: Option<crate::balance::LoadPolicy>,
     pub(crate) load_interval: Duration,
+    pub(crate) before_handoff: Option<HandoffHook>,
 }
+
+/// What [`ShardManagerBuilder::before_handoff`] keeps.
+pub(crate) type HandoffHook =
+    Arc<dyn Fn(&Shard, FencingToken) -> BoxFuture<'static, ()> + Send + Sync>;
 
 impl fmt::Debug for ShardManagerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -236,6 +243,7 @@ impl ShardManagerBuilder {
             campaign_limit: 1024,
             balance: None,
             load_interval: Duration::from_secs(1),
+            before_handoff: None,
         }
     }
 
@@ -312,6 +320,23 @@ impl ShardManagerBuilder {
     /// between are folded into the last).
     pub fn load_interval(mut self, interval: Duration) -> Self {
         self.load_interval = interval;
+        self
+    }
+
+    /// Stop a shard's work before handing it over: when this node is about to hand
+    /// `shard` (granted with `token`) to another node, it calls `hook(shard, token)`
+    /// right after sending [`ShardEvent::HandedOff`](crate::ShardEvent::HandedOff),
+    /// and resigns the seat only once the returned future completes. Until then the
+    /// seat stays this node's (renewed with its session) and the new leader waits, so
+    /// the old work is over before the new leader starts. Handoffs due together are
+    /// resigned together, once all their futures complete; bound the future (a
+    /// timeout), since the shard is led by nobody else until it ends. Without a hook
+    /// the seat is resigned at once, as the application learns of the handoff.
+    pub fn before_handoff<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(&Shard, FencingToken) -> BoxFuture<'static, ()> + Send + Sync + 'static,
+    {
+        self.before_handoff = Some(Arc::new(hook));
         self
     }
 

@@ -22,7 +22,7 @@ use tracing::Instrument;
 
 use crate::assign::Plan;
 use crate::balance::{self, LoadPolicy};
-use crate::config::{Layout, Shard, ShardManagerBuilder};
+use crate::config::{HandoffHook, Layout, Shard, ShardManagerBuilder};
 use crate::state::{Changed, OwnState, ShardSet, View};
 use crate::view::{plan_after, plan_by_load_with, plan_for, ShardView};
 
@@ -452,6 +452,7 @@ impl ShardManagerBuilder {
             unsettled: Counted::new(shards),
             misplaced: Counted::new(shards),
             bucket: Bucket::new(self.handoff_rate, self.handoff_burst),
+            before_handoff: self.before_handoff.clone(),
             internal_tx,
             events: events_tx,
             publish: publish_tx,
@@ -879,6 +880,8 @@ struct Controller {
     /// Shards held that the plan gives to another node (or none).
     misplaced: Counted,
     bucket: Bucket,
+    /// Awaited before the seats of a handoff are resigned.
+    before_handoff: Option<HandoffHook>,
     internal_tx: mpsc::UnboundedSender<Internal>,
     events: mpsc::UnboundedSender<ShardEvent>,
     publish: watch::Sender<String>,
@@ -1745,6 +1748,7 @@ impl Controller {
     /// seats they give up are released together (`Session::resign_many`).
     fn run_handoffs(&mut self, view: &View, plan: &Plan) {
         let mut resigning = Vec::new();
+        let mut waits = Vec::new();
         while let Some(&s) = self.pending.front() {
             // Still held and still to hand over (the plan or the claims may have moved
             // since it was queued)?
@@ -1754,7 +1758,8 @@ impl Controller {
                 .then(|| self.handoff_of(s, view, plan));
             let due = due.flatten();
             if due.is_some() && !self.bucket.take() {
-                return;
+                // The seats taken so far are still resigned below (after the hooks).
+                break;
             }
             self.pending.pop_front();
             self.queued.set(s, false);
@@ -1778,11 +1783,15 @@ impl Controller {
                 token,
                 to,
             });
+            if let Some(hook) = &self.before_handoff {
+                waits.push(hook(&self.layout.shards[s], token));
+            }
             resigning.extend(held.leadership.take());
         }
         if !resigning.is_empty() {
             let session = self.session.clone();
             tokio::spawn(async move {
+                futures::future::join_all(waits).await;
                 let seats = resigning.len();
                 if let Err(e) = session.resign_many(resigning).await {
                     tracing::warn!(seats, error = %e, "resign during handoff failed; seats not released free at the TTL");
