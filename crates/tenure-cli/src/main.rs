@@ -6,6 +6,7 @@ mod args;
 mod bench;
 mod bench_all;
 mod campaign;
+mod child;
 mod clock;
 mod demo;
 mod events;
