@@ -49,6 +49,15 @@ pub struct MetricsArgs {
     pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
+/// The health endpoint for load balancers and readiness probes.
+#[derive(Debug, Clone, Args)]
+pub struct HealthArgs {
+    /// Serve http://ADDR/leader (200 while leading, else 503) and /shards (what is
+    /// led, JSON); given the same ADDR as --metrics-addr, /metrics on that listener too.
+    #[arg(long, env = "TENURE_HEALTH_ADDR", value_name = "ADDR")]
+    pub health_addr: Option<std::net::SocketAddr>,
+}
+
 /// Session timing, in seconds (fractions allowed).
 #[derive(Debug, Clone, Args)]
 pub struct TimingArgs {
@@ -128,6 +137,9 @@ pub struct CampaignArgs {
     /// Metrics.
     #[command(flatten)]
     pub metrics: MetricsArgs,
+    /// Health endpoint.
+    #[command(flatten)]
+    pub health: HealthArgs,
     /// The command to run while leader (after `--`). It gets TENURE_TOKEN,
     /// TENURE_ELECTION and TENURE_ID in its environment, runs in its own process
     /// group (SIGTERM, then SIGKILL, on loss), and is SIGKILLed by the kernel if this
@@ -220,6 +232,55 @@ pub struct ShardsArgs {
 pub enum ShardsCommand {
     /// Print the shard map (leader, token, replicas), leaders per node and the members.
     Status(ShardsStatusArgs),
+    /// Be a node of the namespace: run the command once for every shard this node
+    /// leads; print one JSON line per event; on SIGTERM or SIGINT hand every shard
+    /// over (each command stopped first) and exit 0.
+    Run(ShardsRunArgs),
+}
+
+/// `tenure shards run`.
+#[derive(Debug, Clone, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct ShardsRunArgs {
+    /// The store.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// The namespace, the same on every node.
+    #[arg(long)]
+    pub namespace: String,
+    /// Its number of shards, the same on every node.
+    #[arg(long)]
+    pub shards: usize,
+    /// Its replication factor (nodes campaigning for each shard), the same on every
+    /// node.
+    #[arg(long, default_value_t = 3)]
+    pub replication: usize,
+    /// This node's id, unique in the namespace (letters, digits, `-_.`).
+    #[arg(long)]
+    pub id: String,
+    /// This node's failure domain: every shard's replicas span as many zones as there
+    /// are, up to the replication factor.
+    #[arg(long)]
+    pub zone: Option<String>,
+    /// Session timing.
+    #[command(flatten)]
+    pub timing: TimingArgs,
+    /// Seconds a shard's command gets to exit after SIGTERM before SIGKILL.
+    #[arg(long, default_value_t = 5.0)]
+    pub grace: f64,
+    /// Metrics.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+    /// Health endpoint.
+    #[command(flatten)]
+    pub health: HealthArgs,
+    /// The command to run for each shard this node leads (after `--`). It gets
+    /// TENURE_SHARD (the shard's name), TENURE_SHARD_INDEX, TENURE_TOKEN (the fencing
+    /// token of the grant), TENURE_ELECTION and TENURE_ID in its environment, runs in
+    /// its own process group, and is stopped (SIGTERM, then SIGKILL after --grace) when
+    /// the shard is lost, or before it is handed over.
+    #[arg(last = true)]
+    pub command: Vec<String>,
 }
 
 /// `tenure shards status`.

@@ -3,10 +3,12 @@
 //! stopped with SIGTERM to its group, then SIGKILL after a grace period.
 
 use std::future::Future;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use serde_json::{json, Value};
 use tenure::{Error, Result};
 use tokio::process::{Child, Command};
 
@@ -81,6 +83,33 @@ pub enum Ended {
     Failed(String),
 }
 
+impl Ended {
+    /// The fields a `command_exited` line gives for this ending: `code` or `signal`,
+    /// and whether tenure stopped it (and had to kill it).
+    pub fn json_fields(&self) -> Value {
+        let status = |s: &ExitStatus| json!({ "code": s.code(), "signal": s.signal() });
+        let mut v = match self {
+            Ended::Exited(s) => status(s),
+            Ended::Stopped {
+                status: Some(s), ..
+            } => status(s),
+            Ended::Stopped { status: None, .. } | Ended::Failed(_) => {
+                json!({ "code": null, "signal": null })
+            }
+        };
+        let (stopped, killed) = match self {
+            Ended::Stopped { killed, .. } => (true, *killed),
+            _ => (false, false),
+        };
+        v["stopped"] = json!(stopped);
+        v["killed"] = json!(killed);
+        if let Ended::Failed(e) = self {
+            v["error"] = json!(e);
+        }
+        v
+    }
+}
+
 /// A started command.
 #[derive(Debug)]
 pub struct Running {
@@ -90,6 +119,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// Its process id (and process group id).
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
     /// Wait until it exits or `stop` completes; in the second case SIGTERM its group,
     /// and SIGKILL the group after the grace period.
     pub async fn until(mut self, stop: impl Future<Output = ()>) -> Ended {
@@ -154,7 +188,6 @@ fn signal_group(pid: u32, signal: libc::c_int) {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::process::ExitStatusExt;
     use std::time::{Duration, Instant};
 
     use super::{Ended, LeaderCommand};
@@ -184,24 +217,36 @@ mod tests {
             matches!(&ended, Ended::Exited(s) if s.code() == Some(3)),
             "{ended:?}"
         );
+        let v = ended.json_fields();
+        assert_eq!(v["code"], 3);
+        assert_eq!(v["stopped"], false);
     }
 
     #[tokio::test]
     async fn stop_sends_sigterm_then_sigkill_after_the_grace() {
         let polite = sh("exec sleep 100", Duration::from_secs(5));
         let ended = polite.start(&[]).unwrap().until(async {}).await;
-        assert!(
-            matches!(&ended, Ended::Stopped { status: Some(s), killed: false } if s.signal() == Some(15)),
-            "{ended:?}"
+        let v = ended.json_fields();
+        assert_eq!(
+            (
+                v["signal"].as_i64(),
+                v["killed"].as_bool(),
+                v["stopped"].as_bool()
+            ),
+            (Some(15), Some(false), Some(true))
         );
 
         let stubborn = sh("trap '' TERM; sleep 100 & wait", Duration::from_millis(300));
         let started = Instant::now();
-        let ended = stubborn.start(&[]).unwrap().until(async {}).await;
-        assert!(started.elapsed() >= Duration::from_millis(300));
-        assert!(
-            matches!(&ended, Ended::Stopped { status: Some(s), killed: true } if s.signal() == Some(9)),
-            "{ended:?}"
+        // Stopped once the shell has had time to set its trap.
+        let settle = tokio::time::sleep(Duration::from_millis(200));
+        let ended = stubborn.start(&[]).unwrap().until(settle).await;
+        assert!(started.elapsed() >= Duration::from_millis(500));
+        let v = ended.json_fields();
+        assert_eq!(
+            (v["signal"].as_i64(), v["killed"].as_bool()),
+            (Some(9), Some(true)),
+            "{v}"
         );
     }
 }

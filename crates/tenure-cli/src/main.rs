@@ -10,9 +10,11 @@ mod child;
 mod clock;
 mod demo;
 mod events;
+mod health;
 mod metrics;
 mod observe;
 mod shards;
+mod shards_run;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,12 +25,13 @@ use std::io::IsTerminal;
 use tenure::{Error, ErrorKind};
 
 use args::{
-    positive_seconds, seconds, BenchArgs, Cli, Command, DemoArgs, MetricsArgs, ShardsArgs,
-    ShardsCommand,
+    positive_seconds, seconds, BenchArgs, Cli, Command, DemoArgs, HealthArgs, MetricsArgs,
+    ShardsArgs, ShardsCommand,
 };
 use bench_all::{BenchPlan, Machine, Target};
 use demo::{DemoOptions, Display};
-use events::StdoutSink;
+use events::{EventSink, StdoutSink};
+use health::{Health, HealthSink};
 use shards::StatusOptions;
 use tokio_util::sync::CancellationToken;
 
@@ -138,16 +141,44 @@ fn serve_metrics(args: &MetricsArgs) -> tenure::Result<()> {
     }
 }
 
+/// Serve `--metrics-addr` and `--health-addr` (one listener when both name the same
+/// address); the event lines go through the returned sink, which keeps the health
+/// state of `id` up to date.
+async fn serve_endpoints(
+    metrics: &MetricsArgs,
+    health: &HealthArgs,
+    id: &str,
+) -> tenure::Result<Arc<dyn EventSink>> {
+    let Some(addr) = health.health_addr else {
+        serve_metrics(metrics)?;
+        return Ok(Arc::new(StdoutSink));
+    };
+    let listener = health::bind(addr).await?;
+    let handle = match metrics.metrics_addr {
+        Some(m) if m == addr => Some(metrics::install()?),
+        _ => {
+            serve_metrics(metrics)?;
+            None
+        }
+    };
+    let state = Arc::new(Health::new(id));
+    health::serve(listener, state.clone(), handle);
+    Ok(Arc::new(HealthSink {
+        inner: Arc::new(StdoutSink),
+        health: state,
+    }))
+}
+
 async fn run(cli: Cli) -> tenure::Result<()> {
     let shutdown = shutdown_on_signals();
     match cli.command {
         Command::Campaign(args) => {
             // Every argument is checked before touching the network.
             let plan = campaign::CampaignPlan::new(&args)?;
-            serve_metrics(&args.metrics)?;
+            let sink = serve_endpoints(&args.metrics, &args.health, &args.id).await?;
             let limit = plan.timing().connect_timeout;
             let backend = connect(&args.backend.backend, limit).await?;
-            campaign::run_campaign(backend, &plan, Arc::new(StdoutSink), shutdown).await
+            campaign::run_campaign(backend, &plan, sink, shutdown).await
         }
         Command::Observe(args) => {
             let plan = observe::ObservePlan::new(&args)?;
@@ -179,6 +210,14 @@ async fn run_shards(args: ShardsArgs, shutdown: CancellationToken) -> tenure::Re
             };
             let mut out = std::io::stdout();
             shards::run_status(backend, &options, &mut out, shutdown).await
+        }
+        ShardsCommand::Run(args) => {
+            // Every argument is checked before touching the network.
+            let plan = shards_run::RunPlan::new(&args).await?;
+            let sink = serve_endpoints(&args.metrics, &args.health, plan.id()).await?;
+            let limit = plan.timing().connect_timeout;
+            let backend = connect(&args.backend.backend, limit).await?;
+            shards_run::run_shards(backend, &plan, sink, shutdown).await
         }
     }
 }

@@ -1,0 +1,645 @@
+//! `tenure shards run`: a shard manager node that runs a command for every shard it
+//! leads, so that a service in any language can be sharded.
+//!
+//! Each grant of a shard gets one run of the command, with the shard and the grant's
+//! fencing token in its environment. The command is stopped (SIGTERM to its process
+//! group, SIGKILL after the grace) when the shard is lost, and before the shard is
+//! handed over: the node's `before_handoff` hook waits for the command to exit, and
+//! only then does the node resign the shard, so the next node's command starts after
+//! this one ended. SIGTERM drains the node that way, shard by shard.
+//!
+//! Event lines, each with `namespace`, `shard`, `index`, `election`, `id`, `token` and
+//! `mono_ns` (CLOCK_MONOTONIC nanoseconds): `acquired`; `command_started` (`pid`);
+//! `command_exited` (`code` or `signal`, `stopped` if tenure stopped it, `killed` if it
+//! took SIGKILL, `error` if it could not be started or waited for); `lost` (`reason`);
+//! `handing_off` (`to`: the node that takes it, or null) when the node decides to hand
+//! the shard over, and `handed_off` once its command exited and the seat is resigned.
+//! After a drain, one `drained` line (`namespace`, `id`, `mono_ns`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::{json, Value};
+use tenure::shard::{Layout, Shard, ShardEvent, ShardEvents, ShardManager};
+use tenure::{DynBackend, Error, ErrorKind, FencingToken, Member, MemoryBackend, Result, Timing};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::args::{seconds, ShardsRunArgs};
+use crate::child::{Ended, LeaderCommand};
+use crate::clock::monotonic_now_ns;
+use crate::events::EventSink;
+
+/// The arguments of `tenure shards run`, checked: everything that can be wrong with
+/// them is found here, before the backend is connected.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    layout: Layout,
+    id: String,
+    zone: Option<String>,
+    timing: Timing,
+    command: LeaderCommand,
+    grace: Duration,
+}
+
+impl RunPlan {
+    /// Check `args`: layout, id, zone, timing, grace and the command's program.
+    pub async fn new(args: &ShardsRunArgs) -> Result<RunPlan> {
+        let layout = Layout::new(&args.namespace, args.shards, args.replication)?;
+        Member::check_id(&args.id).map_err(|e| Error::invalid(format!("id: {}", e.message())))?;
+        let timing = args.timing.timing()?;
+        let grace = seconds("grace", args.grace)?;
+        let command = LeaderCommand::new(&args.command, grace)?;
+        let plan = RunPlan {
+            layout,
+            id: args.id.clone(),
+            zone: args.zone.clone(),
+            timing,
+            command,
+            grace,
+        };
+        plan.check_settings().await?;
+        Ok(plan)
+    }
+
+    /// The session timing (its `connect_timeout` bounds connecting too).
+    pub fn timing(&self) -> &Timing {
+        &self.timing
+    }
+
+    /// The node's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The shard manager checks its settings (the zone's rule among them) as it
+    /// starts: start one on a store of this process's own and leave at once, so that
+    /// a bad setting is reported before the real store is connected.
+    async fn check_settings(&self) -> Result<()> {
+        let (manager, _events) = self.builder(Arc::new(MemoryBackend::new())).start().await?;
+        manager.close().await
+    }
+
+    fn builder(&self, backend: DynBackend) -> tenure::shard::ShardManagerBuilder {
+        let builder = ShardManager::builder(backend)
+            .layout(self.layout.clone())
+            .node_id(&self.id)
+            .timing(self.timing.clone());
+        match &self.zone {
+            Some(zone) => builder.zone(zone),
+            None => builder,
+        }
+    }
+}
+
+/// Be a node of the namespace on `backend` until `shutdown` fires, then drain and
+/// leave. Event lines go to `sink`.
+pub async fn run_shards(
+    backend: DynBackend,
+    plan: &RunPlan,
+    sink: Arc<dyn EventSink>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let jobs = Arc::new(Jobs::default());
+    let hook_jobs = jobs.clone();
+    let (manager, events) = plan
+        .builder(backend)
+        .before_handoff(move |shard, token| hook_jobs.stop(shard.index(), token.get()).boxed())
+        .start()
+        .await?;
+    let mut node = Node {
+        plan,
+        sink,
+        jobs,
+        supervisors: JoinSet::new(),
+    };
+    let result = node.follow(&manager, events, shutdown).await;
+    if let Err(e) = manager.close().await {
+        tracing::warn!(error = %e, "closing the shard manager failed");
+    }
+    result
+}
+
+/// The event loop of one node.
+struct Node<'a> {
+    plan: &'a RunPlan,
+    sink: Arc<dyn EventSink>,
+    jobs: Arc<Jobs>,
+    /// One task per grant: runs its command and reports how it ended.
+    supervisors: JoinSet<()>,
+}
+
+impl Node<'_> {
+    /// Handle the manager's events until `shutdown`, then drain: every shard handed
+    /// over, every command exited.
+    async fn follow(
+        &mut self,
+        manager: &ShardManager,
+        mut events: ShardEvents,
+        shutdown: CancellationToken,
+    ) -> Result<()> {
+        let drain = async {
+            shutdown.cancelled().await;
+            manager.drain().await
+        };
+        tokio::pin!(drain);
+        let drained = loop {
+            tokio::select! {
+                event = events.recv() => match event {
+                    Some(event) => self.handle(event),
+                    None => break Err(Error::new(ErrorKind::Closed, "shard manager stopped")),
+                },
+                result = &mut drain => break result,
+                Some(_) = self.supervisors.join_next(), if !self.supervisors.is_empty() => {}
+            }
+        };
+        // The events sent before the drain ended (an acquired shard handed over
+        // before its event was read starts no command).
+        while let Ok(event) = events.try_recv() {
+            self.handle(event);
+        }
+        if drained.is_err() {
+            self.jobs.stop_all();
+        }
+        while self.supervisors.join_next().await.is_some() {}
+        if drained.is_ok() {
+            self.sink.emit(json!({
+                "event": "drained", "namespace": self.plan.layout.namespace().as_str(),
+                "id": self.plan.id, "mono_ns": monotonic_now_ns(),
+            }));
+        }
+        drained
+    }
+
+    fn handle(&mut self, event: ShardEvent) {
+        match event {
+            ShardEvent::Acquired { shard, token, lost } => {
+                let grant = Grant::new(self.plan, &shard, token);
+                self.sink.emit(grant.line("acquired"));
+                // Handed over (or lost) before this event was read: nothing to run.
+                let Some((stop, done)) = self.jobs.begin(shard.index(), token.get()) else {
+                    return;
+                };
+                if lost.is_cancelled() {
+                    done.send_replace(true);
+                    return;
+                }
+                let supervisor = Supervisor {
+                    grant,
+                    command: self.plan.command.clone(),
+                    sink: self.sink.clone(),
+                    lost,
+                    stop,
+                    done,
+                    // The other handoffs of its batch may take their grace too.
+                    resign_within: self.plan.grace + self.plan.timing.ttl,
+                };
+                self.supervisors.spawn(supervisor.run());
+            }
+            ShardEvent::Lost {
+                shard,
+                token,
+                reason,
+            } => {
+                let mut line = Grant::new(self.plan, &shard, token).line("lost");
+                line["reason"] = json!(reason.to_string());
+                self.sink.emit(line);
+                self.jobs.forget(shard.index(), token.get());
+            }
+            ShardEvent::HandedOff { shard, token, to } => {
+                let mut line = Grant::new(self.plan, &shard, token).line("handing_off");
+                line["to"] = json!(to);
+                self.sink.emit(line);
+            }
+        }
+    }
+}
+
+/// One grant of one shard: what its event lines and its command's environment say.
+#[derive(Debug, Clone)]
+struct Grant {
+    namespace: String,
+    shard: String,
+    index: usize,
+    election: String,
+    id: String,
+    token: u64,
+}
+
+impl Grant {
+    fn new(plan: &RunPlan, shard: &Shard, token: FencingToken) -> Grant {
+        Grant {
+            namespace: plan.layout.namespace().as_str().to_string(),
+            shard: shard.name().to_string(),
+            index: shard.index(),
+            election: plan.layout.election(shard).as_str().to_string(),
+            id: plan.id.clone(),
+            token: token.get(),
+        }
+    }
+
+    /// The event line `kind` about this grant, stamped now.
+    fn line(&self, kind: &str) -> Value {
+        json!({
+            "event": kind, "namespace": self.namespace, "shard": self.shard,
+            "index": self.index, "election": self.election, "id": self.id,
+            "token": self.token, "mono_ns": monotonic_now_ns(),
+        })
+    }
+
+    fn env(&self) -> [(&'static str, String); 5] {
+        [
+            ("TENURE_SHARD", self.shard.clone()),
+            ("TENURE_SHARD_INDEX", self.index.to_string()),
+            ("TENURE_TOKEN", self.token.to_string()),
+            ("TENURE_ELECTION", self.election.clone()),
+            ("TENURE_ID", self.id.clone()),
+        ]
+    }
+}
+
+/// Runs the command of one grant and reports how it and the grant ended.
+struct Supervisor {
+    grant: Grant,
+    command: LeaderCommand,
+    sink: Arc<dyn EventSink>,
+    /// Cancelled when the grant ends (a loss, or the resign of a handoff).
+    lost: CancellationToken,
+    /// Cancelled by the handoff hook.
+    stop: CancellationToken,
+    /// Set once the command has exited, for the hook.
+    done: watch::Sender<bool>,
+    resign_within: Duration,
+}
+
+impl Supervisor {
+    async fn run(self) {
+        let ended = match self.command.start(&self.grant.env()) {
+            Ok(running) => {
+                let mut line = self.grant.line("command_started");
+                line["pid"] = json!(running.pid());
+                self.sink.emit(line);
+                let (lost, stop) = (self.lost.clone(), self.stop.clone());
+                let either = async move {
+                    tokio::select! {
+                        _ = lost.cancelled() => {}
+                        _ = stop.cancelled() => {}
+                    }
+                };
+                running.until(either).await
+            }
+            Err(e) => Ended::Failed(e),
+        };
+        let mut line = self.grant.line("command_exited");
+        if let (Some(line), Value::Object(fields)) = (line.as_object_mut(), ended.json_fields()) {
+            line.extend(fields);
+        }
+        self.sink.emit(line);
+        self.done.send_replace(true);
+        // A command that exited by itself leaves the grant held until it ends.
+        tokio::select! {
+            _ = self.stop.cancelled() => {}
+            _ = self.lost.cancelled() => {}
+        }
+        if self.stop.is_cancelled() {
+            if tokio::time::timeout(self.resign_within, self.lost.cancelled())
+                .await
+                .is_err()
+            {
+                tracing::warn!(shard = %self.grant.shard, "handoff not resigned in time");
+            }
+            self.sink.emit(self.grant.line("handed_off"));
+        }
+    }
+}
+
+/// The commands of the grants this node holds, by shard index, shared between the
+/// event loop and the handoff hook.
+#[derive(Debug, Default)]
+struct Jobs(Mutex<JobTable>);
+
+#[derive(Debug, Default)]
+struct JobTable {
+    running: HashMap<usize, Job>,
+    /// Grants the hook stopped before their `Acquired` event was read.
+    stopped_early: HashSet<(usize, u64)>,
+}
+
+#[derive(Debug)]
+struct Job {
+    token: u64,
+    stop: CancellationToken,
+    done: watch::Receiver<bool>,
+}
+
+impl Jobs {
+    fn table(&self) -> std::sync::MutexGuard<'_, JobTable> {
+        match self.0.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// A job for grant `token` of shard `index`, unless the hook stopped it already.
+    fn begin(&self, index: usize, token: u64) -> Option<(CancellationToken, watch::Sender<bool>)> {
+        let mut table = self.table();
+        if table.stopped_early.remove(&(index, token)) {
+            return None;
+        }
+        let stop = CancellationToken::new();
+        let (done_tx, done) = watch::channel(false);
+        let job = Job {
+            token,
+            stop: stop.clone(),
+            done,
+        };
+        table.running.insert(index, job);
+        Some((stop, done_tx))
+    }
+
+    /// The handoff hook: stop the command of grant `token` of shard `index`; the
+    /// future completes once it has exited.
+    fn stop(&self, index: usize, token: u64) -> impl std::future::Future<Output = ()> + 'static {
+        let mut table = self.table();
+        let done = match table.running.get(&index) {
+            Some(job) if job.token == token => table.running.remove(&index).map(|job| {
+                job.stop.cancel();
+                job.done
+            }),
+            _ => {
+                table.stopped_early.insert((index, token));
+                None
+            }
+        };
+        async move {
+            if let Some(mut done) = done {
+                // An error means the supervisor is gone, its command with it.
+                let _ = done.wait_for(|exited| *exited).await;
+            }
+        }
+    }
+
+    /// Grant `token` of shard `index` was lost: its supervisor stops the command.
+    fn forget(&self, index: usize, token: u64) {
+        let mut table = self.table();
+        if table.running.get(&index).is_some_and(|j| j.token == token) {
+            table.running.remove(&index);
+        }
+    }
+
+    /// Stop every command (the node is going away without a drain).
+    fn stop_all(&self) {
+        for (_, job) in self.table().running.drain() {
+            job.stop.cancel();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use clap::Parser;
+    use serde_json::Value;
+    use tenure::{ErrorKind, MemoryBackend};
+    use tokio_util::sync::CancellationToken;
+
+    use super::{run_shards, Jobs, RunPlan};
+    use crate::args::{Cli, Command, ShardsCommand, ShardsRunArgs};
+    use crate::events::MemorySink;
+
+    fn args(extra: &[&str]) -> ShardsRunArgs {
+        let mut argv = vec!["tenure", "shards", "run"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Shards(s)) => match s.command {
+                ShardsCommand::Run(a) => a,
+                other => panic!("parsed {other:?}"),
+            },
+            other => panic!("parsed {other:?}"),
+        }
+    }
+
+    const BASE: [&str; 6] = ["--namespace", "orders", "--shards", "8", "--id", "n1"];
+
+    async fn plan(extra: &[&str]) -> tenure::Result<RunPlan> {
+        let mut all = BASE.to_vec();
+        all.extend_from_slice(extra);
+        RunPlan::new(&args(&all)).await
+    }
+
+    #[tokio::test]
+    async fn arguments_parse_with_their_defaults() {
+        let a = args(&[&BASE[..], &["--", "sh", "-c", "echo $TENURE_SHARD"]].concat());
+        assert_eq!(
+            (a.namespace.as_str(), a.shards, a.replication),
+            ("orders", 8, 3)
+        );
+        assert_eq!(
+            (a.id.as_str(), a.zone.as_deref(), a.grace),
+            ("n1", None, 5.0)
+        );
+        assert_eq!(a.command, ["sh", "-c", "echo $TENURE_SHARD"]);
+        assert_eq!(a.health.health_addr, None);
+        let a = args(
+            &[
+                &BASE[..],
+                &[
+                    "--replication",
+                    "2",
+                    "--zone",
+                    "eu-1a",
+                    "--grace",
+                    "0.5",
+                    "--ttl",
+                    "2",
+                ],
+                &["--health-addr", "127.0.0.1:9000", "--", "true"],
+            ]
+            .concat(),
+        );
+        assert_eq!(
+            (a.replication, a.zone.as_deref(), a.grace),
+            (2, Some("eu-1a"), 0.5)
+        );
+        assert_eq!(
+            a.health.health_addr,
+            Some("127.0.0.1:9000".parse().unwrap())
+        );
+        let p = RunPlan::new(&a).await.unwrap();
+        assert_eq!(p.timing().ttl, Duration::from_secs(2));
+        assert_eq!(p.id(), "n1");
+        // A bad address is refused by the parser, naming the flag.
+        let bad = Cli::try_parse_from([
+            "tenure",
+            "shards",
+            "run",
+            "--health-addr",
+            "nowhere",
+            "--",
+            "true",
+        ])
+        .unwrap_err();
+        assert!(bad.to_string().contains("--health-addr"), "{bad}");
+    }
+
+    #[tokio::test]
+    async fn bad_input_names_the_flag() {
+        for (extra, want) in [
+            (&["--zone", "eu west", "--", "true"][..], "zone:"),
+            (&["--grace", "-1", "--", "true"], "grace:"),
+            (&["--ttl", "0", "--", "true"], "ttl"),
+            (&["--replication", "0", "--", "true"], "replication"),
+            (
+                &["--", "/nonexistent/prog"],
+                "command: \"/nonexistent/prog\" not found",
+            ),
+            (&[], "command: none given after --"),
+        ] {
+            let e = plan(extra).await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{extra:?}: {e}");
+            assert!(e.to_string().contains(want), "{extra:?}: {e}");
+        }
+        let mut bad_id = BASE.to_vec();
+        bad_id[5] = "n/1";
+        bad_id.extend(["--", "true"]);
+        let e = RunPlan::new(&args(&bad_id)).await.unwrap_err();
+        assert!(
+            e.to_string().starts_with("invalid_argument: id: member id"),
+            "{e}"
+        );
+        let mut bad_shards = BASE.to_vec();
+        bad_shards[3] = "0";
+        bad_shards.extend(["--", "true"]);
+        let e = RunPlan::new(&args(&bad_shards)).await.unwrap_err();
+        assert!(e.to_string().contains("shards"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_hook_stops_a_grant_whose_event_was_not_read_yet() {
+        let jobs = Jobs::default();
+        // Stopped before it began: it never starts, and nothing waits.
+        jobs.stop(3, 7).await;
+        assert!(jobs.begin(3, 7).is_none());
+        // Begun, then stopped: the hook waits for the command's exit.
+        let (stop, done) = jobs.begin(3, 8).unwrap();
+        let hook = tokio::spawn(jobs.stop(3, 8));
+        stop.cancelled().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!hook.is_finished());
+        done.send_replace(true);
+        hook.await.unwrap();
+        // A loss forgets the job; a later grant is a new one.
+        let _ = jobs.begin(4, 9).unwrap();
+        jobs.forget(4, 9);
+        assert!(jobs.table().running.is_empty());
+    }
+
+    async fn wait_for(sink: &MemorySink, what: &str, pred: impl Fn(&[Value]) -> bool) {
+        for _ in 0..1000 {
+            if pred(&sink.events()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("{what}: not seen; got {:#?}", sink.events());
+    }
+
+    fn count(events: &[Value], kind: &str, id: &str) -> usize {
+        events
+            .iter()
+            .filter(|v| v["event"] == kind && v["id"] == id)
+            .count()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_nodes_share_the_shards_and_a_drain_stops_each_command_first() {
+        let backend: tenure::DynBackend = Arc::new(MemoryBackend::new());
+        let script = "trap 'exit 0' TERM; while :; do sleep 0.05; done";
+        let node = |id: &'static str| {
+            let backend = backend.clone();
+            async move {
+                let a = args(&[
+                    "--namespace",
+                    "jobs",
+                    "--shards",
+                    "8",
+                    "--replication",
+                    "2",
+                    "--id",
+                    id,
+                    "--ttl",
+                    "2",
+                    "--grace",
+                    "2",
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                ]);
+                let plan = RunPlan::new(&a).await.unwrap();
+                let (sink, stop) = (MemorySink::default(), CancellationToken::new());
+                let task = {
+                    let (sink, stop) = (Arc::new(sink.clone()), stop.clone());
+                    tokio::spawn(async move { run_shards(backend, &plan, sink, stop).await })
+                };
+                (sink, stop, task)
+            }
+        };
+        let (sa, stop_a, a) = node("a").await;
+        wait_for(&sa, "a runs 8 commands", |e| {
+            count(e, "command_started", "a") == 8
+        })
+        .await;
+        let (sb, stop_b, b) = node("b").await;
+        wait_for(&sb, "b runs 4 commands", |e| {
+            count(e, "command_started", "b") == 4
+        })
+        .await;
+        // Each handoff: a's command exited before a resigned, and before b's started.
+        let a_events = sa.events();
+        for started in sb
+            .events()
+            .iter()
+            .filter(|v| v["event"] == "command_started")
+        {
+            let exited = a_events
+                .iter()
+                .find(|v| v["event"] == "command_exited" && v["shard"] == started["shard"])
+                .expect("a's command for the shard exited");
+            assert_eq!(exited["stopped"], true);
+            assert_eq!(
+                exited["signal"],
+                Value::Null,
+                "it exited on its own after SIGTERM"
+            );
+            assert!(exited["mono_ns"].as_u64() < started["mono_ns"].as_u64());
+            assert!(started["token"].as_u64() > exited["token"].as_u64());
+        }
+        stop_a.cancel();
+        a.await.unwrap().unwrap();
+        let a_events = sa.events();
+        assert_eq!(a_events.last().unwrap()["event"], "drained");
+        assert_eq!(count(&a_events, "command_exited", "a"), 8);
+        assert_eq!(count(&a_events, "handed_off", "a"), 8);
+        wait_for(&sb, "b runs all 8", |e| {
+            e.iter().filter(|v| v["event"] == "command_started").count()
+                - e.iter().filter(|v| v["event"] == "command_exited").count()
+                == 8
+        })
+        .await;
+        stop_b.cancel();
+        b.await.unwrap().unwrap();
+        let b_events = sb.events();
+        assert_eq!(count(&b_events, "command_exited", "b"), 8);
+        let last = b_events.last().unwrap();
+        assert_eq!(
+            (last["event"].as_str(), last["namespace"].as_str()),
+            (Some("drained"), Some("jobs"))
+        );
+    }
+}
