@@ -14,6 +14,7 @@ use tenure_azure::AzureConfig;
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, Member, Timing};
 use tenure_etcd::EtcdBackend;
 use tenure_integration::chaos::parse_duration;
+use tenure_integration::cli_faults::tenure_bin;
 use tenure_integration::{
     start_with_passwords, workspace_root, AzuriteServer, EtcdServer, RedisServer,
 };
@@ -289,8 +290,56 @@ async fn run(via: &str, input: String) -> tenure_core::Result<()> {
                 _ => tenure_core::connect(&input).await.map(drop),
             }
         }
+        "cli" => cli(&input).await,
         other => panic!("docs/bad-input.md: unknown via {other:?}"),
     }
+}
+
+/// Runs `tenure INPUT` (the words of the input as its arguments, `mem://` unless it
+/// names a backend): `Ok(())` if it runs on for 3 s or exits 0, else the error its
+/// one-line `tenure: <kind>: <message>` stands for, checked against its exit code
+/// (2 for bad input, 1 otherwise).
+async fn cli(input: &str) -> tenure_core::Result<()> {
+    let mut child = tokio::process::Command::new(tenure_bin())
+        .args(input.split(' '))
+        .env_remove("TENURE_BACKEND")
+        .env_remove("TENURE_METRICS_ADDR")
+        .env_remove("TENURE_HEALTH_ADDR")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start tenure");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let Ok(status) = tokio::time::timeout(Duration::from_secs(3), child.wait()).await else {
+        return Ok(());
+    };
+    let status = status.expect("wait for tenure");
+    let mut text = String::new();
+    stderr.read_to_string(&mut text).await.expect("read stderr");
+    if status.success() {
+        return Ok(());
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "tenure {input}: not one line: {text}");
+    let line = lines[0].strip_prefix("tenure: ").expect("tenure: …");
+    let (name, message) = line.split_once(": ").expect("kind: message");
+    let kind = match name {
+        "invalid_argument" => ErrorKind::InvalidArgument,
+        "unavailable" => ErrorKind::Unavailable,
+        "timeout" => ErrorKind::Timeout,
+        "unauthorized" => ErrorKind::Unauthorized,
+        "closed" => ErrorKind::Closed,
+        "backend" => ErrorKind::Backend,
+        other => panic!("tenure {input}: unknown kind {other:?}: {text}"),
+    };
+    let code = if kind == ErrorKind::InvalidArgument {
+        2
+    } else {
+        1
+    };
+    assert_eq!(status.code(), Some(code), "tenure {input}: {text}");
+    Err(Error::new(kind, message))
 }
 
 /// The error as the CLI prints it.
@@ -319,6 +368,10 @@ fn repeated_cause(e: &Error, text: &str) -> Option<String> {
 async fn every_row_of_the_bad_input_table_holds() {
     let rows = rows();
     let places = places().await;
+    // Built before the clock of the first `cli` row starts.
+    tokio::task::spawn_blocking(tenure_bin)
+        .await
+        .expect("build tenure");
     let mut failures = Vec::new();
     let mut actual = Vec::new();
     for row in &rows {
@@ -364,6 +417,7 @@ async fn every_row_of_the_bad_input_table_holds() {
                 match &row.expect {
                     Expect::Any => {}
                     Expect::Contains(want) => {
+                        let want = expand(want, &places);
                         if !text.contains(want.as_str()) {
                             failures.push(format!("{at}: message lacks {want:?}: {text}"));
                         }

@@ -60,7 +60,15 @@ fn main() -> ExitCode {
                 }
                 _ => String::new(),
             };
-            eprintln!("tenure: invalid_argument: {first}{accepted} (see tenure --help)");
+            // The same for the arguments missing.
+            let missing = match (e.kind(), e.get(clap::error::ContextKind::InvalidArg)) {
+                (
+                    Clap::MissingRequiredArgument,
+                    Some(clap::error::ContextValue::Strings(names)),
+                ) => format!(" {}", names.join(", ")),
+                _ => String::new(),
+            };
+            eprintln!("tenure: invalid_argument: {first}{missing}{accepted} (see tenure --help)");
             return ExitCode::from(2);
         }
     };
