@@ -612,12 +612,24 @@ impl<'a> Balancer<'a> {
     }
 
     /// Which of `a` and `b` would have the lower load per capacity after taking
-    /// `extra` (ties: `a`, the better-ranked, first).
+    /// `extra`; on a tie, the fewer leaders per capacity; then `a`, the better-ranked.
+    /// A shard without a figure (`extra` 0: not reported yet, as at a cold start)
+    /// changes no node's load, so it goes by leaders per capacity alone: by load, every
+    /// such shard went to the least loaded of its replicas, and at 10^6 shards one node
+    /// led 156,602 shards where another led 36,158.
     fn compare_after(&self, a: u32, b: u32, extra: u64) -> Ordering {
         let (a, b) = (a as usize, b as usize);
-        let la = u128::from(self.node_load[a] + extra) * u128::from(self.cap[b]);
-        let lb = u128::from(self.node_load[b] + extra) * u128::from(self.cap[a]);
-        la.cmp(&lb)
+        let per_cap =
+            |x: u128, y: u128| (x * u128::from(self.cap[b])).cmp(&(y * u128::from(self.cap[a])));
+        let by_count = per_cap(self.led[a].len() as u128 + 1, self.led[b].len() as u128 + 1);
+        if extra == 0 {
+            return by_count;
+        }
+        per_cap(
+            u128::from(self.node_load[a] + extra),
+            u128::from(self.node_load[b] + extra),
+        )
+        .then(by_count)
     }
 
     /// How far load `load` on node `n` is outside its band, in load units: above
@@ -1249,5 +1261,29 @@ mod tests {
         let none = plan_by_load(None, &sh, &ns, 3, &h, &[], &[]);
         assert!(rebalance(&none, &ns, &[], &LoadPolicy::default(), usize::MAX).is_empty());
         assert_eq!(none.moves_from(&h), 0);
+    }
+
+    /// Shards with no figure yet (a cold start, where leaders are placed before the
+    /// loads come in) are spread by count: with all loads equal, each went to the
+    /// first of its replicas, and at 10^6 shards one node took 156,602 leaders where
+    /// another took 36,158 (too many for its load codes to fit its member value).
+    #[test]
+    fn shards_without_load_are_placed_by_count() {
+        let (sh, ns) = (shards(3000), nodes(10));
+        let mut loads = vec![0u64; 3000];
+        // A few figures already reported, the rest still unknown.
+        for (s, l) in loads.iter_mut().enumerate().step_by(97) {
+            *l = level(quantize(100.0 + s as f64));
+        }
+        let plan = plan_by_load(None, &sh, &ns, 3, &vec![None; 3000], &loads, &[]);
+        let counts: Vec<u32> = (0..10).map(|n| plan.load(n)).collect();
+        let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        assert!(hi - lo <= 40, "leaders per node: {counts:?}");
+        // Capacities count as they do by load: twice the weight, twice the shards.
+        let mut heavy = nodes(3);
+        heavy[0].weight = 2;
+        let plan = plan_by_load(None, &sh, &heavy, 3, &vec![None; 3000], &vec![0; 3000], &[]);
+        let counts: Vec<u32> = (0..3).map(|n| plan.load(n)).collect();
+        assert_eq!(counts, vec![1500, 750, 750]);
     }
 }
