@@ -70,7 +70,7 @@ impl NodeSpec {
         self
     }
 
-    fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         !self.draining && self.weight > 0
     }
 }
@@ -139,6 +139,25 @@ impl Plan {
             targets: self.targets.clone(),
             loads,
         }
+    }
+
+    /// This plan with the leaders of some shards changed, `(shard, node)`: O(P) to
+    /// copy, O(changes) to apply, instead of planning again.
+    pub(crate) fn with_leaders_changed(&self, changes: &[(usize, u32)]) -> Plan {
+        let mut plan = self.clone();
+        for &(s, n) in changes {
+            let Some(slot) = plan.preferred.get_mut(s) else {
+                continue;
+            };
+            if let Some(l) = plan.loads.get_mut(*slot as usize) {
+                *l = l.saturating_sub(1);
+            }
+            *slot = n;
+            if let Some(l) = plan.loads.get_mut(n as usize) {
+                *l += 1;
+            }
+        }
+        plan
     }
 
     /// Shards whose planned leader differs from their current holder (shards without

@@ -447,6 +447,8 @@ impl ShardManagerBuilder {
             mine_changed: false,
             me: None,
             replan_at: None,
+            kept_since: None,
+            plan_took: Duration::ZERO,
             dirty: Dirty::all(shards),
             view_dirty: Dirty::all(shards),
             unsettled: Counted::new(shards),
@@ -639,6 +641,10 @@ impl Bucket {
 /// How long the member list must hold still before a plan kept across changes (see
 /// [`follows_plan`]) is computed again from it.
 const PLAN_QUIET: Duration = Duration::from_millis(100);
+
+/// A plan kept across changes is computed again at the latest this long (or eight
+/// times what the last plan took, if more) after the first of them.
+const PLAN_KEPT_AT_MOST: Duration = Duration::from_secs(2);
 
 /// Whether going from `old` to `new` (the same nodes; `changed` the shards whose claims
 /// changed) only did what `plan` asked: every new holder of a changed shard is its
@@ -870,6 +876,10 @@ struct Controller {
     /// When to plan again from the latest member list: set when a new list only
     /// moved shards the way the plan asked, so the plan was kept.
     replan_at: Option<Instant>,
+    /// When the plan was first kept across a change since it was computed.
+    kept_since: Option<Instant>,
+    /// How long the last plan took to compute.
+    plan_took: Duration,
     /// Shards to look at in the next reconcile (grants, losses, retries, plan moves).
     dirty: Dirty,
     /// Shards the member list changed since the last plan: looked at once a plan for
@@ -1074,7 +1084,9 @@ impl Controller {
             plan_after(previous.as_deref(), &layout, &view)
         };
         // Spend at most about a fifth of the time computing plans.
-        self.next_plan_at = Instant::now() + started.elapsed() * 4;
+        self.plan_took = started.elapsed();
+        self.next_plan_at = Instant::now() + self.plan_took * 4;
+        self.kept_since = None;
         // Look again at the shards whose preferred node moved.
         match previous {
             Some(prev) if prev.shards() == plan.shards() => {
@@ -1109,7 +1121,9 @@ impl Controller {
             // churn of holdings keep the pacing.
             self.next_plan_at = Instant::now();
         }
-        // Under balance by load, a new figure or move calls for a new plan too.
+        // Under balance by load, a new move changes the plan where the move is (the
+        // kept plan follows it, see `plan_with_new_moves`); a new figure alone changes
+        // no leader the plan has chosen.
         let loads_same = view.moves.is_none() || view.load_epoch == self.view.load_epoch;
         if view.figures_epoch != self.view.figures_epoch {
             self.figures_changed_at = Instant::now();
@@ -1117,23 +1131,43 @@ impl Controller {
                 .get_or_insert(self.figures_changed_at);
             self.figures_pending += view.figures_changed;
         }
+        let mut moved = Vec::new();
         let keep = match (&changed, &self.plan) {
-            (Changed::Shards(shards), Some(plan)) => {
-                loads_same && follows_plan(&self.view, &view, plan, shards)
+            (Changed::Shards(shards), Some(plan)) if loads_same => {
+                follows_plan(&self.view, &view, plan, shards).then(|| plan.clone())
             }
-            _ => false,
+            (Changed::Shards(shards), Some(plan)) => {
+                crate::view::plan_with_new_moves(plan, &self.view, &view)
+                    .filter(|(p, _)| follows_plan(&self.view, &view, p, shards))
+                    .map(|(p, m)| {
+                        moved = m;
+                        p
+                    })
+            }
+            _ => None,
         };
         match changed {
             Changed::All => self.view_dirty.mark_all(),
             Changed::Shards(shards) => shards.into_iter().for_each(|s| self.view_dirty.mark(s)),
         }
+        moved.iter().for_each(|s| self.view_dirty.mark(*s));
         self.view = Arc::new(view);
-        if keep {
+        if let Some(plan) = keep {
             // The plan still holds for the new list (same node numbers); plan again
             // from the latest list once it has been quiet a while, so that every node
-            // ends on the plan of the same list.
+            // ends on the plan of the same list — and at the latest a while after the
+            // first change it was kept across, for lists that never hold still (10^6
+            // shards whose moves go on for a minute).
+            self.plan = Some(plan);
             self.planned_view = self.view.clone();
-            self.replan_at = Some(Instant::now() + PLAN_QUIET);
+            let now = Instant::now();
+            let kept_since = *self.kept_since.get_or_insert(now);
+            let latest = kept_since + (self.plan_took * 8).max(PLAN_KEPT_AT_MOST);
+            self.replan_at = Some((now + PLAN_QUIET).min(latest));
+            if !loads_same || !self.my_moves.is_empty() || !self.to_issue.is_empty() {
+                // New figures, or moves made or taken back: the balancer looks again.
+                self.balance_due = true;
+            }
         } else {
             self.plan = None;
             self.replan_at = None;
