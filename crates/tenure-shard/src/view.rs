@@ -195,8 +195,22 @@ pub(crate) fn plan_with_new_moves(
     if old.nodes != new.nodes || old.loads.reported == 0 || new.loads.reported == 0 {
         return None;
     }
+    let (plan, moved) = follow_moves(plan, &new.nodes, |s| new.holders.get(s), was, now);
+    Some((Arc::new(plan), moved))
+}
+
+/// `plan` with the leaders of the shards whose move differs between `was` and `now`
+/// (both sorted by shard) chosen again as [`plan_with_new_moves`] says, and those
+/// shards.
+pub(crate) fn follow_moves(
+    plan: &Plan,
+    nodes: &[crate::NodeSpec],
+    holder: impl Fn(usize) -> Option<u32>,
+    was: &[(usize, u32)],
+    now: &[(usize, u32)],
+) -> (Plan, Vec<usize>) {
     let eligible = |s: usize, n: u32| {
-        new.nodes.get(n as usize).is_some_and(|spec| spec.active()) && plan.replicas(s).contains(&n)
+        nodes.get(n as usize).is_some_and(|spec| spec.active()) && plan.replicas(s).contains(&n)
     };
     let mut changes = Vec::new();
     let mut decide = |s: usize| {
@@ -205,8 +219,8 @@ pub(crate) fn plan_with_new_moves(
             .ok()
             .map(|i| now[i].1)
             .filter(|n| eligible(s, *n));
-        let holder = new.holders.get(s).filter(|h| eligible(s, *h));
-        if let Some(n) = wanted.or(holder) {
+        let held = holder(s).filter(|h| eligible(s, *h));
+        if let Some(n) = wanted.or(held) {
             if plan.preferred(s) != Some(n) {
                 changes.push((s, n));
             }
@@ -215,7 +229,7 @@ pub(crate) fn plan_with_new_moves(
     // Both lists are sorted by shard: walk them together for the shards whose move
     // differs.
     let (mut i, mut j) = (0, 0);
-    while i < was.len() || j < now.len() {
+    loop {
         match (was.get(i), now.get(j)) {
             (Some(a), Some(b)) if a == b => {
                 i += 1;
@@ -230,7 +244,7 @@ pub(crate) fn plan_with_new_moves(
                 decide(a.0);
                 i += 1;
             }
-            (Some(_), Some(b)) => {
+            (Some(_), Some(b)) | (None, Some(b)) => {
                 decide(b.0);
                 j += 1;
             }
@@ -238,15 +252,11 @@ pub(crate) fn plan_with_new_moves(
                 decide(a.0);
                 i += 1;
             }
-            (None, Some(b)) => {
-                decide(b.0);
-                j += 1;
-            }
             (None, None) => break,
         }
     }
     let moved = changes.iter().map(|(s, _)| *s).collect();
-    Some((Arc::new(plan.with_leaders_changed(&changes)), moved))
+    (plan.with_leaders_changed(&changes), moved)
 }
 
 /// The plan by load of `view` with `moves` (the balancer's, or the ones it is about
@@ -292,5 +302,70 @@ fn max_per_weight_over_mean(nodes: impl Iterator<Item = (u32, f64)>) -> f64 {
         0.0
     } else {
         worst * weight / load
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::{level, plan_by_load, quantize, zipf};
+    use crate::hash::{key_hash, test_rng};
+    use crate::NodeSpec;
+
+    /// Following new moves on a kept plan chooses the leaders a whole plan by load
+    /// chooses, for every shard with a holder or a move to go by: over random move
+    /// lists (some to nodes outside the shard's replicas, which neither takes), with
+    /// some of the old moves made meanwhile.
+    #[test]
+    fn following_moves_chooses_what_a_whole_plan_chooses() {
+        let p = 3000;
+        let sh: Vec<u64> = (0..p).map(|i| key_hash(&format!("follow/{i}"))).collect();
+        let ns: Vec<NodeSpec> = (0..10).map(|i| NodeSpec::new(format!("n{i}"))).collect();
+        let loads: Vec<u64> = zipf(p, 1.1)
+            .iter()
+            .map(|f| level(quantize(f * 3.0)))
+            .collect();
+        let base = plan_by_load(None, &sh, &ns, 3, &vec![None; p], &loads, &[]);
+        let start: Vec<Option<u32>> = (0..p).map(|s| base.preferred(s)).collect();
+        let mut next = test_rng(0x00f0_110e);
+        let mut moves = |n: usize| {
+            let mut m: Vec<(usize, u32)> = (0..n)
+                .map(|_| {
+                    let s = next(p);
+                    let to = if next(5) == 0 {
+                        next(10) as u32
+                    } else {
+                        base.replicas(s)[next(3)]
+                    };
+                    (s, to)
+                })
+                .collect();
+            m.sort_unstable();
+            m.dedup_by_key(|(s, _)| *s);
+            m
+        };
+        for round in 0..20 {
+            let (was, now) = (moves(200), moves(200));
+            let kept = plan_by_load(Some(&base), &sh, &ns, 3, &start, &loads, &was);
+            // Half of the old moves were made (their targets hold the shards now).
+            let mut holders = start.clone();
+            for (i, (s, _)) in was.iter().enumerate() {
+                if i % 2 == 0 {
+                    holders[*s] = kept.preferred(*s);
+                }
+            }
+            let (followed, moved) = follow_moves(&kept, &ns, |s| holders[s], &was, &now);
+            let whole = plan_by_load(Some(&base), &sh, &ns, 3, &holders, &loads, &now);
+            for s in 0..p {
+                assert_eq!(
+                    followed.preferred(s),
+                    whole.preferred(s),
+                    "round {round}, shard {s}: moved {}",
+                    moved.contains(&s)
+                );
+            }
+            assert_eq!(followed.loads(), whole.loads(), "round {round}");
+            assert!(!moved.is_empty());
+        }
     }
 }
