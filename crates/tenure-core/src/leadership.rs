@@ -27,6 +27,10 @@ pub enum LossReason {
     Revoked(String),
     /// The session was closed or abandoned.
     SessionClosed,
+    /// A candidate with a higher priority joined the election (contract clause 14):
+    /// the seat is released as soon as the lost signal has fired, and the preferred
+    /// candidate is granted next.
+    Preempted,
 }
 
 impl fmt::Display for LossReason {
@@ -37,6 +41,7 @@ impl fmt::Display for LossReason {
             LossReason::SessionExpired => f.write_str("session expired"),
             LossReason::Revoked(why) => write!(f, "revoked: {why}"),
             LossReason::SessionClosed => f.write_str("session closed"),
+            LossReason::Preempted => f.write_str("preempted"),
         }
     }
 }

@@ -24,6 +24,7 @@ pub use memory::{MemoryBackend, MEM_SCHEME};
 pub use name::{
     Candidate, ElectionName, FencingToken, LeaderInfo, Member, MAX_CANDIDATE_ID_LEN,
     MAX_CANDIDATE_VALUE_LEN, MAX_ELECTION_NAME_LEN, MAX_MEMBER_ID_LEN, MAX_MEMBER_VALUE_LEN,
+    MAX_PRIORITY, MIN_PRIORITY,
 };
 pub use observer::Observer;
 pub use runner::{LeaderContext, LeaderRunner, LeadershipEvent, ResignCause};

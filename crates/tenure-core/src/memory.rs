@@ -24,8 +24,9 @@ use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 pub const MEM_SCHEME: &str = "mem";
 
 /// An in-process store keeping the whole contract: sessions with TTLs on tokio time,
-/// a FIFO queue of candidates per election (only the next waiter is woken), strictly
-/// increasing fencing tokens, and watch channels for observers.
+/// a queue of candidates per election ordered by priority, then arrival (only the next
+/// waiter is woken), preemption of a holder by a candidate with a higher priority
+/// (clause 14), strictly increasing fencing tokens, and watch channels for observers.
 ///
 /// Fault hooks for tests act on a session by its id ([`Session::id`](crate::Session::id)):
 /// [`expire_session`](Self::expire_session), [`stall_session`](Self::stall_session)
@@ -56,6 +57,9 @@ struct MemState {
     namespaces: HashMap<ElectionName, NamespaceEntry>,
     /// Orders registrations so that the latest one of an id wins.
     next_registration: u64,
+    /// Preemptions a stalled session has not heard of yet, by session: it is told
+    /// when its requests get through again.
+    unheard_preemptions: HashMap<u64, Vec<(ElectionName, FencingToken)>>,
     /// `mem://NAME` of a named store, the endpoint its errors name.
     endpoint: Option<String>,
 }
@@ -155,6 +159,8 @@ struct Holder {
     session: u64,
     token: FencingToken,
     candidate: Candidate,
+    /// Whether the holder was told that a candidate with a higher priority waits.
+    preempted: bool,
 }
 
 struct ElectionEntry {
@@ -205,12 +211,41 @@ impl ElectionEntry {
             session,
             token,
             candidate,
+            preempted: false,
         });
         self.publish();
         token
     }
 
-    /// Hand a free seat to the first waiter still listening. Returns how many waiters
+    /// Queue `waiter` behind every waiter of its priority or higher.
+    fn enqueue(&mut self, waiter: Waiter) {
+        let priority = waiter.candidate.priority();
+        let at = self
+            .waiters
+            .iter()
+            .position(|w| w.candidate.priority() < priority)
+            .unwrap_or(self.waiters.len());
+        self.waiters.insert(at, waiter);
+    }
+
+    /// The holder's session and token if it is to be told now that it is preempted: a
+    /// waiter still listening has a higher priority than the holder, which did not opt
+    /// out and was not told yet. Marks the holder told.
+    fn preemption_due(&mut self) -> Option<(u64, FencingToken)> {
+        let holder = self.holder.as_mut()?;
+        let best = self.waiters.iter().find(|w| !w.grant.is_closed())?;
+        if holder.preempted
+            || !holder.candidate.preemptible()
+            || best.candidate.priority() <= holder.candidate.priority()
+        {
+            return None;
+        }
+        holder.preempted = true;
+        Some((holder.session, holder.token))
+    }
+
+    /// Hand a free seat to the first waiter still listening (the queue is in grant
+    /// order: priority, then arrival). Returns how many waiters
     /// were woken (one, or zero if none is left).
     fn advance(&mut self) -> u64 {
         if self.holder.is_some() {
@@ -377,6 +412,9 @@ impl MemoryBackend {
         if gate == Gate::Open && !live {
             st.gates.remove(&n);
         }
+        if gate == Gate::Open {
+            tell_unheard_preemptions(&mut st, n);
+        }
         true
     }
 
@@ -402,6 +440,7 @@ fn expire(st: &mut MemState, n: u64, reason: &str) {
     let Some(entry) = st.sessions.remove(&n) else {
         return;
     };
+    st.unheard_preemptions.remove(&n);
     release_all(st, n, &entry.elections);
     unregister_all(st, n, &entry.namespaces);
     // A cut-off client hears of the expiry only when its requests get through again.
@@ -417,6 +456,59 @@ fn unregister_all(st: &mut MemState, n: u64, namespaces: &HashSet<ElectionName>)
         if let Some(entry) = st.namespaces.get_mut(ns) {
             entry.registrations.retain(|(_, s), _| *s != n);
             entry.publish();
+        }
+    }
+}
+
+/// Tell the holder of `election` that it is preempted, if that is due (see
+/// [`ElectionEntry::preemption_due`]): one notification, as a store's watch event
+/// would be. A stalled holder hears of it when its requests get through again.
+/// Returns whether a notification was sent.
+fn preempt(st: &mut MemState, election: &ElectionName) -> bool {
+    let Some((session, token)) = st
+        .elections
+        .get_mut(election)
+        .and_then(|el| el.preemption_due())
+    else {
+        return false;
+    };
+    let open = st
+        .gates
+        .get(&session)
+        .is_none_or(|g| *g.borrow() == Gate::Open);
+    match st.sessions.get(&session) {
+        Some(s) if open => {
+            s.events.preempted(election, token);
+            true
+        }
+        Some(_) => {
+            st.unheard_preemptions
+                .entry(session)
+                .or_default()
+                .push((election.clone(), token));
+            false
+        }
+        None => false,
+    }
+}
+
+/// Tell session `n`, whose requests get through again, of the preemptions it missed
+/// while stalled (of seats it still holds with the same token).
+fn tell_unheard_preemptions(st: &mut MemState, n: u64) {
+    let Some(unheard) = st.unheard_preemptions.remove(&n) else {
+        return;
+    };
+    let Some(session) = st.sessions.get(&n) else {
+        return;
+    };
+    for (election, token) in unheard {
+        let held = st
+            .elections
+            .get(&election)
+            .and_then(|el| el.holder.as_ref())
+            .is_some_and(|h| h.session == n && h.token == token);
+        if held {
+            session.events.preempted(&election, token);
         }
     }
 }
@@ -450,7 +542,7 @@ impl Backend for MemoryBackend {
 
     fn capabilities(&self) -> Capabilities {
         // Every batch is one request under the store's lock.
-        Capabilities::full().batched(usize::MAX)
+        Capabilities::full().batched(usize::MAX).prioritized()
     }
 
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
@@ -667,11 +759,15 @@ impl MemSession {
         }
         s.elections.insert(election.clone());
         let (tx, rx) = oneshot::channel();
-        el.waiters.push_back(Waiter {
+        el.enqueue(Waiter {
             session: self.n,
             candidate: candidate.clone(),
             grant: tx,
         });
+        if preempt(st, election) {
+            // The holder's notification is one store message.
+            self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(Joined::Queued(rx))
     }
 
@@ -813,6 +909,7 @@ impl BackendSession for MemSession {
     async fn close(&self) -> Result<()> {
         let mut guard = self.backend.lock();
         if let Some(entry) = guard.sessions.remove(&self.n) {
+            guard.unheard_preemptions.remove(&self.n);
             release_all(&mut guard, self.n, &entry.elections);
             unregister_all(&mut guard, self.n, &entry.namespaces);
         }

@@ -15,6 +15,12 @@ pub const MAX_CANDIDATE_VALUE_LEN: usize = 1024;
 pub const MAX_MEMBER_ID_LEN: usize = 128;
 /// The largest member value accepted, in bytes.
 pub const MAX_MEMBER_VALUE_LEN: usize = 512 * 1024;
+/// The lowest candidate priority accepted.
+pub const MIN_PRIORITY: i32 = -1000;
+/// The highest candidate priority accepted. The range is small so that every store can
+/// keep a priority and the queue order in one sortable number (a Redis sorted-set
+/// score is a double, exact to 2^53).
+pub const MAX_PRIORITY: i32 = 1000;
 
 /// A validated election name, e.g. `billing/shard-0042`.
 ///
@@ -113,12 +119,21 @@ impl TryFrom<String> for ElectionName {
     }
 }
 
-/// Who campaigns: an id unique per process and an optional small value (an address,
-/// say) that observers see next to the id.
+/// Who campaigns: an id unique per process, an optional small value (an address,
+/// say) that observers see next to the id, and a priority (contract clause 14).
+///
+/// Among waiters, the highest priority is granted next (ties: queue order); a
+/// candidate that joins with a higher priority than the holder preempts it, unless
+/// the holder campaigned [`never_preempted`](Self::never_preempted). The default
+/// priority is 0, and a backend that does not keep priorities
+/// ([`Capabilities::priority`](crate::backend::Capabilities::priority)) refuses any
+/// other with `Unsupported`.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Candidate {
     id: Arc<str>,
     value: Arc<str>,
+    priority: i32,
+    preemptible: bool,
 }
 
 impl Candidate {
@@ -137,7 +152,30 @@ impl Candidate {
         Ok(Candidate {
             id: Arc::from(id),
             value: Arc::from(value),
+            priority: 0,
+            preemptible: true,
         })
+    }
+
+    /// This candidate with `priority`, from [`MIN_PRIORITY`] to [`MAX_PRIORITY`]
+    /// (higher is preferred; the default is 0). Outside that range:
+    /// `InvalidArgument` naming the range.
+    pub fn with_priority(mut self, priority: i32) -> Result<Self> {
+        if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&priority) {
+            return Err(Error::invalid(format!(
+                "candidate priority {priority}: must be from {MIN_PRIORITY} to {MAX_PRIORITY}"
+            )));
+        }
+        self.priority = priority;
+        Ok(self)
+    }
+
+    /// This candidate, never preempted while it holds a seat: a candidate with a
+    /// higher priority that joins waits until this one resigns or loses the seat (it
+    /// is still granted first then).
+    pub fn never_preempted(mut self) -> Self {
+        self.preemptible = false;
+        self
     }
 
     /// The candidate's id.
@@ -148,6 +186,17 @@ impl Candidate {
     /// The candidate's value (empty if none was given).
     pub fn value(&self) -> &str {
         &self.value
+    }
+
+    /// The candidate's priority (0 unless [`with_priority`](Self::with_priority) set
+    /// one).
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    /// False if the candidate campaigned [`never_preempted`](Self::never_preempted).
+    pub fn preemptible(&self) -> bool {
+        self.preemptible
     }
 }
 
@@ -206,6 +255,8 @@ impl fmt::Debug for Candidate {
         f.debug_struct("Candidate")
             .field("id", &&*self.id)
             .field("value", &&*self.value)
+            .field("priority", &self.priority)
+            .field("preemptible", &self.preemptible)
             .finish()
     }
 }
@@ -352,6 +403,22 @@ mod tests {
         assert!(Candidate::new("x".repeat(MAX_CANDIDATE_ID_LEN + 1)).is_err());
         assert!(Candidate::with_value("a", "x".repeat(MAX_CANDIDATE_VALUE_LEN + 1)).is_err());
         assert!(Candidate::with_value("a", "line\nbreak").is_err());
+    }
+
+    #[test]
+    fn priorities() {
+        let c = Candidate::new("a").unwrap();
+        assert_eq!((c.priority(), c.preemptible()), (0, true));
+        let c = c.with_priority(MAX_PRIORITY).unwrap().never_preempted();
+        assert_eq!((c.priority(), c.preemptible()), (MAX_PRIORITY, false));
+        let low = Candidate::new("a").unwrap().with_priority(MIN_PRIORITY);
+        assert_eq!(low.unwrap().priority(), MIN_PRIORITY);
+        for bad in [MAX_PRIORITY + 1, MIN_PRIORITY - 1, i32::MAX, i32::MIN] {
+            let e = Candidate::new("a").unwrap().with_priority(bad).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+            assert!(e.message().contains("candidate priority"), "{e}");
+            assert!(e.message().contains("-1000 to 1000"), "{e}");
+        }
     }
 
     #[test]

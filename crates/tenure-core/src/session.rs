@@ -67,7 +67,7 @@ impl fmt::Debug for Session {
 /// session gave up before the report came.
 #[derive(Default)]
 struct EarlyLosses {
-    map: HashMap<ElectionName, (FencingToken, String, Instant)>,
+    map: HashMap<ElectionName, (FencingToken, LossReason, Instant)>,
     sweep_at: usize,
 }
 
@@ -76,7 +76,7 @@ impl EarlyLosses {
         &mut self,
         election: ElectionName,
         token: FencingToken,
-        reason: String,
+        reason: LossReason,
         ttl: Duration,
     ) {
         if self.map.len() >= self.sweep_at {
@@ -87,7 +87,7 @@ impl EarlyLosses {
     }
 
     /// The report for `election`, if any: it is used up by the grant registered now.
-    fn take(&mut self, election: &ElectionName) -> Option<(FencingToken, String)> {
+    fn take(&mut self, election: &ElectionName) -> Option<(FencingToken, LossReason)> {
         self.map.remove(election).map(|(t, r, _)| (t, r))
     }
 }
@@ -278,6 +278,7 @@ impl Session {
     ) -> Result<Vec<Option<Leadership>>> {
         let core = self.core();
         core.check_open()?;
+        core.check_priority(seats.iter().map(|(_, c)| c))?;
         if seats.is_empty() {
             return Ok(Vec::new());
         }
@@ -358,6 +359,7 @@ impl Session {
     ) -> Result<Option<Leadership>> {
         let core = self.core();
         core.check_open()?;
+        core.check_priority([candidate])?;
         core.settle_held(election).await?;
         let lock = core.election_lock(election);
         let guard = match lock.try_lock_owned() {
@@ -775,6 +777,32 @@ impl SessionCore {
         }
     }
 
+    /// Refuse candidates whose priority the backend would not keep (clause 14): a
+    /// priority other than 0 on a backend that does not declare
+    /// [`Capabilities::priority`](crate::backend::Capabilities::priority) is
+    /// `Unsupported`, before anything reaches the store, never ignored.
+    fn check_priority<'a>(
+        &self,
+        candidates: impl IntoIterator<Item = &'a Candidate>,
+    ) -> Result<()> {
+        let Some(c) = candidates.into_iter().find(|c| c.priority() != 0) else {
+            return Ok(());
+        };
+        if self.backend.capabilities().priority {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "candidate {:?}: priority {} is not supported by the {} backend yet (only 0 is)",
+                c.id(),
+                c.priority(),
+                self.scheme
+            ),
+        )
+        .with_backend(self.scheme))
+    }
+
     fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<ElectionName, Arc<GrantState>>> {
         crate::backend::lock(&self.held)
     }
@@ -843,9 +871,7 @@ impl SessionCore {
         leadership.is_leader();
         if let Some((_, reason)) = early.filter(|(t, _)| *t == token) {
             tracing::debug!(election = %election, token = token.0, "the grant was reported lost before it was registered");
-            leadership
-                .state
-                .fire(LossReason::Revoked(reason), self.loss_instant());
+            leadership.state.fire(reason, self.loss_instant());
         }
         leadership
     }
@@ -857,7 +883,7 @@ impl SessionCore {
     /// after it granted the seat, did this under load; the report was dropped, and the
     /// session went on renewing a grant that no longer existed). Such a report is kept
     /// until the election's next grant is registered, which it ends if the tokens match.
-    fn grant_lost(&self, election: ElectionName, token: FencingToken, reason: String) {
+    fn grant_lost(&self, election: ElectionName, token: FencingToken, reason: LossReason) {
         let fire = {
             let held = self.lock_held();
             match held.get(&election) {
@@ -876,7 +902,7 @@ impl SessionCore {
             }
         };
         if let Some(g) = fire {
-            g.fire(LossReason::Revoked(reason), self.loss_instant());
+            g.fire(reason, self.loss_instant());
         }
     }
 
@@ -1069,7 +1095,11 @@ impl SessionCore {
                 _ = tokio::time::sleep_until(next) => {}
                 ev = recv_event(&mut events, &mut events_open) => match ev {
                     Some(SessionEvent::ElectionLost { election, token, reason }) => {
-                        self.grant_lost(election, token, reason);
+                        self.grant_lost(election, token, LossReason::Revoked(reason));
+                        continue;
+                    }
+                    Some(SessionEvent::Preempted { election, token }) => {
+                        self.grant_lost(election, token, LossReason::Preempted);
                         continue;
                     }
                     Some(SessionEvent::Expired { reason }) => {
@@ -1211,24 +1241,25 @@ mod tests {
     async fn early_losses_are_kept_a_ttl_and_swept_at_doubling_sizes() {
         let ttl = Duration::from_secs(10);
         let name = |i: usize| ElectionName::new(format!("e/{i}")).expect("name");
+        let gone = || LossReason::Revoked("gone".into());
         let mut early = EarlyLosses::default();
         for i in 0..2000 {
-            early.insert(name(i), FencingToken(i as u64), "gone".into(), ttl);
+            early.insert(name(i), FencingToken(i as u64), gone(), ttl);
         }
         // Nothing is old enough to go: every report is still there.
         assert_eq!(early.map.len(), 2000);
-        assert_eq!(early.take(&name(7)), Some((FencingToken(7), "gone".into())));
+        assert_eq!(early.take(&name(7)), Some((FencingToken(7), gone())));
         assert_eq!(early.take(&name(7)), None);
         tokio::time::advance(ttl).await;
-        early.insert(name(5000), FencingToken(1), "new".into(), ttl);
+        early.insert(name(5000), FencingToken(1), LossReason::Preempted, ttl);
         // The next insert past the doubled size sweeps the reports older than a TTL.
         for i in 5001..5000 + early.sweep_at {
-            early.insert(name(i), FencingToken(1), "new".into(), ttl);
+            early.insert(name(i), FencingToken(1), LossReason::Preempted, ttl);
         }
         assert!((0..2000).all(|i| !early.map.contains_key(&name(i))));
         assert_eq!(
             early.take(&name(5000)),
-            Some((FencingToken(1), "new".into()))
+            Some((FencingToken(1), LossReason::Preempted))
         );
     }
 

@@ -168,3 +168,17 @@ async fn a_loss_reported_before_try_campaign_returns_ends_the_grant() {
         .expect("the seat is free");
     assert_lost_and_released(&leadership, &store, &election).await;
 }
+
+/// A backend that does not declare priorities (this one keeps the default
+/// capabilities, though the store under it could) gets a priority refused by the core
+/// with `Unsupported` on every way to campaign, never passed on and ignored: the check
+/// the conformance suite runs on such backends.
+#[tokio::test]
+async fn a_backend_without_priorities_refuses_a_priority() {
+    let backend = Arc::new(LostAtOnce {
+        inner: MemoryBackend::new(),
+        lose: Arc::new(AtomicBool::new(false)),
+    });
+    let env = tenure_core::testing::Env::new(backend, tenure_core::testing::memory_timing());
+    tenure_core::testing::check_priority(&env).await;
+}

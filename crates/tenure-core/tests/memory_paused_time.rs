@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tenure_core::{
-    Candidate, ElectionName, ErrorKind, Leadership, LossReason, MemoryBackend, Session, Timing,
+    Backend, Candidate, ElectionName, ErrorKind, Leadership, LossReason, MemoryBackend, Session,
+    Timing,
 };
 use tokio::time::Instant;
 
@@ -285,4 +286,132 @@ async fn losses_report_every_grant_once_with_its_reason() {
     assert_eq!(within_a_minute(losses.next()).await, None);
     assert_eq!(within_a_minute(s.losses().next()).await, None);
     drop(held);
+}
+
+fn ranked(id: &str, priority: i32) -> Candidate {
+    cand(id).with_priority(priority).unwrap()
+}
+
+/// Clause 14: from the join of a higher-priority candidate to its grant, no timer
+/// runs (no TTL, no renew interval, no poll): the holder hears of the preemption by
+/// one notification, its lost signal fires (`Preempted`), it releases the seat, and
+/// the store wakes the preferred candidate. Four store messages: the join, the
+/// notification, the release, the wake-up.
+#[tokio::test(start_paused = true)]
+async fn a_higher_priority_is_granted_one_notification_after_it_joins() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (session(&mem).await, session(&mem).await);
+    let e = name("preempt");
+    let la = a.campaign(&e, &ranked("a", 0)).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = mem.election_requests().unwrap();
+    let joined = Instant::now();
+    let lb = b.campaign(&e, &ranked("b", 5)).await.unwrap();
+    let gap = lb.granted_at() - joined;
+    assert_eq!(gap, Duration::ZERO, "the grant waited for a timer");
+    assert_eq!(la.loss_reason(), Some(LossReason::Preempted));
+    assert!(la.lost_at().unwrap() <= lb.granted_at());
+    assert_eq!(lb.token().get(), la.token().get() + 1);
+    assert_eq!(mem.election_requests().unwrap() - before, 4);
+    // The preempted holder's session goes on: it may campaign again and waits.
+    let again = tokio::spawn(async move { a.campaign(&name("preempt"), &ranked("a", 0)).await });
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(!again.is_finished() && lb.is_leader());
+    lb.resign().await.unwrap();
+    assert!(again.await.unwrap().unwrap().is_leader());
+}
+
+/// A holder that opted out is not preempted; the higher priority is granted first
+/// once it resigns.
+#[tokio::test(start_paused = true)]
+async fn a_holder_that_opted_out_keeps_the_seat() {
+    let mem = MemoryBackend::new();
+    let (a, b, c) = (
+        session(&mem).await,
+        session(&mem).await,
+        session(&mem).await,
+    );
+    let e = name("opt-out");
+    let la = a
+        .campaign(&e, &ranked("a", 0).never_preempted())
+        .await
+        .unwrap();
+    let low = tokio::spawn(async move { c.campaign(&name("opt-out"), &ranked("c", 1)).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let high = tokio::spawn(async move { b.campaign(&name("opt-out"), &ranked("b", 9)).await });
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(la.is_leader() && !low.is_finished() && !high.is_finished());
+    la.resign().await.unwrap();
+    let lb = high.await.unwrap().unwrap();
+    assert!(!low.is_finished());
+    lb.resign().await.unwrap();
+    assert!(low.await.unwrap().unwrap().is_leader());
+}
+
+/// A holder cut off from the store when a higher priority joins keeps the seat (it
+/// cannot be told) until its requests get through again, then is preempted; or it
+/// loses the seat at its deadline as any cut-off holder. Never two holders.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_holder_hears_of_its_preemption_when_it_is_back() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (session(&mem).await, session(&mem).await);
+    let e = name("stalled");
+    let la = a.campaign(&e, &ranked("a", 0)).await.unwrap();
+    assert!(mem.stall_session(&a.id()));
+    let high = tokio::spawn(async move { b.campaign(&name("stalled"), &ranked("b", 2)).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(la.is_leader() && !high.is_finished());
+    assert!(mem.unstall_session(&a.id()));
+    let lb = high.await.unwrap().unwrap();
+    assert_eq!(la.loss_reason(), Some(LossReason::Preempted));
+    assert!(la.lost_at().unwrap() <= lb.granted_at());
+}
+
+/// Clause 1 under preemption: candidates of mixed priorities join, hold, get
+/// preempted and resign over and over; no two grants overlap and tokens grow.
+#[tokio::test(start_paused = true)]
+async fn preemptions_never_make_two_holders() {
+    use tenure_core::testing::{assert_intervals_disjoint, Interval};
+    let mem = MemoryBackend::new();
+    let intervals = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let preempted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..6i32 {
+        let s = session(&mem).await;
+        let (intervals, preempted) = (intervals.clone(), preempted.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..8i32 {
+                let me = ranked(&format!("c{i}"), (i * 3 + round * 5) % 4);
+                let l = s.campaign(&name("mixed"), &me).await.unwrap();
+                let hold = Duration::from_millis(300 + ((i * 7 + round * 11) % 9) as u64 * 100);
+                tokio::select! {
+                    _ = tokio::time::sleep(hold) => {}
+                    _ = l.lost_wait() => {}
+                }
+                let (start, token) = (l.granted_at(), l.token());
+                let holder = me.id().to_string();
+                let w = l.watch();
+                if l.loss_reason() == Some(LossReason::Preempted) {
+                    preempted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                let _ = l.resign().await;
+                let end = w.lost_at().unwrap();
+                intervals.lock().unwrap().push(Interval {
+                    holder,
+                    token,
+                    start,
+                    end,
+                });
+                tokio::time::sleep(Duration::from_millis(((i + round) % 3) as u64 * 150)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let intervals = intervals.lock().unwrap().clone();
+    assert_eq!(intervals.len(), 48);
+    let preempted = preempted.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(preempted >= 5, "only {preempted} preemptions");
+    assert_intervals_disjoint(intervals);
 }

@@ -304,6 +304,16 @@ pub enum SessionEvent {
         /// Why, for logs.
         reason: String,
     },
+    /// A candidate with a higher priority waits for the seat of `election` held with
+    /// `token` (contract clause 14): the core fires the grant's lost signal
+    /// ([`LossReason::Preempted`](crate::LossReason::Preempted)) and then releases the
+    /// seat, as for any loss.
+    Preempted {
+        /// The election.
+        election: ElectionName,
+        /// The grant to give up.
+        token: FencingToken,
+    },
 }
 
 /// The channel through which a backend reports [`SessionEvent`]s to the core.
@@ -323,6 +333,16 @@ impl SessionEvents {
             election: election.clone(),
             token,
             reason: reason.to_string(),
+        });
+    }
+
+    /// Report that a candidate with a higher priority waits for the seat of
+    /// `election` this session holds with `token`; the core ends the grant and
+    /// releases the seat.
+    pub fn preempted(&self, election: &ElectionName, token: FencingToken) {
+        let _ = self.0.send(SessionEvent::Preempted {
+            election: election.clone(),
+            token,
         });
     }
 
@@ -366,11 +386,16 @@ pub enum Clause {
     /// through a session, list and watch a namespace's members; a member goes with its
     /// session.
     Membership,
+    /// Clause 14, priority: the highest-priority waiter is granted next, and a
+    /// candidate that joins with a higher priority than the holder preempts it unless
+    /// the holder opted out. Declared by [`Capabilities::priority`], not by an
+    /// exception: a backend keeps it only when it says so.
+    Priority,
 }
 
 impl Clause {
     /// Every clause, in contract order.
-    pub const ALL: [Clause; 13] = [
+    pub const ALL: [Clause; 14] = [
         Clause::AtMostOneHolder,
         Clause::MonotonicTokens,
         Clause::LostIsFinal,
@@ -384,6 +409,7 @@ impl Clause {
         Clause::StallDetection,
         Clause::Errors,
         Clause::Membership,
+        Clause::Priority,
     ];
 
     /// The clause's number in the contract (`docs/contract.md`).
@@ -409,10 +435,21 @@ pub struct Capabilities {
     /// `Some(n)` if [`BackendSession::try_campaign_many`] asks for up to `n` seats in
     /// one store round trip; `None` if it asks seat by seat (the default).
     pub batch: Option<usize>,
+    /// True if the backend keeps candidate priorities and preemption (contract clause
+    /// 14). False (the default): the core refuses a campaign whose candidate has a
+    /// priority other than 0 with `Unsupported`, before the backend sees it, so a
+    /// priority is never ignored silently.
+    pub priority: bool,
 }
 
+/// What a backend that does not keep priorities says of clause 14, in the suite's
+/// report and in the `Unsupported` error of a campaign with a priority.
+pub const PRIORITY_NOT_YET: &str =
+    "priority: not yet (a candidate with a priority other than 0 is rejected with Unsupported)";
+
 impl Capabilities {
-    /// A backend that keeps every clause and notifies.
+    /// A backend that keeps every clause and notifies, except priority (clause 14),
+    /// which a backend declares with [`prioritized`](Self::prioritized) once it keeps it.
     pub fn full() -> Self {
         Capabilities::default()
     }
@@ -430,6 +467,13 @@ impl Capabilities {
         self
     }
 
+    /// Declare that the backend keeps candidate priorities and preemption (clause 14;
+    /// sets [`priority`](Self::priority)).
+    pub fn prioritized(mut self) -> Self {
+        self.priority = true;
+        self
+    }
+
     /// Declare that waiters and observers poll the store every `interval` (sets
     /// [`handover_poll`](Self::handover_poll) and [`observe_poll`](Self::observe_poll)).
     pub fn polling(mut self, interval: Duration) -> Self {
@@ -438,8 +482,12 @@ impl Capabilities {
         self
     }
 
-    /// `Ok` if `clause` holds, else the declared reason.
+    /// `Ok` if `clause` holds, else the declared reason ([`PRIORITY_NOT_YET`] for
+    /// clause 14 on a backend that does not declare [`priority`](Self::priority)).
     pub fn supports(&self, clause: Clause) -> std::result::Result<(), &'static str> {
+        if clause == Clause::Priority && !self.priority {
+            return Err(PRIORITY_NOT_YET);
+        }
         match self.exceptions.iter().find(|(c, _)| *c == clause) {
             Some((_, why)) => Err(why),
             None => Ok(()),

@@ -1442,6 +1442,184 @@ pub async fn check_membership_after_a_cut(env: &Env) {
     drop(watcher);
 }
 
+fn with_priority(c: Candidate, priority: i32) -> Candidate {
+    match c.with_priority(priority) {
+        Ok(c) => c,
+        Err(e) => panic!("priority {priority}: {e}"),
+    }
+}
+
+/// Let a campaign started in the background queue in the store before the next one.
+async fn let_queue(env: &Env) {
+    tokio::time::sleep(Duration::from_millis(100) + env.slack / 2).await;
+}
+
+/// Clause 14: the highest-priority waiter is granted next (ties: queue order); a
+/// candidate that joins with a higher priority than a preemptible holder preempts it
+/// (lost signal `Preempted` first, then the preferred candidate is granted within a
+/// handover); an equal or lower priority, a holder that opted out, and a
+/// `try_campaign` never preempt; no two holders. A backend that does not declare
+/// [`Capabilities::priority`] must refuse a priority with `Unsupported` (checked here
+/// instead).
+pub async fn check_priority(env: &Env) {
+    if let Err(why) = env.caps().supports(Clause::Priority) {
+        eprintln!(
+            "contract clause 14 (Priority) not applicable on {}: {why}; checking the rejection",
+            env.backend.scheme()
+        );
+        check_priority_rejected(env).await;
+        return;
+    }
+    check_priority_order(env).await;
+    check_preemption(env).await;
+}
+
+/// A backend without priorities refuses a candidate with one, on every way in, with an
+/// `Unsupported` error that names the priority and the backend; priority 0 and the
+/// opt-out alone campaign as before.
+pub async fn check_priority_rejected(env: &Env) {
+    let election = env.election("priority-rejected");
+    let s = env.session().await;
+    let c = with_priority(cand("a"), 7);
+    let seats = [(election.clone(), c.clone())];
+    let errors = [
+        s.campaign(&election, &c).await.err(),
+        s.try_campaign(&election, &c).await.err(),
+        s.try_campaign_many(&seats).await.err(),
+    ];
+    for e in errors {
+        let e = e.expect("a priority on a backend without priorities was accepted");
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+        let line = crate::one_line(&e);
+        assert!(line.contains("priority 7"), "{line}");
+        assert!(line.contains(env.backend.scheme()), "{line}");
+    }
+    let plain = cand("a").never_preempted();
+    let l = campaign(&s, &election, &plain).await;
+    l.resign().await.expect("resign");
+    s.close().await.expect("close");
+}
+
+/// Clause 14, order: behind a holder that opted out, waiters joining with priorities
+/// 0, 5, 5, 2 are granted 5, 5 (in queue order), 2, 0.
+async fn check_priority_order(env: &Env) {
+    let election = env.election("priority-order");
+    let sa = env.session().await;
+    let a = campaign(&sa, &election, &cand("a").never_preempted()).await;
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (id, priority) in [("b", 0), ("c", 5), ("d", 5), ("e", 2)] {
+        let s = env.session().await;
+        let (election, granted) = (election.clone(), granted.clone());
+        let me = with_priority(cand(id), priority);
+        waiters.push(tokio::spawn(async move {
+            let l = campaign(&s, &election, &me).await;
+            granted.lock().unwrap().push(me.id().to_string());
+            let token = l.token();
+            l.resign().await.expect("resign");
+            s.close().await.expect("close");
+            token
+        }));
+        let_queue(env).await;
+    }
+    assert!(a.is_leader(), "a holder that opted out was preempted");
+    assert_eq!(a.loss_reason(), None);
+    let first = a.token();
+    a.resign().await.expect("resign");
+    let mut tokens = Vec::new();
+    for w in waiters {
+        let bound = env.handover_bound() * 4;
+        tokens.push(within(bound, "waiters granted", w).await.expect("waiter"));
+    }
+    assert_eq!(*granted.lock().unwrap(), ["c", "d", "e", "b"]);
+    assert!(tokens.iter().all(|t| *t > first));
+    sa.close().await.expect("close");
+}
+
+/// Clause 14, preemption: a higher priority joins → the holder's lost signal fires
+/// (`Preempted`) before the preferred candidate is granted, within a handover of the
+/// join; equal priority, lower priority and `try_campaign` do not preempt.
+async fn check_preemption(env: &Env) {
+    let election = env.election("preemption");
+    let (sa, sb, sc) = (
+        env.session().await,
+        env.session().await,
+        env.session().await,
+    );
+    let a = campaign(&sa, &election, &with_priority(cand("a"), 1)).await;
+    // try_campaign never queues, so it never preempts.
+    let tried = sc
+        .try_campaign(&election, &with_priority(cand("c"), 9))
+        .await;
+    assert!(
+        tried.expect("try_campaign").is_none(),
+        "seat taken by a try"
+    );
+    // A lower priority waits without preempting.
+    let low = {
+        let (s, e) = (sc.clone(), election.clone());
+        tokio::spawn(async move { campaign(&s, &e, &with_priority(cand("c"), 0)).await })
+    };
+    let_queue(env).await;
+    assert!(a.is_leader(), "a lower priority preempted the holder");
+    let t0 = Instant::now();
+    let b = {
+        let (s, e) = (sb.clone(), election.clone());
+        tokio::spawn(async move { campaign(&s, &e, &with_priority(cand("b"), 3)).await })
+    };
+    let reason = within(env.handover_bound(), "holder preempted", a.lost_wait()).await;
+    assert_eq!(reason, LossReason::Preempted);
+    let b = within(env.handover_bound(), "preferred candidate granted", b)
+        .await
+        .expect("preferred candidate");
+    let gap = b.granted_at() - t0;
+    assert!(gap <= env.handover_bound(), "preemption took {gap:?}");
+    eprintln!("preemption on {}: {gap:?}", env.backend.scheme());
+    // Equal priority: b keeps the seat.
+    let equal = {
+        let (s, e) = (sa.clone(), election.clone());
+        tokio::spawn(async move { campaign(&s, &e, &with_priority(cand("a"), 3)).await })
+    };
+    let_queue(env).await;
+    assert!(b.is_leader(), "an equal priority preempted the holder");
+    assert!(!low.is_finished() && !equal.is_finished());
+    let intervals = vec![interval(&a), interval_open(&b)];
+    assert_intervals_disjoint(intervals);
+    // The equal-priority waiter queued after the lower one but is granted first.
+    b.resign().await.expect("resign");
+    let next = within(env.handover_bound(), "next waiter", equal)
+        .await
+        .expect("equal waiter");
+    assert!(!low.is_finished(), "a lower priority was granted first");
+    next.resign().await.expect("resign");
+    within(env.handover_bound(), "last waiter", low)
+        .await
+        .expect("low waiter");
+    for s in [sa, sb, sc] {
+        s.close().await.expect("close");
+    }
+}
+
+/// The grant of `l`, which has ended, as an [`Interval`].
+fn interval(l: &Leadership) -> Interval {
+    Interval {
+        holder: l.candidate().id().to_string(),
+        token: l.token(),
+        start: l.granted_at(),
+        end: l.lost_at().expect("ended"),
+    }
+}
+
+/// The grant of `l`, still held, as an [`Interval`] that ends now.
+fn interval_open(l: &Leadership) -> Interval {
+    Interval {
+        holder: l.candidate().id().to_string(),
+        token: l.token(),
+        start: l.granted_at(),
+        end: l.lost_at().unwrap_or_else(Instant::now),
+    }
+}
+
 /// Run every check against `env`'s backend, one `#[tokio::test]` per clause.
 ///
 /// `$make_env` is an async expression evaluating to an [`Env`]. The calling crate needs
@@ -1463,6 +1641,7 @@ macro_rules! conformance_tests {
             clause_12_bad_input => check_bad_input,
             clause_13_membership => check_membership,
             clause_13_membership_after_a_cut => check_membership_after_a_cut,
+            clause_14_priority => check_priority,
             session_holds_many_elections => check_many_elections_one_session,
             session_takes_free_seats_in_batches => check_batch_campaign,
             session_resigns_seats_in_batches => check_batch_resign
