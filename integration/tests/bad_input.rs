@@ -59,6 +59,7 @@ fn kind(name: &str) -> ErrorKind {
         "Unauthorized" => ErrorKind::Unauthorized,
         "SessionExpired" => ErrorKind::SessionExpired,
         "Closed" => ErrorKind::Closed,
+        "Unsupported" => ErrorKind::Unsupported,
         "Backend" => ErrorKind::Backend,
         other => panic!("docs/bad-input.md: unknown error kind {other:?}"),
     }
@@ -330,6 +331,7 @@ async fn cli(input: &str) -> tenure_core::Result<()> {
         "timeout" => ErrorKind::Timeout,
         "unauthorized" => ErrorKind::Unauthorized,
         "closed" => ErrorKind::Closed,
+        "unsupported" => ErrorKind::Unsupported,
         "backend" => ErrorKind::Backend,
         other => panic!("tenure {input}: unknown kind {other:?}: {text}"),
     };

@@ -128,6 +128,16 @@ pub struct CampaignArgs {
     /// A small value observers see with the id (e.g. an address).
     #[arg(long, default_value = "")]
     pub value: String,
+    /// This candidate's priority, from -1000 to 1000 (higher is preferred): waiters
+    /// are granted highest first, and joining with a higher priority than the
+    /// leader's preempts it (its "lost" line says "preempted"). Backends that do not
+    /// keep priorities yet (all but mem://) refuse any but 0.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub priority: i32,
+    /// While leader, do not step down for a candidate with a higher priority (it is
+    /// granted first once this one resigns).
+    #[arg(long)]
+    pub no_preempt: bool,
     /// Session timing.
     #[command(flatten)]
     pub timing: TimingArgs,

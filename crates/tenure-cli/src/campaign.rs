@@ -24,11 +24,16 @@ pub struct CampaignPlan {
 }
 
 impl CampaignPlan {
-    /// Check `args` (timing, election name, id and value, grace, the command's program).
+    /// Check `args` (timing, election name, id, value and priority, grace, the
+    /// command's program).
     pub fn new(args: &CampaignArgs) -> Result<CampaignPlan> {
         let timing = args.timing.timing()?;
         let election = ElectionName::new(&args.election)?;
-        let candidate = Candidate::with_value(&args.id, &args.value)?;
+        let mut candidate =
+            Candidate::with_value(&args.id, &args.value)?.with_priority(args.priority)?;
+        if args.no_preempt {
+            candidate = candidate.never_preempted();
+        }
         let grace = seconds("grace", args.grace)?;
         let command = if args.command.is_empty() {
             None
@@ -199,6 +204,64 @@ mod tests {
         assert!(resigned_a["mono_ns"].as_u64() <= elected_b["mono_ns"].as_u64());
         stop_b.cancel();
         b.await.unwrap().unwrap();
+    }
+
+    /// `--priority` above the leader's preempts it (its lost line says "preempted")
+    /// unless the leader runs with `--no-preempt`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_higher_priority_preempts_the_leader_unless_it_opted_out() {
+        let backend: tenure::DynBackend = Arc::new(MemoryBackend::new());
+        let start = |args: Vec<&str>| {
+            let (sink, stop) = (MemorySink::default(), CancellationToken::new());
+            let args = plan(&args);
+            let task = {
+                let (backend, sink, stop) = (backend.clone(), Arc::new(sink.clone()), stop.clone());
+                tokio::spawn(async move { run_campaign(backend, &args, sink, stop).await })
+            };
+            (sink, stop, task)
+        };
+        let base = ["--election", "jobs/preferred", "--ttl", "2"];
+        let with = |more: &[&'static str]| [&base[..], more].concat();
+        let (sa, stop_a, a) = start(with(&["--id", "a", "--no-preempt"]));
+        wait_for(&sa, is("elected")).await;
+        let (sb, stop_b, b) = start(with(&["--id", "b", "--priority", "5"]));
+        wait_for(&sb, is("campaigning")).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(sa.events().iter().all(|v| v["event"] != "lost"));
+        stop_a.cancel();
+        a.await.unwrap().unwrap();
+        let elected_b = wait_for(&sb, is("elected")).await;
+        let (sc, stop_c, c) = start(with(&["--id", "c", "--priority", "9"]));
+        let lost_b = wait_for(&sb, is("lost")).await;
+        assert_eq!(lost_b["reason"], "preempted");
+        assert_eq!(lost_b["token"], elected_b["token"]);
+        let elected_c = wait_for(&sc, is("elected")).await;
+        assert!(lost_b["mono_ns"].as_u64() <= elected_c["mono_ns"].as_u64());
+        for (stop, task) in [(stop_c, c), (stop_b, b)] {
+            stop.cancel();
+            task.await.unwrap().unwrap();
+        }
+    }
+
+    #[test]
+    fn priorities_out_of_range_are_refused_before_connecting() {
+        for bad in ["1001", "-1001"] {
+            let argv = [
+                "tenure",
+                "campaign",
+                "--election",
+                "e",
+                "--id",
+                "a",
+                "--priority",
+                bad,
+            ];
+            let Command::Campaign(a) = Cli::parse_from(argv).command else {
+                panic!("not a campaign")
+            };
+            let e = CampaignPlan::new(&a).unwrap_err();
+            assert!(e.message().contains("candidate priority"), "{e}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
