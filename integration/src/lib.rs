@@ -75,10 +75,10 @@ pub use fencing::{
 };
 pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
-pub use proxy_faults::{assert_ttls_refused, timing_ms, ProxyFaults};
+pub use proxy_faults::{assert_ttls_refused, etcd_env, timing_ms, ProxyFaults};
 pub use server::{
     etcdctl_program, start_with_passwords, workspace_root, AzuriteServer, EtcdCluster, EtcdServer,
     Members, RedisSentinels, RedisServer, StoreServer, ZooKeeperEnsemble, ZooKeeperServer,
     READY_TIMEOUT,
 };
-pub use shared::{run_prefix, with_query};
+pub use shared::{next_leader_where, run_prefix, with_query, SpawnedCampaign};

@@ -140,3 +140,33 @@ pub async fn assert_ttls_refused(backend: &DynBackend, ttls: &[Duration]) -> Vec
     }
     errors
 }
+
+/// The conformance [`Env`] of an etcd at `endpoint` (`server` its address), connecting
+/// with the URL `url` makes of `host:port` (every member for an external cluster):
+/// TTL 2 s (etcd leases are whole seconds), renewals every 300 ms, leadership valid
+/// for 1.2 s after the last confirmed renewal was sent; a victim's connection cut
+/// through a proxy, expiry by revoking the lease through the main backend.
+pub async fn etcd_env(
+    endpoint: &str,
+    server: SocketAddr,
+    url: impl Fn(&str) -> String + Send + Sync + 'static,
+) -> Env {
+    let url = Arc::new(url);
+    let backend = match tenure_etcd::EtcdBackend::from_url(&url(endpoint)).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to etcd at {server}: {e}"),
+    };
+    let faults = ProxyFaults::new(&server.to_string(), server, move |at| {
+        let url = url.clone();
+        async move {
+            let b = tenure_etcd::EtcdBackend::from_url(&url(&at)).await?;
+            Ok(Arc::new(b) as DynBackend)
+        }
+    });
+    let main = backend.clone();
+    let faults = faults.expire_with(move |id| {
+        let backend = main.clone();
+        async move { backend.revoke_session(&id).await }
+    });
+    faults.env(Arc::new(backend), timing_ms(2000, 300, 1200, 1000), 500)
+}

@@ -58,3 +58,93 @@ macro_rules! shared_server {
         }
     };
 }
+
+/// The next leader `stream` reports for which `pred` holds, waiting at most `limit`;
+/// panics (in the calling test) if the stream ends or fails first, or nothing matches
+/// in time.
+pub async fn next_leader_where(
+    stream: &mut tenure_core::LeaderStream,
+    limit: std::time::Duration,
+    pred: impl Fn(&Option<tenure_core::LeaderInfo>) -> bool,
+) -> Option<tenure_core::LeaderInfo> {
+    use futures::StreamExt;
+    tokio::time::timeout(limit, async {
+        loop {
+            let item = stream
+                .next()
+                .await
+                .expect("observe stream ended")
+                .expect("observe item");
+            if pred(&item) {
+                return item;
+            }
+        }
+    })
+    .await
+    .expect("observe did not report the expected leader in time")
+}
+
+/// A campaign running in a task of its own, so a test can look at other things while
+/// it waits; its leadership and the monotonic time of the grant once it returns.
+pub struct SpawnedCampaign {
+    id: String,
+    task: Option<tokio::task::JoinHandle<(tenure_core::Result<tenure_core::Leadership>, u64)>>,
+    held: Option<(tenure_core::Leadership, u64)>,
+}
+
+impl SpawnedCampaign {
+    /// Starts `candidate`'s campaign for `election` in `session`.
+    pub fn spawn(
+        session: &tenure_core::Session,
+        election: &tenure_core::ElectionName,
+        candidate: tenure_core::Candidate,
+    ) -> SpawnedCampaign {
+        let (session, election) = (session.clone(), election.clone());
+        SpawnedCampaign {
+            id: candidate.id().to_string(),
+            task: Some(tokio::spawn(async move {
+                let granted = session.campaign(&election, &candidate).await;
+                (granted, crate::monotonic_now_ns())
+            })),
+            held: None,
+        }
+    }
+
+    /// True once the campaign returned (collecting the leadership); a failed campaign
+    /// fails the calling test.
+    pub async fn granted(&mut self) -> bool {
+        if let Some(task) = self.task.take_if(|t| t.is_finished()) {
+            let (leadership, at) = task.await.expect("campaign task");
+            let leadership =
+                leadership.unwrap_or_else(|e| panic!("{}'s campaign failed: {e}", self.id));
+            self.held = Some((leadership, at));
+        }
+        self.held.is_some()
+    }
+
+    /// Waits for the grant, at most `bound`: the leadership and when it was granted
+    /// ([`monotonic_now_ns`](crate::monotonic_now_ns)).
+    pub async fn wait(&mut self, bound: std::time::Duration) -> (&tenure_core::Leadership, u64) {
+        let until = std::time::Instant::now() + bound;
+        while !self.granted().await {
+            assert!(
+                std::time::Instant::now() < until,
+                "{} was not elected within {bound:?}",
+                self.id
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let (leadership, at) = self.held.as_ref().expect("granted");
+        (leadership, *at)
+    }
+
+    /// Whether the campaign was granted and that leadership still holds.
+    pub fn is_leader(&self) -> bool {
+        self.held.as_ref().is_some_and(|(l, _)| l.is_leader())
+    }
+
+    /// The leadership, once granted.
+    pub fn into_leadership(self) -> Option<tenure_core::Leadership> {
+        self.held.map(|(l, _)| l)
+    }
+}

@@ -4,13 +4,10 @@
 //! 2 s, and faults injected through a TCP proxy (disconnect) and lease revocation
 //! (expiry).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::testing::Env;
-use tenure_core::DynBackend;
-use tenure_etcd::EtcdBackend;
-use tenure_integration::{assert_ttls_refused, timing_ms, EtcdServer, ProxyFaults};
+use tenure_integration::{assert_ttls_refused, EtcdServer};
 
 tenure_integration::shared_server!(EtcdServer, "etcd");
 
@@ -20,27 +17,11 @@ fn url(hosts: &str) -> String {
     format!("etcd://{hosts}?prefix=tenure-test&connect_timeout_ms=1000&request_timeout_ms=1000")
 }
 
+/// Every member when `TENURE_TEST_ETCD` names a cluster (see
+/// [`etcd_env`](tenure_integration::etcd_env) for the timing and faults).
 async fn etcd_env() -> Env {
-    let server = shared_server().1;
-    // Every member when `TENURE_TEST_ETCD` names a cluster.
-    let backend = match EtcdBackend::from_url(&url(&shared_server().0)).await {
-        Ok(b) => b,
-        Err(e) => panic!("connect to etcd at {server}: {e}"),
-    };
-    // Disconnects cut a victim backend's link through a proxy; expiry revokes the
-    // lease through the main backend.
-    let faults = ProxyFaults::new(&server.to_string(), server, |at| async move {
-        let b = EtcdBackend::from_url(&url(&at)).await?;
-        Ok(Arc::new(b) as DynBackend)
-    });
-    let main = backend.clone();
-    let faults = faults.expire_with(move |id| {
-        let backend = main.clone();
-        async move { backend.revoke_session(&id).await }
-    });
-    // TTL 2 s (etcd leases are whole seconds), renew every 300 ms, leadership valid
-    // for 1.2 s after the last confirmed renewal was sent.
-    faults.env(Arc::new(backend), timing_ms(2000, 300, 1200, 1000), 500)
+    let (endpoint, server) = shared_server();
+    tenure_integration::etcd_env(&endpoint, server, url).await
 }
 
 tenure_core::conformance_tests!(etcd_env());

@@ -14,19 +14,15 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use tenure_core::testing::Env;
-use tenure_core::{
-    Candidate, DynBackend, ElectionName, LeaderInfo, LeaderStream, Leadership, Session, Timing,
-};
+use tenure_core::{Candidate, ElectionName, LeaderInfo, LeaderStream, Leadership, Session, Timing};
 use tenure_etcd::EtcdBackend;
 use tenure_integration::{
-    check_fencing_at, etcdctl_program, monotonic_now_ns, run_prefix, timing_ms, EtcdServer, Event,
-    ProxyFaults,
+    check_fencing_at, etcdctl_program, monotonic_now_ns, run_prefix, EtcdServer, Event,
+    SpawnedCampaign as Campaign,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 
 tenure_integration::shared_server!(EtcdServer, "etcd");
 
@@ -261,73 +257,12 @@ fn base64_decodes() {
 // tenure campaigns in tasks
 // ---------------------------------------------------------------------------------------
 
-/// A tenure campaign running in a task; its leadership and the time of the grant.
-struct Campaign {
-    id: String,
-    task: Option<JoinHandle<(tenure_core::Result<Leadership>, u64)>>,
-    held: Option<(Leadership, u64)>,
-}
-
-impl Campaign {
-    fn spawn(session: &Session, election: &ElectionName, candidate: Candidate) -> Campaign {
-        let (session, election) = (session.clone(), election.clone());
-        Campaign {
-            id: candidate.id().to_string(),
-            task: Some(tokio::spawn(async move {
-                let granted = session.campaign(&election, &candidate).await;
-                (granted, monotonic_now_ns())
-            })),
-            held: None,
-        }
-    }
-
-    /// True once the campaign returned (collects the leadership).
-    async fn granted(&mut self) -> bool {
-        if self.task.as_ref().is_some_and(JoinHandle::is_finished) {
-            if let Some(task) = self.task.take() {
-                let (leadership, at) = task.await.expect("campaign task");
-                let leadership =
-                    leadership.unwrap_or_else(|e| panic!("{}'s campaign failed: {e}", self.id));
-                self.held = Some((leadership, at));
-            }
-        }
-        self.held.is_some()
-    }
-
-    /// Wait for the grant, at most `bound`: the leadership and when it was granted.
-    async fn wait(mut self, bound: Duration) -> (Leadership, u64) {
-        let until = Instant::now() + bound;
-        while !self.granted().await {
-            assert!(
-                Instant::now() < until,
-                "{} was not elected within {bound:?}",
-                self.id
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        self.held.take().expect("granted")
-    }
-}
-
 /// The next leader `observe` reports that satisfies `pred`, within `PROMPT`.
 async fn observed(
     stream: &mut LeaderStream,
     pred: impl Fn(&Option<LeaderInfo>) -> bool,
 ) -> Option<LeaderInfo> {
-    tokio::time::timeout(PROMPT, async {
-        loop {
-            let item = stream
-                .next()
-                .await
-                .expect("observe stream ended")
-                .expect("observe item");
-            if pred(&item) {
-                return item;
-            }
-        }
-    })
-    .await
-    .expect("observe did not report the expected leader in time")
+    tenure_integration::next_leader_where(stream, PROMPT, pred).await
 }
 
 fn millis(d: Duration) -> f64 {
@@ -378,7 +313,8 @@ async fn etcdctl_leads_then_tenure_takes_over_when_it_is_interrupted() {
 
     let interrupted = Instant::now();
     go.interrupt();
-    let (leadership, _) = tenure.wait(NOTIFICATION).await;
+    tenure.wait(NOTIFICATION).await;
+    let leadership = tenure.into_leadership().expect("granted");
     eprintln!(
         "etcdctl interrupted -> tenure elected: {:.1} ms",
         millis(interrupted.elapsed())
@@ -439,7 +375,8 @@ async fn etcdctl_killed_then_tenure_takes_over_when_its_lease_expires() {
     // Go renews every third of the TTL, so the lease goes 40-60 s after the kill, plus
     // up to 500 ms for etcd's expiry scan; then one notification.
     let bound = GO_SESSION_TTL + Duration::from_secs(1) + NOTIFICATION;
-    let (leadership, _) = tenure.wait(bound.saturating_sub(killed.elapsed())).await;
+    tenure.wait(bound.saturating_sub(killed.elapsed())).await;
+    let leadership = tenure.into_leadership().expect("granted");
     eprintln!(
         "etcdctl killed -> tenure elected: {:.1} s (Go session TTL {GO_SESSION_TTL:?})",
         killed.elapsed().as_secs_f64()
@@ -533,6 +470,11 @@ async fn alternating_turns_never_show_two_leaders() {
     let session = session_under(prefix).await;
     let (mut go_log, mut tenure_log) = (Vec::new(), Vec::new());
     let mut held: Option<Leadership> = None;
+    // One leadership event of `who` with `token` at `at` (or now), in `log`.
+    let note = |log: &mut Vec<Event>, kind: &str, who: &str, token: u64, at: Option<u64>| {
+        let at = at.unwrap_or_else(monotonic_now_ns);
+        log.push(Event::new(kind, &name, who, Some(token), at));
+    };
     for round in 0..ROUNDS {
         let proposal = format!("go-{round}");
         let mut go = Etcdctl::campaign(&name, &proposal);
@@ -542,24 +484,13 @@ async fn alternating_turns_never_show_two_leaders() {
                 "round {round}: etcdctl elected while tenure leads"
             );
             let token = leadership.token().get();
-            tenure_log.push(Event::new(
-                Event::RESIGNED,
-                &name,
-                "tenure",
-                Some(token),
-                monotonic_now_ns(),
-            ));
+            note(&mut tenure_log, Event::RESIGNED, "tenure", token, None);
             leadership.resign().await.expect("resign");
         }
         let elected = go.next_key(NOTIFICATION).await;
         assert_eq!(elected.value, proposal);
-        go_log.push(Event::new(
-            Event::ELECTED,
-            &name,
-            &proposal,
-            Some(elected.create_revision),
-            elected.seen_ns,
-        ));
+        let (revision, seen) = (elected.create_revision, Some(elected.seen_ns));
+        note(&mut go_log, Event::ELECTED, &proposal, revision, seen);
 
         let id = format!("tenure-{round}");
         let mut tenure = Campaign::spawn(&session, &election, candidate(&id, &id));
@@ -568,22 +499,18 @@ async fn alternating_turns_never_show_two_leaders() {
             !tenure.granted().await,
             "round {round}: tenure elected while etcdctl leads"
         );
-        go_log.push(Event::new(
-            Event::RESIGNED,
-            &name,
-            &proposal,
-            Some(elected.create_revision),
-            monotonic_now_ns(),
-        ));
+        note(&mut go_log, Event::RESIGNED, &proposal, revision, None);
         go.interrupt();
-        let (leadership, granted_ns) = tenure.wait(NOTIFICATION).await;
-        tenure_log.push(Event::new(
+        let granted = tenure.wait(NOTIFICATION).await.1;
+        let leadership = tenure.into_leadership().expect("granted");
+        let token = leadership.token().get();
+        note(
+            &mut tenure_log,
             Event::ELECTED,
-            &name,
             "tenure",
-            Some(leadership.token().get()),
-            granted_ns,
-        ));
+            token,
+            Some(granted),
+        );
         let status = go.exit(PROMPT).await;
         assert!(
             status.success(),
@@ -593,13 +520,7 @@ async fn alternating_turns_never_show_two_leaders() {
     }
     if let Some(leadership) = held {
         let token = leadership.token().get();
-        tenure_log.push(Event::new(
-            Event::RESIGNED,
-            &name,
-            "tenure",
-            Some(token),
-            monotonic_now_ns(),
-        ));
+        note(&mut tenure_log, Event::RESIGNED, "tenure", token, None);
         leadership.resign().await.expect("resign");
     }
     assert_eq!(go_log.len(), 2 * ROUNDS);
@@ -624,21 +545,9 @@ async fn alternating_turns_never_show_two_leaders() {
 /// The conformance env of `etcd_conformance.rs` with `layout=go`: TTL 2 s, a proxy to
 /// cut a victim's connection, lease revocation for expiry.
 async fn go_env() -> Env {
-    let server = shared_server().1;
+    let (endpoint, server) = shared_server();
     let prefix = run_prefix();
-    let backend = EtcdBackend::from_url(&url(&shared_server().0, prefix))
-        .await
-        .unwrap_or_else(|e| panic!("connect to etcd at {server}: {e}"));
-    let faults = ProxyFaults::new(&server.to_string(), server, move |at| async move {
-        let b = EtcdBackend::from_url(&url(&at, prefix)).await?;
-        Ok(Arc::new(b) as DynBackend)
-    });
-    let main = backend.clone();
-    let faults = faults.expire_with(move |id| {
-        let backend = main.clone();
-        async move { backend.revoke_session(&id).await }
-    });
-    faults.env(Arc::new(backend), timing_ms(2000, 300, 1200, 1000), 500)
+    tenure_integration::etcd_env(&endpoint, server, move |hosts| url(hosts, prefix)).await
 }
 
 // Every check that does not compare the leader's candidate id, which the Go layout does

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use tenure_core::{Candidate, ElectionName, LeaderInfo, Leadership, Session, Timing};
-use tenure_integration::{curator_version, CuratorLatch, ZooKeeperServer};
+use tenure_integration::{
+    curator_version, CuratorLatch, SpawnedCampaign as Campaign, ZooKeeperServer,
+};
 use tenure_zookeeper::ZooKeeperBackend;
-use tokio::task::JoinHandle;
 
 tenure_integration::shared_server!(ZooKeeperServer, "ZooKeeper");
 
@@ -71,57 +71,9 @@ fn tenure_id_in(curator_id: &str) -> Option<String> {
     Some(v.get("id")?.as_str()?.to_string())
 }
 
-/// A tenure campaign running in a task, and its leadership once granted.
-struct Campaign {
-    id: String,
-    task: Option<JoinHandle<tenure_core::Result<Leadership>>>,
-    held: Option<Leadership>,
-}
-
-impl Campaign {
-    fn spawn(session: &Session, election: &ElectionName, id: &str) -> Campaign {
-        let (session, election) = (session.clone(), election.clone());
-        let candidate = Candidate::new(id).expect("candidate id");
-        Campaign {
-            id: id.to_string(),
-            task: Some(tokio::spawn(async move {
-                session.campaign(&election, &candidate).await
-            })),
-            held: None,
-        }
-    }
-
-    /// True once the campaign returned (collects the leadership).
-    async fn granted(&mut self) -> bool {
-        if self.task.as_ref().is_some_and(JoinHandle::is_finished) {
-            if let Some(task) = self.task.take() {
-                let leadership = task
-                    .await
-                    .expect("campaign task")
-                    .unwrap_or_else(|e| panic!("{}'s campaign failed: {e}", self.id));
-                self.held = Some(leadership);
-            }
-        }
-        self.held.is_some()
-    }
-
-    /// Wait for the grant, at most `bound`.
-    async fn wait(&mut self, bound: Duration) -> &Leadership {
-        let until = Instant::now() + bound;
-        while !self.granted().await {
-            assert!(
-                Instant::now() < until,
-                "{} was not elected within {bound:?}",
-                self.id
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        self.held.as_ref().expect("granted")
-    }
-
-    fn is_leader(&self) -> bool {
-        self.held.as_ref().is_some_and(Leadership::is_leader)
-    }
+/// A tenure campaign of candidate `id`, running in a task.
+fn spawn_campaign(session: &Session, election: &ElectionName, id: &str) -> Campaign {
+    Campaign::spawn(session, election, Candidate::new(id).expect("candidate id"))
 }
 
 /// Curator's view of the queue, once it has `n` participants (at most `HANDOVER`).
@@ -140,25 +92,12 @@ async fn participants(latch: &mut CuratorLatch, n: usize) -> Vec<(bool, String)>
     }
 }
 
-/// The next leader `observe` reports that satisfies `pred`, at most `HANDOVER`.
+/// The next leader `observe` reports that satisfies `pred`, within `HANDOVER`.
 async fn observed(
     stream: &mut tenure_core::LeaderStream,
     pred: impl Fn(&Option<LeaderInfo>) -> bool,
 ) -> Option<LeaderInfo> {
-    tokio::time::timeout(HANDOVER, async {
-        loop {
-            let item = stream
-                .next()
-                .await
-                .expect("observe stream ended")
-                .expect("observe item");
-            if pred(&item) {
-                return item;
-            }
-        }
-    })
-    .await
-    .expect("observe did not report the expected leader in time")
+    tenure_integration::next_leader_where(stream, HANDOVER, pred).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -189,7 +128,7 @@ async fn curator_leads_first_and_tenure_takes_over_when_it_closes() {
     let first = observed(&mut stream, |_| true).await;
     assert_eq!(first.map(|l| l.id).as_deref(), Some("java-a"));
 
-    let mut tenure = Campaign::spawn(&session, &election, "tenure-a");
+    let mut tenure = spawn_campaign(&session, &election, "tenure-a");
     // Curator sees tenure's node queued behind its own.
     let queue = participants(&mut java, 2).await;
     assert_eq!(queue[0], (true, "java-a".to_string()), "{queue:?}");
@@ -210,7 +149,7 @@ async fn curator_leads_first_and_tenure_takes_over_when_it_closes() {
     let closed = Instant::now();
     java.close().await.expect("close the latch");
     assert!(!java.has_leadership().await.expect("status"));
-    let token = tenure.wait(HANDOVER).await.token();
+    let token = tenure.wait(HANDOVER).await.0.token();
     eprintln!(
         "Curator close -> tenure elected: {:.1} ms",
         closed.elapsed().as_secs_f64() * 1e3
@@ -358,7 +297,7 @@ async fn tenure_curator_tenure_take_turns_in_queue_order() {
     let t1_token = t1.token();
     let mut t1 = Some(t1);
     let mut java = start_latch(&election, "java-c").await;
-    let mut t2 = Campaign::spawn(&second, &election, "tenure-2");
+    let mut t2 = spawn_campaign(&second, &election, "tenure-2");
     let mut turns = Vec::new();
     turn("tenure-1", &t1, &mut java, &mut t2, &mut turns).await;
     // The queue, as Curator sees it, is in creation order.
@@ -387,7 +326,7 @@ async fn tenure_curator_tenure_take_turns_in_queue_order() {
     let took = turn("tenure-2", &t1, &mut java, &mut t2, &mut turns).await;
     eprintln!("Curator closed -> tenure-2 leads: {took:?} (sampled)");
     assert_eq!(turns, ["tenure-1", "java-c", "tenure-2"]);
-    let t2_token = t2.wait(HANDOVER).await.token();
+    let t2_token = t2.wait(HANDOVER).await.0.token();
     assert!(t2_token > t1_token, "{t2_token} vs {t1_token}");
     assert_eq!(java.count("leader"), 1, "{:?}", java.other_stdout());
     assert_eq!(java.count("notleader"), 1, "{:?}", java.other_stdout());
