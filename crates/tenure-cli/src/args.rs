@@ -22,6 +22,9 @@ pub enum Command {
     Campaign(CampaignArgs),
     /// Print one JSON line per leader change of an election.
     Observe(ObserveArgs),
+    /// Ask the leader of an election to step down to the best waiter, or to the one
+    /// given with --to, without stopping it (it campaigns again); print one JSON line.
+    Handover(HandoverArgs),
     /// Run N shard managers in this process through a script (converge, crash a node,
     /// add a node, drain a node) with a live view, then print a summary; with
     /// `--load zipf`, balance by load first, beside the count-only baseline.
@@ -174,6 +177,24 @@ pub struct ObserveArgs {
     /// Metrics.
     #[command(flatten)]
     pub metrics: MetricsArgs,
+}
+
+/// `tenure handover`.
+#[derive(Debug, Clone, Args)]
+pub struct HandoverArgs {
+    /// The store.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// Election name.
+    #[arg(long)]
+    pub election: String,
+    /// The candidate id of the waiter to hand over to [default: the best waiter:
+    /// highest priority, then queue order].
+    #[arg(long, value_name = "ID")]
+    pub to: Option<String>,
+    /// Connect timeout in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub connect_timeout: f64,
 }
 
 /// `tenure demo`.

@@ -10,6 +10,7 @@ mod child;
 mod clock;
 mod demo;
 mod events;
+mod handover;
 mod health;
 mod metrics;
 mod observe;
@@ -193,6 +194,13 @@ async fn run(cli: Cli) -> tenure::Result<()> {
             serve_metrics(&args.metrics)?;
             let backend = connect(&args.backend.backend, plan.connect_timeout()).await?;
             observe::run_observe(backend, &plan, Arc::new(StdoutSink), shutdown).await
+        }
+        Command::Handover(args) => {
+            let plan = handover::HandoverPlan::new(&args)?;
+            let backend = connect(&args.backend.backend, plan.connect_timeout()).await?;
+            let line = handover::run_handover(backend, &plan).await?;
+            StdoutSink.emit(line);
+            Ok(())
         }
         Command::Demo(args) => run_demo(args, shutdown).await,
         Command::Shards(args) => run_shards(args, shutdown).await,

@@ -167,6 +167,9 @@ struct ElectionEntry {
     last_token: u64,
     holder: Option<Holder>,
     waiters: VecDeque<Waiter>,
+    /// The waiter a handover asked for (by candidate id): the next grant goes to it
+    /// if it still waits then. Used up by the next grant.
+    handover_to: Option<String>,
     /// The leader as observers see it; made by the first observer (an election nobody
     /// observes costs no channel).
     watch: Option<watch::Sender<Option<LeaderInfo>>>,
@@ -178,6 +181,7 @@ impl ElectionEntry {
             last_token: 0,
             holder: None,
             waiters: VecDeque::new(),
+            handover_to: None,
             watch: None,
         }
     }
@@ -228,20 +232,54 @@ impl ElectionEntry {
         self.waiters.insert(at, waiter);
     }
 
-    /// The holder's session and token if it is to be told now that it is preempted: a
-    /// waiter still listening has a higher priority than the holder, which did not opt
-    /// out and was not told yet. Marks the holder told.
-    fn preemption_due(&mut self) -> Option<(u64, FencingToken)> {
+    /// The holder's session and token if it is to be told now that it is preempted by
+    /// a candidate of priority `joined` that just queued: a higher priority than the
+    /// holder's, which did not opt out and was not told yet. Marks the holder told.
+    fn preemption_due(&mut self, joined: i32) -> Option<(u64, FencingToken)> {
         let holder = self.holder.as_mut()?;
-        let best = self.waiters.iter().find(|w| !w.grant.is_closed())?;
         if holder.preempted
             || !holder.candidate.preemptible()
-            || best.candidate.priority() <= holder.candidate.priority()
+            || joined <= holder.candidate.priority()
         {
             return None;
         }
         holder.preempted = true;
         Some((holder.session, holder.token))
+    }
+
+    /// The store's side of a handover to `to` (or the best waiter): the holder to tell
+    /// (session, token; `None` if it was told already) and what it holds.
+    fn hand_over(
+        &mut self,
+        election: &ElectionName,
+        to: Option<&str>,
+    ) -> Result<(Option<(u64, FencingToken)>, LeaderInfo)> {
+        let Some(info) = self.leader() else {
+            return Err(Error::invalid(format!(
+                "election {election}: nobody leads it, nothing to hand over"
+            )));
+        };
+        let mut live = self.waiters.iter().filter(|w| !w.grant.is_closed());
+        match to {
+            Some(id) if !live.any(|w| w.candidate.id() == id) => {
+                return Err(Error::invalid(format!(
+                    "election {election}: no candidate {id:?} waits for it"
+                )))
+            }
+            None if live.next().is_none() => {
+                return Err(Error::invalid(format!(
+                    "election {election}: nobody waits for it, {:?} keeps it",
+                    info.id
+                )))
+            }
+            _ => {}
+        }
+        self.handover_to = to.map(str::to_string);
+        let holder = self.holder.as_mut().filter(|h| !h.preempted).map(|h| {
+            h.preempted = true;
+            (h.session, h.token)
+        });
+        Ok((holder, info))
     }
 
     /// Hand a free seat to the first waiter still listening (the queue is in grant
@@ -251,16 +289,32 @@ impl ElectionEntry {
         if self.holder.is_some() {
             return 0;
         }
+        if let Some(id) = self.handover_to.take() {
+            let asked = self.waiters.iter().position(|w| w.candidate.id() == id);
+            if let Some(w) = asked.and_then(|at| self.waiters.remove(at)) {
+                if self.offer(w) {
+                    return 1;
+                }
+            }
+        }
         while let Some(w) = self.waiters.pop_front() {
-            // `grant` below mints exactly this token.
-            let token = FencingToken(self.last_token + 1);
-            if w.grant.send(Ok(token)).is_ok() {
-                self.grant(w.session, w.candidate);
+            if self.offer(w) {
                 return 1;
             }
         }
         self.publish();
         0
+    }
+
+    /// Grant the seat to `w` if it still listens.
+    fn offer(&mut self, w: Waiter) -> bool {
+        // `grant` below mints exactly this token.
+        let token = FencingToken(self.last_token + 1);
+        if w.grant.send(Ok(token)).is_ok() {
+            self.grant(w.session, w.candidate);
+            return true;
+        }
+        false
     }
 
     fn release(&mut self, session: u64, token: Option<FencingToken>) -> bool {
@@ -464,14 +518,26 @@ fn unregister_all(st: &mut MemState, n: u64, namespaces: &HashSet<ElectionName>)
 /// [`ElectionEntry::preemption_due`]): one notification, as a store's watch event
 /// would be. A stalled holder hears of it when its requests get through again.
 /// Returns whether a notification was sent.
-fn preempt(st: &mut MemState, election: &ElectionName) -> bool {
-    let Some((session, token)) = st
+fn preempt(st: &mut MemState, election: &ElectionName, joined: i32) -> bool {
+    let due = st
         .elections
         .get_mut(election)
-        .and_then(|el| el.preemption_due())
-    else {
+        .and_then(|el| el.preemption_due(joined));
+    let Some((session, token)) = due else {
         return false;
     };
+    tell_preempted(st, election, session, token)
+}
+
+/// Tell `session` that its grant `token` of `election` is preempted (one
+/// notification), or, while it is cut off, once its requests get through again.
+/// Returns whether a notification was sent now.
+fn tell_preempted(
+    st: &mut MemState,
+    election: &ElectionName,
+    session: u64,
+    token: FencingToken,
+) -> bool {
     let open = st
         .gates
         .get(&session)
@@ -623,6 +689,26 @@ impl Backend for MemoryBackend {
         Some(self.store.requests.load(Ordering::Relaxed))
     }
 
+    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+        self.store.requests.fetch_add(1, Ordering::Relaxed);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let endpoint = st.endpoint.clone();
+        let tag = |e: Error| at(e.with_backend(MEM_SCHEME), endpoint.as_deref());
+        let Some(el) = st.elections.get_mut(election) else {
+            return Err(tag(Error::invalid(format!(
+                "election {election}: nobody leads it, nothing to hand over"
+            ))));
+        };
+        let (holder, info) = el.hand_over(election, to).map_err(tag)?;
+        if let Some((session, token)) = holder {
+            if tell_preempted(st, election, session, token) {
+                self.store.requests.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(info)
+    }
+
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
         let st = self.lock();
         Ok(st
@@ -764,7 +850,7 @@ impl MemSession {
             candidate: candidate.clone(),
             grant: tx,
         });
-        if preempt(st, election) {
+        if preempt(st, election, candidate.priority()) {
             // The holder's notification is one store message.
             self.backend.store.requests.fetch_add(1, Ordering::Relaxed);
         }

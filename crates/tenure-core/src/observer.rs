@@ -66,6 +66,22 @@ impl Observer {
         self.within(self.backend.watch_members(namespace)).await
     }
 
+    /// Ask the leader of `election` to step down to the waiter `to` (a candidate id),
+    /// or to the best waiter (see [`Backend::handover`](crate::Backend::handover));
+    /// the one request here that changes the store. Returns the leader asked: its
+    /// lost signal fires with [`LossReason::Preempted`](crate::LossReason::Preempted)
+    /// and it releases the seat, as when preempted. A backend without priorities
+    /// (clause 14) answers `Unsupported`.
+    pub async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+        if let Some(id) = to {
+            crate::name::check_printable("candidate id", id, crate::MAX_CANDIDATE_ID_LEN)?;
+        }
+        if !self.backend.capabilities().priority {
+            return Err(crate::backend::handover_unsupported(self.backend.scheme()));
+        }
+        self.within(self.backend.handover(election, to)).await
+    }
+
     async fn within<T>(&self, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         match tokio::time::timeout(self.timeout, fut).await {
             Ok(r) => r,

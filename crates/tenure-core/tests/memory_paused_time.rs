@@ -415,3 +415,51 @@ async fn preemptions_never_make_two_holders() {
     assert!(preempted >= 5, "only {preempted} preemptions");
     assert_intervals_disjoint(intervals);
 }
+
+/// A handover asks the leader to step down without stopping it: to a named waiter
+/// (ahead of higher priorities), or to the best one; a leader that opted out of
+/// preemption is asked too. Nobody leading, nobody waiting and an unknown waiter are
+/// refused; the leader keeps its seat then.
+#[tokio::test(start_paused = true)]
+async fn a_handover_moves_the_seat_to_the_waiter_asked_for() {
+    let mem = MemoryBackend::new();
+    let observer = tenure_core::Observer::new(Arc::new(mem.clone()), Duration::from_secs(1));
+    let e = name("handover");
+    let refused = observer.handover(&e, None).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::InvalidArgument);
+    assert!(refused.message().contains("nobody leads it"), "{refused}");
+    let (a, b, c) = (
+        session(&mem).await,
+        session(&mem).await,
+        session(&mem).await,
+    );
+    let la = a
+        .campaign(&e, &ranked("a", 0).never_preempted())
+        .await
+        .unwrap();
+    let refused = observer.handover(&e, None).await.unwrap_err();
+    assert!(refused.message().contains("nobody waits"), "{refused}");
+    let high = tokio::spawn(async move { b.campaign(&name("handover"), &ranked("b", 9)).await });
+    let low = tokio::spawn(async move { c.campaign(&name("handover"), &ranked("c", 1)).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let refused = observer.handover(&e, Some("z")).await.unwrap_err();
+    assert!(
+        refused.message().contains("no candidate \"z\""),
+        "{refused}"
+    );
+    assert!(la.is_leader());
+    let asked = observer.handover(&e, Some("c")).await.unwrap();
+    assert_eq!((asked.id.as_str(), asked.token), ("a", la.token()));
+    let lc = low.await.unwrap().unwrap();
+    assert_eq!(la.loss_reason(), Some(LossReason::Preempted));
+    assert!(la.lost_at().unwrap() <= lc.granted_at());
+    assert!(
+        !high.is_finished(),
+        "the higher priority was granted, not the one asked for"
+    );
+    // Without --to: the best waiter.
+    observer.handover(&e, None).await.unwrap();
+    let lb = high.await.unwrap().unwrap();
+    assert_eq!(lc.loss_reason(), Some(LossReason::Preempted));
+    assert!(lb.token() > lc.token());
+}

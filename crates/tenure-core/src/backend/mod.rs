@@ -130,6 +130,15 @@ pub fn membership_unsupported(scheme: &str) -> Error {
     )
 }
 
+/// The error a backend without priorities (clause 14) answers to a handover.
+pub fn handover_unsupported(scheme: &'static str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!("handover is not supported by the {scheme} backend yet (contract clause 14)"),
+    )
+    .with_backend(scheme)
+}
+
 /// A backend behind an `Arc`, as services hold it.
 pub type DynBackend = Arc<dyn Backend>;
 
@@ -169,6 +178,19 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Leader changes of `election`: the current state first, then every change in order
     /// or at least the latest state (coalescing allowed, never a stale final state).
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream>;
+
+    /// Ask the holder of `election` to step down to a waiter (contract clause 14): the
+    /// waiter whose candidate id is `to`, or with `None` the best one (highest priority,
+    /// then queue order), even a holder that campaigned
+    /// [`never_preempted`](crate::Candidate::never_preempted). The holder is told as for
+    /// a preemption ([`SessionEvents::preempted`]); the next grant goes to `to` if it
+    /// still waits then. Returns the holder asked. Nobody leading, nobody waiting, or no
+    /// waiter `to`: `InvalidArgument` naming the election. Only for a backend that
+    /// declares [`Capabilities::priority`]; the default answers `Unsupported`.
+    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+        let _ = (election, to);
+        Err(handover_unsupported(self.scheme()))
+    }
 
     /// Store requests made for elections (campaign, resign, wake-ups, reads) since the
     /// backend was created, not counting session renewals; `None` if not counted. The

@@ -1472,6 +1472,7 @@ pub async fn check_priority(env: &Env) {
     }
     check_priority_order(env).await;
     check_preemption(env).await;
+    check_handover(env).await;
 }
 
 /// A backend without priorities refuses a candidate with one, on every way in, with an
@@ -1496,8 +1497,66 @@ pub async fn check_priority_rejected(env: &Env) {
     }
     let plain = cand("a").never_preempted();
     let l = campaign(&s, &election, &plain).await;
+    let e = s
+        .observer()
+        .handover(&election, None)
+        .await
+        .expect_err("a handover on a backend without priorities was accepted");
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(l.is_leader());
     l.resign().await.expect("resign");
     s.close().await.expect("close");
+}
+
+/// Clause 14, handover: the leader (one that opted out of preemption, too) steps down
+/// to the waiter asked for, ahead of a higher priority, within a handover; its lost
+/// signal (`Preempted`) fires first; asking for a waiter that is not there is
+/// `InvalidArgument` and leaves the leader alone.
+async fn check_handover(env: &Env) {
+    let election = env.election("handover");
+    let (sa, sb, sc) = (
+        env.session().await,
+        env.session().await,
+        env.session().await,
+    );
+    let a = campaign(&sa, &election, &cand("a").never_preempted()).await;
+    let waiter = |s: &Session, c: Candidate| {
+        let (s, e) = (s.clone(), election.clone());
+        tokio::spawn(async move { campaign(&s, &e, &c).await })
+    };
+    let high = waiter(&sb, with_priority(cand("b"), 9));
+    let_queue(env).await;
+    let low = waiter(&sc, cand("c"));
+    let_queue(env).await;
+    let observer = sa.observer();
+    let e = observer.handover(&election, Some("nobody")).await;
+    let e = e.expect_err("a handover to a waiter that is not there was accepted");
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(a.is_leader());
+    let t0 = Instant::now();
+    let asked = observer
+        .handover(&election, Some("c"))
+        .await
+        .expect("handover");
+    assert_eq!((asked.id.as_str(), asked.token), ("a", a.token()));
+    let c = within(env.handover_bound(), "handover to c", low)
+        .await
+        .expect("c granted");
+    eprintln!(
+        "handover on {}: {:?}",
+        env.backend.scheme(),
+        c.granted_at() - t0
+    );
+    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
+    assert!(!high.is_finished(), "the handover went to b, not to c");
+    assert_intervals_disjoint(vec![interval(&a), interval_open(&c)]);
+    c.resign().await.expect("resign");
+    within(env.handover_bound(), "b after c", high)
+        .await
+        .expect("b granted");
+    for s in [sa, sb, sc] {
+        s.close().await.expect("close");
+    }
 }
 
 /// Clause 14, order: behind a holder that opted out, waiters joining with priorities
