@@ -187,6 +187,46 @@ pub async fn measure_handover(
     Ok(samples)
 }
 
+/// Preemption (contract clause 14): each run, a holder of priority 0 leads and a
+/// candidate of priority 1 joins; the time from the join to the newcomer's grant is
+/// recorded (its campaign request, the notification that tells the holder, the
+/// holder's release and the newcomer's wake-up). `None` if the backend does not keep
+/// priorities.
+pub async fn measure_preemption(
+    backend: &DynBackend,
+    options: &BenchOptions,
+) -> Result<Option<Vec<Duration>>, String> {
+    if !backend.capabilities().priority {
+        return Ok(None);
+    }
+    let election = name(&format!("{}/preemption", options.prefix))?;
+    let holding = open(backend, &options.timing).await?;
+    let joining = open(backend, &options.timing).await?;
+    let preferred = candidate("preferred")?
+        .with_priority(1)
+        .map_err(|e| e.to_string())?;
+    let mut samples = Vec::with_capacity(options.handover_runs);
+    for _ in 0..options.handover_runs {
+        let held = holding
+            .campaign(&election, &candidate("holder")?)
+            .await
+            .map_err(|e| format!("campaign: {e}"))?;
+        let t0 = Instant::now();
+        let waiter = campaign_in_background(&joining, &election, preferred.clone());
+        let granted = granted_within(waiter, &options.timing, 2).await?;
+        samples.push(granted.granted_at().saturating_duration_since(t0));
+        if held.lost_at().is_none_or(|at| at > granted.granted_at()) {
+            return Err("the preempted holder's grant outlived the newcomer's start".into());
+        }
+        drop(held);
+        granted.resign().await.map_err(|e| format!("resign: {e}"))?;
+    }
+    for s in [holding, joining] {
+        let _ = s.close().await;
+    }
+    Ok(Some(samples))
+}
+
 /// Crash failover: each run, a holder abandons its session (stops renewing without
 /// resigning, as a crashed process would) while a waiter waits; the time from the
 /// abandon to the waiter's grant is recorded. It is bounded by the TTL plus the store's
@@ -241,8 +281,9 @@ pub async fn bench_backend(
 ) -> Result<BenchTable, String> {
     let handover = measure_handover(&backend, options).await?;
     let failover = measure_failover(&backend, options).await?;
+    let preemption = measure_preemption(&backend, options).await?;
     let t = &options.timing;
-    Ok(BenchTable {
+    let mut table = BenchTable {
         title: title.to_string(),
         figures: vec![
             Figure {
@@ -259,7 +300,16 @@ pub async fn bench_backend(
                 samples: failover,
             },
         ],
-    })
+    };
+    // Only where the backend keeps priorities (clause 14); elsewhere it refuses them.
+    if let Some(samples) = preemption {
+        table.figures.push(Figure {
+            name: "preemption (higher priority joins → it is granted)".into(),
+            note: "holder priority 0, newcomer 1".into(),
+            samples,
+        });
+    }
+    Ok(table)
 }
 
 #[cfg(test)]
