@@ -1155,15 +1155,19 @@ impl Controller {
         if let Some(plan) = keep {
             // The plan still holds for the new list (same node numbers); plan again
             // from the latest list once it has been quiet a while, so that every node
-            // ends on the plan of the same list — and at the latest a while after the
-            // first change it was kept across, for lists that never hold still (10^6
-            // shards whose moves go on for a minute).
+            // ends on the plan of the same list — and, by load, at the latest a while
+            // after the first change it was kept across, for lists that never hold
+            // still (10^6 shards whose moves go on for a minute).
             self.plan = Some(plan);
             self.planned_view = self.view.clone();
             let now = Instant::now();
-            let kept_since = *self.kept_since.get_or_insert(now);
-            let latest = kept_since + (self.plan_took * 8).max(PLAN_KEPT_AT_MOST);
-            self.replan_at = Some((now + PLAN_QUIET).min(latest));
+            self.replan_at = Some(now + PLAN_QUIET);
+            if self.view.moves.is_some() {
+                // By load (by count, plans kept across handoffs were fine as they were).
+                let kept_since = *self.kept_since.get_or_insert(now);
+                let latest = kept_since + (self.plan_took * 8).max(PLAN_KEPT_AT_MOST);
+                self.replan_at = self.replan_at.map(|at| at.min(latest));
+            }
             if !loads_same || !self.my_moves.is_empty() || !self.to_issue.is_empty() {
                 // New figures, or moves made or taken back: the balancer looks again.
                 self.balance_due = true;
