@@ -115,6 +115,23 @@ impl TimingArgs {
     }
 }
 
+/// What the commands that run a program share (`campaign`, `shards run`).
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Session timing.
+    #[command(flatten)]
+    pub timing: TimingArgs,
+    /// Seconds a command gets to exit after SIGTERM before SIGKILL.
+    #[arg(long, default_value_t = 5.0)]
+    pub grace: f64,
+    /// Metrics.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+    /// Health endpoint.
+    #[command(flatten)]
+    pub health: HealthArgs,
+}
+
 /// `tenure campaign`.
 #[derive(Debug, Clone, Args)]
 #[command(allow_negative_numbers = true)]
@@ -141,18 +158,9 @@ pub struct CampaignArgs {
     /// granted first once this one resigns).
     #[arg(long)]
     pub no_preempt: bool,
-    /// Session timing.
+    /// Session timing, the command's grace, metrics and health endpoints.
     #[command(flatten)]
-    pub timing: TimingArgs,
-    /// Seconds the command gets to exit after SIGTERM before SIGKILL.
-    #[arg(long, default_value_t = 5.0)]
-    pub grace: f64,
-    /// Metrics.
-    #[command(flatten)]
-    pub metrics: MetricsArgs,
-    /// Health endpoint.
-    #[command(flatten)]
-    pub health: HealthArgs,
+    pub run: RunArgs,
     /// The command to run while leader (after `--`). It gets TENURE_TOKEN,
     /// TENURE_ELECTION and TENURE_ID in its environment, runs in its own process
     /// group (SIGTERM, then SIGKILL, on loss), and is SIGKILLed by the kernel if this
@@ -269,14 +277,10 @@ pub enum ShardsCommand {
     Run(ShardsRunArgs),
 }
 
-/// `tenure shards run`.
+/// A namespace of shards, as every node of it is configured.
 #[derive(Debug, Clone, Args)]
-#[command(allow_negative_numbers = true)]
-pub struct ShardsRunArgs {
-    /// The store.
-    #[command(flatten)]
-    pub backend: BackendArgs,
-    /// The namespace, the same on every node.
+pub struct LayoutArgs {
+    /// The namespace the shard managers use, the same on every node.
     #[arg(long)]
     pub namespace: String,
     /// Its number of shards, the same on every node.
@@ -286,6 +290,25 @@ pub struct ShardsRunArgs {
     /// node.
     #[arg(long, default_value_t = 3)]
     pub replication: usize,
+}
+
+impl LayoutArgs {
+    /// The validated layout.
+    pub fn layout(&self) -> tenure::Result<tenure::Layout> {
+        tenure::Layout::new(&self.namespace, self.shards, self.replication)
+    }
+}
+
+/// `tenure shards run`.
+#[derive(Debug, Clone, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct ShardsRunArgs {
+    /// The store.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+    /// The namespace and its shards.
+    #[command(flatten)]
+    pub layout: LayoutArgs,
     /// This node's id, unique in the namespace (letters, digits, `-_.`).
     #[arg(long)]
     pub id: String,
@@ -293,18 +316,9 @@ pub struct ShardsRunArgs {
     /// are, up to the replication factor.
     #[arg(long)]
     pub zone: Option<String>,
-    /// Session timing.
+    /// Session timing, each command's grace, metrics and health endpoints.
     #[command(flatten)]
-    pub timing: TimingArgs,
-    /// Seconds a shard's command gets to exit after SIGTERM before SIGKILL.
-    #[arg(long, default_value_t = 5.0)]
-    pub grace: f64,
-    /// Metrics.
-    #[command(flatten)]
-    pub metrics: MetricsArgs,
-    /// Health endpoint.
-    #[command(flatten)]
-    pub health: HealthArgs,
+    pub run: RunArgs,
     /// The command to run for each shard this node leads (after `--`). It gets
     /// TENURE_SHARD (the shard's name), TENURE_SHARD_INDEX, TENURE_TOKEN (the fencing
     /// token of the grant), TENURE_ELECTION and TENURE_ID in its environment, runs in
@@ -320,15 +334,9 @@ pub struct ShardsStatusArgs {
     /// The store.
     #[command(flatten)]
     pub backend: BackendArgs,
-    /// The namespace the shard managers use.
-    #[arg(long)]
-    pub namespace: String,
-    /// Its number of shards (as configured on the nodes).
-    #[arg(long)]
-    pub shards: usize,
-    /// Its replication factor (as configured on the nodes).
-    #[arg(long, default_value_t = 3)]
-    pub replication: usize,
+    /// The namespace and its shards.
+    #[command(flatten)]
+    pub layout: LayoutArgs,
     /// Print the map again on every change until interrupted.
     #[arg(long)]
     pub watch: bool,

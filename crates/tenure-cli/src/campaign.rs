@@ -27,14 +27,14 @@ impl CampaignPlan {
     /// Check `args` (timing, election name, id, value and priority, grace, the
     /// command's program).
     pub fn new(args: &CampaignArgs) -> Result<CampaignPlan> {
-        let timing = args.timing.timing()?;
+        let timing = args.run.timing.timing()?;
         let election = ElectionName::new(&args.election)?;
         let mut candidate =
             Candidate::with_value(&args.id, &args.value)?.with_priority(args.priority)?;
         if args.no_preempt {
             candidate = candidate.never_preempted();
         }
-        let grace = seconds("grace", args.grace)?;
+        let grace = seconds("grace", args.run.grace)?;
         let command = if args.command.is_empty() {
             None
         } else {

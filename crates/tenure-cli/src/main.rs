@@ -184,7 +184,7 @@ async fn run(cli: Cli) -> tenure::Result<()> {
         Command::Campaign(args) => {
             // Every argument is checked before touching the network.
             let plan = campaign::CampaignPlan::new(&args)?;
-            let sink = serve_endpoints(&args.metrics, &args.health, &args.id).await?;
+            let sink = serve_endpoints(&args.run.metrics, &args.run.health, &args.id).await?;
             let limit = plan.timing().connect_timeout;
             let backend = connect(&args.backend.backend, limit).await?;
             campaign::run_campaign(backend, &plan, sink, shutdown).await
@@ -212,7 +212,7 @@ async fn run_shards(args: ShardsArgs, shutdown: CancellationToken) -> tenure::Re
     match args.command {
         ShardsCommand::Status(args) => {
             // Every argument is checked before touching the network.
-            let layout = tenure::Layout::new(&args.namespace, args.shards, args.replication)?;
+            let layout = args.layout.layout()?;
             let limit = positive_seconds("connect_timeout", args.connect_timeout)?;
             let mut timing = tenure::Timing::from_ttl(Duration::from_secs(10));
             timing.connect_timeout = limit;
@@ -230,7 +230,7 @@ async fn run_shards(args: ShardsArgs, shutdown: CancellationToken) -> tenure::Re
         ShardsCommand::Run(args) => {
             // Every argument is checked before touching the network.
             let plan = shards_run::RunPlan::new(&args).await?;
-            let sink = serve_endpoints(&args.metrics, &args.health, plan.id()).await?;
+            let sink = serve_endpoints(&args.run.metrics, &args.run.health, plan.id()).await?;
             let limit = plan.timing().connect_timeout;
             let backend = connect(&args.backend.backend, limit).await?;
             shards_run::run_shards(backend, &plan, sink, shutdown).await

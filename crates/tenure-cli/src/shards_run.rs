@@ -48,10 +48,10 @@ pub struct RunPlan {
 impl RunPlan {
     /// Check `args`: layout, id, zone, timing, grace and the command's program.
     pub async fn new(args: &ShardsRunArgs) -> Result<RunPlan> {
-        let layout = Layout::new(&args.namespace, args.shards, args.replication)?;
+        let layout = args.layout.layout()?;
         Member::check_id(&args.id).map_err(|e| Error::invalid(format!("id: {}", e.message())))?;
-        let timing = args.timing.timing()?;
-        let grace = seconds("grace", args.grace)?;
+        let timing = args.run.timing.timing()?;
+        let grace = seconds("grace", args.run.grace)?;
         let command = LeaderCommand::new(&args.command, grace)?;
         let plan = RunPlan {
             layout,
@@ -436,15 +436,15 @@ mod tests {
     async fn arguments_parse_with_their_defaults() {
         let a = args(&[&BASE[..], &["--", "sh", "-c", "echo $TENURE_SHARD"]].concat());
         assert_eq!(
-            (a.namespace.as_str(), a.shards, a.replication),
+            (a.layout.namespace.as_str(), a.layout.shards, a.layout.replication),
             ("orders", 8, 3)
         );
         assert_eq!(
-            (a.id.as_str(), a.zone.as_deref(), a.grace),
+            (a.id.as_str(), a.zone.as_deref(), a.run.grace),
             ("n1", None, 5.0)
         );
         assert_eq!(a.command, ["sh", "-c", "echo $TENURE_SHARD"]);
-        assert_eq!(a.health.health_addr, None);
+        assert_eq!(a.run.health.health_addr, None);
         let a = args(
             &[
                 &BASE[..],
@@ -463,11 +463,11 @@ mod tests {
             .concat(),
         );
         assert_eq!(
-            (a.replication, a.zone.as_deref(), a.grace),
+            (a.layout.replication, a.zone.as_deref(), a.run.grace),
             (2, Some("eu-1a"), 0.5)
         );
         assert_eq!(
-            a.health.health_addr,
+            a.run.health.health_addr,
             Some("127.0.0.1:9000".parse().unwrap())
         );
         let p = RunPlan::new(&a).await.unwrap();
