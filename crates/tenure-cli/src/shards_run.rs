@@ -436,7 +436,11 @@ mod tests {
     async fn arguments_parse_with_their_defaults() {
         let a = args(&[&BASE[..], &["--", "sh", "-c", "echo $TENURE_SHARD"]].concat());
         assert_eq!(
-            (a.layout.namespace.as_str(), a.layout.shards, a.layout.replication),
+            (
+                a.layout.namespace.as_str(),
+                a.layout.shards,
+                a.layout.replication
+            ),
             ("orders", 8, 3)
         );
         assert_eq!(
