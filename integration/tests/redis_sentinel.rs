@@ -54,7 +54,11 @@ fn waiter(s: Session, e: ElectionName) -> tokio::task::JoinHandle<Leadership> {
         loop {
             match s.campaign(&e, &me).await {
                 Ok(l) => return l,
-                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) if e.is_retryable() => {
+                    // Shown with the test's output if it fails.
+                    eprintln!("waiter: campaign failed, again in 100 ms: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
                 Err(e) => panic!("campaign: {e}"),
             }
         }
@@ -131,10 +135,13 @@ async fn failover(query: &str, fault_kind: Fault) -> String {
     match granted {
         // Nobody took the seat: the holder kept it through the failover.
         Err(_) => {
-            assert!(
-                !a_lost.is_finished(),
-                "the holder lost its seat and nobody was granted it within {within:?}"
-            );
+            if a_lost.is_finished() {
+                let lost = a_lost.await.ok().flatten().map(|t| t - fault);
+                panic!(
+                    "{head}; the holder lost its seat {lost:?} after the fault and nobody was \
+                     granted it within {within:?}"
+                );
+            }
             // The new primary has the holder's seat, with the holder's token.
             let reader = session(&group, query).await;
             let leader = reader.leader(&e).await.expect("read the leader");
