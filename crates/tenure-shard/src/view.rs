@@ -185,7 +185,7 @@ pub(crate) fn plan_after(previous: Option<&Plan>, layout: &Layout, view: &View) 
 /// leader changed. Every node of 10^6 shards planned again, O(P), for each change of
 /// the balancer's moves, and moves ran at about 40 a second.
 pub(crate) fn plan_with_new_moves(
-    plan: &Plan,
+    plan: &Arc<Plan>,
     old: &View,
     new: &View,
 ) -> Option<(Arc<Plan>, Vec<usize>)> {
@@ -194,6 +194,10 @@ pub(crate) fn plan_with_new_moves(
     };
     if old.nodes != new.nodes || old.loads.reported == 0 || new.loads.reported == 0 {
         return None;
+    }
+    if was == now {
+        // New figures alone: the same plan, not a copy of it (O(P) at every change).
+        return Some((plan.clone(), Vec::new()));
     }
     let (plan, moved) = follow_moves(plan, &new.nodes, |s| new.holders.get(s), was, now);
     Some((Arc::new(plan), moved))
