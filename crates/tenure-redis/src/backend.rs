@@ -18,10 +18,11 @@ use crate::error::{map, TAG};
 use crate::follow::follow;
 use crate::hub::Hub;
 use crate::keys::{
-    members_key_prefix, millis_up, scan_pattern, seat_key_prefix, session_key_prefix,
+    members_key_prefix, millis_up, parse_seat, scan_pattern, seat_key_prefix,
+    session_channel_prefix, session_key_prefix,
 };
 use crate::members::{self, Known};
-use crate::scripts::{READ_SCRIPT, RELEASE_SCRIPT, UNREGISTER_SCRIPT};
+use crate::scripts::{HANDOVER_SCRIPT, READ_SCRIPT, RELEASE_SCRIPT, UNREGISTER_SCRIPT};
 use crate::session::RedisSession;
 use crate::shared::{as_int, Shared};
 use crate::target::Target;
@@ -96,6 +97,7 @@ impl RedisBackend {
         Ok(RedisBackend {
             shared: Arc::new(Shared {
                 sessions: session_key_prefix(config.key_prefix()),
+                session_channels: session_channel_prefix(config.key_prefix(), config.database()),
                 config,
                 conn,
                 hub,
@@ -143,10 +145,12 @@ impl RedisBackend {
             let mut invocation = RELEASE_SCRIPT.key(&election.seat);
             invocation
                 .key(&election.queue)
+                .key(&election.next)
                 .arg(session_id)
                 .arg("")
                 .arg(&election.channel)
-                .arg(&election.waits);
+                .arg(&election.waits)
+                .arg(shared.grace_ms());
             let reply = shared
                 .script("expire session: free a seat", &invocation)
                 .await?;
@@ -192,6 +196,37 @@ impl RedisBackend {
 }
 
 tenure_core::store_constructors!(RedisBackend, RedisConfig);
+
+/// The handover script's answer: the holder asked, or why nobody was.
+fn parse_handover(reply: &Value, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+    let bad = || crate::error::unexpected("handover", format!("{reply:?}"));
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    let text = |v: Option<&Value>| match v {
+        Some(Value::BulkString(b)) => Some(b.clone()),
+        Some(Value::SimpleString(s)) => Some(s.clone().into_bytes()),
+        _ => None,
+    };
+    match (items.first().and_then(as_int), text(items.get(1))) {
+        (Some(1), Some(raw)) => parse_seat(&raw).map(|s| s.info).ok_or_else(|| {
+            TAG.own(
+                tenure_core::ErrorKind::Backend,
+                "handover: the seat key holds a value tenure did not write",
+            )
+        }),
+        (Some(0), Some(why)) => {
+            let why = match (why.as_slice(), to) {
+                (b"nobody leads", _) => "nobody leads it, nothing to hand over".to_string(),
+                (b"nobody waits", _) => "nobody waits for it, the leader keeps it".to_string(),
+                (b"no such waiter", Some(id)) => format!("no candidate {id:?} waits for it"),
+                _ => return Err(bad()),
+            };
+            Err(Error::invalid(format!("election {election}: {why}")).with_backend(SCHEME))
+        }
+        _ => Err(bad()),
+    }
+}
 
 #[async_trait]
 impl Backend for RedisBackend {
@@ -249,6 +284,20 @@ impl Backend for RedisBackend {
 
     fn election_requests(&self) -> Option<u64> {
         Some(self.shared.requests.election_requests())
+    }
+
+    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+        let shared = &self.shared;
+        let keys = shared.keys(election);
+        let mut invocation = HANDOVER_SCRIPT.key(&keys.seat);
+        invocation
+            .key(&keys.queue)
+            .arg(to.unwrap_or(""))
+            .arg(&keys.waits)
+            .arg(&shared.session_channels)
+            .arg(&keys.election);
+        let reply = shared.script("handover", &invocation).await?;
+        parse_handover(&reply, election, to)
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {

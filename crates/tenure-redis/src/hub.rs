@@ -1,7 +1,8 @@
 //! One pub/sub connection per backend, shared by every waiter and observer of the
 //! process, with fan-out in-process: a message on an election's channel wakes only the
 //! registrations of that election, and a `free <session>` message only the waiter of
-//! that session.
+//! that session. A session's own channel carries `preempt <token> <election>` to the
+//! handler the session registered (see [`Hub::listener`]).
 //!
 //! The connection is opened on first use, pinged every [`PING_INTERVAL`], and re-opened
 //! (with back-off) when it breaks; after re-subscribing it wakes every registration,
@@ -49,17 +50,22 @@ struct HubState {
     next_id: u64,
 }
 
+/// What a listener does with each message of its channel (called on the hub's task,
+/// under the hub's lock: it must not block or register).
+pub(crate) type Handler = Arc<dyn Fn(&[u8]) + Send + Sync>;
+
 struct Channel {
     /// Waiting candidates by session id, with their registration id.
     waiters: HashMap<String, (u64, Arc<Notify>)>,
     observers: HashMap<u64, Arc<Notify>>,
+    listeners: HashMap<u64, Handler>,
     /// Whether the current connection has confirmed the subscription.
     subscribed: watch::Sender<bool>,
 }
 
 impl Channel {
     fn is_empty(&self) -> bool {
-        self.waiters.is_empty() && self.observers.is_empty()
+        self.waiters.is_empty() && self.observers.is_empty() && self.listeners.is_empty()
     }
 
     fn wake_all(&self) {
@@ -81,6 +87,7 @@ enum Command {
 enum Role {
     Waiter(String),
     Observer,
+    Listener,
 }
 
 /// A waiter or observer registered on a channel; unregisters on drop.
@@ -134,6 +141,9 @@ impl Drop for Registration {
             Role::Observer => {
                 ch.observers.remove(&self.id);
             }
+            Role::Listener => {
+                ch.listeners.remove(&self.id);
+            }
         }
         if ch.is_empty() {
             st.channels.remove(&self.channel);
@@ -176,7 +186,16 @@ impl Hub {
         self.register(channel, Role::Observer)
     }
 
+    /// Register `handler` for every message on `channel` (a session's own channel).
+    pub(crate) fn listener(&self, channel: &str, handler: Handler) -> Registration {
+        self.register_with(channel, Role::Listener, Some(handler))
+    }
+
     fn register(&self, channel: &str, role: Role) -> Registration {
+        self.register_with(channel, role, None)
+    }
+
+    fn register_with(&self, channel: &str, role: Role, handler: Option<Handler>) -> Registration {
         self.ensure_started();
         let notify = Arc::new(Notify::new());
         let mut st = lock(&self.state);
@@ -189,6 +208,7 @@ impl Hub {
                 st.channels.entry(channel.to_string()).or_insert(Channel {
                     waiters: HashMap::new(),
                     observers: HashMap::new(),
+                    listeners: HashMap::new(),
                     subscribed: watch::Sender::new(false),
                 })
             }
@@ -199,6 +219,11 @@ impl Hub {
             }
             Role::Observer => {
                 ch.observers.insert(id, notify.clone());
+            }
+            Role::Listener => {
+                if let Some(h) = handler {
+                    ch.listeners.insert(id, h);
+                }
             }
         }
         let subscribed = ch.subscribed.subscribe();
@@ -400,7 +425,8 @@ async fn serve(
 }
 
 /// Wake the registrations a message is for: `free <session>` wakes that session's
-/// waiter, a bare `free` every waiter; every message wakes the observers.
+/// waiter, a bare `free` every waiter; every message wakes the observers and goes to
+/// the listeners.
 fn dispatch(
     state: &Mutex<HubState>,
     requests: &Requests<redis::RedisError>,
@@ -413,6 +439,12 @@ fn dispatch(
     };
     for n in ch.observers.values() {
         n.notify_one();
+    }
+    for h in ch.listeners.values() {
+        h(payload);
+    }
+    if ch.waiters.is_empty() {
+        return;
     }
     let text = std::str::from_utf8(payload).unwrap_or("");
     let mut words = text.split(' ');
@@ -451,6 +483,7 @@ mod tests {
         let ch = st.channels.entry(channel.into()).or_insert(Channel {
             waiters: HashMap::new(),
             observers: HashMap::new(),
+            listeners: HashMap::new(),
             subscribed: watch::Sender::new(true),
         });
         let w: Vec<_> = waiters
@@ -505,6 +538,26 @@ mod tests {
         dispatch(&state, &requests, "c1", b"free");
         for n in &w {
             assert!(was_woken(n).await);
+        }
+        // A listener gets every message of its channel; waiters of other channels sleep.
+        let heard = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+        {
+            let heard = heard.clone();
+            let mut st = lock(&state);
+            let ch = st.channels.entry("s1-chan".into()).or_insert(Channel {
+                waiters: HashMap::new(),
+                observers: HashMap::new(),
+                listeners: HashMap::new(),
+                subscribed: watch::Sender::new(true),
+            });
+            ch.listeners
+                .insert(9, Arc::new(move |p: &[u8]| lock(&heard).push(p.to_vec())));
+        }
+        dispatch(&state, &requests, "s1-chan", b"preempt 7 e");
+        dispatch(&state, &requests, "c1", b"taken 8");
+        assert_eq!(*lock(&heard), vec![b"preempt 7 e".to_vec()]);
+        for n in &w {
+            assert!(!was_woken(n).await);
         }
         // Unknown channels and payloads do not panic.
         dispatch(&state, &requests, "nope", b"free s1");

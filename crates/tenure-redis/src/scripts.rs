@@ -2,36 +2,94 @@
 //! made and applied in one round trip.
 //!
 //! Scripts name keys that are not passed in `KEYS` (the liveness keys of queued
-//! waiters), so they need a single Redis primary (not Redis Cluster).
+//! waiters, the channels of holders' sessions), so they need a single Redis primary
+//! (not Redis Cluster).
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Helpers shared by the scripts that free a seat.
+/// Helpers shared by the scripts that free or take a seat.
+///
+/// Numbers above 10^14 (tokens, queue scores, times in µs) are formatted with `num`:
+/// Lua's own conversion keeps 14 digits only.
 const COMMON: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
--- Wake the first waiter still waiting (its liveness key `waits .. session` is renewed
--- by each of its attempts), forgetting the others on the way.
-local function wake_next(queue, channel, waits)
+local function num(x) return string.format('%.0f', x) end
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- The first waiter still waiting (its liveness key `waits .. session` is renewed by
+-- each of its attempts), forgetting the others on the way; nil if none (or if too many
+-- are gone to look further in one call).
+local function live_head(queue, waits)
   for _ = 1, 16 do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
-    if not head then break end
-    if redis.call('EXISTS', waits .. head) == 1 then
-      redis.call('PUBLISH', channel, 'free ' .. head)
-      return
-    end
+    if not head then return nil end
+    if redis.call('EXISTS', waits .. head) == 1 then return head end
     redis.call('ZREM', queue, head)
   end
-  redis.call('PUBLISH', channel, 'free')
+  return nil
+end
+-- Keep the free seat for waiter `head` for `grace` ms, and wake it.
+local function reserve(nextkey, channel, head, grace)
+  local g = tonumber(grace)
+  redis.call('SET', nextkey, head .. ' ' .. num(now_us() + g * 1000), 'PX', num(g * 2 + 1000))
+  redis.call('PUBLISH', channel, 'free ' .. head)
+end
+-- Wake the best waiter still waiting and keep the free seat for it; with nobody
+-- waiting, publish a bare `free`.
+local function wake_next(queue, channel, waits, nextkey, grace)
+  local head = live_head(queue, waits)
+  if head then
+    reserve(nextkey, channel, head, grace)
+  else
+    redis.call('DEL', nextkey)
+    redis.call('PUBLISH', channel, 'free')
+  end
+end
+-- Whether session `sid` may take the free seat. It is kept for the waiter woken last
+-- until that one's deadline (one that lets it pass leaves the queue); else for the best
+-- waiter still waiting, which is woken now. With nobody waiting, anyone may take it.
+local function may_take(sid, queue, waits, nextkey, channel, grace)
+  local r = redis.call('GET', nextkey)
+  if r then
+    local sp = string.find(r, ' ', 1, true)
+    local who = sp and string.sub(r, 1, sp - 1) or ''
+    if who == sid then return true end
+    local deadline = sp and tonumber(string.sub(r, sp + 1)) or 0
+    if redis.call('EXISTS', waits .. who) == 1 and redis.call('ZSCORE', queue, who) then
+      if now_us() <= deadline then return false end
+      redis.call('ZREM', queue, who)
+      redis.call('DEL', waits .. who)
+    end
+    redis.call('DEL', nextkey)
+  end
+  local head = live_head(queue, waits)
+  if head == nil or head == sid then return true end
+  reserve(nextkey, channel, head, grace)
+  return false
+end
+-- Leave the queue; if the free seat was kept for this session, pass it on.
+local function leave(seat, queue, nextkey, sid, channel, waits, grace)
+  redis.call('ZREM', queue, sid)
+  redis.call('DEL', waits .. sid)
+  if redis.call('EXISTS', seat) == 0 then
+    local r = redis.call('GET', nextkey)
+    if r and string.sub(r, 1, #sid + 1) == sid .. ' ' then
+      wake_next(queue, channel, waits, nextkey, grace)
+    end
+  end
 end
 "#;
 
 /// The grant of a seat, shared by the acquire scripts: mint the next token (see
-/// [`ACQUIRE`]), write the seat for the session's TTL, leave the queue, and announce it.
-/// Returns the token as text.
+/// [`ACQUIRE`]), write the seat (with the candidacy's terms, see
+/// [`SeatTerms`](crate::keys::SeatTerms)) for the session's TTL, leave the queue, use up
+/// the reservation, and announce it. Returns the token as text.
 const GRANT: &str = r#"
-local function grant(seat, counter, queue, sid, ttl, id, value, channel, waits)
+local function grant(seat, counter, queue, nextkey, sid, ttl, id, value, terms, channel, waits)
   local t = redis.call('TIME')
   local now_s = t[1] .. string.format('%06d', tonumber(t[2]))
   local now = tonumber(now_s)
@@ -43,24 +101,50 @@ local function grant(seat, counter, queue, sid, ttl, id, value, channel, waits)
     redis.call('SET', counter, now_s)
     token = now
   end
-  local token_s = string.format('%.0f', token)
-  redis.call('SET', seat, sid .. '\n' .. token_s .. '\n' .. id .. '\n' .. value, 'PX', ttl)
+  local token_s = num(token)
+  redis.call('SET', seat, sid .. '\n' .. token_s .. '\n' .. terms .. '\n' .. id .. '\n' .. value, 'PX', ttl)
   redis.call('ZREM', queue, sid)
   redis.call('DEL', waits .. sid)
+  redis.call('DEL', nextkey)
   redis.call('PUBLISH', channel, 'taken ' .. token_s)
   return token_s
 end
+-- Tell the holder of `seat` (whose value is `cur`) to give it up, once per grant: mark
+-- its terms told and publish `preempt <token> <election>` on its session's channel.
+-- Unless `force` (a handover), only a preemptible holder of a priority below
+-- `priority`. Returns 1 if told now.
+local function tell(seat, cur, force, priority, schan, election)
+  local a = string.find(cur, '\n', 1, true)
+  local b = a and string.find(cur, '\n', a + 1, true)
+  local c = b and string.find(cur, '\n', b + 1, true)
+  if not c then return 0 end
+  local p, pre, told = string.match(string.sub(cur, b + 1, c - 1), '^prio (%-?%d+) ([01]) ([01])$')
+  if not p or told == '1' then return 0 end
+  if not force and (pre ~= '1' or tonumber(priority) <= tonumber(p)) then return 0 end
+  local pttl = redis.call('PTTL', seat)
+  if pttl <= 0 then return 0 end
+  local marked = string.sub(cur, 1, b) .. 'prio ' .. p .. ' ' .. pre .. ' 1' .. string.sub(cur, c)
+  redis.call('SET', seat, marked, 'PX', pttl)
+  redis.call('PUBLISH', schan .. string.sub(cur, 1, a - 1),
+    'preempt ' .. string.sub(cur, a + 1, b - 1) .. ' ' .. election)
+  return 1
+end
 "#;
 
-/// Take the seat if it is free (or already this session's), minting the next token;
-/// else, when waiting, join the queue.
+/// Take the seat if it is free and not kept for another waiter (see `may_take`), or
+/// already this session's, minting the next token; else, when waiting, join the queue
+/// (by priority, then arrival) and, if the holder may be preempted and has a lower
+/// priority, tell it to give the seat up (once per grant).
 ///
-/// KEYS: seat, counter, queue, session. ARGV: session id, TTL ms, candidate id, value,
-/// wait ("1"/"0"), channel, waiter liveness key prefix, how long a waiter's place is kept
-/// without an attempt (ms).
+/// KEYS: seat, counter, queue, session, reservation. ARGV: 1 session id, 2 TTL ms,
+/// 3 candidate id, 4 value, 5 wait ("1"/"0"), 6 channel, 7 waiter liveness key prefix,
+/// 8 how long a waiter's place is kept without an attempt (ms), 9 priority, 10 seat
+/// terms, 11 the priority's lowest queue score, 12 the next band's (exclusive), 13 how
+/// long a free seat is kept for the waiter woken (ms), 14 session channel prefix,
+/// 15 election.
 ///
 /// Returns `{-1}` if the session is gone, `{1, token}` on a grant, `{0, seat PTTL,
-/// queue rank or -1}` if someone else holds it.
+/// queue rank or -1}` if someone else holds it or it is kept for someone else.
 ///
 /// The token is `max(counter + 1, now)` with `now` the server's `TIME` in microseconds
 /// since 1970: a counter that Redis lost (restart without persistence) or that lags
@@ -69,140 +153,209 @@ end
 /// grant takes more than a microsecond, so tokens never run ahead of the clock.)
 const ACQUIRE: &str = r#"
 local sid = ARGV[1]
+local seat, queue, nextkey = KEYS[1], KEYS[3], KEYS[5]
+local channel, waits, grace = ARGV[6], ARGV[7], ARGV[13]
+local wait = ARGV[5] == '1'
 if redis.call('EXISTS', KEYS[4]) == 0 then
-  redis.call('ZREM', KEYS[3], sid)
-  redis.call('DEL', ARGV[7] .. sid)
+  redis.call('ZREM', queue, sid)
+  redis.call('DEL', waits .. sid)
   return {-1}
 end
-local cur = redis.call('GET', KEYS[1])
-if cur and string.sub(cur, 1, #sid + 1) ~= sid .. '\n' then
-  local rank = -1
-  if ARGV[5] == '1' then
-    local t = redis.call('TIME')
-    redis.call('ZADD', KEYS[3], 'NX', t[1] .. string.format('%06d', tonumber(t[2])), sid)
-    redis.call('SET', ARGV[7] .. sid, '1', 'PX', ARGV[8])
-    for _, other in ipairs(redis.call('ZRANGE', KEYS[3], 0, 7)) do
-      if other == sid then break end
-      if redis.call('EXISTS', ARGV[7] .. other) == 0 then
-        redis.call('ZREM', KEYS[3], other)
-      end
-    end
-    rank = redis.call('ZRANK', KEYS[3], sid) or -1
-    local keep = tonumber(ARGV[8])
-    if redis.call('PTTL', KEYS[3]) < keep then
-      redis.call('PEXPIRE', KEYS[3], keep)
+local cur = redis.call('GET', seat)
+if cur and string.sub(cur, 1, #sid + 1) == sid .. '\n' then
+  return {1, grant(seat, KEYS[2], queue, nextkey, sid, ARGV[2], ARGV[3], ARGV[4], ARGV[10], channel, waits)}
+end
+if wait then
+  if not redis.call('ZSCORE', queue, sid) then
+    local band, band_end = tonumber(ARGV[11]), tonumber(ARGV[12])
+    local score = band
+    local last = redis.call('ZREVRANGEBYSCORE', queue, '(' .. ARGV[12], ARGV[11], 'WITHSCORES', 'LIMIT', 0, 1)
+    if last[2] then score = math.min(tonumber(last[2]) + 1, band_end - 1) end
+    redis.call('ZADD', queue, num(score), sid)
+  end
+  redis.call('SET', waits .. sid, ARGV[3], 'PX', ARGV[8])
+  local keep = tonumber(ARGV[8])
+  if redis.call('PTTL', queue) < keep then
+    redis.call('PEXPIRE', queue, keep)
+  end
+end
+if not cur then
+  if may_take(sid, queue, waits, nextkey, channel, grace) then
+    return {1, grant(seat, KEYS[2], queue, nextkey, sid, ARGV[2], ARGV[3], ARGV[4], ARGV[10], channel, waits)}
+  end
+elseif wait then
+  tell(seat, cur, false, ARGV[9], ARGV[14], ARGV[15])
+end
+local rank = -1
+if wait then
+  for _, other in ipairs(redis.call('ZRANGE', queue, 0, 7)) do
+    if other == sid then break end
+    if redis.call('EXISTS', waits .. other) == 0 then
+      redis.call('ZREM', queue, other)
     end
   end
-  return {0, redis.call('PTTL', KEYS[1]), rank}
+  rank = redis.call('ZRANK', queue, sid) or -1
 end
-return {1, grant(KEYS[1], KEYS[2], KEYS[3], sid, ARGV[2], ARGV[3], ARGV[4], ARGV[6], ARGV[7])}
+return {0, redis.call('PTTL', seat), rank}
 "#;
 
-/// Take each free seat of a batch (or one already this session's), as [`ACQUIRE`] does
-/// without waiting, in one call.
+/// Take each free seat of a batch that is not kept for a waiter (or one already this
+/// session's), as [`ACQUIRE`] does without waiting, in one call.
 ///
-/// KEYS: session, then seat, counter, queue for each seat. ARGV: session id, TTL ms,
-/// then candidate id, value, channel, waiter liveness key prefix for each seat.
+/// KEYS: session, then seat, counter, queue, reservation for each seat. ARGV: session
+/// id, TTL ms, how long a free seat is kept for the waiter woken (ms), then candidate
+/// id, value, seat terms, channel, waiter liveness key prefix for each seat.
 ///
 /// Returns `{-1}` if the session is gone, else one entry per seat: the token of a grant,
-/// or `0` if someone else holds the seat.
+/// or `0` if someone else holds the seat or waits for it.
 const ACQUIRE_MANY: &str = r#"
 local sid = ARGV[1]
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
 local out = {}
-for i = 0, (#KEYS - 1) / 3 - 1 do
-  local seat, a = KEYS[2 + 3 * i], 3 + 4 * i
+for i = 0, (#KEYS - 1) / 4 - 1 do
+  local seat, counter, queue, nextkey = KEYS[2 + 4 * i], KEYS[3 + 4 * i], KEYS[4 + 4 * i], KEYS[5 + 4 * i]
+  local a = 4 + 5 * i
   local cur = redis.call('GET', seat)
-  if cur and string.sub(cur, 1, #sid + 1) ~= sid .. '\n' then
-    out[i + 1] = 0
+  local take
+  if cur then
+    take = string.sub(cur, 1, #sid + 1) == sid .. '\n'
   else
-    out[i + 1] = grant(seat, KEYS[3 + 3 * i], KEYS[4 + 3 * i], sid, ARGV[2],
-      ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3])
+    take = may_take(sid, queue, ARGV[a + 4], nextkey, ARGV[a + 3], ARGV[3])
+  end
+  if take then
+    out[i + 1] = grant(seat, counter, queue, nextkey, sid, ARGV[2],
+      ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+  else
+    out[i + 1] = 0
   end
 end
 return out
 "#;
 
 /// The release of a seat, shared by the release scripts: delete the seat if session
-/// `sid` holds it (with token `token`, or any if empty), leave the queue, and wake the
-/// next live waiter. Returns 1 if the seat was freed, else 0.
+/// `sid` holds it (with token `token`, or any if empty) and wake the best live waiter,
+/// keeping the seat for it; leave the queue (passing the seat on if it was kept for this
+/// session). Returns 1 if the seat was freed, else 0.
 const UNSEAT: &str = r#"
-local function unseat(seat, queue, sid, token, channel, waits)
-  redis.call('ZREM', queue, sid)
-  redis.call('DEL', waits .. sid)
+local function unseat(seat, queue, nextkey, sid, token, channel, waits, grace)
   local p = sid .. '\n'
   if token ~= '' then p = p .. token .. '\n' end
   local cur = redis.call('GET', seat)
   if cur and string.sub(cur, 1, #p) == p then
+    redis.call('ZREM', queue, sid)
+    redis.call('DEL', waits .. sid)
     redis.call('DEL', seat)
-    wake_next(queue, channel, waits)
+    wake_next(queue, channel, waits, nextkey, grace)
     return 1
   end
+  leave(seat, queue, nextkey, sid, channel, waits, grace)
   return 0
 end
 "#;
 
 /// Release one seat (see [`UNSEAT`]).
 ///
-/// KEYS: seat, queue. ARGV: session id, token or "", channel, waiter liveness key prefix.
+/// KEYS: seat, queue, reservation. ARGV: session id, token or "", channel, waiter
+/// liveness key prefix, how long a free seat is kept for the waiter woken (ms).
 /// Returns 1 if the seat was freed, else 0.
 const RELEASE: &str = r#"
-return unseat(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+return unseat(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5])
 "#;
 
 /// Release each seat of a batch (see [`UNSEAT`]) in one call.
 ///
-/// KEYS: seat, queue for each seat. ARGV: session id, then token or "", channel, waiter
-/// liveness key prefix for each seat. Returns the number of seats freed.
+/// KEYS: seat, queue, reservation for each seat. ARGV: session id, how long a free seat
+/// is kept for the waiter woken (ms), then token or "", channel, waiter liveness key
+/// prefix for each seat. Returns the number of seats freed.
 const RELEASE_MANY: &str = r#"
 local freed = 0
-for i = 0, #KEYS / 2 - 1 do
-  local a = 2 + 3 * i
-  freed = freed + unseat(KEYS[1 + 2 * i], KEYS[2 + 2 * i], ARGV[1], ARGV[a], ARGV[a + 1], ARGV[a + 2])
+for i = 0, #KEYS / 3 - 1 do
+  local a = 3 + 3 * i
+  freed = freed + unseat(KEYS[1 + 3 * i], KEYS[2 + 3 * i], KEYS[3 + 3 * i], ARGV[1],
+    ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[2])
 end
 return freed
+"#;
+
+/// A campaign given up (its future dropped): leave the queue, and pass the seat on if
+/// it was kept for this session.
+///
+/// KEYS: seat, queue, reservation. ARGV: session id, channel, waiter liveness key
+/// prefix, how long a free seat is kept for the waiter woken (ms).
+const LEAVE: &str = r#"
+leave(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+return 1
 "#;
 
 /// Renew the session and every seat it holds, in one call.
 ///
 /// KEYS: session, seat 1…n. ARGV: TTL ms, session id, token 1…n.
 /// Returns -1 if the session is gone, else the 1-based positions of the seats that are
-/// gone or held by someone else (those are not touched).
+/// gone or held by someone else (those are not touched), and the negated positions of
+/// the seats renewed whose holder was told to give them up (a preemption or a handover
+/// it may not have heard: pub/sub does not keep messages for a subscriber that is away).
 const RENEW: &str = r#"
 if redis.call('PEXPIRE', KEYS[1], ARGV[1]) == 0 then return -1 end
-local lost = {}
+local out = {}
 for i = 2, #KEYS do
   local p = ARGV[2] .. '\n' .. ARGV[i + 1] .. '\n'
   local cur = redis.call('GET', KEYS[i])
   if cur and string.sub(cur, 1, #p) == p then
     redis.call('PEXPIRE', KEYS[i], ARGV[1])
+    if string.find(cur, '^prio %-?%d+ [01] 1\n', #p + 1) then
+      out[#out + 1] = 1 - i
+    end
   else
-    lost[#lost + 1] = i - 1
+    out[#out + 1] = i - 1
   end
 end
-return lost
+return out
 "#;
 
 /// End a session: delete its key, free every listed seat it holds (waking the next
 /// waiter) and leave every listed queue.
 ///
-/// KEYS: session, then seat and queue of each election. ARGV: session id, then the
-/// channel and the waiter liveness key prefix of each election.
+/// KEYS: session, then seat, queue and reservation of each election. ARGV: session id,
+/// how long a free seat is kept for the waiter woken (ms), then the channel and the
+/// waiter liveness key prefix of each election.
 const CLOSE: &str = r#"
 redis.call('DEL', KEYS[1])
-local sid = ARGV[1]
-for i = 1, (#KEYS - 1) / 2 do
-  local seat, queue = KEYS[2 * i], KEYS[2 * i + 1]
-  local channel, waits = ARGV[2 * i], ARGV[2 * i + 1]
-  redis.call('ZREM', queue, sid)
-  redis.call('DEL', waits .. sid)
-  local cur = redis.call('GET', seat)
-  if cur and string.sub(cur, 1, #sid + 1) == sid .. '\n' then
-    redis.call('DEL', seat)
-    wake_next(queue, channel, waits)
-  end
+for i = 0, (#KEYS - 1) / 3 - 1 do
+  unseat(KEYS[2 + 3 * i], KEYS[3 + 3 * i], KEYS[4 + 3 * i], ARGV[1], '',
+    ARGV[3 + 2 * i], ARGV[4 + 2 * i], ARGV[2])
 end
 return 1
+"#;
+
+/// Ask the holder of a seat to step down (a handover): to the waiter whose candidate
+/// id is `to`, which moves to the head of the queue (below every priority's band), or
+/// with "" to the best waiter; tell the holder as for a preemption, also one that may
+/// not be preempted (unless it was told already).
+///
+/// KEYS: seat, queue. ARGV: `to` or "", waiter liveness key prefix, session channel
+/// prefix, election. Returns `{1, seat value}`, or `{0, why}` with why `nobody leads`,
+/// `nobody waits` or `no such waiter` (nothing changed then).
+const HANDOVER: &str = r#"
+local cur = redis.call('GET', KEYS[1])
+if not cur then return {0, 'nobody leads'} end
+local to = ARGV[1]
+if to == '' then
+  if not live_head(KEYS[2], ARGV[2]) then return {0, 'nobody waits'} end
+else
+  local found
+  for _, s in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if redis.call('GET', ARGV[2] .. s) == to then
+      found = s
+      break
+    end
+  end
+  if not found then return {0, 'no such waiter'} end
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local low = math.min(tonumber(first[2]) or 0, 0) - 1
+  redis.call('ZADD', KEYS[2], num(low), found)
+end
+tell(KEYS[1], cur, true, 0, ARGV[3], ARGV[4])
+return {1, cur}
 "#;
 
 /// Read a seat: `{PTTL, value or nil}`.
@@ -314,9 +467,13 @@ pub(crate) static RELEASE_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{COMMON}{UNSEAT}{RELEASE}")));
 pub(crate) static RELEASE_MANY_SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{COMMON}{UNSEAT}{RELEASE_MANY}")));
+pub(crate) static LEAVE_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{COMMON}{LEAVE}")));
 pub(crate) static RENEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW));
 pub(crate) static CLOSE_SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{COMMON}{CLOSE}")));
+    LazyLock::new(|| Script::new(&format!("{COMMON}{UNSEAT}{CLOSE}")));
+pub(crate) static HANDOVER_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{COMMON}{GRANT}{HANDOVER}")));
 pub(crate) static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(READ));
 pub(crate) static REGISTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REGISTER));
 pub(crate) static UNREGISTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(UNREGISTER));

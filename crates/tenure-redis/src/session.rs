@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
 use redis::Value;
@@ -13,10 +13,13 @@ use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Resu
 use tokio_util::sync::DropGuard;
 
 use crate::error::{session_gone, unexpected, TAG};
-use crate::keys::{millis_up, new_session_id, session_key, ElectionKeys};
+use crate::hub::Registration;
+use crate::keys::{
+    millis_up, new_session_id, queue_band, session_key, ElectionKeys, SeatTerms, BAND,
+};
 use crate::scripts::{
-    ACQUIRE_MANY_SCRIPT, ACQUIRE_SCRIPT, CLOSE_SCRIPT, REGISTER_SCRIPT, RELEASE_MANY_SCRIPT,
-    RENEW_SCRIPT, UNREGISTER_SCRIPT,
+    ACQUIRE_MANY_SCRIPT, ACQUIRE_SCRIPT, CLOSE_SCRIPT, LEAVE_SCRIPT, REGISTER_SCRIPT,
+    RELEASE_MANY_SCRIPT, RENEW_SCRIPT, UNREGISTER_SCRIPT,
 };
 use crate::shared::{as_int, Shared};
 
@@ -40,7 +43,10 @@ struct Inner {
     key: String,
     ttl_ms: u64,
     /// Seats handed to the core and not given back, with their tokens.
-    held: Mutex<HashMap<ElectionName, FencingToken>>,
+    held: Mutex<HashMap<ElectionName, Held>>,
+    /// The subscription to this session's own channel (preemptions and handovers),
+    /// made at its first campaign.
+    listener: Mutex<Option<Registration>>,
     /// Elections this session is waiting for.
     waiting: Mutex<HashSet<ElectionName>>,
     /// The member ids this session registered, by namespace (removed on close).
@@ -53,6 +59,14 @@ impl fmt::Debug for RedisSession {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.inner.life.fmt(f)
     }
+}
+
+/// A seat handed to the core.
+#[derive(Clone, Copy, Debug)]
+struct Held {
+    token: FencingToken,
+    /// Whether the core was told to give it up (reported once).
+    told: bool,
 }
 
 /// The answer of the acquire script.
@@ -102,6 +116,7 @@ impl RedisSession {
                         key,
                         ttl_ms,
                         held: Mutex::new(HashMap::new()),
+                        listener: Mutex::new(None),
                         waiting: Mutex::new(HashSet::new()),
                         members: Mutex::new(HashMap::new()),
                         events,
@@ -123,16 +138,76 @@ impl RedisSession {
     }
 }
 
-/// Removes an election from the waiting set when its campaign ends in any way.
+/// Removes an election from the waiting set when its campaign ends in any way; a
+/// campaign given up (its future dropped while it waited) also leaves the queue in
+/// Redis, in the background, so that the seat is not kept for it.
 struct Waiting<'a> {
     inner: &'a Inner,
     election: ElectionName,
+    keys: &'a ElectionKeys,
+    /// Set when the campaign returns (granted, or an error): nothing to leave then.
+    ended: bool,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         lock(&self.inner.waiting).remove(&self.election);
+        if self.ended || self.inner.life.check_open().is_err() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = self.inner.shared.clone();
+        let keys = self.keys.clone();
+        let id = self.inner.id.clone();
+        runtime.spawn(async move {
+            let mut invocation = LEAVE_SCRIPT.key(&keys.seat);
+            invocation
+                .key(&keys.queue)
+                .key(&keys.next)
+                .arg(&id)
+                .arg(&keys.channel)
+                .arg(&keys.waits)
+                .arg(shared.grace_ms());
+            if let Err(e) = shared.script("leave the queue", &invocation).await {
+                tracing::debug!(error = %e, "a campaign given up could not leave the queue");
+            }
+        });
     }
+}
+
+/// The election and token of a message on a session's channel: `preempt <token>
+/// <election>`; `None` for anything else.
+fn parse_preempt(payload: &[u8]) -> Option<(ElectionName, FencingToken)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let mut words = text.split(' ');
+    if words.next()? != "preempt" {
+        return None;
+    }
+    let token = words.next()?.parse::<u64>().ok()?;
+    let election = ElectionName::new(words.next()?).ok()?;
+    if words.next().is_some() {
+        return None;
+    }
+    Some((election, FencingToken(token)))
+}
+
+/// Subscribe `inner`'s session to its own channel, once: a preemption or a handover
+/// published there is reported to the core.
+fn listen(inner: &Arc<Inner>) {
+    let mut listener = lock(&inner.listener);
+    if listener.is_some() {
+        return;
+    }
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    let channel = format!("{}{}", inner.shared.session_channels, inner.id);
+    let handler: crate::hub::Handler = Arc::new(move |payload: &[u8]| {
+        if let (Some(inner), Some((election, token))) = (weak.upgrade(), parse_preempt(payload)) {
+            inner.told(&election, token);
+        }
+    });
+    *listener = Some(inner.shared.hub.listener(&channel, handler));
 }
 
 impl Inner {
@@ -146,11 +221,13 @@ impl Inner {
     ) -> Result<Acquired> {
         let shared = &self.shared;
         let keep_ms = millis_up(shared.config.get_poll_interval() * 2).saturating_add(self.ttl_ms);
+        let band = queue_band(candidate.priority());
         let mut invocation = ACQUIRE_SCRIPT.key(&keys.seat);
         invocation
             .key(&keys.counter)
             .key(&keys.queue)
             .key(&self.key)
+            .key(&keys.next)
             .arg(&self.id)
             .arg(self.ttl_ms)
             .arg(candidate.id())
@@ -161,7 +238,14 @@ impl Inner {
             })
             .arg(&keys.channel)
             .arg(&keys.waits)
-            .arg(keep_ms);
+            .arg(keep_ms)
+            .arg(candidate.priority())
+            .arg(SeatTerms::of(candidate).encode())
+            .arg(band)
+            .arg(band + BAND)
+            .arg(shared.grace_ms())
+            .arg(&shared.session_channels)
+            .arg(&keys.election);
         let reply = shared
             .guarded_script(Purpose::Election, "campaign", &invocation)
             .await?;
@@ -175,15 +259,20 @@ impl Inner {
     ) -> Result<Vec<Option<FencingToken>>> {
         let shared = &self.shared;
         let mut invocation = ACQUIRE_MANY_SCRIPT.key(&self.key);
-        invocation.arg(&self.id).arg(self.ttl_ms);
+        invocation
+            .arg(&self.id)
+            .arg(self.ttl_ms)
+            .arg(shared.grace_ms());
         for (election, candidate) in chunk {
             let keys = shared.keys(election);
             invocation
                 .key(&keys.seat)
                 .key(&keys.counter)
                 .key(&keys.queue)
+                .key(&keys.next)
                 .arg(candidate.id())
                 .arg(candidate.value())
+                .arg(SeatTerms::of(candidate).encode())
                 .arg(&keys.channel)
                 .arg(&keys.waits);
         }
@@ -207,14 +296,27 @@ impl Inner {
     }
 
     fn granted(&self, election: &ElectionName, token: FencingToken) {
-        lock(&self.held).insert(election.clone(), token);
+        lock(&self.held).insert(election.clone(), Held { token, told: false });
+    }
+
+    /// The store says the holder of `election` with `token` is to give the seat up (a
+    /// preemption or a handover): report it to the core once, if this session still
+    /// holds that grant.
+    fn told(&self, election: &ElectionName, token: FencingToken) {
+        let mut held = lock(&self.held);
+        match held.get_mut(election) {
+            Some(h) if h.token == token && !h.told => h.told = true,
+            _ => return,
+        }
+        drop(held);
+        self.events.preempted(election, token);
     }
 
     /// Report the seats a renewal found gone or taken.
     fn report_lost(&self, lost: &[(ElectionName, FencingToken)]) {
         for (election, token) in lost {
             let mut held = lock(&self.held);
-            if held.get(election) == Some(token) {
+            if held.get(election).map(|h| h.token) == Some(*token) {
                 held.remove(election);
                 drop(held);
                 self.events.election_lost(
@@ -226,7 +328,12 @@ impl Inner {
         }
     }
 
-    async fn renew_batch(&self, batch: &[(ElectionName, FencingToken)]) -> Result<Vec<usize>> {
+    /// Renew a batch of seats: the positions of those gone or taken, then of those
+    /// whose holder was told to give them up.
+    async fn renew_batch(
+        &self,
+        batch: &[(ElectionName, FencingToken)],
+    ) -> Result<(Vec<usize>, Vec<usize>)> {
         let shared = &self.shared;
         let mut invocation = RENEW_SCRIPT.key(&self.key);
         invocation.arg(self.ttl_ms).arg(&self.id);
@@ -238,29 +345,39 @@ impl Inner {
         let reply = shared
             .guarded_script(Purpose::Renewal, "keep-alive", &invocation)
             .await?;
-        match reply {
-            Value::Int(-1) => Err(session_gone("keep-alive", &self.id)),
-            Value::Array(items) => items
-                .iter()
-                .map(|v| {
-                    as_int(v)
-                        .and_then(|i| usize::try_from(i).ok())
-                        .filter(|i| (1..=batch.len()).contains(i))
-                        .map(|i| i - 1)
-                        .ok_or_else(|| unexpected("keep-alive", format!("{v:?}")))
-                })
-                .collect(),
-            other => Err(unexpected("keep-alive", format!("{other:?}"))),
-        }
+        parse_renew(&reply, batch.len(), &self.id)
     }
 }
 
-/// The batch script's answer for `seats` seats: a token per granted seat.
+/// The renewal script's answer for `seats` seats: the 0-based positions of the seats
+/// gone or taken, and of the seats whose holder was told to give them up.
+fn parse_renew(reply: &Value, seats: usize, id: &str) -> Result<(Vec<usize>, Vec<usize>)> {
+    let items = match reply {
+        Value::Int(-1) => return Err(session_gone("keep-alive", id)),
+        Value::Array(items) => items,
+        other => return Err(unexpected("keep-alive", format!("{other:?}"))),
+    };
+    let (mut lost, mut told) = (Vec::new(), Vec::new());
+    for v in items {
+        let at = as_int(v)
+            .filter(|i| *i != 0 && i.unsigned_abs() <= seats as u64)
+            .ok_or_else(|| unexpected("keep-alive", format!("{v:?}")))?;
+        let position = (at.unsigned_abs() - 1) as usize;
+        if at > 0 {
+            lost.push(position);
+        } else {
+            told.push(position);
+        }
+    }
+    Ok((lost, told))
+}
+
 /// A resign's token argument: the token, or "" for whatever this session has.
 fn token_arg(token: Option<FencingToken>) -> String {
     token.map(|t| t.0.to_string()).unwrap_or_default()
 }
 
+/// The batch script's answer for `seats` seats: a token per granted seat.
 fn parse_acquire_many(reply: &Value, seats: usize, id: &str) -> Result<Vec<Option<FencingToken>>> {
     let bad = || unexpected("try_campaign_many", format!("{reply:?}"));
     let Value::Array(items) = reply else {
@@ -316,7 +433,7 @@ impl BackendSession for RedisSession {
         inner.life.check_open()?;
         let snapshot: Vec<(ElectionName, FencingToken)> = lock(&inner.held)
             .iter()
-            .map(|(e, t)| (e.clone(), *t))
+            .map(|(e, h)| (e.clone(), h.token))
             .collect();
         let batches: Vec<&[(ElectionName, FencingToken)]> = if snapshot.is_empty() {
             vec![&[]]
@@ -326,14 +443,18 @@ impl BackendSession for RedisSession {
         // Sent together on the multiplexed connection: one round trip for all.
         let answers = futures::future::join_all(batches.iter().map(|b| inner.renew_batch(b))).await;
         let mut lost = Vec::new();
+        let mut told = Vec::new();
         for (batch, answer) in batches.iter().zip(answers) {
-            for i in answer? {
-                if let Some(entry) = batch.get(i) {
-                    lost.push(entry.clone());
-                }
-            }
+            let (gone, asked) = answer?;
+            lost.extend(gone.iter().filter_map(|i| batch.get(*i)).cloned());
+            told.extend(asked.iter().filter_map(|i| batch.get(*i)).cloned());
         }
         inner.report_lost(&lost);
+        // A preemption or handover published while this session's subscriber was away
+        // is heard here, once the renewal gets through.
+        for (election, token) in told {
+            inner.told(&election, token);
+        }
         Ok(())
     }
 
@@ -344,17 +465,24 @@ impl BackendSession for RedisSession {
     ) -> Result<FencingToken> {
         let inner = &self.inner;
         inner.life.check_open()?;
+        listen(inner);
         let keys = inner.shared.keys(election);
         let registration = inner.shared.hub.waiter(&keys.channel, &inner.id);
         lock(&inner.waiting).insert(election.clone());
-        let _waiting = Waiting {
+        let mut waiting = Waiting {
             inner,
             election: election.clone(),
+            keys: &keys,
+            ended: false,
         };
         loop {
             inner.life.check_open()?;
             let was_subscribed = registration.is_subscribed();
-            let next = match inner.acquire(&keys, candidate, CampaignMode::Wait).await? {
+            let acquired = inner.acquire(&keys, candidate, CampaignMode::Wait).await;
+            if !matches!(acquired, Ok(Acquired::Held { .. })) {
+                waiting.ended = true;
+            }
+            let next = match acquired? {
                 Acquired::Granted(token) => {
                     inner.granted(election, token);
                     return Ok(token);
@@ -381,6 +509,7 @@ impl BackendSession for RedisSession {
     ) -> Result<Option<FencingToken>> {
         let inner = &self.inner;
         inner.life.check_open()?;
+        listen(inner);
         let keys = inner.shared.keys(election);
         match inner
             .acquire(&keys, candidate, CampaignMode::TryOnce)
@@ -401,6 +530,7 @@ impl BackendSession for RedisSession {
     ) -> Result<Vec<Option<FencingToken>>> {
         let inner = &self.inner;
         inner.life.check_open()?;
+        listen(inner);
         let mut answers = Vec::with_capacity(seats.len());
         for chunk in seats.chunks(BATCH) {
             let taken = inner.acquire_many(chunk).await?;
@@ -425,7 +555,7 @@ impl BackendSession for RedisSession {
             for (election, token) in grants {
                 if held
                     .get(election)
-                    .is_some_and(|t| token.is_none_or(|want| *t == want))
+                    .is_some_and(|h| token.is_none_or(|want| h.token == want))
                 {
                     held.remove(election);
                 }
@@ -434,11 +564,13 @@ impl BackendSession for RedisSession {
         let shared = &inner.shared;
         for chunk in grants.chunks(BATCH) {
             let mut invocation = RELEASE_MANY_SCRIPT.arg(&inner.id);
+            invocation.arg(shared.grace_ms());
             for (election, token) in chunk {
                 let keys = shared.keys(election);
                 invocation
                     .key(&keys.seat)
                     .key(&keys.queue)
+                    .key(&keys.next)
                     .arg(token_arg(*token))
                     .arg(&keys.channel)
                     .arg(&keys.waits);
@@ -491,6 +623,7 @@ impl BackendSession for RedisSession {
         if !inner.life.close() {
             return Ok(());
         }
+        drop(lock(&inner.listener).take());
         let registered: Vec<(ElectionName, Vec<String>)> = lock(&inner.members)
             .drain()
             .map(|(ns, ids)| (ns, ids.into_iter().collect()))
@@ -499,12 +632,13 @@ impl BackendSession for RedisSession {
         elections.extend(lock(&inner.waiting).iter().cloned());
         let shared = &inner.shared;
         let mut invocation = CLOSE_SCRIPT.key(&inner.key);
-        invocation.arg(&inner.id);
+        invocation.arg(&inner.id).arg(shared.grace_ms());
         for election in &elections {
             let keys = shared.keys(election);
             invocation
                 .key(keys.seat)
                 .key(keys.queue)
+                .key(keys.next)
                 .arg(keys.channel)
                 .arg(keys.waits);
         }
@@ -545,6 +679,51 @@ mod tests {
         );
         let short = parse_acquire_many(&Value::Array(vec![Value::Int(0)]), 2, "s");
         assert_eq!(short.err().map(|e| e.kind()), Some(ErrorKind::Backend));
+    }
+
+    #[test]
+    fn renew_replies() {
+        let reply = Value::Array(vec![Value::Int(2), Value::Int(-1), Value::Int(-3)]);
+        assert_eq!(parse_renew(&reply, 3, "s").unwrap(), (vec![1], vec![0, 2]));
+        assert_eq!(
+            parse_renew(&Value::Array(vec![]), 3, "s").unwrap(),
+            (vec![], vec![])
+        );
+        assert_eq!(
+            parse_renew(&Value::Int(-1), 3, "s").err().map(|e| e.kind()),
+            Some(ErrorKind::SessionExpired)
+        );
+        for bad in [
+            Value::Array(vec![Value::Int(0)]),
+            Value::Array(vec![Value::Int(4)]),
+            Value::Array(vec![Value::Int(-4)]),
+            Value::Nil,
+        ] {
+            assert_eq!(
+                parse_renew(&bad, 3, "s").err().map(|e| e.kind()),
+                Some(ErrorKind::Backend),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn preempt_messages() {
+        let (e, t) = parse_preempt(b"preempt 1780000000000001 billing/shard-1").unwrap();
+        assert_eq!(e.as_str(), "billing/shard-1");
+        assert_eq!(t, FencingToken(1_780_000_000_000_001));
+        for bad in [
+            &b""[..],
+            b"preempt",
+            b"preempt 1",
+            b"preempt x e",
+            b"preempt 1 e extra",
+            b"preempt 1 bad:name",
+            b"free s1",
+            b"\xff",
+        ] {
+            assert!(parse_preempt(bad).is_none(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::config::RedisConfig;
 use crate::conn::Conn;
 use crate::error::{unexpected, TAG};
 use crate::hub::Hub;
-use crate::keys::{jittered, parse_seat, ElectionKeys, MemberKeys, Seat};
+use crate::keys::{jittered, millis_up, parse_seat, ElectionKeys, MemberKeys, Seat};
 use crate::scripts::READ_SCRIPT;
 
 /// What the backend and its sessions share.
@@ -23,6 +23,8 @@ pub(crate) struct Shared {
     /// The request layer the connection and the hub share.
     pub(crate) requests: Arc<Requests<redis::RedisError>>,
     pub(crate) sessions: String,
+    /// What every session's channel starts with (the session id follows).
+    pub(crate) session_channels: String,
 }
 
 impl Shared {
@@ -68,6 +70,13 @@ impl Shared {
         self.conn
             .script(purpose, what, invocation, self.config.guard())
             .await
+    }
+
+    /// How long a free seat is kept for the waiter woken to take it (ms): two poll
+    /// intervals, so that a waiter whose wake-up message was lost still comes in time
+    /// (it looks again within one); one that does not leaves the queue.
+    pub(crate) fn grace_ms(&self) -> u64 {
+        millis_up(self.config.get_poll_interval() * 2)
     }
 
     /// How long a waiter or observer waits before looking again, given the seat's
@@ -130,7 +139,7 @@ mod tests {
         assert_eq!(parse_read(&free).unwrap(), (-2, None));
         let held = Value::Array(vec![
             Value::Int(900),
-            Value::BulkString(b"abc\n7\nnode\nval".to_vec()),
+            Value::BulkString(b"abc\n7\nprio 3 1 0\nnode\nval".to_vec()),
         ]);
         let (pttl, seat) = parse_read(&held).unwrap();
         assert_eq!(pttl, 900);
