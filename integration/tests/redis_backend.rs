@@ -3,19 +3,24 @@
 //! a connection lost bytes, one renewal call for many elections, tokens above a lost or
 //! lagging counter, failover at the TTL without keyspace notifications, waiters and
 //! observers that converge without pub/sub messages, one wake-up per release across
-//! processes, and passwords kept out of logs.
+//! processes, and passwords kept out of logs; and for priorities (clause 14): a holder
+//! that missed its preemption notice hears of it at its next renewal or once its link
+//! heals, a preempted holder that campaigns again queues behind the preferred
+//! candidate, a campaign given up leaves the queue at once, and the queue keeps its
+//! order in Redis.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tenure_core::{
-    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, Session, Timing,
+    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, LossReason, Session,
+    Timing,
 };
 use tenure_integration::cluster_faults::{spawn_campaign, wait_grant, Waiter};
 use tenure_integration::membership::name;
 use tenure_integration::redis_admin::{backend, cmd, command_calls, connect, reset_stats, stat};
-use tenure_integration::{run_prefix, RedisServer, TcpProxy};
+use tenure_integration::{run_prefix, timing_ms, RedisServer, TcpProxy};
 use tenure_redis::RedisBackend;
 
 #[path = "support/capture.rs"]
@@ -433,4 +438,231 @@ async fn passwords_never_reach_logs_debug_or_errors() {
         "nothing was logged: {text}"
     );
     assert!(!text.contains(secret), "the password leaked:\n{text}");
+}
+
+fn ranked(id: &str, priority: i32) -> Candidate {
+    cand(id).with_priority(priority).expect("priority")
+}
+
+/// Clause 14: the notice of a preemption is a pub/sub message, which a holder that is
+/// away does not get; the seat keeps the mark, and the holder's next renewal answers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemption_notice_missed_is_heard_at_the_next_renewal() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint(), "").await;
+    let mut raw = connect(server.endpoint()).await;
+    let t = timing_ms(3000, 200, 1800, 1000);
+    let e = name("missed");
+    let sa = session(&b, &t).await;
+    let a = sa.campaign(&e, &ranked("a", 1)).await.expect("campaign");
+    let seat = format!("{}:seat:missed", run_prefix());
+    let value: String = cmd(&mut raw, &["GET", &seat]).await;
+    assert!(value.contains("\nprio 1 1 0\n"), "{value:?}");
+    // Mark the seat told without a message, as a notice the holder missed.
+    let pttl: i64 = cmd(&mut raw, &["PTTL", &seat]).await;
+    let marked = value.replace("\nprio 1 1 0\n", "\nprio 1 1 1\n");
+    cmd::<()>(&mut raw, &["SET", &seat, &marked, "PX", &pttl.to_string()]).await;
+    let t0 = Instant::now();
+    let reason = tokio::time::timeout(t.renew_interval * 3, a.lost_wait())
+        .await
+        .expect("told at the next renewal");
+    eprintln!("missed notice heard after {:?}", t0.elapsed());
+    assert_eq!(reason, LossReason::Preempted);
+    // The core released the seat: nobody holds it now.
+    tokio::time::timeout(Duration::from_secs(2), async {
+        while b.leader(&e).await.expect("read").is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("seat released");
+}
+
+/// Clause 14: a holder cut off from Redis when a higher priority joins is told once its
+/// requests get through again (before its deadline), then steps down to the newcomer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cut_off_when_preempted_is_told_once_its_link_heals() {
+    let server = RedisServer::start().await.expect("redis");
+    let direct = backend(server.endpoint(), "").await;
+    let proxy = TcpProxy::start(server.addr()).await.expect("proxy");
+    let victim = backend(&server.endpoint_at(proxy.addr()), "").await;
+    let t = timing_ms(4000, 200, 2400, 1000);
+    let e = name("cut-off");
+    let sa = session(&victim, &t).await;
+    let a = sa.campaign(&e, &ranked("a", 0)).await.expect("campaign");
+    let sb = session(&direct, &t).await;
+    proxy.blackhole().await.expect("blackhole");
+    let waiter = spawn_campaign(sb, &e, ranked("b", 3));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(a.loss_reason(), None, "told through a black hole");
+    assert!(a.is_leader());
+    proxy.heal().await.expect("heal");
+    let healed = Instant::now();
+    let reason = tokio::time::timeout(Duration::from_millis(2000), a.lost_wait())
+        .await
+        .expect("told once the link healed");
+    eprintln!("cut-off holder told {:?} after the heal", healed.elapsed());
+    assert_eq!(reason, LossReason::Preempted);
+    let (granted, _sb) = wait_grant(waiter, Duration::from_secs(3), "newcomer granted").await;
+    assert!(a.lost_at().is_some_and(|at| at <= granted.granted_at()));
+    assert!(granted.token() > a.token());
+}
+
+/// Clause 14: a preempted holder that campaigns again at once (as `LeaderRunner` does)
+/// does not take the seat back while it is free between its release and the preferred
+/// candidate's grant: the seat is kept for the waiter woken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_holder_campaigning_again_queues_behind_the_newcomer() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint(), "&poll_interval_ms=30000").await;
+    let t = timing(Duration::from_secs(10));
+    for round in 0..5 {
+        let e = name(&format!("again/{round}"));
+        let (sa, sb) = (session(&b, &t).await, session(&b, &t).await);
+        let a = sa.campaign(&e, &ranked("a", 1)).await.expect("campaign");
+        let newcomer = spawn_campaign(sb, &e, ranked("b", 2));
+        assert_eq!(a.lost_wait().await, LossReason::Preempted);
+        let again = spawn_campaign(sa, &e, ranked("a", 1));
+        let (granted, _sb) = wait_grant(newcomer, Duration::from_secs(2), "newcomer").await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !again.is_finished(),
+            "round {round}: the preempted holder barged"
+        );
+        assert!(granted.is_leader());
+        let token = granted.token();
+        granted.resign().await.expect("resign");
+        let (back, _sa) = wait_grant(again, Duration::from_secs(2), "back to a").await;
+        assert!(back.token() > token);
+        back.resign().await.expect("resign");
+    }
+}
+
+/// Clause 14: a waiter that stops waiting (its campaign dropped) leaves the queue at
+/// once, so a preemption it caused ends with the next waiter in order, without waiting
+/// for its place to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_given_up_leaves_the_queue() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint(), "&poll_interval_ms=30000").await;
+    let mut raw = connect(server.endpoint()).await;
+    let t = timing(Duration::from_secs(10));
+    let e = name("given-up");
+    let (sa, sb, sc) = (
+        session(&b, &t).await,
+        session(&b, &t).await,
+        session(&b, &t).await,
+    );
+    let a = sa
+        .campaign(&e, &cand("a").never_preempted())
+        .await
+        .expect("campaign");
+    let low = spawn_campaign(sc, &e, ranked("c", 0));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let high = spawn_campaign(sb, &e, ranked("b", 9));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let queue = format!("{}:queue:given-up", run_prefix());
+    let queued: Vec<String> = cmd(&mut raw, &["ZRANGE", &queue, "0", "-1"]).await;
+    assert_eq!(queued.len(), 2, "{queued:?}");
+    high.abort();
+    tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            let left: Vec<String> = cmd(&mut raw, &["ZRANGE", &queue, "0", "-1"]).await;
+            if left.len() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the given-up campaign left the queue");
+    assert!(a.is_leader(), "a holder that opted out was preempted");
+    let t0 = Instant::now();
+    a.resign().await.expect("resign");
+    let (granted, _sc) = wait_grant(low, Duration::from_secs(2), "the next waiter").await;
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(granted.candidate().id(), "c");
+}
+
+/// Clause 14: the queue in Redis is ordered by priority, then arrival (scores exact far
+/// above 2^32), whatever the order of joining; a handover moves its waiter first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_ordered_by_priority_then_arrival_and_a_handover_moves_its_waiter_first() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint(), "&poll_interval_ms=30000").await;
+    let mut raw = connect(server.endpoint()).await;
+    let t = timing(Duration::from_secs(10));
+    let e = name("order");
+    let sa = session(&b, &t).await;
+    let a = sa
+        .campaign(&e, &cand("a").never_preempted())
+        .await
+        .expect("campaign");
+    let mut waiters = Vec::new();
+    let joins = [
+        ("w1", -1000),
+        ("w2", 1000),
+        ("w3", 0),
+        ("w4", 1000),
+        ("w5", -1000),
+        ("w6", 7),
+    ];
+    let mut ids = std::collections::HashMap::new();
+    for (id, priority) in joins {
+        let s = session(&b, &t).await;
+        ids.insert(s.id(), id);
+        waiters.push(spawn_campaign(s, &e, ranked(id, priority)));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let queue = format!("{}:queue:order", run_prefix());
+    let order = |raw: Vec<String>| -> Vec<&str> { raw.iter().map(|s| ids[s.as_str()]).collect() };
+    let queued: Vec<String> = cmd(&mut raw, &["ZRANGE", &queue, "0", "-1"]).await;
+    assert_eq!(order(queued), ["w2", "w4", "w6", "w3", "w1", "w5"]);
+    let scores: Vec<(String, f64)> =
+        cmd(&mut raw, &["ZRANGE", &queue, "0", "-1", "WITHSCORES"]).await;
+    assert!(scores.windows(2).all(|w| w[0].1 < w[1].1), "{scores:?}");
+    assert!(
+        scores.last().is_some_and(|(_, s)| *s > 2f64.powi(52)),
+        "{scores:?}"
+    );
+    // A handover to w1 (the lowest priority) moves it first; the leader that opted out
+    // is told all the same.
+    let asked = b.handover(&e, Some("w1")).await.expect("handover");
+    assert_eq!((asked.id.as_str(), asked.token), ("a", a.token()));
+    let queued: Vec<String> = cmd(&mut raw, &["ZRANGE", &queue, "0", "-1"]).await;
+    assert_eq!(order(queued), ["w1", "w2", "w4", "w6", "w3", "w5"]);
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(2), a.lost_wait())
+            .await
+            .expect("told"),
+        LossReason::Preempted
+    );
+    let mut granted = Vec::new();
+    for _ in 0..joins.len() {
+        let (done, l) = tokio::time::timeout(Duration::from_secs(2), async {
+            loop {
+                if let Some(i) = waiters.iter().position(|w| w.is_finished()) {
+                    let w = waiters.remove(i);
+                    return (i, w.await.expect("task"));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("next grant");
+        let _ = done;
+        let (l, _s) = l;
+        let l = l.expect("campaign");
+        granted.push(l.candidate().id().to_string());
+        l.resign().await.expect("resign");
+    }
+    assert_eq!(granted, ["w1", "w2", "w4", "w6", "w3", "w5"]);
+    // Nobody leading now: a handover is refused, naming the election.
+    let err = b.handover(&e, None).await.expect_err("nobody leads");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("order"), "{err}");
 }

@@ -238,6 +238,7 @@ impl Backend for RedisBackend {
         Capabilities::full()
             .except(Clause::AtMostOneHolder, DATA_LOSS)
             .batched(crate::session::BATCH)
+            .prioritized()
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {
