@@ -77,9 +77,10 @@ async fn ttl_outside_the_session_timeout_range_is_rejected() {
 }
 
 /// Tokens are creation zxids: a session closed with `close()` hands over at once and
-/// the next token is higher; nodes follow the Curator latch naming.
+/// the next token is higher; nodes follow the priority layout (candidates
+/// `_c_<uuid>-p<1000 - priority>-<sequence>`, one `:leader-<uuid>-<sequence>` node).
 #[tokio::test]
-async fn close_hands_over_and_nodes_use_curator_names() {
+async fn close_hands_over_and_nodes_use_the_priority_layout() {
     let env = zk_env().await;
     let election = ElectionName::new(format!("{}/curator", env.prefix)).unwrap();
     let (sa, sb) = (env.session().await, env.session().await);
@@ -96,6 +97,25 @@ async fn close_hands_over_and_nodes_use_curator_names() {
     assert!(b.token() > a.token());
     let leader = env.backend.leader(&election).await.unwrap().unwrap();
     assert_eq!((leader.id.as_str(), leader.token), ("b", b.token()));
+    let admin = zookeeper_client::Client::connect(&shared_server().1.to_string())
+        .await
+        .unwrap();
+    let mut children = admin
+        .list_children(&format!("/tenure-test/{election}"))
+        .await
+        .unwrap();
+    children.sort();
+    assert_eq!(children.len(), 2, "{children:?}");
+    assert!(children[0].starts_with(":leader-"), "{children:?}");
+    assert!(
+        children[1].starts_with("_c_") && children[1].contains("-p1000-"),
+        "{children:?}"
+    );
+    let (_, stat) = admin
+        .get_data(&format!("/tenure-test/{election}/{}", children[0]))
+        .await
+        .unwrap();
+    assert_eq!(stat.czxid as u64, b.token().get());
 }
 
 /// An unreachable server is `Unavailable`/`Timeout` within the connect timeout.
@@ -236,11 +256,14 @@ async fn members_go_when_their_session_expires() {
     b.close().await.unwrap();
 }
 
-/// The candidate node of `id` in `election`, found as an operator would: list the
-/// election's node and read each child.
+/// The node that gives `id` its place in `election`, found as an operator would: list
+/// the election's node and read each child, the leader node first (the seat), then the
+/// candidate nodes.
 async fn node_of(admin: &zookeeper_client::Client, election: &ElectionName, id: &str) -> String {
     let dir = format!("/tenure-test/{election}");
-    for child in admin.list_children(&dir).await.unwrap() {
+    let mut children = admin.list_children(&dir).await.unwrap();
+    children.sort();
+    for child in children {
         let path = format!("{dir}/{child}");
         if let Ok((data, _)) = admin.get_data(&path).await {
             if String::from_utf8_lossy(&data).contains(&format!("\"id\":\"{id}\"")) {
@@ -270,8 +293,8 @@ async fn revoke_by_hand(
     next
 }
 
-/// A leader whose node an operator deletes gets `lost` (revoked) and the next in line
-/// is granted; a waiter whose node is deleted queues again; a resign is not reported as
+/// A leader whose leader node an operator deletes gets `lost` (revoked) and the next
+/// in line is granted; a waiter whose node is deleted queues again; a resign is not reported as
 /// a revocation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_deleted_by_hand_revoke_and_requeue() {
@@ -306,7 +329,8 @@ async fn nodes_deleted_by_hand_revoke_and_requeue() {
                 .list_children(&format!("/tenure-test/{election}"))
                 .await
                 .unwrap();
-            if children.len() == 2 {
+            // b's and c's candidate nodes (and b's leader node).
+            if children.iter().filter(|c| c.starts_with("_c_")).count() == 2 {
                 let new_c = node_of(&admin, &election, "c").await;
                 assert_ne!(new_c, old_c);
                 return;

@@ -45,11 +45,17 @@ fn latch_path(election: &ElectionName) -> String {
     format!("{CHROOT}/{}", election.as_str())
 }
 
-async fn session() -> Session {
-    let url = format!(
-        "zk://{}{CHROOT}?connect_timeout=5s&request_timeout=5s",
+/// tenure's URL for Curator interop: `layout=curator` (the default layout keeps
+/// priorities and cannot share an election with Curator).
+fn curator_url() -> String {
+    format!(
+        "zk://{}{CHROOT}?connect_timeout=5s&request_timeout=5s&layout=curator",
         connect_string()
-    );
+    )
+}
+
+async fn session() -> Session {
+    let url = curator_url();
     let backend = ZooKeeperBackend::from_url(&url)
         .await
         .expect("tenure's ZooKeeper backend");
@@ -334,4 +340,54 @@ async fn tenure_curator_tenure_take_turns_in_queue_order() {
     java.quit().await.expect("quit the latch");
     first.close().await.expect("close the first session");
     second.close().await.expect("close the second session");
+}
+
+/// With `layout=curator` a priority and a handover are refused (`Unsupported`), and the
+/// default layout refuses to join an election that holds a Curator latch (each would
+/// elect its own leader), naming `layout=curator`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priorities_are_refused_with_curator_and_layouts_do_not_mix() {
+    let election = election("layouts");
+    let session = session().await;
+    let high = Candidate::new("tenure-p")
+        .expect("id")
+        .with_priority(5)
+        .expect("priority");
+    let err = session
+        .campaign(&election, &high)
+        .await
+        .expect_err("a priority with layout=curator");
+    assert_eq!(err.kind(), tenure_core::ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("priority 5"), "{err}");
+    let err = session
+        .observer()
+        .handover(&election, None)
+        .await
+        .expect_err("a handover with layout=curator");
+    assert_eq!(err.kind(), tenure_core::ErrorKind::Unsupported, "{err}");
+
+    let mut java = start_latch(&election, "java-l").await;
+    java.wait_for_line(0, |l| l == "leader", HANDOVER)
+        .await
+        .expect("the latch leads an empty election");
+    let url = format!(
+        "zk://{}{CHROOT}?connect_timeout=5s&request_timeout=5s",
+        connect_string()
+    );
+    let backend = ZooKeeperBackend::from_url(&url)
+        .await
+        .expect("tenure's ZooKeeper backend, default layout");
+    let other = Session::open(Arc::new(backend), Timing::from_ttl(Duration::from_secs(4)))
+        .await
+        .expect("tenure session");
+    let err = other
+        .campaign(&election, &Candidate::new("tenure-q").expect("id"))
+        .await
+        .expect_err("the default layout on a Curator election");
+    assert_eq!(err.kind(), tenure_core::ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("layout=curator"), "{err}");
+    assert!(java.has_leadership().await.expect("status"));
+    java.quit().await.expect("quit the latch");
+    other.close().await.expect("close");
+    session.close().await.expect("close");
 }

@@ -12,10 +12,11 @@ use tenure_core::{
 use zookeeper_client::{Acls, CreateMode};
 
 use crate::config::ZooKeeperConfig;
+use crate::config::ZooKeeperLayout;
 use crate::error::{map, TAG};
 use crate::members::{self, namespace_dir, MemberCache};
 use crate::nodes::election_dir;
-use crate::session::ZkSession;
+use crate::session::{curator_refuses, ZkSession};
 use crate::shared::{connect_client, is_no_node, Shared};
 use crate::SCHEME;
 
@@ -160,7 +161,11 @@ impl Backend for ZooKeeperBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full().batched(crate::session::BATCH)
+        let caps = Capabilities::full().batched(crate::session::BATCH);
+        match self.shared.config.get_layout() {
+            ZooKeeperLayout::Curator => caps,
+            _ => caps.prioritized(),
+        }
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {
@@ -202,6 +207,13 @@ impl Backend for ZooKeeperBackend {
         let (published, stream) = Published::new(first);
         tokio::spawn(observe_task(self.shared.clone(), dir, published));
         Ok(stream)
+    }
+
+    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+        match self.shared.config.get_layout() {
+            ZooKeeperLayout::Curator => Err(curator_refuses("handover")),
+            _ => crate::session::handover(&self.shared, election, to).await,
+        }
     }
 
     fn election_requests(&self) -> Option<u64> {

@@ -18,6 +18,7 @@ const DEFAULT_CHROOT: &str = "/tenure";
 /// The URL query keys.
 const KEYS: &[&str] = &[
     "chroot",
+    "layout",
     "username",
     "password",
     "session_timeout",
@@ -27,6 +28,7 @@ const KEYS: &[&str] = &[
 /// The environment variables that set a URL key.
 const ENV_KEYS: &[(&str, &str)] = &[
     ("TENURE_ZK_CHROOT", "chroot"),
+    ("TENURE_ZK_LAYOUT", "layout"),
     ("TENURE_ZK_USERNAME", "username"),
     ("TENURE_ZK_PASSWORD", "password"),
     ("TENURE_ZK_SESSION_TIMEOUT_MS", "session_timeout_ms"),
@@ -34,12 +36,45 @@ const ENV_KEYS: &[(&str, &str)] = &[
     ("TENURE_ZK_REQUEST_TIMEOUT_MS", "request_timeout_ms"),
 ];
 
+/// How candidate nodes are named and who leads (see the crate README, *Layouts*).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[non_exhaustive]
+pub enum ZooKeeperLayout {
+    /// tenure's own layout (the default): candidate names carry the priority ahead of
+    /// the sequence, and an explicit leader node holds the seat. Keeps priorities,
+    /// preemption and handover (contract clause 14); cannot share an election with
+    /// Curator's `LeaderLatch`. URL `layout=priority`.
+    #[default]
+    Priority,
+    /// Curator `LeaderLatch` names (`_c_<uuid>-latch-<sequence>`, the lowest sequence
+    /// leads), to share an election with Java services using Curator. No priorities:
+    /// a priority other than 0 and a handover are `Unsupported`. URL `layout=curator`.
+    Curator,
+}
+
+impl ZooKeeperLayout {
+    /// The URL value: `priority` or `curator`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ZooKeeperLayout::Priority => "priority",
+            ZooKeeperLayout::Curator => "curator",
+        }
+    }
+}
+
+impl fmt::Display for ZooKeeperLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How to reach ZooKeeper.
 ///
 /// | setting | default | URL (`zk://…`) | environment |
 /// |---|---|---|---|
 /// | hosts (`host:port`, several for an ensemble) | required | `zk://h1:2181,h2:2181` | `TENURE_ZK_HOSTS` (comma separated) |
 /// | chroot (created if missing) | `/tenure` | path: `zk://h:2181/apps/tenure` (`/` for none) | `TENURE_ZK_CHROOT` |
+/// | node layout ([`ZooKeeperLayout`]) | `priority` | `layout=priority` or `layout=curator` | `TENURE_ZK_LAYOUT` |
 /// | digest user and password | none | `user:password@` before the hosts | `TENURE_ZK_USERNAME`, `TENURE_ZK_PASSWORD` |
 /// | session timeout of the backend's reader session (leader reads, observers) | 10 s | `session_timeout=10s` | `TENURE_ZK_SESSION_TIMEOUT_MS` |
 /// | connect timeout | 5 s | `connect_timeout=5s` or `connect_timeout_ms=5000` | `TENURE_ZK_CONNECT_TIMEOUT_MS` |
@@ -53,6 +88,7 @@ const ENV_KEYS: &[(&str, &str)] = &[
 pub struct ZooKeeperConfig {
     hosts: Vec<String>,
     chroot: String,
+    layout: ZooKeeperLayout,
     credentials: Credentials,
     session_timeout: Duration,
     timeouts: Timeouts,
@@ -64,7 +100,8 @@ tenure_core::config_credentials!(
     "Authenticate with ZooKeeper's `digest` scheme as `username:password`."
 );
 
-/// The URL form without the password: `zk://[user@]h1:2181,h2:2181/chroot`.
+/// The URL form without the password: `zk://[user@]h1:2181,h2:2181/chroot`, with
+/// `?layout=curator` for that layout.
 impl fmt::Display for ZooKeeperConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -73,7 +110,11 @@ impl fmt::Display for ZooKeeperConfig {
             self.credentials.userinfo(),
             self.hosts.join(","),
             self.chroot_or_root()
-        )
+        )?;
+        if self.layout != ZooKeeperLayout::default() {
+            write!(f, "?layout={}", self.layout)?;
+        }
+        Ok(())
     }
 }
 
@@ -87,6 +128,7 @@ impl ZooKeeperConfig {
         ZooKeeperConfig {
             hosts: hosts.into_iter().map(Into::into).collect(),
             chroot: DEFAULT_CHROOT.to_string(),
+            layout: ZooKeeperLayout::default(),
             credentials: Credentials::default(),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             timeouts: Timeouts::new(DEFAULT_TIMEOUT),
@@ -125,6 +167,17 @@ impl ZooKeeperConfig {
         }
         match key {
             "chroot" => self.chroot = value,
+            "layout" => {
+                self.layout = match value.as_str() {
+                    "priority" => ZooKeeperLayout::Priority,
+                    "curator" => ZooKeeperLayout::Curator,
+                    other => {
+                        return Err(Error::invalid(format!(
+                            "layout: {other:?} is not a layout (priority or curator)"
+                        )))
+                    }
+                }
+            }
             "username" | "user" | "password" => {
                 self.credentials.set(key, value);
             }
@@ -182,6 +235,17 @@ impl ZooKeeperConfig {
         self
     }
 
+    /// Name candidate nodes by `layout` ([`ZooKeeperLayout::Priority`] by default).
+    pub fn layout(mut self, layout: ZooKeeperLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// The node layout.
+    pub fn get_layout(&self) -> ZooKeeperLayout {
+        self.layout
+    }
+
     /// Session timeout of the backend's own reader session.
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.session_timeout = timeout;
@@ -236,6 +300,15 @@ mod tests {
         assert_eq!(c.get_request_timeout(), Duration::from_millis(700));
         let c = ZooKeeperConfig::from_url("zk://127.0.0.1:2181").unwrap();
         assert_eq!(c.chroot_or_root(), "/tenure");
+        assert_eq!(c.get_layout(), ZooKeeperLayout::Priority);
+        let c = ZooKeeperConfig::from_url("zk://h:1/x?layout=curator").unwrap();
+        assert_eq!(c.get_layout(), ZooKeeperLayout::Curator);
+        assert_eq!(c.to_string(), "zk://h:1/x?layout=curator");
+        let c = ZooKeeperConfig::from_url("zk://h:1/x?layout=priority").unwrap();
+        assert_eq!(c.get_layout(), ZooKeeperLayout::Priority);
+        assert_eq!(c.to_string(), "zk://h:1/x");
+        let e = ZooKeeperConfig::from_url("zk://h:1/x?layout=latch").unwrap_err();
+        assert!(e.message().contains("layout"), "{e}");
         assert_eq!(c.digest(), None);
         let c = ZooKeeperConfig::from_url("zk://127.0.0.1:2181/").unwrap();
         assert_eq!(c.chroot_or_root(), "/");
@@ -272,6 +345,8 @@ mod tests {
             "zk://h:1/a?session_timeout=10",
             "zk://h:1/a?connect_timeout_ms=x",
             "zk://h:1/a?request_timeout=0s",
+            "zk://h:1/a?layout=",
+            "zk://h:1/a?layout=Curator",
             "zk://:pw@h:1/a",
             "zk://h:1/%zz",
         ] {

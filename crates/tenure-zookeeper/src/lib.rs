@@ -11,10 +11,10 @@ mod session;
 mod shared;
 
 pub use backend::ZooKeeperBackend;
-pub use config::ZooKeeperConfig;
+pub use config::{ZooKeeperConfig, ZooKeeperLayout};
 
 /// The URL scheme of this backend:
-/// `zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout=…]`.
+/// `zk://[user:password@]host:port[,host:port…][/chroot][?session_timeout=…&layout=…]`.
 pub const SCHEME: &str = "zk";
 
 /// How `tenure::connect` opens this backend from a URL (its schemes and constructor).

@@ -1,4 +1,9 @@
 //! One tenure session = one ZooKeeper session; candidacies as ephemeral sequential nodes.
+//! The Curator layout's campaign is here, the priority layout's in [`prio`].
+
+mod prio;
+
+pub(crate) use prio::handover;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -18,9 +23,12 @@ use zookeeper_client::{
     SessionState, WatchedEvent,
 };
 
+use crate::config::ZooKeeperLayout;
 use crate::error::TAG;
 use crate::members::{namespace_dir, parse_registration, registration_prefix};
-use crate::nodes::{election_dir, protected_prefix, random_uuid, sequence_of, sorted_latches};
+use crate::nodes::{
+    election_dir, parse_leader, protected_prefix, random_uuid, sequence_of, sorted_latches,
+};
 use crate::shared::{close_session, connect_client, is_no_node, Shared};
 
 /// A candidacy's node once created.
@@ -28,8 +36,34 @@ use crate::shared::{close_session, connect_client, is_no_node, Shared};
 struct Node {
     /// Name under the election's directory.
     name: String,
-    /// Creation zxid: the fencing token once it leads.
+    /// The fencing token's zxid: the candidate node's creation zxid (Curator layout),
+    /// the leader node's once granted (priority layout; 0 before).
     czxid: i64,
+    /// Priority layout: the leader node this session made when granted.
+    leader: Option<String>,
+}
+
+impl Node {
+    fn candidate(name: String, czxid: i64) -> Self {
+        Node {
+            name,
+            czxid,
+            leader: None,
+        }
+    }
+
+    /// The paths to delete to give the seat up and leave the queue: the leader node
+    /// first (the seat goes with it), then the candidate node.
+    fn paths(&self, dir: &str) -> Vec<String> {
+        let mut paths = Vec::with_capacity(2);
+        if let Some(leader) = &self.leader {
+            paths.push(format!("{dir}/{leader}"));
+        }
+        if !self.name.is_empty() {
+            paths.push(format!("{dir}/{}", self.name));
+        }
+        paths
+    }
 }
 
 /// Seats per multi of a batch: well within ZooKeeper's request size limit
@@ -45,8 +79,12 @@ pub(crate) struct ZkSession {
     beat: Arc<Mutex<Beat>>,
     watchdog: tokio::task::JoinHandle<()>,
     id: String,
-    /// `_c_<uuid>-latch-`: this session's node name prefix in every election.
+    /// `_c_<uuid>-latch-`: this session's node name prefix in every election (Curator
+    /// layout).
     prefix: String,
+    /// The session's uuid, in its node names.
+    uuid: String,
+    layout: ZooKeeperLayout,
     /// Set by `close` and `abandon`: the owner ended this session, so later calls are
     /// `Closed`; a session that ended any other way (the server expired or closed it,
     /// the watchdog let it go) is `SessionExpired`, which makes the core open a new one.
@@ -185,13 +223,17 @@ impl ZkSession {
             idle_since: Instant::now(),
         }));
         let watchdog = tokio::spawn(watchdog(client.clone(), beat.clone(), ttl, id.clone()));
+        let uuid = random_uuid();
+        let layout = shared.config.get_layout();
         Ok(ZkSession {
             shared,
             client,
             beat,
             watchdog,
             id,
-            prefix: protected_prefix(&random_uuid()),
+            prefix: protected_prefix(&uuid),
+            uuid,
+            layout,
             ended_by_owner: std::sync::atomic::AtomicBool::new(false),
             nodes: Arc::new(Mutex::new(HashMap::new())),
             state_task,
@@ -264,12 +306,7 @@ impl ZkSession {
                 .call("campaign", client.check_stat(&format!("{dir}/{name}")))
                 .await?
             {
-                Some(stat) => {
-                    return Ok(Some(Node {
-                        name,
-                        czxid: stat.czxid,
-                    }))
-                }
+                Some(stat) => return Ok(Some(Node::candidate(name, stat.czxid))),
                 None => continue,
             }
         }
@@ -300,10 +337,7 @@ impl ZkSession {
         {
             Ok((stat, sequence)) => {
                 let name = format!("{}{sequence}", self.prefix);
-                let node = Node {
-                    name,
-                    czxid: stat.czxid,
-                };
+                let node = Node::candidate(name, stat.czxid);
                 self.set_node(election, Some(node.clone()));
                 Ok(node)
             }
@@ -326,6 +360,16 @@ impl ZkSession {
         candidate: &Candidate,
         mode: CampaignMode,
     ) -> Result<Option<FencingToken>> {
+        if self.layout == ZooKeeperLayout::Priority {
+            return self.run_priority(election, candidate, mode).await;
+        }
+        if candidate.priority() != 0 {
+            return Err(curator_refuses(&format!(
+                "candidate {:?}: priority {}",
+                candidate.id(),
+                candidate.priority()
+            )));
+        }
         let client = self.client()?;
         let dir = election_dir(election);
         if mode == CampaignMode::TryOnce && self.node(election).is_none() {
@@ -352,6 +396,9 @@ impl ZkSession {
         loop {
             let node = self.ensure_node(&client, election, &dir, candidate).await?;
             let children = self.shared.children(&client, "campaign", &dir).await?;
+            if children.iter().any(|c| parse_leader(c).is_some()) {
+                return Err(prio::mixed_layouts(election, ZooKeeperLayout::Curator));
+            }
             let latches = sorted_latches(children);
             let Some(position) = latches.iter().position(|c| *c == node.name) else {
                 // Our node is gone (deleted by someone else): queue again.
@@ -452,6 +499,16 @@ impl ZkSession {
         chunk: &[(ElectionName, Candidate)],
     ) -> Result<Vec<Option<FencingToken>>> {
         const WHAT: &str = "try_campaign_many";
+        if self.layout == ZooKeeperLayout::Priority {
+            return self.try_chunk_priority(chunk).await;
+        }
+        if let Some((_, c)) = chunk.iter().find(|(_, c)| c.priority() != 0) {
+            return Err(curator_refuses(&format!(
+                "candidate {:?}: priority {}",
+                c.id(),
+                c.priority()
+            )));
+        }
         let client = self.client()?;
         let bad = |e| crate::error::map(WHAT, e);
         let dirs: Vec<String> = chunk.iter().map(|(e, _)| election_dir(e)).collect();
@@ -523,10 +580,7 @@ impl ZkSession {
             let first = sorted_latches(children.clone()).into_iter().next();
             if first.as_deref() == Some(name.as_str()) {
                 let election = &chunk[i].0;
-                let node = Node {
-                    name,
-                    czxid: stat.czxid,
-                };
+                let node = Node::candidate(name, stat.czxid);
                 self.set_node(election, Some(node.clone()));
                 answers[i] = Some(self.granted(election, path, &node, None));
             } else {
@@ -670,15 +724,41 @@ impl ZkSession {
         node: &Node,
     ) -> Result<()> {
         self.unguard(election);
-        match self
-            .shared
-            .requests
-            .call(
-                "resign",
-                client.delete(&format!("{dir}/{}", node.name), None),
-            )
-            .await
-        {
+        let paths = node.paths(dir);
+        let deleted = if let [path] = paths.as_slice() {
+            self.shared
+                .requests
+                .call("resign", client.delete(path, None))
+                .await
+        } else {
+            // The seat and the place in line go together: one transaction.
+            let mut writer = client.new_multi_writer();
+            for path in &paths {
+                writer
+                    .add_delete(path, None)
+                    .map_err(|e| crate::error::map("resign", e))?;
+            }
+            let commit = async { writer.commit().await.map(drop).map_err(ZkError::from) };
+            match self.shared.requests.call("resign", commit).await {
+                // One of them is gone already (deleted by hand): delete the other alone.
+                Err(e) if is_no_node(&e) => {
+                    for path in &paths {
+                        match self
+                            .shared
+                            .requests
+                            .call("resign", client.delete(path, None))
+                            .await
+                        {
+                            Err(e) if !is_no_node(&e) => return Err(e),
+                            _ => {}
+                        }
+                    }
+                    Ok(())
+                }
+                done => done,
+            }
+        };
+        match deleted {
             Ok(()) => {}
             Err(e) if is_no_node(&e) => {}
             Err(e) => return Err(e),
@@ -700,10 +780,11 @@ impl ZkSession {
         let mut writer = client.new_multi_writer();
         for (election, node) in chunk {
             self.unguard(election);
-            let path = format!("{}/{}", election_dir(election), node.name);
-            writer
-                .add_delete(&path, None)
-                .map_err(|e| crate::error::map(WHAT, e))?;
+            for path in node.paths(&election_dir(election)) {
+                writer
+                    .add_delete(&path, None)
+                    .map_err(|e| crate::error::map(WHAT, e))?;
+            }
         }
         let commit = async { writer.commit().await.map_err(ZkError::from) };
         match self.shared.requests.call(WHAT, commit).await {
@@ -786,7 +867,11 @@ impl BackendSession for ZkSession {
             (None, Some(_)) => Ok(()),
             (None, None) => {
                 // A campaign dropped while its create was in flight may have left a node.
-                match self.find_own(&client, &dir).await? {
+                let found = match self.layout {
+                    ZooKeeperLayout::Priority => self.find_own_priority(&client, &dir).await?,
+                    _ => self.find_own(&client, &dir).await?,
+                };
+                match found {
                     Some(node) => self.delete(&client, election, &dir, &node).await,
                     None => Ok(()),
                 }
@@ -918,14 +1003,17 @@ impl BackendSession for ZkSession {
             .unwrap_or_default();
         if !client.state().is_terminated() {
             let deletes = nodes.iter().map(|(election, node)| {
-                let path = format!("{}/{}", election_dir(election), node.name);
+                let paths = node.paths(&election_dir(election));
                 let client = &client;
                 async move {
-                    let _ = tokio::time::timeout(
-                        self.shared.config.get_request_timeout(),
-                        client.delete(&path, None),
-                    )
-                    .await;
+                    // The leader node first: waiters hear of the free seat at once.
+                    for path in paths {
+                        let _ = tokio::time::timeout(
+                            self.shared.config.get_request_timeout(),
+                            client.delete(&path, None),
+                        )
+                        .await;
+                    }
                 }
             });
             futures::future::join_all(deletes).await;
@@ -1049,4 +1137,16 @@ async fn guard_leader(
         }
         return;
     }
+}
+
+/// The `Unsupported` error of the Curator layout for `what` (a priority, a handover):
+/// Curator's `LeaderLatch` has no priorities.
+pub(crate) fn curator_refuses(what: &str) -> Error {
+    TAG.own(
+        ErrorKind::Unsupported,
+        format!(
+            "{what} is not supported with layout=curator (Curator's LeaderLatch has no \
+             priorities; the default layout, layout=priority, keeps them)"
+        ),
+    )
 }

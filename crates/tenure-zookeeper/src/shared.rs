@@ -13,8 +13,9 @@ use zookeeper_client::{
 };
 
 use crate::config::ZooKeeperConfig;
+use crate::config::ZooKeeperLayout;
 use crate::error::{map, TAG};
-use crate::nodes::sorted_latches;
+use crate::nodes::{sorted_latches, Queue};
 
 /// What the backend and its sessions share.
 pub(crate) struct Shared {
@@ -189,7 +190,8 @@ impl Shared {
         }
     }
 
-    /// The current leader of the election in `dir` (one list plus one read).
+    /// The current leader of the election in `dir` (one list plus one read): the
+    /// lowest latch (Curator layout) or the leader node (priority layout).
     pub(crate) async fn read_leader(
         &self,
         client: &Client,
@@ -197,7 +199,11 @@ impl Shared {
     ) -> Result<Option<LeaderInfo>> {
         loop {
             let children = self.children(client, "read leader", dir).await?;
-            let Some(first) = sorted_latches(children).into_iter().next() else {
+            let first = match self.config.get_layout() {
+                ZooKeeperLayout::Curator => sorted_latches(children).into_iter().next(),
+                _ => Queue::parse(&children).leader,
+            };
+            let Some(first) = first else {
                 return Ok(None);
             };
             match self
