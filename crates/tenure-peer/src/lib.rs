@@ -38,7 +38,7 @@ pub use invitation::Invitation;
 pub use machine::ElectionAlgorithm;
 pub use message::{Message, MessageKind};
 pub use node::PeerNode;
-pub use quorum::QuorumGuard;
+pub use quorum::{QuorumGuard, INTEREST_FADES_AFTER};
 pub use ring::{Ring, RingVariant};
 pub use types::{Durable, Event, Instant, Leader, PeerId};
 

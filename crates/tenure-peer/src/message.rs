@@ -138,6 +138,12 @@ pub enum Message {
     Candidacy {
         /// True while the sender is a candidate.
         active: bool,
+        /// The best priority among the sender's waiting sessions, if any
+        /// wait (contract clause 14); sent again whenever it changes and,
+        /// while set, every refresh period, so that a crashed sender's
+        /// interest fades. It only decides who stands for election, never
+        /// who may lead.
+        priority: Option<i16>,
     },
 }
 

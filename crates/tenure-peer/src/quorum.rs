@@ -1,6 +1,6 @@
 //! The quorum guard: leadership only with a majority, fenced by epochs.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::config::Config;
@@ -9,6 +9,10 @@ use crate::machine::{
 };
 use crate::message::Message;
 use crate::types::{Durable, Event, Instant, Leader, PeerId};
+
+/// After how many leases without hearing it again another member's
+/// interest ([`QuorumGuard::set_interest`]) fades.
+pub const INTEREST_FADES_AFTER: u32 = 2;
 
 #[derive(Debug)]
 enum Role {
@@ -107,6 +111,13 @@ pub struct QuorumGuard<A> {
     process_start: Option<Instant>,
     /// Other members known to be candidates.
     candidates: BTreeSet<PeerId>,
+    /// This process's interest: the best priority among its waiting
+    /// sessions (see [`set_interest`](Self::set_interest)).
+    interest: Option<i16>,
+    /// Other members' interests, with when they were last heard.
+    interests: BTreeMap<PeerId, (i16, Instant)>,
+    /// Re-announces a set interest.
+    refresh_timer: Timer,
 }
 
 impl<A: ElectionAlgorithm> QuorumGuard<A> {
@@ -132,6 +143,9 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             sticky: false,
             process_start: None,
             candidates: BTreeSet::new(),
+            interest: None,
+            interests: BTreeMap::new(),
+            refresh_timer: Timer::default(),
         }
     }
 
@@ -176,7 +190,7 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             return;
         }
         self.candidate = active;
-        self.send_all(&Message::Candidacy { active });
+        self.announce();
         if active {
             if self.inner_started {
                 self.inner.start_election(now);
@@ -190,6 +204,59 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             while self.inner.poll_event().is_some() {}
         }
         self.sync(now);
+    }
+
+    /// Announces this process's candidacy and interest to every member.
+    fn announce(&mut self) {
+        let msg = Message::Candidacy {
+            active: self.candidate,
+            priority: self.interest,
+        };
+        self.send_all(&msg);
+    }
+
+    /// Sets this process's interest (contract clause 14): the best priority
+    /// among its waiting sessions, `None` if none waits. Every member is told
+    /// when it changes, and again every half lease while it is set, so that
+    /// the interest of a process that crashed fades after
+    /// [`INTEREST_FADES_AFTER`] leases. Interests only tell drivers who to
+    /// let stand for election; they play no part in who may lead. Returns
+    /// whether it changed.
+    pub fn set_interest(&mut self, now: Instant, interest: Option<i16>) -> bool {
+        if interest == self.interest {
+            return false;
+        }
+        self.interest = interest;
+        self.announce();
+        if interest.is_some() {
+            self.refresh_timer.set(now + self.lease() / 2);
+        } else {
+            self.refresh_timer.clear();
+        }
+        true
+    }
+
+    /// The highest interest another member announced within the last
+    /// [`INTEREST_FADES_AFTER`] leases, if any.
+    pub fn rival_interest(&self, now: Instant) -> Option<i16> {
+        self.interests
+            .keys()
+            .filter_map(|p| self.interest_of(now, *p))
+            .max()
+    }
+
+    /// The interest `peer` announced, unless it faded.
+    pub fn interest_of(&self, now: Instant, peer: PeerId) -> Option<i16> {
+        let fade = self.lease().saturating_mul(INTEREST_FADES_AFTER);
+        self.interests
+            .get(&peer)
+            .filter(|(_, heard)| now.saturating_duration_since(*heard) < fade)
+            .map(|(p, _)| *p)
+    }
+
+    /// Forgets the interest of `peer` (a driver that could not reach it).
+    pub fn forget_interest(&mut self, peer: PeerId) {
+        self.interests.remove(&peer);
     }
 
     /// Other members that announced themselves as candidates (or sent
@@ -591,7 +658,15 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
             | Message::QuorumAck { .. }
             | Message::QuorumNack { .. }
             | Message::QuorumRelease { .. } => self.on_quorum(now, from, msg),
-            Message::Candidacy { active } => {
+            Message::Candidacy { active, priority } => {
+                match priority {
+                    Some(p) => {
+                        self.interests.insert(from, (p, now));
+                    }
+                    None => {
+                        self.interests.remove(&from);
+                    }
+                }
                 if active {
                     self.candidates.insert(from);
                 } else {
@@ -607,9 +682,13 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
                 self.inner.handle_message(now, from, other);
             }
             Message::Heartbeat { .. } => {}
-            _ => self
-                .transmits
-                .send(from, Message::Candidacy { active: false }),
+            _ => self.transmits.send(
+                from,
+                Message::Candidacy {
+                    active: false,
+                    priority: self.interest,
+                },
+            ),
         }
         self.sync(now);
     }
@@ -641,6 +720,10 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
         if self.renew_timer.fire(now) {
             self.renew(now);
         }
+        if self.refresh_timer.fire(now) && self.interest.is_some() {
+            self.announce();
+            self.refresh_timer.set(now + self.lease() / 2);
+        }
         if self.participating() {
             self.inner.handle_timeout(now);
         }
@@ -658,6 +741,7 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
             self.lease_timer.at(),
             self.retry_timer.at(),
             self.follow_timer.at(),
+            self.refresh_timer.at(),
         ])
     }
 
@@ -737,6 +821,76 @@ mod tests {
         }
         assert_eq!(now, t + lease);
         assert_eq!(events(&mut g), vec![Event::LeaderLost { epoch: 1 }]);
+    }
+
+    #[test]
+    fn interests_are_announced_refreshed_and_fade() {
+        let lease = crate::Timing::default().lease;
+        let mut g = guard(1).standing_by();
+        g.start(Instant::ZERO);
+        drain(&mut g);
+        // Setting an interest tells every member, with the candidacy.
+        assert!(g.set_interest(Instant::ZERO, Some(5)));
+        let told = Message::Candidacy {
+            active: false,
+            priority: Some(5),
+        };
+        assert_eq!(
+            drain(&mut g),
+            vec![(PeerId(2), told.clone()), (PeerId(3), told.clone())]
+        );
+        assert!(!g.set_interest(Instant::ZERO, Some(5)));
+        assert!(drain(&mut g).is_empty());
+        // It is announced again every half lease.
+        let refresh = Instant::ZERO + lease / 2;
+        assert!(g.poll_timeout().is_some_and(|t| t <= refresh));
+        g.handle_timeout(refresh);
+        assert_eq!(drain(&mut g).len(), 2);
+        // Others' interests: the highest counts, until it fades.
+        let t = Instant::ZERO;
+        g.handle_message(
+            t,
+            PeerId(2),
+            Message::Candidacy {
+                active: true,
+                priority: Some(3),
+            },
+        );
+        g.handle_message(
+            t + lease,
+            PeerId(3),
+            Message::Candidacy {
+                active: false,
+                priority: Some(-2),
+            },
+        );
+        assert_eq!(g.rival_interest(t + lease), Some(3));
+        assert_eq!(g.interest_of(t + lease, PeerId(3)), Some(-2));
+        let faded = t + lease * INTEREST_FADES_AFTER;
+        assert_eq!(g.rival_interest(faded), Some(-2));
+        assert_eq!(g.interest_of(faded, PeerId(2)), None);
+        // Withdrawn, or forgotten by the driver.
+        g.handle_message(
+            t,
+            PeerId(3),
+            Message::Candidacy {
+                active: false,
+                priority: None,
+            },
+        );
+        assert_eq!(g.rival_interest(t), Some(3));
+        g.forget_interest(PeerId(2));
+        assert_eq!(g.rival_interest(t), None);
+        // No interest: nothing to refresh.
+        assert!(g.set_interest(t, None));
+        let gone = Message::Candidacy {
+            active: false,
+            priority: None,
+        };
+        assert_eq!(
+            drain(&mut g),
+            vec![(PeerId(2), gone.clone()), (PeerId(3), gone)]
+        );
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! [`WIRE_VERSION`], `kind` is [`MessageKind::index`], and the body holds the
 //! message's fields in declaration order: `u64` and `u32` big-endian, a
 //! [`PeerId`] as its `u64`, a list of peers as a `u16` count followed by the
-//! peers, a flag as one byte 0 or 1. A whole frame is at most
+//! peers, a flag as one byte 0 or 1, an optional value as a flag then the
+//! value if the flag is 1 (a priority is an `i16`). A whole frame is at most
 //! [`MAX_FRAME_LEN`] bytes, a list at most [`MAX_PEERS_PER_LIST`] peers.
 //!
 //! The TCP transport sends [`Envelope`]s: the same frames with kind bytes
@@ -34,8 +35,10 @@ use crate::message::{Message, MessageKind};
 use crate::types::PeerId;
 
 /// The version byte this codec writes and accepts. Version 2 added
-/// `QuorumRelease`, `Candidacy` and the transport [`Envelope`]s.
-pub const WIRE_VERSION: u8 = 2;
+/// `QuorumRelease`, `Candidacy` and the transport [`Envelope`]s; version 3
+/// the priority in `Candidacy` and the handover envelopes (contract clause
+/// 14). Nodes of different versions refuse each other's frames.
+pub const WIRE_VERSION: u8 = 3;
 
 /// The largest frame, length prefix included: 64 KiB.
 pub const MAX_FRAME_LEN: usize = 64 * 1024;
@@ -254,7 +257,10 @@ fn put_message_body(out: &mut Vec<u8>, msg: &Message) -> Result<(), EncodeError>
             put_u64(out, *epoch);
             put_u64(out, *round);
         }
-        Message::Candidacy { active } => out.push(u8::from(*active)),
+        Message::Candidacy { active, priority } => {
+            out.push(u8::from(*active));
+            put_priority(out, *priority);
+        }
     }
     Ok(())
 }
@@ -329,6 +335,9 @@ pub const MAX_VALUE_LEN: usize = 4096;
 const HELLO_TAG: u8 = 0x40;
 const ROUTED_TAG: u8 = 0x41;
 const SEAT_TAG: u8 = 0x42;
+const HANDOVER_ASK_TAG: u8 = 0x43;
+const HANDOVER_ANSWER_TAG: u8 = 0x44;
+const HANDOVER_TAG: u8 = 0x45;
 
 /// What a stream transport sends: the frames of [`encode`] with a few more
 /// kinds. Same header (length, [`WIRE_VERSION`], kind byte), kind bytes from
@@ -339,9 +348,14 @@ const SEAT_TAG: u8 = 0x42;
 /// | `0x40` `Hello` | `from: u64`, `cluster: u64` |
 /// | `0x41` `Routed` | `channel: text`, message kind byte, message body as in [`encode`] |
 /// | `0x42` `Seat` | `channel: text`, `epoch: u64`, `holder: text`, `value: text` |
+/// | `0x43` `HandoverAsk` | `channel: text`, `request: u64`, `to: optional text` |
+/// | `0x44` `HandoverAnswer` | `channel: text`, `request: u64`, `epoch: u64`, `holder: text`, `value: text`, `waiter: optional i16` |
+/// | `0x45` `Handover` | `channel: text`, `epoch: u64`, `node: optional u64`, `to: optional text` |
 ///
 /// where `text` is a `u16` byte count and UTF-8 bytes, at most
-/// [`MAX_CHANNEL_LEN`], [`MAX_HOLDER_LEN`] and [`MAX_VALUE_LEN`] bytes.
+/// [`MAX_CHANNEL_LEN`], [`MAX_HOLDER_LEN`] (also for `to`) and
+/// [`MAX_VALUE_LEN`] bytes, and an optional field a flag byte followed by the
+/// value when the flag is 1.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Envelope {
     /// The first frame on every connection: who is calling, and a digest of
@@ -372,6 +386,45 @@ pub enum Envelope {
         holder: String,
         /// The holding candidate's value.
         value: String,
+    },
+    /// Contract clause 14: the sender asks every member about `channel`
+    /// before a handover: who holds the seat here, and whether the waiter
+    /// `to` (or, without `to`, any waiter) waits here.
+    HandoverAsk {
+        /// The election.
+        channel: String,
+        /// The asker's request number, repeated in the answers.
+        request: u64,
+        /// The waiter the seat is to go to (a candidate id), if named.
+        to: Option<String>,
+    },
+    /// The answer to [`Envelope::HandoverAsk`].
+    HandoverAnswer {
+        /// The election.
+        channel: String,
+        /// The request answered.
+        request: u64,
+        /// The epoch a session of the sender holds the seat with; 0 if none.
+        epoch: u64,
+        /// The holding candidate's id (empty if none).
+        holder: String,
+        /// The holding candidate's value (empty if none).
+        value: String,
+        /// The priority of the waiter asked for (or of the best waiter) if it
+        /// waits on the sender.
+        waiter: Option<i16>,
+    },
+    /// Contract clause 14: the holder of `epoch` is to step down, and the
+    /// next grant is to go to the waiter `to` on `node` (if named).
+    Handover {
+        /// The election.
+        channel: String,
+        /// The grant to end.
+        epoch: u64,
+        /// The node the next grant should go to, if named.
+        node: Option<PeerId>,
+        /// The waiter on `node` the next grant should go to, if named.
+        to: Option<String>,
     },
 }
 
@@ -404,6 +457,71 @@ pub fn encode_envelope(envelope: &Envelope) -> Result<Vec<u8>, EncodeError> {
             put_text(&mut out, value, "value", MAX_VALUE_LEN)?;
             finish_frame(out)
         }
+        Envelope::HandoverAsk {
+            channel,
+            request,
+            to,
+        } => {
+            let mut out = start_frame(HANDOVER_ASK_TAG);
+            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+            put_u64(&mut out, *request);
+            put_optional_text(&mut out, to.as_deref(), "to", MAX_HOLDER_LEN)?;
+            finish_frame(out)
+        }
+        Envelope::HandoverAnswer {
+            channel,
+            request,
+            epoch,
+            holder,
+            value,
+            waiter,
+        } => {
+            let mut out = start_frame(HANDOVER_ANSWER_TAG);
+            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+            put_u64(&mut out, *request);
+            put_u64(&mut out, *epoch);
+            put_text(&mut out, holder, "holder", MAX_HOLDER_LEN)?;
+            put_text(&mut out, value, "value", MAX_VALUE_LEN)?;
+            put_priority(&mut out, *waiter);
+            finish_frame(out)
+        }
+        Envelope::Handover {
+            channel,
+            epoch,
+            node,
+            to,
+        } => {
+            let mut out = start_frame(HANDOVER_TAG);
+            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+            put_u64(&mut out, *epoch);
+            match node {
+                None => out.push(0),
+                Some(n) => {
+                    out.push(1);
+                    put_u64(&mut out, n.get());
+                }
+            }
+            put_optional_text(&mut out, to.as_deref(), "to", MAX_HOLDER_LEN)?;
+            finish_frame(out)
+        }
+    }
+}
+
+fn put_optional_text(
+    out: &mut Vec<u8>,
+    text: Option<&str>,
+    field: &'static str,
+    max: usize,
+) -> Result<(), EncodeError> {
+    match text {
+        None => {
+            out.push(0);
+            Ok(())
+        }
+        Some(t) => {
+            out.push(1);
+            put_text(out, t, field, max)
+        }
     }
 }
 
@@ -430,6 +548,25 @@ pub fn decode_envelope(frame: &[u8]) -> Result<Envelope, DecodeError> {
             epoch: r.u64()?,
             holder: r.text("holder", MAX_HOLDER_LEN)?,
             value: r.text("value", MAX_VALUE_LEN)?,
+        },
+        HANDOVER_ASK_TAG => Envelope::HandoverAsk {
+            channel: r.text("channel", MAX_CHANNEL_LEN)?,
+            request: r.u64()?,
+            to: r.optional_text("to", MAX_HOLDER_LEN)?,
+        },
+        HANDOVER_ANSWER_TAG => Envelope::HandoverAnswer {
+            channel: r.text("channel", MAX_CHANNEL_LEN)?,
+            request: r.u64()?,
+            epoch: r.u64()?,
+            holder: r.text("holder", MAX_HOLDER_LEN)?,
+            value: r.text("value", MAX_VALUE_LEN)?,
+            waiter: r.priority()?,
+        },
+        HANDOVER_TAG => Envelope::Handover {
+            channel: r.text("channel", MAX_CHANNEL_LEN)?,
+            epoch: r.u64()?,
+            node: if r.flag()? { Some(r.peer()?) } else { None },
+            to: r.optional_text("to", MAX_HOLDER_LEN)?,
         },
         other => return Err(DecodeError::UnknownKind(other)),
     };
@@ -500,7 +637,10 @@ fn read_message_body(r: &mut Reader<'_>, tag_byte: u8) -> Result<Message, Decode
             epoch: r.u64()?,
             round: r.u64()?,
         },
-        MessageKind::Candidacy => Message::Candidacy { active: r.flag()? },
+        MessageKind::Candidacy => Message::Candidacy {
+            active: r.flag()?,
+            priority: r.priority()?,
+        },
     })
 }
 
@@ -518,6 +658,17 @@ fn tag(kind: MessageKind) -> u8 {
 
 fn put_u64(out: &mut Vec<u8>, value: u64) {
     out.extend_from_slice(&value.to_be_bytes());
+}
+
+/// An optional priority: a flag byte, then the `i16` big-endian if set.
+fn put_priority(out: &mut Vec<u8>, priority: Option<i16>) {
+    match priority {
+        None => out.push(0),
+        Some(p) => {
+            out.push(1);
+            out.extend_from_slice(&p.to_be_bytes());
+        }
+    }
 }
 
 fn put_peers(out: &mut Vec<u8>, peers: &[PeerId]) -> Result<(), EncodeError> {
@@ -563,6 +714,26 @@ impl<'a> Reader<'a> {
             0 => Ok(false),
             1 => Ok(true),
             other => Err(DecodeError::InvalidFlag(other)),
+        }
+    }
+
+    fn priority(&mut self) -> Result<Option<i16>, DecodeError> {
+        if self.flag()? {
+            Ok(Some(i16::from_be_bytes(self.take::<2>()?)))
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn optional_text(
+        &mut self,
+        field: &'static str,
+        max: usize,
+    ) -> Result<Option<String>, DecodeError> {
+        if self.flag()? {
+            Ok(Some(self.text(field, max)?))
+        } else {
+            Ok(None)
         }
     }
 

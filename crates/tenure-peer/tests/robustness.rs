@@ -73,6 +73,11 @@ fn message(rng: &mut SimRng) -> Message {
         15 => Message::QuorumRelease { epoch },
         _ => Message::Candidacy {
             active: rng.below(2) == 1,
+            priority: match rng.below(3) {
+                0 => None,
+                1 => Some(0),
+                _ => Some(i16::try_from(rng.below(2001)).unwrap_or(0) - 1000),
+            },
         },
     }
 }

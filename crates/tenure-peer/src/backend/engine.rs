@@ -75,6 +75,75 @@ pub(crate) enum Command {
         session: u64,
         reply: oneshot::Sender<bool>,
     },
+    /// Contract clause 14: ask every member about `election` for a handover
+    /// (see [`HandoverAnswer`]); answers arrive on `answers`.
+    HandoverAsk {
+        election: ElectionName,
+        to: Option<String>,
+        answers: mpsc::UnboundedSender<(PeerId, HandoverAnswer)>,
+        reply: oneshot::Sender<HandoverAsked>,
+    },
+    /// The answers of `request` are no longer wanted.
+    HandoverDone { request: u64 },
+    /// Contract clause 14: tell every member (this node included) that the
+    /// holder of `epoch` is to step down, for `to` on `node` if named.
+    Handover {
+        election: ElectionName,
+        epoch: u64,
+        node: Option<PeerId>,
+        to: Option<String>,
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// What a node says about an election when a handover is asked for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct HandoverAnswer {
+    /// The local holder: epoch, candidate id and value.
+    pub(crate) holder: Option<(u64, String, String)>,
+    /// The priority of the waiter asked for (or of the best waiter), if it
+    /// waits on this node.
+    pub(crate) waiter: Option<i16>,
+}
+
+/// The request number of a handover question, this node's own answer, and
+/// how many other members were asked.
+pub(crate) struct HandoverAsked {
+    pub(crate) request: u64,
+    pub(crate) local: HandoverAnswer,
+    pub(crate) asked: usize,
+}
+
+/// A handover that was asked for and has not been used up yet.
+struct PendingHandover {
+    /// The grant it ends.
+    epoch: u64,
+    /// The node the next grant goes to, if named.
+    node: Option<PeerId>,
+    /// The waiter on `node` the next grant goes to, if named.
+    to: Option<String>,
+    /// When it lapses if nobody took the seat meanwhile.
+    until: TokioInstant,
+}
+
+/// A candidate's priority as the wire carries it (the core keeps it within
+/// −1000..=1000).
+pub(crate) fn wire_priority(c: &Candidate) -> i16 {
+    let p = c.priority().clamp(i32::from(i16::MIN), i32::from(i16::MAX));
+    i16::try_from(p).unwrap_or_default()
+}
+
+/// Where a waiter of priority `priority` goes in a queue ordered by
+/// priority, then arrival: behind every waiter of its priority or higher.
+fn queue_position<'a>(priorities: impl Iterator<Item = &'a Candidate>, priority: i16) -> usize {
+    let mut at = 0;
+    for c in priorities {
+        if wire_priority(c) < priority {
+            break;
+        }
+        at += 1;
+    }
+    at
 }
 
 struct Waiter {
@@ -89,6 +158,12 @@ struct Holder {
     session: u64,
     candidate: Candidate,
     token: u64,
+    /// Whether its session was told it is preempted (once per grant).
+    preempted: bool,
+    /// The lowest priority other nodes announced waiting since the grant:
+    /// a rise above it (and above the holder's) is a candidate joining
+    /// there, which preempts.
+    rival_floor: Option<i16>,
 }
 
 struct RemoteSeat {
@@ -107,6 +182,37 @@ struct Seat {
     remote: Option<RemoteSeat>,
     watch: watch::Sender<Option<LeaderInfo>>,
     hold_off_until: Option<TokioInstant>,
+    handover: Option<PendingHandover>,
+}
+
+impl Seat {
+    /// The best priority among the waiting (not trying) sessions.
+    fn interest(&self) -> Option<i16> {
+        self.waiters
+            .iter()
+            .filter(|w| w.give_up_at.is_none())
+            .map(|w| wire_priority(&w.candidate))
+            .max()
+    }
+
+    /// What this node answers to a handover question about the seat.
+    fn handover_answer(&self, to: Option<&str>) -> HandoverAnswer {
+        let waiting = self.waiters.iter().filter(|w| {
+            w.give_up_at.is_none()
+                && !w.reply.is_closed()
+                && to.is_none_or(|id| w.candidate.id() == id)
+        });
+        HandoverAnswer {
+            holder: self.holder.as_ref().map(|h| {
+                (
+                    h.token,
+                    h.candidate.id().to_owned(),
+                    h.candidate.value().to_owned(),
+                )
+            }),
+            waiter: waiting.map(|w| wire_priority(&w.candidate)).max(),
+        }
+    }
 }
 
 struct SessionEntry {
@@ -129,6 +235,9 @@ pub(crate) struct Engine {
     sessions: HashMap<u64, SessionEntry>,
     next_session: u64,
     state: Option<StateFile>,
+    /// Handover questions this node asked, by request number.
+    handover_requests: HashMap<u64, mpsc::UnboundedSender<(PeerId, HandoverAnswer)>>,
+    next_request: u64,
 }
 
 fn expired_error() -> Error {
@@ -160,6 +269,8 @@ impl Engine {
             sessions: HashMap::new(),
             next_session: 0,
             state,
+            handover_requests: HashMap::new(),
+            next_request: 0,
         }
     }
 
@@ -233,6 +344,7 @@ impl Engine {
                 remote: None,
                 watch: watch::Sender::new(None),
                 hold_off_until: None,
+                handover: None,
             },
         );
         true
@@ -305,7 +417,99 @@ impl Engine {
                 self.end_session(session, Some("expired by a test hook"));
                 let _ = reply.send(known);
             }
+            Command::HandoverAsk {
+                election,
+                to,
+                answers,
+                reply,
+            } => {
+                self.next_request += 1;
+                let request = self.next_request;
+                let local = self
+                    .seats
+                    .get(&election)
+                    .map(|s| s.handover_answer(to.as_deref()))
+                    .unwrap_or_default();
+                let me = self.me();
+                let mut asked = 0;
+                for peer in self.config.members.keys().filter(|p| **p != me) {
+                    let ask = Envelope::HandoverAsk {
+                        channel: election.as_str().to_owned(),
+                        request,
+                        to: to.clone(),
+                    };
+                    if self.transport.send(*peer, ask).is_ok() {
+                        asked += 1;
+                    }
+                }
+                self.handover_requests.insert(request, answers);
+                let _ = reply.send(HandoverAsked {
+                    request,
+                    local,
+                    asked,
+                });
+            }
+            Command::HandoverDone { request } => {
+                self.handover_requests.remove(&request);
+            }
+            Command::Handover {
+                election,
+                epoch,
+                node,
+                to,
+                reply,
+            } => {
+                let me = self.me();
+                for peer in self.config.members.keys().filter(|p| **p != me) {
+                    let order = Envelope::Handover {
+                        channel: election.as_str().to_owned(),
+                        epoch,
+                        node,
+                        to: to.clone(),
+                    };
+                    let _ = self.transport.send(*peer, order);
+                }
+                self.handover(&election, epoch, node, to);
+                let _ = reply.send(());
+            }
         }
+    }
+
+    /// A handover of the grant `epoch` of `name` was asked for: the holder,
+    /// if it is here, is told it is preempted (also one that opted out: a
+    /// handover is asked for by name), and until the seat is taken again
+    /// (at most two leases) every other node defers to `node`, whose next
+    /// grant goes to `to` if it still waits then.
+    fn handover(
+        &mut self,
+        name: &ElectionName,
+        epoch: u64,
+        node: Option<PeerId>,
+        to: Option<String>,
+    ) {
+        if !self.ensure_seat(name) {
+            return;
+        }
+        let until = TokioInstant::now() + self.config.timing.lease * 2;
+        let Some(seat) = self.seats.get_mut(name) else {
+            return;
+        };
+        seat.handover = Some(PendingHandover {
+            epoch,
+            node,
+            to,
+            until,
+        });
+        if let Some(h) = seat.holder.as_mut().filter(|h| h.token == epoch) {
+            if !h.preempted {
+                h.preempted = true;
+                if let Some(entry) = self.sessions.get(&h.session) {
+                    tracing::debug!(election = %name, epoch, "handover: telling the holder");
+                    entry.events.preempted(name, FencingToken(epoch));
+                }
+            }
+        }
+        self.settle(name);
     }
 
     fn keep_alive(&mut self, session: u64, reply: oneshot::Sender<Result<()>>) {
@@ -363,21 +567,33 @@ impl Engine {
         let give_up_at = if mode == CampaignMode::Wait {
             None
         } else {
+            let now = self.clock.now();
             let taken = seat.holder.is_some()
                 || !seat.waiters.is_empty()
-                || seat.machine.leader().is_some_and(|l| l.id != me);
+                || seat.machine.leader().is_some_and(|l| l.id != me)
+                || seat.machine.rival_interest(now).is_some();
             if taken {
                 let _ = reply.send(Ok(None));
                 return;
             }
             Some(TokioInstant::now() + window)
         };
-        seat.waiters.push_back(Waiter {
-            session,
-            candidate,
-            reply,
-            give_up_at,
-        });
+        let priority = wire_priority(&candidate);
+        if let (Some(h), None) = (seat.holder.as_mut(), give_up_at) {
+            if priority > wire_priority(&h.candidate) {
+                preempt(&self.sessions, &election, h);
+            }
+        }
+        let at = queue_position(seat.waiters.iter().map(|w| &w.candidate), priority);
+        seat.waiters.insert(
+            at,
+            Waiter {
+                session,
+                candidate,
+                reply,
+                give_up_at,
+            },
+        );
         self.settle(&election);
     }
 
@@ -484,6 +700,63 @@ impl Engine {
                     }
                     self.publish(&name);
                 }
+                Envelope::HandoverAsk {
+                    channel,
+                    request,
+                    to,
+                } => {
+                    let Ok(name) = ElectionName::new(&channel) else {
+                        return;
+                    };
+                    let answer = self
+                        .seats
+                        .get(&name)
+                        .map(|s| s.handover_answer(to.as_deref()))
+                        .unwrap_or_default();
+                    let (epoch, holder, value) = answer.holder.unwrap_or_default();
+                    let _ = self.transport.send(
+                        from,
+                        Envelope::HandoverAnswer {
+                            channel,
+                            request,
+                            epoch,
+                            holder,
+                            value,
+                            waiter: answer.waiter,
+                        },
+                    );
+                }
+                Envelope::HandoverAnswer {
+                    request,
+                    epoch,
+                    holder,
+                    value,
+                    waiter,
+                    ..
+                } => {
+                    if let Some(answers) = self.handover_requests.get(&request) {
+                        let answer = HandoverAnswer {
+                            holder: (epoch > 0).then_some((epoch, holder, value)),
+                            waiter,
+                        };
+                        if answers.send((from, answer)).is_err() {
+                            self.handover_requests.remove(&request);
+                        }
+                    }
+                }
+                Envelope::Handover {
+                    channel,
+                    epoch,
+                    node,
+                    to,
+                } => {
+                    let Ok(name) = ElectionName::new(&channel) else {
+                        return;
+                    };
+                    if self.config.members.contains_key(&from) {
+                        self.handover(&name, epoch, node, to);
+                    }
+                }
                 Envelope::Hello { .. } => {}
             },
             TransportEvent::Undelivered { to, envelope } => {
@@ -493,6 +766,7 @@ impl Engine {
                     };
                     let now = self.clock.now();
                     if let Some(seat) = self.seats.get_mut(&name) {
+                        seat.machine.forget_interest(to);
                         seat.machine.peer_unreachable(now, to);
                         self.settle(&name);
                     }
@@ -592,6 +866,7 @@ impl Engine {
             }
             let now = self.clock.now();
             for to in failed {
+                seat.machine.forget_interest(to);
                 seat.machine.peer_unreachable(now, to);
             }
         }
@@ -625,13 +900,72 @@ impl Engine {
             seat.waiters
                 .retain(|w| !w.reply.is_closed() && sessions.contains_key(&w.session));
         }
-        if let (None, Some(epoch)) = (&seat.holder, leading) {
+        // A handover is used up once another node leads in a later epoch
+        // (on the node it names: by the grant below), or lapses.
+        let used_up = seat.handover.as_ref().is_some_and(|h| {
+            h.until <= now_t
+                || seat
+                    .machine
+                    .leader()
+                    .is_some_and(|l| l.epoch > h.epoch && (l.id != me || h.node != Some(me)))
+        });
+        if used_up {
+            seat.handover = None;
+        }
+        // Clause 14: tell the other members the best priority waiting here;
+        // preempt the holder, once, when a higher priority joins on another
+        // node: the best priority announced there rises above the holder's
+        // (a join here preempts in `campaign`). A waiter that was there at
+        // the grant (one passed over by a handover) does not.
+        let interest = seat.interest();
+        seat.machine.set_interest(now, interest);
+        let rival = seat.machine.rival_interest(now);
+        if let Some(h) = seat.holder.as_mut() {
+            let joined = rival > h.rival_floor;
+            h.rival_floor = h.rival_floor.min(rival);
+            if joined && rival.is_some_and(|p| p > wire_priority(&h.candidate)) {
+                preempt(&self.sessions, name, h);
+            }
+        }
+        // Without a holder here, local waiters stand back while a higher
+        // priority waits elsewhere, or while a handover names another node
+        // that still has waiters; a handover naming this node (for a waiter
+        // still here) puts it ahead of any priority.
+        let best_here = seat
+            .waiters
+            .iter()
+            .map(|w| wire_priority(&w.candidate))
+            .max();
+        let named = seat
+            .handover
+            .as_ref()
+            .and_then(|h| h.node.map(|n| (n, h.to.clone())));
+        let deferring = match named {
+            Some((node, to)) if node == me => {
+                let here = to.is_none_or(|id| seat.waiters.iter().any(|w| w.candidate.id() == id));
+                !here && rival.is_some_and(|r| best_here.is_none_or(|b| r > b))
+            }
+            Some((node, _)) if seat.machine.interest_of(now, node).is_some() => true,
+            _ => rival.is_some_and(|r| best_here.is_none_or(|b| r > b)),
+        };
+        let outranked = seat.holder.is_none() && !seat.waiters.is_empty() && deferring;
+        if let (None, Some(epoch), false) = (&seat.holder, leading, outranked) {
             if seat.granted == Some(epoch) || seat.waiters.is_empty() {
                 // That grant ended, or nobody here wants the seat: give the
                 // epoch up; with waiters left, a campaign for a higher one
                 // follows at once.
                 seat.machine.relinquish(now);
                 return true;
+            }
+            // A handover to a waiter here: it goes first.
+            let preferred = seat
+                .handover
+                .as_ref()
+                .filter(|h| h.node == Some(me))
+                .and_then(|h| h.to.as_deref())
+                .and_then(|id| seat.waiters.iter().position(|w| w.candidate.id() == id));
+            if let Some(w) = preferred.and_then(|at| seat.waiters.remove(at)) {
+                seat.waiters.push_front(w);
             }
             let expiry = seat.machine.lease_expiry();
             while let Some(w) = seat.waiters.pop_front() {
@@ -655,6 +989,8 @@ impl Engine {
                             session: w.session,
                             candidate: w.candidate.clone(),
                             token: epoch,
+                            preempted: false,
+                            rival_floor: rival,
                         };
                         let _ = self.transport.send(*peer, seat_envelope(name, &h));
                     }
@@ -665,14 +1001,18 @@ impl Engine {
                         session: w.session,
                         candidate: w.candidate,
                         token: epoch,
+                        preempted: false,
+                        rival_floor: rival,
                     });
                     seat.granted = Some(epoch);
                     seat.hold_off_until = None;
+                    // The handover, if any, is used up by this grant.
+                    seat.handover = None;
                     break;
                 }
             }
         }
-        let wanted = seat.holder.is_some() || !seat.waiters.is_empty();
+        let wanted = seat.holder.is_some() || (!seat.waiters.is_empty() && !outranked);
         if wanted && !seat.machine.is_candidate() {
             let other_leads = seat.machine.leader().is_some_and(|l| l.id != me);
             let held_off = seat.hold_off_until.is_some_and(|t| now_t < t)
@@ -739,6 +1079,7 @@ impl Engine {
         for w in &seat.waiters {
             consider(w.give_up_at);
         }
+        consider(seat.handover.as_ref().map(|h| h.until));
         if let Some(old) = self.wake_of.remove(name) {
             self.wakeups.remove(&(old, name.clone()));
         }
@@ -778,11 +1119,75 @@ impl Engine {
     }
 }
 
+/// Tells the session of `h` that a higher priority joined (once per grant,
+/// and not a holder that opted out): the core ends the grant and resigns.
+fn preempt(sessions: &HashMap<u64, SessionEntry>, name: &ElectionName, h: &mut Holder) {
+    if h.preempted || !h.candidate.preemptible() {
+        return;
+    }
+    h.preempted = true;
+    tracing::debug!(election = %name, token = h.token, "a higher priority joined: the holder is preempted");
+    if let Some(entry) = sessions.get(&h.session) {
+        entry.events.preempted(name, FencingToken(h.token));
+    }
+}
+
 fn seat_envelope(name: &ElectionName, h: &Holder) -> Envelope {
     Envelope::Seat {
         channel: name.as_str().to_owned(),
         epoch: h.token,
         holder: h.candidate.id().to_owned(),
         value: h.candidate.value().to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cand(id: &str, priority: i32) -> Candidate {
+        Candidate::new(id)
+            .and_then(|c| c.with_priority(priority))
+            .unwrap()
+    }
+
+    /// Queues `joins` one after the other as `campaign` does.
+    fn queue(joins: &[(&str, i32)]) -> Vec<String> {
+        let mut q: VecDeque<Candidate> = VecDeque::new();
+        for (id, p) in joins {
+            let c = cand(id, *p);
+            let at = queue_position(q.iter(), wire_priority(&c));
+            q.insert(at, c);
+        }
+        q.iter().map(|c| c.id().to_owned()).collect()
+    }
+
+    #[test]
+    fn waiters_queue_by_priority_then_arrival() {
+        // The order of contract clause 14's check: 0, 5, 5, 2 → 5, 5, 2, 0.
+        assert_eq!(
+            queue(&[("b", 0), ("c", 5), ("d", 5), ("e", 2)]),
+            ["c", "d", "e", "b"]
+        );
+        assert_eq!(
+            queue(&[
+                ("a", -1000),
+                ("b", 1000),
+                ("c", 0),
+                ("d", -1000),
+                ("e", 1000)
+            ]),
+            ["b", "e", "c", "a", "d"]
+        );
+        // One priority: first come, first served.
+        assert_eq!(queue(&[("x", 3), ("y", 3), ("z", 3)]), ["x", "y", "z"]);
+    }
+
+    #[test]
+    fn priorities_fit_the_wire() {
+        assert_eq!(wire_priority(&cand("a", 1000)), 1000);
+        assert_eq!(wire_priority(&cand("a", -1000)), -1000);
+        assert_eq!(wire_priority(&cand("a", 0)), 0);
+        assert_eq!(wire_priority(&Candidate::new("a").unwrap()), 0);
     }
 }

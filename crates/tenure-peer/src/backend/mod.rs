@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 pub use config::{PeerAlgorithm, PeerConfig, PEER_SCHEME};
-use engine::{Command, Engine};
+use engine::{Command, Engine, HandoverAnswer};
 
 use crate::transport::{Transport, TransportStats};
 use crate::types::PeerId;
@@ -221,6 +221,7 @@ impl Backend for PeerBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::full()
+            .prioritized()
             .except(Clause::CrashFailover, CRASH_FAILOVER)
             .except(Clause::NoHerd, NO_HERD)
             .except(Clause::Membership, MEMBERSHIP)
@@ -265,6 +266,96 @@ impl Backend for PeerBackend {
             .ask(|reply| Command::Observe { election, reply })
             .await??;
         Ok(tenure_core::backend::watch_stream(rx, Ok))
+    }
+
+    /// Contract clause 14. This node asks every member who holds the seat
+    /// and where the waiter `to` (or any waiter) waits, waiting for their
+    /// answers at most twice the `answer_timeout`; then it tells every
+    /// member: the holder's node tells its session (preempted), the other
+    /// nodes defer to the node of `to` (if named) until it takes the seat,
+    /// and that node grants `to` first.
+    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+        let (tx, mut answers) = mpsc::unbounded_channel();
+        let asked = {
+            let (election, to) = (election.clone(), to.map(str::to_owned));
+            self.ask(|reply| Command::HandoverAsk {
+                election,
+                to,
+                answers: tx,
+                reply,
+            })
+            .await?
+        };
+        let mut heard = vec![(self.inner.id, asked.local)];
+        let window = self.inner.config.timing.answer_timeout * 2;
+        let _ = tokio::time::timeout(window, async {
+            while heard.len() <= asked.asked {
+                match answers.recv().await {
+                    Some(answer) => heard.push(answer),
+                    None => break,
+                }
+            }
+        })
+        .await;
+        let request = asked.request;
+        let _ = self.inner.commands.send(Command::HandoverDone { request });
+        let (epoch, node) = choose_handover(election, to, &heard)?;
+        let info = heard
+            .iter()
+            .filter_map(|(_, a)| a.holder.as_ref())
+            .find(|h| h.0 == epoch)
+            .map(|(epoch, id, value)| LeaderInfo {
+                id: id.clone(),
+                value: value.clone(),
+                token: FencingToken(*epoch),
+            })
+            .ok_or_else(|| Error::invalid(format!("election {election}: nobody leads it")))?;
+        let (election, to) = (election.clone(), to.map(str::to_owned));
+        self.ask(|reply| Command::Handover {
+            election,
+            epoch,
+            node,
+            to,
+            reply,
+        })
+        .await?;
+        Ok(info)
+    }
+}
+
+/// From the answers to a handover question: the grant to end (the highest
+/// epoch held) and the node the seat is to go to (where `to` waits with the
+/// highest priority, ties to the highest id; `None` without `to`).
+/// Nobody leading, nobody waiting, or no waiter `to`: `InvalidArgument`.
+pub(crate) fn choose_handover(
+    election: &ElectionName,
+    to: Option<&str>,
+    heard: &[(PeerId, HandoverAnswer)],
+) -> Result<(u64, Option<PeerId>)> {
+    let invalid = |why: String| Error::invalid(why).with_backend(PEER_SCHEME);
+    let Some((epoch, holder)) = heard
+        .iter()
+        .filter_map(|(_, a)| a.holder.as_ref())
+        .map(|(epoch, id, _)| (*epoch, id))
+        .max_by_key(|(epoch, _)| *epoch)
+    else {
+        return Err(invalid(format!(
+            "election {election}: nobody leads it, nothing to hand over"
+        )));
+    };
+    let waiter = heard
+        .iter()
+        .filter_map(|(node, a)| a.waiter.map(|p| (p, *node)))
+        .max();
+    match (to, waiter) {
+        (Some(id), None) => Err(invalid(format!(
+            "election {election}: no candidate {id:?} waits for it"
+        ))),
+        (None, None) => Err(invalid(format!(
+            "election {election}: nobody waits for it, {holder:?} keeps it"
+        ))),
+        (Some(_), Some((_, node))) => Ok((epoch, Some(node))),
+        (None, Some(_)) => Ok((epoch, None)),
     }
 }
 
@@ -369,5 +460,80 @@ impl BackendSession for PeerSession {
             self.flush().await;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(epoch: u64, id: &str) -> HandoverAnswer {
+        HandoverAnswer {
+            holder: Some((epoch, id.to_owned(), String::new())),
+            waiter: None,
+        }
+    }
+
+    fn waiter(priority: i16) -> HandoverAnswer {
+        HandoverAnswer {
+            holder: None,
+            waiter: Some(priority),
+        }
+    }
+
+    #[test]
+    fn a_handover_goes_to_the_node_of_the_waiter_named() {
+        let e = ElectionName::new("e").unwrap();
+        let heard = [
+            (PeerId(1), HandoverAnswer::default()),
+            (PeerId(2), holder(7, "x")),
+            (PeerId(3), waiter(-4)),
+        ];
+        assert_eq!(
+            choose_handover(&e, Some("c"), &heard).unwrap(),
+            (7, Some(PeerId(3)))
+        );
+        // Without a name, nobody is named: priorities decide.
+        assert_eq!(choose_handover(&e, None, &heard).unwrap(), (7, None));
+        // The same id on two nodes: the higher priority, then the higher id.
+        let two = [
+            (PeerId(1), waiter(2)),
+            (PeerId(2), waiter(5)),
+            (PeerId(3), holder(9, "x")),
+            (PeerId(4), waiter(5)),
+        ];
+        assert_eq!(
+            choose_handover(&e, Some("c"), &two).unwrap(),
+            (9, Some(PeerId(4)))
+        );
+        // A stale holder (a lower epoch) is not the one asked.
+        let stale = [
+            (PeerId(1), holder(3, "old")),
+            (PeerId(2), holder(4, "new")),
+            (PeerId(3), waiter(0)),
+        ];
+        assert_eq!(choose_handover(&e, None, &stale).unwrap().0, 4);
+    }
+
+    #[test]
+    fn a_handover_without_leader_or_waiter_is_refused() {
+        let e = ElectionName::new("e").unwrap();
+        let nobody = [
+            (PeerId(1), waiter(1)),
+            (PeerId(2), HandoverAnswer::default()),
+        ];
+        let alone = [
+            (PeerId(1), holder(2, "x")),
+            (PeerId(2), HandoverAnswer::default()),
+        ];
+        for (to, heard) in [
+            (Some("c"), &nobody[..]),
+            (None, &alone[..]),
+            (Some("c"), &alone[..]),
+        ] {
+            let err = choose_handover(&e, to, heard).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+            assert!(err.to_string().contains("election e"), "{err}");
+        }
     }
 }

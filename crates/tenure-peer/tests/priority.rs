@@ -1,0 +1,318 @@
+//! Contract clause 14 on `peer://` across nodes: priorities decide which
+//! node stands for election, a higher priority on another node preempts the
+//! holder, and a handover asked on any node reaches the holder's node and
+//! the named waiter's node. Three bully nodes in this process over loopback:
+//! bully alone would always pick the highest id, so each check puts the
+//! preferred waiter on a lower id than its rivals.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tenure_core::testing::memory_timing;
+use tenure_core::{
+    Candidate, DynBackend, ElectionName, ErrorKind, Leadership, LeadershipWatch, LossReason,
+    Observer, Session,
+};
+use tenure_peer::{PeerAlgorithm, PeerBackend};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+fn cand(id: &str, priority: i32) -> Candidate {
+    Candidate::with_value(id, format!("value-of-{id}"))
+        .and_then(|c| c.with_priority(priority))
+        .expect("candidate")
+}
+
+fn election(name: &str) -> ElectionName {
+    ElectionName::new(name).expect("name")
+}
+
+async fn session(node: &PeerBackend) -> Session {
+    let backend: DynBackend = Arc::new(node.clone());
+    Session::open(backend, memory_timing())
+        .await
+        .expect("session")
+}
+
+fn observer(node: &PeerBackend) -> Observer {
+    Observer::new(Arc::new(node.clone()), Duration::from_secs(2))
+}
+
+/// Campaigns for `c` in the background.
+fn campaign_later(s: &Session, e: &ElectionName, c: Candidate) -> JoinHandle<Leadership> {
+    let (s, e) = (s.clone(), e.clone());
+    tokio::spawn(async move { s.campaign(&e, &c).await.expect("campaign") })
+}
+
+async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
+}
+
+/// Long enough for a campaign to reach every node (candidacy and interest
+/// announcements are one message each).
+async fn let_queue() {
+    tokio::time::sleep(Duration::from_millis(150)).await;
+}
+
+/// Asserts that `earlier` ended before `later` was granted.
+fn assert_before(earlier: &LeadershipWatch, later: &Leadership) {
+    let lost = earlier.lost_at().expect("the first grant ended");
+    assert!(
+        lost <= later.granted_at(),
+        "{} was granted before {}'s lost signal",
+        later.candidate().id(),
+        earlier.candidate().id()
+    );
+    assert!(later.token() > earlier.token());
+}
+
+/// One preemption across nodes: `c` (priority 1) holds on node 3, `a`
+/// (priority 5) joins on node 1. Returns the time from the join to `a`'s
+/// grant.
+async fn preempt_once(nodes: &[PeerBackend], name: &str) -> Duration {
+    let e = election(name);
+    let (s1, s3) = (session(&nodes[0]).await, session(&nodes[2]).await);
+    let c = within(
+        Duration::from_secs(3),
+        "c elected",
+        s3.campaign(&e, &cand("c", 1)),
+    )
+    .await
+    .expect("campaign c");
+    let t0 = Instant::now();
+    let a = campaign_later(&s1, &e, cand("a", 5));
+    let reason = within(Duration::from_secs(1), "c preempted", c.lost_wait()).await;
+    assert_eq!(reason, LossReason::Preempted);
+    let a = within(Duration::from_secs(1), "a granted", a)
+        .await
+        .expect("a");
+    let gap = a.granted_at() - t0;
+    assert_before(&c.watch(), &a);
+    a.resign().await.expect("resign");
+    s1.close().await.expect("close");
+    s3.close().await.expect("close");
+    gap
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_priority_on_another_node_preempts_the_holder() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let gap = preempt_once(&nodes, "priority/preempt").await;
+    eprintln!("preemption across nodes: {gap:?}");
+    assert!(gap < Duration::from_millis(500), "preemption took {gap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equal_and_lower_priorities_on_other_nodes_do_not_preempt() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election("priority/no-preempt");
+    let (s1, s2, s3) = (
+        session(&nodes[0]).await,
+        session(&nodes[1]).await,
+        session(&nodes[2]).await,
+    );
+    let a = s1.campaign(&e, &cand("a", 3)).await.expect("campaign a");
+    let lower = campaign_later(&s3, &e, cand("c", 1));
+    let equal = campaign_later(&s2, &e, cand("b", 3));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        a.is_leader(),
+        "an equal or lower priority preempted the holder"
+    );
+    assert_eq!(a.loss_reason(), None);
+    // try_campaign never queues, so it never preempts, whatever its priority.
+    let s4 = session(&nodes[2]).await;
+    let tried = s4.try_campaign(&e, &cand("d", 9)).await.expect("try");
+    assert!(tried.is_none());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(a.is_leader(), "a try_campaign preempted the holder");
+    // b (3, node 2) goes before c (1, node 3) although bully prefers node 3.
+    let a_w = a.watch();
+    a.resign().await.expect("resign");
+    let b = within(Duration::from_secs(2), "b next", equal)
+        .await
+        .expect("b");
+    assert!(!lower.is_finished(), "the lower priority was granted first");
+    assert_before(&a_w, &b);
+    let b_w = b.watch();
+    b.resign().await.expect("resign");
+    let c = within(Duration::from_secs(2), "c last", lower)
+        .await
+        .expect("c");
+    assert_before(&b_w, &c);
+    c.resign().await.expect("resign");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_different_nodes_are_granted_by_priority() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election("priority/order");
+    let (s1, s2, s3) = (
+        session(&nodes[0]).await,
+        session(&nodes[1]).await,
+        session(&nodes[2]).await,
+    );
+    // The holder opted out: nobody preempts it.
+    let x = s3
+        .campaign(&e, &cand("x", 0).never_preempted())
+        .await
+        .expect("campaign x");
+    let low = campaign_later(&session(&nodes[2]).await, &e, cand("z", 0));
+    let_queue().await;
+    let mid = campaign_later(&s2, &e, cand("b", 2));
+    let_queue().await;
+    let high = campaign_later(&s1, &e, cand("a", 7));
+    let_queue().await;
+    assert!(x.is_leader(), "a holder that opted out was preempted");
+    let x_w = x.watch();
+    x.resign().await.expect("resign");
+    let a = within(Duration::from_secs(2), "a first", high)
+        .await
+        .expect("a");
+    assert!(!mid.is_finished() && !low.is_finished());
+    assert_before(&x_w, &a);
+    let a_w = a.watch();
+    a.resign().await.expect("resign");
+    let b = within(Duration::from_secs(2), "b second", mid)
+        .await
+        .expect("b");
+    assert!(!low.is_finished());
+    assert_before(&a_w, &b);
+    let b_w = b.watch();
+    b.resign().await.expect("resign");
+    let z = within(Duration::from_secs(2), "z last", low)
+        .await
+        .expect("z");
+    assert_before(&b_w, &z);
+    z.resign().await.expect("resign");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_asked_on_any_node_moves_the_seat_to_the_named_waiter() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election("priority/handover");
+    let (s1, s2, s3) = (
+        session(&nodes[0]).await,
+        session(&nodes[1]).await,
+        session(&nodes[2]).await,
+    );
+    let x = s3
+        .campaign(&e, &cand("x", 0).never_preempted())
+        .await
+        .expect("campaign x");
+    let high = campaign_later(&s2, &e, cand("b", 9));
+    let_queue().await;
+    let named = campaign_later(&s1, &e, cand("a", 0));
+    let_queue().await;
+    // Asked on node 2, which neither holds the seat nor hosts `a`.
+    let asker = observer(&nodes[1]);
+    let err = asker
+        .handover(&e, Some("nobody"))
+        .await
+        .expect_err("a handover to a waiter that is not there");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(x.is_leader());
+    let t0 = Instant::now();
+    let asked = asker.handover(&e, Some("a")).await.expect("handover");
+    assert_eq!((asked.id.as_str(), asked.token), ("x", x.token()));
+    let a = within(Duration::from_secs(2), "handover to a", named)
+        .await
+        .expect("a");
+    eprintln!("handover across nodes: {:?}", a.granted_at() - t0);
+    assert_eq!(x.loss_reason(), Some(LossReason::Preempted));
+    assert!(!high.is_finished(), "the seat went to b, not to a");
+    assert_before(&x.watch(), &a);
+    // b, which waited before a's grant, does not preempt a.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        a.is_leader(),
+        "a waiter passed over by a handover preempted"
+    );
+    assert!(!high.is_finished());
+    // Without a name: to the best waiter, b.
+    let asked = observer(&nodes[0])
+        .handover(&e, None)
+        .await
+        .expect("handover");
+    assert_eq!(asked.id, "a");
+    let b = within(Duration::from_secs(2), "handover to the best", high)
+        .await
+        .expect("b");
+    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
+    assert_before(&a.watch(), &b);
+    // Nobody waits now.
+    let err = observer(&nodes[2])
+        .handover(&e, None)
+        .await
+        .expect_err("a handover with nobody waiting");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(b.is_leader());
+    b.resign().await.expect("resign");
+    let err = observer(&nodes[2])
+        .handover(&e, None)
+        .await
+        .expect_err("a handover with nobody leading");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_interest_of_a_crashed_node_fades() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election("priority/crash");
+    let (s1, s2, s3) = (
+        session(&nodes[0]).await,
+        session(&nodes[1]).await,
+        session(&nodes[2]).await,
+    );
+    let a = s1
+        .campaign(&e, &cand("a", 0).never_preempted())
+        .await
+        .expect("campaign a");
+    let _gone = campaign_later(&s3, &e, cand("c", 9));
+    let_queue().await;
+    let b = campaign_later(&s2, &e, cand("b", 1));
+    let_queue().await;
+    // Node 3 (priority 9) crashes while it waits: b must not wait forever.
+    nodes[2].shutdown();
+    let t0 = Instant::now();
+    let a_token = a.token();
+    a.resign().await.expect("resign");
+    let lease = support::fast_timing().lease;
+    let b = within(lease * 4, "b after node 3's interest faded", b)
+        .await
+        .expect("b");
+    eprintln!(
+        "granted behind a crashed higher priority after {:?}",
+        t0.elapsed()
+    );
+    assert!(b.token() > a_token);
+    b.resign().await.expect("resign");
+}
+
+/// The preemption gap across nodes, measured: `TENURE_PEER_PREEMPT_RUNS`
+/// runs (default 5); prints the median and the 95th percentile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preemption_gap_across_nodes() {
+    let runs: usize = std::env::var("TENURE_PEER_PREEMPT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let mut gaps = Vec::new();
+    for run in 0..runs {
+        gaps.push(preempt_once(&nodes, &format!("priority/gap-{run}")).await);
+    }
+    gaps.sort();
+    let at = |q: f64| gaps[((gaps.len() as f64 * q).ceil() as usize).clamp(1, gaps.len()) - 1];
+    eprintln!(
+        "preemption across nodes, {runs} runs: median {:?}, p95 {:?}, max {:?}",
+        at(0.5),
+        at(0.95),
+        gaps[gaps.len() - 1]
+    );
+    assert!(at(0.5) < Duration::from_millis(500));
+}
