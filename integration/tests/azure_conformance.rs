@@ -83,4 +83,5 @@ async fn capabilities_declare_polling() {
     assert!(caps.supports(Clause::NoHerd).is_err());
     assert!(caps.supports(Clause::AtMostOneHolder).is_ok());
     assert!(caps.supports(Clause::Membership).is_ok());
+    assert!(caps.supports(Clause::Priority).is_ok());
 }

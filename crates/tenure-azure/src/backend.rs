@@ -26,9 +26,10 @@ pub const MIN_LEASE_SECS: u64 = 15;
 /// The longest finite lease Azure grants, in seconds.
 pub const MAX_LEASE_SECS: u64 = 60;
 
-const NO_HERD: &str = "Azure Blob Storage cannot notify: every waiter tries to acquire the \
-    lease once per poll interval, so the request rate grows with the number of waiters \
-    (waiters / poll interval), though it does not burst when the seat frees up";
+const NO_HERD: &str = "Azure Blob Storage cannot notify: every waiter lists the election's \
+    queue once per poll interval, so the request rate grows with the number of waiters \
+    (waiters / poll interval), though it does not burst when the seat frees up (only the \
+    first waiter reads and takes the seat)";
 
 /// Azure Blob Storage as a tenure backend: an election is a blob, the seat its lease,
 /// the fencing token a counter in its metadata. See the crate docs.
@@ -140,6 +141,7 @@ impl Backend for AzureBackend {
         Capabilities::full()
             .except(Clause::NoHerd, NO_HERD)
             .polling(poll)
+            .prioritized()
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {
@@ -175,6 +177,10 @@ impl Backend for AzureBackend {
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
         self.polled(election, |s, e| async move { s.read_leader(&e).await })
             .await
+    }
+
+    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+        self.shared.hand_over(election, to).await
     }
 
     fn election_requests(&self) -> Option<u64> {

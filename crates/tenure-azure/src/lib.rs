@@ -7,6 +7,7 @@ mod backend;
 mod config;
 mod error;
 mod names;
+mod queue;
 mod session;
 mod shared;
 mod store;

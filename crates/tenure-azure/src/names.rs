@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tenure_core::{ElectionName, FencingToken, LeaderInfo};
+use tenure_core::{Candidate, ElectionName, FencingToken, LeaderInfo};
 
 /// Metadata field holding the fencing counter.
 pub(crate) const META_TOKEN: &str = "tenuretoken";
@@ -36,6 +36,12 @@ impl Layout {
     /// `[prefix/]members/<namespace>/` (the namespace's listing prefix).
     pub(crate) fn members(&self, namespace: &ElectionName) -> String {
         format!("{}members/{namespace}/", self.base)
+    }
+
+    /// `[prefix/]queues/<election>~/`: the listing prefix of the election's waiting
+    /// queue (see `queue.rs`; `~` is never part of an election name).
+    pub(crate) fn queue(&self, election: &ElectionName) -> String {
+        format!("{}queues/{election}~/", self.base)
     }
 
     /// `[prefix/]members/<namespace>/<id>`.
@@ -90,13 +96,16 @@ pub(crate) fn token_of(metadata: &HashMap<String, String>) -> Option<u64> {
     }
 }
 
-/// The metadata of a grant.
-pub(crate) fn grant_metadata(token: u64, id: &str, value: &str) -> HashMap<String, String> {
-    HashMap::from([
+/// The metadata of a grant: the token, the holder's id and value, and its priority
+/// and opt-out (which a waiter reads to decide whether it preempts the holder).
+pub(crate) fn grant_metadata(token: u64, candidate: &Candidate) -> HashMap<String, String> {
+    let mut m = crate::queue::candidacy_metadata(candidate);
+    m.extend([
         (META_TOKEN.to_string(), token.to_string()),
-        (META_HOLDER.to_string(), encode(id)),
-        (META_VALUE.to_string(), encode(value)),
-    ])
+        (META_HOLDER.to_string(), encode(candidate.id())),
+        (META_VALUE.to_string(), encode(candidate.value())),
+    ]);
+    m
 }
 
 /// The leader described by a leased blob's metadata; `None` until a holder wrote it.
@@ -129,11 +138,16 @@ mod tests {
         assert_eq!(l.election(&e), "svc/a/elections/members/x");
         assert_eq!(l.member(&e, "n1"), "svc/a/members/members/x/n1");
         assert_eq!(Layout::new("").election(&e), "elections/members/x");
+        // One election's queue prefix is never a prefix of another's.
+        let [a, ab, a_b] = ["a", "ab", "a/b"].map(|n| l.queue(&ElectionName::new(n).unwrap()));
+        assert_eq!(a, "svc/a/queues/a~/");
+        assert!(!ab.starts_with(&a) && !a_b.starts_with(&a));
     }
 
     #[test]
     fn metadata_round_trips() {
-        let m = grant_metadata(7, "node-1", "10.0.0.1:80 ü");
+        let c = Candidate::with_value("node-1", "10.0.0.1:80 ü").unwrap();
+        let m = grant_metadata(7, &c);
         assert!(m.values().all(|v| v.is_ascii() && !v.contains(' ')));
         let l = leader_of(&m).unwrap();
         assert_eq!(

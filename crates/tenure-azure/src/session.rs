@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,7 @@ use tokio_util::sync::DropGuard;
 
 use crate::error::{Failure, TAG};
 use crate::names::{grant_metadata, jittered, new_lease_id, token_of};
+use crate::queue::{entry_metadata, entry_name, HolderCandidacy, Queue, HANDOVER};
 use crate::shared::Shared;
 use crate::store::lease_lost;
 
@@ -56,6 +58,12 @@ struct Inner {
     campaigning: Mutex<HashMap<ElectionName, String>>,
     /// Member registrations: (namespace, id) → blob name.
     members: Mutex<HashMap<(ElectionName, String), String>>,
+    /// This session's entries in waiting queues: election → entry blob name, leased
+    /// with the session's lease id and renewed with its elections.
+    waiting: Mutex<HashMap<ElectionName, String>>,
+    /// Set by `abandon` (a crash, for tests): campaigns stop and nothing is removed
+    /// from the store; queue entries lapse as a crashed process's would.
+    abandoned: AtomicBool,
     events: SessionEvents,
     life: Lifetime,
 }
@@ -84,6 +92,8 @@ impl AzureSession {
             releasing: Mutex::new(HashMap::new()),
             campaigning: Mutex::new(HashMap::new()),
             members: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(HashMap::new()),
+            abandoned: AtomicBool::new(false),
             events,
         });
         AzureSession {
@@ -167,18 +177,30 @@ impl Inner {
     }
 
     /// One attempt with `lease`: acquire it, then write the next token under it. After
-    /// an error the lease was given back, so `lease` must not be used again.
+    /// an error the lease was given back, so `lease` must not be used again. With
+    /// `yield_to_queue` (a `try_campaign`, which never queues), a lease taken while
+    /// candidates wait in the election's queue is given back at once: the seat is
+    /// theirs.
     async fn attempt(
         &self,
         election: &ElectionName,
         candidate: &Candidate,
         lease: &str,
+        yield_to_queue: bool,
     ) -> Result<Attempt> {
         self.life.check_open()?;
         let name = self.shared.layout.election(election);
         let Some(acquired) = self.take_lease(&name, lease, "campaign").await? else {
             return Ok(Attempt::Held);
         };
+        if yield_to_queue {
+            let queued = self.shared.read_queue(election).await;
+            if !matches!(queued, Ok(ref q) if !q.others_wait(None)) {
+                self.retire(election, lease);
+                self.give_back(&name, lease).await;
+                return queued.map(|_| Attempt::Held);
+            }
+        }
         match self.write_token(&name, candidate, lease).await {
             Ok(token) if grant_too_old(acquired.elapsed(), self.secs) => {
                 // The lease runs from the acquire, but the core counts a grant valid
@@ -242,7 +264,7 @@ impl Inner {
                 "campaign: the fencing counter is exhausted",
             )
         })?;
-        let metadata = grant_metadata(next, candidate.id(), candidate.value());
+        let metadata = grant_metadata(next, candidate);
         match store.set_metadata(name, lease, &metadata).await {
             Ok(()) => Ok(FencingToken(next)),
             Err(f) if lease_lost(&f) => Err(TAG.own(
@@ -263,6 +285,174 @@ impl Inner {
                 tracing::debug!(blob = %name, error = %f.error.text, "could not give a lease back");
             }
         }
+    }
+
+    /// Make sure this session's candidacy waits in `election`'s queue as `queue`
+    /// listed it: the entry's name below the queue prefix, and whether it was joined
+    /// (or taken again) just now, so `queue` does not show it as live yet.
+    async fn ensure_entry(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+        queue: &Queue,
+    ) -> Result<(String, bool)> {
+        let store = &self.shared.store;
+        let prefix = self.shared.layout.queue(election);
+        let what = "campaign: join the queue";
+        let known = lock(&self.waiting).get(election).cloned();
+        if let Some(full) = known {
+            let rel = full.strip_prefix(&prefix).unwrap_or_default().to_string();
+            match queue.entry(&rel) {
+                Some(e) if e.live => return Ok((rel, false)),
+                // Its lease lapsed (this session was cut off for a lease duration):
+                // take it again, keeping the place.
+                Some(_) => match store.acquire(&full, &self.lease_id, self.secs).await {
+                    Ok(()) => return Ok((rel, true)),
+                    Err(f) if lease_lost(&f) || f.code_is("LeaseAlreadyPresent") => {}
+                    Err(f) => return Err(f.into_error(what)),
+                },
+                None => {}
+            }
+            let mut waiting = lock(&self.waiting);
+            if waiting.get(election) == Some(&full) {
+                waiting.remove(election);
+            }
+        }
+        // A taken arrival number (a racing joiner) means try the next one.
+        let first = queue.next_seq();
+        for seq in first..first.saturating_add(8) {
+            let rel = entry_name(seq);
+            let full = format!("{prefix}{rel}");
+            match store
+                .create_with_metadata(&full, entry_metadata(candidate))
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(f) if f.code_is("ContainerNotFound") => {
+                    self.create_container(what).await?;
+                    continue;
+                }
+                Err(f) => return Err(f.into_error(what)),
+            }
+            match store.acquire(&full, &self.lease_id, self.secs).await {
+                Ok(()) => {
+                    lock(&self.waiting).insert(election.clone(), full);
+                    return Ok((rel, true));
+                }
+                // Removed (as lapsed) by another waiter before the lease was taken.
+                Err(f) if f.status == Some(404) || f.code_is("LeaseAlreadyPresent") => continue,
+                Err(f) => return Err(f.into_error(what)),
+            }
+        }
+        Err(TAG.own(
+            ErrorKind::Unavailable,
+            format!("{what}: its entries keep disappearing; trying again later"),
+        ))
+    }
+
+    /// Take this session's candidacy for `election` out of its queue (best effort:
+    /// an entry not deleted lapses one lease duration later, as it is no longer
+    /// renewed).
+    async fn leave_queue(&self, election: &ElectionName) {
+        let Some(full) = lock(&self.waiting).remove(election) else {
+            return;
+        };
+        if self.abandoned.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(f) = self.shared.store.delete(&full, Some(&self.lease_id)).await {
+            if !lease_lost(&f) {
+                tracing::debug!(blob = %full, error = %f.error.text, "could not leave the queue; the entry lapses");
+            }
+        }
+    }
+
+    /// Remove queue entries of waiters that went away: those `queue` lists without a
+    /// lease that the previous listing (`before`) also showed so (a joining waiter
+    /// takes its entry's lease right after creating it). Best effort; Azure refuses to
+    /// delete a blob a lease holds again meanwhile.
+    async fn clear_lapsed(
+        &self,
+        election: &ElectionName,
+        queue: &Queue,
+        own: &str,
+        before: &mut Vec<(String, String)>,
+    ) {
+        let prefix = self.shared.layout.queue(election);
+        for (name, etag) in &queue.unleased {
+            if name != own && before.contains(&(name.clone(), etag.clone())) {
+                let full = format!("{prefix}{name}");
+                if let Err(f) = self.shared.store.delete_if_unchanged(&full, etag).await {
+                    tracing::debug!(blob = %full, error = %f.error.text, "could not remove a lapsed queue entry");
+                }
+            }
+        }
+        before.clone_from(&queue.unleased);
+    }
+
+    /// The best waiter's turn: take the seat if it is free; if it is held, tell a
+    /// holder this candidate preempts (once per grant: `told` keeps the etag of the
+    /// grant already judged). `Some(token)` when granted.
+    async fn try_seat(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+        lease: &str,
+        queue: &Queue,
+        told: &mut Option<String>,
+    ) -> Result<Option<FencingToken>> {
+        let store = &self.shared.store;
+        let name = self.shared.layout.election(election);
+        let props = store
+            .properties(&name)
+            .await
+            .map_err(|f| f.into_error("campaign: read the seat"))?;
+        let handover = queue.handover.as_ref();
+        let request = format!("{}{HANDOVER}", self.shared.layout.queue(election));
+        match props {
+            Some(p) if p.leased => {
+                // A handover request a grant did not use up (its delete failed).
+                if let (Some(h), Some(current)) = (handover, token_of(&p.metadata)) {
+                    if h.for_token < current {
+                        let _ = store.delete_if_unchanged(&request, &h.etag).await;
+                    }
+                }
+                if p.breaking || told.as_deref() == Some(p.etag.as_str()) {
+                    return Ok(None);
+                }
+                *told = Some(p.etag.clone());
+                if HolderCandidacy::of(&p.metadata).preempted_by(candidate.priority()) {
+                    match store.break_lease_at_expiry(&name, &p.etag).await {
+                        Ok(()) => {
+                            tracing::debug!(election = %election, candidate = %candidate.id(), "asked the holder to step down (higher priority)");
+                        }
+                        // The grant changed or ended meanwhile: judged again next poll.
+                        Err(f) if f.status == Some(412) || lease_lost(&f) => *told = None,
+                        Err(f) => return Err(f.into_error("campaign: preempt the holder")),
+                    }
+                }
+                Ok(None)
+            }
+            _ => match self.attempt(election, candidate, lease, false).await? {
+                Attempt::Granted(token) => {
+                    self.leave_queue(election).await;
+                    if let Some(h) = handover {
+                        // The grant uses the request up.
+                        let _ = store.delete_if_unchanged(&request, &h.etag).await;
+                    }
+                    Ok(Some(token))
+                }
+                Attempt::Held => Ok(None),
+            },
+        }
+    }
+
+    /// Whether the lease of `election` is breaking: a waiter of a higher priority, or
+    /// a handover, asks its holder to step down.
+    async fn breaking(&self, election: &ElectionName) -> bool {
+        let name = self.shared.layout.election(election);
+        matches!(self.shared.store.properties(&name).await, Ok(Some(p)) if p.breaking)
     }
 
     async fn release(&self, election: &ElectionName, lease: &str) -> Result<()> {
@@ -292,20 +482,26 @@ impl BackendSession for AzureSession {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        let waiting: Vec<(ElectionName, String)> = lock(&inner.waiting)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         enum Item {
             Election(ElectionName, Seat),
             Member((ElectionName, String), String),
+            Entry(ElectionName, String),
         }
         let items = elections
             .into_iter()
             .map(|(e, seat)| Item::Election(e, seat))
-            .chain(members.into_iter().map(|(k, n)| Item::Member(k, n)));
+            .chain(members.into_iter().map(|(k, n)| Item::Member(k, n)))
+            .chain(waiting.into_iter().map(|(e, n)| Item::Entry(e, n)));
         let shared = &inner.shared;
         let results: Vec<(Item, std::result::Result<(), Failure>)> = futures::stream::iter(items)
             .map(|item| async move {
                 let (name, lease) = match &item {
                     Item::Election(e, seat) => (shared.layout.election(e), seat.lease.as_str()),
-                    Item::Member(_, n) => (n.clone(), inner.lease_id.as_str()),
+                    Item::Member(_, n) | Item::Entry(_, n) => (n.clone(), inner.lease_id.as_str()),
                 };
                 let r = shared.store.renew(&name, lease).await;
                 (item, r)
@@ -319,6 +515,28 @@ impl BackendSession for AzureSession {
                 (_, Ok(())) => {}
                 (Item::Election(e, seat), Err(f)) if lease_lost(&f) => {
                     let token = seat.token;
+                    // A lease broken without a break period is "breaking" until it
+                    // runs out: a waiter of a higher priority, or a handover, asks the
+                    // holder to step down. The seat stays ours until the core, told
+                    // it is preempted, releases it (from `releasing`).
+                    let broken = f.code.as_deref().is_some_and(|c| c.contains("Broken"));
+                    if broken && inner.breaking(&e).await {
+                        let moved = {
+                            let mut held = lock(&inner.held);
+                            if held.get(&e) == Some(&seat) {
+                                held.remove(&e);
+                                lock(&inner.releasing).insert(e.clone(), seat.clone());
+                                true
+                            } else {
+                                false
+                            }
+                        };
+                        if moved {
+                            tracing::info!(election = %e, token = token.0, "asked to step down (a higher priority waits, or a handover)");
+                            inner.events.preempted(&e, token);
+                        }
+                        continue;
+                    }
                     let removed = {
                         let mut held = lock(&inner.held);
                         if held.get(&e) == Some(&seat) {
@@ -332,6 +550,13 @@ impl BackendSession for AzureSession {
                         let reason = format!("the lease is no longer ours ({})", f.error.text);
                         tracing::warn!(election = %e, token = token.0, %reason, "seat lost");
                         inner.events.election_lost(&e, token, &reason);
+                    }
+                }
+                (Item::Entry(e, name), Err(f)) if lease_lost(&f) => {
+                    // Removed as lapsed by another waiter: the campaign joins again.
+                    let mut waiting = lock(&inner.waiting);
+                    if waiting.get(&e) == Some(&name) {
+                        waiting.remove(&e);
                     }
                 }
                 (Item::Member(key, name), Err(f)) if lease_lost(&f) => {
@@ -359,17 +584,40 @@ impl BackendSession for AzureSession {
         election: &ElectionName,
         candidate: &Candidate,
     ) -> Result<FencingToken> {
-        let poll = self.inner.shared.store.config.get_poll_interval();
-        let lease = self.inner.campaign_lease(election);
+        // Every poll: list the queue (joining it the first time); only the best waiter
+        // (a handover's target, else the highest priority, then the earliest) reads
+        // the seat and takes it when free, or tells a holder it preempts.
+        let inner = &self.inner;
+        let poll = inner.shared.store.config.get_poll_interval();
+        let lease = inner.campaign_lease(election);
+        let mut told = None;
+        let mut lapsed = Vec::new();
+        let mut read_again = false;
         loop {
-            match self.inner.attempt(election, candidate, &lease).await? {
-                Attempt::Granted(token) => return Ok(token),
-                Attempt::Held => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(jittered(poll)) => {}
-                        _ = self.inner.life.stopped() => return Err(self.inner.life.closed_error()),
-                    }
+            inner.life.check_open()?;
+            if inner.abandoned.load(Ordering::SeqCst) {
+                return Err(inner.life.closed_error());
+            }
+            let queue = inner.shared.read_queue(election).await?;
+            let (me, joined) = inner.ensure_entry(election, candidate, &queue).await?;
+            if joined && !read_again {
+                // The listing does not show the entry yet: read again at once.
+                read_again = true;
+                continue;
+            }
+            read_again = false;
+            inner.clear_lapsed(election, &queue, &me, &mut lapsed).await;
+            if queue.best().is_some_and(|b| b.name == me) {
+                if let Some(token) = inner
+                    .try_seat(election, candidate, &lease, &queue, &mut told)
+                    .await?
+                {
+                    return Ok(token);
                 }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(jittered(poll)) => {}
+                _ = inner.life.stopped() => return Err(inner.life.closed_error()),
             }
         }
     }
@@ -380,7 +628,11 @@ impl BackendSession for AzureSession {
         candidate: &Candidate,
     ) -> Result<Option<FencingToken>> {
         let lease = self.inner.campaign_lease(election);
-        match self.inner.attempt(election, candidate, &lease).await? {
+        match self
+            .inner
+            .attempt(election, candidate, &lease, true)
+            .await?
+        {
             Attempt::Granted(token) => Ok(Some(token)),
             Attempt::Held => Ok(None),
         }
@@ -388,6 +640,10 @@ impl BackendSession for AzureSession {
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
         let inner = &self.inner;
+        if token.is_none() {
+            // A withdrawn campaign leaves the queue.
+            inner.leave_queue(election).await;
+        }
         let ours = {
             let mut held = lock(&inner.held);
             match (held.get(election), token) {
@@ -450,7 +706,9 @@ impl BackendSession for AzureSession {
                 .map(|(e, seat)| (e, seat.lease)),
         );
         elections.extend(lock(&inner.campaigning).drain());
-        let members: Vec<String> = lock(&inner.members).drain().map(|(_, n)| n).collect();
+        let mut members: Vec<String> = lock(&inner.members).drain().map(|(_, n)| n).collect();
+        // Queue entries go the same way as member blobs (deleted under the lease).
+        members.extend(lock(&inner.waiting).drain().map(|(_, n)| n));
         let shared = &inner.shared;
         let lease = &inner.lease_id;
         let work = elections
@@ -472,6 +730,12 @@ impl BackendSession for AzureSession {
             .collect()
             .await;
         results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
+    }
+
+    fn abandon(&self) {
+        // As in a crash: waiting campaigns stop and their queue entries are left to
+        // lapse; leases are left to run out.
+        self.inner.abandoned.store(true, Ordering::SeqCst);
     }
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {

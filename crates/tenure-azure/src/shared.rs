@@ -5,9 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tenure_core::backend::lock;
-use tenure_core::{ElectionName, LeaderInfo, Member, Result};
+use tenure_core::{ElectionName, Error, ErrorKind, LeaderInfo, Member, Result};
 
+use crate::config::SCHEME;
+use crate::error::TAG;
 use crate::names::{leader_of, Layout};
+use crate::queue::{handover_metadata, Blob, Queue, HANDOVER};
+use crate::store::lease_lost;
 use crate::store::Store;
 
 /// What the backend and its sessions share.
@@ -34,6 +38,95 @@ impl Shared {
             Ok(_) => Ok(None),
             Err(f) => Err(f.into_error("read leader")),
         }
+    }
+
+    /// Ask the holder of `election` to step down to `to` (or the best waiter): write
+    /// the handover request into the queue, then break the holder's lease without a
+    /// break period (its next renewal fails and it is told it is preempted; the seat
+    /// stays its until it releases it or the lease runs out). The break is
+    /// conditional on the etag the holder was read with, so a later holder is never
+    /// asked by mistake; if the holder changed meanwhile, everything is read again.
+    pub(crate) async fn hand_over(
+        &self,
+        election: &ElectionName,
+        to: Option<&str>,
+    ) -> Result<LeaderInfo> {
+        let name = self.layout.election(election);
+        let nobody = || {
+            Error::invalid(format!(
+                "election {election}: nobody leads it, nothing to hand over"
+            ))
+            .with_backend(SCHEME)
+        };
+        for _ in 0..4 {
+            let props = self
+                .store
+                .properties(&name)
+                .await
+                .map_err(|f| f.into_error("handover: read leader"))?;
+            let Some(props) = props.filter(|p| p.leased) else {
+                return Err(nobody());
+            };
+            let Some(info) = leader_of(&props.metadata) else {
+                return Err(nobody());
+            };
+            let queue = self.read_queue(election).await?;
+            match to {
+                Some(id) if !queue.live().any(|e| e.id == id) => {
+                    return Err(Error::invalid(format!(
+                        "election {election}: no candidate {id:?} waits for it"
+                    ))
+                    .with_backend(SCHEME))
+                }
+                None if queue.live().next().is_none() => {
+                    return Err(Error::invalid(format!(
+                        "election {election}: nobody waits for it, {:?} keeps it",
+                        info.id
+                    ))
+                    .with_backend(SCHEME))
+                }
+                _ => {}
+            }
+            let request = format!("{}{HANDOVER}", self.layout.queue(election));
+            self.store
+                .put_metadata_blob(&request, handover_metadata(to, info.token.0))
+                .await
+                .map_err(|f| f.into_error("handover: write request"))?;
+            if props.breaking {
+                // Told already (preempted, or an earlier handover): the request only
+                // redirects the next grant.
+                return Ok(info);
+            }
+            match self.store.break_lease_at_expiry(&name, &props.etag).await {
+                Ok(()) => return Ok(info),
+                // The holder changed or released since it was read: read again.
+                Err(f) if f.status == Some(412) || lease_lost(&f) => continue,
+                Err(f) => return Err(f.into_error("handover: tell the leader")),
+            }
+        }
+        Err(TAG.own(
+            ErrorKind::Unavailable,
+            format!("handover: the leader of {election} kept changing; try again"),
+        ))
+    }
+
+    /// The waiting queue of `election` (one listing, with metadata).
+    pub(crate) async fn read_queue(&self, election: &ElectionName) -> Result<Queue> {
+        let prefix = self.layout.queue(election);
+        let listed = self
+            .store
+            .list_with_metadata(&prefix)
+            .await
+            .map_err(|f| f.into_error("read queue"))?;
+        Ok(Queue::from_listing(listed.into_iter().filter_map(|b| {
+            let name = b.name.strip_prefix(&prefix)?.to_string();
+            Some(Blob {
+                name,
+                etag: b.etag,
+                leased: b.leased,
+                metadata: b.metadata,
+            })
+        })))
     }
 
     pub(crate) async fn read_members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {

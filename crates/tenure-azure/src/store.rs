@@ -13,6 +13,7 @@ use azure_storage_blob::models::{
     BlobClientAcquireLeaseOptions, BlobClientBreakLeaseOptions, BlobClientDeleteOptions,
     BlobClientGetPropertiesResultHeaders, BlobClientSetMetadataOptions,
     BlobContainerClientListBlobsOptions, BlockBlobClientUploadOptions, LeaseState,
+    ListBlobsIncludeItem,
 };
 use azure_storage_blob::{BlobClient, BlobContainerClient, BlobContainerClientOptions};
 use futures::TryStreamExt;
@@ -29,10 +30,15 @@ pub(crate) const API_VERSION: &str = "2025-11-05";
 
 pub(crate) type Res<T> = std::result::Result<T, Failure>;
 
-/// A blob's lease state and metadata, as `get properties` reports them.
+/// A blob's lease state, etag and metadata, as `get properties` reports them.
 #[derive(Debug, Clone)]
 pub(crate) struct Props {
+    /// A lease holds the blob (`leased`, or `breaking`: broken by a preempting waiter
+    /// or a handover, still held until its holder releases it or it runs out).
     pub(crate) leased: bool,
+    /// The lease is `breaking`.
+    pub(crate) breaking: bool,
+    pub(crate) etag: String,
     pub(crate) metadata: HashMap<String, String>,
 }
 
@@ -42,6 +48,8 @@ pub(crate) struct Listed {
     pub(crate) name: String,
     pub(crate) etag: String,
     pub(crate) leased: bool,
+    /// Only when listed with metadata.
+    pub(crate) metadata: HashMap<String, String>,
 }
 
 /// How long an idle connection is kept for the next request. Servers close idle
@@ -208,6 +216,67 @@ impl Store {
         }
     }
 
+    /// Create the empty blob `name` with `metadata` unless it exists: `Ok(false)` if it
+    /// does (or another writer created it first).
+    pub(crate) async fn create_with_metadata(
+        &self,
+        name: &str,
+        metadata: HashMap<String, String>,
+    ) -> Res<bool> {
+        let options = BlockBlobClientUploadOptions {
+            if_none_match: Some(Etag::from("*")),
+            metadata: Some(metadata),
+            ..Default::default()
+        };
+        let content: RequestContent<Bytes, NoFormat> = RequestContent::from(Vec::new());
+        match self
+            .send(
+                self.blob(name)
+                    .block_blob_client()
+                    .upload(content, Some(options)),
+            )
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(f) if f.code_is("BlobAlreadyExists") || f.status == Some(412) => Ok(false),
+            Err(f) if f.status == Some(409) => Ok(false),
+            Err(f) => Err(f),
+        }
+    }
+
+    /// Write the empty blob `name` with `metadata`, replacing whatever was there.
+    pub(crate) async fn put_metadata_blob(
+        &self,
+        name: &str,
+        metadata: HashMap<String, String>,
+    ) -> Res<()> {
+        let options = BlockBlobClientUploadOptions {
+            metadata: Some(metadata),
+            ..Default::default()
+        };
+        let content: RequestContent<Bytes, NoFormat> = RequestContent::from(Vec::new());
+        self.send(
+            self.blob(name)
+                .block_blob_client()
+                .upload(content, Some(options)),
+        )
+        .await
+    }
+
+    /// Delete `name` if its etag is still `etag` and no lease holds it; a missing blob,
+    /// a changed one or a leased one is left alone (`Ok`).
+    pub(crate) async fn delete_if_unchanged(&self, name: &str, etag: &str) -> Res<()> {
+        let options = BlobClientDeleteOptions {
+            if_match: Some(Etag::from(etag.to_string())),
+            ..Default::default()
+        };
+        match self.call(self.blob(name).delete(Some(options))).await {
+            Ok(_) => Ok(()),
+            Err(f) if matches!(f.status, Some(404) | Some(409) | Some(412)) => Ok(()),
+            Err(f) => Err(f),
+        }
+    }
+
     /// Write `body` to `name` under `lease_id`.
     pub(crate) async fn write_body(&self, name: &str, lease_id: &str, body: Vec<u8>) -> Res<()> {
         let options = BlockBlobClientUploadOptions {
@@ -258,6 +327,20 @@ impl Store {
         self.send(self.blob(name).break_lease(Some(options))).await
     }
 
+    /// Break the lease on `name`, if the blob's etag is still `etag`, without a break
+    /// period: Azure then keeps the lease until it would have run out anyway (its
+    /// holder may still release it), and the holder's next renewal fails. So nobody can
+    /// acquire the seat earlier than without the break, while the holder learns at its
+    /// next renewal that it is asked to step down.
+    pub(crate) async fn break_lease_at_expiry(&self, name: &str, etag: &str) -> Res<()> {
+        let options = BlobClientBreakLeaseOptions {
+            break_period: None,
+            if_match: Some(Etag::from(etag.to_string())),
+            ..Default::default()
+        };
+        self.send(self.blob(name).break_lease(Some(options))).await
+    }
+
     /// Replace the metadata of `name`, conditional on holding `lease_id`.
     pub(crate) async fn set_metadata(
         &self,
@@ -277,9 +360,17 @@ impl Store {
     pub(crate) async fn properties(&self, name: &str) -> Res<Option<Props>> {
         match self.call(self.blob(name).get_properties(None)).await {
             Ok(r) => {
-                let leased = matches!(r.lease_state(), Ok(Some(LeaseState::Leased)));
+                let state = r.lease_state().ok().flatten();
+                let breaking = matches!(state, Some(LeaseState::Breaking));
+                let leased = breaking || matches!(state, Some(LeaseState::Leased));
                 let metadata = r.metadata().unwrap_or_default();
-                Ok(Some(Props { leased, metadata }))
+                let etag = r.etag().ok().flatten().map(|e| e.to_string());
+                Ok(Some(Props {
+                    leased,
+                    breaking,
+                    etag: etag.unwrap_or_default(),
+                    metadata,
+                }))
             }
             Err(f) if f.status == Some(404) => Ok(None),
             Err(f) => Err(f),
@@ -316,8 +407,18 @@ impl Store {
 
     /// Every blob whose name starts with `prefix` (all pages).
     pub(crate) async fn list(&self, prefix: &str) -> Res<Vec<Listed>> {
+        self.list_blobs(prefix, false).await
+    }
+
+    /// Every blob whose name starts with `prefix` (all pages), with its metadata.
+    pub(crate) async fn list_with_metadata(&self, prefix: &str) -> Res<Vec<Listed>> {
+        self.list_blobs(prefix, true).await
+    }
+
+    async fn list_blobs(&self, prefix: &str, metadata: bool) -> Res<Vec<Listed>> {
         let options = BlobContainerClientListBlobsOptions {
             prefix: Some(prefix.to_string()),
+            include: metadata.then(|| vec![ListBlobsIncludeItem::Metadata]),
             ..Default::default()
         };
         let pager = self
@@ -332,10 +433,15 @@ impl Store {
                 for item in page.blob_items {
                     let Some(name) = item.name else { continue };
                     let props = item.properties.unwrap_or_default();
+                    let metadata = item.metadata.and_then(|m| m.values).unwrap_or_default();
                     out.push(Listed {
                         name,
                         etag: props.etag.map(|e| e.to_string()).unwrap_or_default(),
-                        leased: matches!(props.lease_state, Some(LeaseState::Leased)),
+                        leased: matches!(
+                            props.lease_state,
+                            Some(LeaseState::Leased | LeaseState::Breaking)
+                        ),
+                        metadata,
                     });
                 }
             }
