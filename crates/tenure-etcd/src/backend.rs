@@ -15,7 +15,7 @@ use crate::config::EtcdConfig;
 use crate::config::SCHEME;
 use crate::error::{map, TAG};
 use crate::follow::{follow, Follower};
-use crate::keys::{parse_lease_hex, EtcdLayout, KeySpace};
+use crate::keys::{parse_lease_hex, seat_leader, EtcdLayout, KeySpace};
 use crate::members::{self, Members};
 use crate::ops::{self, prefix_end};
 use crate::proto::{Event, KeyValue};
@@ -109,10 +109,13 @@ impl Backend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let capabilities = Capabilities::full().batched(crate::session::BATCH);
         match self.shared.config.key_layout() {
-            EtcdLayout::GoElection => capabilities.except(Clause::Observe, GO_LEADER_ID),
-            EtcdLayout::Tenure => capabilities,
+            EtcdLayout::GoElection => Capabilities::full()
+                .batched(crate::session::BATCH)
+                .except(Clause::Observe, GO_LEADER_ID),
+            EtcdLayout::Tenure => Capabilities::full()
+                .batched(crate::session::SEAT_BATCH)
+                .prioritized(),
         }
     }
 
@@ -135,16 +138,15 @@ impl Backend for EtcdBackend {
     }
 
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
-        let range = self.shared.keys.election_range(election);
-        let (first, _) = self.shared.first_candidate(&range).await?;
-        Ok(first.map(|kv| leader_info(&self.shared, &range, &kv)))
+        let mut leader = Leader::of(&self.shared, election);
+        Ok(leader.read(&self.shared).await?.0)
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        let mut leader = Leader(self.shared.keys.election_range(election));
+        let mut leader = Leader::of(&self.shared, election);
         let (first, revision) = leader.read(&self.shared).await?;
         let (published, stream) = Published::new(first);
-        let (shared, range) = (self.shared.clone(), leader.0.clone());
+        let (shared, range) = (self.shared.clone(), leader.range.clone());
         tokio::spawn(follow(
             shared, range, revision, published, leader, "observe",
         ));
@@ -153,6 +155,18 @@ impl Backend for EtcdBackend {
 
     fn election_requests(&self) -> Option<u64> {
         Some(self.shared.requests.election_requests())
+    }
+
+    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+        if self.shared.config.key_layout() == EtcdLayout::GoElection {
+            return Err(Error::new(
+                tenure_core::ErrorKind::Unsupported,
+                "handover: not with layout=go (Go's concurrency.Election has no priority \
+                 and no handover)",
+            )
+            .with_backend(SCHEME));
+        }
+        crate::handover::handover(&self.shared, election, to).await
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
@@ -194,16 +208,47 @@ fn leader_info(shared: &Shared, range: &str, kv: &KeyValue) -> LeaderInfo {
         .leader(range, &kv.key, &kv.value, kv.create_revision)
 }
 
-/// One election's leader, kept from its key range: the first key by create revision,
-/// read again after every batch of events.
-struct Leader(String);
+/// One election's leader, kept from its keys and read again after every batch of
+/// events: in the tenure layout the seat key (`range` is that one key), in the Go
+/// layout the first key of the election range by create revision.
+struct Leader {
+    range: String,
+    seat: bool,
+}
+
+impl Leader {
+    fn of(shared: &Shared, election: &ElectionName) -> Self {
+        match shared.keys.layout() {
+            EtcdLayout::Tenure => Leader {
+                range: shared.keys.seat_key(election),
+                seat: true,
+            },
+            EtcdLayout::GoElection => Leader {
+                range: shared.keys.election_range(election),
+                seat: false,
+            },
+        }
+    }
+}
 
 impl Follower for Leader {
     type State = Option<LeaderInfo>;
 
     async fn read(&mut self, shared: &Shared) -> Result<(Option<LeaderInfo>, i64)> {
-        let (first, revision) = shared.first_candidate(&self.0).await?;
-        Ok((first.map(|kv| leader_info(shared, &self.0, &kv)), revision))
+        if self.seat {
+            let read = shared.client.range(ops::get(&self.range));
+            let resp = shared.requests.call("read leader", read).await?;
+            let leader = resp
+                .kvs
+                .first()
+                .map(|kv| seat_leader(&kv.value, kv.create_revision));
+            return Ok((leader, ops::revision(&resp.header)));
+        }
+        let (first, revision) = shared.first_candidate(&self.range).await?;
+        Ok((
+            first.map(|kv| leader_info(shared, &self.range, &kv)),
+            revision,
+        ))
     }
 
     async fn apply(&mut self, shared: &Shared, _: &[Event]) -> Option<Option<LeaderInfo>> {

@@ -164,6 +164,8 @@ pub(crate) enum CompareTarget {
 pub(crate) enum TargetUnion {
     #[prost(int64, tag = "5")]
     CreateRevision(i64),
+    #[prost(int64, tag = "6")]
+    ModRevision(i64),
     #[prost(int64, tag = "8")]
     Lease(i64),
 }
@@ -177,8 +179,12 @@ pub(crate) struct Compare {
     pub target: i32,
     #[prost(bytes = "vec", tag = "3")]
     pub key: Vec<u8>,
-    #[prost(oneof = "TargetUnion", tags = "5, 8")]
+    #[prost(oneof = "TargetUnion", tags = "5, 6, 8")]
     pub target_union: Option<TargetUnion>,
+    /// With a range end (etcd 3.3+), the compare holds for every key in
+    /// `[key, range_end)`; over no key at all, it compares a missing key (revisions 0).
+    #[prost(bytes = "vec", tag = "64")]
+    pub range_end: Vec<u8>,
 }
 
 /// `etcdserverpb.RequestOp.request`.
@@ -493,6 +499,7 @@ mod tests {
                 target: CompareTarget::Lease as i32,
                 key: b"k".to_vec(),
                 target_union: Some(TargetUnion::Lease(2)),
+                range_end: Vec::new(),
             }],
             success: vec![RequestOp {
                 request: Some(Request::Put(PutRequest {
@@ -522,8 +529,21 @@ mod tests {
             target: CompareTarget::Create as i32,
             key: Vec::new(),
             target_union: Some(TargetUnion::CreateRevision(1)),
+            range_end: Vec::new(),
         };
         assert_eq!(create.encode_to_vec(), [0x10, 1, 0x28, 1]);
+        // A compare over a range (field 64, a two-byte tag) and on a mod revision (6).
+        let range = Compare {
+            result: CompareResult::Greater as i32,
+            target: CompareTarget::Mod as i32,
+            key: b"a".to_vec(),
+            target_union: Some(TargetUnion::ModRevision(3)),
+            range_end: b"b".to_vec(),
+        };
+        assert_eq!(
+            range.encode_to_vec(),
+            [0x08, 1, 0x10, 2, 0x1a, 1, b'a', 0x30, 3, 0x82, 0x04, 1, b'b']
+        );
 
         let answer = [
             0x0a, 2, 0x18, 4, // 1: header {revision 4}

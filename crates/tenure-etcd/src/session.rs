@@ -21,6 +21,10 @@ use crate::proto::{KeyValue, TxnRequest, TxnResponse};
 use crate::shared::{lease_seconds, Shared};
 use crate::watcher::{Fired, KeyWatch, KeyWatcher};
 
+mod seat;
+
+pub(crate) use seat::SEAT_BATCH;
+
 /// Seats per transaction of a batch: two operations each (a put and a read), within
 /// etcd's default limit of 128 operations per transaction (`--max-txn-ops`).
 pub(crate) const BATCH: usize = 64;
@@ -48,6 +52,8 @@ struct Inner {
     enqueues: Arc<Batcher>,
     /// Looks at queues (is our key there, which key is before it), likewise.
     looks: Arc<Batcher>,
+    /// Takes of free seats (tenure layout), likewise.
+    takes: Arc<Batcher>,
     candidacies: Mutex<HashMap<ElectionName, Candidacy>>,
     events: SessionEvents,
     life: Lifetime,
@@ -61,6 +67,9 @@ struct Candidacy {
     granted: bool,
     /// Stops the task that reports the key's deletion while held.
     monitor: Option<CancellationToken>,
+    /// Tenure layout: the queue key of this candidacy and its create revision, while
+    /// it is in the store (a holder keeps it until it releases the seat).
+    queue: Option<(String, i64)>,
 }
 
 impl fmt::Debug for EtcdSession {
@@ -113,6 +122,7 @@ impl EtcdSession {
         let inner = Arc::new(Inner {
             enqueues: Batcher::new(shared.clone(), "campaign"),
             looks: Batcher::new(shared.clone(), "campaign: look at the queue"),
+            takes: Batcher::new(shared.clone(), "campaign: take the seat"),
             shared,
             lease,
             keeper: tokio::sync::Mutex::new(None),
@@ -262,6 +272,7 @@ impl Inner {
             revision,
             granted: false,
             monitor: None,
+            queue: None,
         };
         self.lock().insert(election.clone(), candidacy);
     }
@@ -339,6 +350,7 @@ impl Inner {
                 revision,
                 granted: true,
                 monitor: Some(stop.clone()),
+                queue: None,
             },
         );
         tokio::spawn(
@@ -420,17 +432,34 @@ impl Inner {
     }
 
     fn forget(&self, election: &ElectionName, token: Option<FencingToken>) {
+        self.take_candidacy(election, token);
+    }
+
+    /// Remove and return the candidacy in `election` (only the grant with `token` if
+    /// given), stopping its monitor.
+    fn take_candidacy(
+        &self,
+        election: &ElectionName,
+        token: Option<FencingToken>,
+    ) -> Option<Candidacy> {
         let mut candidacies = self.lock();
         let matches = candidacies
             .get(election)
             .is_some_and(|c| token.is_none_or(|t| revision_token(c.revision) == t));
-        if matches {
-            if let Some(c) = candidacies.remove(election) {
-                if let Some(m) = c.monitor {
-                    m.cancel();
-                }
-            }
+        if !matches {
+            return None;
         }
+        let c = candidacies.remove(election)?;
+        if let Some(m) = &c.monitor {
+            m.cancel();
+        }
+        Some(c)
+    }
+
+    /// Whether elections use the tenure layout's seat and priority queue (the Go
+    /// layout keeps Go's keys: the oldest key leads).
+    fn seated(&self) -> bool {
+        self.shared.keys.layout() == crate::keys::EtcdLayout::Tenure
     }
 }
 
@@ -470,6 +499,9 @@ impl BackendSession for EtcdSession {
     ) -> Result<FencingToken> {
         let inner = &self.inner;
         inner.life.check_open()?;
+        if inner.seated() {
+            return inner.campaign_seat(election, candidate).await;
+        }
         let key = inner.key(election);
         let range = inner.shared.keys.election_range(election);
         let value = inner.shared.keys.candidate_value(candidate);
@@ -543,6 +575,11 @@ impl BackendSession for EtcdSession {
     ) -> Result<Option<FencingToken>> {
         let inner = &self.inner;
         inner.life.check_open()?;
+        if inner.seated() {
+            let seats = [(election.clone(), candidate.clone())];
+            let taken = inner.try_seats(&seats).await?;
+            return Ok(taken.into_iter().next().flatten());
+        }
         let key = inner.key(election);
         let value = inner.shared.keys.candidate_value(candidate);
         let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
@@ -566,6 +603,13 @@ impl BackendSession for EtcdSession {
     ) -> Result<Vec<Option<FencingToken>>> {
         let inner = &self.inner;
         inner.life.check_open()?;
+        if inner.seated() {
+            let mut answers = Vec::with_capacity(seats.len());
+            for chunk in seats.chunks(seat::SEAT_BATCH) {
+                answers.extend(inner.try_seats(chunk).await?);
+            }
+            return Ok(answers);
+        }
         let mut answers = Vec::with_capacity(seats.len());
         for chunk in seats.chunks(BATCH) {
             match inner.try_chunk(chunk).await? {
@@ -583,6 +627,12 @@ impl BackendSession for EtcdSession {
 
     async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
         let inner = &self.inner;
+        if inner.seated() {
+            for chunk in grants.chunks(seat::SEAT_BATCH) {
+                inner.release_seats(chunk).await?;
+            }
+            return Ok(());
+        }
         for chunk in grants.chunks(BATCH) {
             let mut txn = TxnRequest::default();
             for (election, token) in chunk {
@@ -607,6 +657,9 @@ impl BackendSession for EtcdSession {
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
         let inner = &self.inner;
+        if inner.seated() {
+            return inner.release_seats(&[(election.clone(), token)]).await;
+        }
         let key = inner.key(election);
         inner.forget(election, token);
         match token {
