@@ -33,8 +33,10 @@ use crate::types::PeerId;
 /// sharing the node's TCP transport. A node is a candidate in an election
 /// while one of its sessions campaigns for it or holds it; the seat is held
 /// by the node the algorithm elects *and* a majority of the whole membership
-/// acknowledges, and within that node by its first waiting session; the
-/// fencing token is the quorum epoch. See the crate docs for the semantics
+/// acknowledges, and within that node by its best waiting session
+/// (priority, then arrival); the fencing token is the quorum epoch. A node
+/// with waiters stands back while another node announces a higher priority
+/// (contract clause 14). See the crate docs for the semantics
 /// and the contract table.
 ///
 /// Clones share the node; it stops when the last clone is dropped (or on
