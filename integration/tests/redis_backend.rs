@@ -666,3 +666,55 @@ async fn the_queue_is_ordered_by_priority_then_arrival_and_a_handover_moves_its_
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.to_string().contains("order"), "{err}");
 }
+
+/// Clause 14: a newcomer with a higher priority than the waiter a free seat is kept for
+/// (woken, not granted yet) takes the seat at once, as it would preempt that waiter right
+/// after its grant; not from a waiter that opted out of preemption.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_of_a_higher_priority_takes_a_seat_kept_for_a_lower_waiter() {
+    let server = RedisServer::start().await.expect("redis");
+    let b = backend(server.endpoint(), "&poll_interval_ms=30000").await;
+    let mut raw = connect(server.endpoint()).await;
+    let t = timing(Duration::from_secs(10));
+    for (round, kept_for) in [
+        ("preemptible", cand("w")),
+        ("opted-out", cand("w").never_preempted()),
+    ] {
+        let e = name(&format!("kept/{round}"));
+        let sa = session(&b, &t).await;
+        let _a = sa
+            .campaign(&e, &cand("a").never_preempted())
+            .await
+            .expect("campaign");
+        let sw = session(&b, &t).await;
+        let w_id = sw.id();
+        let w = spawn_campaign(sw, &e, kept_for);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The seat goes without a message, and is kept for w (as after a release whose
+        // wake-up w has not answered yet).
+        let prefix = run_prefix();
+        cmd::<()>(&mut raw, &["DEL", &format!("{prefix}:seat:kept/{round}")]).await;
+        let time: Vec<String> = cmd(&mut raw, &["TIME"]).await;
+        let now_us: u64 =
+            time[0].parse::<u64>().expect("s") * 1_000_000 + time[1].parse::<u64>().expect("us");
+        let kept = format!("{w_id} {}", now_us + 60_000_000);
+        let next = format!("{prefix}:next:kept/{round}");
+        cmd::<()>(&mut raw, &["SET", &next, &kept, "PX", "60000"]).await;
+        let sn = session(&b, &t).await;
+        let newcomer = spawn_campaign(sn, &e, ranked("n", 5));
+        if round == "preemptible" {
+            let (granted, _sn) =
+                wait_grant(newcomer, Duration::from_millis(500), "the newcomer took it").await;
+            assert_eq!(granted.candidate().id(), "n");
+            assert!(!w.is_finished(), "w was granted too");
+        } else {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(
+                !newcomer.is_finished(),
+                "the newcomer took a seat kept for a waiter that opted out"
+            );
+            newcomer.abort();
+        }
+        w.abort();
+    }
+}

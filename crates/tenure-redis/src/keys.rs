@@ -7,7 +7,7 @@
 //! | `P:seat:E` | the seat: a string `<session id>\n<token>\n<terms>\n<candidate id>\n<value>` with the holder session's TTL; `<terms>` is `prio <priority> <preemptible 1/0> <told 1/0>` (see [`SeatTerms`]) |
 //! | `P:token:E` | the fencing counter (no TTL) |
 //! | `P:queue:E` | waiting sessions, a sorted set by priority, then arrival (see [`queue_band`]) |
-//! | `P:wait:E:<id>` | session `<id>` is still waiting for `E` (renewed by each of its attempts); its value is the waiting candidate's id |
+//! | `P:wait:E:<id>` | session `<id>` is still waiting for `E` (renewed by each of its attempts); its value is the waiter's tag (see [`waiter_tag`]) |
 //! | `P:next:E` | the waiter a free seat is kept for: `<session id> <deadline in µs>` (the waiter woken last) |
 //! | `P:chan:D:E` | the pub/sub channel (channels are not per database, so `D` is in it) |
 //! | `P:session:<id>` | a session, with the session TTL |
@@ -193,6 +193,19 @@ impl SeatTerms {
     }
 }
 
+/// The value of a waiter's liveness key: `<priority> <preemptible 1/0> <candidate id>`
+/// (the id last: it has no spaces, but may have anything else). The handover script
+/// finds a waiter by the id; a newcomer of a higher priority takes a free seat kept for
+/// a preemptible waiter of a lower one.
+pub(crate) fn waiter_tag(candidate: &Candidate) -> String {
+    format!(
+        "{} {} {}",
+        candidate.priority(),
+        candidate.preemptible() as u8,
+        candidate.id()
+    )
+}
+
 /// A seat value as stored: who holds it, with which token, on which terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Seat {
@@ -351,6 +364,20 @@ mod tests {
         ] {
             assert_eq!(SeatTerms::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn waiter_tags() {
+        let c = Candidate::new("node:1,a=b").unwrap();
+        assert_eq!(waiter_tag(&c), "0 1 node:1,a=b");
+        let c = c.with_priority(-12).unwrap().never_preempted();
+        let tag = waiter_tag(&c);
+        assert_eq!(tag, "-12 0 node:1,a=b");
+        // What the scripts read back: priority, opt-out, then the id whole.
+        let mut parts = tag.splitn(3, ' ');
+        assert_eq!(parts.next().map(str::parse::<i32>), Some(Ok(-12)));
+        assert_eq!(parts.next(), Some("0"));
+        assert_eq!(parts.next(), Some(c.id()));
     }
 
     #[test]

@@ -52,15 +52,28 @@ end
 -- Whether session `sid` may take the free seat. It is kept for the waiter woken last
 -- until that one's deadline (one that lets it pass leaves the queue); else for the best
 -- waiter still waiting, which is woken now. With nobody waiting, anyone may take it.
-local function may_take(sid, queue, waits, nextkey, channel, grace)
+-- A waiting candidate of priority `priority` (nil for a try) with a higher priority
+-- than the preemptible waiter the seat is kept for takes it, as it would preempt that
+-- waiter right after its grant; not from a handover's waiter.
+local function may_take(sid, queue, waits, nextkey, channel, grace, priority)
   local r = redis.call('GET', nextkey)
   if r then
     local sp = string.find(r, ' ', 1, true)
     local who = sp and string.sub(r, 1, sp - 1) or ''
     if who == sid then return true end
     local deadline = sp and tonumber(string.sub(r, sp + 1)) or 0
-    if redis.call('EXISTS', waits .. who) == 1 and redis.call('ZSCORE', queue, who) then
-      if now_us() <= deadline then return false end
+    local tag = redis.call('GET', waits .. who)
+    local score = redis.call('ZSCORE', queue, who)
+    if tag and score then
+      if now_us() <= deadline then
+        local wp, wpre = string.match(tag, '^(%-?%d+) ([01]) ')
+        if priority and wp and wpre == '1' and tonumber(score) >= 0
+            and tonumber(priority) > tonumber(wp) then
+          redis.call('DEL', nextkey)
+          return true
+        end
+        return false
+      end
       redis.call('ZREM', queue, who)
       redis.call('DEL', waits .. who)
     end
@@ -141,7 +154,7 @@ end
 /// 8 how long a waiter's place is kept without an attempt (ms), 9 priority, 10 seat
 /// terms, 11 the priority's lowest queue score, 12 the next band's (exclusive), 13 how
 /// long a free seat is kept for the waiter woken (ms), 14 session channel prefix,
-/// 15 election.
+/// 15 election, 16 the waiter's tag (see [`waiter_tag`](crate::keys::waiter_tag)).
 ///
 /// Returns `{-1}` if the session is gone, `{1, token}` on a grant, `{0, seat PTTL,
 /// queue rank or -1}` if someone else holds it or it is kept for someone else.
@@ -173,14 +186,14 @@ if wait then
     if last[2] then score = math.min(tonumber(last[2]) + 1, band_end - 1) end
     redis.call('ZADD', queue, num(score), sid)
   end
-  redis.call('SET', waits .. sid, ARGV[3], 'PX', ARGV[8])
+  redis.call('SET', waits .. sid, ARGV[16], 'PX', ARGV[8])
   local keep = tonumber(ARGV[8])
   if redis.call('PTTL', queue) < keep then
     redis.call('PEXPIRE', queue, keep)
   end
 end
 if not cur then
-  if may_take(sid, queue, waits, nextkey, channel, grace) then
+  if may_take(sid, queue, waits, nextkey, channel, grace, wait and ARGV[9] or nil) then
     return {1, grant(seat, KEYS[2], queue, nextkey, sid, ARGV[2], ARGV[3], ARGV[4], ARGV[10], channel, waits)}
   end
 elseif wait then
@@ -220,7 +233,7 @@ for i = 0, (#KEYS - 1) / 4 - 1 do
   if cur then
     take = string.sub(cur, 1, #sid + 1) == sid .. '\n'
   else
-    take = may_take(sid, queue, ARGV[a + 4], nextkey, ARGV[a + 3], ARGV[3])
+    take = may_take(sid, queue, ARGV[a + 4], nextkey, ARGV[a + 3], ARGV[3], nil)
   end
   if take then
     out[i + 1] = grant(seat, counter, queue, nextkey, sid, ARGV[2],
@@ -344,7 +357,8 @@ if to == '' then
 else
   local found
   for _, s in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-    if redis.call('GET', ARGV[2] .. s) == to then
+    local tag = redis.call('GET', ARGV[2] .. s)
+    if tag and string.match(tag, '^%S+ %S+ (.*)$') == to then
       found = s
       break
     end

@@ -15,7 +15,7 @@ use tokio_util::sync::DropGuard;
 use crate::error::{session_gone, unexpected, TAG};
 use crate::hub::Registration;
 use crate::keys::{
-    millis_up, new_session_id, queue_band, session_key, ElectionKeys, SeatTerms, BAND,
+    millis_up, new_session_id, queue_band, session_key, waiter_tag, ElectionKeys, SeatTerms, BAND,
 };
 use crate::scripts::{
     ACQUIRE_MANY_SCRIPT, ACQUIRE_SCRIPT, CLOSE_SCRIPT, LEAVE_SCRIPT, REGISTER_SCRIPT,
@@ -245,7 +245,8 @@ impl Inner {
             .arg(band + BAND)
             .arg(shared.grace_ms())
             .arg(&shared.session_channels)
-            .arg(&keys.election);
+            .arg(&keys.election)
+            .arg(waiter_tag(candidate));
         let reply = shared
             .guarded_script(Purpose::Election, "campaign", &invocation)
             .await?;
