@@ -218,15 +218,59 @@ impl ZkSession {
             if found.is_none() {
                 continue;
             }
+            // The best waiter also watches the election node's data, whose version every
+            // join, grant and handover bumps: it lists again at each, so that when the
+            // seat is released its version is current and it takes the seat without
+            // another list. An exists watch armed on another version: list again now.
+            let mut version_changed: Option<OwnWatch> = None;
+            if position == 0 {
+                let (current, w) = self
+                    .shared
+                    .requests
+                    .call("campaign", client.check_and_watch_stat(&dir))
+                    .await?;
+                if current.is_none_or(|c| c.version != stat.version) {
+                    continue;
+                }
+                version_changed = Some(Box::pin(w.changed()));
+            }
+            let version_changed = async {
+                match version_changed {
+                    Some(w) => w.await,
+                    None => std::future::pending().await,
+                }
+            };
             let own_changed = async {
                 match own_watch.as_mut() {
                     Some((_, w)) => w.as_mut().await,
                     None => std::future::pending().await,
                 }
             };
+            let watching_leader = position == 0;
+            // Biased: a change of our node or of the version, when its event is in
+            // together with the release's, is seen first (a grant on that version
+            // would fail anyway).
             tokio::select! {
-                _ = watcher.changed() => {}
+                biased;
                 _ = own_changed => own_watch = None,
+                _ = version_changed => {}
+                event = watcher.changed() => {
+                    if watching_leader && event.event_type == EventType::NodeDeleted {
+                        // The seat was released. If nothing joined, was granted or asked
+                        // for a handover since the list (the version is unchanged), the
+                        // only leader node then is the one just deleted and nobody queued
+                        // ahead since: take the seat on that version without listing
+                        // again. Otherwise the transaction fails and we list.
+                        match self
+                            .grant(&client, &dir, &node, candidate, stat.version, &q.handovers)
+                            .await
+                        {
+                            Ok(held) => return Ok(Some(self.hold(election, &dir, held, candidate))),
+                            Err(e) if contended(&e) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
                 state = states.changed() => {
                     if state.is_terminated() {
                         return Err(match state {
