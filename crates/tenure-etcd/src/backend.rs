@@ -28,10 +28,13 @@ const MIN_TTL: Duration = Duration::from_secs(1);
 /// An etcd v3 store as a tenure backend.
 ///
 /// Each [`Session`](tenure_core::Session) is one etcd lease, kept alive over one
-/// keep-alive stream whatever the number of elections it holds; each candidacy is a key
-/// `<prefix>/<election>/@<lease-id>` attached to the lease; the key with the lowest
-/// create revision leads and its create revision is the fencing token. A waiter watches
-/// only the key just before its own, so a resign wakes exactly one waiter. A member is
+/// keep-alive stream whatever the number of elections it holds; each candidacy is a
+/// queue key `<prefix>/<election>/@<bucket>-<lease-id>` attached to the lease, ordered
+/// by priority (the bucket) then create revision; the best waiter takes the seat key
+/// `<prefix>/<election>/#seat` by a transaction that checks nobody is ahead, and the
+/// seat's create revision is the fencing token. A waiter watches only the key just
+/// before its own, so a resign wakes exactly one waiter. With `layout=go` the keys are
+/// Go's and the oldest key leads (no priorities). A member is
 /// a key `<prefix>/@members/<namespace>/@<id>` attached to its session's lease, so it
 /// goes with the session; member lists are range reads and prefix watches.
 ///
