@@ -567,6 +567,9 @@ tenure_core::conformance_tests!(@multi go_env();
     clause_10_run_when_leader => check_run_when_leader,
     clause_11_stall_detection => check_stall_detection,
     clause_12_bad_input => check_bad_input,
+    // Go's recipe has no priority: the layout does not declare clause 14, so this
+    // checks that priorities and handovers are refused with Unsupported.
+    clause_14_priority => check_priority,
     session_holds_many_elections => check_many_elections_one_session,
     session_resigns_seats_in_batches => check_batch_resign,
 );
