@@ -1,0 +1,205 @@
+//! Clause 14 on a real etcd beyond the shared checks: the paths of the seat layout that
+//! `check_priority` may or may not take, made certain here. A handover to a waiter
+//! deep in the queue (nobody wakes it on the release, so the first in line hands the
+//! seat over on its lease), and a handover whose target left before the release (the
+//! next grant goes in order and uses the request up).
+
+use std::time::Duration;
+
+use tenure_core::testing::Env;
+use tenure_core::{Candidate, LossReason, Session};
+use tenure_integration::EtcdServer;
+
+tenure_integration::shared_server!(EtcdServer, "etcd");
+
+/// A bound far below the TTL (2 s): met only by notification, not by an expiry.
+const PROMPT: Duration = Duration::from_secs(1);
+/// How long a waiter must keep waiting to count as not granted.
+const QUIET: Duration = Duration::from_millis(300);
+
+fn url(hosts: &str) -> String {
+    let hosts = hosts.trim_start_matches("http://");
+    format!("etcd://{hosts}?prefix=tenure-priority&connect_timeout_ms=1000&request_timeout_ms=1000")
+}
+
+async fn env() -> Env {
+    let (endpoint, server) = shared_server();
+    tenure_integration::etcd_env(&endpoint, server, url).await
+}
+
+fn cand(id: &str, priority: i32) -> Candidate {
+    Candidate::new(id)
+        .expect("candidate")
+        .with_priority(priority)
+        .expect("priority")
+}
+
+/// `s` campaigns for `election` as `c` in a task; the task ends with the grant.
+fn waiter(
+    s: &Session,
+    election: &tenure_core::ElectionName,
+    c: Candidate,
+) -> tokio::task::JoinHandle<tenure_core::Leadership> {
+    let (s, e) = (s.clone(), election.clone());
+    tokio::spawn(async move { s.campaign(&e, &c).await.expect("campaign") })
+}
+
+async fn settle() {
+    tokio::time::sleep(QUIET).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_reaches_a_waiter_deep_in_the_queue() {
+    let env = env().await;
+    let election = env.election("deep-handover");
+    let sessions = [
+        env.session().await,
+        env.session().await,
+        env.session().await,
+        env.session().await,
+    ];
+    let [sa, sb, sc, sd] = &sessions;
+    let a = sa
+        .campaign(&election, &cand("a", 0).never_preempted())
+        .await
+        .expect("a");
+    // Order: b (9), then c and d (0, in arrival order); d waits on c, not on the seat.
+    let b = waiter(sb, &election, cand("b", 9));
+    settle().await;
+    let c = waiter(sc, &election, cand("c", 0));
+    settle().await;
+    let d = waiter(sd, &election, cand("d", 0));
+    settle().await;
+    assert!(a.is_leader(), "a holder that opted out was preempted");
+    let asked = sa
+        .observer()
+        .handover(&election, Some("d"))
+        .await
+        .expect("handover");
+    assert_eq!((asked.id.as_str(), asked.token), ("a", a.token()));
+    let d = tokio::time::timeout(PROMPT, d)
+        .await
+        .expect("d granted by notification")
+        .expect("d");
+    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
+    assert!(d.token() > a.token());
+    assert!(a.lost_at().expect("lost") <= d.granted_at(), "overlap");
+    settle().await;
+    assert!(
+        !b.is_finished() && !c.is_finished(),
+        "the seat went to d only"
+    );
+    let leader = sa
+        .leader(&election)
+        .await
+        .expect("leader")
+        .expect("d leads");
+    assert_eq!((leader.id.as_str(), leader.token), ("d", d.token()));
+    // The request is used up: after d, the queue order again (b, then c).
+    let d_token = d.token();
+    d.resign().await.expect("resign");
+    let b = tokio::time::timeout(PROMPT, b)
+        .await
+        .expect("b")
+        .expect("b");
+    assert!(b.token() > d_token);
+    assert!(!c.is_finished());
+    b.resign().await.expect("resign");
+    let c = tokio::time::timeout(PROMPT, c)
+        .await
+        .expect("c")
+        .expect("c");
+    c.resign().await.expect("resign");
+    for s in sessions {
+        s.close().await.expect("close");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_whose_target_left_goes_in_order_and_is_used_up() {
+    let env = env().await;
+    let election = env.election("gone-handover");
+    let sessions = [
+        env.session().await,
+        env.session().await,
+        env.session().await,
+    ];
+    let [sa, sb, sc] = &sessions;
+    let a = sa
+        .campaign(&election, &cand("a", 0).never_preempted())
+        .await
+        .expect("a");
+    let b = waiter(sb, &election, cand("b", 0));
+    settle().await;
+    let c = waiter(sc, &election, cand("c", 0));
+    settle().await;
+    sa.observer()
+        .handover(&election, Some("c"))
+        .await
+        .expect("handover");
+    // The holder is told; before its release lands c may already be gone, or not:
+    // close c's session either way and see the seat go to b.
+    c.abort();
+    sc.close().await.expect("close c");
+    let b = tokio::time::timeout(PROMPT * 3, b)
+        .await
+        .expect("b granted")
+        .expect("b");
+    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
+    assert!(b.token() > a.token());
+    // Used up: a newcomer of the same priority queues behind b and b keeps the seat.
+    let late = waiter(sa, &election, cand("late", 0));
+    settle().await;
+    assert!(b.is_leader() && !late.is_finished());
+    b.resign().await.expect("resign");
+    let late = tokio::time::timeout(PROMPT, late)
+        .await
+        .expect("late")
+        .expect("late");
+    late.resign().await.expect("resign");
+    for s in sessions {
+        let _ = s.close().await;
+    }
+}
+
+/// A handover to the best waiter (`None`) moves a holder that opted out, and the
+/// best waiter by priority is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_to_the_best_waiter_follows_the_priorities() {
+    let env = env().await;
+    let election = env.election("best-handover");
+    let sessions = [
+        env.session().await,
+        env.session().await,
+        env.session().await,
+    ];
+    let [sa, sb, sc] = &sessions;
+    let a = sa
+        .campaign(&election, &cand("a", 7).never_preempted())
+        .await
+        .expect("a");
+    let low = waiter(sb, &election, cand("low", 1));
+    settle().await;
+    let high = waiter(sc, &election, cand("high", 3));
+    settle().await;
+    assert!(a.is_leader(), "lower priorities preempted the holder");
+    sa.observer()
+        .handover(&election, None)
+        .await
+        .expect("handover");
+    let high = tokio::time::timeout(PROMPT, high)
+        .await
+        .expect("high granted")
+        .expect("high");
+    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
+    assert!(!low.is_finished());
+    high.resign().await.expect("resign");
+    let low = tokio::time::timeout(PROMPT, low)
+        .await
+        .expect("low")
+        .expect("low");
+    low.resign().await.expect("resign");
+    for s in sessions {
+        s.close().await.expect("close");
+    }
+}
