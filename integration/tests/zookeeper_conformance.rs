@@ -357,3 +357,87 @@ async fn nodes_deleted_by_hand_revoke_and_requeue() {
         s.close().await.unwrap();
     }
 }
+
+/// Priority layout under churn: candidates of mixed priorities (some never preempted)
+/// campaign, hold briefly or until preempted, and resign, while an observer asks for
+/// handovers now and then: no two grants overlap, tokens grow in grant order, and
+/// every campaign is granted in the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priorities_under_churn_never_overlap() {
+    use tenure_core::testing::{assert_intervals_disjoint, Interval};
+    const ROUNDS: usize = 8;
+    let env = zk_env().await;
+    let election = ElectionName::new(format!("{}/churn", env.prefix)).unwrap();
+    let intervals = Arc::new(Mutex::new(Vec::new()));
+    let preempted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..5usize {
+        let session = env.session().await;
+        let (election, intervals, preempted) =
+            (election.clone(), intervals.clone(), preempted.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let priority = ((i * 3 + round * 5) % 7) as i32 - 3;
+                let mut me = Candidate::new(format!("c{i}"))
+                    .unwrap()
+                    .with_priority(priority)
+                    .unwrap();
+                if (i + round) % 4 == 0 {
+                    me = me.never_preempted();
+                }
+                let l = session.campaign(&election, &me).await.expect("campaign");
+                let hold = Duration::from_millis(5 + (i as u64 * 7 + round as u64 * 3) % 30);
+                tokio::select! {
+                    reason = l.lost_wait() => {
+                        assert_eq!(reason, LossReason::Preempted, "c{i}");
+                        preempted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    _ = tokio::time::sleep(hold) => {}
+                }
+                let watch = l.watch();
+                l.resign().await.expect("resign");
+                intervals.lock().unwrap().push(Interval {
+                    holder: watch.candidate().id().to_string(),
+                    token: watch.token(),
+                    start: watch.granted_at(),
+                    end: watch.lost_at().expect("ended"),
+                });
+            }
+            session.close().await.expect("close");
+        }));
+    }
+    let observer = env.session().await;
+    let asking = {
+        let (observer, election) = (observer.clone(), election.clone());
+        tokio::spawn(async move {
+            let mut asked = 0;
+            for n in 0..40u32 {
+                tokio::time::sleep(Duration::from_millis(23)).await;
+                let to = format!("c{}", n % 5);
+                let to = (n % 3 != 0).then_some(to.as_str());
+                match observer.observer().handover(&election, to).await {
+                    Ok(_) => asked += 1,
+                    Err(e) => assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}"),
+                }
+            }
+            asked
+        })
+    };
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("every campaign granted within 60 s")
+            .expect("candidate task");
+    }
+    let asked = asking.await.expect("handover task");
+    let intervals = intervals.lock().unwrap().clone();
+    assert_eq!(intervals.len(), 5 * ROUNDS);
+    eprintln!(
+        "churn: {} grants, {} ended preempted, {asked} handovers asked",
+        intervals.len(),
+        preempted.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    assert_intervals_disjoint(intervals);
+    assert_eq!(env.backend.leader(&election).await.unwrap(), None);
+    observer.close().await.unwrap();
+}

@@ -1006,13 +1006,16 @@ impl BackendSession for ZkSession {
                 let paths = node.paths(&election_dir(election));
                 let client = &client;
                 async move {
-                    // The leader node first: waiters hear of the free seat at once.
-                    for path in paths {
-                        let _ = tokio::time::timeout(
-                            self.shared.config.get_request_timeout(),
-                            client.delete(&path, None),
-                        )
-                        .await;
+                    let limit = self.shared.config.get_request_timeout();
+                    if let [path] = paths.as_slice() {
+                        let _ = tokio::time::timeout(limit, client.delete(path, None)).await;
+                        return;
+                    }
+                    // The seat and the place in line together (priority layout), as in
+                    // `resign`: the next waiter never finds the leaving one ahead of it.
+                    let mut writer = client.new_multi_writer();
+                    if paths.iter().all(|p| writer.add_delete(p, None).is_ok()) {
+                        let _ = tokio::time::timeout(limit, writer.commit()).await;
                     }
                 }
             });
