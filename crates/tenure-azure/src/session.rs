@@ -436,11 +436,23 @@ impl Inner {
             }
             _ => match self.attempt(election, candidate, lease, false).await? {
                 Attempt::Granted(token) => {
-                    self.leave_queue(election).await;
-                    if let Some(h) = handover {
-                        // The grant uses the request up.
-                        let _ = store.delete_if_unchanged(&request, &h.etag).await;
-                    }
+                    // Out of the queue, and the handover request (if any) used up, in
+                    // the background: the grant need not wait for it, and until then
+                    // the entry only keeps the others waiting, as they would anyway.
+                    let entry = lock(&self.waiting).remove(election);
+                    let shared = self.shared.clone();
+                    let lease_id = self.lease_id.clone();
+                    let used = handover.map(|h| h.etag.clone());
+                    tokio::spawn(async move {
+                        if let Some(full) = entry {
+                            if let Err(f) = shared.store.delete(&full, Some(&lease_id)).await {
+                                tracing::debug!(blob = %full, error = %f.error.text, "could not leave the queue; the entry lapses");
+                            }
+                        }
+                        if let Some(etag) = used {
+                            let _ = shared.store.delete_if_unchanged(&request, &etag).await;
+                        }
+                    });
                     Ok(Some(token))
                 }
                 Attempt::Held => Ok(None),
