@@ -116,7 +116,10 @@ impl Inner {
                 Ok(()) => return Ok(Some(sent)),
                 Err(f) => f,
             };
-            if failure.code_is("LeaseAlreadyPresent") {
+            // Held; or breaking (a holder asked to step down still holds it).
+            if failure.code_is("LeaseAlreadyPresent")
+                || failure.code_is("LeaseIsBreakingAndCannotBeAcquired")
+            {
                 return Ok(None);
             } else if failure.code_is("BlobNotFound") {
                 self.create_blob(name, what).await?;
@@ -531,7 +534,10 @@ impl BackendSession for AzureSession {
                     // runs out: a waiter of a higher priority, or a handover, asks the
                     // holder to step down. The seat stays ours until the core, told
                     // it is preempted, releases it (from `releasing`).
-                    let broken = f.code.as_deref().is_some_and(|c| c.contains("Broken"));
+                    let broken = f
+                        .code
+                        .as_deref()
+                        .is_some_and(|c| c.contains("Broken") || c.contains("Breaking"));
                     if broken && inner.breaking(&e).await {
                         let moved = {
                             let mut held = lock(&inner.held);
@@ -601,7 +607,18 @@ impl BackendSession for AzureSession {
         // the seat and takes it when free, or tells a holder it preempts.
         let inner = &self.inner;
         let poll = inner.shared.store.config.get_poll_interval();
-        let lease = inner.campaign_lease(election);
+        let mut lease = inner.campaign_lease(election);
+        if !lock(&inner.waiting).contains_key(election) {
+            // Not queued yet: a free seat nobody queues for is taken at once (as
+            // `try_campaign` does), without joining the queue first.
+            if let Attempt::Granted(token) =
+                inner.attempt(election, candidate, &lease, true).await?
+            {
+                return Ok(token);
+            }
+            // A lease taken while others queue was given back (and retired).
+            lease = inner.campaign_lease(election);
+        }
         let mut told = None;
         let mut lapsed = Vec::new();
         let mut read_again = false;
