@@ -116,6 +116,8 @@ pub struct QuorumGuard<A> {
     interest: Option<i16>,
     /// Other members' interests, with when they were last heard.
     interests: BTreeMap<PeerId, (i16, Instant)>,
+    /// When other members last withdrew their interest (or were forgotten).
+    withdrawals: BTreeMap<PeerId, Instant>,
     /// Re-announces a set interest.
     refresh_timer: Timer,
 }
@@ -145,6 +147,7 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             candidates: BTreeSet::new(),
             interest: None,
             interests: BTreeMap::new(),
+            withdrawals: BTreeMap::new(),
             refresh_timer: Timer::default(),
         }
     }
@@ -239,10 +242,23 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
     /// The highest interest another member announced within the last
     /// [`INTEREST_FADES_AFTER`] leases, if any.
     pub fn rival_interest(&self, now: Instant) -> Option<i16> {
+        self.best_rival(now).map(|(p, _)| p)
+    }
+
+    /// The highest interest another member announced within the last
+    /// [`INTEREST_FADES_AFTER`] leases and that member (the highest id among
+    /// equals), if any.
+    pub fn best_rival(&self, now: Instant) -> Option<(i16, PeerId)> {
         self.interests
             .keys()
-            .filter_map(|p| self.interest_of(now, *p))
+            .filter_map(|p| self.interest_of(now, *p).map(|i| (i, *p)))
             .max()
+    }
+
+    /// Whether `peer` withdrew its interest (announced none, or was
+    /// forgotten) at or after `since`.
+    pub fn withdrew_since(&self, peer: PeerId, since: Instant) -> bool {
+        self.withdrawals.get(&peer).is_some_and(|t| *t >= since)
     }
 
     /// The interest `peer` announced, unless it faded.
@@ -254,9 +270,11 @@ impl<A: ElectionAlgorithm> QuorumGuard<A> {
             .map(|(p, _)| *p)
     }
 
-    /// Forgets the interest of `peer` (a driver that could not reach it).
-    pub fn forget_interest(&mut self, peer: PeerId) {
+    /// Forgets the interest of `peer` (a driver that could not reach it) as
+    /// if it had withdrawn it at `now`.
+    pub fn forget_interest(&mut self, now: Instant, peer: PeerId) {
         self.interests.remove(&peer);
+        self.withdrawals.insert(peer, now);
     }
 
     /// Other members that announced themselves as candidates (or sent
@@ -664,7 +682,9 @@ impl<A: ElectionAlgorithm> ElectionAlgorithm for QuorumGuard<A> {
                         self.interests.insert(from, (p, now));
                     }
                     None => {
-                        self.interests.remove(&from);
+                        if self.interests.remove(&from).is_some() {
+                            self.withdrawals.insert(from, now);
+                        }
                     }
                 }
                 if active {
@@ -870,17 +890,22 @@ mod tests {
         assert_eq!(g.rival_interest(faded), Some(-2));
         assert_eq!(g.interest_of(faded, PeerId(2)), None);
         // Withdrawn, or forgotten by the driver.
+        assert_eq!(g.best_rival(t + lease), Some((3, PeerId(2))));
+        assert!(!g.withdrew_since(PeerId(3), t));
         g.handle_message(
-            t,
+            t + lease,
             PeerId(3),
             Message::Candidacy {
                 active: false,
                 priority: None,
             },
         );
-        assert_eq!(g.rival_interest(t), Some(3));
-        g.forget_interest(PeerId(2));
+        assert_eq!(g.rival_interest(t + lease), Some(3));
+        assert!(g.withdrew_since(PeerId(3), t + lease));
+        assert!(!g.withdrew_since(PeerId(3), t + lease * 2));
+        g.forget_interest(t, PeerId(2));
         assert_eq!(g.rival_interest(t), None);
+        assert!(g.withdrew_since(PeerId(2), t));
         // No interest: nothing to refresh.
         assert!(g.set_interest(t, None));
         let gone = Message::Candidacy {

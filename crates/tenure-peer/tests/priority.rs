@@ -260,6 +260,55 @@ async fn a_handover_asked_on_any_node_moves_the_seat_to_the_named_waiter() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_reaches_waiters_on_the_holders_node_and_from_it() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election("priority/handover-local");
+    let (s1, s2, s3) = (
+        session(&nodes[0]).await,
+        session(&nodes[1]).await,
+        session(&nodes[2]).await,
+    );
+    let x = s1
+        .campaign(&e, &cand("x", 0).never_preempted())
+        .await
+        .expect("campaign x");
+    let high = campaign_later(&s3, &e, cand("b", 5));
+    let_queue().await;
+    let local = campaign_later(&session(&nodes[0]).await, &e, cand("a", 0));
+    let_queue().await;
+    // Asked on node 2 for a waiter on the holder's own node.
+    observer(&nodes[1])
+        .handover(&e, Some("a"))
+        .await
+        .expect("handover to a");
+    let a = within(Duration::from_secs(2), "a granted", local)
+        .await
+        .expect("a");
+    assert!(!high.is_finished(), "the seat went to b, not to a");
+    assert_before(&x.watch(), &a);
+    // Asked on the holder's node for a waiter on node 2, b still waiting.
+    let other = campaign_later(&s2, &e, cand("c", -3));
+    let_queue().await;
+    observer(&nodes[0])
+        .handover(&e, Some("c"))
+        .await
+        .expect("handover to c");
+    let c = within(Duration::from_secs(2), "c granted", other)
+        .await
+        .expect("c");
+    assert!(!high.is_finished(), "the seat went to b, not to c");
+    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
+    assert_before(&a.watch(), &c);
+    let c_w = c.watch();
+    c.resign().await.expect("resign");
+    let b = within(Duration::from_secs(2), "b after c", high)
+        .await
+        .expect("b");
+    assert_before(&c_w, &b);
+    b.resign().await.expect("resign");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_interest_of_a_crashed_node_fades() {
     let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
     let e = election("priority/crash");

@@ -122,8 +122,32 @@ struct PendingHandover {
     node: Option<PeerId>,
     /// The waiter on `node` the next grant goes to, if named.
     to: Option<String>,
+    /// When this node learnt of it.
+    since: Instant,
     /// When it lapses if nobody took the seat meanwhile.
     until: TokioInstant,
+}
+
+/// Tells every other member that the grant `epoch` of `name` is to go to
+/// `node` (and `to` there). The holder's node sends it before its release,
+/// on the same connections, so every node defers before it can campaign.
+fn broadcast_handover(
+    transport: &Transport,
+    members: impl Iterator<Item = PeerId>,
+    name: &ElectionName,
+    epoch: u64,
+    node: Option<PeerId>,
+    to: Option<&str>,
+) {
+    for peer in members {
+        let order = Envelope::Handover {
+            channel: name.as_str().to_owned(),
+            epoch,
+            node,
+            to: to.map(str::to_owned),
+        };
+        let _ = transport.send(peer, order);
+    }
 }
 
 /// A candidate's priority as the wire carries it (the core keeps it within
@@ -460,15 +484,26 @@ impl Engine {
                 reply,
             } => {
                 let me = self.me();
-                for peer in self.config.members.keys().filter(|p| **p != me) {
-                    let order = Envelope::Handover {
-                        channel: election.as_str().to_owned(),
-                        epoch,
-                        node,
-                        to: to.clone(),
-                    };
-                    let _ = self.transport.send(*peer, order);
-                }
+                // The holder's node passes the order on itself (in `handover`).
+                let holds = self
+                    .seats
+                    .get(&election)
+                    .and_then(|s| s.holder.as_ref())
+                    .is_some_and(|h| h.token == epoch);
+                let others = self
+                    .config
+                    .members
+                    .keys()
+                    .copied()
+                    .filter(|p| *p != me && !holds);
+                broadcast_handover(
+                    &self.transport,
+                    others,
+                    &election,
+                    epoch,
+                    node,
+                    to.as_deref(),
+                );
                 self.handover(&election, epoch, node, to);
                 let _ = reply.send(());
             }
@@ -490,18 +525,24 @@ impl Engine {
         if !self.ensure_seat(name) {
             return;
         }
+        let me = self.me();
+        let now = self.clock.now();
         let until = TokioInstant::now() + self.config.timing.lease * 2;
         let Some(seat) = self.seats.get_mut(name) else {
             return;
         };
-        seat.handover = Some(PendingHandover {
-            epoch,
-            node,
-            to,
-            until,
-        });
+        // An order for a grant already superseded (a copy that came late).
+        let stale = seat.machine.leader().is_some_and(|l| l.epoch > epoch)
+            || seat.granted.is_some_and(|g| g > epoch);
+        if stale {
+            return;
+        }
         if let Some(h) = seat.holder.as_mut().filter(|h| h.token == epoch) {
             if !h.preempted {
+                // This is the holder's node: pass the order on to everyone
+                // before the release can leave, then tell the holder.
+                let others = self.config.members.keys().copied().filter(|p| *p != me);
+                broadcast_handover(&self.transport, others, name, epoch, node, to.as_deref());
                 h.preempted = true;
                 if let Some(entry) = self.sessions.get(&h.session) {
                     tracing::debug!(election = %name, epoch, "handover: telling the holder");
@@ -509,6 +550,13 @@ impl Engine {
                 }
             }
         }
+        seat.handover = Some(PendingHandover {
+            epoch,
+            node,
+            to,
+            since: now,
+            until,
+        });
         self.settle(name);
     }
 
@@ -766,7 +814,7 @@ impl Engine {
                     };
                     let now = self.clock.now();
                     if let Some(seat) = self.seats.get_mut(&name) {
-                        seat.machine.forget_interest(to);
+                        seat.machine.forget_interest(now, to);
                         seat.machine.peer_unreachable(now, to);
                         self.settle(&name);
                     }
@@ -866,7 +914,7 @@ impl Engine {
             }
             let now = self.clock.now();
             for to in failed {
-                seat.machine.forget_interest(to);
+                seat.machine.forget_interest(now, to);
                 seat.machine.peer_unreachable(now, to);
             }
         }
@@ -919,11 +967,27 @@ impl Engine {
         // the grant (one passed over by a handover) does not.
         let interest = seat.interest();
         seat.machine.set_interest(now, interest);
-        let rival = seat.machine.rival_interest(now);
+        let best_rival = seat.machine.best_rival(now);
+        let rival = best_rival.map(|(p, _)| p);
         if let Some(h) = seat.holder.as_mut() {
             let joined = rival > h.rival_floor;
             h.rival_floor = h.rival_floor.min(rival);
-            if joined && rival.is_some_and(|p| p > wire_priority(&h.candidate)) {
+            let above = best_rival.filter(|(p, _)| *p > wire_priority(&h.candidate));
+            if let (true, Some((_, node))) = (joined, above) {
+                if !h.preempted && h.candidate.preemptible() {
+                    // The other nodes may not have heard of the newcomer
+                    // yet when this node's release reaches them: name its
+                    // node to them first (as a handover does).
+                    let others = self.config.members.keys().copied().filter(|p| *p != me);
+                    broadcast_handover(&self.transport, others, name, h.token, Some(node), None);
+                    seat.handover = Some(PendingHandover {
+                        epoch: h.token,
+                        node: Some(node),
+                        to: None,
+                        since: now,
+                        until: now_t + self.config.timing.lease * 2,
+                    });
+                }
                 preempt(&self.sessions, name, h);
             }
         }
@@ -936,6 +1000,7 @@ impl Engine {
             .iter()
             .map(|w| wire_priority(&w.candidate))
             .max();
+        let since = seat.handover.as_ref().map_or(now, |h| h.since);
         let named = seat
             .handover
             .as_ref()
@@ -945,7 +1010,7 @@ impl Engine {
                 let here = to.is_none_or(|id| seat.waiters.iter().any(|w| w.candidate.id() == id));
                 !here && rival.is_some_and(|r| best_here.is_none_or(|b| r > b))
             }
-            Some((node, _)) if seat.machine.interest_of(now, node).is_some() => true,
+            Some((node, _)) if !seat.machine.withdrew_since(node, since) => true,
             _ => rival.is_some_and(|r| best_here.is_none_or(|b| r > b)),
         };
         let outranked = seat.holder.is_none() && !seat.waiters.is_empty() && deferring;

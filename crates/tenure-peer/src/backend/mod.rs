@@ -274,8 +274,8 @@ impl Backend for PeerBackend {
     /// and where the waiter `to` (or any waiter) waits, waiting for their
     /// answers at most twice the `answer_timeout`; then it tells every
     /// member: the holder's node tells its session (preempted), the other
-    /// nodes defer to the node of `to` (if named) until it takes the seat,
-    /// and that node grants `to` first.
+    /// nodes defer to the node of `to` (or of the best waiter) until it takes
+    /// the seat, and that node grants `to` (or its best waiter) first.
     async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
         let (tx, mut answers) = mpsc::unbounded_channel();
         let asked = {
@@ -326,8 +326,9 @@ impl Backend for PeerBackend {
 }
 
 /// From the answers to a handover question: the grant to end (the highest
-/// epoch held) and the node the seat is to go to (where `to` waits with the
-/// highest priority, ties to the highest id; `None` without `to`).
+/// epoch held) and the node the seat is to go to: where `to` (or, without
+/// `to`, the best waiter) waits with the highest priority, ties to the
+/// highest node id.
 /// Nobody leading, nobody waiting, or no waiter `to`: `InvalidArgument`.
 pub(crate) fn choose_handover(
     election: &ElectionName,
@@ -356,8 +357,7 @@ pub(crate) fn choose_handover(
         (None, None) => Err(invalid(format!(
             "election {election}: nobody waits for it, {holder:?} keeps it"
         ))),
-        (Some(_), Some((_, node))) => Ok((epoch, Some(node))),
-        (None, Some(_)) => Ok((epoch, None)),
+        (_, Some((_, node))) => Ok((epoch, Some(node))),
     }
 }
 
@@ -495,8 +495,11 @@ mod tests {
             choose_handover(&e, Some("c"), &heard).unwrap(),
             (7, Some(PeerId(3)))
         );
-        // Without a name, nobody is named: priorities decide.
-        assert_eq!(choose_handover(&e, None, &heard).unwrap(), (7, None));
+        // Without a name: the node of the best waiter.
+        assert_eq!(
+            choose_handover(&e, None, &heard).unwrap(),
+            (7, Some(PeerId(3)))
+        );
         // The same id on two nodes: the higher priority, then the higher id.
         let two = [
             (PeerId(1), waiter(2)),
