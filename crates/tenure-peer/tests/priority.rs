@@ -107,6 +107,44 @@ async fn a_higher_priority_on_another_node_preempts_the_holder() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemption_goes_to_the_newcomer_not_to_a_third_node_that_waited() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    for run in 0..5 {
+        let e = election(&format!("priority/third-{run}"));
+        let (s1, s2, s3) = (
+            session(&nodes[0]).await,
+            session(&nodes[1]).await,
+            session(&nodes[2]).await,
+        );
+        let l = s2.campaign(&e, &cand("l", 1)).await.expect("campaign l");
+        // Node 3 (the bully's favourite) waits with the holder's priority.
+        let third = campaign_later(&s3, &e, cand("y", 1));
+        let_queue().await;
+        assert!(l.is_leader(), "an equal priority preempted");
+        let newcomer = campaign_later(&s1, &e, cand("x", 5));
+        let x = within(Duration::from_secs(2), "x granted", newcomer)
+            .await
+            .expect("x");
+        assert_eq!(l.loss_reason(), Some(LossReason::Preempted));
+        assert!(
+            !third.is_finished(),
+            "run {run}: the third node took the seat"
+        );
+        assert_before(&l.watch(), &x);
+        let x_w = x.watch();
+        x.resign().await.expect("resign");
+        let y = within(Duration::from_secs(2), "y after x", third)
+            .await
+            .expect("y");
+        assert_before(&x_w, &y);
+        y.resign().await.expect("resign");
+        for s in [s1, s2, s3] {
+            s.close().await.expect("close");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equal_and_lower_priorities_on_other_nodes_do_not_preempt() {
     let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
     let e = election("priority/no-preempt");
