@@ -446,3 +446,51 @@ async fn preemption_gap() {
     // The newcomer on a lower id than the holder: only its priority elects it.
     bench_like(&nodes[2], &nodes[0], runs, "across nodes").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_follows_priorities_across_nodes() {
+    let runs = PeerAlgorithm::ALL.map(|algorithm| async move {
+        let nodes = support::cluster(3, algorithm).await;
+        let e = election(&format!("priority/algo-{}", algorithm.name()));
+        let (s1, s2, s3) = (
+            session(&nodes[0]).await,
+            session(&nodes[1]).await,
+            session(&nodes[2]).await,
+        );
+        let limit = Duration::from_secs(5);
+        let x = within(
+            limit,
+            "x elected",
+            s2.campaign(&e, &cand("x", 0).never_preempted()),
+        )
+        .await
+        .expect("campaign x");
+        let low = campaign_later(&s3, &e, cand("z", 0));
+        let high = campaign_later(&s1, &e, cand("a", 5));
+        let_queue().await;
+        let x_w = x.watch();
+        x.resign().await.expect("resign");
+        let a = within(limit, "a first", high).await.expect("a");
+        assert!(!low.is_finished(), "{algorithm:?}: z before a");
+        assert_before(&x_w, &a);
+        // A higher priority joins on node 2: a is preempted.
+        let top = campaign_later(&session(&nodes[1]).await, &e, cand("b", 9));
+        let b = within(limit, "b preempts", top).await.expect("b");
+        assert_eq!(
+            a.loss_reason(),
+            Some(LossReason::Preempted),
+            "{algorithm:?}"
+        );
+        assert!(!low.is_finished(), "{algorithm:?}: z before b");
+        assert_before(&a.watch(), &b);
+        let b_w = b.watch();
+        b.resign().await.expect("resign");
+        let z = within(limit, "z last", low).await.expect("z");
+        assert_before(&b_w, &z);
+        z.resign().await.expect("resign");
+        algorithm
+    });
+    for done in futures::future::join_all(runs).await {
+        eprintln!("{done:?}: priorities kept");
+    }
+}
