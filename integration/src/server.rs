@@ -1481,6 +1481,10 @@ impl RedisSentinels {
         let primary = data[0];
         let data = Members::spawn(Kind::Redis, "tenure-redis-data-", &data, |i, _, dir| {
             let mut args = redis_args(data[i], dir);
+            // A replica that cannot continue from its offset after a failover needs a
+            // full copy; Redis waits 5 s by default before sending one, for other
+            // replicas to join it. Here there is at most one other replica.
+            args.extend(["--repl-diskless-sync-delay".into(), "0".into()]);
             if i > 0 {
                 args.extend([
                     "--replicaof".into(),
@@ -1594,6 +1598,33 @@ impl RedisSentinels {
                 chosen.ok_or_else(|| HarnessError::not_running(what))
             },
         )
+        .await
+    }
+
+    /// Waits until data node `primary` has a replica whose link is up and in sync
+    /// (`INFO replication` lists one with `state=online`), up to `within`; returns how
+    /// long that took. A grant or renewal with `wait_replicas=1` can be confirmed only
+    /// then. On time-out the error shows the node's replication section.
+    pub async fn wait_replica_online(&self, primary: usize, within: Duration) -> Result<Duration> {
+        let started = std::time::Instant::now();
+        let addr = self
+            .data
+            .addrs()
+            .get(primary)
+            .copied()
+            .ok_or_else(|| HarnessError::not_running(format!("data node {primary}")))?;
+        retry(within, Duration::from_millis(50), || async {
+            let info = redis_query::<String>(addr, &["INFO", "replication"]).await;
+            match info {
+                Ok(info) if info.contains("state=online") => Ok(started.elapsed()),
+                Ok(info) => Err(HarnessError::not_running(format!(
+                    "an online replica of data node {primary} within {within:?} (its INFO \
+                     replication: {})",
+                    info.trim().replace("\r\n", "; ")
+                ))),
+                Err(e) => Err(e),
+            }
+        })
         .await
     }
 

@@ -116,6 +116,23 @@ async fn failover(query: &str, fault_kind: Fault) -> String {
         tokio::time::sleep(Duration::from_secs(1)).await;
         group.data().resume(old).expect("resume the old primary");
     }
+    // With the guard, nothing can be granted or renewed until a replica of the new
+    // primary is in sync again, however long Redis takes to copy the data over: the
+    // bound below starts then.
+    let synced = if query == GUARDED {
+        match group
+            .wait_replica_online(new, Duration::from_secs(30))
+            .await
+        {
+            Ok(_) => format!(
+                ", a replica in sync with it {:.1} s after the fault",
+                fault.elapsed().as_secs_f64()
+            ),
+            Err(e) => panic!("the guard cannot confirm anything: {e}"),
+        }
+    } else {
+        String::new()
+    };
     let within = TTL * 3;
     let granted = tokio::time::timeout(within, b).await;
     let what = match fault_kind {
@@ -124,7 +141,7 @@ async fn failover(query: &str, fault_kind: Fault) -> String {
         Fault::Promote => "live (SENTINEL FAILOVER)",
     };
     let head = format!(
-        "{what} primary, {}: Sentinel promoted node {new} {:.1} s after the fault",
+        "{what} primary, {}: Sentinel promoted node {new} {:.1} s after the fault{synced}",
         if query == GUARDED {
             "guard on"
         } else {
