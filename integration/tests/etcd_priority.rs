@@ -203,3 +203,62 @@ async fn a_handover_to_the_best_waiter_follows_the_priorities() {
         s.close().await.expect("close");
     }
 }
+
+/// A campaign the core asks for again without withdrawing it (as after a broken watch)
+/// keeps its queue key, and so its place: it is granted before a waiter that queued
+/// after its first attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_asked_again_keeps_its_place() {
+    use tenure_core::backend::SessionEvents;
+    use tenure_core::Backend;
+    let (endpoint, _server) = shared_server();
+    let b = tenure_etcd::EtcdBackend::from_url(&url(&endpoint))
+        .await
+        .expect("backend");
+    let election =
+        tenure_core::ElectionName::new(format!("kept-place-{}", tenure_integration::run_prefix()))
+            .expect("name");
+    let open = || async {
+        let (events, rx) = SessionEvents::channel();
+        let s = b.open_session(Duration::from_secs(10), events).await;
+        (s.expect("open"), rx)
+    };
+    let ((holder, _h), (first, _f), (second, _s)) = (open().await, open().await, open().await);
+    let token = holder
+        .campaign(&election, &cand("holder", 0))
+        .await
+        .expect("holder");
+    // The first waiter's campaign is dropped while it waits, without a resign.
+    let again = tokio::time::timeout(QUIET, first.campaign(&election, &cand("first", 0))).await;
+    assert!(again.is_err(), "granted while the seat was held");
+    let later = {
+        let (s, e) = (second.clone(), election.clone());
+        tokio::spawn(async move { s.campaign(&e, &cand("second", 0)).await })
+    };
+    settle().await;
+    let retried = {
+        let (s, e) = (first.clone(), election.clone());
+        tokio::spawn(async move { s.campaign(&e, &cand("first", 0)).await })
+    };
+    settle().await;
+    holder.resign(&election, Some(token)).await.expect("resign");
+    let granted = tokio::time::timeout(PROMPT, retried)
+        .await
+        .expect("the retried campaign granted first")
+        .expect("task")
+        .expect("campaign");
+    assert!(granted > token);
+    assert!(!later.is_finished(), "the later waiter went first");
+    first
+        .resign(&election, Some(granted))
+        .await
+        .expect("resign");
+    tokio::time::timeout(PROMPT, later)
+        .await
+        .expect("second granted")
+        .expect("task")
+        .expect("campaign");
+    for s in [holder, first, second] {
+        s.close().await.expect("close");
+    }
+}

@@ -110,6 +110,15 @@ pub(crate) fn modified_at(key: &str, revision: i64) -> Compare {
     equal(key, CompareTarget::Mod, TargetUnion::ModRevision(revision))
 }
 
+/// "`key` holds `value`".
+pub(crate) fn value_is(key: &str, value: &[u8]) -> Compare {
+    equal(
+        key,
+        CompareTarget::Value,
+        TargetUnion::Value(value.to_vec()),
+    )
+}
+
 /// "No key in `[from, to)`": every key of the range has create revision 0, which only
 /// an empty range has.
 pub(crate) fn none_in(from: &str, to: &[u8]) -> Compare {
@@ -324,6 +333,14 @@ mod tests {
         assert_eq!(
             (m.target, m.target_union),
             (CompareTarget::Mod as i32, Some(TargetUnion::ModRevision(4)))
+        );
+        let v = value_is("k", b"v");
+        assert_eq!(
+            (v.target, v.target_union),
+            (
+                CompareTarget::Value as i32,
+                Some(TargetUnion::Value(b"v".to_vec()))
+            )
         );
         let last = last_key_in("p/e/@", b"p/e/@1000-");
         assert_eq!((last.limit, last.sort_order, last.sort_target), (1, 2, 0));

@@ -166,6 +166,8 @@ pub(crate) enum TargetUnion {
     CreateRevision(i64),
     #[prost(int64, tag = "6")]
     ModRevision(i64),
+    #[prost(bytes, tag = "7")]
+    Value(Vec<u8>),
     #[prost(int64, tag = "8")]
     Lease(i64),
 }
@@ -179,7 +181,7 @@ pub(crate) struct Compare {
     pub target: i32,
     #[prost(bytes = "vec", tag = "3")]
     pub key: Vec<u8>,
-    #[prost(oneof = "TargetUnion", tags = "5, 6, 8")]
+    #[prost(oneof = "TargetUnion", tags = "5, 6, 7, 8")]
     pub target_union: Option<TargetUnion>,
     /// With a range end (etcd 3.3+), the compare holds for every key in
     /// `[key, range_end)`; over no key at all, it compares a missing key (revisions 0).

@@ -169,31 +169,21 @@ impl Inner {
         value: &[u8],
         candidate: &Candidate,
     ) -> Result<(i64, Look)> {
-        // Known before it is written, so that a resign of this campaign withdraws the
-        // key even if the campaign is dropped while the transaction is out.
-        self.lock().insert(
-            election.clone(),
-            Candidacy {
-                revision: 0,
-                granted: false,
-                monitor: None,
-                queue: Some((keys.queue.clone(), 0)),
-            },
-        );
-        let mut success = vec![op(ops::put(&keys.queue, value, self.lease))];
-        success.extend(Self::join_reads(keys));
-        let compare = vec![ops::created_at(&keys.queue, 0)];
-        let creates = vec![keys.queue.clone()];
-        let batched = self
-            .enqueues
-            .run(compare.clone(), success.clone(), creates)
-            .await?;
-        let (revision, look) = match batched {
-            Some(answer) => {
-                let r = answer.revision;
-                (r, Self::look_from(keys, r, true, r, |n| answer.read(n)))
-            }
-            None => self.join_alone(election, keys, compare, success).await?,
+        // The core retries a campaign whose watch broke without withdrawing it: keep
+        // the queue key of the earlier attempt, and its place, if it is still there.
+        let earlier = self
+            .lock()
+            .get(election)
+            .filter(|c| !c.granted)
+            .and_then(|c| c.queue.clone())
+            .and_then(|(key, revision)| (key == keys.queue && revision > 0).then_some(revision));
+        let kept = match earlier {
+            Some(revision) => self.rejoin_seat(keys, value, revision).await?,
+            None => None,
+        };
+        let (revision, look) = match kept {
+            Some(kept) => kept,
+            None => self.enqueue_seat(election, keys, value).await?,
         };
         self.lock().insert(
             election.clone(),
@@ -224,6 +214,72 @@ impl Inner {
             }
         }
         Ok((revision, look))
+    }
+
+    /// Keep this session's queue key created at `revision` if it is still there with
+    /// the same entry: the key's revision and a look, or `None`.
+    async fn rejoin_seat(
+        &self,
+        keys: &SeatKeys,
+        value: &[u8],
+        revision: i64,
+    ) -> Result<Option<(i64, Look)>> {
+        let txn = TxnRequest {
+            compare: vec![
+                ops::created_at(&keys.queue, revision),
+                ops::value_is(&keys.queue, value),
+            ],
+            success: vec![
+                op(ops::get(&keys.seat)),
+                op(ops::predecessor(&keys.bucket, revision)),
+                op(ops::last_key_in(&keys.range, keys.bucket.as_bytes())),
+                op(ops::get(&keys.handover)),
+            ],
+            failure: Vec::new(),
+        };
+        let resp = self.txn("campaign: keep the queue key", txn).await?;
+        if !resp.succeeded {
+            return Ok(None);
+        }
+        let at = ops::revision(&resp.header);
+        let look = Self::look_from(keys, revision, true, at, |n| ops::read_result(&resp, n));
+        Ok(Some((revision, look)))
+    }
+
+    /// Create the queue key (with the reads of [`join_reads`](Self::join_reads)), in a
+    /// shared transaction if others are asked for at the same time.
+    async fn enqueue_seat(
+        &self,
+        election: &ElectionName,
+        keys: &SeatKeys,
+        value: &[u8],
+    ) -> Result<(i64, Look)> {
+        // Known before it is written, so that a resign of this campaign withdraws the
+        // key even if the campaign is dropped while the transaction is out.
+        self.lock().insert(
+            election.clone(),
+            Candidacy {
+                revision: 0,
+                granted: false,
+                monitor: None,
+                queue: Some((keys.queue.clone(), 0)),
+            },
+        );
+        let mut success = vec![op(ops::put(&keys.queue, value, self.lease))];
+        success.extend(Self::join_reads(keys));
+        let compare = vec![ops::created_at(&keys.queue, 0)];
+        let creates = vec![keys.queue.clone()];
+        let batched = self
+            .enqueues
+            .run(compare.clone(), success.clone(), creates)
+            .await?;
+        match batched {
+            Some(answer) => {
+                let r = answer.revision;
+                Ok((r, Self::look_from(keys, r, true, r, |n| answer.read(n))))
+            }
+            None => self.join_alone(election, keys, compare, success).await,
+        }
     }
 
     /// [`join_seat`](Self::join_seat)'s transaction on its own, when the batch it was
