@@ -288,6 +288,11 @@ impl Backend for PeerBackend {
             })
             .await?
         };
+        // The node forgets the question when this call ends, however it ends.
+        let _done = HandoverDone {
+            commands: self.inner.commands.clone(),
+            request: asked.request,
+        };
         let mut heard = vec![(self.inner.id, asked.local)];
         let window = self.inner.config.timing.answer_timeout * 2;
         let _ = tokio::time::timeout(window, async {
@@ -299,8 +304,6 @@ impl Backend for PeerBackend {
             }
         })
         .await;
-        let request = asked.request;
-        let _ = self.inner.commands.send(Command::HandoverDone { request });
         let (epoch, node) = choose_handover(election, to, &heard)?;
         let info = heard
             .iter()
@@ -322,6 +325,20 @@ impl Backend for PeerBackend {
         })
         .await?;
         Ok(info)
+    }
+}
+
+/// Tells the node, when dropped, that the answers to `request` are no longer
+/// wanted.
+struct HandoverDone {
+    commands: mpsc::UnboundedSender<Command>,
+    request: u64,
+}
+
+impl Drop for HandoverDone {
+    fn drop(&mut self) {
+        let request = self.request;
+        let _ = self.commands.send(Command::HandoverDone { request });
     }
 }
 
