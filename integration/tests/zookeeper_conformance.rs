@@ -441,3 +441,45 @@ async fn priorities_under_churn_never_overlap() {
     assert_eq!(env.backend.leader(&election).await.unwrap(), None);
     observer.close().await.unwrap();
 }
+
+/// Priority layout: a resign among 8 waiters costs 3 election requests (the resign's
+/// multi, the best waiter's grant on the version it knows, the new holder's child
+/// watch), one fewer than clause 7 allows; the waiter granted is the first in line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_among_eight_waiters_costs_three_requests() {
+    let env = zk_env().await;
+    let election = ElectionName::new(format!("{}/three", env.prefix)).unwrap();
+    let sa = env.session().await;
+    let a = sa
+        .campaign(&election, &Candidate::new("a").unwrap())
+        .await
+        .unwrap();
+    let mut waiters = Vec::new();
+    for i in 0..8 {
+        let s = env.session().await;
+        waiters.push((
+            spawn_campaign(
+                s.clone(),
+                &election,
+                Candidate::new(format!("w{i}")).unwrap(),
+            ),
+            s,
+        ));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = env.quiet_election_requests().await.unwrap();
+    a.resign().await.unwrap();
+    let (first, _) = waiters.remove(0);
+    let (w0, _s0) = wait_grant(first, Duration::from_secs(2), "w0 after the resign").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let used = env.backend.election_requests().unwrap() - before;
+    eprintln!("one release among 8 waiters: {used} election requests");
+    assert!(used <= 3, "{used} election requests for one release");
+    assert_eq!(w0.candidate().id(), "w0");
+    for (w, s) in waiters {
+        w.abort();
+        s.close().await.unwrap();
+    }
+    w0.resign().await.unwrap();
+    sa.close().await.unwrap();
+}

@@ -754,16 +754,16 @@ async fn guard_holder(
         };
         attempt = 0;
         if !children.contains(&leader) {
+            // The seat is gone; the candidate node stays known (without its leader
+            // node) until it is deleted, here or by the core's release of the grant.
             let ours = nodes
                 .lock()
-                .map(|mut n| {
-                    let ours = n
-                        .get(&election)
-                        .is_some_and(|held| held.leader.as_deref() == Some(leader.as_str()));
-                    if ours {
-                        n.remove(&election);
+                .map(|mut n| match n.get_mut(&election) {
+                    Some(held) if held.leader.as_deref() == Some(leader.as_str()) => {
+                        held.leader = None;
+                        true
                     }
-                    ours
+                    _ => false,
                 })
                 .unwrap_or(false);
             if ours {
@@ -774,9 +774,19 @@ async fn guard_holder(
                     token,
                     &format!("the leader node {path} was deleted by someone else"),
                 );
-                if !node.name.is_empty() {
-                    let own = format!("{dir}/{}", node.name);
-                    let _ = shared.requests.call("guard", c.delete(&own, None)).await;
+                // Out of line at once: nobody campaigns for this candidate node now.
+                let own = format!("{dir}/{}", node.name);
+                let withdrawn = node.name.is_empty()
+                    || match shared.requests.call("guard", c.delete(&own, None)).await {
+                        Ok(()) => true,
+                        Err(e) => is_no_node(&e),
+                    };
+                if withdrawn {
+                    if let Ok(mut n) = nodes.lock() {
+                        if n.get(&election).is_some_and(|held| held.name == node.name) {
+                            n.remove(&election);
+                        }
+                    }
                 }
             }
             return;
