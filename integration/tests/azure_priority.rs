@@ -218,3 +218,41 @@ async fn one_poll_costs_one_listing_and_the_first_waiter_a_read() {
     }
     sa.close().await.expect("close");
 }
+
+/// A handover request is used up by the grant it asked for: after the target was
+/// granted and resigned, it campaigns again, and the seat goes in priority order (to
+/// the higher priority that was passed over), not to the target a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_request_is_used_up_by_the_grant() {
+    let azurite = AzuriteServer::start().await.expect("azurite");
+    let container = random_prefix().to_ascii_lowercase();
+    let b = backend(azurite.endpoint(), &container).await;
+    let election = ElectionName::new("prio/handover-used-up").unwrap();
+    let (sa, sb, sc) = (session(&b).await, session(&b).await, session(&b).await);
+    let a = sa
+        .campaign(&election, &cand("a", 0).never_preempted())
+        .await
+        .expect("a");
+    let high = spawn_campaign(&sb, &election, cand("b", 9));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let low = spawn_campaign(&sc, &election, cand("c", 0));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = b.handover(&election, Some("c")).await.expect("handover");
+    assert_eq!((asked.id.as_str(), asked.token), ("a", a.token()));
+    let c = granted(low, Duration::from_secs(5), "c, the target").await;
+    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
+    assert!(!high.is_finished(), "b was granted before the target");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c_token = c.token();
+    c.resign().await.expect("resign");
+    let again = spawn_campaign(&sc, &election, cand("c", 0));
+    let b_leads = granted(high, Duration::from_secs(5), "b after the target").await;
+    assert!(b_leads.token() > c_token);
+    assert!(!again.is_finished(), "the used-up request granted c again");
+    b_leads.resign().await.expect("resign");
+    let c2 = granted(again, Duration::from_secs(5), "c after b").await;
+    c2.resign().await.expect("resign");
+    for s in [sa, sb, sc] {
+        s.close().await.expect("close");
+    }
+}
