@@ -494,3 +494,23 @@ async fn every_algorithm_follows_priorities_across_nodes() {
         eprintln!("{done:?}: priorities kept");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_to_a_silent_leader_is_unavailable_not_refused() {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let e = election("priority/silent");
+    let (s1, s3) = (session(&nodes[0]).await, session(&nodes[2]).await);
+    let x = s3.campaign(&e, &cand("x", 0)).await.expect("campaign x");
+    let _waiter = campaign_later(&s1, &e, cand("a", 0));
+    let_queue().await;
+    // Node 2 follows node 3, which now hears nothing.
+    nodes[2].set_isolated(true);
+    let err = observer(&nodes[1])
+        .handover(&e, Some("a"))
+        .await
+        .expect_err("a handover to a leader that did not answer");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(err.to_string().contains("did not answer"), "{err}");
+    nodes[2].set_isolated(false);
+    drop(x);
+}

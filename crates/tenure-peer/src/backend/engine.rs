@@ -112,6 +112,8 @@ pub(crate) struct HandoverAsked {
     pub(crate) request: u64,
     pub(crate) local: HandoverAnswer,
     pub(crate) asked: usize,
+    /// The other node this node follows as leader of the election, if any.
+    pub(crate) leader: Option<PeerId>,
 }
 
 /// A handover that was asked for and has not been used up yet.
@@ -467,10 +469,17 @@ impl Engine {
                     }
                 }
                 self.handover_requests.insert(request, answers);
+                let leader = self
+                    .seats
+                    .get(&election)
+                    .and_then(|s| s.machine.leader())
+                    .map(|l| l.id)
+                    .filter(|id| *id != me);
                 let _ = reply.send(HandoverAsked {
                     request,
                     local,
                     asked,
+                    leader,
                 });
             }
             Command::HandoverDone { request } => {

@@ -304,6 +304,19 @@ impl Backend for PeerBackend {
             }
         })
         .await;
+        let holder_known = heard.iter().any(|(_, a)| a.holder.is_some());
+        let silent = asked
+            .leader
+            .filter(|l| !heard.iter().any(|(node, _)| node == l));
+        if let (false, Some(leader)) = (holder_known, silent) {
+            // This node follows a leader that did not answer: it may hold
+            // the seat still, so "nobody leads" would be a guess.
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("election {election}: node {leader} leads it but did not answer within {window:?}"),
+            )
+            .with_backend(PEER_SCHEME));
+        }
         let (epoch, node) = choose_handover(election, to, &heard)?;
         let info = heard
             .iter()
