@@ -297,10 +297,15 @@ impl ZkSession {
         dir: &str,
         candidate: &Candidate,
     ) -> Result<Node> {
-        if let Some(node) = self.node(election) {
-            return Ok(node);
-        }
         let wanted = candidate_prefix(&self.uuid, candidate.priority(), candidate.preemptible());
+        if let Some(node) = self.node(election) {
+            if node.leader.is_some() || node.name.starts_with(&wanted) {
+                return Ok(node);
+            }
+            // Left by an earlier candidacy with another priority or opt-out (a revoked
+            // seat whose withdrawal failed): leave that place first.
+            self.delete(client, election, dir, &node).await?;
+        }
         if let Some(node) = self.find_own_candidate(client, dir, &wanted).await? {
             self.set_node(election, Some(node.clone()));
             return Ok(node);
