@@ -483,3 +483,35 @@ async fn a_release_among_eight_waiters_costs_three_requests() {
     w0.resign().await.unwrap();
     sa.close().await.unwrap();
 }
+
+/// A backend with `layout=curator` refuses to campaign in an election held in the
+/// priority layout (each layout would elect its own leader), naming the layout to use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_curator_layout_refuses_a_priority_layout_election() {
+    let env = zk_env().await;
+    let election = ElectionName::new(format!("{}/mixed", env.prefix)).unwrap();
+    let sa = env.session().await;
+    let a = sa
+        .campaign(&election, &Candidate::new("a").unwrap())
+        .await
+        .unwrap();
+    let curator = ZooKeeperBackend::from_url(&format!("{}&layout=curator", url(shared_server().0)))
+        .await
+        .unwrap();
+    let sb = tenure_core::Session::open(
+        Arc::new(curator),
+        tenure_core::Timing::from_ttl(Duration::from_secs(2)),
+    )
+    .await
+    .unwrap();
+    let err = sb
+        .campaign(&election, &Candidate::new("b").unwrap())
+        .await
+        .expect_err("a Curator-layout campaign in a priority-layout election");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("layout=priority"), "{err}");
+    assert!(a.is_leader());
+    sb.close().await.unwrap();
+    a.resign().await.unwrap();
+    sa.close().await.unwrap();
+}

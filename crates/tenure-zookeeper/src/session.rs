@@ -1153,3 +1153,41 @@ pub(crate) fn curator_refuses(what: &str) -> Error {
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seat_is_released_leader_node_first_with_its_candidate_node() {
+        let mut node = Node::candidate("_c_u-p1000-0000000003".into(), 0);
+        assert_eq!(node.paths("/e"), ["/e/_c_u-p1000-0000000003"]);
+        node.leader = Some(":leader-u-0000000004".into());
+        assert_eq!(
+            node.paths("/e"),
+            ["/e/:leader-u-0000000004", "/e/_c_u-p1000-0000000003"]
+        );
+        // A seat whose candidate node is not known: the leader node alone.
+        node.name = String::new();
+        assert_eq!(node.paths("/e"), ["/e/:leader-u-0000000004"]);
+    }
+
+    #[test]
+    fn curator_refusals_name_the_layout() {
+        let e = curator_refuses("handover");
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert!(e.message().contains("layout=curator"), "{e}");
+        assert!(e.message().contains("handover"), "{e}");
+        let e = prio::mixed_layouts(
+            &ElectionName::new("a/b").unwrap(),
+            ZooKeeperLayout::Priority,
+        );
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(
+            e.message().contains("a/b") && e.message().contains("layout=curator"),
+            "{e}"
+        );
+        let e = prio::mixed_layouts(&ElectionName::new("a/b").unwrap(), ZooKeeperLayout::Curator);
+        assert!(e.message().contains("layout=priority"), "{e}");
+    }
+}
