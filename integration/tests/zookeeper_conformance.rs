@@ -515,3 +515,41 @@ async fn the_curator_layout_refuses_a_priority_layout_election() {
     a.resign().await.unwrap();
     sa.close().await.unwrap();
 }
+
+/// A holder cut off from ZooKeeper while a higher priority queues is told when its
+/// connection returns (ZooKeeper re-sends the child watch's event on reconnect): it
+/// loses the seat as preempted, before the newcomer is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_holder_is_preempted_when_its_connection_returns() {
+    let env = zk_env().await;
+    let election = ElectionName::new(format!("{}/cut-preempt", env.prefix)).unwrap();
+    let victim = env
+        .faults
+        .victim_backend(&env)
+        .await
+        .expect("victim backend");
+    let sa = env.session_on(victim).await;
+    let a = sa
+        .campaign(&election, &Candidate::new("a").unwrap())
+        .await
+        .unwrap();
+    env.faults.disconnect(&sa).await.expect("disconnect");
+    let sb = env.session().await;
+    let high = Candidate::new("b").unwrap().with_priority(5).unwrap();
+    let b = spawn_campaign(sb.clone(), &election, high);
+    // Within the renew deadline (1.2 s): the holder keeps the seat while cut off.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(a.is_leader(), "the holder lost its seat while cut off");
+    assert!(!b.is_finished(), "granted while the holder is cut off");
+    env.faults.reconnect(&sa).await.expect("reconnect");
+    let reason = tokio::time::timeout(Duration::from_secs(3), a.lost_wait())
+        .await
+        .expect("the holder told once its connection returned");
+    assert_eq!(reason, LossReason::Preempted);
+    let (b, _) = wait_grant(b, Duration::from_secs(3), "b after the preemption").await;
+    assert!(a.lost_at().unwrap() <= b.granted_at());
+    assert!(b.token() > a.token());
+    b.resign().await.unwrap();
+    sb.close().await.unwrap();
+    sa.close().await.unwrap();
+}
