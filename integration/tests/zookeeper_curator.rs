@@ -359,12 +359,15 @@ async fn priorities_are_refused_with_curator_and_layouts_do_not_mix() {
         .expect_err("a priority with layout=curator");
     assert_eq!(err.kind(), tenure_core::ErrorKind::Unsupported, "{err}");
     assert!(err.to_string().contains("priority 5"), "{err}");
+    // The refusal says why: the layout, not a "not yet".
+    assert!(err.to_string().contains("layout=curator"), "{err}");
     let err = session
         .observer()
         .handover(&election, None)
         .await
         .expect_err("a handover with layout=curator");
     assert_eq!(err.kind(), tenure_core::ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("layout=curator"), "{err}");
 
     let mut java = start_latch(&election, "java-l").await;
     java.wait_for_line(0, |l| l == "leader", HANDOVER)

@@ -76,8 +76,8 @@ impl Observer {
         if let Some(id) = to {
             crate::name::check_printable("candidate id", id, crate::MAX_CANDIDATE_ID_LEN)?;
         }
-        if !self.backend.capabilities().priority {
-            return Err(crate::backend::handover_unsupported(self.backend.scheme()));
+        if let Err(why) = self.backend.capabilities().priority_refusal() {
+            return Err(crate::backend::handover_refused(self.backend.scheme(), why));
         }
         self.within(self.backend.handover(election, to)).await
     }

@@ -788,19 +788,21 @@ impl SessionCore {
         let Some(c) = candidates.into_iter().find(|c| c.priority() != 0) else {
             return Ok(());
         };
-        if self.backend.capabilities().priority {
+        let Err(why) = self.backend.capabilities().priority_refusal() else {
             return Ok(());
-        }
-        Err(Error::new(
-            ErrorKind::Unsupported,
-            format!(
-                "candidate {:?}: priority {} is not supported by the {} backend yet (only 0 is)",
-                c.id(),
-                c.priority(),
-                self.scheme
+        };
+        let (id, priority, scheme) = (c.id(), c.priority(), self.scheme);
+        let text = match why {
+            Some(why) => format!(
+                "candidate {id:?}: priority {priority} is not supported by the {scheme} backend \
+                 (only 0 is): {why}"
             ),
-        )
-        .with_backend(self.scheme))
+            None => format!(
+                "candidate {id:?}: priority {priority} is not supported by the {scheme} backend \
+                 yet (only 0 is)"
+            ),
+        };
+        Err(Error::new(ErrorKind::Unsupported, text).with_backend(self.scheme))
     }
 
     fn lock_held(&self) -> std::sync::MutexGuard<'_, HashMap<ElectionName, Arc<GrantState>>> {

@@ -115,7 +115,8 @@ impl Backend for EtcdBackend {
         match self.shared.config.key_layout() {
             EtcdLayout::GoElection => Capabilities::full()
                 .batched(crate::session::BATCH)
-                .except(Clause::Observe, GO_LEADER_ID),
+                .except(Clause::Observe, GO_LEADER_ID)
+                .except(Clause::Priority, GO_NO_PRIORITY),
             EtcdLayout::Tenure => Capabilities::full()
                 .batched(crate::session::SEAT_BATCH)
                 .prioritized(),
@@ -164,8 +165,7 @@ impl Backend for EtcdBackend {
         if self.shared.config.key_layout() == EtcdLayout::GoElection {
             return Err(Error::new(
                 tenure_core::ErrorKind::Unsupported,
-                "handover: not with layout=go (Go's concurrency.Election has no priority \
-                 and no handover)",
+                format!("handover is not supported: {GO_NO_PRIORITY}"),
             )
             .with_backend(SCHEME));
         }
@@ -198,6 +198,11 @@ impl Backend for EtcdBackend {
         Ok(stream)
     }
 }
+
+/// Why clause 14 is declared with the Go layout: the core names it when it refuses a
+/// priority or a handover.
+const GO_NO_PRIORITY: &str = "with layout=go the election is shared with Go's \
+    concurrency.Election, which has no priority (the default layout keeps them)";
 
 /// Why clause 9 is declared with the Go layout.
 const GO_LEADER_ID: &str = "with layout=go the leader's candidate id is not stored (Go's \

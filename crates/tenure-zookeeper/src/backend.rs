@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{Capabilities, DynSession, Published, SessionEvents};
+use tenure_core::backend::{Capabilities, Clause, DynSession, Published, SessionEvents};
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
     Result, Retry, Timing,
@@ -16,7 +16,7 @@ use crate::config::ZooKeeperLayout;
 use crate::error::{map, TAG};
 use crate::members::{self, namespace_dir, MemberCache};
 use crate::nodes::election_dir;
-use crate::session::{curator_refuses, ZkSession};
+use crate::session::{curator_refuses, ZkSession, CURATOR_NO_PRIORITY};
 use crate::shared::{connect_client, is_no_node, Shared};
 use crate::SCHEME;
 
@@ -163,7 +163,7 @@ impl Backend for ZooKeeperBackend {
     fn capabilities(&self) -> Capabilities {
         let caps = Capabilities::full().batched(crate::session::BATCH);
         match self.shared.config.get_layout() {
-            ZooKeeperLayout::Curator => caps,
+            ZooKeeperLayout::Curator => caps.except(Clause::Priority, CURATOR_NO_PRIORITY),
             _ => caps.prioritized(),
         }
     }

@@ -1142,15 +1142,18 @@ async fn guard_leader(
     }
 }
 
-/// The `Unsupported` error of the Curator layout for `what` (a priority, a handover):
-/// Curator's `LeaderLatch` has no priorities.
+/// Why clause 14 is declared with the Curator layout: the core names it when it
+/// refuses a priority or a handover.
+pub(crate) const CURATOR_NO_PRIORITY: &str = "with layout=curator the election is shared \
+    with Curator's LeaderLatch, which has no priorities (the default layout, \
+    layout=priority, keeps them)";
+
+/// The `Unsupported` error of the Curator layout for `what` (a priority, a handover),
+/// where the backend is asked directly rather than through the core.
 pub(crate) fn curator_refuses(what: &str) -> Error {
     TAG.own(
         ErrorKind::Unsupported,
-        format!(
-            "{what} is not supported with layout=curator (Curator's LeaderLatch has no \
-             priorities; the default layout, layout=priority, keeps them)"
-        ),
+        format!("{what} is not supported: {CURATOR_NO_PRIORITY}"),
     )
 }
 

@@ -132,11 +132,19 @@ pub fn membership_unsupported(scheme: &str) -> Error {
 
 /// The error a backend without priorities (clause 14) answers to a handover.
 pub fn handover_unsupported(scheme: &'static str) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        format!("handover is not supported by the {scheme} backend yet (contract clause 14)"),
-    )
-    .with_backend(scheme)
+    handover_refused(scheme, None)
+}
+
+/// A handover refused with `Unsupported`, with the backend's declared reason if any
+/// (see [`Capabilities::priority_refusal`]).
+pub(crate) fn handover_refused(scheme: &'static str, why: Option<&str>) -> Error {
+    let text = match why {
+        Some(why) => format!("handover is not supported by the {scheme} backend: {why}"),
+        None => {
+            format!("handover is not supported by the {scheme} backend yet (contract clause 14)")
+        }
+    };
+    Error::new(ErrorKind::Unsupported, text).with_backend(scheme)
 }
 
 /// A backend behind an `Arc`, as services hold it.
@@ -460,7 +468,9 @@ pub struct Capabilities {
     /// True if the backend keeps candidate priorities and preemption (contract clause
     /// 14). False (the default): the core refuses a campaign whose candidate has a
     /// priority other than 0 with `Unsupported`, before the backend sees it, so a
-    /// priority is never ignored silently.
+    /// priority is never ignored silently. A backend that cannot keep them for a
+    /// reason (not merely "not yet") says why with
+    /// `except(Clause::Priority, reason)`, and the refusal names the reason.
     pub priority: bool,
 }
 
@@ -504,22 +514,51 @@ impl Capabilities {
         self
     }
 
-    /// `Ok` if `clause` holds, else the declared reason ([`PRIORITY_NOT_YET`] for
-    /// clause 14 on a backend that does not declare [`priority`](Self::priority)).
+    /// `Ok` if `clause` holds, else the declared reason (for clause 14 on a backend
+    /// that does not declare [`priority`](Self::priority): the reason it gave with
+    /// [`except`](Self::except), else [`PRIORITY_NOT_YET`]).
     pub fn supports(&self, clause: Clause) -> std::result::Result<(), &'static str> {
-        if clause == Clause::Priority && !self.priority {
-            return Err(PRIORITY_NOT_YET);
-        }
-        match self.exceptions.iter().find(|(c, _)| *c == clause) {
+        let declared = self.exceptions.iter().find(|(c, _)| *c == clause);
+        match declared {
             Some((_, why)) => Err(why),
+            None if clause == Clause::Priority && !self.priority => Err(PRIORITY_NOT_YET),
             None => Ok(()),
         }
+    }
+
+    /// Whether a priority other than 0 and a handover are taken: `Ok` if the backend
+    /// keeps clause 14, `Err(Some(reason))` if it declared why it cannot
+    /// ([`except`](Self::except)), `Err(None)` if it does not keep it yet.
+    pub(crate) fn priority_refusal(&self) -> std::result::Result<(), Option<&'static str>> {
+        if self.priority {
+            return Ok(());
+        }
+        let declared = self.exceptions.iter().find(|(c, _)| *c == Clause::Priority);
+        Err(declared.map(|(_, why)| *why))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_priority_gives_the_declared_reason_or_not_yet() {
+        let kept = Capabilities::full().prioritized();
+        assert_eq!(kept.priority_refusal(), Ok(()));
+        assert_eq!(kept.supports(Clause::Priority), Ok(()));
+        let not_yet = Capabilities::full();
+        assert_eq!(not_yet.priority_refusal(), Err(None));
+        assert_eq!(not_yet.supports(Clause::Priority), Err(PRIORITY_NOT_YET));
+        let why = "the foreign recipe has no priority";
+        let declared = Capabilities::full().except(Clause::Priority, why);
+        assert_eq!(declared.priority_refusal(), Err(Some(why)));
+        assert_eq!(declared.supports(Clause::Priority), Err(why));
+        let text = handover_refused("etcd", Some(why)).to_string();
+        assert!(text.contains(why) && !text.contains("yet"), "{text}");
+        let text = handover_unsupported("etcd").to_string();
+        assert!(text.contains("etcd backend yet"), "{text}");
+    }
 
     #[test]
     fn whole_units_round_up_and_saturate() {

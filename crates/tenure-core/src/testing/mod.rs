@@ -1480,6 +1480,11 @@ pub async fn check_priority(env: &Env) {
 /// opt-out alone campaign as before.
 pub async fn check_priority_rejected(env: &Env) {
     let election = env.election("priority-rejected");
+    // A backend that said why it cannot keep priorities must be quoted in the error.
+    let declared = match env.caps().supports(Clause::Priority) {
+        Err(why) if why != crate::backend::PRIORITY_NOT_YET => Some(why),
+        _ => None,
+    };
     let s = env.session().await;
     let c = with_priority(cand("a"), 7);
     let seats = [(election.clone(), c.clone())];
@@ -1494,6 +1499,9 @@ pub async fn check_priority_rejected(env: &Env) {
         let line = crate::one_line(&e);
         assert!(line.contains("priority 7"), "{line}");
         assert!(line.contains(env.backend.scheme()), "{line}");
+        if let Some(why) = declared {
+            assert!(line.contains(why), "{line}: the declared reason is missing");
+        }
     }
     let plain = cand("a").never_preempted();
     let l = campaign(&s, &election, &plain).await;
@@ -1503,6 +1511,10 @@ pub async fn check_priority_rejected(env: &Env) {
         .await
         .expect_err("a handover on a backend without priorities was accepted");
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    if let Some(why) = declared {
+        let line = crate::one_line(&e);
+        assert!(line.contains(why), "{line}: the declared reason is missing");
+    }
     assert!(l.is_leader());
     l.resign().await.expect("resign");
     s.close().await.expect("close");
