@@ -150,8 +150,9 @@ pub struct CampaignArgs {
     pub value: String,
     /// This candidate's priority, from -1000 to 1000 (higher is preferred): waiters
     /// are granted highest first, and joining with a higher priority than the
-    /// leader's preempts it (its "lost" line says "preempted"). Backends that do not
-    /// keep priorities yet (all but mem://) refuse any but 0.
+    /// leader's preempts it (its "lost" line says "preempted"). Every backend keeps
+    /// priorities but the interop layouts (etcd layout=go, ZooKeeper layout=curator),
+    /// which refuse any but 0.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub priority: i32,
     /// While leader, do not step down for a candidate with a higher priority (it is
