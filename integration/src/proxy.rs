@@ -21,8 +21,9 @@ pub enum LinkState {
     /// Every connection is closed and new ones are refused (the listening
     /// socket is closed, so connecting fails with "connection refused").
     Cut,
-    /// Connections stay open and new ones are accepted, but every byte in
-    /// either direction is silently discarded.
+    /// Connections stay open and new ones are accepted, but no byte passes in
+    /// either direction: they are held back, in order, and delivered late once the
+    /// link heals (as TCP retransmits across a dead route that comes back).
     Blackhole,
 }
 
@@ -114,14 +115,15 @@ impl TcpProxy {
         self.command(LinkState::Cut).await
     }
 
-    /// Keeps connections open (and accepts new ones) but drops every byte in
-    /// both directions until [`heal`](Self::heal).
+    /// Keeps connections open (and accepts new ones) but lets no byte through in
+    /// either direction until [`heal`](Self::heal): what was sent meanwhile is held
+    /// back and delivered late, in order.
     pub async fn blackhole(&self) -> Result<()> {
         self.command(LinkState::Blackhole).await
     }
 
     /// Restores normal forwarding; after a cut the listener is opened again on
-    /// the same port. Bytes dropped while black-holed stay lost.
+    /// the same port. Bytes held back while black-holed are delivered now.
     pub async fn heal(&self) -> Result<()> {
         self.command(LinkState::Healthy).await
     }
@@ -249,7 +251,11 @@ async fn forward(client: TcpStream, upstream: SocketAddr, state: watch::Receiver
     );
 }
 
-/// Copies one direction, discarding bytes while the link is black-holed.
+/// Copies one direction in order, holding bytes back while the link is black-holed:
+/// nothing is read from the sender then (its socket buffers fill and its writes
+/// block, as behind a dead route) and what was read just before is written only
+/// once the link heals. A real network cannot drop bytes out of the middle of a TCP
+/// stream: they are retransmitted and arrive late, or the connection breaks.
 async fn pump(
     mut from: OwnedReadHalf,
     mut to: OwnedWriteHalf,
@@ -257,23 +263,29 @@ async fn pump(
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
+        if !passing(&mut state).await {
+            return;
+        }
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if *state.borrow() == LinkState::Blackhole {
-            continue;
-        }
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-    }
-    // A black hole swallows the end of the stream too: pass it on only once
-    // the link heals.
-    while *state.borrow_and_update() == LinkState::Blackhole {
-        if state.changed().await.is_err() {
+        if !passing(&mut state).await || to.write_all(&buf[..n]).await.is_err() {
             return;
         }
     }
-    let _ = to.shutdown().await;
+    // The end of the stream is held back as well, until the link heals.
+    if passing(&mut state).await {
+        let _ = to.shutdown().await;
+    }
+}
+
+/// Waits while the link is black-holed; false if the proxy is gone.
+async fn passing(state: &mut watch::Receiver<LinkState>) -> bool {
+    while *state.borrow_and_update() == LinkState::Blackhole {
+        if state.changed().await.is_err() {
+            return false;
+        }
+    }
+    true
 }
