@@ -150,15 +150,18 @@ mod tests {
 
     const RANGE: &str = "t/e/@";
 
+    /// The queue of the holder (lease 1, key created at 3) and `waiters` (lease, id,
+    /// priority, create revision).
+    fn with_holder(waiters: &[(i64, &str, i32, i64)]) -> Vec<KeyValue> {
+        let holder = queued(1, "holder", 0, 3);
+        let waiters = waiters.iter().map(|&(l, id, p, c)| queued(l, id, p, c));
+        std::iter::once(holder).chain(waiters).collect()
+    }
+
     #[test]
     fn waiters_are_in_grant_order_without_the_holder() {
         // Key order (by lease within a bucket) is not arrival order.
-        let kvs = [
-            queued(1, "holder", 0, 3),
-            queued(2, "late", 0, 9),
-            queued(9, "early", 0, 5),
-            queued(4, "high", 5, 12),
-        ];
+        let kvs = with_holder(&[(2, "late", 0, 9), (9, "early", 0, 5), (4, "high", 5, 12)]);
         let ids: Vec<String> = waiters(RANGE, 1, &kvs)
             .iter()
             .map(|kv| decode_record(decode_entry(&kv.value).record, FencingToken(0)).id)
@@ -168,11 +171,7 @@ mod tests {
 
     #[test]
     fn a_handover_names_the_first_waiter_with_the_id_or_is_refused() {
-        let kvs = [
-            queued(1, "holder", 0, 3),
-            queued(2, "c", 0, 9),
-            queued(4, "b", 9, 12),
-        ];
+        let kvs = with_holder(&[(2, "c", 0, 9), (4, "b", 9, 12)]);
         let (key, create) = target(RANGE, 1, &kvs, Some("c")).unwrap().unwrap();
         assert_eq!((key.as_bytes(), create), (kvs[1].key.as_slice(), 9));
         assert_eq!(target(RANGE, 1, &kvs, None), Ok(None));

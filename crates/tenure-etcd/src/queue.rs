@@ -195,6 +195,20 @@ mod tests {
         }
     }
 
+    /// `step` waits on a key and does not take the seat when it goes.
+    fn assert_waits_without_taking(step: &Step) {
+        assert!(
+            matches!(
+                step,
+                Step::Wait {
+                    then_take: false,
+                    ..
+                }
+            ),
+            "{step:?}"
+        );
+    }
+
     #[test]
     fn the_key_ahead_is_the_newest_older_one_of_the_bucket_else_a_higher_bucket() {
         let me = keys(1, 0);
@@ -260,16 +274,7 @@ mod tests {
         );
         // Not first with the seat free: wait, do not take.
         let step = next_step(&look(Some(&other.queue), None, None), &me, 100, 1);
-        assert!(
-            matches!(
-                step,
-                Step::Wait {
-                    then_take: false,
-                    ..
-                }
-            ),
-            "{step:?}"
-        );
+        assert_waits_without_taking(&step);
     }
 
     #[test]
@@ -307,16 +312,7 @@ mod tests {
         assert_eq!(step, Step::HandOver(to_other.clone()));
         // Others keep waiting.
         let step = next_step(&look(Some(&other.queue), None, Some(to_other)), &me, 100, 1);
-        assert!(
-            matches!(
-                step,
-                Step::Wait {
-                    then_take: false,
-                    ..
-                }
-            ),
-            "{step:?}"
-        );
+        assert_waits_without_taking(&step);
     }
 
     #[test]

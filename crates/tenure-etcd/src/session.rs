@@ -12,18 +12,34 @@ use tenure_core::backend::{
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::batch::Batcher;
+use crate::batch::{Answer, Batcher};
 use crate::client::KeepAliveStream;
 use crate::error::TAG;
 use crate::keys::lease_hex;
 use crate::ops::{self, op};
-use crate::proto::{KeyValue, TxnRequest, TxnResponse};
+use crate::proto::{KeyValue, RequestOp, TxnRequest, TxnResponse};
 use crate::shared::{lease_seconds, Shared};
 use crate::watcher::{Fired, KeyWatch, KeyWatcher};
 
 mod seat;
 
 pub(crate) use seat::SEAT_BATCH;
+
+/// Whether the first of `kvs` (a read of one key) was created at `revision`.
+fn created_at(kvs: &[KeyValue], revision: i64) -> bool {
+    kvs.first().is_some_and(|kv| kv.create_revision == revision)
+}
+
+/// Wait out the retry delay of `attempt` (counting it up); `false` if `stop` came
+/// first.
+async fn pause(retry: &Retry, attempt: &mut u32, stop: &CancellationToken) -> bool {
+    let delay = retry.delay(*attempt);
+    *attempt = attempt.saturating_add(1);
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(delay) => true,
+    }
+}
 
 /// Seats per transaction of a batch: two operations each (a put and a read), within
 /// etcd's default limit of 128 operations per transaction (`--max-txn-ops`).
@@ -307,22 +323,25 @@ impl Inner {
         Ok(Some((revision, predecessor)))
     }
 
+    /// Run `reads` (no compares) in a shared transaction of [`looks`](Inner::looks).
+    async fn look(&self, reads: Vec<RequestOp>) -> Result<Answer> {
+        match self.looks.run(Vec::new(), reads, Vec::new()).await? {
+            Some(answer) => Ok(answer),
+            None => Err(TAG.own(
+                ErrorKind::Backend,
+                "campaign: a transaction without compares reported failure",
+            )),
+        }
+    }
+
     /// Is our key still there, and which key (if any) is just before it?
     async fn look_at_queue(&self, range: &str, key: &str, revision: i64) -> Result<QueueState> {
         let reads = vec![
             op(ops::get_key_only(key)),
             op(ops::predecessor(range, revision)),
         ];
-        let Some(answer) = self.looks.run(Vec::new(), reads, Vec::new()).await? else {
-            return Err(TAG.own(
-                ErrorKind::Backend,
-                "campaign: a transaction without compares reported failure",
-            ));
-        };
-        let own_present = answer
-            .read(0)
-            .first()
-            .is_some_and(|kv| kv.create_revision == revision);
+        let answer = self.look(reads).await?;
+        let own_present = created_at(&answer.read(0), revision);
         let predecessor = answer
             .read(1)
             .into_iter()
@@ -418,11 +437,8 @@ impl Inner {
                 }
                 Some(false) => {}
                 None => {
-                    let delay = retry.delay(attempt);
-                    attempt = attempt.saturating_add(1);
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(delay) => {}
+                    if !pause(&retry, &mut attempt, &stop).await {
+                        return;
                     }
                 }
             }

@@ -8,7 +8,7 @@ use tenure_core::backend::revision_token;
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Result, Retry};
 use tokio_util::sync::CancellationToken;
 
-use super::{Candidacy, Inner};
+use super::{created_at, pause, Candidacy, Inner};
 use crate::error::TAG;
 use crate::keys::{decode_entry, encode_entry, SeatKeys};
 use crate::ops::{self, op};
@@ -66,28 +66,16 @@ impl Inner {
                     own_watch = self.watch_own(&keys.queue, revision);
                 }
                 Step::Take { in_order, handover } => {
-                    if let Some(token) = self
+                    let taken = self
                         .take_seat(&keys, &value, revision, in_order, handover)
-                        .await?
-                    {
-                        self.granted_seat(
-                            election,
-                            &keys,
-                            token,
-                            Some((keys.queue.clone(), revision)),
-                        );
-                        return Ok(revision_token(token));
+                        .await?;
+                    if let Some(token) = taken {
+                        return Ok(self.granted_queued(election, &keys, token, revision));
                     }
                 }
                 Step::HandOver(request) => {
                     if let Some(token) = self.hand_seat(&keys, &value, revision, request).await? {
-                        self.granted_seat(
-                            election,
-                            &keys,
-                            token,
-                            Some((keys.queue.clone(), revision)),
-                        );
-                        return Ok(revision_token(token));
+                        return Ok(self.granted_queued(election, &keys, token, revision));
                     }
                 }
                 Step::Wait { key, then_take } => {
@@ -105,8 +93,7 @@ impl Inner {
                                     .take_seat(&keys, &value, revision, true, None)
                                     .await?
                                 {
-                                    self.granted_seat(election, &keys, token, Some((keys.queue.clone(), revision)));
-                                    return Ok(revision_token(token));
+                                    return Ok(self.granted_queued(election, &keys, token, revision));
                                 }
                             }
                         }
@@ -328,16 +315,8 @@ impl Inner {
             op(ops::last_key_in(&keys.range, keys.bucket.as_bytes())),
             op(ops::get(&keys.handover)),
         ];
-        let Some(answer) = self.looks.run(Vec::new(), reads, Vec::new()).await? else {
-            return Err(TAG.own(
-                ErrorKind::Backend,
-                "campaign: a transaction without compares reported failure",
-            ));
-        };
-        let own = answer
-            .read(0)
-            .first()
-            .is_some_and(|kv| kv.create_revision == revision);
+        let answer = self.look(reads).await?;
+        let own = created_at(&answer.read(0), revision);
         Ok(Self::look_from(keys, revision, own, answer.revision, |n| {
             answer.read(n + 1)
         }))
@@ -547,6 +526,19 @@ impl Inner {
         );
     }
 
+    /// [`granted_seat`](Self::granted_seat) to the candidacy whose queue key (created
+    /// at `revision`) stays in the store while it holds the seat; its fencing token.
+    fn granted_queued(
+        self: &Arc<Self>,
+        election: &ElectionName,
+        keys: &SeatKeys,
+        token: i64,
+        revision: i64,
+    ) -> FencingToken {
+        self.granted_seat(election, keys, token, Some((keys.queue.clone(), revision)));
+        revision_token(token)
+    }
+
     /// While the seat created at `token` is held: report its deletion by anyone (an
     /// operator, lease expiry) as a loss, and the deletion of the notice key (a
     /// higher priority queued, or a handover was asked) as a preemption. Each is read
@@ -575,12 +567,7 @@ impl Inner {
                     let reads = vec![op(ops::get_key_only(&seat)), op(ops::get_key_only(&notice))];
                     let answer = self.looks.run(Vec::new(), reads, Vec::new()).await;
                     answer.ok().flatten().map(|answer| {
-                        let here = |n| {
-                            answer
-                                .read(n)
-                                .first()
-                                .is_some_and(|kv: &KeyValue| kv.create_revision == token)
-                        };
+                        let here = |n| created_at(&answer.read(n), token);
                         (here(0), here(1))
                     })
                 }
@@ -613,11 +600,8 @@ impl Inner {
                 }
                 Some((true, true)) => attempt = 0,
                 None => {
-                    let delay = retry.delay(attempt);
-                    attempt = attempt.saturating_add(1);
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(delay) => {}
+                    if !pause(&retry, &mut attempt, &stop).await {
+                        return;
                     }
                 }
             }
