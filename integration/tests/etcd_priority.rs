@@ -48,39 +48,90 @@ async fn settle() {
     tokio::time::sleep(QUIET).await;
 }
 
+/// `N` sessions of `env`.
+async fn sessions<const N: usize>(env: &Env) -> [Session; N] {
+    let mut sessions = Vec::with_capacity(N);
+    for _ in 0..N {
+        sessions.push(env.session().await);
+    }
+    sessions.try_into().unwrap_or_else(|_| unreachable!())
+}
+
+/// `s` campaigns for `election` as `c`, a holder that opted out of preemption.
+async fn hold(
+    s: &Session,
+    election: &tenure_core::ElectionName,
+    c: Candidate,
+) -> tenure_core::Leadership {
+    s.campaign(election, &c.never_preempted())
+        .await
+        .expect("holder")
+}
+
+/// A [`waiter`] that has had time to queue.
+async fn queued(
+    s: &Session,
+    election: &tenure_core::ElectionName,
+    c: Candidate,
+) -> tokio::task::JoinHandle<tenure_core::Leadership> {
+    let task = waiter(s, election, c);
+    settle().await;
+    task
+}
+
+/// The grant `task` ends with, within `bound`.
+async fn granted(
+    task: tokio::task::JoinHandle<tenure_core::Leadership>,
+    bound: Duration,
+    what: &str,
+) -> tenure_core::Leadership {
+    tokio::time::timeout(bound, task)
+        .await
+        .unwrap_or_else(|_| panic!("{what} not granted in time"))
+        .expect(what)
+}
+
+/// `holder` resigns and the waiter `next` is granted within [`PROMPT`].
+async fn resign_to(
+    holder: tenure_core::Leadership,
+    next: tokio::task::JoinHandle<tenure_core::Leadership>,
+    what: &str,
+) -> tenure_core::Leadership {
+    holder.resign().await.expect("resign");
+    granted(next, PROMPT, what).await
+}
+
+/// The holder of `election`, seen from `s`, is asked to hand over `to` a waiter.
+async fn hand_over(
+    s: &Session,
+    election: &tenure_core::ElectionName,
+    to: Option<&str>,
+) -> tenure_core::LeaderInfo {
+    s.observer().handover(election, to).await.expect("handover")
+}
+
+/// Close every session, each successfully.
+async fn close_all<const N: usize>(sessions: [Session; N]) {
+    for s in sessions {
+        s.close().await.expect("close");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_reaches_a_waiter_deep_in_the_queue() {
     let env = env().await;
     let election = env.election("deep-handover");
-    let sessions = [
-        env.session().await,
-        env.session().await,
-        env.session().await,
-        env.session().await,
-    ];
+    let sessions = sessions::<4>(&env).await;
     let [sa, sb, sc, sd] = &sessions;
-    let a = sa
-        .campaign(&election, &cand("a", 0).never_preempted())
-        .await
-        .expect("a");
+    let a = hold(sa, &election, cand("a", 0)).await;
     // Order: b (9), then c and d (0, in arrival order); d waits on c, not on the seat.
-    let b = waiter(sb, &election, cand("b", 9));
-    settle().await;
-    let c = waiter(sc, &election, cand("c", 0));
-    settle().await;
-    let d = waiter(sd, &election, cand("d", 0));
-    settle().await;
+    let b = queued(sb, &election, cand("b", 9)).await;
+    let c = queued(sc, &election, cand("c", 0)).await;
+    let d = queued(sd, &election, cand("d", 0)).await;
     assert!(a.is_leader(), "a holder that opted out was preempted");
-    let asked = sa
-        .observer()
-        .handover(&election, Some("d"))
-        .await
-        .expect("handover");
+    let asked = hand_over(sa, &election, Some("d")).await;
     assert_eq!((asked.id.as_str(), asked.token), ("a", a.token()));
-    let d = tokio::time::timeout(PROMPT, d)
-        .await
-        .expect("d granted by notification")
-        .expect("d");
+    let d = granted(d, PROMPT, "d (by notification)").await;
     assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
     assert!(d.token() > a.token());
     assert!(a.lost_at().expect("lost") <= d.granted_at(), "overlap");
@@ -97,65 +148,35 @@ async fn a_handover_reaches_a_waiter_deep_in_the_queue() {
     assert_eq!((leader.id.as_str(), leader.token), ("d", d.token()));
     // The request is used up: after d, the queue order again (b, then c).
     let d_token = d.token();
-    d.resign().await.expect("resign");
-    let b = tokio::time::timeout(PROMPT, b)
-        .await
-        .expect("b")
-        .expect("b");
+    let b = resign_to(d, b, "b").await;
     assert!(b.token() > d_token);
     assert!(!c.is_finished());
-    b.resign().await.expect("resign");
-    let c = tokio::time::timeout(PROMPT, c)
-        .await
-        .expect("c")
-        .expect("c");
+    let c = resign_to(b, c, "c").await;
     c.resign().await.expect("resign");
-    for s in sessions {
-        s.close().await.expect("close");
-    }
+    close_all(sessions).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_whose_target_left_goes_in_order_and_is_used_up() {
     let env = env().await;
     let election = env.election("gone-handover");
-    let sessions = [
-        env.session().await,
-        env.session().await,
-        env.session().await,
-    ];
+    let sessions = sessions::<3>(&env).await;
     let [sa, sb, sc] = &sessions;
-    let a = sa
-        .campaign(&election, &cand("a", 0).never_preempted())
-        .await
-        .expect("a");
-    let b = waiter(sb, &election, cand("b", 0));
-    settle().await;
-    let c = waiter(sc, &election, cand("c", 0));
-    settle().await;
-    sa.observer()
-        .handover(&election, Some("c"))
-        .await
-        .expect("handover");
+    let a = hold(sa, &election, cand("a", 0)).await;
+    let b = queued(sb, &election, cand("b", 0)).await;
+    let c = queued(sc, &election, cand("c", 0)).await;
+    hand_over(sa, &election, Some("c")).await;
     // The holder is told; before its release lands c may already be gone, or not:
     // close c's session either way and see the seat go to b.
     c.abort();
     sc.close().await.expect("close c");
-    let b = tokio::time::timeout(PROMPT * 3, b)
-        .await
-        .expect("b granted")
-        .expect("b");
+    let b = granted(b, PROMPT * 3, "b").await;
     assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
     assert!(b.token() > a.token());
     // Used up: a newcomer of the same priority queues behind b and b keeps the seat.
-    let late = waiter(sa, &election, cand("late", 0));
-    settle().await;
+    let late = queued(sa, &election, cand("late", 0)).await;
     assert!(b.is_leader() && !late.is_finished());
-    b.resign().await.expect("resign");
-    let late = tokio::time::timeout(PROMPT, late)
-        .await
-        .expect("late")
-        .expect("late");
+    let late = resign_to(b, late, "late").await;
     late.resign().await.expect("resign");
     for s in sessions {
         let _ = s.close().await;
@@ -168,40 +189,19 @@ async fn a_handover_whose_target_left_goes_in_order_and_is_used_up() {
 async fn a_handover_to_the_best_waiter_follows_the_priorities() {
     let env = env().await;
     let election = env.election("best-handover");
-    let sessions = [
-        env.session().await,
-        env.session().await,
-        env.session().await,
-    ];
+    let sessions = sessions::<3>(&env).await;
     let [sa, sb, sc] = &sessions;
-    let a = sa
-        .campaign(&election, &cand("a", 7).never_preempted())
-        .await
-        .expect("a");
-    let low = waiter(sb, &election, cand("low", 1));
-    settle().await;
-    let high = waiter(sc, &election, cand("high", 3));
-    settle().await;
+    let a = hold(sa, &election, cand("a", 7)).await;
+    let low = queued(sb, &election, cand("low", 1)).await;
+    let high = queued(sc, &election, cand("high", 3)).await;
     assert!(a.is_leader(), "lower priorities preempted the holder");
-    sa.observer()
-        .handover(&election, None)
-        .await
-        .expect("handover");
-    let high = tokio::time::timeout(PROMPT, high)
-        .await
-        .expect("high granted")
-        .expect("high");
+    hand_over(sa, &election, None).await;
+    let high = granted(high, PROMPT, "high").await;
     assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
     assert!(!low.is_finished());
-    high.resign().await.expect("resign");
-    let low = tokio::time::timeout(PROMPT, low)
-        .await
-        .expect("low")
-        .expect("low");
+    let low = resign_to(high, low, "low").await;
     low.resign().await.expect("resign");
-    for s in sessions {
-        s.close().await.expect("close");
-    }
+    close_all(sessions).await;
 }
 
 /// A campaign the core asks for again without withdrawing it (as after a broken watch)
