@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use support::{election, session, within};
 use tenure_core::testing::memory_timing;
 use tenure_core::{
     Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, Session, Timing,
@@ -18,17 +19,6 @@ use tokio::time::Instant;
 
 fn cand(id: &str) -> Candidate {
     Candidate::with_value(id, format!("value-of-{id}")).expect("candidate")
-}
-
-fn election(name: &str) -> ElectionName {
-    ElectionName::new(name).expect("name")
-}
-
-async fn session(node: &PeerBackend) -> Session {
-    let backend: DynBackend = Arc::new(node.clone());
-    Session::open(backend, memory_timing())
-        .await
-        .expect("session")
 }
 
 async fn campaign(s: &Session, e: &ElectionName, c: &str) -> Leadership {
@@ -65,12 +55,6 @@ async fn standoff(name: &str) -> Standoff {
         c,
         waiter,
     }
-}
-
-async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(limit, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,10 +10,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::testing::memory_timing;
+use support::{election, session, three_sessions, within};
 use tenure_core::{
-    Candidate, DynBackend, ElectionName, ErrorKind, Leadership, LeadershipWatch, LossReason,
-    Observer, Session,
+    Candidate, ElectionName, ErrorKind, Leadership, LeadershipWatch, LossReason, Observer, Session,
 };
 use tenure_peer::{PeerAlgorithm, PeerBackend};
 use tokio::task::JoinHandle;
@@ -23,17 +22,6 @@ fn cand(id: &str, priority: i32) -> Candidate {
     Candidate::with_value(id, format!("value-of-{id}"))
         .and_then(|c| c.with_priority(priority))
         .expect("candidate")
-}
-
-fn election(name: &str) -> ElectionName {
-    ElectionName::new(name).expect("name")
-}
-
-async fn session(node: &PeerBackend) -> Session {
-    let backend: DynBackend = Arc::new(node.clone());
-    Session::open(backend, memory_timing())
-        .await
-        .expect("session")
 }
 
 fn observer(node: &PeerBackend) -> Observer {
@@ -46,16 +34,26 @@ fn campaign_later(s: &Session, e: &ElectionName, c: Candidate) -> JoinHandle<Lea
     tokio::spawn(async move { s.campaign(&e, &c).await.expect("campaign") })
 }
 
-async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(limit, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
-}
-
 /// Long enough for a campaign to reach every node (candidacy and interest
 /// announcements are one message each).
 async fn let_queue() {
     tokio::time::sleep(Duration::from_millis(150)).await;
+}
+
+/// Campaigns for `c` in the background and lets the campaign reach every
+/// node.
+async fn queued(s: &Session, e: &ElectionName, c: Candidate) -> JoinHandle<Leadership> {
+    let waiter = campaign_later(s, e, c);
+    let_queue().await;
+    waiter
+}
+
+/// `id` (priority 0) elected on `s` as a holder that opted out of
+/// preemption.
+async fn unpreemptible(s: &Session, e: &ElectionName, id: &str) -> Leadership {
+    s.campaign(e, &cand(id, 0).never_preempted())
+        .await
+        .unwrap_or_else(|err| panic!("campaign {id}: {err}"))
 }
 
 /// Asserts that `earlier` ended before `later` was granted.
@@ -68,6 +66,58 @@ fn assert_before(earlier: &LeadershipWatch, later: &Leadership) {
         earlier.candidate().id()
     );
     assert!(later.token() > earlier.token());
+}
+
+/// How long a waiter may take to be granted once the seat is free for it.
+const GRANT: Duration = Duration::from_secs(2);
+
+/// Three bully nodes past their start, the election `name` and a session on
+/// each node.
+async fn bully_trio(name: &str) -> (Vec<PeerBackend>, ElectionName, (Session, Session, Session)) {
+    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
+    let sessions = three_sessions(&nodes).await;
+    (nodes, election(name), sessions)
+}
+
+/// The waiter `next` granted within `limit` (`what` names it), after the
+/// lost signal of `earlier`.
+async fn granted_after(
+    earlier: &LeadershipWatch,
+    next: JoinHandle<Leadership>,
+    limit: Duration,
+    what: &str,
+) -> Leadership {
+    let granted = within(limit, what, next).await.expect(what);
+    assert_before(earlier, &granted);
+    granted
+}
+
+/// `holder` resigns and the waiter `next` is granted after it.
+async fn resign_then(
+    holder: Leadership,
+    next: JoinHandle<Leadership>,
+    limit: Duration,
+    what: &str,
+) -> Leadership {
+    let earlier = holder.watch();
+    holder.resign().await.expect("resign");
+    granted_after(&earlier, next, limit, what).await
+}
+
+/// The waiter `next` granted after `holder`, which it preempted.
+async fn preempts(
+    holder: &Leadership,
+    next: JoinHandle<Leadership>,
+    limit: Duration,
+    what: &str,
+) -> Leadership {
+    let granted = granted_after(&holder.watch(), next, limit, what).await;
+    assert_eq!(
+        holder.loss_reason(),
+        Some(LossReason::Preempted),
+        "{what}: the holder was not preempted"
+    );
+    granted
 }
 
 /// One preemption across nodes: `c` (priority 1) holds on node 3, `a`
@@ -87,11 +137,8 @@ async fn preempt_once(nodes: &[PeerBackend], name: &str) -> Duration {
     let a = campaign_later(&s1, &e, cand("a", 5));
     let reason = within(Duration::from_secs(1), "c preempted", c.lost_wait()).await;
     assert_eq!(reason, LossReason::Preempted);
-    let a = within(Duration::from_secs(1), "a granted", a)
-        .await
-        .expect("a");
+    let a = granted_after(&c.watch(), a, Duration::from_secs(1), "a granted").await;
     let gap = a.granted_at() - t0;
-    assert_before(&c.watch(), &a);
     a.resign().await.expect("resign");
     s1.close().await.expect("close");
     s3.close().await.expect("close");
@@ -111,32 +158,18 @@ async fn a_preemption_goes_to_the_newcomer_not_to_a_third_node_that_waited() {
     let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
     for run in 0..5 {
         let e = election(&format!("priority/third-{run}"));
-        let (s1, s2, s3) = (
-            session(&nodes[0]).await,
-            session(&nodes[1]).await,
-            session(&nodes[2]).await,
-        );
+        let (s1, s2, s3) = three_sessions(&nodes).await;
         let l = s2.campaign(&e, &cand("l", 1)).await.expect("campaign l");
         // Node 3 (the bully's favourite) waits with the holder's priority.
-        let third = campaign_later(&s3, &e, cand("y", 1));
-        let_queue().await;
+        let third = queued(&s3, &e, cand("y", 1)).await;
         assert!(l.is_leader(), "an equal priority preempted");
         let newcomer = campaign_later(&s1, &e, cand("x", 5));
-        let x = within(Duration::from_secs(2), "x granted", newcomer)
-            .await
-            .expect("x");
-        assert_eq!(l.loss_reason(), Some(LossReason::Preempted));
+        let x = preempts(&l, newcomer, GRANT, "x granted").await;
         assert!(
             !third.is_finished(),
             "run {run}: the third node took the seat"
         );
-        assert_before(&l.watch(), &x);
-        let x_w = x.watch();
-        x.resign().await.expect("resign");
-        let y = within(Duration::from_secs(2), "y after x", third)
-            .await
-            .expect("y");
-        assert_before(&x_w, &y);
+        let y = resign_then(x, third, GRANT, "y after x").await;
         y.resign().await.expect("resign");
         for s in [s1, s2, s3] {
             s.close().await.expect("close");
@@ -146,13 +179,7 @@ async fn a_preemption_goes_to_the_newcomer_not_to_a_third_node_that_waited() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn equal_and_lower_priorities_on_other_nodes_do_not_preempt() {
-    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
-    let e = election("priority/no-preempt");
-    let (s1, s2, s3) = (
-        session(&nodes[0]).await,
-        session(&nodes[1]).await,
-        session(&nodes[2]).await,
-    );
+    let (nodes, e, (s1, s2, s3)) = bully_trio("priority/no-preempt").await;
     let a = s1.campaign(&e, &cand("a", 3)).await.expect("campaign a");
     let lower = campaign_later(&s3, &e, cand("c", 1));
     let equal = campaign_later(&s2, &e, cand("b", 3));
@@ -169,83 +196,35 @@ async fn equal_and_lower_priorities_on_other_nodes_do_not_preempt() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(a.is_leader(), "a try_campaign preempted the holder");
     // b (3, node 2) goes before c (1, node 3) although bully prefers node 3.
-    let a_w = a.watch();
-    a.resign().await.expect("resign");
-    let b = within(Duration::from_secs(2), "b next", equal)
-        .await
-        .expect("b");
+    let b = resign_then(a, equal, GRANT, "b next").await;
     assert!(!lower.is_finished(), "the lower priority was granted first");
-    assert_before(&a_w, &b);
-    let b_w = b.watch();
-    b.resign().await.expect("resign");
-    let c = within(Duration::from_secs(2), "c last", lower)
-        .await
-        .expect("c");
-    assert_before(&b_w, &c);
+    let c = resign_then(b, lower, GRANT, "c last").await;
     c.resign().await.expect("resign");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_on_different_nodes_are_granted_by_priority() {
-    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
-    let e = election("priority/order");
-    let (s1, s2, s3) = (
-        session(&nodes[0]).await,
-        session(&nodes[1]).await,
-        session(&nodes[2]).await,
-    );
+    let (nodes, e, (s1, s2, s3)) = bully_trio("priority/order").await;
     // The holder opted out: nobody preempts it.
-    let x = s3
-        .campaign(&e, &cand("x", 0).never_preempted())
-        .await
-        .expect("campaign x");
-    let low = campaign_later(&session(&nodes[2]).await, &e, cand("z", 0));
-    let_queue().await;
-    let mid = campaign_later(&s2, &e, cand("b", 2));
-    let_queue().await;
-    let high = campaign_later(&s1, &e, cand("a", 7));
-    let_queue().await;
+    let x = unpreemptible(&s3, &e, "x").await;
+    let low = queued(&session(&nodes[2]).await, &e, cand("z", 0)).await;
+    let mid = queued(&s2, &e, cand("b", 2)).await;
+    let high = queued(&s1, &e, cand("a", 7)).await;
     assert!(x.is_leader(), "a holder that opted out was preempted");
-    let x_w = x.watch();
-    x.resign().await.expect("resign");
-    let a = within(Duration::from_secs(2), "a first", high)
-        .await
-        .expect("a");
+    let a = resign_then(x, high, GRANT, "a first").await;
     assert!(!mid.is_finished() && !low.is_finished());
-    assert_before(&x_w, &a);
-    let a_w = a.watch();
-    a.resign().await.expect("resign");
-    let b = within(Duration::from_secs(2), "b second", mid)
-        .await
-        .expect("b");
+    let b = resign_then(a, mid, GRANT, "b second").await;
     assert!(!low.is_finished());
-    assert_before(&a_w, &b);
-    let b_w = b.watch();
-    b.resign().await.expect("resign");
-    let z = within(Duration::from_secs(2), "z last", low)
-        .await
-        .expect("z");
-    assert_before(&b_w, &z);
+    let z = resign_then(b, low, GRANT, "z last").await;
     z.resign().await.expect("resign");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_asked_on_any_node_moves_the_seat_to_the_named_waiter() {
-    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
-    let e = election("priority/handover");
-    let (s1, s2, s3) = (
-        session(&nodes[0]).await,
-        session(&nodes[1]).await,
-        session(&nodes[2]).await,
-    );
-    let x = s3
-        .campaign(&e, &cand("x", 0).never_preempted())
-        .await
-        .expect("campaign x");
-    let high = campaign_later(&s2, &e, cand("b", 9));
-    let_queue().await;
-    let named = campaign_later(&s1, &e, cand("a", 0));
-    let_queue().await;
+    let (nodes, e, (s1, s2, s3)) = bully_trio("priority/handover").await;
+    let x = unpreemptible(&s3, &e, "x").await;
+    let high = queued(&s2, &e, cand("b", 9)).await;
+    let named = queued(&s1, &e, cand("a", 0)).await;
     // Asked on node 2, which neither holds the seat nor hosts `a`.
     let asker = observer(&nodes[1]);
     let err = asker
@@ -257,13 +236,9 @@ async fn a_handover_asked_on_any_node_moves_the_seat_to_the_named_waiter() {
     let t0 = Instant::now();
     let asked = asker.handover(&e, Some("a")).await.expect("handover");
     assert_eq!((asked.id.as_str(), asked.token), ("x", x.token()));
-    let a = within(Duration::from_secs(2), "handover to a", named)
-        .await
-        .expect("a");
+    let a = preempts(&x, named, GRANT, "handover to a").await;
     eprintln!("handover across nodes: {:?}", a.granted_at() - t0);
-    assert_eq!(x.loss_reason(), Some(LossReason::Preempted));
     assert!(!high.is_finished(), "the seat went to b, not to a");
-    assert_before(&x.watch(), &a);
     // b, which waited before a's grant, does not preempt a.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
@@ -277,11 +252,7 @@ async fn a_handover_asked_on_any_node_moves_the_seat_to_the_named_waiter() {
         .await
         .expect("handover");
     assert_eq!(asked.id, "a");
-    let b = within(Duration::from_secs(2), "handover to the best", high)
-        .await
-        .expect("b");
-    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
-    assert_before(&a.watch(), &b);
+    let b = preempts(&a, high, GRANT, "handover to the best").await;
     // Nobody waits now.
     let err = observer(&nodes[2])
         .handover(&e, None)
@@ -299,70 +270,35 @@ async fn a_handover_asked_on_any_node_moves_the_seat_to_the_named_waiter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_reaches_waiters_on_the_holders_node_and_from_it() {
-    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
-    let e = election("priority/handover-local");
-    let (s1, s2, s3) = (
-        session(&nodes[0]).await,
-        session(&nodes[1]).await,
-        session(&nodes[2]).await,
-    );
-    let x = s1
-        .campaign(&e, &cand("x", 0).never_preempted())
-        .await
-        .expect("campaign x");
-    let high = campaign_later(&s3, &e, cand("b", 5));
-    let_queue().await;
-    let local = campaign_later(&session(&nodes[0]).await, &e, cand("a", 0));
-    let_queue().await;
+    let (nodes, e, (s1, s2, s3)) = bully_trio("priority/handover-local").await;
+    let x = unpreemptible(&s1, &e, "x").await;
+    let high = queued(&s3, &e, cand("b", 5)).await;
+    let local = queued(&session(&nodes[0]).await, &e, cand("a", 0)).await;
     // Asked on node 2 for a waiter on the holder's own node.
     observer(&nodes[1])
         .handover(&e, Some("a"))
         .await
         .expect("handover to a");
-    let a = within(Duration::from_secs(2), "a granted", local)
-        .await
-        .expect("a");
+    let a = granted_after(&x.watch(), local, GRANT, "a granted").await;
     assert!(!high.is_finished(), "the seat went to b, not to a");
-    assert_before(&x.watch(), &a);
     // Asked on the holder's node for a waiter on node 2, b still waiting.
-    let other = campaign_later(&s2, &e, cand("c", -3));
-    let_queue().await;
+    let other = queued(&s2, &e, cand("c", -3)).await;
     observer(&nodes[0])
         .handover(&e, Some("c"))
         .await
         .expect("handover to c");
-    let c = within(Duration::from_secs(2), "c granted", other)
-        .await
-        .expect("c");
+    let c = preempts(&a, other, GRANT, "c granted").await;
     assert!(!high.is_finished(), "the seat went to b, not to c");
-    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
-    assert_before(&a.watch(), &c);
-    let c_w = c.watch();
-    c.resign().await.expect("resign");
-    let b = within(Duration::from_secs(2), "b after c", high)
-        .await
-        .expect("b");
-    assert_before(&c_w, &b);
+    let b = resign_then(c, high, GRANT, "b after c").await;
     b.resign().await.expect("resign");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_interest_of_a_crashed_node_fades() {
-    let nodes = support::cluster(3, PeerAlgorithm::Bully).await;
-    let e = election("priority/crash");
-    let (s1, s2, s3) = (
-        session(&nodes[0]).await,
-        session(&nodes[1]).await,
-        session(&nodes[2]).await,
-    );
-    let a = s1
-        .campaign(&e, &cand("a", 0).never_preempted())
-        .await
-        .expect("campaign a");
-    let _gone = campaign_later(&s3, &e, cand("c", 9));
-    let_queue().await;
-    let b = campaign_later(&s2, &e, cand("b", 1));
-    let_queue().await;
+    let (nodes, e, (s1, s2, s3)) = bully_trio("priority/crash").await;
+    let a = unpreemptible(&s1, &e, "a").await;
+    let _gone = queued(&s3, &e, cand("c", 9)).await;
+    let b = queued(&s2, &e, cand("b", 1)).await;
     // Node 3 (priority 9) crashes while it waits: b must not wait forever.
     nodes[2].shutdown();
     let t0 = Instant::now();
@@ -403,11 +339,8 @@ async fn bench_like(holding: &PeerBackend, joining: &PeerBackend, runs: usize, t
         let held = sh.campaign(&e, &cand("holder", 0)).await.expect("campaign");
         let t0 = Instant::now();
         let waiter = campaign_later(&sj, &e, cand("preferred", 1));
-        let granted = within(Duration::from_secs(2), "preferred granted", waiter)
-            .await
-            .expect("preferred");
+        let granted = granted_after(&held.watch(), waiter, GRANT, "preferred granted").await;
         preemption.push(granted.granted_at() - t0);
-        assert_before(&held.watch(), &granted);
         drop(held);
         granted.resign().await.expect("resign");
     }
@@ -452,41 +385,18 @@ async fn every_algorithm_follows_priorities_across_nodes() {
     let runs = PeerAlgorithm::ALL.map(|algorithm| async move {
         let nodes = support::cluster(3, algorithm).await;
         let e = election(&format!("priority/algo-{}", algorithm.name()));
-        let (s1, s2, s3) = (
-            session(&nodes[0]).await,
-            session(&nodes[1]).await,
-            session(&nodes[2]).await,
-        );
+        let (s1, s2, s3) = three_sessions(&nodes).await;
         let limit = Duration::from_secs(5);
-        let x = within(
-            limit,
-            "x elected",
-            s2.campaign(&e, &cand("x", 0).never_preempted()),
-        )
-        .await
-        .expect("campaign x");
+        let x = within(limit, "x elected", unpreemptible(&s2, &e, "x")).await;
         let low = campaign_later(&s3, &e, cand("z", 0));
-        let high = campaign_later(&s1, &e, cand("a", 5));
-        let_queue().await;
-        let x_w = x.watch();
-        x.resign().await.expect("resign");
-        let a = within(limit, "a first", high).await.expect("a");
+        let high = queued(&s1, &e, cand("a", 5)).await;
+        let a = resign_then(x, high, limit, "a first").await;
         assert!(!low.is_finished(), "{algorithm:?}: z before a");
-        assert_before(&x_w, &a);
         // A higher priority joins on node 2: a is preempted.
         let top = campaign_later(&session(&nodes[1]).await, &e, cand("b", 9));
-        let b = within(limit, "b preempts", top).await.expect("b");
-        assert_eq!(
-            a.loss_reason(),
-            Some(LossReason::Preempted),
-            "{algorithm:?}"
-        );
+        let b = preempts(&a, top, limit, &format!("{algorithm:?}: b preempts")).await;
         assert!(!low.is_finished(), "{algorithm:?}: z before b");
-        assert_before(&a.watch(), &b);
-        let b_w = b.watch();
-        b.resign().await.expect("resign");
-        let z = within(limit, "z last", low).await.expect("z");
-        assert_before(&b_w, &z);
+        let z = resign_then(b, low, limit, "z last").await;
         z.resign().await.expect("resign");
         algorithm
     });
@@ -501,8 +411,7 @@ async fn a_handover_to_a_silent_leader_is_unavailable_not_refused() {
     let e = election("priority/silent");
     let (s1, s3) = (session(&nodes[0]).await, session(&nodes[2]).await);
     let x = s3.campaign(&e, &cand("x", 0)).await.expect("campaign x");
-    let _waiter = campaign_later(&s1, &e, cand("a", 0));
-    let_queue().await;
+    let _waiter = queued(&s1, &e, cand("a", 0)).await;
     // Node 2 follows node 3, which now hears nothing.
     nodes[2].set_isolated(true);
     let err = observer(&nodes[1])

@@ -2,9 +2,13 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use tenure_core::testing::memory_timing;
+use tenure_core::{DynBackend, ElectionName, Session};
 use tenure_peer::{PeerAlgorithm, PeerBackend, PeerConfig, PeerId, Timing};
 use tokio::net::TcpListener;
 
@@ -70,4 +74,32 @@ pub async fn cluster_with(
         nodes.push(PeerBackend::with_listener(config, l).expect("node"));
     }
     nodes
+}
+
+pub fn election(name: &str) -> ElectionName {
+    ElectionName::new(name).expect("name")
+}
+
+/// A session on `node`.
+pub async fn session(node: &PeerBackend) -> Session {
+    let backend: DynBackend = Arc::new(node.clone());
+    Session::open(backend, memory_timing())
+        .await
+        .expect("session")
+}
+
+/// A session on each of the first three nodes, in order.
+pub async fn three_sessions(nodes: &[PeerBackend]) -> (Session, Session, Session) {
+    (
+        session(&nodes[0]).await,
+        session(&nodes[1]).await,
+        session(&nodes[2]).await,
+    )
+}
+
+/// `fut`'s output; panics (naming `what`) if it takes longer than `limit`.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
 }
