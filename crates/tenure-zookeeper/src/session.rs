@@ -19,8 +19,8 @@ use tenure_core::backend::{
 };
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Member, Result};
 use zookeeper_client::{
-    Acls, Client, CreateMode, Error as ZkError, EventType, MultiReadResult, MultiWriteResult,
-    SessionState, WatchedEvent,
+    Acls, Client, CreateMode, Error as ZkError, EventType, MultiReadResult, MultiReader,
+    MultiWriteResult, OneshotWatcher, SessionState, WatchedEvent,
 };
 
 use crate::config::ZooKeeperLayout;
@@ -286,6 +286,12 @@ impl ZkSession {
             .and_then(|n| n.get(election).cloned())
     }
 
+    /// Record `node` as this session's in `election`; returns it.
+    fn remember(&self, election: &ElectionName, node: Node) -> Node {
+        self.set_node(election, Some(node.clone()));
+        node
+    }
+
     fn set_node(&self, election: &ElectionName, node: Option<Node>) {
         if let Ok(mut n) = self.nodes.lock() {
             match node {
@@ -325,8 +331,7 @@ impl ZkSession {
             return Ok(node);
         }
         if let Some(node) = self.find_own(client, dir).await? {
-            self.set_node(election, Some(node.clone()));
-            return Ok(node);
+            return Ok(self.remember(election, node));
         }
         let path = format!("{dir}/{}", self.prefix);
         let data = encode_record(candidate);
@@ -338,14 +343,12 @@ impl ZkSession {
             Ok((stat, sequence)) => {
                 let name = format!("{}{sequence}", self.prefix);
                 let node = Node::candidate(name, stat.czxid);
-                self.set_node(election, Some(node.clone()));
-                Ok(node)
+                Ok(self.remember(election, node))
             }
             Err(e) if e.is_retryable() => {
                 // The create may have happened: look for it before trying again.
                 if let Some(node) = self.find_own(client, dir).await? {
-                    self.set_node(election, Some(node.clone()));
-                    return Ok(node);
+                    return Ok(self.remember(election, node));
                 }
                 Err(e)
             }
@@ -363,13 +366,7 @@ impl ZkSession {
         if self.layout == ZooKeeperLayout::Priority {
             return self.run_priority(election, candidate, mode).await;
         }
-        if candidate.priority() != 0 {
-            return Err(curator_refuses(&format!(
-                "candidate {:?}: priority {}",
-                candidate.id(),
-                candidate.priority()
-            )));
-        }
+        curator_accepts(candidate)?;
         let client = self.client()?;
         let dir = election_dir(election);
         if mode == CampaignMode::TryOnce && self.node(election).is_none() {
@@ -420,43 +417,15 @@ impl ZkSession {
                 return Ok(None);
             }
             let predecessor = format!("{dir}/{}", latches[position - 1]);
-            if own_watch.as_ref().is_some_and(|(n, _)| *n != node.name) {
-                own_watch = None;
-            }
-            // The predecessor's watch and, once per node, our own (pipelined).
-            let watch_predecessor = self
-                .shared
-                .requests
-                .call("campaign", client.check_and_watch_stat(&predecessor));
-            let (stat, watcher) = if own_watch.is_none() {
-                let watch_own = self
-                    .shared
-                    .requests
-                    .call("campaign", client.check_and_watch_stat(&own_path));
-                let (pred, own_node) = futures::join!(watch_predecessor, watch_own);
-                match own_node? {
-                    (Some(_), w) => own_watch = Some((node.name.clone(), Box::pin(w.changed()))),
-                    (None, _) => {
-                        self.set_node(election, None);
-                        continue;
-                    }
-                }
-                pred?
-            } else {
-                watch_predecessor.await?
-            };
-            if stat.is_none() {
+            let Some(watcher) = self
+                .watch_ahead(&client, election, &predecessor, &node, &mut own_watch)
+                .await?
+            else {
                 continue;
-            }
-            let own_changed = async {
-                match own_watch.as_mut() {
-                    Some((_, w)) => w.as_mut().await,
-                    None => std::future::pending().await,
-                }
             };
             let woken = tokio::select! {
                 event = watcher.changed() => Woken::Predecessor(event.event_type),
-                _ = own_changed => Woken::Own,
+                _ = changed(own_watch.as_mut().map(|(_, w)| w)) => Woken::Own,
                 state = states.changed() => Woken::State(state),
             };
             match woken {
@@ -473,18 +442,48 @@ impl ZkSession {
                 }
                 Woken::Predecessor(_) => {}
                 Woken::Own => own_watch = None,
-                Woken::State(state) => {
-                    if state.is_terminated() {
-                        return Err(match state {
-                            SessionState::AuthFailed => {
-                                TAG.own(ErrorKind::Unauthorized, "ZooKeeper authentication failed")
-                            }
-                            _ => TAG.own(ErrorKind::SessionExpired, "ZooKeeper session ended"),
-                        });
-                    }
-                }
+                Woken::State(state) => session_ended(state)?,
             }
         }
+    }
+
+    /// Arm the exists watch on `ahead` (the node a waiter waits for) and, once per node,
+    /// the one on this session's own `node` (pipelined), kept in `own_watch`. `None`
+    /// when either node is gone: list again (the own node is forgotten, to queue again).
+    async fn watch_ahead(
+        &self,
+        client: &Client,
+        election: &ElectionName,
+        ahead: &str,
+        node: &Node,
+        own_watch: &mut Option<(String, OwnWatch)>,
+    ) -> Result<Option<OneshotWatcher>> {
+        if own_watch.as_ref().is_some_and(|(n, _)| *n != node.name) {
+            *own_watch = None;
+        }
+        let watch_ahead = self
+            .shared
+            .requests
+            .call("campaign", client.check_and_watch_stat(ahead));
+        let (found, watcher) = if own_watch.is_none() {
+            let own_path = format!("{}/{}", election_dir(election), node.name);
+            let watch_own = self
+                .shared
+                .requests
+                .call("campaign", client.check_and_watch_stat(&own_path));
+            let (ahead, own_node) = futures::join!(watch_ahead, watch_own);
+            match own_node? {
+                (Some(_), w) => *own_watch = Some((node.name.clone(), Box::pin(w.changed()))),
+                (None, _) => {
+                    self.set_node(election, None);
+                    return Ok(None);
+                }
+            }
+            ahead?
+        } else {
+            watch_ahead.await?
+        };
+        Ok(found.map(|_| watcher))
     }
 
     /// Take the free seats of `chunk` (at most [`BATCH`]) in four round trips whatever
@@ -502,22 +501,15 @@ impl ZkSession {
         if self.layout == ZooKeeperLayout::Priority {
             return self.try_chunk_priority(chunk).await;
         }
-        if let Some((_, c)) = chunk.iter().find(|(_, c)| c.priority() != 0) {
-            return Err(curator_refuses(&format!(
-                "candidate {:?}: priority {}",
-                c.id(),
-                c.priority()
-            )));
+        for (_, c) in chunk {
+            curator_accepts(c)?;
         }
         let client = self.client()?;
         let bad = |e| crate::error::map(WHAT, e);
-        let dirs: Vec<String> = chunk.iter().map(|(e, _)| election_dir(e)).collect();
+        let (dirs, queues) = self
+            .read_chunk(&client, chunk, |r, dir| r.add_get_children(dir))
+            .await?;
         let mut answers = vec![None; chunk.len()];
-        let mut reader = client.new_multi_reader();
-        for dir in &dirs {
-            reader.add_get_children(dir).map_err(bad)?;
-        }
-        let queues = self.shared.requests.call(WHAT, reader.commit()).await?;
         let (mut free, mut missing) = (Vec::new(), Vec::new());
         for (i, queue) in queues.into_iter().enumerate() {
             let (election, candidate) = &chunk[i];
@@ -595,6 +587,27 @@ impl ZkSession {
         Ok(answers)
     }
 
+    /// The election directories of `chunk` and one multi-read (`try_campaign_many`) of
+    /// what `add` asks of each, in order.
+    async fn read_chunk(
+        &self,
+        client: &Client,
+        chunk: &[(ElectionName, Candidate)],
+        add: impl Fn(&mut MultiReader<'_>, &str) -> std::result::Result<(), ZkError>,
+    ) -> Result<(Vec<String>, Vec<MultiReadResult>)> {
+        let dirs: Vec<String> = chunk.iter().map(|(e, _)| election_dir(e)).collect();
+        let mut reader = client.new_multi_reader();
+        for dir in &dirs {
+            add(&mut reader, dir).map_err(|e| crate::error::map("try_campaign_many", e))?;
+        }
+        let read = self
+            .shared
+            .requests
+            .call("try_campaign_many", reader.commit())
+            .await?;
+        Ok((dirs, read))
+    }
+
     /// An answer of ZooKeeper that does not fit the request `what`.
     fn unexpected(&self, what: &str) -> Error {
         TAG.own(
@@ -615,22 +628,34 @@ impl ZkSession {
     ) -> FencingToken {
         let token = revision_token(node.czxid);
         let task = tokio::spawn(guard_leader(
-            self.shared.clone(),
-            self.client.clone(),
-            self.nodes.clone(),
-            self.events.clone(),
-            election.clone(),
+            self.guarded(election),
             path.to_string(),
             node.name.clone(),
             token,
             watch,
         ));
+        self.guard(election, task);
+        token
+    }
+
+    /// What a guard of `election` needs of this session.
+    fn guarded(&self, election: &ElectionName) -> Guarded {
+        Guarded {
+            shared: self.shared.clone(),
+            client: self.client.clone(),
+            nodes: self.nodes.clone(),
+            events: self.events.clone(),
+            election: election.clone(),
+        }
+    }
+
+    /// Keep `task` as the guard of `election`'s grant, stopping the one before.
+    fn guard(&self, election: &ElectionName, task: tokio::task::JoinHandle<()>) {
         if let Ok(mut guards) = self.guards.lock() {
             if let Some(old) = guards.insert(election.clone(), task) {
                 old.abort();
             }
         }
-        token
     }
 
     /// Stop guarding `election`'s grant (before this session deletes its node).
@@ -1062,24 +1087,88 @@ async fn watchdog(
     }
 }
 
-/// Guards a held election: waits for the exists watch on the leading node and, if the
-/// node is deleted while this session still counts it as its own (not by `resign` or
-/// `close`, which stop this task first), reports the election lost. Re-arms after other
-/// node events; ends on session events (expiry is reported by the session's state task).
-/// Holds no client between requests, so an abandoned session's connection still drops.
-#[allow(clippy::too_many_arguments)]
-async fn guard_leader(
+/// What a task guarding a held election has of its session.
+struct Guarded {
     shared: Arc<Shared>,
     client: Arc<Mutex<Option<Client>>>,
     nodes: Arc<Mutex<HashMap<ElectionName, Node>>>,
     events: SessionEvents,
     election: ElectionName,
+}
+
+impl Guarded {
+    /// The session's client, `None` once the session ended.
+    fn client(&self) -> Option<Client> {
+        self.client
+            .lock()
+            .ok()
+            .and_then(|c| c.clone())
+            .filter(|c| !c.state().is_terminated())
+    }
+
+    /// Run the guard's request `request`.
+    async fn call<T>(
+        &self,
+        request: impl Future<Output = std::result::Result<T, ZkError>>,
+    ) -> Result<T> {
+        self.shared.requests.call("guard", request).await
+    }
+
+    /// Could not watch `what` (failed with `e`): wait the retry delay of `attempt`,
+    /// counting it.
+    async fn back_off(&self, attempt: &mut u32, what: &str, e: &Error) {
+        let delay = tenure_core::Retry::default().delay(*attempt);
+        *attempt = attempt.saturating_add(1);
+        let election = &self.election;
+        tracing::debug!(%election, error = %e, ?delay, "could not watch {what}; retrying");
+        tokio::time::sleep(delay).await;
+    }
+
+    /// Report the election lost: its `what` node at `path` was deleted by someone else.
+    fn lost(&self, what: &str, path: &str, token: FencingToken) {
+        let election = &self.election;
+        tracing::warn!(%election, node = %path, token = token.0, "the {what} node was deleted by someone else");
+        self.events.election_lost(
+            election,
+            token,
+            &format!("the {what} node {path} was deleted by someone else"),
+        );
+    }
+}
+
+/// The event of `watch`, or never without one.
+async fn changed(watch: Option<&mut OwnWatch>) -> WatchedEvent {
+    match watch {
+        Some(w) => w.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The error of a waiting campaign whose session reached `state`, if it ended.
+fn session_ended(state: SessionState) -> Result<()> {
+    if !state.is_terminated() {
+        return Ok(());
+    }
+    Err(match state {
+        SessionState::AuthFailed => {
+            TAG.own(ErrorKind::Unauthorized, "ZooKeeper authentication failed")
+        }
+        _ => TAG.own(ErrorKind::SessionExpired, "ZooKeeper session ended"),
+    })
+}
+
+/// Guards a held election: waits for the exists watch on the leading node and, if the
+/// node is deleted while this session still counts it as its own (not by `resign` or
+/// `close`, which stop this task first), reports the election lost. Re-arms after other
+/// node events; ends on session events (expiry is reported by the session's state task).
+/// Holds no client between requests, so an abandoned session's connection still drops.
+async fn guard_leader(
+    g: Guarded,
     path: String,
     name: String,
     token: FencingToken,
     mut watch: Option<OwnWatch>,
 ) {
-    let retry = tenure_core::Retry::default();
     let mut attempt = 0u32;
     loop {
         let deleted = match watch.take() {
@@ -1089,16 +1178,10 @@ async fn guard_leader(
                 _ => continue,
             },
             None => {
-                let Some(c) = client.lock().ok().and_then(|c| c.clone()) else {
+                let Some(c) = g.client() else {
                     return;
                 };
-                if c.state().is_terminated() {
-                    return;
-                }
-                let armed = shared
-                    .requests
-                    .call("guard", c.check_and_watch_stat(&path))
-                    .await;
+                let armed = g.call(c.check_and_watch_stat(&path)).await;
                 drop(c);
                 match armed {
                     Ok((Some(_), w)) => {
@@ -1108,10 +1191,7 @@ async fn guard_leader(
                     }
                     Ok((None, _)) => true,
                     Err(e) => {
-                        let delay = retry.delay(attempt);
-                        attempt = attempt.saturating_add(1);
-                        tracing::debug!(%election, error = %e, ?delay, "could not watch the leading node; retrying");
-                        tokio::time::sleep(delay).await;
+                        g.back_off(&mut attempt, "the leading node", &e).await;
                         continue;
                     }
                 }
@@ -1120,23 +1200,19 @@ async fn guard_leader(
         if !deleted {
             continue;
         }
-        let ours = nodes
+        let ours = g
+            .nodes
             .lock()
             .map(|mut n| {
-                let ours = n.get(&election).is_some_and(|node| node.name == name);
+                let ours = n.get(&g.election).is_some_and(|node| node.name == name);
                 if ours {
-                    n.remove(&election);
+                    n.remove(&g.election);
                 }
                 ours
             })
             .unwrap_or(false);
         if ours {
-            tracing::warn!(%election, node = %path, token = token.0, "the leading node was deleted by someone else");
-            events.election_lost(
-                &election,
-                token,
-                &format!("the leading node {path} was deleted by someone else"),
-            );
+            g.lost("leading", &path, token);
         }
         return;
     }
@@ -1147,6 +1223,18 @@ async fn guard_leader(
 pub(crate) const CURATOR_NO_PRIORITY: &str = "with layout=curator the election is shared \
     with Curator's LeaderLatch, which has no priorities (the default layout, \
     layout=priority, keeps them)";
+
+/// The Curator layout's refusal of a `candidate` with a priority.
+fn curator_accepts(candidate: &Candidate) -> Result<()> {
+    if candidate.priority() == 0 {
+        return Ok(());
+    }
+    Err(curator_refuses(&format!(
+        "candidate {:?}: priority {}",
+        candidate.id(),
+        candidate.priority()
+    )))
+}
 
 /// The `Unsupported` error of the Curator layout for `what` (a priority, a handover),
 /// where the backend is asked directly rather than through the core.

@@ -66,6 +66,17 @@ struct Made {
     zxid: i64,
 }
 
+impl Made {
+    /// The session's nodes after the grant (no candidate node if it made none).
+    fn node(self) -> Node {
+        Node {
+            name: self.candidate.unwrap_or_default(),
+            czxid: self.zxid,
+            leader: Some(self.leader),
+        }
+    }
+}
+
 /// Add a grant for `uuid` to `writer`: bump the election's version from `version`,
 /// check the candidate node `own` (or create one with `create`), make the leader node
 /// and use up the handover nodes seen. Returns how many results it adds.
@@ -190,34 +201,12 @@ impl ZkSession {
                 },
             };
             let ahead = format!("{dir}/{ahead}");
-            let own_path = format!("{dir}/{}", node.name);
-            if own_watch.as_ref().is_some_and(|(n, _)| *n != node.name) {
-                own_watch = None;
-            }
-            let watch_ahead = self
-                .shared
-                .requests
-                .call("campaign", client.check_and_watch_stat(&ahead));
-            let (found, watcher) = if own_watch.is_none() {
-                let watch_own = self
-                    .shared
-                    .requests
-                    .call("campaign", client.check_and_watch_stat(&own_path));
-                let (ahead, own_node) = futures::join!(watch_ahead, watch_own);
-                match own_node? {
-                    (Some(_), w) => own_watch = Some((node.name.clone(), Box::pin(w.changed()))),
-                    (None, _) => {
-                        self.set_node(election, None);
-                        continue;
-                    }
-                }
-                ahead?
-            } else {
-                watch_ahead.await?
-            };
-            if found.is_none() {
+            let Some(watcher) = self
+                .watch_ahead(&client, election, &ahead, &node, &mut own_watch)
+                .await?
+            else {
                 continue;
-            }
+            };
             // The best waiter also watches the election node's data, whose version every
             // join, grant and handover bumps: it lists again at each, so that when the
             // seat is released its version is current and it takes the seat without
@@ -234,26 +223,14 @@ impl ZkSession {
                 }
                 version_changed = Some(Box::pin(w.changed()));
             }
-            let version_changed = async {
-                match version_changed {
-                    Some(w) => w.await,
-                    None => std::future::pending().await,
-                }
-            };
-            let own_changed = async {
-                match own_watch.as_mut() {
-                    Some((_, w)) => w.as_mut().await,
-                    None => std::future::pending().await,
-                }
-            };
             let watching_leader = position == 0;
             // Biased: a change of our node or of the version, when its event is in
             // together with the release's, is seen first (a grant on that version
             // would fail anyway).
             tokio::select! {
                 biased;
-                _ = own_changed => own_watch = None,
-                _ = version_changed => {}
+                _ = changed(own_watch.as_mut().map(|(_, w)| w)) => own_watch = None,
+                _ = changed(version_changed.as_mut()) => {}
                 event = watcher.changed() => {
                     if watching_leader && event.event_type == EventType::NodeDeleted {
                         // The seat was released. If nothing joined, was granted or asked
@@ -271,16 +248,7 @@ impl ZkSession {
                         }
                     }
                 }
-                state = states.changed() => {
-                    if state.is_terminated() {
-                        return Err(match state {
-                            SessionState::AuthFailed => {
-                                TAG.own(ErrorKind::Unauthorized, "ZooKeeper authentication failed")
-                            }
-                            _ => TAG.own(ErrorKind::SessionExpired, "ZooKeeper session ended"),
-                        });
-                    }
-                }
+                state = states.changed() => session_ended(state)?,
             }
         }
     }
@@ -307,8 +275,7 @@ impl ZkSession {
             self.delete(client, election, dir, &node).await?;
         }
         if let Some(node) = self.find_own_candidate(client, dir, &wanted).await? {
-            self.set_node(election, Some(node.clone()));
-            return Ok(node);
+            return Ok(self.remember(election, node));
         }
         let data = encode_record(candidate);
         let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
@@ -327,8 +294,7 @@ impl ZkSession {
                         return Err(self.unexpected("campaign"));
                     };
                     let node = Node::candidate(name_of(path), 0);
-                    self.set_node(election, Some(node.clone()));
-                    return Ok(node);
+                    return Ok(self.remember(election, node));
                 }
                 Err(e) if is_no_node(&e) && !made_parents => {
                     self.shared.make_dirs(client, "campaign", &[dir]).await?;
@@ -337,8 +303,7 @@ impl ZkSession {
                 Err(e) if e.is_retryable() => {
                     // The create may have happened: look for it before trying again.
                     if let Some(node) = self.find_own_candidate(client, dir, &wanted).await? {
-                        self.set_node(election, Some(node.clone()));
-                        return Ok(node);
+                        return Ok(self.remember(election, node));
                     }
                     return Err(e);
                 }
@@ -464,8 +429,7 @@ impl ZkSession {
         let made = read_grant(&results).ok_or_else(|| self.unexpected("campaign"))?;
         Ok(Node {
             name: node.name.clone(),
-            czxid: made.zxid,
-            leader: Some(made.leader),
+            ..made.node()
         })
     }
 
@@ -522,12 +486,7 @@ impl ZkSession {
             return match self.shared.requests.call(WHAT, commit).await {
                 Ok(results) => {
                     let made = read_grant(&results).ok_or_else(|| self.unexpected(WHAT))?;
-                    let node = Node {
-                        name: made.candidate.unwrap_or_default(),
-                        czxid: made.zxid,
-                        leader: Some(made.leader),
-                    };
-                    Ok(Some(self.hold(election, dir, node, candidate)))
+                    Ok(Some(self.hold(election, dir, made.node(), candidate)))
                 }
                 // Someone joined or was granted meanwhile: the seat is not free.
                 Err(e) if contended(&e) => Ok(None),
@@ -549,16 +508,15 @@ impl ZkSession {
         const WHAT: &str = "try_campaign_many";
         let client = self.client()?;
         let bad = |e| crate::error::map(WHAT, e);
-        let dirs: Vec<String> = chunk.iter().map(|(e, _)| election_dir(e)).collect();
+        // The version first: children read after it can only be newer, and a grant on
+        // an older version fails.
+        let (dirs, read) = self
+            .read_chunk(&client, chunk, |r, dir| {
+                r.add_get_data(dir)?;
+                r.add_get_children(dir)
+            })
+            .await?;
         let mut answers = vec![None; chunk.len()];
-        let mut reader = client.new_multi_reader();
-        for dir in &dirs {
-            // The version first: children read after it can only be newer, and a
-            // grant on an older version fails.
-            reader.add_get_data(dir).map_err(bad)?;
-            reader.add_get_children(dir).map_err(bad)?;
-        }
-        let read = self.shared.requests.call(WHAT, reader.commit()).await?;
         if read.len() != 2 * chunk.len() {
             return Err(self.unexpected(WHAT));
         }
@@ -645,13 +603,8 @@ impl ZkSession {
                         .ok_or_else(|| self.unexpected(WHAT))?;
                     at += n;
                     let made = read_grant(part).ok_or_else(|| self.unexpected(WHAT))?;
-                    let node = Node {
-                        name: made.candidate.unwrap_or_default(),
-                        czxid: made.zxid,
-                        leader: Some(made.leader),
-                    };
                     let (election, candidate) = &chunk[*i];
-                    answers[*i] = Some(self.hold(election, &dirs[*i], node, candidate));
+                    answers[*i] = Some(self.hold(election, &dirs[*i], made.node(), candidate));
                 }
             }
             Err(e) if contended(&e) => {
@@ -679,11 +632,7 @@ impl ZkSession {
         let token = revision_token(node.czxid);
         self.set_node(election, Some(node.clone()));
         let task = tokio::spawn(guard_holder(
-            self.shared.clone(),
-            self.client.clone(),
-            self.nodes.clone(),
-            self.events.clone(),
-            election.clone(),
+            self.guarded(election),
             dir.to_string(),
             node,
             Rank {
@@ -692,11 +641,7 @@ impl ZkSession {
             },
             token,
         ));
-        if let Ok(mut guards) = self.guards.lock() {
-            if let Some(old) = guards.insert(election.clone(), task) {
-                old.abort();
-            }
-        }
+        self.guard(election, task);
         token
     }
 }
@@ -717,43 +662,23 @@ struct Rank {
 ///
 /// Ends on session events (expiry is reported by the session's state task). Holds no
 /// client between requests, so an abandoned session's connection still drops.
-#[allow(clippy::too_many_arguments)]
-async fn guard_holder(
-    shared: Arc<Shared>,
-    client: Arc<Mutex<Option<Client>>>,
-    nodes: Arc<Mutex<HashMap<ElectionName, Node>>>,
-    events: SessionEvents,
-    election: ElectionName,
-    dir: String,
-    node: Node,
-    rank: Rank,
-    token: FencingToken,
-) {
+async fn guard_holder(g: Guarded, dir: String, node: Node, rank: Rank, token: FencingToken) {
     let Some(leader) = node.leader.clone() else {
         return;
     };
-    let retry = tenure_core::Retry::default();
+    let election = &g.election;
     let mut attempt = 0u32;
     let mut told = false;
     loop {
-        let Some(c) = client.lock().ok().and_then(|c| c.clone()) else {
+        let Some(c) = g.client() else {
             return;
         };
-        if c.state().is_terminated() {
-            return;
-        }
-        let listed = shared
-            .requests
-            .call("guard", c.get_and_watch_children(&dir))
-            .await;
+        let listed = g.call(c.get_and_watch_children(&dir)).await;
         let (children, watcher) = match listed {
             Ok((children, _, watcher)) => (children, Some(watcher)),
             Err(e) if is_no_node(&e) => (Vec::new(), None),
             Err(e) => {
-                let delay = retry.delay(attempt);
-                attempt = attempt.saturating_add(1);
-                tracing::debug!(%election, error = %e, ?delay, "could not watch the election; retrying");
-                tokio::time::sleep(delay).await;
+                g.back_off(&mut attempt, "the election", &e).await;
                 continue;
             }
         };
@@ -761,9 +686,10 @@ async fn guard_holder(
         if !children.contains(&leader) {
             // The seat is gone; the candidate node stays known (without its leader
             // node) until it is deleted, here or by the core's release of the grant.
-            let ours = nodes
+            let ours = g
+                .nodes
                 .lock()
-                .map(|mut n| match n.get_mut(&election) {
+                .map(|mut n| match n.get_mut(election) {
                     Some(held) if held.leader.as_deref() == Some(leader.as_str()) => {
                         held.leader = None;
                         true
@@ -772,24 +698,18 @@ async fn guard_holder(
                 })
                 .unwrap_or(false);
             if ours {
-                let path = format!("{dir}/{leader}");
-                tracing::warn!(%election, node = %path, token = token.0, "the leader node was deleted by someone else");
-                events.election_lost(
-                    &election,
-                    token,
-                    &format!("the leader node {path} was deleted by someone else"),
-                );
+                g.lost("leader", &format!("{dir}/{leader}"), token);
                 // Out of line at once: nobody campaigns for this candidate node now.
                 let own = format!("{dir}/{}", node.name);
                 let withdrawn = node.name.is_empty()
-                    || match shared.requests.call("guard", c.delete(&own, None)).await {
+                    || match g.call(c.delete(&own, None)).await {
                         Ok(()) => true,
                         Err(e) => is_no_node(&e),
                     };
                 if withdrawn {
-                    if let Ok(mut n) = nodes.lock() {
-                        if n.get(&election).is_some_and(|held| held.name == node.name) {
-                            n.remove(&election);
+                    if let Ok(mut n) = g.nodes.lock() {
+                        if n.get(election).is_some_and(|held| held.name == node.name) {
+                            n.remove(election);
                         }
                     }
                 }
@@ -801,7 +721,7 @@ async fn guard_holder(
         if !told && (!q.handovers.is_empty() || (rank.preemptible && q.outranks(rank.key))) {
             told = true;
             tracing::debug!(%election, token = token.0, handover = !q.handovers.is_empty(), "preempted");
-            events.preempted(&election, token);
+            g.events.preempted(election, token);
         }
         let Some(watcher) = watcher else { return };
         if watcher.changed().await.event_type == EventType::Session {
