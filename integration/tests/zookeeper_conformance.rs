@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure_core::testing::Env;
-use tenure_core::{
-    Backend, Candidate, DynBackend, ElectionName, ErrorKind, Leadership, LossReason,
-};
+use tenure_core::{Backend, Candidate, ElectionName, ErrorKind, Leadership, LossReason};
 use tenure_integration::cluster_faults::{spawn_campaign, wait_grant, Waiter};
 use tenure_integration::membership::{member, open, pairs, until, until_where};
-use tenure_integration::{assert_ttls_refused, timing_ms, ProxyFaults, ZooKeeperServer};
+use tenure_integration::{assert_ttls_refused, ZooKeeperServer};
 use tenure_zookeeper::ZooKeeperBackend;
+
+#[path = "support/zookeeper.rs"]
+mod zookeeper;
 
 tenure_integration::shared_server!(ZooKeeperServer, "ZooKeeper");
 
@@ -25,49 +26,23 @@ fn url(hosts: impl std::fmt::Display) -> String {
 }
 
 async fn zk_env() -> Env {
-    let server = shared_server().1;
-    // Every server when `TENURE_TEST_ZOOKEEPER` names an ensemble.
-    let backend = match ZooKeeperBackend::from_url(&url(shared_server().0)).await {
-        Ok(b) => b,
-        Err(e) => panic!("connect to ZooKeeper at {server}: {e}"),
-    };
-    let main = backend.clone();
-    // Disconnects cut a victim backend's link through a proxy; expiry closes the
-    // session from a second connection with its id and password, which only the
-    // backend that opened it knows: every backend made here is asked.
-    let backends = Arc::new(Mutex::new(vec![backend]));
-    let known = backends.clone();
-    let faults = ProxyFaults::new(&server.to_string(), server, move |at| {
-        let known = known.clone();
-        async move {
-            let b = ZooKeeperBackend::from_url(&url(&at)).await?;
-            if let Ok(mut k) = known.lock() {
-                k.push(b.clone());
-            }
-            Ok(Arc::new(b) as DynBackend)
-        }
-    });
-    let faults = faults.expire_with(move |id| {
-        let backends = backends.lock().map(|b| b.clone()).unwrap_or_default();
-        async move {
-            let mut last = tenure_core::Error::new(ErrorKind::InvalidArgument, "no backend");
-            for b in backends {
-                match b.expire_session(&id).await {
-                    Ok(()) => return Ok(()),
-                    Err(e) => last = e,
-                }
-            }
-            Err(last)
-        }
-    });
-    // TTL 2 s (the shortest session timeout at tickTime 1000 ms), renew every 300 ms,
-    // leadership valid for 1.2 s after the last confirmed renewal was sent. The server
-    // expires sessions in tickTime buckets (up to 1 s late here), and an abandoned
-    // session is dropped once renewals stop for twice their interval.
-    faults.env(Arc::new(main), timing_ms(2000, 300, 1200, 2000), 1500)
+    zookeeper::env(shared_server(), |hosts| url(hosts)).await
 }
 
 tenure_core::conformance_tests!(zk_env());
+
+/// A fresh environment with the election `<prefix>/<name>`, held by candidate "a" of a
+/// new session.
+async fn held_by_a(name: &str) -> (Env, ElectionName, tenure_core::Session, Leadership) {
+    let env = zk_env().await;
+    let election = ElectionName::new(format!("{}/{name}", env.prefix)).unwrap();
+    let sa = env.session().await;
+    let a = sa
+        .campaign(&election, &Candidate::new("a").unwrap())
+        .await
+        .unwrap();
+    (env, election, sa, a)
+}
 
 /// Not in the shared suite: a TTL the server would clamp is refused, naming the field.
 #[tokio::test]
@@ -447,13 +422,7 @@ async fn priorities_under_churn_never_overlap() {
 /// watch), one fewer than clause 7 allows; the waiter granted is the first in line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_among_eight_waiters_costs_three_requests() {
-    let env = zk_env().await;
-    let election = ElectionName::new(format!("{}/three", env.prefix)).unwrap();
-    let sa = env.session().await;
-    let a = sa
-        .campaign(&election, &Candidate::new("a").unwrap())
-        .await
-        .unwrap();
+    let (env, election, sa, a) = held_by_a("three").await;
     let mut waiters = Vec::new();
     for i in 0..8 {
         let s = env.session().await;
@@ -488,13 +457,7 @@ async fn a_release_among_eight_waiters_costs_three_requests() {
 /// priority layout (each layout would elect its own leader), naming the layout to use.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_curator_layout_refuses_a_priority_layout_election() {
-    let env = zk_env().await;
-    let election = ElectionName::new(format!("{}/mixed", env.prefix)).unwrap();
-    let sa = env.session().await;
-    let a = sa
-        .campaign(&election, &Candidate::new("a").unwrap())
-        .await
-        .unwrap();
+    let (_env, election, sa, a) = held_by_a("mixed").await;
     let curator = ZooKeeperBackend::from_url(&format!("{}&layout=curator", url(shared_server().0)))
         .await
         .unwrap();

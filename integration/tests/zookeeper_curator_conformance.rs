@@ -3,12 +3,11 @@
 //! for the default priority layout: the same server set-up, TTL and faults. Clause 14
 //! checks the refusal here (`Unsupported`: Curator's recipe has no priority).
 
-use std::sync::{Arc, Mutex};
-
 use tenure_core::testing::Env;
-use tenure_core::{DynBackend, ErrorKind};
-use tenure_integration::{timing_ms, ProxyFaults, ZooKeeperServer};
-use tenure_zookeeper::ZooKeeperBackend;
+use tenure_integration::ZooKeeperServer;
+
+#[path = "support/zookeeper.rs"]
+mod zookeeper;
 
 tenure_integration::shared_server!(ZooKeeperServer, "ZooKeeper");
 
@@ -21,46 +20,7 @@ fn url(hosts: impl std::fmt::Display) -> String {
 }
 
 async fn zk_env() -> Env {
-    let server = shared_server().1;
-    // Every server when `TENURE_TEST_ZOOKEEPER` names an ensemble.
-    let backend = match ZooKeeperBackend::from_url(&url(shared_server().0)).await {
-        Ok(b) => b,
-        Err(e) => panic!("connect to ZooKeeper at {server}: {e}"),
-    };
-    let main = backend.clone();
-    // Disconnects cut a victim backend's link through a proxy; expiry closes the
-    // session from a second connection with its id and password, which only the
-    // backend that opened it knows: every backend made here is asked.
-    let backends = Arc::new(Mutex::new(vec![backend]));
-    let known = backends.clone();
-    let faults = ProxyFaults::new(&server.to_string(), server, move |at| {
-        let known = known.clone();
-        async move {
-            let b = ZooKeeperBackend::from_url(&url(&at)).await?;
-            if let Ok(mut k) = known.lock() {
-                k.push(b.clone());
-            }
-            Ok(Arc::new(b) as DynBackend)
-        }
-    });
-    let faults = faults.expire_with(move |id| {
-        let backends = backends.lock().map(|b| b.clone()).unwrap_or_default();
-        async move {
-            let mut last = tenure_core::Error::new(ErrorKind::InvalidArgument, "no backend");
-            for b in backends {
-                match b.expire_session(&id).await {
-                    Ok(()) => return Ok(()),
-                    Err(e) => last = e,
-                }
-            }
-            Err(last)
-        }
-    });
-    // TTL 2 s (the shortest session timeout at tickTime 1000 ms), renew every 300 ms,
-    // leadership valid for 1.2 s after the last confirmed renewal was sent. The server
-    // expires sessions in tickTime buckets (up to 1 s late here), and an abandoned
-    // session is dropped once renewals stop for twice their interval.
-    faults.env(Arc::new(main), timing_ms(2000, 300, 1200, 2000), 1500)
+    zookeeper::env(shared_server(), |hosts| url(hosts)).await
 }
 
 tenure_core::conformance_tests!(zk_env());
