@@ -404,12 +404,8 @@ pub enum Envelope {
         channel: String,
         /// The request answered.
         request: u64,
-        /// The epoch a session of the sender holds the seat with; 0 if none.
-        epoch: u64,
-        /// The holding candidate's id (empty if none).
-        holder: String,
-        /// The holding candidate's value (empty if none).
-        value: String,
+        /// Who holds the seat on the sender (epoch 0 if nobody does).
+        holding: Holding,
         /// The priority of the waiter asked for (or of the best waiter) if it
         /// waits on the sender.
         waiter: Option<i16>,
@@ -428,6 +424,18 @@ pub enum Envelope {
     },
 }
 
+/// Who holds a seat on a node, as an [`Envelope::HandoverAnswer`] carries
+/// it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holding {
+    /// The epoch a session of the node holds the seat with; 0 if none.
+    pub epoch: u64,
+    /// The holding candidate's id (empty if none).
+    pub holder: String,
+    /// The holding candidate's value (empty if none).
+    pub value: String,
+}
+
 /// Encodes an [`Envelope`] as one frame.
 pub fn encode_envelope(envelope: &Envelope) -> Result<Vec<u8>, EncodeError> {
     match envelope {
@@ -438,8 +446,7 @@ pub fn encode_envelope(envelope: &Envelope) -> Result<Vec<u8>, EncodeError> {
             finish_frame(out)
         }
         Envelope::Routed { channel, msg } => {
-            let mut out = start_frame(ROUTED_TAG);
-            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+            let mut out = start_channel_frame(ROUTED_TAG, channel)?;
             out.push(tag(msg.kind()));
             put_message_body(&mut out, msg)?;
             finish_frame(out)
@@ -450,11 +457,8 @@ pub fn encode_envelope(envelope: &Envelope) -> Result<Vec<u8>, EncodeError> {
             holder,
             value,
         } => {
-            let mut out = start_frame(SEAT_TAG);
-            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
-            put_u64(&mut out, *epoch);
-            put_text(&mut out, holder, "holder", MAX_HOLDER_LEN)?;
-            put_text(&mut out, value, "value", MAX_VALUE_LEN)?;
+            let mut out = start_channel_frame(SEAT_TAG, channel)?;
+            put_seat(&mut out, *epoch, holder, value)?;
             finish_frame(out)
         }
         Envelope::HandoverAsk {
@@ -462,8 +466,7 @@ pub fn encode_envelope(envelope: &Envelope) -> Result<Vec<u8>, EncodeError> {
             request,
             to,
         } => {
-            let mut out = start_frame(HANDOVER_ASK_TAG);
-            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+            let mut out = start_channel_frame(HANDOVER_ASK_TAG, channel)?;
             put_u64(&mut out, *request);
             put_optional_text(&mut out, to.as_deref(), "to", MAX_HOLDER_LEN)?;
             finish_frame(out)
@@ -471,17 +474,12 @@ pub fn encode_envelope(envelope: &Envelope) -> Result<Vec<u8>, EncodeError> {
         Envelope::HandoverAnswer {
             channel,
             request,
-            epoch,
-            holder,
-            value,
+            holding,
             waiter,
         } => {
-            let mut out = start_frame(HANDOVER_ANSWER_TAG);
-            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+            let mut out = start_channel_frame(HANDOVER_ANSWER_TAG, channel)?;
             put_u64(&mut out, *request);
-            put_u64(&mut out, *epoch);
-            put_text(&mut out, holder, "holder", MAX_HOLDER_LEN)?;
-            put_text(&mut out, value, "value", MAX_VALUE_LEN)?;
+            put_seat(&mut out, holding.epoch, &holding.holder, &holding.value)?;
             put_priority(&mut out, *waiter);
             finish_frame(out)
         }
@@ -491,8 +489,7 @@ pub fn encode_envelope(envelope: &Envelope) -> Result<Vec<u8>, EncodeError> {
             node,
             to,
         } => {
-            let mut out = start_frame(HANDOVER_TAG);
-            put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+            let mut out = start_channel_frame(HANDOVER_TAG, channel)?;
             put_u64(&mut out, *epoch);
             match node {
                 None => out.push(0),
@@ -505,6 +502,21 @@ pub fn encode_envelope(envelope: &Envelope) -> Result<Vec<u8>, EncodeError> {
             finish_frame(out)
         }
     }
+}
+
+/// A frame of `kind` whose body starts with `channel`.
+fn start_channel_frame(kind: u8, channel: &str) -> Result<Vec<u8>, EncodeError> {
+    let mut out = start_frame(kind);
+    put_text(&mut out, channel, "channel", MAX_CHANNEL_LEN)?;
+    Ok(out)
+}
+
+/// Who holds a seat: `epoch`, `holder` and `value`, as [`Envelope::Seat`] and
+/// [`Envelope::HandoverAnswer`] carry them.
+fn put_seat(out: &mut Vec<u8>, epoch: u64, holder: &str, value: &str) -> Result<(), EncodeError> {
+    put_u64(out, epoch);
+    put_text(out, holder, "holder", MAX_HOLDER_LEN)?;
+    put_text(out, value, "value", MAX_VALUE_LEN)
 }
 
 fn put_optional_text(
@@ -557,9 +569,11 @@ pub fn decode_envelope(frame: &[u8]) -> Result<Envelope, DecodeError> {
         HANDOVER_ANSWER_TAG => Envelope::HandoverAnswer {
             channel: r.text("channel", MAX_CHANNEL_LEN)?,
             request: r.u64()?,
-            epoch: r.u64()?,
-            holder: r.text("holder", MAX_HOLDER_LEN)?,
-            value: r.text("value", MAX_VALUE_LEN)?,
+            holding: Holding {
+                epoch: r.u64()?,
+                holder: r.text("holder", MAX_HOLDER_LEN)?,
+                value: r.text("value", MAX_VALUE_LEN)?,
+            },
             waiter: r.priority()?,
         },
         HANDOVER_TAG => Envelope::Handover {

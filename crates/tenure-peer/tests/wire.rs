@@ -3,7 +3,7 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 use tenure_peer::wire::{
-    decode, decode_envelope, encode, encode_envelope, frame_len, DecodeError, Envelope,
+    decode, decode_envelope, encode, encode_envelope, frame_len, DecodeError, Envelope, Holding,
     MAX_FRAME_LEN, MAX_PEERS_PER_LIST, WIRE_VERSION,
 };
 use tenure_peer::{Message, MessageKind, PeerId};
@@ -69,12 +69,37 @@ fn text(max: usize) -> impl Strategy<Value = String> {
     ]
 }
 
+fn holding() -> impl Strategy<Value = Holding> {
+    (any::<u64>(), text(1024), text(4096)).prop_map(|(epoch, holder, value)| Holding {
+        epoch,
+        holder,
+        value,
+    })
+}
+
+/// A frame of `body` behind a valid length prefix, `version` and `kind`.
+fn raw_frame(version: u8, kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&((body.len() + 2) as u32).to_be_bytes());
+    frame.push(version);
+    frame.push(kind);
+    frame.extend_from_slice(body);
+    frame
+}
+
 fn envelope() -> impl Strategy<Value = Envelope> {
     prop_oneof![
         (peer(), any::<u64>()).prop_map(|(from, cluster)| Envelope::Hello { from, cluster }),
         (text(256), message()).prop_map(|(channel, msg)| Envelope::Routed { channel, msg }),
-        (text(256), any::<u64>(), text(1024), text(4096)).prop_map(
-            |(channel, epoch, holder, value)| Envelope::Seat {
+        (text(256), holding()).prop_map(
+            |(
+                channel,
+                Holding {
+                    epoch,
+                    holder,
+                    value,
+                },
+            )| Envelope::Seat {
                 channel,
                 epoch,
                 holder,
@@ -91,18 +116,14 @@ fn envelope() -> impl Strategy<Value = Envelope> {
         (
             text(256),
             any::<u64>(),
-            any::<u64>(),
-            text(1024),
-            text(4096),
+            holding(),
             proptest::option::of(any::<i16>())
         )
-            .prop_map(|(channel, request, epoch, holder, value, waiter)| {
+            .prop_map(|(channel, request, holding, waiter)| {
                 Envelope::HandoverAnswer {
                     channel,
                     request,
-                    epoch,
-                    holder,
-                    value,
+                    holding,
                     waiter,
                 }
             }),
@@ -136,11 +157,7 @@ proptest! {
         kind in 0x40u8..0x48,
         body in vec(any::<u8>(), 0..256),
     ) {
-        let mut frame = Vec::new();
-        frame.extend_from_slice(&((body.len() + 2) as u32).to_be_bytes());
-        frame.push(WIRE_VERSION);
-        frame.push(kind);
-        frame.extend_from_slice(&body);
+        let frame = raw_frame(WIRE_VERSION, kind, &body);
         match decode_envelope(&frame) {
             Ok(e) => prop_assert_eq!(encode_envelope(&e).expect("decoded envelopes encode"), frame),
             Err(e) => prop_assert!(!e.label().is_empty()),
@@ -183,11 +200,7 @@ proptest! {
         kind in 0u8..20,
         body in vec(any::<u8>(), 0..256),
     ) {
-        let mut frame = Vec::new();
-        frame.extend_from_slice(&((body.len() + 2) as u32).to_be_bytes());
-        frame.push(version);
-        frame.push(kind);
-        frame.extend_from_slice(&body);
+        let frame = raw_frame(version, kind, &body);
         match decode(&frame) {
             Ok(msg) => prop_assert_eq!(encode(&msg).expect("decoded messages encode"), frame),
             Err(e) => prop_assert!(!e.label().is_empty()),

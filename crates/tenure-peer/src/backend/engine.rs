@@ -22,7 +22,7 @@ use crate::node::{sleep_until, Clock};
 use crate::quorum::QuorumGuard;
 use crate::transport::{Transport, TransportEvent};
 use crate::types::{Instant, PeerId};
-use crate::wire::Envelope;
+use crate::wire::{Envelope, Holding};
 
 /// The most elections one node keeps state for. Each costs a few hundred
 /// bytes and must be kept (its promise is what makes epochs unique).
@@ -100,7 +100,7 @@ pub(crate) enum Command {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct HandoverAnswer {
     /// The local holder: epoch, candidate id and value.
-    pub(crate) holder: Option<(u64, String, String)>,
+    pub(crate) holder: Option<Holding>,
     /// The priority of the waiter asked for (or of the best waiter), if it
     /// waits on this node.
     pub(crate) waiter: Option<i16>,
@@ -229,13 +229,7 @@ impl Seat {
                 && to.is_none_or(|id| w.candidate.id() == id)
         });
         HandoverAnswer {
-            holder: self.holder.as_ref().map(|h| {
-                (
-                    h.token,
-                    h.candidate.id().to_owned(),
-                    h.candidate.value().to_owned(),
-                )
-            }),
+            holder: self.holder.as_ref().map(holding),
             waiter: waiting.map(|w| wire_priority(&w.candidate)).max(),
         }
     }
@@ -770,30 +764,25 @@ impl Engine {
                         .get(&name)
                         .map(|s| s.handover_answer(to.as_deref()))
                         .unwrap_or_default();
-                    let (epoch, holder, value) = answer.holder.unwrap_or_default();
                     let _ = self.transport.send(
                         from,
                         Envelope::HandoverAnswer {
                             channel,
                             request,
-                            epoch,
-                            holder,
-                            value,
+                            holding: answer.holder.unwrap_or_default(),
                             waiter: answer.waiter,
                         },
                     );
                 }
                 Envelope::HandoverAnswer {
                     request,
-                    epoch,
-                    holder,
-                    value,
+                    holding,
                     waiter,
                     ..
                 } => {
                     if let Some(answers) = self.handover_requests.get(&request) {
                         let answer = HandoverAnswer {
-                            holder: (epoch > 0).then_some((epoch, holder, value)),
+                            holder: (holding.epoch > 0).then_some(holding),
                             waiter,
                         };
                         if answers.send((from, answer)).is_err() {
@@ -1206,12 +1195,26 @@ fn preempt(sessions: &HashMap<u64, SessionEntry>, name: &ElectionName, h: &mut H
     }
 }
 
-fn seat_envelope(name: &ElectionName, h: &Holder) -> Envelope {
-    Envelope::Seat {
-        channel: name.as_str().to_owned(),
+/// Who holds the seat, for the wire.
+fn holding(h: &Holder) -> Holding {
+    Holding {
         epoch: h.token,
         holder: h.candidate.id().to_owned(),
         value: h.candidate.value().to_owned(),
+    }
+}
+
+fn seat_envelope(name: &ElectionName, h: &Holder) -> Envelope {
+    let Holding {
+        epoch,
+        holder,
+        value,
+    } = holding(h);
+    Envelope::Seat {
+        channel: name.as_str().to_owned(),
+        epoch,
+        holder,
+        value,
     }
 }
 

@@ -321,11 +321,11 @@ impl Backend for PeerBackend {
         let info = heard
             .iter()
             .filter_map(|(_, a)| a.holder.as_ref())
-            .find(|h| h.0 == epoch)
-            .map(|(epoch, id, value)| LeaderInfo {
-                id: id.clone(),
-                value: value.clone(),
-                token: FencingToken(*epoch),
+            .find(|h| h.epoch == epoch)
+            .map(|h| LeaderInfo {
+                id: h.holder.clone(),
+                value: h.value.clone(),
+                token: FencingToken(h.epoch),
             })
             .ok_or_else(|| Error::invalid(format!("election {election}: nobody leads it")))?;
         let (election, to) = (election.clone(), to.map(str::to_owned));
@@ -369,7 +369,7 @@ pub(crate) fn choose_handover(
     let Some((epoch, holder)) = heard
         .iter()
         .filter_map(|(_, a)| a.holder.as_ref())
-        .map(|(epoch, id, _)| (*epoch, id))
+        .map(|h| (h.epoch, &h.holder))
         .max_by_key(|(epoch, _)| *epoch)
     else {
         return Err(invalid(format!(
@@ -498,10 +498,15 @@ impl BackendSession for PeerSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::Holding;
 
     fn holder(epoch: u64, id: &str) -> HandoverAnswer {
         HandoverAnswer {
-            holder: Some((epoch, id.to_owned(), String::new())),
+            holder: Some(Holding {
+                epoch,
+                holder: id.to_owned(),
+                value: String::new(),
+            }),
             waiter: None,
         }
     }
