@@ -256,3 +256,159 @@ async fn a_handover_request_is_used_up_by_the_grant() {
         s.close().await.expect("close");
     }
 }
+
+/// Lease 15 s renewed every 3.75 s (the defaults): a holder that learnt of a
+/// preemption only at its next renewal would need up to 3.75 s.
+fn slow_renewals() -> Timing {
+    let mut t = Timing::from_ttl(TTL);
+    t.renew_interval = Duration::from_millis(3750);
+    t
+}
+
+/// A holder is told of a preemption by a notice in its session's prefix, which the
+/// session lists once per poll interval: the gap from the higher priority's campaign
+/// to its grant is a few poll intervals, well below the renew interval (the old
+/// bound, which every run right after a grant would have come close to).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemption_is_learnt_within_a_poll_not_a_renewal() {
+    let azurite = AzuriteServer::start().await.expect("azurite");
+    let container = random_prefix().to_ascii_lowercase();
+    let b = backend(azurite.endpoint(), &container).await;
+    let election = ElectionName::new("prio/notice-gap").unwrap();
+    let mut gaps = Vec::new();
+    for run in 0..3 {
+        let sa = Session::open(b.clone(), slow_renewals())
+            .await
+            .expect("session");
+        let sb = Session::open(b.clone(), slow_renewals())
+            .await
+            .expect("session");
+        let a = sa.campaign(&election, &cand("a", 0)).await.expect("a");
+        // Right after the grant, so the holder's next renewal is a renew interval away.
+        let start = Instant::now();
+        let high = spawn_campaign(&sb, &election, cand("b", 5));
+        let high = granted(high, TTL * 2, "the higher priority").await;
+        let gap = high.granted_at() - start;
+        let lost = a.lost_at().expect("a's lost signal fired");
+        assert!(lost <= high.granted_at(), "run {run}: two holders");
+        assert_eq!(a.loss_reason(), Some(LossReason::Preempted), "run {run}");
+        assert!(high.token() > a.token());
+        eprintln!("run {run}: preemption gap {gap:?}");
+        gaps.push(gap);
+        // The notice was read and deleted.
+        let holder = sa.id();
+        let mut left = b.notices(&holder).await.expect("notices");
+        for _ in 0..20 {
+            if left.is_empty() {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+            left = b.notices(&holder).await.expect("notices");
+        }
+        assert!(left.is_empty(), "run {run}: notices left: {left:?}");
+        high.resign().await.expect("resign");
+        sa.close().await.expect("close");
+        sb.close().await.expect("close");
+    }
+    eprintln!("preemption gaps with renewals every 3.75 s and polls every {POLL:?}: {gaps:?}");
+    for gap in &gaps {
+        assert!(
+            *gap < Duration::from_secs(2),
+            "a preemption took {gap:?}: the holder learnt it at its renewal, not by a notice"
+        );
+    }
+}
+
+/// A notice names the grant it is for: one left for an older token of an election
+/// the session holds again does not end the newer grant, and is deleted; one for an
+/// election it does not hold is deleted too; closing the session deletes its notices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notice_for_an_older_token_does_not_end_a_newer_grant() {
+    let azurite = AzuriteServer::start().await.expect("azurite");
+    let container = random_prefix().to_ascii_lowercase();
+    let b = backend(azurite.endpoint(), &container).await;
+    let election = ElectionName::new("prio/old-notice").unwrap();
+    let other = ElectionName::new("prio/old-notice-other").unwrap();
+    let sa = Session::open(b.clone(), slow_renewals())
+        .await
+        .expect("session");
+    let first = sa.campaign(&election, &cand("a", 0)).await.expect("a");
+    let old = first.token();
+    first.resign().await.expect("resign");
+    let second = sa
+        .campaign(&election, &cand("a", 0))
+        .await
+        .expect("a again");
+    assert!(second.token() > old);
+    let holder = sa.id();
+    b.leave_notice(&holder, &election, old.0)
+        .await
+        .expect("notice");
+    b.leave_notice(&holder, &other, second.token().0)
+        .await
+        .expect("notice");
+    // Ten polls and more.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        second.is_leader(),
+        "a notice for an older grant ended the newer one"
+    );
+    assert_eq!(second.loss_reason(), None);
+    let left = b.notices(&holder).await.expect("notices");
+    assert!(left.is_empty(), "stale notices were not deleted: {left:?}");
+    // The session keeps the seat through a renewal too.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(second.is_leader());
+    // Left just before closing: the close deletes it (if the poll did not first).
+    b.leave_notice(&holder, &other, 1).await.expect("notice");
+    second.resign().await.expect("resign");
+    sa.close().await.expect("close");
+    let left = b.notices(&holder).await.expect("notices");
+    assert!(left.is_empty(), "notices left after close: {left:?}");
+}
+
+/// The notice poll costs a session one listing per poll interval however many seats
+/// it holds, counted with its renewals (no election requests), and nothing while it
+/// holds none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_notice_poll_costs_one_listing_per_poll_per_session() {
+    let azurite = AzuriteServer::start().await.expect("azurite");
+    let container = random_prefix().to_ascii_lowercase();
+    let b = backend(azurite.endpoint(), &container).await;
+    let s = Session::open(b.clone(), slow_renewals())
+        .await
+        .expect("session");
+    // Holding nothing: no requests at all.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle_before = b.requests();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(b.requests() - idle_before, 0, "an idle session polled");
+    const SEATS: usize = 3;
+    let mut held = Vec::new();
+    for i in 0..SEATS {
+        let e = ElectionName::new(format!("prio/cost-notices/{i}")).unwrap();
+        held.push(s.campaign(&e, &cand("a", 0)).await.expect("seat"));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (all0, el0) = (b.requests(), b.election_requests().unwrap_or(0));
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let window = t0.elapsed();
+    let (all1, el1) = (b.requests(), b.election_requests().unwrap_or(0));
+    let polls = window.as_secs_f64() / (POLL.as_secs_f64() * 0.9);
+    let upkeep = (all1 - all0) - (el1 - el0);
+    eprintln!(
+        "{SEATS} seats held: {upkeep} upkeep requests (listings and at most one round of renewals) in {window:?}, {polls:.1} polls; {} election requests",
+        el1 - el0
+    );
+    assert_eq!(el1 - el0, 0);
+    // At most one round of renewals (one per seat) falls into the window.
+    let listings_max = upkeep as f64;
+    let listings_min = upkeep.saturating_sub(SEATS as u64) as f64;
+    assert!(listings_min <= polls * 1.2, "{upkeep} in {polls:.1} polls");
+    assert!(listings_max >= polls * 0.3, "{upkeep} in {polls:.1} polls");
+    for l in held {
+        l.resign().await.expect("resign");
+    }
+    s.close().await.expect("close");
+}

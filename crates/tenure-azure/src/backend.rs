@@ -100,6 +100,41 @@ impl AzureBackend {
         }
     }
 
+    /// Leave the notice a preempting waiter or a handover leaves (without breaking
+    /// any lease): the grant `token` of `election`, held by the session `session`
+    /// (its id), is asked to step down. For tests.
+    #[doc(hidden)]
+    pub async fn leave_notice(
+        &self,
+        session: &str,
+        election: &ElectionName,
+        token: u64,
+    ) -> Result<()> {
+        let notice = self.shared.layout.notice(session, election, token);
+        self.shared
+            .store
+            .put_metadata_blob(&notice, std::collections::HashMap::new())
+            .await
+            .map_err(|f| f.into_error("leave notice"))
+    }
+
+    /// The names of the notices waiting for the session `session` (below its notice
+    /// prefix). For tests.
+    #[doc(hidden)]
+    pub async fn notices(&self, session: &str) -> Result<Vec<String>> {
+        let prefix = self.shared.layout.notices(session);
+        let listed = self
+            .shared
+            .store
+            .list(&prefix)
+            .await
+            .map_err(|f| f.into_error("list notices"))?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|b| b.name.strip_prefix(&prefix).map(str::to_string))
+            .collect())
+    }
+
     /// Every request sent so far, renewals included.
     pub fn requests(&self) -> u64 {
         self.shared.store.requests()

@@ -11,6 +11,9 @@ pub(crate) const META_TOKEN: &str = "tenuretoken";
 pub(crate) const META_HOLDER: &str = "tenureholder";
 /// Metadata field holding the holder's candidate value (percent-encoded).
 pub(crate) const META_VALUE: &str = "tenurevalue";
+/// Metadata field holding the id of the holder's session, which names its notice
+/// prefix ([`Layout::notices`]).
+pub(crate) const META_SESSION: &str = "tenuresession";
 
 /// Where the blobs of elections and members live under an optional prefix.
 #[derive(Debug, Clone)]
@@ -42,6 +45,19 @@ impl Layout {
     /// queue (see `queue.rs`; `~` is never part of an election name).
     pub(crate) fn queue(&self, election: &ElectionName) -> String {
         format!("{}queues/{election}~/", self.base)
+    }
+
+    /// `[prefix/]notices/<session>/`: the listing prefix of the notices to the session
+    /// `session` (a lease id: a UUID) that a seat it holds is asked for.
+    pub(crate) fn notices(&self, session: &str) -> String {
+        format!("{}notices/{session}/", self.base)
+    }
+
+    /// `[prefix/]notices/<session>/<election>~<token>`: the notice that the grant
+    /// `token` of `election`, held by `session`, is asked to step down (`~` is never
+    /// part of an election name).
+    pub(crate) fn notice(&self, session: &str, election: &ElectionName, token: u64) -> String {
+        format!("{}{election}~{token}", self.notices(session))
     }
 
     /// `[prefix/]members/<namespace>/<id>`.
@@ -96,11 +112,32 @@ pub(crate) fn token_of(metadata: &HashMap<String, String>) -> Option<u64> {
     }
 }
 
-/// The metadata of a grant: the token, the holder's id and value, and its priority
-/// and opt-out (which a waiter reads to decide whether it preempts the holder).
-pub(crate) fn grant_metadata(token: u64, candidate: &Candidate) -> HashMap<String, String> {
+/// The election and token a notice's name (below its session's notice prefix) stands
+/// for; `None` for a name tenure did not write.
+pub(crate) fn parse_notice(rel: &str) -> Option<(ElectionName, u64)> {
+    let (election, token) = rel.rsplit_once('~')?;
+    Some((ElectionName::new(election).ok()?, token.parse().ok()?))
+}
+
+/// The session id a grant's metadata names (written since notices exist).
+pub(crate) fn session_of(metadata: &HashMap<String, String>) -> Option<&str> {
+    metadata
+        .get(META_SESSION)
+        .map(String::as_str)
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'))
+}
+
+/// The metadata of a grant: the token, the holder's id and value, its session (whose
+/// notice prefix a preempting waiter or a handover writes to), and its priority and
+/// opt-out (which a waiter reads to decide whether it preempts the holder).
+pub(crate) fn grant_metadata(
+    token: u64,
+    candidate: &Candidate,
+    session: &str,
+) -> HashMap<String, String> {
     let mut m = crate::queue::candidacy_metadata(candidate);
     m.extend([
+        (META_SESSION.to_string(), session.to_string()),
         (META_TOKEN.to_string(), token.to_string()),
         (META_HOLDER.to_string(), encode(candidate.id())),
         (META_VALUE.to_string(), encode(candidate.value())),
@@ -142,12 +179,26 @@ mod tests {
         let [a, ab, a_b] = ["a", "ab", "a/b"].map(|n| l.queue(&ElectionName::new(n).unwrap()));
         assert_eq!(a, "svc/a/queues/a~/");
         assert!(!ab.starts_with(&a) && !a_b.starts_with(&a));
+        // A notice names its election and token; one session's prefix never lists
+        // another's.
+        let n = l.notice("s-1", &e, 42);
+        assert_eq!(n, "svc/a/notices/s-1/members/x~42");
+        let rel = n.strip_prefix(&l.notices("s-1")).unwrap();
+        assert_eq!(parse_notice(rel), Some((e, 42)));
+        assert!(!l
+            .notice("s-10", &ElectionName::new("a").unwrap(), 1)
+            .starts_with(&l.notices("s-1")));
+        assert_eq!(parse_notice("a~x"), None);
+        assert_eq!(parse_notice("a"), None);
+        assert_eq!(parse_notice("~1"), None);
     }
 
     #[test]
     fn metadata_round_trips() {
         let c = Candidate::with_value("node-1", "10.0.0.1:80 ü").unwrap();
-        let m = grant_metadata(7, &c);
+        let m = grant_metadata(7, &c, "0f4c6c1e-9a52-4b7e-8d0e-2f1c3b5a7d90");
+        assert_eq!(session_of(&m), Some("0f4c6c1e-9a52-4b7e-8d0e-2f1c3b5a7d90"));
+        assert_eq!(session_of(&HashMap::new()), None);
         assert!(m.values().all(|v| v.is_ascii() && !v.contains(' ')));
         let l = leader_of(&m).unwrap();
         assert_eq!(

@@ -21,7 +21,7 @@ use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Resu
 use tokio_util::sync::DropGuard;
 
 use crate::error::{Failure, TAG};
-use crate::names::{grant_metadata, jittered, new_lease_id, token_of};
+use crate::names::{grant_metadata, jittered, new_lease_id, parse_notice, token_of};
 use crate::queue::{entry_metadata, entry_name, HolderCandidacy, Queue, HANDOVER};
 use crate::shared::Shared;
 use crate::store::lease_lost;
@@ -64,6 +64,9 @@ struct Inner {
     /// Set by `abandon` (a crash, for tests): campaigns stop and nothing is removed
     /// from the store; queue entries lapse as a crashed process's would.
     abandoned: AtomicBool,
+    /// Set at the first grant: only a session that held a seat can have notices, so
+    /// only it lists them at `close`.
+    ever_held: AtomicBool,
     events: SessionEvents,
     life: Lifetime,
 }
@@ -94,8 +97,14 @@ impl AzureSession {
             members: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashMap::new()),
             abandoned: AtomicBool::new(false),
+            ever_held: AtomicBool::new(false),
             events,
         });
+        // Outside a runtime (never the case: sessions are opened by async code) the
+        // holder learns of a preemption at its next renewal only.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(watch_notices(inner.clone()));
+        }
         AzureSession {
             _stop: inner.life.guard(),
             inner,
@@ -230,6 +239,7 @@ impl Inner {
                 };
                 lock(&self.held).insert(election.clone(), seat);
                 lock(&self.releasing).remove(election);
+                self.ever_held.store(true, Ordering::SeqCst);
                 self.retire(election, lease);
                 Ok(Attempt::Granted(token))
             }
@@ -267,7 +277,7 @@ impl Inner {
                 "campaign: the fencing counter is exhausted",
             )
         })?;
-        let metadata = grant_metadata(next, candidate);
+        let metadata = grant_metadata(next, candidate, &self.lease_id);
         match store.set_metadata(name, lease, &metadata).await {
             Ok(()) => Ok(FencingToken(next)),
             Err(f) if lease_lost(&f) => Err(TAG.own(
@@ -429,6 +439,7 @@ impl Inner {
                     match store.break_lease_at_expiry(&name, &p.etag).await {
                         Ok(()) => {
                             tracing::debug!(election = %election, candidate = %candidate.id(), "asked the holder to step down (higher priority)");
+                            self.shared.notify(election, &p.metadata).await;
                         }
                         // The grant changed or ended meanwhile: judged again next poll.
                         Err(f) if f.status == Some(412) || lease_lost(&f) => *told = None,
@@ -460,6 +471,71 @@ impl Inner {
                 }
                 Attempt::Held => Ok(None),
             },
+        }
+    }
+
+    /// Read this session's notices (`prefix`, one listing): a notice naming a seat
+    /// held with the token it names is reported as a preemption (the seat moves to
+    /// `releasing`, as when a renewal finds the lease broken); every notice read is
+    /// deleted, including those for a grant no longer held (a notice never ends a
+    /// grant made after it: the tokens differ). Best effort: a listing that fails
+    /// leaves the broken lease to tell the holder at its next renewal.
+    async fn read_notices(&self, prefix: &str) {
+        let store = &self.shared.store;
+        let listed = match store.list_notices(prefix).await {
+            Ok(listed) => listed,
+            Err(f) => {
+                tracing::debug!(prefix = %prefix, error = %f.error.text, "could not list notices; a preemption is learnt at the next renewal");
+                return;
+            }
+        };
+        for blob in listed {
+            let Some(rel) = blob.name.strip_prefix(prefix) else {
+                continue;
+            };
+            if let Some((election, token)) = parse_notice(rel) {
+                let asked = {
+                    let mut held = lock(&self.held);
+                    match held.get(&election) {
+                        Some(seat) if seat.token.0 == token => {
+                            let seat = held.remove(&election);
+                            if let Some(seat) = &seat {
+                                lock(&self.releasing).insert(election.clone(), seat.clone());
+                            }
+                            seat
+                        }
+                        _ => None,
+                    }
+                };
+                if let Some(seat) = asked {
+                    tracing::info!(election = %election, token = seat.token.0, "asked to step down (a higher priority waits, or a handover): told by a notice");
+                    self.events.preempted(&election, seat.token);
+                }
+            }
+            if let Err(f) = store.delete(&blob.name, None).await {
+                tracing::debug!(blob = %blob.name, error = %f.error.text, "could not delete a notice");
+            }
+        }
+    }
+
+    /// Delete every notice to this session (at `close`; best effort).
+    async fn clear_notices(&self) {
+        if !self.ever_held.load(Ordering::SeqCst) {
+            return;
+        }
+        let store = &self.shared.store;
+        let prefix = self.shared.layout.notices(&self.lease_id);
+        match store.list_notices(&prefix).await {
+            Ok(listed) => {
+                for blob in listed {
+                    if let Err(f) = store.delete(&blob.name, None).await {
+                        tracing::debug!(blob = %blob.name, error = %f.error.text, "could not delete a notice");
+                    }
+                }
+            }
+            Err(f) => {
+                tracing::debug!(prefix = %prefix, error = %f.error.text, "could not list notices to delete them");
+            }
         }
     }
 
@@ -758,6 +834,7 @@ impl BackendSession for AzureSession {
             .buffer_unordered(RENEW_CONCURRENCY)
             .collect()
             .await;
+        inner.clear_notices().await;
         results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
     }
 
@@ -836,6 +913,31 @@ impl BackendSession for AzureSession {
             members.remove(&key);
         }
         Ok(())
+    }
+}
+
+/// The session's notice poll: while it holds at least one seat, one listing of its
+/// notice prefix per poll interval (however many seats), so a holder asked to step
+/// down learns it within about a poll interval rather than at its next renewal. Ends
+/// when the session closes, is dropped or is abandoned.
+async fn watch_notices(inner: Arc<Inner>) {
+    let poll = inner.shared.store.config.get_poll_interval();
+    let prefix = inner.shared.layout.notices(&inner.lease_id);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(jittered(poll)) => {}
+            _ = inner.life.stopped() => return,
+        }
+        if inner.abandoned.load(Ordering::SeqCst) {
+            return;
+        }
+        if lock(&inner.held).is_empty() {
+            continue;
+        }
+        tokio::select! {
+            _ = inner.read_notices(&prefix) => {}
+            _ = inner.life.stopped() => return,
+        }
     }
 }
 

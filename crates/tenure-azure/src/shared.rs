@@ -9,7 +9,7 @@ use tenure_core::{ElectionName, Error, ErrorKind, LeaderInfo, Member, Result};
 
 use crate::config::SCHEME;
 use crate::error::TAG;
-use crate::names::{leader_of, Layout};
+use crate::names::{leader_of, session_of, token_of, Layout};
 use crate::queue::{handover_metadata, Blob, Queue, HANDOVER};
 use crate::store::lease_lost;
 use crate::store::Store;
@@ -98,7 +98,10 @@ impl Shared {
                 return Ok(info);
             }
             match self.store.break_lease_at_expiry(&name, &props.etag).await {
-                Ok(()) => return Ok(info),
+                Ok(()) => {
+                    self.notify(election, &props.metadata).await;
+                    return Ok(info);
+                }
                 // The holder changed or released since it was read: read again.
                 Err(f) if f.status == Some(412) || lease_lost(&f) => continue,
                 Err(f) => return Err(f.into_error("handover: tell the leader")),
@@ -108,6 +111,22 @@ impl Shared {
             ErrorKind::Unavailable,
             format!("handover: the leader of {election} kept changing; try again"),
         ))
+    }
+
+    /// Tell the holder of the grant `metadata` describes (a grant of `election` whose
+    /// lease was just broken without a break period) that it is asked to step down: an
+    /// empty blob in its session's notice prefix naming the election and the grant's
+    /// token, which its session lists once per poll interval while it holds seats.
+    /// Best effort: the broken lease stays the fallback (a holder that cannot list, or
+    /// a grant written before notices existed, learns at its next renewal).
+    pub(crate) async fn notify(&self, election: &ElectionName, metadata: &HashMap<String, String>) {
+        let (Some(session), Some(token)) = (session_of(metadata), token_of(metadata)) else {
+            return;
+        };
+        let notice = self.layout.notice(session, election, token);
+        if let Err(f) = self.store.put_metadata_blob(&notice, HashMap::new()).await {
+            tracing::debug!(blob = %notice, error = %f.error.text, "could not leave a notice; the holder learns at its next renewal");
+        }
     }
 
     /// The waiting queue of `election` (one listing, with metadata).

@@ -407,15 +407,22 @@ impl Store {
 
     /// Every blob whose name starts with `prefix` (all pages).
     pub(crate) async fn list(&self, prefix: &str) -> Res<Vec<Listed>> {
-        self.list_blobs(prefix, false).await
+        self.list_blobs(prefix, false, Purpose::Election).await
     }
 
     /// Every blob whose name starts with `prefix` (all pages), with its metadata.
     pub(crate) async fn list_with_metadata(&self, prefix: &str) -> Res<Vec<Listed>> {
-        self.list_blobs(prefix, true).await
+        self.list_blobs(prefix, true, Purpose::Election).await
     }
 
-    async fn list_blobs(&self, prefix: &str, metadata: bool) -> Res<Vec<Listed>> {
+    /// The listing of a session's notice prefix: counted with the renewals, as part of
+    /// keeping the session's seats (a holder sends it once per poll interval while it
+    /// holds any, and no election request).
+    pub(crate) async fn list_notices(&self, prefix: &str) -> Res<Vec<Listed>> {
+        self.list_blobs(prefix, false, Purpose::Renewal).await
+    }
+
+    async fn list_blobs(&self, prefix: &str, metadata: bool, purpose: Purpose) -> Res<Vec<Listed>> {
         let options = BlobContainerClientListBlobsOptions {
             prefix: Some(prefix.to_string()),
             include: metadata.then(|| vec![ListBlobsIncludeItem::Metadata]),
@@ -447,7 +454,7 @@ impl Store {
             }
             Ok::<_, azure_core::Error>(out)
         };
-        match self.call(fut).await {
+        match self.call_as(purpose, fut).await {
             Ok(v) => Ok(v),
             Err(f) if f.status == Some(404) => Ok(Vec::new()),
             Err(f) => Err(f),
