@@ -634,7 +634,15 @@ async fn the_queue_is_ordered_by_priority_then_arrival_and_a_handover_moves_its_
     let asked = b.handover(&e, Some("w1")).await.expect("handover");
     assert_eq!((asked.id.as_str(), asked.token), ("a", a.token()));
     let queued: Vec<String> = cmd(&mut raw, &["ZRANGE", &queue, "0", "-1"]).await;
-    assert_eq!(order(queued), ["w1", "w2", "w4", "w6", "w3", "w5"]);
+    let queued = order(queued);
+    // The leader may have released the seat and w1 been granted (which takes it out
+    // of the queue in the same script) before this read: then w1 holds the seat.
+    if queued.first() != Some(&"w1") {
+        let leader = b.leader(&e).await.expect("leader").map(|l| l.id);
+        assert_eq!(leader.as_deref(), Some("w1"), "queue {queued:?}");
+    }
+    let rest: Vec<&str> = queued.into_iter().filter(|w| *w != "w1").collect();
+    assert_eq!(rest, ["w2", "w4", "w6", "w3", "w5"]);
     assert_eq!(
         tokio::time::timeout(Duration::from_secs(2), a.lost_wait())
             .await
