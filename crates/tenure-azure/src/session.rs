@@ -24,7 +24,7 @@ use crate::error::{Failure, TAG};
 use crate::names::{grant_metadata, jittered, new_lease_id, parse_notice, token_of};
 use crate::queue::{entry_metadata, entry_name, HolderCandidacy, Queue, HANDOVER};
 use crate::shared::Shared;
-use crate::store::lease_lost;
+use crate::store::{lease_lost, Listed};
 
 /// How many renewals one keep-alive sends at once.
 const RENEW_CONCURRENCY: usize = 32;
@@ -489,30 +489,46 @@ impl Inner {
                 return;
             }
         };
-        for blob in listed {
+        for blob in &listed {
             let Some(rel) = blob.name.strip_prefix(prefix) else {
                 continue;
             };
             if let Some((election, token)) = parse_notice(rel) {
-                let asked = {
-                    let mut held = lock(&self.held);
-                    match held.get(&election) {
-                        Some(seat) if seat.token.0 == token => {
-                            let seat = held.remove(&election);
-                            if let Some(seat) = &seat {
-                                lock(&self.releasing).insert(election.clone(), seat.clone());
-                            }
-                            seat
-                        }
-                        _ => None,
-                    }
-                };
-                if let Some(seat) = asked {
-                    tracing::info!(election = %election, token = seat.token.0, "asked to step down (a higher priority waits, or a handover): told by a notice");
-                    self.events.preempted(&election, seat.token);
-                }
+                self.step_down(&election, |seat| seat.token.0 == token, "a notice");
             }
-            if let Err(f) = store.delete(&blob.name, None).await {
+        }
+        self.delete_notices(listed).await;
+    }
+
+    /// The seat of `election`, if held and `is_it` says it is the one asked for, moves
+    /// to `releasing` and is reported preempted (the core then fires the lost signal
+    /// and releases it). `told_by` is for the log. True if it moved.
+    fn step_down(
+        &self,
+        election: &ElectionName,
+        is_it: impl FnOnce(&Seat) -> bool,
+        told_by: &str,
+    ) -> bool {
+        let seat = {
+            let mut held = lock(&self.held);
+            if !held.get(election).is_some_and(is_it) {
+                return false;
+            }
+            let Some(seat) = held.remove(election) else {
+                return false;
+            };
+            lock(&self.releasing).insert(election.clone(), seat.clone());
+            seat
+        };
+        tracing::info!(election = %election, token = seat.token.0, told_by, "asked to step down (a higher priority waits, or a handover)");
+        self.events.preempted(election, seat.token);
+        true
+    }
+
+    /// Delete the notices `listed` (read, or left at `close`; best effort).
+    async fn delete_notices(&self, listed: Vec<Listed>) {
+        for blob in listed {
+            if let Err(f) = self.shared.store.delete(&blob.name, None).await {
                 tracing::debug!(blob = %blob.name, error = %f.error.text, "could not delete a notice");
             }
         }
@@ -526,13 +542,7 @@ impl Inner {
         let store = &self.shared.store;
         let prefix = self.shared.layout.notices(&self.lease_id);
         match store.list_notices(&prefix).await {
-            Ok(listed) => {
-                for blob in listed {
-                    if let Err(f) = store.delete(&blob.name, None).await {
-                        tracing::debug!(blob = %blob.name, error = %f.error.text, "could not delete a notice");
-                    }
-                }
-            }
+            Ok(listed) => self.delete_notices(listed).await,
             Err(f) => {
                 tracing::debug!(prefix = %prefix, error = %f.error.text, "could not list notices to delete them");
             }
@@ -615,20 +625,7 @@ impl BackendSession for AzureSession {
                         .as_deref()
                         .is_some_and(|c| c.contains("Broken") || c.contains("Breaking"));
                     if broken && inner.breaking(&e).await {
-                        let moved = {
-                            let mut held = lock(&inner.held);
-                            if held.get(&e) == Some(&seat) {
-                                held.remove(&e);
-                                lock(&inner.releasing).insert(e.clone(), seat.clone());
-                                true
-                            } else {
-                                false
-                            }
-                        };
-                        if moved {
-                            tracing::info!(election = %e, token = token.0, "asked to step down (a higher priority waits, or a handover)");
-                            inner.events.preempted(&e, token);
-                        }
+                        inner.step_down(&e, |held| *held == seat, "the broken lease");
                         continue;
                     }
                     let removed = {
