@@ -11,6 +11,8 @@ pub use tenure_etcd::{EtcdBackend, EtcdConfig, EtcdLayout};
 /// simulator, TCP transport.
 #[cfg(feature = "peer")]
 pub use tenure_peer as peer;
+#[cfg(feature = "postgres")]
+pub use tenure_postgres::{PostgresBackend, PostgresConfig};
 #[cfg(feature = "redis")]
 pub use tenure_redis::{RedisBackend, RedisConfig};
 #[cfg(feature = "shard")]
@@ -30,6 +32,7 @@ pub use tenure_zookeeper::{ZooKeeperBackend, ZooKeeperConfig};
 /// | `redis+sentinel://[user:password@]sentinel[:port][,…]/service[/db]`, `rediss+sentinel://…` | `redis` | the Redis primary Sentinel names, followed through failovers (`RedisBackend`) |
 /// | `zk://[user:password@]host:port[,…][/chroot][?session_timeout=…]` | `zookeeper` | ZooKeeper, Curator LeaderLatch-style nodes (`ZooKeeperBackend`) |
 /// | `azblob://account/container[/prefix][?endpoint=…&poll_interval_ms=…]` (credentials from `AZURE_STORAGE_*`) | `azure` | Azure Blob leases (`AzureBackend`) |
+/// | `postgres://[user:password@]host[:port][/database][?schema=…&sslmode=verify-full&ca=…]`, `postgresql://…` | `postgres` | PostgreSQL (`PostgresBackend`): server-clock sessions, LISTEN/NOTIFY wake-ups |
 /// | `peer://host:port?id=…&peers=…[&algorithm=…]` | `peer` | this process as one node of a peer cluster, no store (`peer::PeerBackend`) |
 ///
 /// An unknown or disabled scheme is [`ErrorKind::InvalidArgument`] naming the schemes
@@ -51,6 +54,8 @@ const DRIVERS: &[backend::Driver] = &[
     tenure_peer::DRIVER,
     #[cfg(feature = "azure")]
     tenure_azure::DRIVER,
+    #[cfg(feature = "postgres")]
+    tenure_postgres::DRIVER,
 ];
 
 /// The URL schemes this build of tenure can [`connect`] to.

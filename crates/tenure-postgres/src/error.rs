@@ -1,0 +1,96 @@
+//! The one place where PostgreSQL client errors become `tenure_core::Error`s.
+
+use tenure_core::backend::Tag;
+use tenure_core::{Error, ErrorKind};
+use tokio_postgres::error::SqlState;
+
+use crate::config::SCHEME;
+
+/// The error constructors of this backend.
+pub(crate) const TAG: Tag = Tag::new(SCHEME, "PostgreSQL");
+
+/// Raised by tenure's functions: the session has expired or was closed.
+const SESSION_EXPIRED: &str = "TN001";
+/// Raised by `handover`: nobody leads, nobody waits, or not the waiter named.
+const REFUSED: &str = "TN002";
+/// Raised by `grant`: the candidacy is gone (withdrawn meanwhile); campaign again.
+const WITHDRAWN: &str = "TN003";
+
+/// Map a client error; `what` says which operation failed (e.g. `"campaign"`).
+pub(crate) fn map(what: &str, err: tokio_postgres::Error) -> Error {
+    if let Some(db) = err.as_db_error() {
+        match db.code().code() {
+            // tenure's own refusals: the server's message is the whole story.
+            REFUSED => return TAG.own(ErrorKind::InvalidArgument, db.message()),
+            SESSION_EXPIRED => {
+                return TAG.own(
+                    ErrorKind::SessionExpired,
+                    format!("{what}: {}", db.message()),
+                )
+            }
+            _ => {}
+        }
+    }
+    TAG.wrap(kind_of(&err), what, err)
+}
+
+fn kind_of(err: &tokio_postgres::Error) -> ErrorKind {
+    let Some(code) = err.code() else {
+        // No server answer: the connection failed, closed or could not be set up.
+        let text = format!("{err:?}").to_ascii_lowercase();
+        return match text.contains("certificate") || text.contains("password") {
+            true => ErrorKind::Unauthorized,
+            false => ErrorKind::Unavailable,
+        };
+    };
+    let class = &code.code()[..2];
+    if code.code() == WITHDRAWN {
+        return ErrorKind::Unavailable;
+    }
+    if [
+        &SqlState::INVALID_PASSWORD,
+        &SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+    ]
+    .contains(&code)
+        || *code == SqlState::INSUFFICIENT_PRIVILEGE
+    {
+        return ErrorKind::Unauthorized;
+    }
+    match class {
+        // Connection exceptions, too many connections or no resources, a server
+        // shutting down or starting, a serialization failure or deadlock to retry.
+        "08" | "53" | "57" | "40" => ErrorKind::Unavailable,
+        _ => ErrorKind::Backend,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_connection_is_unavailable() {
+        // The only client error we can build without a server: one from a closed
+        // connection, through a failed connect to a port nobody listens on.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = runtime.block_on(async {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let config = format!("host=127.0.0.1 port={port} user=x connect_timeout=2");
+            tokio_postgres::connect(&config, tokio_postgres::NoTls)
+                .await
+                .err()
+                .unwrap()
+        });
+        let e = map("connect", err);
+        assert_eq!(e.kind(), ErrorKind::Unavailable);
+        assert_eq!(e.message(), "connect");
+        assert_eq!(e.backend(), Some("postgres"));
+    }
+}

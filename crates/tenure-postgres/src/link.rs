@@ -1,0 +1,391 @@
+//! Connections to the server: how one is opened (plain or TLS), the request
+//! connection the backend and its sessions share, and the listening connection whose
+//! notifications wake waiters, tell holders and drive observers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tenure_core::backend::{lock, Purpose, Requests, SessionEvents};
+use tenure_core::{CancellationToken, ElectionName, FencingToken, Result, Retry};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Notification, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+use crate::config::PostgresConfig;
+use crate::error::TAG;
+
+/// How often the listening connection is checked while nothing arrives on it, so that
+/// a connection cut without a reset is noticed (not a poll of any state).
+const PING_EVERY: Duration = Duration::from_secs(5);
+
+/// One parameter of a query, with its type (so a query is one round trip).
+pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
+/// How to open a connection.
+#[derive(Clone)]
+pub(crate) struct Opener {
+    pg: tokio_postgres::Config,
+    tls: Option<MakeRustlsConnect>,
+}
+
+impl Opener {
+    pub(crate) fn new(config: &PostgresConfig) -> Result<Self> {
+        let mut pg = tokio_postgres::Config::new();
+        pg.host(&config.host)
+            .port(config.port)
+            .user(config.user())
+            .dbname(config.database())
+            .application_name("tenure")
+            .connect_timeout(config.get_connect_timeout())
+            .keepalives_idle(Duration::from_secs(10));
+        if let Some(password) = config.credentials.password() {
+            pg.password(password);
+        }
+        let tls = match config.tls {
+            false => None,
+            true => {
+                pg.ssl_mode(tokio_postgres::config::SslMode::Require);
+                Some(tls_connector(config)?)
+            }
+        };
+        Ok(Opener { pg, tls })
+    }
+
+    /// A new connection and the notifications that arrive on it (the receiver ends
+    /// when the connection does).
+    pub(crate) async fn open(
+        &self,
+    ) -> std::result::Result<(Client, mpsc::UnboundedReceiver<Notification>), tokio_postgres::Error>
+    {
+        match &self.tls {
+            None => drive(self.pg.connect(NoTls).await?),
+            Some(tls) => drive(self.pg.connect(tls.clone()).await?),
+        }
+    }
+}
+
+fn drive<S, T>(
+    (client, mut connection): (Client, Connection<S, T>),
+) -> std::result::Result<(Client, mpsc::UnboundedReceiver<Notification>), tokio_postgres::Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = message {
+                let _ = tx.send(n);
+            }
+        }
+    });
+    Ok((client, rx))
+}
+
+fn tls_connector(config: &PostgresConfig) -> Result<MakeRustlsConnect> {
+    let bad = |what: &str, e: &dyn std::fmt::Display| {
+        tenure_core::Error::invalid(format!("{what}: {e}")).with_backend(crate::config::SCHEME)
+    };
+    let (ca, identity) = config.files.paths();
+    let mut roots = rustls::RootCertStore::empty();
+    if let Some(ca) = ca {
+        let certs = CertificateDer::pem_file_iter(ca).map_err(|e| bad("ca", &e))?;
+        for cert in certs {
+            roots
+                .add(cert.map_err(|e| bad("ca", &e))?)
+                .map_err(|e| bad("ca", &e))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad("tls", &e))?
+        .with_root_certificates(roots);
+    let tls = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .and_then(|c| c.collect::<std::result::Result<Vec<_>, _>>())
+                .map_err(|e| bad("cert", &e))?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("key", &e))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| bad("cert", &e))?
+        }
+    };
+    Ok(MakeRustlsConnect::new(tls))
+}
+
+/// The request connection, opened again when it fails, and the request layer.
+pub(crate) struct Requester {
+    opener: Opener,
+    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    pub(crate) requests: Requests<tokio_postgres::Error>,
+}
+
+impl Requester {
+    pub(crate) fn new(opener: Opener, requests: Requests<tokio_postgres::Error>) -> Self {
+        let client = tokio::sync::Mutex::new(None);
+        Requester {
+            opener,
+            client,
+            requests,
+        }
+    }
+
+    async fn client(&self) -> std::result::Result<Arc<Client>, tokio_postgres::Error> {
+        let mut slot = self.client.lock().await;
+        if let Some(client) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(client.clone());
+        }
+        let (client, _) = self.opener.open().await?;
+        Ok(slot.insert(Arc::new(client)).clone())
+    }
+
+    /// Run `sql` as one round trip; a failure that may have left the connection out of
+    /// step (no answer in time, a broken link) makes the next request connect again.
+    pub(crate) async fn query(
+        &self,
+        purpose: Purpose,
+        what: &str,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> Result<Vec<Row>> {
+        let mut used = None;
+        let request = async {
+            let client = self.client().await?;
+            used = Some(client.clone());
+            client.query_typed(sql, params).await
+        };
+        let answer = self.requests.call_as(purpose, what, request).await;
+        if let (Err(e), Some(client)) = (&answer, used) {
+            if e.is_retryable() {
+                let mut slot = self.client.lock().await;
+                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
+                    *slot = None;
+                }
+            }
+        }
+        answer
+    }
+}
+
+/// What the listening connection delivers to: waiters, sessions and followers of this
+/// backend, and a generation that grows whenever it (re)connects, so that all of them
+/// look again (notifications sent while it was down are lost).
+#[derive(Default)]
+pub(crate) struct Hub {
+    state: Mutex<HubState>,
+    generation: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct HubState {
+    client: Option<Arc<Client>>,
+    waiters: HashMap<(String, String), Arc<Notify>>,
+    sessions: HashMap<String, SessionEvents>,
+    channels: HashMap<String, watch::Sender<u64>>,
+}
+
+impl Hub {
+    /// The generation, to wait for the next (re)connection.
+    pub(crate) fn generation(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// The wake-up of `session`'s candidacy for `election`, until the guard drops.
+    pub(crate) fn waiter(self: &Arc<Self>, session: &str, election: &str) -> Waiter {
+        let key = (session.to_owned(), election.to_owned());
+        let notify = Arc::new(Notify::new());
+        lock(&self.state)
+            .waiters
+            .insert(key.clone(), notify.clone());
+        Waiter {
+            hub: self.clone(),
+            key,
+            notify,
+        }
+    }
+
+    pub(crate) fn add_session(&self, id: &str, events: SessionEvents) {
+        lock(&self.state).sessions.insert(id.to_owned(), events);
+    }
+
+    pub(crate) fn remove_session(&self, id: &str) {
+        lock(&self.state).sessions.remove(id);
+    }
+
+    /// LISTEN on `channel` (an observer's) and return its change count; the
+    /// subscription holds until [`unsubscribe`](Self::unsubscribe) with no receiver left.
+    pub(crate) async fn subscribe(&self, channel: &str) -> watch::Receiver<u64> {
+        let (rx, client) = {
+            let mut state = lock(&self.state);
+            if let Some(tx) = state.channels.get(channel) {
+                return tx.subscribe();
+            }
+            let (tx, rx) = watch::channel(0);
+            state.channels.insert(channel.to_owned(), tx);
+            (rx, state.client.clone())
+        };
+        if let Some(client) = client {
+            // Without it the follower still reads again at the next reconnection.
+            let _ = client.batch_execute(&format!("LISTEN \"{channel}\"")).await;
+        }
+        rx
+    }
+
+    pub(crate) fn unsubscribe(&self, channel: &str) {
+        let mut state = lock(&self.state);
+        if state
+            .channels
+            .get(channel)
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            state.channels.remove(channel);
+            if let Some(client) = state.client.clone() {
+                let sql = format!("UNLISTEN \"{channel}\"");
+                tokio::spawn(async move { client.batch_execute(&sql).await });
+            }
+        }
+    }
+
+    /// One notification: `w SESSION ELECTION` wakes a waiter, `p SESSION TOKEN
+    /// ELECTION` tells a holder to step down, anything on an observer's channel counts
+    /// a change.
+    fn deliver(&self, note: &Notification) {
+        let state = lock(&self.state);
+        if let Some(tx) = state.channels.get(note.channel()) {
+            tx.send_modify(|n| *n += 1);
+            return;
+        }
+        let mut words = note.payload().splitn(4, ' ');
+        match (words.next(), words.next(), words.next(), words.next()) {
+            (Some("w"), Some(session), Some(election), None) => {
+                let key = (session.to_owned(), election.to_owned());
+                if let Some(notify) = state.waiters.get(&key) {
+                    notify.notify_one();
+                }
+            }
+            (Some("p"), Some(session), Some(token), Some(election)) => {
+                let (Some(events), Ok(token), Ok(election)) = (
+                    state.sessions.get(session),
+                    token.parse(),
+                    ElectionName::new(election),
+                ) else {
+                    return;
+                };
+                events.preempted(&election, FencingToken(token));
+            }
+            _ => tracing::debug!(payload = note.payload(), "unexpected notification"),
+        }
+    }
+
+    /// Keep the listening connection up until `stop`: LISTEN on `own` and every
+    /// observer's channel, deliver what arrives, check the link every [`PING_EVERY`].
+    pub(crate) async fn listen(
+        self: Arc<Self>,
+        opener: Opener,
+        own: String,
+        timeout: Duration,
+        stop: CancellationToken,
+    ) {
+        let retry = Retry::default();
+        let mut failures = 0u32;
+        loop {
+            let opened = tokio::select! {
+                _ = stop.cancelled() => return,
+                opened = tokio::time::timeout(timeout, opener.open()) => opened,
+            };
+            if let Ok(Ok((client, notes))) = opened {
+                let client = Arc::new(client);
+                if self.serve(&client, notes, &own, timeout, &stop).await {
+                    failures = 0;
+                }
+                lock(&self.state).client = None;
+            }
+            tracing::debug!("PostgreSQL listening connection lost; connecting again");
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(retry.delay(failures)) => {}
+            }
+            failures = failures.saturating_add(1);
+        }
+    }
+
+    /// Serve one connection until it fails; true if it was set up.
+    async fn serve(
+        &self,
+        client: &Arc<Client>,
+        mut notes: mpsc::UnboundedReceiver<Notification>,
+        own: &str,
+        timeout: Duration,
+        stop: &CancellationToken,
+    ) -> bool {
+        let channels: Vec<String> = {
+            let mut state = lock(&self.state);
+            state.client = Some(client.clone());
+            state.channels.keys().cloned().collect()
+        };
+        let sql: String = std::iter::once(own)
+            .chain(channels.iter().map(String::as_str))
+            .map(|c| format!("LISTEN \"{c}\";"))
+            .collect();
+        if !matches!(
+            tokio::time::timeout(timeout, client.batch_execute(&sql)).await,
+            Ok(Ok(()))
+        ) {
+            return false;
+        }
+        self.generation.send_modify(|g| *g += 1);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return true,
+                note = notes.recv() => match note {
+                    Some(note) => self.deliver(&note),
+                    None => return true,
+                },
+                _ = tokio::time::sleep(PING_EVERY) => {
+                    let ping = tokio::time::timeout(timeout, client.batch_execute("")).await;
+                    if !matches!(ping, Ok(Ok(()))) {
+                        return true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A waiter's wake-up; dropping it forgets the waiter.
+pub(crate) struct Waiter {
+    hub: Arc<Hub>,
+    key: (String, String),
+    pub(crate) notify: Arc<Notify>,
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut state = lock(&self.hub.state);
+        if state
+            .waiters
+            .get(&self.key)
+            .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
+        {
+            state.waiters.remove(&self.key);
+        }
+    }
+}
+
+/// The tag's error for answers of a shape tenure's functions never give.
+pub(crate) fn unexpected(what: &str, e: impl std::fmt::Display) -> tenure_core::Error {
+    TAG.own(
+        tenure_core::ErrorKind::Backend,
+        format!("{what}: unexpected answer from PostgreSQL: {e}"),
+    )
+}
