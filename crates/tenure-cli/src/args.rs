@@ -209,7 +209,7 @@ pub struct HandoverArgs {
 /// `tenure demo`.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
-    /// The store (any backend with membership: mem, etcd, redis, zk, azblob).
+    /// The store (any backend with membership: mem, etcd, redis, zk, postgres, azblob).
     #[command(flatten)]
     pub backend: BackendArgs,
     /// Nodes at the start (2 to 64).
@@ -358,6 +358,9 @@ pub struct BenchArgs {
     /// A ZooKeeper to measure (zk://host:port[/chroot] or host:port).
     #[arg(long, env = "TENURE_BENCH_ZK")]
     pub zk: Option<String>,
+    /// A PostgreSQL database to measure (postgres://user@host:port/db).
+    #[arg(long, env = "TENURE_BENCH_POSTGRES")]
+    pub postgres: Option<String>,
     /// An Azure Blob container or Azurite to measure (azblob://…).
     #[arg(long, env = "TENURE_BENCH_AZURE")]
     pub azure: Option<String>,

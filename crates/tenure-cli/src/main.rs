@@ -267,6 +267,7 @@ async fn run_bench(args: BenchArgs) -> tenure::Result<()> {
         ("etcd", "etcd", &args.etcd),
         ("redis", "redis", &args.redis),
         ("zookeeper", "zk", &args.zk),
+        ("postgres", "postgres", &args.postgres),
     ] {
         if let Some(v) = value {
             targets.push(Target {
