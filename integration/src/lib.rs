@@ -1,10 +1,11 @@
 //! Test harness for `tenure`: real coordination stores, network faults,
 //! candidate processes and fencing checks.
 //!
-//! - **Servers.** [`EtcdServer`], [`ZooKeeperServer`], [`RedisServer`] and
-//!   [`AzuriteServer`] run the store as a child process on a free loopback port with a
-//!   temporary data directory (or use the external one `TENURE_TEST_ETCD`, `…_ZOOKEEPER`,
-//!   `…_REDIS` or `…_AZURITE` names), with faults on the process ([`StoreServer`]);
+//! - **Servers.** [`EtcdServer`], [`ZooKeeperServer`], [`RedisServer`],
+//!   [`AzuriteServer`] and [`PostgresServer`] run the store as a child process on a free
+//!   loopback port with a temporary data directory (or use the external one
+//!   `TENURE_TEST_ETCD`, `…_ZOOKEEPER`, `…_REDIS`, `…_AZURITE` or `…_POSTGRES` names), with
+//!   faults on the process ([`StoreServer`]);
 //!   [`EtcdCluster`], [`ZooKeeperEnsemble`] and [`RedisSentinels`] run several.
 //! - **Network faults.** [`TcpProxy`] can cut, black-hole and heal a link.
 //! - **Candidates.** [`CandidateProcess`] runs the `tenure` CLI and collects its
@@ -78,7 +79,7 @@ pub use proxy::{LinkState, TcpProxy};
 pub use proxy_faults::{assert_ttls_refused, etcd_env, timing_ms, ProxyFaults};
 pub use server::{
     etcdctl_program, start_with_passwords, workspace_root, AzuriteServer, EtcdCluster, EtcdServer,
-    Members, RedisSentinels, RedisServer, StoreServer, ZooKeeperEnsemble, ZooKeeperServer,
-    READY_TIMEOUT,
+    Members, PostgresServer, RedisSentinels, RedisServer, StoreServer, ZooKeeperEnsemble,
+    ZooKeeperServer, READY_TIMEOUT,
 };
 pub use shared::{next_leader_where, run_prefix, with_query, SpawnedCampaign};

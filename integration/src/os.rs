@@ -80,6 +80,79 @@ fn all_threads_stopped(pid: u32) -> Option<bool> {
     Some(any)
 }
 
+/// The state letter of process `pid` (`R`, `S`, `T`, `Z`, …) and its parent's pid, from
+/// `/proc/PID/stat`; `None` if there is no such process.
+fn state_and_parent(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the parenthesised command name (which may itself contain
+    // spaces and parentheses): state, ppid, …
+    let mut rest = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let parent = rest.next()?.parse().ok()?;
+    Some((state, parent))
+}
+
+/// The processes whose parent is `pid` now (from `/proc`). Linux only.
+pub(crate) fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| state_and_parent(child).is_some_and(|(_, parent)| parent == pid))
+        .collect()
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody has reaped yet: it holds
+/// no memory, files or sockets any more).
+pub(crate) fn has_ended(pid: u32) -> bool {
+    match state_and_parent(pid) {
+        Some((state, _)) => matches!(state, 'Z' | 'X'),
+        None => true,
+    }
+}
+
+/// Whether this process runs as root (effective uid 0).
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The uid and primary gid of the user `name`, or `None` if there is no such user.
+pub(crate) fn user_ids(name: &str) -> Result<Option<(u32, u32)>> {
+    let doing = || format!("looking up the user {name:?}");
+    let c_name = std::ffi::CString::new(name)
+        .map_err(|_| HarnessError::failed(doing(), "the name contains a NUL byte"))?;
+    let mut size = 4096;
+    loop {
+        let mut buf: Vec<libc::c_char> = vec![0; size];
+        // SAFETY: an all-zero `passwd` is a valid value (null pointers and zero ids);
+        // getpwnam_r only writes it.
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call, `buf` is `size` bytes long, and
+        // the strings getpwnam_r puts in `buf` are not read after it is dropped.
+        let rc = unsafe {
+            libc::getpwnam_r(
+                c_name.as_ptr(),
+                &mut entry,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut found,
+            )
+        };
+        match rc {
+            0 if found.is_null() => return Ok(None),
+            0 => return Ok(Some((entry.pw_uid, entry.pw_gid))),
+            libc::ERANGE if size < 1 << 20 => size *= 4,
+            // "Not found" may also come back as one of these (getpwnam_r(3)).
+            libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
+            rc => return Err(HarnessError::io(doing(), io::Error::from_raw_os_error(rc))),
+        }
+    }
+}
+
 /// Sends `signal` to every process in the process group `pgid`; a group that
 /// no longer exists is not an error.
 pub(crate) fn signal_group(pgid: u32, signal: libc::c_int) {
@@ -252,6 +325,27 @@ mod tests {
             stop_process(child.id(), "sleep"),
             Err(HarnessError::NotRunning { .. })
         ));
+    }
+
+    #[test]
+    fn children_and_their_end_are_seen() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(children(std::process::id()).contains(&child.id()));
+        assert!(!has_ended(child.id()));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(has_ended(child.id()));
+        assert!(!children(std::process::id()).contains(&child.id()));
+    }
+
+    #[test]
+    fn users_are_looked_up() {
+        assert_eq!(user_ids("root").unwrap(), Some((0, 0)));
+        assert_eq!(user_ids("no-such-user-tenure-xyz").unwrap(), None);
+        assert!(user_ids("nul\0byte").is_err());
     }
 
     #[test]

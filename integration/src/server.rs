@@ -1,8 +1,9 @@
-//! Real stores as child processes: etcd, ZooKeeper, Redis and Azurite.
+//! Real stores as child processes: etcd, ZooKeeper, Redis, Azurite and PostgreSQL.
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,7 +12,8 @@ use tempfile::TempDir;
 
 use crate::error::{HarnessError, Result};
 use crate::os::{
-    file_tail, find_in, find_in_path, free_port, is_executable, loopback, send_signal, stop_process,
+    children, file_tail, find_in, find_in_path, free_port, has_ended, is_executable, is_root,
+    loopback, send_signal, stop_process, user_ids,
 };
 use crate::probe;
 
@@ -38,13 +40,14 @@ const START_ATTEMPTS: usize = 3;
 /// How long [`terminate`](StoreServer::terminate) waits after SIGTERM before it kills.
 pub const TERMINATE_GRACE: Duration = Duration::from_secs(10);
 
-/// The four stores the harness can run.
+/// The stores the harness can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     Etcd,
     ZooKeeper,
     Redis,
     Azurite,
+    Postgres,
 }
 
 /// What to run for one local server, fixed for its lifetime so a restart
@@ -55,6 +58,13 @@ struct Launch {
     args: Vec<OsString>,
     /// Ready once it accepts connections, not when the store's probe answers.
     listen_only: bool,
+    /// The uid and gid to run it as (none: the harness's own).
+    user: Option<(u32, u32)>,
+    /// It forks helper processes that serve clients too (PostgreSQL's backends): pause
+    /// and resume signal them as well, and a kill kills them first.
+    forks: bool,
+    /// What `terminate` sends to ask it to exit.
+    exit_signal: libc::c_int,
 }
 
 impl Launch {
@@ -63,6 +73,9 @@ impl Launch {
             program: program.to_path_buf(),
             args: args.into_iter().map(OsString::from).collect(),
             listen_only: false,
+            user: None,
+            forks: false,
+            exit_signal: libc::SIGTERM,
         }
     }
 }
@@ -80,6 +93,12 @@ impl Kind {
                 "TENURE_TEST_AZURITE",
                 "http://",
                 "/devstoreaccount1",
+            ],
+            Kind::Postgres => [
+                "PostgreSQL",
+                "TENURE_TEST_POSTGRES",
+                "postgres://tenure@",
+                "/postgres",
             ],
         }
     }
@@ -103,6 +122,7 @@ impl Kind {
             Kind::ZooKeeper => probe::zookeeper(addr, timeout).await,
             Kind::Redis => probe::redis(addr, timeout).await,
             Kind::Azurite => probe::azurite(addr, timeout).await,
+            Kind::Postgres => probe::postgres(addr, timeout).await,
         }
     }
 
@@ -121,10 +141,12 @@ impl Kind {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, ""),
         };
-        // Redis URLs may carry credentials; ZooKeeper connect strings may
-        // list several hosts: the first one is probed.
+        // Redis and PostgreSQL URLs may carry credentials (and PostgreSQL ones a query
+        // right after the port); ZooKeeper connect strings may list several hosts: the
+        // first one is probed.
         let authority = authority.rsplit('@').next().unwrap_or(authority);
-        let host_port = authority.split(',').next().unwrap_or(authority).to_owned();
+        let host_port = authority.split([',', '?']).next().unwrap_or(authority);
+        let host_port = host_port.to_owned();
         if !host_port.contains(':') {
             return Err("it names no port (expected host:port)".to_owned());
         }
@@ -145,6 +167,7 @@ impl Kind {
                 };
                 format!("{}://{authority}{path}", scheme.unwrap_or("http"))
             }
+            Kind::Postgres => format!("{}://{rest}", scheme.unwrap_or("postgres")),
         };
         Ok((endpoint, host_port))
     }
@@ -182,6 +205,7 @@ impl Kind {
                 args.push(data_dir.display().to_string());
                 Ok(Launch::of(&program, args))
             }
+            Kind::Postgres => postgres_prepare(root, data_dir, port, None),
         }
     }
 }
@@ -194,6 +218,20 @@ impl Kind {
             Kind::ZooKeeper => find_java("java (needed by ZooKeeper)"),
             Kind::Redis => require_program("redis-server", "redis-server", REDIS_PACKAGE),
             Kind::Azurite => find_azurite(),
+            Kind::Postgres => postgres_program("postgres"),
+        }
+    }
+
+    /// Runs the store's program with `args` (its whole command line) for the data
+    /// directory `data_dir` in `root`, set up as the store needs it (PostgreSQL's is
+    /// initialised first, and the server runs as its own user when the harness is root).
+    fn launch_with(self, root: &Path, data_dir: &Path, args: Vec<String>) -> Result<Launch> {
+        match self {
+            Kind::Postgres => {
+                let user = postgres_init(root, data_dir)?;
+                Ok(postgres_launch(&self.program()?, args, user))
+            }
+            _ => Ok(Launch::of(&self.program()?, args)),
         }
     }
 }
@@ -280,6 +318,268 @@ fn redis_args(port: u16, dir: &Path) -> Vec<String> {
     args.extend(["--save", "", "--appendonly", "no", "--dir"].map(String::from));
     args.push(dir.display().to_string());
     args
+}
+
+/// Where Debian puts each PostgreSQL version's programs, `<this>/<version>/bin` (not in
+/// `PATH`).
+const POSTGRES_LIB_DIR: &str = "/usr/lib/postgresql";
+
+/// Where PostgreSQL's programs come from.
+const POSTGRES_PACKAGE: &str = "the apt package postgresql (with postgresql-client)";
+
+/// The user a local PostgreSQL runs as when the harness runs as root, which PostgreSQL
+/// refuses; Debian's package creates it.
+const POSTGRES_SYSTEM_USER: &str = "postgres";
+
+/// The superuser `initdb` creates (trusted, no password), whom the probe names.
+const POSTGRES_USER: &str = "tenure";
+
+/// The database of a local server's endpoint.
+const POSTGRES_DATABASE: &str = "postgres";
+
+/// How long one `psql` run of [`PostgresServer::sql`] may take.
+const SQL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A PostgreSQL program (`initdb`, `postgres`, `psql`): from the highest version's
+/// directory under [`POSTGRES_LIB_DIR`], else from `PATH`.
+fn postgres_program(program: &'static str) -> Result<PathBuf> {
+    let lib = Path::new(POSTGRES_LIB_DIR);
+    find_postgres(lib, std::env::var_os("PATH"), program)
+}
+
+/// `program` from `lib/<version>/bin` of the highest version (`15`, `9.6`) that has it,
+/// else from the search path `path`; missing, the error names the package.
+fn find_postgres(lib: &Path, path: Option<OsString>, program: &'static str) -> Result<PathBuf> {
+    let versioned = std::fs::read_dir(lib).ok().and_then(|entries| {
+        entries
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let version: Vec<u32> = name
+                    .split('.')
+                    .map(|part| part.parse().ok())
+                    .collect::<Option<_>>()?;
+                let bin = entry.path().join("bin").join(program);
+                is_executable(&bin).then_some((version, bin))
+            })
+            .max_by(|a, b| a.0.cmp(&b.0))
+            .map(|(_, bin)| bin)
+    });
+    versioned
+        .or_else(|| path.and_then(|path| find_in(&path, program)))
+        .ok_or_else(|| HarnessError::MissingBinary {
+            what: program,
+            detail: format!(
+                "no {}/<version>/bin/{program} and no `{program}` in PATH",
+                lib.display()
+            ),
+            package: POSTGRES_PACKAGE,
+        })
+}
+
+/// The uid and gid a local PostgreSQL must run as: none (the harness's own) unless the
+/// harness runs as root, then those of [`POSTGRES_SYSTEM_USER`].
+fn postgres_user() -> Result<Option<(u32, u32)>> {
+    if !is_root() {
+        return Ok(None);
+    }
+    match user_ids(POSTGRES_SYSTEM_USER)? {
+        Some(ids) => Ok(Some(ids)),
+        None => Err(HarnessError::MissingBinary {
+            what: "the `postgres` system user",
+            detail: "the harness runs as root, PostgreSQL refuses to, and there is no \
+                     `postgres` user to run it as"
+                .to_owned(),
+            package: POSTGRES_PACKAGE,
+        }),
+    }
+}
+
+/// Sets the permission bits of `path` to `mode`.
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+        HarnessError::File {
+            path: path.to_path_buf(),
+            reason: format!("cannot set its mode to {mode:o}: {e}"),
+        }
+    })
+}
+
+/// Makes `user` (if any) the owner of `path`.
+fn give_to(path: &Path, user: Option<(u32, u32)>) -> Result<()> {
+    match user {
+        None => Ok(()),
+        Some((uid, gid)) => {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| HarnessError::File {
+                path: path.to_path_buf(),
+                reason: format!("cannot give it to uid {uid} (gid {gid}): {e}"),
+            })
+        }
+    }
+}
+
+/// Makes `data_dir` (in the temporary directory `root`) a new PostgreSQL cluster with
+/// `initdb` (the trusted superuser `tenure`, UTF-8, locale C; no fsync) and a
+/// `pg_hba.conf` of [`Hba::default`]. Returns the user the server must run as (none: the
+/// harness's own); for another user the data directory becomes theirs and `root`
+/// traversable. The data directory ends with mode 0700, as PostgreSQL wants.
+fn postgres_init(root: &Path, data_dir: &Path) -> Result<Option<(u32, u32)>> {
+    let initdb = postgres_program("initdb")?;
+    let user = postgres_user()?;
+    if user.is_some() {
+        set_mode(root, 0o711)?;
+        give_to(data_dir, user)?;
+    }
+    set_mode(data_dir, 0o700)?;
+    let mut command = Command::new(&initdb);
+    command
+        .arg("-D")
+        .arg(data_dir)
+        .args(["-U", POSTGRES_USER, "--auth=trust", "-E", "UTF8"])
+        .args(["--locale=C", "--no-sync"])
+        .current_dir(root)
+        .stdin(Stdio::null());
+    if let Some((uid, gid)) = user {
+        command.uid(uid).gid(gid);
+    }
+    let doing = format!(
+        "initialising {} with {}",
+        data_dir.display(),
+        initdb.display()
+    );
+    let out = command
+        .output()
+        .map_err(|e| HarnessError::io(doing.clone(), e))?;
+    if !out.status.success() {
+        let why = format!(
+            "{}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return Err(HarnessError::failed(doing, why));
+    }
+    let hba = data_dir.join("pg_hba.conf");
+    write_file(&hba, &Hba::default().text(), "pg_hba.conf")?;
+    Ok(user)
+}
+
+/// A local PostgreSQL on loopback `port` with its cluster in `data_dir` (made here with
+/// [`postgres_init`]) and, with `tls` (certificate and key, PEM), TLS on.
+fn postgres_prepare(
+    root: &Path,
+    data_dir: &Path,
+    port: u16,
+    tls: Option<(&str, &str)>,
+) -> Result<Launch> {
+    let program = Kind::Postgres.program()?;
+    let user = postgres_init(root, data_dir)?;
+    let dir = data_dir.display();
+    let mut args = vec![
+        "-D".to_owned(),
+        dir.to_string(),
+        "-p".to_owned(),
+        port.to_string(),
+    ];
+    for setting in [
+        "listen_addresses=127.0.0.1".to_owned(),
+        // The harness's own way in (psql), which pg_hba.conf always trusts.
+        format!("unix_socket_directories={dir}"),
+        // Commits are still written to the OS before they return, so a killed server
+        // keeps them (fencing tokens must survive restarts); only a crash of the machine
+        // could lose them.
+        "fsync=off".to_owned(),
+        "full_page_writes=off".to_owned(),
+        "max_connections=200".to_owned(),
+        "shared_buffers=32MB".to_owned(),
+    ] {
+        args.extend(["-c".to_owned(), setting]);
+    }
+    if let Some((cert_pem, key_pem)) = tls {
+        let (cert, key) = (data_dir.join("server.crt"), data_dir.join("server.key"));
+        write_file(&cert, cert_pem, "the server certificate")?;
+        give_to(&cert, user)?;
+        write_file(&key, key_pem, "the server key")?;
+        set_mode(&key, 0o600)?;
+        give_to(&key, user)?;
+        for setting in [
+            "ssl=on".to_owned(),
+            format!("ssl_cert_file={}", cert.display()),
+            format!("ssl_key_file={}", key.display()),
+        ] {
+            args.extend(["-c".to_owned(), setting]);
+        }
+    }
+    Ok(postgres_launch(&program, args, user))
+}
+
+/// PostgreSQL's `program` with `args`, run as `user`: it forks a backend per
+/// connection, and SIGINT is its fast shutdown (SIGTERM would wait for every client to
+/// leave).
+fn postgres_launch(program: &Path, args: Vec<String>, user: Option<(u32, u32)>) -> Launch {
+    Launch {
+        user,
+        forks: true,
+        exit_signal: libc::SIGINT,
+        ..Launch::of(program, args)
+    }
+}
+
+/// What a local PostgreSQL's `pg_hba.conf` lets in over TCP (from 127.0.0.1): plain and
+/// TLS connections or TLS only, trusted or with a SCRAM password. The Unix socket in
+/// the data directory (the harness's own way in) stays trusted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Hba {
+    tls_only: bool,
+    password: bool,
+}
+
+impl Hba {
+    /// The file.
+    fn text(self) -> String {
+        let kind = if self.tls_only { "hostssl" } else { "host" };
+        let method = if self.password {
+            "scram-sha-256"
+        } else {
+            "trust"
+        };
+        format!(
+            "# Written by the tenure test harness.\n\
+             local all all trust\n\
+             {kind} all all 127.0.0.1/32 {method}\n"
+        )
+    }
+
+    /// What a file written by [`text`](Self::text) says.
+    fn parse(text: &str) -> Self {
+        let tcp = text.lines().find(|line| line.starts_with("host"));
+        Hba {
+            tls_only: tcp.is_some_and(|line| line.starts_with("hostssl ")),
+            password: tcp.is_some_and(|line| line.ends_with(" scram-sha-256")),
+        }
+    }
+
+    /// Whether the server's `answer` to a plain (non-TLS) startup as `tenure` shows these
+    /// rules in force.
+    fn in_force(self, answer: &probe::PostgresAnswer) -> bool {
+        match answer {
+            probe::PostgresAnswer::Error { code, .. } => self.tls_only && code == "28000",
+            probe::PostgresAnswer::Authentication(code) => {
+                !self.tls_only && (*code == probe::POSTGRES_AUTH_OK) != self.password
+            }
+        }
+    }
+}
+
+/// `text` as an SQL string literal.
+fn sql_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// `name` as an SQL identifier.
+fn sql_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 fn require_program(program: &str, what: &'static str, package: &'static str) -> Result<PathBuf> {
@@ -465,13 +765,17 @@ impl Local {
                 .create(true)
                 .append(true)
                 .open(&self.log_path)?;
-            Command::new(&self.launch.program)
+            let mut command = Command::new(&self.launch.program);
+            command
                 .args(&self.launch.args)
                 .current_dir(self.root.path())
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
+                .stderr(log);
+            if let Some((uid, gid)) = self.launch.user {
+                command.uid(uid).gid(gid);
+            }
+            command.spawn()
         };
         let (name, program) = (kind.name(), self.launch.program.display());
         let doing = format!(
@@ -530,27 +834,81 @@ impl Local {
         }
     }
 
-    /// SIGKILLs the process (if running) and reaps it without blocking the
-    /// runtime.
+    /// SIGKILLs the process (if running; its helpers first) and reaps it without
+    /// blocking the runtime, then waits (up to 5 s) until its helpers are gone too.
     async fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            let helpers = self.kill_helpers(child.id());
             let _ = child.kill();
+            let mut reaped = false;
             for _ in 0..500 {
                 if !matches!(child.try_wait(), Ok(None)) {
-                    return;
+                    reaped = true;
+                    break;
                 }
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            // Still not reaped after 2.5 s: wait for it on a blocking thread.
-            let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+            if !reaped {
+                // Still not reaped after 2.5 s: wait for it on a blocking thread.
+                let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+            }
+            // A PostgreSQL backend that lives on keeps the old shared memory attached,
+            // and a new postmaster refuses to start while it does.
+            for _ in 0..1000 {
+                if helpers.iter().all(|&helper| has_ended(helper)) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
         }
     }
 
-    /// Asks the process to exit (SIGTERM), waits up to `grace` for it, and SIGKILLs it
-    /// if it is still running then.
+    /// For a server that forks helpers: freezes the server `pid` (so that it starts no
+    /// more), SIGKILLs its children and returns their pids. Nothing for other servers.
+    fn kill_helpers(&self, pid: u32) -> Vec<u32> {
+        if !self.launch.forks {
+            return Vec::new();
+        }
+        let _ = stop_process(pid, "server");
+        let helpers = children(pid);
+        for &helper in &helpers {
+            let _ = send_signal(helper, libc::SIGKILL, "server helper");
+        }
+        helpers
+    }
+
+    /// SIGSTOPs the process (and its helpers) and returns once all are stopped.
+    fn pause(&self, kind: Kind) -> Result<()> {
+        let pid = self.pid(kind)?;
+        stop_process(pid, kind.name())?;
+        if self.launch.forks {
+            for helper in children(pid) {
+                match stop_process(helper, kind.name()) {
+                    Ok(()) | Err(HarnessError::NotRunning { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGCONTs the process (and its helpers).
+    fn resume(&self, kind: Kind) -> Result<()> {
+        let pid = self.pid(kind)?;
+        if self.launch.forks {
+            for helper in children(pid) {
+                let _ = send_signal(helper, libc::SIGCONT, kind.name());
+            }
+        }
+        send_signal(pid, libc::SIGCONT, kind.name())
+    }
+
+    /// Asks the process to exit (SIGTERM, or the server's own exit signal), waits up to
+    /// `grace` for it, and SIGKILLs it if it is still running then.
     async fn terminate(&mut self, grace: Duration) {
+        let signal = self.launch.exit_signal;
         if let Some(child) = self.child.as_mut() {
-            if send_signal(child.id(), libc::SIGTERM, "server").is_ok() {
+            if send_signal(child.id(), signal, "server").is_ok() {
                 let started = Instant::now();
                 while started.elapsed() < grace {
                     if !matches!(child.try_wait(), Ok(None)) {
@@ -579,6 +937,7 @@ impl Local {
 impl Drop for Local {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            self.kill_helpers(child.id());
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -821,11 +1180,13 @@ macro_rules! server_handle {
             /// Starts the store's program with the arguments `args(data_dir, port)`
             /// (its whole configuration, on a free loopback `port`), ready once it
             /// accepts connections: for a server the readiness probe cannot speak to,
-            /// such as one serving TLS only. Never external.
+            /// such as one serving TLS only. Never external. (For PostgreSQL,
+            /// `data_dir` is made a cluster with `initdb` first, and the server runs as
+            /// its own user when the harness is root.)
             pub async fn start_with_args(args: impl Fn(&Path, u16) -> Vec<String>) -> Result<Self> {
                 let kind = $kind;
-                let prepare = |_: &Path, dir: &Path, port| {
-                    let launch = Launch::of(&kind.program()?, args(dir, port));
+                let prepare = |root: &Path, dir: &Path, port| {
+                    let launch = kind.launch_with(root, dir, args(dir, port))?;
                     Ok(Launch { listen_only: true, ..launch })
                 };
                 StoreServer::local(kind, prepare).await.map(Self)
@@ -978,6 +1339,174 @@ impl AzuriteServer {
     }
 }
 
+server_handle! {
+    /// A PostgreSQL server (from the highest version under `/usr/lib/postgresql`, else
+    /// `PATH`) on a cluster `initdb` made: the superuser `tenure`, trusted without a
+    /// password ([`USER`](Self::USER)), UTF-8, locale C. It listens on 127.0.0.1 and on a
+    /// Unix socket in its data directory, with `fsync=off`, `full_page_writes=off` and
+    /// `max_connections=200`; commits are still written to the OS before they return, so
+    /// a killed or restarted server keeps every committed transaction. When the harness
+    /// runs as root it runs as the `postgres` system user (PostgreSQL refuses root).
+    /// Ready once a startup message gets past its start-up checks
+    /// ([`probe::postgres`](crate::probe::postgres)). Its endpoint is the connection URL,
+    /// `postgres://tenure@127.0.0.1:PORT/postgres`.
+    ///
+    /// The faults reach its backends too: [`pause`](StoreServer::pause) stops the
+    /// postmaster and every backend (open connections hang as well as new ones),
+    /// [`kill`](StoreServer::kill) kills them all (a crash; the restart recovers from
+    /// the WAL), and [`terminate`](StoreServer::terminate) is a fast shutdown (SIGINT:
+    /// PostgreSQL's SIGTERM would wait for every client to leave).
+    PostgresServer, Kind::Postgres
+}
+
+impl PostgresServer {
+    /// The superuser of a local server (trusted on the Unix socket always, and over TCP
+    /// until [`require_password`](Self::require_password)).
+    pub const USER: &'static str = POSTGRES_USER;
+
+    /// The database a local server's endpoint names.
+    pub const DATABASE: &'static str = POSTGRES_DATABASE;
+
+    /// The `psql` the harness runs (from the highest version under
+    /// `/usr/lib/postgresql`, else from `PATH`), for tests that connect with it
+    /// themselves (over TCP, with a password or TLS); missing, the error names
+    /// `bash scripts/install-test-deps.sh`.
+    pub fn psql_program() -> Result<PathBuf> {
+        postgres_program("psql")
+    }
+
+    /// Like [`start`](Self::start), with TLS on: `cert_pem` (the server certificate,
+    /// then any intermediates) and `key_pem` (its private key; PKCS#8 or PKCS#1 PEM) are
+    /// written to the data directory (the key with mode 0600, owned by the server's
+    /// user) and the server runs with `ssl=on`. Plain TCP connections are still accepted
+    /// until [`require_tls`](Self::require_tls). Never external.
+    pub async fn start_with_tls(cert_pem: &str, key_pem: &str) -> Result<Self> {
+        let prepare = |root: &Path, dir: &Path, port| {
+            postgres_prepare(root, dir, port, Some((cert_pem, key_pem)))
+        };
+        StoreServer::local(Kind::Postgres, prepare).await.map(Self)
+    }
+
+    /// Runs `sql` (one or more statements, in one implicit transaction) with `psql` as
+    /// [`USER`](Self::USER) on the Unix socket of a local server (or on the endpoint of an
+    /// external one), stopping at the first error, and returns what it printed: one line
+    /// per row, columns separated by `|`, no headers or command tags, without the last
+    /// newline. An SQL error is [`HarnessError::Io`] with psql's message.
+    pub async fn sql(&self, sql: &str) -> Result<String> {
+        let psql = postgres_program("psql")?;
+        let mut command = tokio::process::Command::new(&psql);
+        command.args(["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1"]);
+        match self.data_dir() {
+            Some(dir) => {
+                let port = self.addr().port().to_string();
+                command.arg("-h").arg(dir).args(["-p", &port]);
+                command.args(["-U", Self::USER, "-d", Self::DATABASE]);
+            }
+            None => {
+                command.args(["-d", self.endpoint()]);
+            }
+        }
+        command
+            .args(["-c", sql])
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let doing = || format!("running `{sql}` with psql on {}", self.endpoint());
+        let out = tokio::time::timeout(SQL_TIMEOUT, command.output())
+            .await
+            .map_err(|_| HarnessError::failed(doing(), format!("no end within {SQL_TIMEOUT:?}")))?
+            .map_err(|e| HarnessError::io(doing(), e))?;
+        if !out.status.success() {
+            let why = format!("{}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+            return Err(HarnessError::failed(doing(), why.trim_end()));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(text.strip_suffix('\n').unwrap_or(&text).to_owned())
+    }
+
+    /// Gives the role `user` (created if missing, able to log in, with every privilege
+    /// on the database `postgres` and its schema `public`) the password `password`,
+    /// stored as SCRAM-SHA-256, and from then on requires a password of every TCP
+    /// connection (`scram-sha-256` in `pg_hba.conf`, kept over restarts; the harness's
+    /// own Unix socket stays trusted). Returns once the server enforces it (after SIGHUP,
+    /// a plain startup as `tenure` is asked for a password).
+    pub async fn require_password(&self, user: &str, password: &str) -> Result<()> {
+        self.running()?;
+        let hide = |e: HarnessError| {
+            let text = e.to_string();
+            let why = match password.is_empty() {
+                true => text,
+                false => text.replace(password, "***"),
+            };
+            HarnessError::failed(format!("setting the password of the role {user:?}"), why)
+        };
+        let find = format!(
+            "SELECT count(*) FROM pg_roles WHERE rolname = {}",
+            sql_literal(user)
+        );
+        let verb = match self.sql(&find).await?.as_str() {
+            "0" => "CREATE",
+            _ => "ALTER",
+        };
+        let role = sql_identifier(user);
+        let statements = format!(
+            "SET password_encryption = 'scram-sha-256'; \
+             {verb} ROLE {role} LOGIN PASSWORD {}; \
+             GRANT ALL ON DATABASE {POSTGRES_DATABASE} TO {role}; \
+             GRANT ALL ON SCHEMA public TO {role}",
+            sql_literal(password)
+        );
+        self.sql(&statements).await.map_err(hide)?;
+        self.set_hba(|hba| hba.password = true).await
+    }
+
+    /// From then on accepts TCP connections only over TLS (`hostssl` in `pg_hba.conf`,
+    /// kept over restarts): a plain startup is refused with SQLSTATE 28000 ("no
+    /// pg_hba.conf entry … no encryption"). Needs a server started with
+    /// [`start_with_tls`](Self::start_with_tls). Returns once the server enforces it.
+    pub async fn require_tls(&self) -> Result<()> {
+        self.running()?;
+        if self.sql("SHOW ssl").await? != "on" {
+            let why = "its ssl setting is off: start it with PostgresServer::start_with_tls";
+            return Err(HarnessError::failed("requiring TLS of PostgreSQL", why));
+        }
+        self.set_hba(|hba| hba.tls_only = true).await
+    }
+
+    /// Rewrites `pg_hba.conf` as `change` says, makes the server reload it (SIGHUP), and
+    /// waits (up to 10 s) until a plain startup's answer shows the new rules in force.
+    async fn set_hba(&self, change: impl FnOnce(&mut Hba)) -> Result<()> {
+        self.running()?;
+        let not_running = || HarnessError::not_running("the PostgreSQL server");
+        let path = self.data_dir().ok_or_else(not_running)?.join("pg_hba.conf");
+        let text = std::fs::read_to_string(&path).map_err(|e| HarnessError::File {
+            path: path.clone(),
+            reason: format!("cannot read pg_hba.conf: {e}"),
+        })?;
+        let mut hba = Hba::parse(&text);
+        change(&mut hba);
+        write_file(&path, &hba.text(), "pg_hba.conf")?;
+        send_signal(
+            self.pid().ok_or_else(not_running)?,
+            libc::SIGHUP,
+            self.name(),
+        )?;
+        let addr = self.addr();
+        let within = Duration::from_secs(10);
+        retry(within, Duration::from_millis(20), || async move {
+            let timeout = Duration::from_secs(1);
+            let answer = probe::postgres_hello(addr, POSTGRES_USER, POSTGRES_DATABASE, timeout);
+            match answer.await {
+                Ok(answer) if hba.in_force(&answer) => Ok(()),
+                other => Err(HarnessError::failed(
+                    "reloading pg_hba.conf (SIGHUP)",
+                    format!("{hba:?} not in force after {within:?}: a plain startup got {other:?}"),
+                )),
+            }
+        })
+        .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1028,6 +1557,30 @@ mod tests {
                 azurite,
                 "127.0.0.1:10000",
             ),
+            (
+                Kind::Postgres,
+                "postgres://tenure@127.0.0.1:5432/postgres",
+                "postgres://tenure@127.0.0.1:5432/postgres",
+                "127.0.0.1:5432",
+            ),
+            (
+                Kind::Postgres,
+                "postgresql://app:s3cret@db.example:6543/tenure?sslmode=require",
+                "postgresql://app:s3cret@db.example:6543/tenure?sslmode=require",
+                "db.example:6543",
+            ),
+            (
+                Kind::Postgres,
+                "postgres://app@localhost:5432?sslmode=disable",
+                "postgres://app@localhost:5432?sslmode=disable",
+                "localhost:5432",
+            ),
+            (
+                Kind::Postgres,
+                "tenure@127.0.0.1:5432/postgres/",
+                "postgres://tenure@127.0.0.1:5432/postgres",
+                "127.0.0.1:5432",
+            ),
         ] {
             let found = kind.external(value).unwrap();
             assert_eq!(found, (endpoint.to_string(), addr.to_string()), "{value}");
@@ -1035,6 +1588,10 @@ mod tests {
         assert!(Kind::ZooKeeper.external("http://zk:2181").is_err());
         assert!(Kind::Redis.external("redis://localhost").is_err());
         assert!(Kind::Etcd.external("  ").is_err());
+        assert!(Kind::Postgres
+            .external("postgres://tenure@db/postgres")
+            .is_err());
+        assert_eq!(Kind::Postgres.env_var(), "TENURE_TEST_POSTGRES");
     }
 
     #[test]
@@ -1045,6 +1602,7 @@ mod tests {
             (Kind::ZooKeeper, "127.0.0.1:1234"),
             (Kind::Redis, "redis://127.0.0.1:1234"),
             (Kind::Azurite, "http://127.0.0.1:1234/devstoreaccount1"),
+            (Kind::Postgres, "postgres://tenure@127.0.0.1:1234/postgres"),
         ] {
             assert_eq!(kind.endpoint(addr), endpoint);
         }
@@ -1074,6 +1632,78 @@ mod tests {
             .to_string();
         assert!(err.contains("bash scripts/install-test-deps.sh"), "{err}");
         assert!(err.contains("the apt package thing"), "{err}");
+    }
+
+    /// An executable `dir/name` (a shell script), with its directories.
+    fn fake_program(dir: &Path, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir).unwrap();
+        let file = dir.join(name);
+        std::fs::write(&file, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        file
+    }
+
+    #[test]
+    fn postgres_programs_come_from_the_highest_version_else_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lib, path) = (dir.path().join("lib"), dir.path().join("path"));
+        std::fs::create_dir_all(&path).unwrap();
+        let search = Some(path.clone().into_os_string());
+        let find = |program| find_postgres(&lib, search.clone(), program);
+
+        let err = find("initdb").unwrap_err();
+        assert!(
+            matches!(err, HarnessError::MissingBinary { what: "initdb", .. }),
+            "{err}"
+        );
+        let err = err.to_string();
+        assert!(err.contains("bash scripts/install-test-deps.sh"), "{err}");
+        assert!(err.contains("the apt package postgresql"), "{err}");
+        assert!(err.contains("/<version>/bin/initdb"), "{err}");
+
+        let in_path = fake_program(&path, "initdb");
+        assert_eq!(find("initdb").unwrap(), in_path);
+        // Versions compare as numbers (9.6 < 10 < 15); a version without the program,
+        // or a directory that is no version, does not count.
+        fake_program(&lib.join("9.6/bin"), "initdb");
+        let ten = fake_program(&lib.join("10/bin"), "initdb");
+        assert_eq!(find("initdb").unwrap(), ten);
+        let fifteen = fake_program(&lib.join("15/bin"), "initdb");
+        fake_program(&lib.join("16/bin"), "psql");
+        fake_program(&lib.join("latest/bin"), "initdb");
+        assert_eq!(find("initdb").unwrap(), fifteen);
+        assert_eq!(find("psql").unwrap(), lib.join("16/bin/psql"));
+    }
+
+    #[test]
+    fn pg_hba_rules_are_written_read_and_recognised() {
+        use probe::PostgresAnswer::{Authentication, Error};
+        let no_entry = Error {
+            code: "28000".into(),
+            message: "no pg_hba.conf entry".into(),
+        };
+        for (tls_only, password) in [(false, false), (false, true), (true, false), (true, true)] {
+            let hba = Hba { tls_only, password };
+            let text = hba.text();
+            assert_eq!(Hba::parse(&text), hba, "{text}");
+            assert!(text.contains("\nlocal all all trust\n"), "{text}");
+            let seen = [Authentication(0), Authentication(10), no_entry.clone()]
+                .map(|answer| hba.in_force(&answer));
+            let expected = match (tls_only, password) {
+                (false, false) => [true, false, false],
+                (false, true) => [false, true, false],
+                (true, _) => [false, false, true],
+            };
+            assert_eq!(seen, expected, "{hba:?}");
+        }
+        assert_eq!(Hba::parse(""), Hba::default());
+    }
+
+    #[test]
+    fn sql_quoting_doubles_quotes() {
+        assert_eq!(sql_literal("it's"), "'it''s'");
+        assert_eq!(sql_identifier("a\"b"), "\"a\"\"b\"");
     }
 
     #[test]
@@ -1398,12 +2028,19 @@ impl Members {
 
     /// SIGSTOP member `i`: its connections stay open, it answers nothing.
     pub fn pause(&self, i: usize) -> Result<()> {
-        stop_process(self.pid(i)?, self.kind.name())
+        self.local(i)?.pause(self.kind)
     }
 
     /// SIGCONT member `i`.
     pub fn resume(&self, i: usize) -> Result<()> {
-        send_signal(self.pid(i)?, libc::SIGCONT, self.kind.name())
+        self.local(i)?.resume(self.kind)
+    }
+
+    fn local(&self, i: usize) -> Result<&Local> {
+        self.list
+            .get(i)
+            .map(|(_, l)| l)
+            .ok_or_else(|| self.missing(i))
     }
 
     /// SIGKILL member `i`; it stays down until [`restart`](Self::restart).

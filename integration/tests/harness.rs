@@ -1,17 +1,17 @@
 //! Proves the harness against the real servers on this machine.
 //!
-//! Needs etcd, ZooKeeper, Redis and Azurite: `bash scripts/install-test-deps.sh`.
+//! Needs etcd, ZooKeeper, Redis, Azurite and PostgreSQL: `bash scripts/install-test-deps.sh`.
 //! Run with `cargo test -p tenure-integration -- --test-threads=2`.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tenure_integration::probe::{self, exchange, http};
+use tenure_integration::probe::{self, exchange, http, PostgresAnswer};
 use tenure_integration::{
     check_fencing, check_fencing_at, monotonic_now_ns, tenures, AzuriteServer, CandidateProcess,
-    EtcdServer, Event, FencingViolation, GuardedResource, HarnessError, LinkState, RedisServer,
-    TcpProxy, TenureEnd, WriteReply, ZooKeeperServer,
+    EtcdServer, Event, FencingViolation, GuardedResource, HarnessError, LinkState, PostgresServer,
+    RedisServer, TcpProxy, TenureEnd, WriteReply, ZooKeeperServer,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -155,6 +155,211 @@ async fn azurite_server_lifecycle() {
         format!("http://{}/devstoreaccount1", azurite.addr())
     );
     check_lifecycle!(azurite, azurite);
+}
+
+#[tokio::test]
+async fn postgres_server_lifecycle_and_data_survive_restart() {
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(PostgresServer::ENV, "TENURE_TEST_POSTGRES");
+    let mut pg = PostgresServer::start().await.unwrap();
+    eprintln!("PostgreSQL ready in {:?}", pg.startup_time().unwrap());
+    assert_eq!(
+        pg.endpoint(),
+        format!("postgres://tenure@{}/postgres", pg.addr())
+    );
+    let data_dir = pg.data_dir().unwrap().to_path_buf();
+    assert!(
+        data_dir.join("PG_VERSION").is_file(),
+        "initdb made a cluster"
+    );
+    let mode = std::fs::metadata(&data_dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+    assert_eq!(
+        pg.sql("SELECT current_user, current_database()")
+            .await
+            .unwrap(),
+        "tenure|postgres"
+    );
+    pg.sql("CREATE TABLE fence (token bigint); INSERT INTO fence VALUES (41), (42)")
+        .await
+        .unwrap();
+
+    check_lifecycle!(pg, postgres);
+
+    assert_eq!(pg.data_dir().unwrap(), data_dir);
+    assert_eq!(pg.sql("SELECT max(token) FROM fence").await.unwrap(), "42");
+    // A commit right before a crash (SIGKILL of every process) survives it.
+    pg.sql("INSERT INTO fence VALUES (43)").await.unwrap();
+    pg.kill().await.unwrap();
+    pg.restart().await.unwrap();
+    assert_eq!(pg.sql("SELECT max(token) FROM fence").await.unwrap(), "43");
+    // And an orderly stop.
+    pg.sql("INSERT INTO fence VALUES (44)").await.unwrap();
+    pg.terminate().await.unwrap();
+    assert!(pg.pid().is_none());
+    pg.restart().await.unwrap();
+    assert_eq!(pg.sql("SELECT max(token) FROM fence").await.unwrap(), "44");
+
+    // An SQL error is an error, with PostgreSQL's message.
+    let err = pg.sql("SELECT * FROM no_such_table").await.unwrap_err();
+    assert!(err.to_string().contains("no_such_table"), "{err}");
+
+    drop(pg);
+    assert!(!data_dir.exists(), "drop removes the data dir");
+}
+
+/// Reads from `stream` into `buf` until it ends with ReadyForQuery (idle).
+async fn read_until_ready(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let ready = [b'Z', 0, 0, 0, 5, b'I'];
+    let mut chunk = [0u8; 4096];
+    while !buf.ends_with(&ready) {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn postgres_pause_freezes_open_connections_too() {
+    let pg = PostgresServer::start().await.unwrap();
+    let mut stream = TcpStream::connect(pg.addr()).await.unwrap();
+    stream
+        .write_all(&probe::postgres_startup("tenure", "postgres"))
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENT, read_until_ready(&mut stream, &mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        probe::postgres_answer(&answer),
+        Some(Ok(PostgresAnswer::Authentication(probe::POSTGRES_AUTH_OK)))
+    );
+
+    // The backend of this open connection is paused with the postmaster.
+    pg.pause().unwrap();
+    let query = b"SELECT 'still' || 'here'\0";
+    let mut message = vec![b'Q'];
+    message.extend_from_slice(&(query.len() as u32 + 4).to_be_bytes());
+    message.extend_from_slice(query);
+    stream.write_all(&message).await.unwrap();
+    let mut rows = Vec::new();
+    let paused = tokio::time::timeout(QUICK, read_until_ready(&mut stream, &mut rows)).await;
+    assert!(paused.is_err(), "a paused backend answered: {rows:?}");
+
+    pg.resume().unwrap();
+    tokio::time::timeout(PATIENT, read_until_ready(&mut stream, &mut rows))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&rows);
+    assert!(text.contains("stillhere"), "{text:?}");
+}
+
+/// `psql` over TCP to `url` running `sql`: its output, or its error message.
+fn psql_tcp(url: &str, sql: &str) -> Result<String, String> {
+    let out = std::process::Command::new(PostgresServer::psql_program().unwrap())
+        .args(["-X", "-q", "-t", "-A", "-d", url, "-c", sql])
+        .env_remove("PGPASSWORD")
+        .output()
+        .unwrap();
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_owned();
+    match out.status.success() {
+        true => Ok(text(&out.stdout)),
+        false => Err(text(&out.stderr)),
+    }
+}
+
+#[tokio::test]
+async fn postgres_requires_a_password_when_asked() {
+    let mut pg = PostgresServer::start().await.unwrap();
+    let addr = pg.addr();
+    let url = |user: &str| format!("postgres://{user}@{addr}/postgres");
+    assert_eq!(psql_tcp(&url("tenure"), "SELECT 1"), Ok("1".into()));
+
+    pg.require_password("app", "s3cr'et").await.unwrap();
+    for user in ["tenure", "app"] {
+        let answer = probe::postgres_hello(addr, user, "postgres", PATIENT).await;
+        assert_eq!(answer, Ok(PostgresAnswer::Authentication(10)), "{user}");
+    }
+    let err = psql_tcp(&url("tenure"), "SELECT 1").unwrap_err();
+    assert!(err.contains("password"), "{err}");
+    let err = psql_tcp(&url("app:wrong"), "SELECT 1").unwrap_err();
+    assert!(err.contains("password authentication failed"), "{err}");
+    // The role can log in with its password (SCRAM) and create tables.
+    let app = url("app:s3cr%27et");
+    let created = psql_tcp(&app, "CREATE TABLE t (x int); SELECT current_user");
+    assert_eq!(created, Ok("app".into()));
+    // The harness still gets in (its Unix socket stays trusted), and the rule survives
+    // a restart.
+    assert_eq!(pg.sql("SELECT count(*) FROM t").await.unwrap(), "0");
+    pg.restart().await.unwrap();
+    let answer = probe::postgres_hello(addr, "app", "postgres", PATIENT).await;
+    assert_eq!(answer, Ok(PostgresAnswer::Authentication(10)));
+    // Asking again changes the password of an existing role.
+    pg.require_password("app", "other").await.unwrap();
+    assert!(psql_tcp(&app, "SELECT 1").is_err());
+    assert_eq!(psql_tcp(&url("app:other"), "SELECT 1"), Ok("1".into()));
+}
+
+#[tokio::test]
+async fn postgres_serves_tls_and_can_require_it() {
+    use rcgen::{CertificateParams, KeyPair, SanType};
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params
+        .subject_alt_names
+        .push(SanType::IpAddress([127, 0, 0, 1].into()));
+    let cert = params.self_signed(&key).unwrap();
+
+    // A plain server cannot be made TLS-only.
+    let plain = PostgresServer::start().await.unwrap();
+    let err = plain.require_tls().await.unwrap_err();
+    assert!(err.to_string().contains("start_with_tls"), "{err}");
+    drop(plain);
+
+    let pg = PostgresServer::start_with_tls(&cert.pem(), &key.serialize_pem())
+        .await
+        .unwrap();
+    assert!(!pg.is_external());
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let key_file = std::fs::metadata(pg.data_dir().unwrap().join("server.key")).unwrap();
+    assert_eq!(key_file.permissions().mode() & 0o777, 0o600);
+    let data_dir = std::fs::metadata(pg.data_dir().unwrap()).unwrap();
+    assert_eq!(
+        key_file.uid(),
+        data_dir.uid(),
+        "the key belongs to the server's user"
+    );
+
+    // SSLRequest: the server is willing ('S').
+    let ssl_request = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+    let willing = exchange(pg.addr(), &ssl_request, |a| !a.is_empty(), PATIENT)
+        .await
+        .unwrap();
+    assert_eq!(willing, b"S");
+    let url = |mode: &str| format!("postgres://tenure@{}/postgres?sslmode={mode}", pg.addr());
+    let over_tls = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";
+    assert_eq!(psql_tcp(&url("require"), over_tls), Ok("t".into()));
+    assert_eq!(psql_tcp(&url("disable"), over_tls), Ok("f".into()));
+
+    pg.require_tls().await.unwrap();
+    let answer = probe::postgres_hello(pg.addr(), "tenure", "postgres", PATIENT)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&answer, PostgresAnswer::Error { code, .. } if code == "28000"),
+        "{answer:?}"
+    );
+    let err = psql_tcp(&url("disable"), "SELECT 1").unwrap_err();
+    assert!(err.contains("no encryption"), "{err}");
+    assert_eq!(psql_tcp(&url("require"), over_tls), Ok("t".into()));
+    // Still ready by the probe's measure (it got past the start-up checks).
+    probe::postgres(pg.addr(), PATIENT).await.unwrap();
 }
 
 /// A local echo server for the proxy tests.
