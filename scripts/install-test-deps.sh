@@ -10,8 +10,12 @@
 #     faster store at 10^5 shards;
 #   - apt: zookeeper,
 #     libcurator-recipes-java (Apache Curator with its framework and client,
-#     for the Curator LeaderLatch interop test), redis-server, and npm if it
-#     is missing (TLS test certificates are made in the tests with rcgen);
+#     for the Curator LeaderLatch interop test), redis-server, postgresql
+#     (initdb, postgres and psql in /usr/lib/postgresql/<version>/bin, not in
+#     PATH; checked there, and the harness looks there; it also creates the
+#     `postgres` user the harness runs the server as when it is root), and
+#     npm if it is missing (TLS test certificates are made in the tests with
+#     rcgen);
 #     no protoc: no crate of the workspace needs it to build;
 #   - npm: azurite@3 into .tools/azurite (project-local, git-ignored).
 # Idempotent. Prints nothing when everything is present, one summary line
@@ -42,6 +46,10 @@ for check in "${checks[@]}"; do
   marker="${check#*:}"
   present "$marker" || missing+=("$package")
 done
+# Debian keeps PostgreSQL's server programs out of PATH, one directory per version.
+if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+  missing+=(postgresql)
+fi
 etcd_dir="$root/.tools/etcd"
 # The etcd 3.5 measured here (its binary has the leadership check before a
 # lease is revoked); trixie's package is at least that.
