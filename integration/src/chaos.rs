@@ -33,7 +33,7 @@ use crate::fencing::{write_loop_command, TenureEnd, WriteRecord};
 use crate::os::{free_port, loopback, monotonic_now_ns};
 use crate::proxy::TcpProxy;
 use crate::server::{
-    AzuriteServer, EtcdCluster, EtcdServer, Members, RedisSentinels, RedisServer,
+    AzuriteServer, EtcdCluster, EtcdServer, Members, PostgresServer, RedisSentinels, RedisServer,
     ZooKeeperEnsemble, ZooKeeperServer,
 };
 
@@ -68,6 +68,8 @@ pub enum ChaosBackend {
     /// A local Azurite (`azblob://`, Azure Blob leases), each candidate through its own
     /// proxy.
     Azure,
+    /// A local PostgreSQL (`postgres://`), each candidate through its own proxy.
+    Postgres,
     /// A 3-member etcd cluster; the candidates name every member. Member faults.
     EtcdCluster,
     /// A 3-server ZooKeeper ensemble; the candidates name every server. Member faults.
@@ -79,12 +81,13 @@ pub enum ChaosBackend {
 
 impl ChaosBackend {
     /// Every backend, in the order the docs list them.
-    pub const ALL: [ChaosBackend; 5] = [
+    pub const ALL: [ChaosBackend; 6] = [
         ChaosBackend::Etcd,
         ChaosBackend::Redis,
         ChaosBackend::ZooKeeper,
         ChaosBackend::Peer,
         ChaosBackend::Azure,
+        ChaosBackend::Postgres,
     ];
 
     /// The clustered stores, whose runs inject faults into single members.
@@ -95,7 +98,7 @@ impl ChaosBackend {
     ];
 
     /// The name used on the command line: `etcd`, `redis`, `zookeeper`, `peer`,
-    /// `azure`, `etcd-cluster`, `zookeeper-ensemble`, `redis-sentinel`.
+    /// `azure`, `postgres`, `etcd-cluster`, `zookeeper-ensemble`, `redis-sentinel`.
     pub fn name(self) -> &'static str {
         match self {
             ChaosBackend::Etcd => "etcd",
@@ -103,6 +106,7 @@ impl ChaosBackend {
             ChaosBackend::ZooKeeper => "zookeeper",
             ChaosBackend::Peer => "peer",
             ChaosBackend::Azure => "azure",
+            ChaosBackend::Postgres => "postgres",
             ChaosBackend::EtcdCluster => "etcd-cluster",
             ChaosBackend::ZooKeeperEnsemble => "zookeeper-ensemble",
             ChaosBackend::RedisSentinel => "redis-sentinel",
@@ -529,6 +533,7 @@ impl Store {
             ChaosBackend::Redis => single(RedisServer::start().await?.0),
             ChaosBackend::ZooKeeper => single(ZooKeeperServer::start().await?.0),
             ChaosBackend::Azure => single(AzuriteServer::start().await?.0),
+            ChaosBackend::Postgres => single(PostgresServer::start().await?.0),
             ChaosBackend::EtcdCluster => Store::EtcdCluster(EtcdCluster::start(3).await?),
             ChaosBackend::ZooKeeperEnsemble => {
                 Store::ZooKeeperEnsemble(ZooKeeperEnsemble::start(3).await?)
@@ -617,6 +622,11 @@ impl Store {
             Store::Single(ChaosBackend::ZooKeeper, _) => {
                 format!("zk://{via}/chaos-{seed}?{timeouts}")
             }
+            Store::Single(ChaosBackend::Postgres, _) => format!(
+                "postgres://{}@{via}/{}?schema=chaos_{seed}&{timeouts}",
+                PostgresServer::USER,
+                PostgresServer::DATABASE
+            ),
             Store::Single(..) => format!(
                 "azblob:///chaos-{seed}?poll_interval_ms=100&request_timeout_ms=1000&connect_timeout_ms=2000"
             ),

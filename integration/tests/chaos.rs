@@ -28,5 +28,5 @@ async fn one_round(backend: ChaosBackend) {
 }
 
 tenure_integration::chaos_tests!(chaos: chaos_etcd => Etcd, chaos_redis => Redis,
-    chaos_zookeeper => ZooKeeper, chaos_peer_quorum => Peer);
+    chaos_zookeeper => ZooKeeper, chaos_peer_quorum => Peer, chaos_postgres => Postgres);
 tenure_integration::chaos_tests!(one_round: chaos_azure => Azure);

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tenure_azure::{AzureBackend, AzureConfig};
 use tenure_core::{DynBackend, Timing};
-use tenure_integration::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
+use tenure_integration::{AzuriteServer, EtcdServer, PostgresServer, RedisServer, ZooKeeperServer};
 use tenure_shard::testing::{
     check_cold_start, check_crash, check_drain, check_join, check_load_noise, check_load_zipf,
     check_move_budget, check_quiet, Connect, ShardEnv,
@@ -80,6 +80,14 @@ async fn shard_manager_on_etcd() {
 async fn shard_manager_on_redis() {
     let server = RedisServer::start().await.expect("start Redis");
     let query = format!("prefix=tenure-shard-test&{TIMEOUTS}");
+    let url = tenure_integration::with_query(server.endpoint(), &query);
+    on_url(url, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_manager_on_postgres() {
+    let server = PostgresServer::start().await.expect("start PostgreSQL");
+    let query = format!("schema=tenure_shard_test&{TIMEOUTS}");
     let url = tenure_integration::with_query(server.endpoint(), &query);
     on_url(url, true).await;
 }

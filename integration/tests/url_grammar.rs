@@ -1,5 +1,5 @@
 //! One URL grammar for every backend: the same inputs give the same outcome on etcd,
-//! Redis, ZooKeeper, Azure, peer and mem (`tenure_core::backend::config`). Parsing
+//! Redis, ZooKeeper, Azure, PostgreSQL, peer and mem (`tenure_core::backend::config`). Parsing
 //! only: nothing connects.
 
 use tenure_core::{ErrorKind, MemoryBackend, Result};
@@ -32,6 +32,9 @@ fn backends() -> Vec<Backend> {
         }),
         b("azblob", "azblob://devstoreaccount1/elections", |u| {
             debug(tenure_azure::AzureConfig::from_url(u))
+        }),
+        b("postgres", "postgres://127.0.0.1:5432", |u| {
+            debug(tenure_postgres::PostgresConfig::from_url(u))
         }),
         b("peer", peer, |u| {
             debug(tenure_peer::PeerConfig::from_url(u))

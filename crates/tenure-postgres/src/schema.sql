@@ -49,6 +49,7 @@ CREATE TABLE IF NOT EXISTS {S}.candidacies (
 CREATE UNIQUE INDEX IF NOT EXISTS candidacies_one_holder
     ON {S}.candidacies (election) WHERE token IS NOT NULL;
 CREATE INDEX IF NOT EXISTS candidacies_session ON {S}.candidacies (session);
+CREATE INDEX IF NOT EXISTS candidacies_told ON {S}.candidacies (session) WHERE told;
 
 CREATE TABLE IF NOT EXISTS {S}.members (
     namespace text NOT NULL,
