@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Reproduce the README's bench table: install the servers if missing, start local etcd,
-# Redis, ZooKeeper and Azurite with the test harness, run `tenure bench`'s measurements
+# Redis, ZooKeeper, PostgreSQL and Azurite with the test harness, run `tenure bench`'s measurements
 # on them and on the in-memory backend, print the Markdown table, write bench.svg.
 # Extra arguments go to the bench (e.g. --runs 50 --no-azure).
 set -euo pipefail

@@ -1,7 +1,7 @@
-//! `tenure bench` on local servers: starts etcd, Redis, ZooKeeper and Azurite with the
+//! `tenure bench` on local servers: starts etcd, Redis, ZooKeeper, PostgreSQL and Azurite with the
 //! harness (or uses the ones named by `TENURE_TEST_*`), then runs the `tenure` binary
 //! (`TENURE_BIN`, else built with cargo in this example's profile) as `tenure bench --etcd … --redis … --zk
-//! … --azure …`, which measures them and the in-memory backend, prints the Markdown
+//! … --postgres … --azure …`, which measures them and the in-memory backend, prints the Markdown
 //! table and writes the SVG chart. `scripts/bench.sh` runs this.
 //!
 //! ```text
@@ -14,7 +14,7 @@
 use std::process::{Command, Stdio};
 
 use tenure_integration::cli_faults::tenure_bin;
-use tenure_integration::{AzuriteServer, EtcdServer, RedisServer, ZooKeeperServer};
+use tenure_integration::{AzuriteServer, EtcdServer, PostgresServer, RedisServer, ZooKeeperServer};
 
 struct Flags {
     runs: usize,
@@ -76,15 +76,16 @@ async fn run(f: Flags) {
     let tenure = tenure_bin();
     let mut bench = Command::new(&tenure);
     bench.arg("bench");
-    for name in ["ETCD", "REDIS", "ZK", "AZURE"] {
+    for name in ["ETCD", "REDIS", "ZK", "POSTGRES", "AZURE"] {
         // Only the servers started here are measured.
         bench.env_remove(format!("TENURE_BENCH_{name}"));
     }
     let mut missing = Vec::new();
-    say("starting etcd, Redis, ZooKeeper and Azurite");
+    say("starting etcd, Redis, ZooKeeper, PostgreSQL and Azurite");
     let etcd = EtcdServer::start().await;
     let redis = RedisServer::start().await;
     let zk = ZooKeeperServer::start().await;
+    let postgres = PostgresServer::start().await;
     let azurite = if f.azure {
         Some(AzuriteServer::start().await)
     } else {
@@ -114,6 +115,11 @@ async fn run(f: Flags) {
             "ZooKeeper",
             zk.as_ref()
                 .map(|s| format!("zk://{}/tenure-bench", s.endpoint())),
+        ),
+        (
+            "postgres",
+            "PostgreSQL",
+            postgres.as_ref().map(|s| postgres_url(s.endpoint())),
         ),
     ];
     let azure = azurite
@@ -152,10 +158,15 @@ async fn run(f: Flags) {
             why.replace(['\n', '|'], " ")
         );
     }
-    drop((etcd, redis, zk, azurite));
+    drop((etcd, redis, zk, postgres, azurite));
     if !out.status.success() {
         fail(&format!("tenure bench failed: {}", out.status));
     }
+}
+
+/// The bench's PostgreSQL URL: tenure's tables in a schema of their own.
+fn postgres_url(endpoint: &str) -> String {
+    tenure_integration::with_query(endpoint, "schema=tenure_bench")
 }
 
 fn number(arg: &str, value: &str) -> f64 {
