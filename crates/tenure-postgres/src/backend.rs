@@ -2,26 +2,24 @@
 //! membership reads and handover.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::Stream;
 use tenure_core::backend::{Capabilities, DynSession, Published, Purpose, Requests, SessionEvents};
 use tenure_core::{
-    Backend, CancellationToken, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member,
+    Backend, CancellationToken, ElectionName, ErrorKind, LeaderInfo, LeaderStream, Member,
     MemberStream, Result, Retry,
 };
-use tokio_postgres::types::Type;
 use tokio_postgres::Client;
-
-/// A stream of a followed state, as `Published::new` gives it.
-type States<T> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<T>> + Send + 'static>>;
 
 use crate::config::{PostgresConfig, SCHEME};
 use crate::error::{map, TAG};
-use crate::link::{Hub, Opener, Param, Requester};
+use crate::link::{Hub, Opener, Requester};
 use crate::session::{PostgresSession, BATCH};
-use crate::shared::{expiry, get, leader_info, Shared, SCHEMA_SQL, SCHEMA_VERSION};
+use crate::shared::{get, leader_info, millis, Shared, SCHEMA};
 
 /// How long a follower with nothing due to expire waits before reading again anyway
 /// (a safety net: changes come by notification).
@@ -59,22 +57,21 @@ impl PostgresBackend {
         TAG.connecting(limit, &endpoint, setup).await?;
         let requests = Requests::new(TAG, endpoint, config.get_request_timeout(), map);
         let channel = format!("tenure_{:032x}", tenure_core::backend::random_id());
-        let hub = Arc::new(Hub::default());
-        let stop = CancellationToken::new();
+        let (hub, stop) = (Arc::new(Hub::default()), CancellationToken::new());
         let listen = hub
             .clone()
             .listen(opener.clone(), channel.clone(), limit, stop.clone());
         tokio::spawn(listen);
         tracing::debug!(%config, "connected to PostgreSQL");
-        Ok(PostgresBackend {
-            shared: Arc::new(Shared {
-                requester: Requester::new(opener, requests),
-                config,
-                hub,
-                channel,
-                stop,
-            }),
-        })
+        let requester = Requester::new(opener, requests);
+        let shared = Arc::new(Shared {
+            config,
+            requester,
+            hub,
+            channel,
+            stop,
+        });
+        Ok(PostgresBackend { shared })
     }
 
     /// The settings this backend was connected with.
@@ -88,16 +85,16 @@ impl PostgresBackend {
     /// tests.
     pub async fn expire_session(&self, session_id: &str) -> Result<()> {
         let sql = "SELECT {S}.drop_sessions(ARRAY[$1])";
-        let params: [Param; 1] = [(&session_id, Type::TEXT)];
         self.shared
-            .call(Purpose::Election, "expire session", sql, &params)
+            .one("expire session", sql, &[&session_id])
             .await?;
         Ok(())
     }
 
     /// Follow the state `read` returns (and how long until it may expire) for the
-    /// readers of the returned stream: read again on each notification on `channel`,
-    /// at each reconnection of the listening connection, and when something expires.
+    /// readers of the returned stream: read again on each notification on the
+    /// channel of `(kind, name)`, at each reconnection of the listening connection,
+    /// and when something expires.
     async fn follow<T, F, Fut>(&self, kind: &str, name: &ElectionName, read: F) -> Result<States<T>>
     where
         T: PartialEq + Clone + Send + Sync + 'static,
@@ -105,7 +102,12 @@ impl PostgresBackend {
         Fut: Future<Output = Result<(T, Option<Duration>)>> + Send,
     {
         let shared = self.shared.clone();
-        let channel = shared.channel_of(kind, name).await?;
+        let sql = "SELECT {S}.chan($1, $2)";
+        let channel: String = get(
+            "observe",
+            &shared.one("observe", sql, &[&kind, &name.as_str()]).await?,
+            0,
+        )?;
         let mut changes = shared.hub.subscribe(&channel).await;
         let mut generation = shared.hub.generation();
         generation.borrow_and_update();
@@ -119,8 +121,7 @@ impl PostgresBackend {
         };
         let (mut published, stream) = Published::new(first);
         tokio::spawn(async move {
-            let retry = Retry::default();
-            let mut failures = 0u32;
+            let (retry, mut failures) = (Retry::default(), 0u32);
             loop {
                 tokio::select! {
                     _ = published.closed() => break,
@@ -129,14 +130,9 @@ impl PostgresBackend {
                     _ = tokio::time::sleep(next.unwrap_or(IDLE)) => {}
                 }
                 let read = read(shared.clone()).await;
-                next = match &read {
-                    Ok((_, next)) => next.map(|d| d + Duration::from_millis(1)),
-                    Err(_) => Some(retry.delay(failures)),
-                };
-                failures = if read.is_ok() {
-                    0
-                } else {
-                    failures.saturating_add(1)
+                (next, failures) = match &read {
+                    Ok((_, next)) => (next.map(|d| d + Duration::from_millis(1)), 0),
+                    Err(_) => (Some(retry.delay(failures)), failures.saturating_add(1)),
                 };
                 published.publish(read.map(|(state, _)| state));
             }
@@ -147,18 +143,20 @@ impl PostgresBackend {
     }
 }
 
-/// Create tenure's schema, or bring it to [`SCHEMA_VERSION`], under an advisory lock.
+/// A stream of a followed state, as `Published::new` gives it.
+type States<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send + 'static>>;
+
+/// Create tenure's schema, or bring it to the crate's version, under an advisory lock.
 async fn install(client: &Client, schema: &str) -> Result<()> {
-    let locked = format!(
-        "BEGIN; SELECT pg_advisory_xact_lock(hashtext('tenure schema'), hashtext('{schema}'));"
-    );
-    let ddl = SCHEMA_SQL.replace("{S}", schema);
-    let current = format!("SELECT coalesce(max(version), 0) FROM {schema}.meta");
+    let (latest, ddl) = (SCHEMA.0, SCHEMA.1.replace("{S}", schema));
     let version = async {
-        let meta = client
-            .query_opt(&format!("SELECT to_regclass('{schema}.meta')::text"), &[])
-            .await?;
-        let exists = meta.and_then(|r| r.get::<_, Option<String>>(0)).is_some();
+        let meta = format!("SELECT to_regclass('{schema}.meta')::text");
+        let exists = client
+            .query_one(&meta, &[])
+            .await?
+            .get::<_, Option<String>>(0)
+            .is_some();
+        let current = format!("SELECT coalesce(max(version), 0) FROM {schema}.meta");
         match exists {
             true => Ok(client.query_one(&current, &[]).await?.get::<_, i32>(0)),
             false => Ok(0),
@@ -167,21 +165,18 @@ async fn install(client: &Client, schema: &str) -> Result<()> {
     let version = version
         .await
         .map_err(|e| map("connect: read the schema version", e))?;
-    if version > SCHEMA_VERSION {
-        return Err(TAG.own(
-            ErrorKind::Backend,
-            format!(
-                "connect: schema {schema} is at version {version}, newer than this tenure \
-                 knows ({SCHEMA_VERSION}): upgrade tenure, or use another ?schema="
-            ),
-        ));
+    if version > latest {
+        let why = format!(
+            "connect: schema {schema} is at version {version}, newer than this tenure knows \
+             ({latest}): upgrade tenure, or use another ?schema="
+        );
+        return Err(TAG.own(ErrorKind::Backend, why));
     }
-    if version < SCHEMA_VERSION {
-        let script = format!("{locked}\n{ddl}\nCOMMIT;");
-        client
-            .batch_execute(&script)
-            .await
-            .map_err(|e| map("connect: create the schema", e))?;
+    if version < latest {
+        let lock = "SELECT pg_advisory_xact_lock(hashtext('tenure schema'), hashtext('{S}'))";
+        let script = format!("BEGIN; {};\n{ddl}\nCOMMIT;", lock.replace("{S}", schema));
+        let created = client.batch_execute(&script).await;
+        created.map_err(|e| map("connect: create the schema", e))?;
     }
     Ok(())
 }
@@ -220,17 +215,12 @@ impl Backend for PostgresBackend {
     }
 
     async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
-        let e = election.as_str();
-        let params: [Param; 2] = [(&e, Type::TEXT), (&to, Type::TEXT)];
         let sql = "SELECT candidate, value, token FROM {S}.handover($1, $2)";
-        let rows = self
+        let row = self
             .shared
-            .call(Purpose::Election, "handover", sql, &params)
+            .one("handover", sql, &[&election.as_str(), &to])
             .await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| Error::new(ErrorKind::Backend, "handover: no row"))?;
-        leader_info("handover", row)
+        leader_info("handover", &row)
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
@@ -256,17 +246,21 @@ async fn read_members(
         ceil(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000)::int8 \
         FROM {S}.members m JOIN {S}.sessions s ON s.id = m.session \
         WHERE m.namespace = $1 AND s.expires_at > clock_timestamp() ORDER BY m.id";
-    let ns = namespace.as_str();
     let rows = shared
-        .call(Purpose::Election, "list members", sql, &[(&ns, Type::TEXT)])
+        .call(
+            Purpose::Election,
+            "list members",
+            sql,
+            &[&namespace.as_str()],
+        )
         .await?;
-    let mut members = Vec::with_capacity(rows.len());
-    let mut first = None::<Duration>;
+    let (mut members, mut first) = (Vec::with_capacity(rows.len()), None::<Duration>);
     for row in &rows {
-        let (id, value): (String, String) =
-            (get("list members", row, 0)?, get("list members", row, 1)?);
-        members.push(Member::new(id, value)?);
-        let expires = expiry("list members", row, 2)?;
+        members.push(Member::new(
+            get::<&str>("list members", row, 0)?,
+            get::<&str>("list members", row, 1)?,
+        )?);
+        let expires = millis(get("list members", row, 2)?);
         first = Some(first.map_or(expires, |f| f.min(expires)));
     }
     Ok((members, first))

@@ -24,8 +24,25 @@ use crate::error::TAG;
 /// a connection cut without a reset is noticed (not a poll of any state).
 const PING_EVERY: Duration = Duration::from_secs(5);
 
-/// One parameter of a query, with its type (so a query is one round trip).
-pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+/// A query parameter that knows its PostgreSQL type, so that a query is sent with its
+/// types and needs no round trip to prepare.
+pub(crate) trait Arg: Sync {
+    fn pg(&self) -> (&(dyn ToSql + Sync), Type);
+}
+
+macro_rules! typed {
+    ($($t:ty => $pg:ident),*) => {$(
+        impl Arg for $t {
+            fn pg(&self) -> (&(dyn ToSql + Sync), Type) {
+                (self, Type::$pg)
+            }
+        }
+    )*};
+}
+
+typed!(&str => TEXT, String => TEXT, Option<&str> => TEXT, i32 => INT4, i64 => INT8, bool => BOOL,
+    Vec<&str> => TEXT_ARRAY, Vec<i32> => INT4_ARRAY, Vec<bool> => BOOL_ARRAY,
+    Vec<Option<i64>> => INT8_ARRAY);
 
 /// How to open a connection.
 #[derive(Clone)]
@@ -156,13 +173,14 @@ impl Requester {
         purpose: Purpose,
         what: &str,
         sql: &str,
-        params: &[Param<'_>],
+        args: &[&dyn Arg],
     ) -> Result<Vec<Row>> {
+        let params: Vec<_> = args.iter().map(|a| a.pg()).collect();
         let mut used = None;
         let request = async {
             let client = self.client().await?;
             used = Some(client.clone());
-            client.query_typed(sql, params).await
+            client.query_typed(sql, &params).await
         };
         let answer = self.requests.call_as(purpose, what, request).await;
         if let (Err(e), Some(client)) = (&answer, used) {

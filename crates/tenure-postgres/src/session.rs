@@ -7,10 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_core::backend::{lock, BackendSession, Lifetime, Purpose, SessionEvents};
 use tenure_core::{Candidate, ElectionName, FencingToken, Member, Result};
-use tokio_postgres::types::Type;
 
 use crate::config::SCHEME;
-use crate::link::Param;
+use crate::link::{unexpected, Arg};
 use crate::shared::{get, token_of, Shared};
 
 /// Seats per call of `try_many` or `resign_many`: the statement holds that many
@@ -33,9 +32,7 @@ pub(crate) struct PostgresSession {
 
 impl std::fmt::Debug for PostgresSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresSession")
-            .field("id", &self.life.id())
-            .finish()
+        write!(f, "PostgresSession({})", self.life.id())
     }
 }
 
@@ -47,87 +44,84 @@ impl PostgresSession {
     ) -> Result<Self> {
         let id = format!("{:032x}", tenure_core::backend::random_id());
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        let params: [Param; 3] = [
-            (&id, Type::TEXT),
-            (&shared.channel, Type::TEXT),
-            (&ttl_ms, Type::INT8),
-        ];
         let sql = "SELECT {S}.open($1, $2, $3)";
+        let args: [&dyn Arg; 3] = [&id, &shared.channel, &ttl_ms];
         shared
-            .call(Purpose::Renewal, "open session", sql, &params)
+            .call(Purpose::Renewal, "open session", sql, &args)
             .await?;
         shared.hub.add_session(&id, events.clone());
+        let (life, told) = (Lifetime::new(SCHEME, id), Mutex::default());
         Ok(PostgresSession {
-            life: Lifetime::new(SCHEME, id),
             shared,
-            told: Mutex::new(HashSet::new()),
+            life,
+            told,
             events,
         })
     }
 
-    fn id_param(&self) -> String {
-        self.life.id().to_owned()
-    }
-
-    async fn resign_batch(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
-        let sid = self.id_param();
-        let names: Vec<&str> = grants.iter().map(|(e, _)| e.as_str()).collect();
-        let tokens: Vec<Option<i64>> = grants
-            .iter()
-            .map(|(_, t)| t.map(|t| i64::try_from(t.0).unwrap_or(i64::MAX)))
+    /// Run `sql` with this session's id as `$2` after `first`, and `rest` after it.
+    async fn call(
+        &self,
+        what: &str,
+        sql: &str,
+        first: &dyn Arg,
+        rest: &[&dyn Arg],
+    ) -> Result<Option<tokio_postgres::Row>> {
+        let sid = self.life.id();
+        let args: Vec<&dyn Arg> = [first, &sid]
+            .into_iter()
+            .chain(rest.iter().copied())
             .collect();
-        let params: [Param; 3] = [
-            (&names, Type::TEXT_ARRAY),
-            (&sid, Type::TEXT),
-            (&tokens, Type::INT8_ARRAY),
-        ];
-        let sql = "SELECT {S}.resign_many($1, $2, $3)";
-        self.shared
-            .call(Purpose::Election, "resign", sql, &params)
+        let rows = self
+            .shared
+            .call(Purpose::Election, what, sql, &args)
             .await?;
-        let mut told = lock(&self.told);
-        told.retain(|(e, t)| {
-            !grants
-                .iter()
-                .any(|(g, gt)| g == e && gt.is_none_or(|gt| gt == *t))
-        });
-        Ok(())
+        Ok(rows.into_iter().next())
     }
 
     async fn try_batch(
         &self,
         seats: &[(ElectionName, Candidate)],
     ) -> Result<Vec<Option<FencingToken>>> {
-        let sid = self.id_param();
+        let column =
+            |f: fn(&Candidate) -> &str| seats.iter().map(|(_, c)| f(c)).collect::<Vec<_>>();
         let names: Vec<&str> = seats.iter().map(|(e, _)| e.as_str()).collect();
-        let ids: Vec<&str> = seats.iter().map(|(_, c)| c.id()).collect();
-        let values: Vec<&str> = seats.iter().map(|(_, c)| c.value()).collect();
+        let (ids, values) = (column(Candidate::id), column(Candidate::value));
         let priorities: Vec<i32> = seats.iter().map(|(_, c)| c.priority()).collect();
         let preemptible: Vec<bool> = seats.iter().map(|(_, c)| c.preemptible()).collect();
-        let params: [Param; 6] = [
-            (&names, Type::TEXT_ARRAY),
-            (&sid, Type::TEXT),
-            (&ids, Type::TEXT_ARRAY),
-            (&values, Type::TEXT_ARRAY),
-            (&priorities, Type::INT4_ARRAY),
-            (&preemptible, Type::BOOL_ARRAY),
-        ];
         let sql = "SELECT {S}.try_many($1, $2, $3, $4, $5, $6)";
-        let rows = self
-            .shared
-            .call(Purpose::Election, "campaign", sql, &params)
-            .await?;
-        let answers: Vec<Option<i64>> = match rows.first() {
+        let rest: [&dyn Arg; 4] = [&ids, &values, &priorities, &preemptible];
+        let row = self.call("campaign", sql, &names, &rest).await?;
+        let answers: Vec<Option<i64>> = match &row {
             Some(row) => get("campaign", row, 0)?,
             None => Vec::new(),
         };
         if answers.len() != seats.len() {
-            return Err(crate::link::unexpected(
-                "campaign",
-                "one answer per seat expected",
-            ));
+            return Err(unexpected("campaign", "not one answer per seat"));
         }
         Ok(answers.into_iter().map(|t| t.map(token_of)).collect())
+    }
+
+    async fn resign_batch(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
+        let names: Vec<&str> = grants.iter().map(|(e, _)| e.as_str()).collect();
+        let tokens: Vec<Option<i64>> = grants
+            .iter()
+            .map(|(_, t)| t.map(|t| i64::try_from(t.0).unwrap_or(i64::MAX)))
+            .collect();
+        self.call(
+            "resign",
+            "SELECT {S}.resign_many($1, $2, $3)",
+            &names,
+            &[&tokens],
+        )
+        .await?;
+        let released = |e: &ElectionName, t: &FencingToken| {
+            grants
+                .iter()
+                .any(|(g, gt)| g == e && gt.is_none_or(|gt| gt == *t))
+        };
+        lock(&self.told).retain(|(e, t)| !released(e, t));
+        Ok(())
     }
 }
 
@@ -139,23 +133,17 @@ impl BackendSession for PostgresSession {
 
     async fn keep_alive(&self) -> Result<()> {
         self.life.check_open()?;
-        let sid = self.id_param();
         let sql = "SELECT election, token FROM {S}.renew($1)";
+        let sid = self.life.id();
         let rows = self
             .shared
-            .call(
-                Purpose::Renewal,
-                "renew session",
-                sql,
-                &[(&sid, Type::TEXT)],
-            )
+            .call(Purpose::Renewal, "renew session", sql, &[&sid])
             .await?;
         for row in rows {
             let (election, token): (String, i64) = (get("renew", &row, 0)?, get("renew", &row, 1)?);
-            let Ok(election) = ElectionName::new(election) else {
+            let (Ok(election), token) = (ElectionName::new(election), token_of(token)) else {
                 continue;
             };
-            let token = token_of(token);
             if lock(&self.told).insert((election.clone(), token)) {
                 self.events.preempted(&election, token);
             }
@@ -173,7 +161,7 @@ impl BackendSession for PostgresSession {
         let waiter = self.shared.hub.waiter(id, election.as_str());
         let mut generation = self.shared.hub.generation();
         generation.borrow_and_update();
-        let (mut token, mut wait) = self.shared.join(election, id, candidate).await?;
+        let (mut token, mut wait) = self.shared.turn(election, id, Some(candidate)).await?;
         loop {
             if let Some(token) = token {
                 return Ok(token);
@@ -184,7 +172,7 @@ impl BackendSession for PostgresSession {
                 _ = tokio::time::sleep(wait.unwrap_or(IDLE)) => {}
                 _ = self.life.stopped() => return Err(self.life.closed_error()),
             }
-            (token, wait) = self.shared.grant(election, id).await?;
+            (token, wait) = self.shared.turn(election, id, None).await?;
         }
     }
 
@@ -221,20 +209,18 @@ impl BackendSession for PostgresSession {
     }
 
     async fn close(&self) -> Result<()> {
-        if !self.life.close() {
-            return Ok(());
+        if self.life.close() {
+            self.shared.hub.remove_session(self.life.id());
+            let sid = self.life.id();
+            self.shared
+                .call(
+                    Purpose::Election,
+                    "close session",
+                    "SELECT {S}.close($1)",
+                    &[&sid],
+                )
+                .await?;
         }
-        self.shared.hub.remove_session(self.life.id());
-        let sid = self.id_param();
-        let sql = "SELECT {S}.close($1)";
-        self.shared
-            .call(
-                Purpose::Election,
-                "close session",
-                sql,
-                &[(&sid, Type::TEXT)],
-            )
-            .await?;
         Ok(())
     }
 
@@ -244,32 +230,17 @@ impl BackendSession for PostgresSession {
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
         self.life.check_open()?;
-        let (ns, sid, id, value) = (
-            namespace.as_str(),
-            self.id_param(),
-            member.id(),
-            member.value(),
-        );
-        let params: [Param; 4] = [
-            (&ns, Type::TEXT),
-            (&sid, Type::TEXT),
-            (&id, Type::TEXT),
-            (&value, Type::TEXT),
-        ];
         let sql = "SELECT {S}.register($1, $2, $3, $4)";
-        self.shared
-            .call(Purpose::Election, "register member", sql, &params)
+        let rest: [&dyn Arg; 2] = [&member.id(), &member.value()];
+        self.call("register member", sql, &namespace.as_str(), &rest)
             .await?;
         Ok(())
     }
 
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
         self.life.check_open()?;
-        let (ns, sid) = (namespace.as_str(), self.id_param());
-        let params: [Param; 3] = [(&ns, Type::TEXT), (&sid, Type::TEXT), (&id, Type::TEXT)];
         let sql = "SELECT {S}.unregister($1, $2, $3)";
-        self.shared
-            .call(Purpose::Election, "unregister member", sql, &params)
+        self.call("unregister member", sql, &namespace.as_str(), &[&id])
             .await?;
         Ok(())
     }
