@@ -36,9 +36,14 @@ pub(crate) fn map(what: &str, err: tokio_postgres::Error) -> Error {
 
 fn kind_of(err: &tokio_postgres::Error) -> ErrorKind {
     let Some(code) = err.code() else {
-        // No server answer: the connection failed, closed or could not be set up.
+        // No server answer: the connection failed, closed or could not be set up. A
+        // server certificate that does not verify, a client certificate the server
+        // refused (a TLS alert: BadCertificate, CertificateRequired, UnknownCA,
+        // AccessDenied, …) or a password the server asked for and none was given fail
+        // the same way every time.
         let text = format!("{err:?}").to_ascii_lowercase();
-        return match text.contains("certificate") || text.contains("password") {
+        let refused = ["certificate", "unknownca", "accessdenied", "password"];
+        return match refused.iter().any(|word| text.contains(word)) {
             true => ErrorKind::Unauthorized,
             false => ErrorKind::Unavailable,
         };
