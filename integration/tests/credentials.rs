@@ -1,15 +1,17 @@
 //! Passwords never appear in `Debug`, `Display`, error messages (with their sources) or
-//! tracing output, for etcd, Redis and ZooKeeper: configs parsed from URLs with
-//! credentials, bad URLs that carry a password, failed connections (nothing listening,
-//! wrong password against a real server) and a real session with credentials, all while
-//! a subscriber records every tracing event at TRACE level from every crate.
+//! tracing output, for etcd, Redis, ZooKeeper and PostgreSQL: configs parsed from URLs
+//! with credentials, bad URLs that carry a password, failed connections (nothing
+//! listening, wrong password against a real server) and a real session with
+//! credentials, all while a subscriber records every tracing event at TRACE level from
+//! every crate.
 
 use std::time::Duration;
 
 use tenure_core::Error;
 use tenure_etcd::{EtcdBackend, EtcdConfig};
 use tenure_integration::cluster_faults::elect_and_resign;
-use tenure_integration::{free_port, start_with_passwords, ZooKeeperServer};
+use tenure_integration::{free_port, start_with_passwords, PostgresServer, ZooKeeperServer};
+use tenure_postgres::{PostgresBackend, PostgresConfig};
 use tenure_redis::{RedisBackend, RedisConfig};
 use tenure_zookeeper::ZooKeeperConfig;
 
@@ -21,7 +23,8 @@ use capture::Captured;
 const ETCD_SECRET: &str = "EtcdS3cretXq7";
 const REDIS_SECRET: &str = "RedisS3cretZk4";
 const ZK_SECRET: &str = "ZooS3cretWv9";
-const SECRETS: [&str; 3] = [ETCD_SECRET, REDIS_SECRET, ZK_SECRET];
+const PG_SECRET: &str = "PgS3cretMn2";
+const SECRETS: [&str; 4] = [ETCD_SECRET, REDIS_SECRET, ZK_SECRET, PG_SECRET];
 
 /// An error with its sources, in Display and Debug form.
 fn render(e: &Error) -> String {
@@ -64,6 +67,14 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
         "zk://user:{ZK_SECRET}@{closed}/chroot?connect_timeout=500ms"
     ))
     .expect("zookeeper config");
+    let pg = PostgresConfig::from_url(&format!(
+        "postgres://app:{PG_SECRET}@{closed}/db?connect_timeout_ms=500"
+    ))
+    .expect("postgres config");
+    let pg_param = PostgresConfig::from_url(&format!(
+        "postgresql://{closed}?username=app&password={PG_SECRET}&sslmode=verify-full&ca=/ca.pem"
+    ))
+    .expect("postgres config");
     for (what, debug_text, display_text) in [
         ("etcd config", format!("{etcd:?}"), etcd.to_string()),
         (
@@ -73,6 +84,12 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
         ),
         ("redis config", format!("{redis:?}"), redis.to_string()),
         ("zookeeper config", format!("{zk:?}"), zk.to_string()),
+        ("postgres config", format!("{pg:?}"), pg.to_string()),
+        (
+            "postgres config (parameters)",
+            format!("{pg_param:?}"),
+            pg_param.to_string(),
+        ),
     ] {
         tracing::info!(config.debug = %debug_text, config.display = %display_text, "{what}");
         texts.push((what.to_owned(), format!("{debug_text}\n{display_text}")));
@@ -107,12 +124,32 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
             ZooKeeperConfig::from_url(&format!("zk://u:{ZK_SECRET}@127.0.0.1:2181/bad//chroot"))
                 .map(drop),
         ),
+        (
+            "postgres bad url",
+            PostgresConfig::from_url(&format!("postgres://u:{PG_SECRET}@127.0.0.1:99999"))
+                .map(drop),
+        ),
+        (
+            "postgres bad parameter",
+            PostgresConfig::from_url(&format!(
+                "postgres://127.0.0.1?password={PG_SECRET}&bogus=1"
+            ))
+            .map(drop),
+        ),
+        (
+            "postgres sslmode refused",
+            PostgresConfig::from_url(&format!(
+                "postgres://u:{PG_SECRET}@127.0.0.1?sslmode=require"
+            ))
+            .map(drop),
+        ),
         ("etcd unreachable", etcd.clone().connect().await.map(drop)),
         ("redis unreachable", redis.clone().connect().await.map(drop)),
         (
             "zookeeper unreachable",
             zk.clone().connect().await.map(drop),
         ),
+        ("postgres unreachable", pg.clone().connect().await.map(drop)),
     ] {
         let e = result.expect_err(what);
         texts.push((what.to_owned(), render(&e)));
@@ -121,12 +158,20 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
     // Real servers: a wrong password is refused, the right one works.
     let (redis_server, etcd_server) = start_with_passwords(REDIS_SECRET, ETCD_SECRET).await;
     let zk_server = ZooKeeperServer::start().await.expect("zookeeper");
+    let pg_server = PostgresServer::start().await.expect("postgres");
+    pg_server.require_local("it sets a password");
+    pg_server
+        .require_password("app", PG_SECRET)
+        .await
+        .expect("postgres password");
+    let p = format!("{}/{}", pg_server.addr(), PostgresServer::DATABASE);
     let (r, e, z) = (
         redis_server.addr(),
         etcd_server.addr(),
         zk_server.endpoint().to_owned(),
     );
     let (wrong_redis, wrong_etcd) = (format!("{REDIS_SECRET}x"), format!("{ETCD_SECRET}x"));
+    let wrong_pg = format!("{PG_SECRET}x");
     for (what, result) in [
         (
             "redis wrong password",
@@ -140,13 +185,36 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
                 .await
                 .map(drop),
         ),
+        (
+            "postgres wrong password",
+            PostgresBackend::from_url(&format!("postgres://app:{wrong_pg}@{p}"))
+                .await
+                .map(drop),
+        ),
+        (
+            "postgres no password",
+            PostgresBackend::from_url(&format!("postgres://app@{p}"))
+                .await
+                .map(drop),
+        ),
     ] {
         texts.push((what.to_owned(), render(&result.expect_err(what))));
     }
+    // A connected backend holds the password: its Debug shows none.
+    let pg_backend = PostgresBackend::from_url(&format!("postgres://app:{PG_SECRET}@{p}"))
+        .await
+        .expect("postgres with the right password");
+    texts.push(("postgres backend".to_owned(), format!("{pg_backend:?}")));
+    drop(pg_backend);
     for (what, url) in [
         ("redis", format!("redis://:{REDIS_SECRET}@{r}")),
         ("etcd", format!("etcd://root:{ETCD_SECRET}@{e}")),
         ("zk", format!("zk://user:{ZK_SECRET}@{z}/credentials")),
+        ("postgres", format!("postgres://app:{PG_SECRET}@{p}")),
+        (
+            "postgres-parameter",
+            format!("postgres://{p}?username=app&password={PG_SECRET}&schema=by_param"),
+        ),
     ] {
         let backend = tenure::connect(&url).await;
         let backend = backend.unwrap_or_else(|e| panic!("{what} with the right password: {e}"));
@@ -160,6 +228,11 @@ async fn passwords_stay_out_of_debug_display_errors_and_traces() {
     assert!(
         log.contains("redis config") && log.lines().count() > 10,
         "the subscriber recorded nothing:\n{log}"
+    );
+    // The PostgreSQL backend's own events (its connect event carries the config).
+    assert!(
+        log.contains("tenure_postgres"),
+        "no event of tenure_postgres recorded:\n{log}"
     );
     assert_clean("the tracing output", &log);
 }
