@@ -6,9 +6,10 @@
 //! by the database itself, renewal cost.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tenure_core::testing::Env;
-use tenure_core::{Candidate, DynBackend, ErrorKind};
+use tenure_core::{Candidate, DynBackend, ErrorKind, Session};
 use tenure_integration::{timing_ms, PostgresServer, ProxyFaults};
 use tenure_postgres::PostgresBackend;
 
@@ -96,4 +97,54 @@ async fn the_database_refuses_a_second_holder() {
     assert!(!ok, "a second holder row was accepted");
     assert!(why.contains("candidacies_one_holder"), "{why}");
     assert!(leader.is_leader());
+}
+
+/// Crash failover when the waiter that was first in line left before the crash: the
+/// next waiter must learn that it is now first, so that it looks again at the holder's
+/// expiry (read from its row), not when some renewal clears the dead session away.
+/// The holder renews every 100 ms, so its row expires about a TTL after the crash;
+/// the waiters renew only every 2.5 s, so the second way would be up to 2.5 s late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_after_the_first_waiter_left() {
+    let env = postgres_env().await;
+    let open = |renew| {
+        let backend = env.backend.clone();
+        async move {
+            let timing = timing_ms(4000, renew, 3000, 1000);
+            Session::open(backend, timing).await.expect("session")
+        }
+    };
+    let election = env.election("first-left");
+    let (a, b, c) = (open(100).await, open(2500).await, open(2500).await);
+    let held = a
+        .campaign(&election, &Candidate::new("a").unwrap())
+        .await
+        .expect("a");
+    let queue = |s: Session, id: &'static str| {
+        let election = election.clone();
+        tokio::spawn(async move { s.campaign(&election, &Candidate::new(id).unwrap()).await })
+    };
+    let first = queue(b.clone(), "b");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = queue(c.clone(), "c");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // b leaves the queue (its session closes), then a's process dies.
+    first.abort();
+    b.close().await.expect("close b");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let crashed = tokio::time::Instant::now();
+    a.abandon();
+    let granted = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .expect("c granted within 10 s")
+        .expect("join")
+        .expect("campaign");
+    let gap = crashed.elapsed();
+    assert!(granted.token() > held.token());
+    // a's row expires within the TTL after the crash; c looks again 1 ms after that.
+    assert!(
+        gap < Duration::from_millis(4000 + 300),
+        "c was granted {gap:?} after the crash (TTL 4 s)"
+    );
+    eprintln!("c granted {gap:?} after the holder crashed (TTL 4 s)");
 }

@@ -79,8 +79,8 @@ BEGIN
     END IF;
 END $$;
 
--- Under e's lock: drop the candidacies of dead sessions, tell e's observers if the
--- holder was one of them, and wake the first waiter if the seat is free.
+-- Under e's lock, after a candidacy left: drop the candidacies of dead sessions, tell
+-- e's observers if the holder was one of them, and wake the first waiter.
 CREATE OR REPLACE FUNCTION {S}.settle(e text) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     held boolean;
@@ -93,15 +93,14 @@ BEGIN
     IF held THEN
         PERFORM pg_notify({S}.chan('e', e), '');
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM {S}.candidacies c WHERE c.election = e AND c.token IS NOT NULL)
-    THEN
-        SELECT c.session, s.channel INTO w
-            FROM {S}.candidacies c JOIN {S}.sessions s ON s.id = c.session
-            WHERE c.election = e
-            ORDER BY c.chosen DESC, c.priority DESC, c.arrival LIMIT 1;
-        IF FOUND THEN
-            PERFORM pg_notify(w.channel, 'w ' || w.session || ' ' || e);
-        END IF;
+    -- Wake the first waiter: it takes a free seat, or, with the seat held, learns that
+    -- it is first now and looks again at the holder's expiry.
+    SELECT c.session, s.channel INTO w
+        FROM {S}.candidacies c JOIN {S}.sessions s ON s.id = c.session
+        WHERE c.election = e AND c.token IS NULL
+        ORDER BY c.chosen DESC, c.priority DESC, c.arrival LIMIT 1;
+    IF FOUND THEN
+        PERFORM pg_notify(w.channel, 'w ' || w.session || ' ' || e);
     END IF;
 END $$;
 
