@@ -9,7 +9,8 @@
 //! PostgreSQL always with `Unauthorized` (it negotiates TLS on its own port, and
 //! `pg_hba.conf` refuses a plain startup). A Redis and a PostgreSQL that do not ask for
 //! client certificates are verified with the CA alone; PostgreSQL's server certificate
-//! must also name the host connected to.
+//! must also name the host connected to, and a PostgreSQL without TLS is refused
+//! (`Unauthorized`) when TLS is asked for.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -360,6 +361,25 @@ async fn postgres_over_tls_verifies_the_server_with_its_ca_and_name() {
         .expect_err("a CA file that does not exist");
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.message().starts_with("ca:"), "{err}");
+}
+
+/// A PostgreSQL without TLS (`ssl=off`), asked for `sslmode=verify-full`: it cannot be
+/// identified, which no retry changes, so `Unauthorized` (as a certificate that does
+/// not verify), the reason in the line; never a plain connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_without_tls_is_refused_when_tls_is_asked_for() {
+    let pki = Pki::new();
+    let server = PostgresServer::start().await.expect("postgres");
+    server.require_local("its ssl setting must be off");
+    assert_eq!(server.sql("SHOW ssl").await.expect("show ssl"), "off");
+    let base = postgres_base(&format!("127.0.0.1:{}", server.addr().port()), true);
+    let url = tls_url(&base, &pki.path("ca.pem"), None);
+    let what = "postgres:// with sslmode=verify-full to a server without TLS";
+    let line = tenure_core::one_line(&fails(what, url, UNAUTHORIZED).await);
+    assert!(
+        line.contains("server does not support TLS"),
+        "{what}: {line}"
+    );
 }
 
 /// A PostgreSQL that serves TLS only and requires a client certificate signed by the

@@ -37,12 +37,18 @@ pub(crate) fn map(what: &str, err: tokio_postgres::Error) -> Error {
 fn kind_of(err: &tokio_postgres::Error) -> ErrorKind {
     let Some(code) = err.code() else {
         // No server answer: the connection failed, closed or could not be set up. A
-        // server certificate that does not verify, a client certificate the server
-        // refused (a TLS alert: BadCertificate, CertificateRequired, UnknownCA,
-        // AccessDenied, …) or a password the server asked for and none was given fail
-        // the same way every time.
+        // server certificate that does not verify, a server without TLS when TLS is
+        // asked for, a client certificate the server refused (a TLS alert:
+        // BadCertificate, CertificateRequired, UnknownCA, AccessDenied, …) or a password
+        // the server asked for and none was given fail the same way every time.
         let text = format!("{err:?}").to_ascii_lowercase();
-        let refused = ["certificate", "unknownca", "accessdenied", "password"];
+        let refused = [
+            "certificate",
+            "does not support tls",
+            "unknownca",
+            "accessdenied",
+            "password",
+        ];
         return match refused.iter().any(|word| text.contains(word)) {
             true => ErrorKind::Unauthorized,
             false => ErrorKind::Unavailable,
