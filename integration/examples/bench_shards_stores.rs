@@ -1,5 +1,5 @@
 //! The shard manager's benchmark on real stores started by the harness (etcd, Redis,
-//! ZooKeeper), 10 nodes, replication 3, TTL 2 s (10 s from 100,000 shards, see
+//! ZooKeeper, PostgreSQL), 10 nodes, replication 3, TTL 2 s (10 s from 100,000 shards, see
 //! `BenchConfig::with_nodes`; ZooKeeper with tickTime 200 ms):
 //! `cargo run --release -p tenure-integration --example bench_shards_stores [-- 1000 10000]`.
 //! Each node has its own connection; "store requests/s" counts every request of every
@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use tenure_integration::{with_query, EtcdServer, RedisServer, StoreServer, ZooKeeperServer};
+use tenure_integration::{
+    with_query, EtcdServer, PostgresServer, RedisServer, StoreServer, ZooKeeperServer,
+};
 use tenure_shard::bench::{markdown, run, BenchConfig};
 
 /// The local ZooKeeper's `tickTime` (session timeouts from 0.4 s to 20 s).
@@ -29,7 +31,7 @@ async fn main() {
     let only = std::env::var("TENURE_BENCH_ONLY").ok();
     let timeouts = "connect_timeout_ms=5000&request_timeout_ms=5000";
     let mut results = Vec::new();
-    for name in ["etcd", "redis", "zookeeper"] {
+    for name in ["etcd", "redis", "zookeeper", "postgres"] {
         if only
             .as_ref()
             .is_some_and(|o| !o.split(',').any(|b| b == name))
@@ -39,6 +41,7 @@ async fn main() {
         let server: tenure_integration::Result<StoreServer> = match name {
             "etcd" => EtcdServer::start().await.map(Into::into),
             "redis" => RedisServer::start().await.map(Into::into),
+            "postgres" => PostgresServer::start().await.map(Into::into),
             // A 200 ms tick: ZooKeeper expires sessions in tick buckets, and with its
             // default here (1 s) the expiry alone took up to TTL + 1 s after a crash.
             _ => ZooKeeperServer::start_with_tick_time(ZK_TICK)
@@ -60,6 +63,7 @@ async fn main() {
             let url = match name {
                 "etcd" => format!("etcd://{addr}?prefix=bench&{timeouts}"),
                 "redis" => with_query(endpoint, &format!("prefix=bench&{timeouts}")),
+                "postgres" => with_query(endpoint, &format!("schema=bench&{timeouts}")),
                 _ => format!(
                     "zk://{addr}/bench?connect_timeout=5s&request_timeout=5s&session_timeout={ttl}s"
                 ),
