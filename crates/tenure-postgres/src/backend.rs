@@ -115,7 +115,7 @@ impl PostgresBackend {
             Ok(first) => first,
             Err(e) => {
                 drop(changes);
-                shared.hub.unsubscribe(&channel);
+                shared.hub.unsubscribe(&channel).await;
                 return Err(e);
             }
         };
@@ -137,7 +137,7 @@ impl PostgresBackend {
                 published.publish(read.map(|(state, _)| state));
             }
             drop(changes);
-            shared.hub.unsubscribe(&channel);
+            shared.hub.unsubscribe(&channel).await;
         });
         Ok(stream)
     }

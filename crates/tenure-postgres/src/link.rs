@@ -202,6 +202,7 @@ impl Requester {
 pub(crate) struct Hub {
     state: Mutex<HubState>,
     generation: watch::Sender<u64>,
+    listening: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -242,7 +243,10 @@ impl Hub {
 
     /// LISTEN on `channel` (an observer's) and return its change count; the
     /// subscription holds until [`unsubscribe`](Self::unsubscribe) with no receiver left.
+    /// LISTEN and UNLISTEN go one at a time, so that a channel given up and taken again
+    /// at once is still heard.
     pub(crate) async fn subscribe(&self, channel: &str) -> watch::Receiver<u64> {
+        let _one_at_a_time = self.listening.lock().await;
         let (rx, client) = {
             let mut state = lock(&self.state);
             if let Some(tx) = state.channels.get(channel) {
@@ -259,18 +263,21 @@ impl Hub {
         rx
     }
 
-    pub(crate) fn unsubscribe(&self, channel: &str) {
-        let mut state = lock(&self.state);
-        if state
-            .channels
-            .get(channel)
-            .is_some_and(|tx| tx.receiver_count() == 0)
-        {
-            state.channels.remove(channel);
-            if let Some(client) = state.client.clone() {
-                let sql = format!("UNLISTEN \"{channel}\"");
-                tokio::spawn(async move { client.batch_execute(&sql).await });
+    pub(crate) async fn unsubscribe(&self, channel: &str) {
+        let _one_at_a_time = self.listening.lock().await;
+        let client = {
+            let mut state = lock(&self.state);
+            let unheard = |tx: &watch::Sender<u64>| tx.receiver_count() == 0;
+            if !state.channels.get(channel).is_some_and(unheard) {
+                return;
             }
+            state.channels.remove(channel);
+            state.client.clone()
+        };
+        if let Some(client) = client {
+            let _ = client
+                .batch_execute(&format!("UNLISTEN \"{channel}\""))
+                .await;
         }
     }
 
