@@ -22,6 +22,7 @@ crates=(
   tenure-redis
   tenure-zookeeper
   tenure-azure
+  tenure-postgres
   tenure-peer
   tenure-shard
   tenure-cli
