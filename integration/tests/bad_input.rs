@@ -4,8 +4,9 @@
 //! `connect` row answers within its connect timeout plus slack. The table is read from
 //! the doc, so it cannot drift from what the code does.
 //!
-//! It starts a Redis and an etcd with authentication on for the credential rows, so
-//! both must be local servers (unset `TENURE_TEST_REDIS` and `TENURE_TEST_ETCD`).
+//! It starts a Redis, an etcd and a PostgreSQL with authentication on for the
+//! credential rows, so all three must be local servers (unset `TENURE_TEST_REDIS`,
+//! `TENURE_TEST_ETCD` and `TENURE_TEST_POSTGRES`).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -16,9 +17,10 @@ use tenure_etcd::EtcdBackend;
 use tenure_integration::chaos::parse_duration;
 use tenure_integration::cli_faults::tenure_bin;
 use tenure_integration::{
-    start_with_passwords, workspace_root, AzuriteServer, EtcdServer, RedisServer,
+    start_with_passwords, workspace_root, AzuriteServer, EtcdServer, PostgresServer, RedisServer,
 };
 use tenure_peer::PeerBackend;
+use tenure_postgres::PostgresBackend;
 use tenure_redis::RedisBackend;
 use tenure_zookeeper::ZooKeeperBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -129,6 +131,7 @@ struct Places {
     _busy: std::net::TcpListener,
     redis: RedisServer,
     etcd: EtcdServer,
+    postgres: PostgresServer,
 }
 
 /// A listener that accepts connections and never answers (nor closes them).
@@ -183,6 +186,12 @@ async fn garbage() -> SocketAddr {
 async fn places() -> Places {
     // The credential rows need servers with passwords.
     let (redis, etcd) = start_with_passwords(PASSWORD, PASSWORD).await;
+    let postgres = PostgresServer::start().await.expect("postgres");
+    postgres.require_local("the credential rows set a password");
+    postgres
+        .require_password("app", PASSWORD)
+        .await
+        .expect("the password of the role app");
     let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     Places {
         closed: SocketAddr::from((
@@ -195,6 +204,7 @@ async fn places() -> Places {
         _busy: busy,
         redis,
         etcd,
+        postgres,
     }
 }
 
@@ -207,7 +217,8 @@ fn expand(input: &str, places: &Places) -> String {
         .replace("{garbage}", &places.garbage.to_string())
         .replace("{busy}", &places.busy.to_string())
         .replace("{redis-auth}", &places.redis.addr().to_string())
-        .replace("{etcd-auth}", &places.etcd.addr().to_string());
+        .replace("{etcd-auth}", &places.etcd.addr().to_string())
+        .replace("{postgres-auth}", &places.postgres.addr().to_string());
     while let Some(start) = s.find("{repeat:") {
         let end = start + s[start..].find('}').expect("closing }");
         let spec = &s[start + "{repeat:".len()..end];
@@ -281,6 +292,7 @@ async fn run(via: &str, input: String) -> tenure_core::Result<()> {
                 "etcd" | "etcds" => EtcdBackend::from_url(&input).await.map(drop),
                 "redis" | "rediss" => RedisBackend::from_url(&input).await.map(drop),
                 "zk" => ZooKeeperBackend::from_url(&input).await.map(drop),
+                "postgres" | "postgresql" => PostgresBackend::from_url(&input).await.map(drop),
                 "peer" => PeerBackend::connect(&input).await.map(drop),
                 // Azurite's published development key, so no credential is looked up.
                 "azblob" => AzureConfig::from_url(&input)?
