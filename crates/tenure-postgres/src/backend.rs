@@ -63,7 +63,7 @@ impl PostgresBackend {
             .listen(opener.clone(), channel.clone(), limit, stop.clone());
         tokio::spawn(listen);
         tracing::debug!(%config, "connected to PostgreSQL");
-        let requester = Requester::new(opener, requests);
+        let requester = Requester::new(opener, &config.schema, requests);
         let shared = Arc::new(Shared {
             config,
             requester,
@@ -247,6 +247,7 @@ async fn read_members(
         FROM {S}.members m JOIN {S}.sessions s ON s.id = m.session \
         WHERE m.namespace = $1 AND s.expires_at > clock_timestamp() ORDER BY m.id";
     let rows = shared
+        .requester
         .call(
             Purpose::Election,
             "list members",

@@ -143,15 +143,21 @@ fn tls_connector(config: &PostgresConfig) -> Result<MakeRustlsConnect> {
 /// The request connection, opened again when it fails, and the request layer.
 pub(crate) struct Requester {
     opener: Opener,
+    schema: String,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     pub(crate) requests: Requests<tokio_postgres::Error>,
 }
 
 impl Requester {
-    pub(crate) fn new(opener: Opener, requests: Requests<tokio_postgres::Error>) -> Self {
-        let client = tokio::sync::Mutex::new(None);
+    pub(crate) fn new(
+        opener: Opener,
+        schema: &str,
+        requests: Requests<tokio_postgres::Error>,
+    ) -> Self {
+        let (schema, client) = (schema.to_owned(), tokio::sync::Mutex::new(None));
         Requester {
             opener,
+            schema,
             client,
             requests,
         }
@@ -166,29 +172,29 @@ impl Requester {
         Ok(slot.insert(Arc::new(client)).clone())
     }
 
-    /// Run `sql` as one round trip; a failure that may have left the connection out of
-    /// step (no answer in time, a broken link) makes the next request connect again.
-    pub(crate) async fn query(
+    /// Run `sql` (`{S}` standing for the schema) with `args`, as `purpose`, in one round
+    /// trip; a failure that may have left the connection out of step (no answer in
+    /// time, a broken link) makes the next request connect again.
+    pub(crate) async fn call(
         &self,
         purpose: Purpose,
         what: &str,
         sql: &str,
         args: &[&dyn Arg],
     ) -> Result<Vec<Row>> {
+        let sql = sql.replace("{S}", &self.schema);
         let params: Vec<_> = args.iter().map(|a| a.pg()).collect();
         let mut used = None;
         let request = async {
             let client = self.client().await?;
             used = Some(client.clone());
-            client.query_typed(sql, &params).await
+            client.query_typed(&sql, &params).await
         };
         let answer = self.requests.call_as(purpose, what, request).await;
         if let (Err(e), Some(client)) = (&answer, used) {
-            if e.is_retryable() {
-                let mut slot = self.client.lock().await;
-                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
-                    *slot = None;
-                }
+            let mut slot = self.client.lock().await;
+            if e.is_retryable() && slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
+                *slot = None;
             }
         }
         answer

@@ -47,6 +47,7 @@ impl PostgresSession {
         let sql = "SELECT {S}.open($1, $2, $3)";
         let args: [&dyn Arg; 3] = [&id, &shared.channel, &ttl_ms];
         shared
+            .requester
             .call(Purpose::Renewal, "open session", sql, &args)
             .await?;
         shared.hub.add_session(&id, events.clone());
@@ -74,6 +75,7 @@ impl PostgresSession {
             .collect();
         let rows = self
             .shared
+            .requester
             .call(Purpose::Election, what, sql, &args)
             .await?;
         Ok(rows.into_iter().next())
@@ -137,6 +139,7 @@ impl BackendSession for PostgresSession {
         let sid = self.life.id();
         let rows = self
             .shared
+            .requester
             .call(Purpose::Renewal, "renew session", sql, &[&sid])
             .await?;
         for row in rows {
@@ -213,6 +216,7 @@ impl BackendSession for PostgresSession {
             self.shared.hub.remove_session(self.life.id());
             let sid = self.life.id();
             self.shared
+                .requester
                 .call(
                     Purpose::Election,
                     "close session",

@@ -38,21 +38,12 @@ impl Drop for Shared {
 pub(crate) type Turn = (Option<FencingToken>, Option<Duration>);
 
 impl Shared {
-    /// Run `sql` (`{S}` standing for the schema) with `args`, as `purpose`.
-    pub(crate) async fn call(
-        &self,
-        purpose: Purpose,
-        what: &str,
-        sql: &str,
-        args: &[&dyn Arg],
-    ) -> Result<Vec<Row>> {
-        let sql = sql.replace("{S}", &self.config.schema);
-        self.requester.query(purpose, what, &sql, args).await
-    }
-
     /// An election request answered by one row.
     pub(crate) async fn one(&self, what: &str, sql: &str, args: &[&dyn Arg]) -> Result<Row> {
-        let rows = self.call(Purpose::Election, what, sql, args).await?;
+        let rows = self
+            .requester
+            .call(Purpose::Election, what, sql, args)
+            .await?;
         rows.into_iter()
             .next()
             .ok_or_else(|| unexpected(what, "no row"))
@@ -94,6 +85,7 @@ impl Shared {
             FROM {S}.candidacies c JOIN {S}.sessions s ON s.id = c.session \
             WHERE c.election = $1 AND c.token IS NOT NULL AND s.expires_at > clock_timestamp()";
         let rows = self
+            .requester
             .call(Purpose::Election, "read leader", sql, &[&e.as_str()])
             .await?;
         let Some(row) = rows.first() else {
