@@ -3,6 +3,7 @@
 //! notifications wake waiters, tell holders and drive observers.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -107,34 +108,34 @@ where
 }
 
 fn tls_connector(config: &PostgresConfig) -> Result<MakeRustlsConnect> {
-    let bad = |what: &str, e: &dyn std::fmt::Display| {
-        tenure_core::Error::invalid(format!("{what}: {e}")).with_backend(crate::config::SCHEME)
+    let bad = |what: &str, path: &Path, e: &dyn std::fmt::Display| {
+        let why = format!("{what}: cannot read {}: {e}", path.display());
+        tenure_core::Error::invalid(why).with_backend(crate::config::SCHEME)
+    };
+    let certs = |what: &str, path: &Path| {
+        let read =
+            CertificateDer::pem_file_iter(path).and_then(|c| c.collect::<Result<Vec<_>, _>>());
+        read.map_err(|e| bad(what, path, &e))
     };
     let (ca, identity) = config.files.paths();
     let mut roots = rustls::RootCertStore::empty();
     if let Some(ca) = ca {
-        let certs = CertificateDer::pem_file_iter(ca).map_err(|e| bad("ca", &e))?;
-        for cert in certs {
-            roots
-                .add(cert.map_err(|e| bad("ca", &e))?)
-                .map_err(|e| bad("ca", &e))?;
+        for cert in certs("ca", ca)? {
+            roots.add(cert).map_err(|e| bad("ca", ca, &e))?;
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| bad("tls", &e))?
+        .map_err(|e| tenure_core::Error::invalid(format!("tls: {e}")))?
         .with_root_certificates(roots);
     let tls = match identity {
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
-            let chain = CertificateDer::pem_file_iter(cert)
-                .and_then(|c| c.collect::<std::result::Result<Vec<_>, _>>())
-                .map_err(|e| bad("cert", &e))?;
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("key", &e))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| bad("cert", &e))?
+            let chain = certs("cert", cert)?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("key", key, &e))?;
+            let tls = builder.with_client_auth_cert(chain, key);
+            tls.map_err(|e| bad("cert", cert, &e))?
         }
     };
     Ok(MakeRustlsConnect::new(tls))
@@ -340,6 +341,9 @@ impl Hub {
                     failures = 0;
                 }
                 lock(&self.state).client = None;
+            }
+            if stop.is_cancelled() {
+                return;
             }
             tracing::debug!("PostgreSQL listening connection lost; connecting again");
             tokio::select! {
