@@ -555,29 +555,14 @@ async fn go_env() -> Env {
 // it follows), and the batch and membership checks, which read the leader's id, are
 // replaced below (batches) or not affected by the layout (members keep their keys; see
 // etcd_conformance.rs).
+tenure_core::conformance_tests!(@clauses_01_to_12 go_env());
 tenure_core::conformance_tests!(@multi go_env();
-    clause_01_at_most_one_holder => check_at_most_one_holder,
-    clause_02_monotonic_tokens => check_monotonic_tokens,
-    clause_03_lost_is_final => check_lost_is_final,
-    clause_05_graceful_handover => check_graceful_handover,
-    clause_06_crash_failover => check_crash_failover,
-    clause_07_no_herd => check_no_herd,
-    clause_08_connection_loss => check_connection_loss,
-    clause_09_observe => check_observe,
-    clause_10_run_when_leader => check_run_when_leader,
-    clause_11_stall_detection => check_stall_detection,
-    clause_12_bad_input => check_bad_input,
     // Go's recipe has no priority: the layout does not declare clause 14, so this
     // checks that priorities and handovers are refused with Unsupported.
     clause_14_priority => check_priority,
     session_holds_many_elections => check_many_elections_one_session,
     session_resigns_seats_in_batches => check_batch_resign,
 );
-
-#[tokio::test(flavor = "current_thread")]
-async fn clause_04_is_leader_honest_without_io() {
-    tenure_core::testing::check_is_leader_honest_without_io(&go_env().await).await;
-}
 
 /// Clause 9 as the Go layout keeps it: `leader()` and `observe()` show the holder's
 /// value, its token and, as the id, its lease id; an observer converges on the final
