@@ -312,11 +312,8 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn status_shows_every_shard_with_its_leader_token_and_replicas() {
-        let backend: DynBackend = Arc::new(MemoryBackend::new());
-        let layout = Layout::new("orders", 16, 2).unwrap();
-        let nodes = cluster(&backend, &layout, &["a", "b", "c"]).await;
+    /// What `tenure shards status` (no `--watch`) prints for `layout` once.
+    async fn status_once(backend: &DynBackend, layout: &Layout) -> String {
         let options = StatusOptions {
             layout: layout.clone(),
             timing: timing(),
@@ -332,7 +329,15 @@ mod tests {
         )
         .await
         .expect("status");
-        let text = out.text();
+        out.text()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn status_shows_every_shard_with_its_leader_token_and_replicas() {
+        let backend: DynBackend = Arc::new(MemoryBackend::new());
+        let layout = Layout::new("orders", 16, 2).unwrap();
+        let nodes = cluster(&backend, &layout, &["a", "b", "c"]).await;
+        let text = status_once(&backend, &layout).await;
         assert!(
             text.starts_with("namespace orders: 16 shards, replication 2, 3 members; settled"),
             "{text}"
@@ -562,12 +567,6 @@ mod tests {
             drop(events);
             nodes.push(m);
         }
-        let options = StatusOptions {
-            layout: layout.clone(),
-            timing: timing(),
-            watch: false,
-            clear: false,
-        };
         // Every leader reports its shards' figures until every shard row has one and
         // the cluster is quiet (balancing by load may move a few shards meanwhile).
         let mut text = String::new();
@@ -582,16 +581,7 @@ mod tests {
             if !nodes.iter().all(|m| m.status().borrow().is_quiet(3)) {
                 continue;
             }
-            let mut out = Buffer::default();
-            run_status(
-                backend.clone(),
-                &options,
-                &mut out,
-                CancellationToken::new(),
-            )
-            .await
-            .expect("status");
-            text = out.text();
+            text = status_once(&backend, &layout).await;
             if text.contains("; settled")
                 && text.contains("| replicas | load |")
                 && !text.contains("| – |\n")
