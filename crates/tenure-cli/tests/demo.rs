@@ -15,20 +15,35 @@ fn f(v: &Value, path: &[&str]) -> f64 {
         .unwrap_or_else(|| panic!("{path:?} is not a number in {v:#}"))
 }
 
+/// `tenure <args>`, which must succeed: its stdout and stderr.
+fn demo(args: &[&str]) -> (String, String) {
+    let out = tenure().args(args).output().expect("run tenure");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "tenure demo failed: {stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
+/// `tenure <args>` with `--json` among `args`: the JSON summary and stderr.
+fn demo_json(args: &[&str]) -> (Value, String) {
+    let (stdout, stderr) = demo(args);
+    let v = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {stdout}"));
+    (v, stderr)
+}
+
+/// Asserts that every one of `needles` stands in `stdout`.
+fn assert_shows(stdout: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(
+            stdout.contains(needle),
+            "{needle:?} missing from:\n{stdout}"
+        );
+    }
+}
+
 #[test]
 fn the_json_summary_is_complete_and_sane() {
-    let out = tenure()
-        .args(["demo", "--json"])
-        .output()
-        .expect("run tenure");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tenure demo failed: {stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    });
+    let (v, stderr) = demo_json(&["demo", "--json"]);
     assert_eq!(v["backend"], "mem://");
     assert_eq!(f(&v, &["nodes"]), 5.0);
     assert_eq!(f(&v, &["shards"]), 256.0);
@@ -75,23 +90,17 @@ fn the_json_summary_is_complete_and_sane() {
 
 #[test]
 fn piped_output_has_lines_and_a_table_without_escape_codes() {
-    let out = tenure()
-        .args([
-            "demo",
-            "--nodes",
-            "3",
-            "--shards",
-            "32",
-            "--replication",
-            "2",
-            "--ttl",
-            "1",
-        ])
-        .output()
-        .expect("run tenure");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tenure demo failed: {stderr}");
+    let (stdout, stderr) = demo(&[
+        "demo",
+        "--nodes",
+        "3",
+        "--shards",
+        "32",
+        "--replication",
+        "2",
+        "--ttl",
+        "1",
+    ]);
     assert!(
         !stdout.contains('\x1b'),
         "escape codes in piped output: {stdout:?}"
@@ -100,22 +109,20 @@ fn piped_output_has_lines_and_a_table_without_escape_codes() {
         !stderr.contains('\x1b'),
         "escape codes in piped stderr: {stderr:?}"
     );
-    for needle in [
-        "starting 3 nodes",
-        "converged in",
-        "crashed node-2",
-        "added node-4",
-        "drained node-1",
-        "| time to converge |",
-        "| failover after crash of node-2 |",
-        "| moves on join of node-4 vs optimum |",
-        "32 of 32 shards led",
-    ] {
-        assert!(
-            stdout.contains(needle),
-            "{needle:?} missing from:\n{stdout}"
-        );
-    }
+    assert_shows(
+        &stdout,
+        &[
+            "starting 3 nodes",
+            "converged in",
+            "crashed node-2",
+            "added node-4",
+            "drained node-1",
+            "| time to converge |",
+            "| failover after crash of node-2 |",
+            "| moves on join of node-4 vs optimum |",
+            "32 of 32 shards led",
+        ],
+    );
 }
 
 #[test]
@@ -149,15 +156,9 @@ fn bad_demo_arguments_exit_2_with_one_line() {
 /// and once balanced by load, checked against each other and the lower bound.
 #[test]
 fn load_zipf_balances_the_load_per_node_beside_the_count_baseline() {
-    let out = tenure()
-        .args([
-            "demo", "--load", "zipf", "--nodes", "4", "--shards", "200", "--json",
-        ])
-        .output()
-        .expect("run tenure");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tenure demo failed: {stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    let (v, stderr) = demo_json(&[
+        "demo", "--load", "zipf", "--nodes", "4", "--shards", "200", "--json",
+    ]);
     let load = &v["load"];
     let (by_count, by_load, bound) = (
         f(load, &["max_over_mean_by_count"]),
@@ -219,30 +220,21 @@ fn load_zipf_balances_the_load_per_node_beside_the_count_baseline() {
 /// the progress and under the table.
 #[test]
 fn load_zipf_with_zones_draws_the_bars() {
-    let out = tenure()
-        .args([
-            "demo", "--load", "zipf", "--nodes", "6", "--zones", "3", "--shards", "120", "--ttl",
-            "1",
-        ])
-        .output()
-        .expect("run tenure");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tenure demo failed: {stderr}");
-    for needle in [
-        "balanced by load in",
-        "| load per node, max / mean: by count → by load |",
-        "| balance by load |",
-        "| load per node at the end, max / mean |",
-        "| leaders per zone at the end |",
-        "load per node after the cold start (by count) and once balanced by load:",
-        "120 of 120 shards led",
-    ] {
-        assert!(
-            stdout.contains(needle),
-            "{needle:?} missing from:\n{stdout}"
-        );
-    }
+    let (stdout, _) = demo(&[
+        "demo", "--load", "zipf", "--nodes", "6", "--zones", "3", "--shards", "120", "--ttl", "1",
+    ]);
+    assert_shows(
+        &stdout,
+        &[
+            "balanced by load in",
+            "| load per node, max / mean: by count → by load |",
+            "| balance by load |",
+            "| load per node at the end, max / mean |",
+            "| leaders per zone at the end |",
+            "load per node after the cold start (by count) and once balanced by load:",
+            "120 of 120 shards led",
+        ],
+    );
     // Each of the six nodes has a line of bars in the progress and under the table.
     for i in 1..=6 {
         let bars = stdout
@@ -259,15 +251,9 @@ fn load_zipf_with_zones_draws_the_bars() {
 
 #[test]
 fn zones_spread_the_leaders_and_the_summary_counts_them() {
-    let out = tenure()
-        .args([
-            "demo", "--nodes", "6", "--zones", "3", "--shards", "120", "--ttl", "1", "--json",
-        ])
-        .output()
-        .expect("run tenure");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tenure demo failed: {stderr}");
-    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON summary");
+    let (v, _) = demo_json(&[
+        "demo", "--nodes", "6", "--zones", "3", "--shards", "120", "--ttl", "1", "--json",
+    ]);
     assert_eq!(f(&v, &["end", "led"]), 120.0);
     // Six nodes dealt into three zones; node-4 (zone-1) crashed, node-7 joined
     // (zone-1), node-1 (zone-1) drained: zone-1 keeps one node, the others two.
