@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_core::testing::Env;
-use tenure_core::{Candidate, DynBackend, ErrorKind, Session};
+use tenure_core::{Candidate, DynBackend, ElectionName, ErrorKind, Leadership, Session};
 use tenure_integration::{timing_ms, PostgresServer, ProxyFaults};
 use tenure_postgres::PostgresBackend;
 
@@ -147,4 +147,78 @@ async fn failover_after_the_first_waiter_left() {
         "c was granted {gap:?} after the crash (TTL 4 s)"
     );
     eprintln!("c granted {gap:?} after the holder crashed (TTL 4 s)");
+}
+
+/// Seats for the tests of a session holding many: more than PostgreSQL's lock table
+/// takes in one transaction here (64 locks per transaction × 200 connections).
+const MANY: usize = 20_000;
+
+/// `MANY` seats for `session`, all granted: their names and the leaderships.
+async fn hold_many(
+    env: &Env,
+    session: &Session,
+    name: &str,
+) -> (Vec<ElectionName>, Vec<Leadership>) {
+    let seats: Vec<(ElectionName, Candidate)> = (0..MANY)
+        .map(|i| {
+            (
+                env.election(&format!("{name}-{i}")),
+                Candidate::new("many").unwrap(),
+            )
+        })
+        .collect();
+    let granted = session.try_campaign_many(&seats).await.expect("campaign");
+    let held: Vec<Leadership> = granted.into_iter().flatten().collect();
+    assert_eq!(held.len(), MANY);
+    (seats.into_iter().map(|(e, _)| e).collect(), held)
+}
+
+/// Every 97th of `elections` is free for a new session.
+async fn sample_is_free(env: &Env, elections: &[ElectionName]) {
+    let other = env.session().await;
+    let sample: Vec<(ElectionName, Candidate)> = elections
+        .iter()
+        .step_by(97)
+        .map(|e| (e.clone(), Candidate::new("after").unwrap()))
+        .collect();
+    let granted = other.try_campaign_many(&sample).await.expect("campaign");
+    assert_eq!(
+        granted.iter().flatten().count(),
+        sample.len(),
+        "seats still held"
+    );
+}
+
+/// Closing a session that holds more seats than one transaction can lock frees them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_with_many_seats_closes() {
+    let env = postgres_env().await;
+    let session = env.session().await;
+    let (elections, _held) = hold_many(&env, &session, "close-many").await;
+    session.close().await.expect("close");
+    sample_is_free(&env, &elections).await;
+}
+
+/// A crashed session holding more seats than one transaction can lock is cleared
+/// away without costing anyone else a renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_session_with_many_seats_costs_others_nothing() {
+    let env = postgres_env().await;
+    let crashed = env.session().await;
+    let (elections, _held) = hold_many(&env, &crashed, "crash-many").await;
+    let healthy = env.session().await;
+    let mine = env.election("crash-many-healthy");
+    let held = healthy
+        .campaign(&mine, &Candidate::new("healthy").unwrap())
+        .await
+        .expect("campaign");
+    crashed.abandon();
+    // Past the crashed session's TTL, and past a few of the healthy one's renewals.
+    tokio::time::sleep(env.timing.ttl * 3).await;
+    assert!(
+        held.is_leader(),
+        "the healthy session lost its seat: {:?}",
+        held.loss_reason()
+    );
+    sample_is_free(&env, &elections).await;
 }

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +19,8 @@ use tokio_postgres::Client;
 use crate::config::{PostgresConfig, SCHEME};
 use crate::error::{map, TAG};
 use crate::link::{Hub, Opener, Requester};
-use crate::session::{PostgresSession, BATCH};
-use crate::shared::{get, leader_info, millis, Shared, SCHEMA};
+use crate::session::PostgresSession;
+use crate::shared::{get, leader_info, millis, Shared, BATCH, SCHEMA};
 
 /// How long a follower with nothing due to expire waits before reading again anyway
 /// (a safety net: changes come by notification).
@@ -64,12 +65,14 @@ impl PostgresBackend {
         tokio::spawn(listen);
         tracing::debug!(%config, "connected to PostgreSQL");
         let requester = Requester::new(opener, &config.schema, requests);
+        let reaping = AtomicBool::new(false);
         let shared = Arc::new(Shared {
             config,
             requester,
             hub,
             channel,
             stop,
+            reaping,
         });
         Ok(PostgresBackend { shared })
     }
@@ -84,11 +87,7 @@ impl PostgresBackend {
     /// members removed; its owner learns at its next renewal. For operators and fault
     /// tests.
     pub async fn expire_session(&self, session_id: &str) -> Result<()> {
-        let sql = "SELECT {S}.drop_sessions(ARRAY[$1])";
-        self.shared
-            .one("expire session", sql, &[&session_id])
-            .await?;
-        Ok(())
+        self.shared.end_session(session_id).await
     }
 
     /// Follow the state `read` returns (and how long until it may expire) for the
@@ -188,7 +187,7 @@ impl Backend for PostgresBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full().batched(BATCH).prioritized()
+        Capabilities::full().batched(BATCH as usize).prioritized()
     }
 
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {

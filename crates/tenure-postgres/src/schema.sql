@@ -12,7 +12,9 @@
 -- * Whatever changes one election's seat or queue first takes that election's
 --   advisory transaction lock (`lock`), so such changes run one at a time, each
 --   seeing what the one before committed. A function that takes several takes
---   them ordered by `hashtext(election)`, so two of them never deadlock.
+--   them ordered by `hashtext(election)`, so two of them never deadlock, and takes
+--   at most a batch of them (the client's 128), so one transaction never needs more
+--   locks than the server's lock table holds.
 -- * The partial unique index `candidacies_one_holder` keeps two holders of one
 --   election out whatever the functions do.
 -- * A wake-up is a hint: `grant` decides, under the lock.
@@ -233,24 +235,41 @@ BEGIN
     END LOOP;
 END $$;
 
--- Drop what the sessions `gone` held or registered, election by election in lock
--- order, then the sessions themselves.
-CREATE OR REPLACE FUNCTION {S}.drop_sessions(gone text[]) RETURNS void LANGUAGE plpgsql AS $$
+-- Clear away a dead session, at most `lim` of its candidacies per call (each election
+-- locked in turn, in lock order, so that one transaction never needs more locks than
+-- PostgreSQL's lock table holds): `sid`, or with null one that expired and that no
+-- other caller is clearing. Once it holds nothing, its members and its row go.
+-- Returns whether to call again.
+CREATE OR REPLACE FUNCTION {S}.reap(sid text, lim int) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
+    victim text;
     e text;
     ns text;
 BEGIN
-    FOR e IN SELECT d.election FROM (SELECT DISTINCT c.election FROM {S}.candidacies c
-            WHERE c.session = ANY (gone)) d ORDER BY hashtext(d.election), d.election
+    IF sid IS NULL THEN
+        SELECT s.id INTO victim FROM {S}.sessions s WHERE s.expires_at <= clock_timestamp()
+            ORDER BY s.expires_at LIMIT 1 FOR UPDATE SKIP LOCKED;
+    ELSE
+        SELECT s.id INTO victim FROM {S}.sessions s WHERE s.id = sid FOR UPDATE;
+    END IF;
+    IF victim IS NULL THEN
+        RETURN false;
+    END IF;
+    FOR e IN SELECT d.election FROM (SELECT c.election FROM {S}.candidacies c
+            WHERE c.session = victim LIMIT lim) d ORDER BY hashtext(d.election), d.election
     LOOP
-        PERFORM {S}.withdraw(e, gone, NULL);
+        PERFORM {S}.withdraw(e, ARRAY[victim], NULL);
     END LOOP;
-    FOR ns IN WITH m AS (DELETE FROM {S}.members m WHERE m.session = ANY (gone)
+    IF EXISTS (SELECT 1 FROM {S}.candidacies c WHERE c.session = victim) THEN
+        RETURN true;
+    END IF;
+    FOR ns IN WITH m AS (DELETE FROM {S}.members m WHERE m.session = victim
             RETURNING m.namespace) SELECT DISTINCT m.namespace FROM m
     LOOP
         PERFORM pg_notify({S}.chan('m', ns), '');
     END LOOP;
-    DELETE FROM {S}.sessions WHERE id = ANY (gone);
+    DELETE FROM {S}.sessions WHERE id = victim;
+    RETURN sid IS NULL;
 END $$;
 
 CREATE OR REPLACE FUNCTION {S}.open(sid text, chan text, ttl bigint) RETURNS void
@@ -259,31 +278,28 @@ LANGUAGE sql AS $$
         VALUES (sid, chan, ttl, clock_timestamp() + ttl * interval '1 millisecond')
 $$;
 
--- Renew sid: first clear away a few sessions that expired (wherever they are), then
--- push sid's expiry out; returns the seats sid was asked to give up.
-CREATE OR REPLACE FUNCTION {S}.renew(sid text) RETURNS TABLE (election text, token bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-    gone text[];
+-- Renew sid; returns the seats sid was asked to give up, and whether some session has
+-- expired and waits to be cleared away (`reap`).
+CREATE OR REPLACE FUNCTION {S}.renew(sid text, OUT elections text[], OUT tokens bigint[],
+    OUT dead boolean) LANGUAGE plpgsql AS $$
 BEGIN
-    SELECT array_agg(id) INTO gone FROM (
-        SELECT s.id FROM {S}.sessions s WHERE s.expires_at <= clock_timestamp()
-        ORDER BY s.expires_at LIMIT 8) dead;
-    IF gone IS NOT NULL THEN
-        PERFORM {S}.drop_sessions(gone);
-    END IF;
     UPDATE {S}.sessions s SET expires_at = clock_timestamp() + s.ttl_ms * interval '1 millisecond'
         WHERE s.id = sid AND s.expires_at > clock_timestamp();
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the session has expired' USING ERRCODE = 'TN001';
     END IF;
-    RETURN QUERY SELECT c.election, c.token FROM {S}.candidacies c
-        WHERE c.session = sid AND c.told AND c.token IS NOT NULL;
+    SELECT array_agg(c.election), array_agg(c.token) INTO elections, tokens
+        FROM {S}.candidacies c WHERE c.session = sid AND c.told AND c.token IS NOT NULL;
+    dead := EXISTS (SELECT 1 FROM {S}.sessions s WHERE s.expires_at <= clock_timestamp());
 END $$;
 
-CREATE OR REPLACE FUNCTION {S}.close(sid text) RETURNS void LANGUAGE sql AS $$
-    SELECT {S}.drop_sessions(ARRAY[sid])
-$$;
+-- End sid now (it is dead to every other statement from here on) and clear the first
+-- part of it away; returns whether `reap(sid, …)` must be called again.
+CREATE OR REPLACE FUNCTION {S}.close(sid text, lim int) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE {S}.sessions SET expires_at = clock_timestamp() WHERE id = sid;
+    RETURN {S}.reap(sid, lim);
+END $$;
 
 -- Ask e's holder to step down to waiter `target` (any waiter if null). Returns the
 -- holder asked.

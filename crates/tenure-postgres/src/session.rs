@@ -10,11 +10,7 @@ use tenure_core::{Candidate, ElectionName, FencingToken, Member, Result};
 
 use crate::config::SCHEME;
 use crate::link::{unexpected, Arg};
-use crate::shared::{get, token_of, Shared};
-
-/// Seats per call of `try_many` or `resign_many`: the statement holds that many
-/// elections' locks until it commits.
-pub(crate) const BATCH: usize = 128;
+use crate::shared::{get, token_of, Shared, BATCH};
 
 /// How long a waiter that is not next waits without a wake-up before it looks again
 /// anyway: only a safety net (wake-ups come by notification, and the listening
@@ -135,15 +131,20 @@ impl BackendSession for PostgresSession {
 
     async fn keep_alive(&self) -> Result<()> {
         self.life.check_open()?;
-        let sql = "SELECT election, token FROM {S}.renew($1)";
+        let sql = "SELECT elections, tokens, dead FROM {S}.renew($1)";
         let sid = self.life.id();
         let rows = self
             .shared
             .requester
             .call(Purpose::Renewal, "renew session", sql, &[&sid])
             .await?;
-        for row in rows {
-            let (election, token): (String, i64) = (get("renew", &row, 0)?, get("renew", &row, 1)?);
+        let row = rows.first().ok_or_else(|| unexpected("renew", "no row"))?;
+        let elections: Vec<String> = get::<Option<_>>("renew", row, 0)?.unwrap_or_default();
+        let tokens: Vec<i64> = get::<Option<_>>("renew", row, 1)?.unwrap_or_default();
+        if get("renew", row, 2)? {
+            self.shared.clear_dead_sessions();
+        }
+        for (election, token) in elections.into_iter().zip(tokens) {
             let (Ok(election), token) = (ElectionName::new(election), token_of(token)) else {
                 continue;
             };
@@ -198,14 +199,14 @@ impl BackendSession for PostgresSession {
     ) -> Result<Vec<Option<FencingToken>>> {
         self.life.check_open()?;
         let mut answers = Vec::with_capacity(seats.len());
-        for batch in seats.chunks(BATCH) {
+        for batch in seats.chunks(BATCH as usize) {
             answers.extend(self.try_batch(batch).await?);
         }
         Ok(answers)
     }
 
     async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
-        for batch in grants.chunks(BATCH) {
+        for batch in grants.chunks(BATCH as usize) {
             self.resign_batch(batch).await?;
         }
         Ok(())
@@ -214,16 +215,7 @@ impl BackendSession for PostgresSession {
     async fn close(&self) -> Result<()> {
         if self.life.close() {
             self.shared.hub.remove_session(self.life.id());
-            let sid = self.life.id();
-            self.shared
-                .requester
-                .call(
-                    Purpose::Election,
-                    "close session",
-                    "SELECT {S}.close($1)",
-                    &[&sid],
-                )
-                .await?;
+            self.shared.end_session(self.life.id()).await?;
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! statements every part sends (each a call of one of tenure's functions in
 //! `schema.sql`, or one query, so each is one round trip).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,13 @@ use tokio_postgres::Row;
 
 use crate::config::PostgresConfig;
 use crate::link::{unexpected, Arg, Hub, Requester};
+
+/// Seats per statement of a batch (`try_many`, `resign_many`, `reap`): the statement
+/// holds that many elections' locks until it commits.
+pub(crate) const BATCH: i32 = 128;
+
+/// The most requests one task of [`Shared::clear_dead_sessions`] sends.
+const MAX_REAPS: usize = 1000;
 
 /// The schema version this crate's `schema.sql` creates, and the file.
 pub(crate) const SCHEMA: (i32, &str) = (1, include_str!("schema.sql"));
@@ -25,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) channel: String,
     /// Stops the listening connection when the backend goes.
     pub(crate) stop: CancellationToken,
+    /// Whether a task of this backend clears dead sessions away now.
+    pub(crate) reaping: AtomicBool,
 }
 
 impl Drop for Shared {
@@ -38,6 +48,54 @@ impl Drop for Shared {
 pub(crate) type Turn = (Option<FencingToken>, Option<Duration>);
 
 impl Shared {
+    /// End session `sid` now: from this request on, what it held counts for nothing,
+    /// and its first batch of seats is released (their waiters woken); the rest is
+    /// cleared away by a task, a batch per request (a transaction may not lock more
+    /// elections than the server's lock table holds).
+    pub(crate) async fn end_session(self: &Arc<Self>, sid: &str) -> Result<()> {
+        let row = self
+            .one("close session", "SELECT {S}.close($1, $2)", &[&sid, &BATCH])
+            .await?;
+        if get::<bool>("close session", &row, 0)? {
+            self.reap(Some(sid.to_owned()));
+        }
+        Ok(())
+    }
+
+    /// Clear expired sessions away from a task of its own, unless one runs already:
+    /// what they held goes, a batch of seats per request, and the waiters that are
+    /// first now are woken. Counted as maintenance, not as election requests.
+    pub(crate) fn clear_dead_sessions(self: &Arc<Self>) {
+        if !self.reaping.swap(true, Ordering::SeqCst) {
+            self.reap(None);
+        }
+    }
+
+    /// Call `reap(sid, …)` from a task until it says it is done (`sid` none: any
+    /// expired session, and the task clears the `reaping` mark at its end).
+    fn reap(self: &Arc<Self>, sid: Option<String>) {
+        let shared = self.clone();
+        tokio::spawn(async move {
+            let sql = "SELECT {S}.reap($1, $2)";
+            for _ in 0..MAX_REAPS {
+                let args: [&dyn Arg; 2] = [&sid.as_deref(), &BATCH];
+                let call = shared
+                    .requester
+                    .call(Purpose::Renewal, "clear a session away", sql, &args)
+                    .await;
+                match call.map(|rows| rows.first().map(|row| get::<bool>("reap", row, 0))) {
+                    Ok(Some(Ok(true))) => continue,
+                    Err(e) => tracing::debug!(error = %e, "clearing a session away failed"),
+                    _ => {}
+                }
+                break;
+            }
+            if sid.is_none() {
+                shared.reaping.store(false, Ordering::SeqCst);
+            }
+        });
+    }
+
     /// An election request answered by one row.
     pub(crate) async fn one(&self, what: &str, sql: &str, args: &[&dyn Arg]) -> Result<Row> {
         let rows = self
