@@ -7,6 +7,7 @@
 //! cargo run --example election --features etcd -- etcd://127.0.0.1:2379
 //! cargo run --example election --features redis -- redis://127.0.0.1:6379
 //! cargo run --example election --features zookeeper -- zk://127.0.0.1:2181/tenure
+//! cargo run --example election --features postgres -- postgres://tenure@127.0.0.1:5432/postgres
 //! AZURE_STORAGE_CONNECTION_STRING=UseDevelopmentStorage=true cargo run --example election \
 //!   --features azure -- 'azblob://devstoreaccount1/elections?endpoint=http://127.0.0.1:10000/devstoreaccount1&poll_interval_ms=100'
 //! ```
@@ -20,6 +21,7 @@
 //! | etcd | a lease | a key created in a transaction | its create revision | watch their predecessor |
 //! | Redis | a key with a TTL | a key set by a Lua script | a per-election counter | woken by pub/sub |
 //! | ZooKeeper | a ZooKeeper session | ephemeral sequential nodes (Curator LeaderLatch) | the node's czxid | watch their predecessor |
+//! | PostgreSQL | a row expired by the server's clock | a row granted under the election's lock | a sequence | woken by `NOTIFY` |
 //! | Azure Blob | leases renewed together | the blob's lease (15–60 s, so the TTL is at least 15 s) | a metadata counter written under the lease | poll |
 //!
 //! This connects through `tenure::connect`; the typed way is each backend's
