@@ -57,11 +57,25 @@ fn shard_command(resource: &GuardedResource) -> String {
     )
 }
 
-/// `tenure shards run` for node `id`, with [`shard_command`] as each shard's command.
-fn node(url: &str, ns: &str, id: &str, resource: &GuardedResource) -> CandidateProcess {
-    let shards = SHARDS.to_string();
+/// `tenure <args>` as a process that logs warnings only.
+fn tenure(args: &[&str]) -> CandidateProcess {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]).expect("start tenure")
+}
+
+/// `tenure shards run` as node `id` of namespace `ns` on `url`: `shards` shards,
+/// replication 2, TTL [`TTL`], then `options` and, after `--`, each shard's `command`.
+fn shards_run(
+    url: &str,
+    ns: &str,
+    shards: usize,
+    id: &str,
+    options: &[&str],
+    command: &[&str],
+) -> CandidateProcess {
+    let shards = shards.to_string();
     let ttl = TTL.as_secs_f64().to_string();
-    let mut args: Vec<String> = [
+    let mut args = vec![
         "shards",
         "run",
         "--backend",
@@ -76,13 +90,25 @@ fn node(url: &str, ns: &str, id: &str, resource: &GuardedResource) -> CandidateP
         id,
         "--ttl",
         &ttl,
-        "--grace",
-        "2",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(["--", "bash", "-c", &shard_command(resource)].map(String::from));
-    CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]).expect("start tenure")
+    ];
+    args.extend_from_slice(options);
+    args.push("--");
+    args.extend_from_slice(command);
+    tenure(&args)
+}
+
+/// `tenure shards run` for node `id`, [`SHARDS`] shards with [`shard_command`] as
+/// each one's command.
+fn node(url: &str, ns: &str, id: &str, resource: &GuardedResource) -> CandidateProcess {
+    let command = shard_command(resource);
+    shards_run(
+        url,
+        ns,
+        SHARDS,
+        id,
+        &["--grace", "2"],
+        &["bash", "-c", &command],
+    )
 }
 
 /// Commands by election: (node, token) of each.
@@ -500,41 +526,22 @@ async fn the_health_endpoint_follows_leadership() {
     let url = format!("{}?prefix={}", server.endpoint(), namespace("health"));
     let ns = namespace("web");
     let [pa, pb, pm, pc, pd] = [(); 5].map(|_| free_port().expect("port"));
-    let shards_run = |id: &str, extra: Vec<String>| {
-        let mut args: Vec<String> = [
-            "shards",
-            "run",
-            "--backend",
+    // One shard, its command a sleep; `health` and `metrics` the ports of the two
+    // endpoints.
+    let sleeper = |id: &str, health: u16, metrics: u16| {
+        let (health, metrics) = (local(health).to_string(), local(metrics).to_string());
+        shards_run(
             &url,
-            "--namespace",
             &ns,
-            "--shards",
-            "1",
-            "--replication",
-            "2",
-            "--id",
+            1,
             id,
-            "--ttl",
-            "2",
-        ]
-        .map(String::from)
-        .to_vec();
-        args.extend(extra);
-        args.extend(["--", "sleep", "1000"].map(String::from));
-        CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]).expect("start tenure")
+            &["--health-addr", &health, "--metrics-addr", &metrics],
+            &["sleep", "1000"],
+        )
     };
-    let addr = |p: u16| local(p).to_string();
 
     // h1 leads the one shard: 200, and /shards names it with the token of its grant.
-    let mut h1 = shards_run(
-        "h1",
-        vec![
-            "--health-addr".into(),
-            addr(pa),
-            "--metrics-addr".into(),
-            addr(pa),
-        ],
-    );
+    let mut h1 = sleeper("h1", pa, pa);
     let acquired = h1
         .wait_for_kind("acquired", Duration::from_secs(20))
         .await
@@ -563,15 +570,7 @@ async fn the_health_endpoint_follows_leadership() {
     );
 
     // h2 waits: 503, nothing held; its metrics are on their own address.
-    let h2 = shards_run(
-        "h2",
-        vec![
-            "--health-addr".into(),
-            addr(pb),
-            "--metrics-addr".into(),
-            addr(pm),
-        ],
-    );
+    let h2 = sleeper("h2", pb, pm);
     let waiting = wait_status(local(pb), "/leader", 503).await;
     assert_eq!(
         waiting,
@@ -603,7 +602,7 @@ async fn the_health_endpoint_follows_leadership() {
     // campaign: the leader answers 200 with its election, the waiting candidate 503,
     // until the leader resigns.
     let campaign = |id: &str, port: u16| {
-        let args: Vec<String> = [
+        tenure(&[
             "campaign",
             "--backend",
             &url,
@@ -614,11 +613,8 @@ async fn the_health_endpoint_follows_leadership() {
             "--ttl",
             "2",
             "--health-addr",
-            &addr(port),
-        ]
-        .map(String::from)
-        .to_vec();
-        CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]).expect("start tenure")
+            &local(port).to_string(),
+        ])
     };
     let mut c1 = campaign("c1", pc);
     let elected = c1
