@@ -178,3 +178,31 @@ pub(crate) fn millis(ms: i64) -> Duration {
 pub(crate) fn token_of(token: i64) -> FencingToken {
     FencingToken(token.max(0).unsigned_abs())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// FNV-1a, 64 bits: a hash that stays the same across Rust versions.
+    fn fnv(text: &str) -> u64 {
+        text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// A database keeps the functions of the version it was created or upgraded with:
+    /// a changed `schema.sql` under the same version would never reach it. Change the
+    /// file, bump the version, and record the new hash here.
+    #[test]
+    fn schema_sql_changes_with_its_version() {
+        let recorded: &[(i32, u64)] = &[(1, 0xcf6e_667d_f7b8_6263)];
+        let (version, sql) = SCHEMA;
+        let hash = fnv(sql);
+        assert!(
+            recorded.contains(&(version, hash)),
+            "schema.sql (version {version}) hashes to {hash:#x}, not what is recorded for \
+             its version: bump SCHEMA's version and record ({}, {hash:#x})",
+            version + 1
+        );
+    }
+}
