@@ -77,6 +77,35 @@ async fn a_newer_schema_is_refused() {
     assert!(ok, "{why}");
 }
 
+/// A schema of an older version is brought up to date when a backend connects: a
+/// function missing from it is created, and the version recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_schema_is_upgraded() {
+    let (endpoint, _) = shared_server();
+    let schema = format!("u_{}", tenure_integration::run_prefix().replace('-', "_"));
+    PostgresBackend::from_url(&url(&endpoint, &schema))
+        .await
+        .expect("first connect creates the schema");
+    let old = format!(
+        "UPDATE {schema}.meta SET version = 0; DROP FUNCTION {schema}.handover(text, text)"
+    );
+    let (ok, why) = psql(&old).await;
+    assert!(ok, "{why}");
+    let backend = PostgresBackend::from_url(&url(&endpoint, &schema))
+        .await
+        .expect("connect upgrades");
+    let (ok, why) = psql(&format!("SELECT {schema}.handover('x', NULL)")).await;
+    assert!(!ok && why.contains("nobody leads"), "{why}");
+    let (ok, why) = psql(&format!(
+        "DO $$ BEGIN IF (SELECT version FROM {schema}.meta) <> 1 THEN RAISE 'v'; END IF; END $$"
+    ))
+    .await;
+    assert!(ok, "version not recorded: {why}");
+    drop(backend);
+    let (ok, why) = psql(&format!("DROP SCHEMA {schema} CASCADE")).await;
+    assert!(ok, "{why}");
+}
+
 /// The database refuses a second holder whatever a function does: a holder row
 /// written by hand beside a real one fails on the partial unique index.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -147,7 +147,11 @@ type States<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send + 'static>>;
 
 /// Create tenure's schema, or bring it to the crate's version, under an advisory lock.
 async fn install(client: &Client, schema: &str) -> Result<()> {
-    let (latest, ddl) = (SCHEMA.0, SCHEMA.1.replace("{S}", schema));
+    let latest = SCHEMA.0;
+    let ddl = SCHEMA
+        .1
+        .replace("{S}", schema)
+        .replace("{V}", &latest.to_string());
     let version = async {
         let meta = format!("SELECT to_regclass('{schema}.meta')::text");
         let exists = client

@@ -1,10 +1,11 @@
--- tenure's tables and functions in PostgreSQL, schema version 1.
+-- tenure's tables and functions in PostgreSQL.
 --
--- `{S}` stands for the schema (`tenure` unless `?schema=` says otherwise). The
--- backend runs this file, in one transaction under an advisory lock, when the
--- schema is missing or older; a DBA may run it by hand instead (replace `{S}`)
--- and give the backend's role only EXECUTE on the functions and SELECT on the
--- tables.
+-- `{S}` stands for the schema (`tenure` unless `?schema=` says otherwise), `{V}` for
+-- the version. The backend runs this file, in one transaction under an advisory lock,
+-- when the schema is missing or older: every statement creates what is missing or
+-- replaces a function, so the file upgrades any older version. A DBA may run it by
+-- hand instead (replace `{S}` and `{V}`) and give the backend's role only EXECUTE on
+-- the functions and SELECT on the tables.
 --
 -- Rules every function keeps:
 -- * Expiry is decided by the server's clock: a session lives while
@@ -354,4 +355,6 @@ BEGIN
     END IF;
 END $$;
 
-INSERT INTO {S}.meta (version) SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM {S}.meta);
+-- The version this file brings the schema to (`{V}`: the crate's SCHEMA version).
+DELETE FROM {S}.meta;
+INSERT INTO {S}.meta (version) VALUES ({V});
