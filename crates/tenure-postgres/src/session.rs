@@ -5,12 +5,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{lock, BackendSession, Lifetime, Purpose, SessionEvents};
+use tenure_core::backend::{
+    lock, revision_token, BackendSession, Lifetime, Purpose, SessionEvents,
+};
 use tenure_core::{Candidate, ElectionName, FencingToken, Member, Result};
 
 use crate::config::SCHEME;
 use crate::link::{unexpected, Arg};
-use crate::shared::{get, token_of, Shared, BATCH};
+use crate::shared::{get, Shared, BATCH};
 
 /// How long a waiter that is not next waits without a wake-up before it looks again
 /// anyway: only a safety net (wake-ups come by notification, and the listening
@@ -97,7 +99,7 @@ impl PostgresSession {
         if answers.len() != seats.len() {
             return Err(unexpected("campaign", "not one answer per seat"));
         }
-        Ok(answers.into_iter().map(|t| t.map(token_of)).collect())
+        Ok(answers.into_iter().map(|t| t.map(revision_token)).collect())
     }
 
     async fn resign_batch(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
@@ -145,7 +147,7 @@ impl BackendSession for PostgresSession {
             self.shared.clear_dead_sessions();
         }
         for (election, token) in elections.into_iter().zip(tokens) {
-            let (Ok(election), token) = (ElectionName::new(election), token_of(token)) else {
+            let (Ok(election), token) = (ElectionName::new(election), revision_token(token)) else {
                 continue;
             };
             if lock(&self.told).insert((election.clone(), token)) {

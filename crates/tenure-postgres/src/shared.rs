@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::backend::Purpose;
+use tenure_core::backend::{revision_token, Purpose};
 use tenure_core::{CancellationToken, Candidate, ElectionName, FencingToken, LeaderInfo, Result};
 use tokio_postgres::types::FromSql;
 use tokio_postgres::Row;
@@ -128,7 +128,7 @@ impl Shared {
         };
         let token: Option<i64> = get("campaign", &row, 0)?;
         Ok((
-            token.map(token_of),
+            token.map(revision_token),
             get::<Option<i64>>("campaign", &row, 1)?.map(millis),
         ))
     }
@@ -161,7 +161,7 @@ pub(crate) fn get<'a, T: FromSql<'a>>(what: &str, row: &'a Row, i: usize) -> Res
 
 /// The `(candidate, value, token)` columns of a holder.
 pub(crate) fn leader_info(what: &str, row: &Row) -> Result<LeaderInfo> {
-    let token = token_of(get(what, row, 2)?);
+    let token = revision_token(get(what, row, 2)?);
     Ok(LeaderInfo {
         id: get(what, row, 0)?,
         value: get(what, row, 1)?,
@@ -172,11 +172,6 @@ pub(crate) fn leader_info(what: &str, row: &Row) -> Result<LeaderInfo> {
 /// A number of milliseconds the server computed, as a wait.
 pub(crate) fn millis(ms: i64) -> Duration {
     Duration::from_millis(ms.max(0).unsigned_abs())
-}
-
-/// Tokens come from a sequence, which starts at 1.
-pub(crate) fn token_of(token: i64) -> FencingToken {
-    FencingToken(token.max(0).unsigned_abs())
 }
 
 #[cfg(test)]
