@@ -484,9 +484,9 @@ impl fmt::Display for ChaosReport {
 }
 
 /// A small deterministic generator (SplitMix64): the whole schedule follows from the
-/// seed.
+/// seed. (Also the shard-level chaos run's, [`crate::shard_chaos`].)
 #[derive(Debug, Clone)]
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next_u64(&mut self) -> u64 {
@@ -498,18 +498,18 @@ impl Rng {
     }
 
     /// A number in `0..n` (`n` > 0).
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n.max(1) as u64) as usize
     }
 
     /// A duration uniformly in `[lo, hi]`.
-    fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+    pub(crate) fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
         let (lo, hi) = (lo.as_millis() as u64, hi.as_millis() as u64);
         let span = hi.saturating_sub(lo);
         Duration::from_millis(lo + self.next_u64() % (span + 1))
     }
 
-    fn shuffle<T>(&mut self, items: &mut [T]) {
+    pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             items.swap(i, self.below(i + 1));
         }
