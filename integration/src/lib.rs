@@ -57,6 +57,7 @@ mod proxy;
 mod proxy_faults;
 pub mod redis_admin;
 mod server;
+pub mod shard_chaos;
 mod shared;
 
 pub use bench::{
