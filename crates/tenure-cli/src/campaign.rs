@@ -63,7 +63,13 @@ pub async fn run_campaign(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let grace = plan.grace;
-    let session = Session::open(backend, plan.timing.clone()).await?;
+    // A step-down (SIGTERM, preemption, handover) keeps the seat while the command
+    // exits: up to --grace, then SIGKILL; the store releases it only after that.
+    let timing = Timing {
+        step_down_grace: grace + Duration::from_secs(2),
+        ..plan.timing.clone()
+    };
+    let session = Session::open(backend, timing).await?;
     let mut runner = LeaderRunner::new(
         session.clone(),
         plan.election.clone(),
@@ -187,6 +193,8 @@ mod tests {
         assert!(sb.events().iter().all(|v| v["event"] != "elected"));
         stop_a.cancel();
         a.await.unwrap().unwrap();
+        let stepping_a = wait_for(&sa, is("stepping_down")).await;
+        assert_eq!(stepping_a["reason"], "shutdown");
         let resigned_a = wait_for(&sa, is("resigned")).await;
         let elected_b = wait_for(&sb, is("elected")).await;
 
@@ -206,8 +214,9 @@ mod tests {
         b.await.unwrap().unwrap();
     }
 
-    /// `--priority` above the leader's preempts it (its lost line says "preempted")
-    /// unless the leader runs with `--no-preempt`.
+    /// `--priority` above the leader's preempts it unless the leader runs with
+    /// `--no-preempt`: its `stepping_down` line says "preempted", then `resigned`
+    /// ("stepped down: preempted") comes once its work stopped, before the new grant.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_higher_priority_preempts_the_leader_unless_it_opted_out() {
         let backend: tenure::DynBackend = Arc::new(MemoryBackend::new());
@@ -232,11 +241,14 @@ mod tests {
         a.await.unwrap().unwrap();
         let elected_b = wait_for(&sb, is("elected")).await;
         let (sc, stop_c, c) = start(with(&["--id", "c", "--priority", "9"]));
-        let lost_b = wait_for(&sb, is("lost")).await;
-        assert_eq!(lost_b["reason"], "preempted");
-        assert_eq!(lost_b["token"], elected_b["token"]);
+        let stepping_b = wait_for(&sb, is("stepping_down")).await;
+        assert_eq!(stepping_b["reason"], "preempted");
+        let resigned_b = wait_for(&sb, is("resigned")).await;
+        assert_eq!(resigned_b["cause"], "stepped down: preempted");
+        assert_eq!(resigned_b["token"], elected_b["token"]);
         let elected_c = wait_for(&sc, is("elected")).await;
-        assert!(lost_b["mono_ns"].as_u64() <= elected_c["mono_ns"].as_u64());
+        assert!(stepping_b["mono_ns"].as_u64() <= resigned_b["mono_ns"].as_u64());
+        assert!(resigned_b["mono_ns"].as_u64() <= elected_c["mono_ns"].as_u64());
         for (stop, task) in [(stop_c, c), (stop_b, b)] {
             stop.cancel();
             task.await.unwrap().unwrap();

@@ -56,14 +56,25 @@ pub fn leadership_event_json(id: &str, event: &LeadershipEvent) -> Option<Value>
             "event": "lost", "election": election.as_str(), "id": id,
             "token": token(*t), "reason": reason.to_string(), "mono_ns": mono_ns(*at),
         }),
+        LeadershipEvent::SteppingDown {
+            election,
+            token: t,
+            reason,
+            at,
+        } => json!({
+            "event": "stepping_down", "election": election.as_str(), "id": id,
+            "token": token(*t), "reason": reason.to_string(), "mono_ns": mono_ns(*at),
+        }),
         LeadershipEvent::Resigned {
             election,
             token: t,
             cause,
             at,
+            aborted,
         } => json!({
             "event": "resigned", "election": election.as_str(), "id": id,
-            "token": token(*t), "cause": cause.to_string(), "mono_ns": mono_ns(*at),
+            "token": token(*t), "cause": cause.to_string(), "aborted": aborted,
+            "mono_ns": mono_ns(*at),
         }),
         _ => return None,
     })

@@ -84,6 +84,8 @@ mod tests {
             Session::open(backend.clone(), timing).await.unwrap(),
         );
         let la = a.campaign(&e, &Candidate::new("a").unwrap()).await.unwrap();
+        // The leader's work has stopped already: it steps down as soon as it is asked.
+        drop(la.work_guard());
         let waiter = {
             let e = e.clone();
             tokio::spawn(async move { b.campaign(&e, &Candidate::new("b").unwrap()).await })

@@ -43,7 +43,7 @@ fn bad_input_prints_one_line_and_exits_2() {
 }
 
 #[test]
-fn sigterm_resigns_and_exits_0() {
+fn sigterm_steps_down_resigns_and_exits_0() {
     use std::io::{BufRead, BufReader};
     let mut child = tenure()
         .args(["campaign", "--election", "e", "--id", "solo", "--ttl", "2"])
@@ -72,8 +72,12 @@ fn sigterm_resigns_and_exits_0() {
         .iter()
         .map(|v| v["event"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(kinds, ["campaigning", "elected", "resigned"]);
-    assert_eq!(seen[2]["cause"], "shutdown");
+    assert_eq!(
+        kinds,
+        ["campaigning", "elected", "stepping_down", "resigned"]
+    );
+    assert_eq!(seen[2]["reason"], "shutdown");
+    assert_eq!(seen[3]["cause"], "shutdown");
 }
 
 #[test]

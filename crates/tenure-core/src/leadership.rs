@@ -1,7 +1,7 @@
 //! The guard a winner holds.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::{mpsc, Notify};
@@ -27,10 +27,59 @@ pub enum LossReason {
     Revoked(String),
     /// The session was closed or abandoned.
     SessionClosed,
-    /// A candidate with a higher priority joined the election (contract clause 14):
-    /// the seat is released as soon as the lost signal has fired, and the preferred
-    /// candidate is granted next.
+    /// The holder was asked to step down by the store (contract clause 14: a candidate
+    /// with a higher priority joined, or a handover was asked for) and the step-down
+    /// ended (clause 15): the holder's work acknowledged, or the step-down grace ran
+    /// out. The seat is released right after, and the preferred candidate is granted
+    /// next.
     Preempted,
+}
+
+/// Why a holder is asked to step down (contract clause 15): a planned transition. The
+/// seat stays held and renewed while the holder's work stops; it is released once the
+/// work acknowledges or the step-down grace ([`Timing::step_down_grace`]) runs out.
+///
+/// [`Timing::step_down_grace`]: crate::Timing::step_down_grace
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StepDownReason {
+    /// The store asked: a candidate with a higher priority queued, or someone asked
+    /// for a handover (clause 14). Stores report both the same way.
+    Preempted,
+    /// The holder's own process is shutting down (the runner's shutdown, the CLI's
+    /// SIGTERM).
+    Shutdown,
+    /// The holder's own code asked ([`Leadership::step_down`]) for a reason of its own.
+    Requested,
+    /// The shard manager moves the shard to another node (plan, balance or zone move),
+    /// to the node named if known.
+    Handoff(Option<String>),
+    /// The shard manager drains this node.
+    Drain,
+}
+
+impl fmt::Display for StepDownReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepDownReason::Preempted => f.write_str("preempted"),
+            StepDownReason::Shutdown => f.write_str("shutdown"),
+            StepDownReason::Requested => f.write_str("requested"),
+            StepDownReason::Handoff(Some(to)) => write!(f, "handoff to {to}"),
+            StepDownReason::Handoff(None) => f.write_str("handoff"),
+            StepDownReason::Drain => f.write_str("drain"),
+        }
+    }
+}
+
+impl StepDownReason {
+    /// The loss reason of a grant whose step-down for this reason ended: `Preempted`
+    /// when the store asked, else `Resigned` (the holder's own side chose it).
+    pub(crate) fn loss_reason(&self) -> LossReason {
+        match self {
+            StepDownReason::Preempted => LossReason::Preempted,
+            _ => LossReason::Resigned,
+        }
+    }
 }
 
 impl fmt::Display for LossReason {
@@ -94,6 +143,14 @@ pub(crate) struct GrantState {
     pub(crate) granted_at: Instant,
     lost: CancellationToken,
     reason: OnceLock<(LossReason, Instant)>,
+    /// Cancelled when the holder is asked to step down, and with `lost` (a child of it).
+    stop: CancellationToken,
+    step_down: OnceLock<(StepDownReason, Instant)>,
+    /// Work guards ([`WorkGuard`]) alive; `guarded` once one was ever handed out.
+    guards: AtomicUsize,
+    guarded: AtomicBool,
+    /// The step-down grace of the session.
+    grace: std::time::Duration,
     /// Set by whoever takes on releasing the seat in the store.
     pub(crate) release_claimed: AtomicBool,
     /// Set once the seat is released in the store (or release was given up).
@@ -109,16 +166,23 @@ impl GrantState {
         candidate: Candidate,
         token: FencingToken,
         granted_at: Instant,
+        grace: std::time::Duration,
         on_loss: mpsc::UnboundedSender<Loss>,
     ) -> Self {
+        let lost = CancellationToken::new();
         GrantState {
             backend,
             election,
             candidate,
             token,
             granted_at,
-            lost: CancellationToken::new(),
+            stop: lost.child_token(),
+            lost,
             reason: OnceLock::new(),
+            step_down: OnceLock::new(),
+            guards: AtomicUsize::new(0),
+            guarded: AtomicBool::new(false),
+            grace,
             release_claimed: AtomicBool::new(false),
             released: Released::default(),
             on_loss,
@@ -149,6 +213,77 @@ impl GrantState {
 
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.is_cancelled()
+    }
+
+    /// Ask the holder to step down (clause 15), once: the stop signal fires; the seat is
+    /// released when the work acknowledges ([`Self::acknowledged`]) or at the grace.
+    /// Returns true if this call asked. A lost grant is not asked.
+    pub(crate) fn ask_step_down(self: &Arc<Self>, reason: StepDownReason) -> bool {
+        if self.is_lost()
+            || self
+                .step_down
+                .set((reason.clone(), Instant::now()))
+                .is_err()
+        {
+            return false;
+        }
+        tracing::info!(election = %self.election, token = self.token.0, %reason, grace = ?self.grace, "asked to step down");
+        crate::metrics::stepping_down(self.backend, &self.election);
+        self.stop.cancel();
+        if self.guarded.load(Ordering::SeqCst) && self.guards.load(Ordering::SeqCst) == 0 {
+            // The work stopped before it was asked: nothing to wait for.
+            self.end_step_down();
+            return true;
+        }
+        let state = self.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(state.grace) => {
+                        if !state.is_lost() {
+                            tracing::warn!(election = %state.election, token = state.token.0, grace = ?state.grace, "the holder did not step down within the grace; releasing the seat");
+                        }
+                        state.end_step_down();
+                    }
+                    _ = state.lost.cancelled() => {}
+                }
+            });
+        }
+        true
+    }
+
+    /// The step-down is over (acknowledged or timed out): fire the lost signal with the
+    /// step-down's loss reason; the session's release task releases the seat.
+    fn end_step_down(&self) {
+        if let Some((reason, _)) = self.step_down.get() {
+            self.fire(reason.loss_reason(), Instant::now());
+        }
+    }
+
+    pub(crate) fn step_down_reason(&self) -> Option<&(StepDownReason, Instant)> {
+        self.step_down.get()
+    }
+
+    pub(crate) fn stop_token(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    fn guard(self: &Arc<Self>) -> WorkGuard {
+        self.guards.fetch_add(1, Ordering::SeqCst);
+        self.guarded.store(true, Ordering::SeqCst);
+        WorkGuard {
+            inner: Arc::new(GuardInner {
+                state: self.clone(),
+                done: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// One work guard was dropped or marked done: the last one ends a step-down.
+    fn guard_done(&self) {
+        if self.guards.fetch_sub(1, Ordering::SeqCst) == 1 && self.step_down.get().is_some() {
+            self.end_step_down();
+        }
     }
 
     pub(crate) fn lost_token(&self) -> &CancellationToken {
@@ -230,6 +365,34 @@ macro_rules! grant_reads {
             self.state.lost_token().child_token()
         }
 
+        /// The stop signal (contract clause 15): cancelled when the holder is asked to
+        /// step down ([`step_down_reason`](Self::step_down_reason) says why) and when
+        /// leadership ends ([`lost`](Self::lost)). The work should stop when it fires;
+        /// on a step-down the seat stays held until the work acknowledges or the
+        /// step-down grace runs out.
+        pub fn stepping_down(&self) -> CancellationToken {
+            self.state.stop_token().child_token()
+        }
+
+        /// Why the holder was asked to step down, once it was.
+        pub fn step_down_reason(&self) -> Option<StepDownReason> {
+            self.state.step_down_reason().map(|(r, _)| r.clone())
+        }
+
+        /// When the holder was asked to step down, once it was.
+        pub fn stepping_down_at(&self) -> Option<Instant> {
+            self.state.step_down_reason().map(|(_, at)| *at)
+        }
+
+        /// A guard for the work done under this grant (contract clause 15). Once any
+        /// guard was handed out, a step-down releases the seat as soon as every guard
+        /// is dropped or [`done`](WorkGuard::done) (or at the step-down grace), instead
+        /// of waiting for the holder to resign. The shard manager hands one out with
+        /// every `Acquired` event.
+        pub fn work_guard(&self) -> WorkGuard {
+            self.state.guard()
+        }
+
         /// Why leadership ended, once it has.
         pub fn loss_reason(&self) -> Option<LossReason> {
             self.state.reason().map(|(r, _)| r.clone())
@@ -275,6 +438,16 @@ impl Leadership {
         self.loss_reason().unwrap_or(LossReason::SessionClosed)
     }
 
+    /// Ask this leadership to step down (contract clause 15) for `reason`: the stop
+    /// signal ([`stepping_down`](Self::stepping_down)) fires, the seat stays held and
+    /// renewed, and it is released when the holder acknowledges: it resigns or drops
+    /// this `Leadership`, or, where [`work_guard`](Self::work_guard)s were handed out,
+    /// every guard is gone. At the session's step-down grace it is released anyway (the
+    /// lost signal fires then). Returns false if it was asked already or has ended.
+    pub fn step_down(&self, reason: StepDownReason) -> bool {
+        self.state.ask_step_down(reason)
+    }
+
     /// Resign: the lost signal fires first (reason [`LossReason::Resigned`]), then the
     /// seat is released in the store so the next waiter is granted.
     pub async fn resign(self) -> Result<()> {
@@ -313,6 +486,62 @@ fn is_valid(state: &GrantState, deadline: Instant) -> bool {
         return false;
     }
     true
+}
+
+/// A guard kept by the work a holder runs under one grant ([`Leadership::work_guard`]).
+/// Cloning it makes one more guard. When the holder is asked to step down, the seat is
+/// released once every guard is dropped or [`done`](Self::done) (or at the step-down
+/// grace), so the successor starts after the work stopped.
+#[derive(Clone)]
+pub struct WorkGuard {
+    inner: Arc<GuardInner>,
+}
+
+struct GuardInner {
+    state: Arc<GrantState>,
+    done: AtomicBool,
+}
+
+impl Drop for GuardInner {
+    fn drop(&mut self) {
+        if !self.done.swap(true, Ordering::SeqCst) {
+            self.state.guard_done();
+        }
+    }
+}
+
+impl WorkGuard {
+    /// Say the work stopped: as if every clone of this guard were dropped.
+    pub fn done(&self) {
+        if !self.inner.done.swap(true, Ordering::SeqCst) {
+            self.inner.state.guard_done();
+        }
+    }
+
+    /// The fencing token of the grant this guard belongs to.
+    pub fn token(&self) -> FencingToken {
+        self.inner.state.token
+    }
+
+    /// The stop signal of the grant (see [`Leadership::stepping_down`]).
+    pub fn stepping_down(&self) -> CancellationToken {
+        self.inner.state.stop_token().child_token()
+    }
+
+    /// Why the holder was asked to step down, once it was.
+    pub fn step_down_reason(&self) -> Option<StepDownReason> {
+        self.inner.state.step_down_reason().map(|(r, _)| r.clone())
+    }
+}
+
+impl fmt::Debug for WorkGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkGuard")
+            .field("election", &self.inner.state.election)
+            .field("token", &self.inner.state.token.0)
+            .field("done", &self.inner.done.load(Ordering::SeqCst))
+            .finish()
+    }
 }
 
 /// A clonable, read-only view of a [`Leadership`] (see [`Leadership::watch`]).

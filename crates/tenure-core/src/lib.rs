@@ -19,7 +19,7 @@ pub mod testing;
 
 pub use backend::{Backend, DynBackend, LeaderStream, MemberStream};
 pub use error::{one_line, BoxError, Error, ErrorKind, Result};
-pub use leadership::{Leadership, LeadershipWatch, Loss, LossReason};
+pub use leadership::{Leadership, LeadershipWatch, Loss, LossReason, StepDownReason, WorkGuard};
 pub use memory::{MemoryBackend, MEM_SCHEME};
 pub use name::{
     Candidate, ElectionName, FencingToken, LeaderInfo, Member, MAX_CANDIDATE_ID_LEN,
@@ -29,7 +29,7 @@ pub use name::{
 pub use observer::Observer;
 pub use runner::{LeaderContext, LeaderRunner, LeadershipEvent, ResignCause};
 pub use session::{Losses, Session};
-pub use timing::{Retry, Timing, CLOCK_DRIFT_MARGIN};
+pub use timing::{Retry, Timing, CLOCK_DRIFT_MARGIN, DEFAULT_STEP_DOWN_GRACE};
 /// The stop signal of a leadership ([`Leadership::lost`]) and of a runner's shutdown,
 /// re-exported so that using them needs no `tokio-util` dependency.
 pub use tokio_util::sync::CancellationToken;

@@ -4,7 +4,7 @@
 //! | name | kind | labels | meaning |
 //! |---|---|---|---|
 //! | `tenure_leader` | gauge | `backend`, `election` | 1 while this process leads the election, else 0 |
-//! | `tenure_leadership_transitions_total` | counter | `backend`, `election`, `transition` (`elected`, `lost`, `resigned`) | leadership changes of this process |
+//! | `tenure_leadership_transitions_total` | counter | `backend`, `election`, `transition` (`elected`, `stepping_down`, `lost`, `resigned`) | leadership changes of this process |
 //! | `tenure_renew_latency_seconds` | histogram | `backend` | round trip of one session renewal |
 //! | `tenure_deadline_remaining_seconds` | gauge | `backend` | time left until the local deadline, right after a renewal |
 //! | `tenure_campaign_duration_seconds` | histogram | `backend` | from campaign start to grant |
@@ -39,6 +39,12 @@ pub(crate) fn leadership_ended(
     let e = election.as_str().to_string();
     metrics::gauge!(LEADER, "backend" => backend, "election" => e.clone()).set(0.0);
     metrics::counter!(TRANSITIONS, "backend" => backend, "election" => e, "transition" => transition)
+        .increment(1);
+}
+
+pub(crate) fn stepping_down(backend: &'static str, election: &ElectionName) {
+    let e = election.as_str().to_string();
+    metrics::counter!(TRANSITIONS, "backend" => backend, "election" => e, "transition" => "stepping_down")
         .increment(1);
 }
 

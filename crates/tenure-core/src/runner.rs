@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::Result;
-use crate::leadership::{Leadership, LossReason};
+use crate::leadership::{Leadership, LossReason, StepDownReason};
 use crate::name::{Candidate, ElectionName, FencingToken};
 use crate::session::Session;
 
@@ -26,8 +26,12 @@ pub enum ResignCause {
     TaskFailed(String),
     /// The leader task missed its heartbeat for longer than the stall timeout.
     Stalled,
-    /// The runner was shut down.
+    /// The runner was shut down: the task was stopped first, then the seat released
+    /// (contract clause 15).
     Shutdown,
+    /// The holder was asked to step down (a preemption, a handover, a request of its
+    /// own code): the task was stopped first, then the seat released.
+    SteppedDown(StepDownReason),
 }
 
 impl fmt::Display for ResignCause {
@@ -37,6 +41,7 @@ impl fmt::Display for ResignCause {
             ResignCause::TaskFailed(e) => write!(f, "task failed: {e}"),
             ResignCause::Stalled => f.write_str("task stalled"),
             ResignCause::Shutdown => f.write_str("shutdown"),
+            ResignCause::SteppedDown(r) => write!(f, "stepped down: {r}"),
         }
     }
 }
@@ -73,6 +78,19 @@ pub enum LeadershipEvent {
         /// When leadership ended (for a missed deadline, the deadline itself).
         at: Instant,
     },
+    /// A planned transition began (contract clause 15): the task was told to stop
+    /// (its cancellation fired) while the seat stays held; `Resigned` follows once the
+    /// task ended (or was aborted at the grace), or `Lost` if the seat ended first.
+    SteppingDown {
+        /// The election.
+        election: ElectionName,
+        /// The grant's fencing token.
+        token: FencingToken,
+        /// Why.
+        reason: StepDownReason,
+        /// When the step-down was asked for.
+        at: Instant,
+    },
     /// The runner resigned.
     Resigned {
         /// The election.
@@ -81,8 +99,10 @@ pub enum LeadershipEvent {
         token: FencingToken,
         /// Why.
         cause: ResignCause,
-        /// When the lost signal fired.
+        /// When the lost signal fired (the seat is released right after).
         at: Instant,
+        /// Whether the task had to be aborted at the grace (it ignored cancellation).
+        aborted: bool,
     },
 }
 
@@ -107,15 +127,16 @@ impl LeaderContext {
         self.token
     }
 
-    /// Completes when the task must stop: leadership lost, stall, or shutdown
-    /// (`lost().cancelled()`).
+    /// Completes when the task must stop: a step-down (shutdown, preemption,
+    /// handover), leadership lost, or a stall (`lost().cancelled()`). On a step-down the
+    /// seat stays held until the task has returned.
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await
     }
 
-    /// The stop signal, as [`Leadership::lost`](crate::Leadership::lost) and the shard
-    /// manager's `Acquired { lost, .. }` give it: cancelled when this leadership ends
-    /// for the task (lost, stalled, or shut down). Hand it to other tasks.
+    /// The stop signal, as [`Leadership::stepping_down`](crate::Leadership::stepping_down)
+    /// and the shard manager's `Acquired { stop, .. }` give it: cancelled when the task
+    /// must stop (a step-down, a loss, a stall, a shutdown). Hand it to other tasks.
     pub fn lost(&self) -> CancellationToken {
         self.cancel.clone()
     }
@@ -171,17 +192,19 @@ enum Outcome {
     Lost(LossReason),
     Stalled,
     Shutdown,
+    SteppingDown(StepDownReason),
 }
 
 impl LeaderRunner {
     /// A runner for `candidate` in `election` through `session`.
     pub fn new(session: Session, election: ElectionName, candidate: Candidate) -> Self {
+        let task_grace = session.timing().step_down_grace;
         LeaderRunner {
             session,
             election,
             candidate,
             stall_timeout: None,
-            task_grace: Duration::from_secs(10),
+            task_grace,
             subscribers: Vec::new(),
         }
     }
@@ -194,8 +217,11 @@ impl LeaderRunner {
         self
     }
 
-    /// How long a cancelled task may take to finish before it is aborted (default 10 s).
-    /// The runner does not campaign again until the old task is gone.
+    /// How long a cancelled task may take to finish before it is aborted (default: the
+    /// session's [`step_down_grace`](crate::Timing::step_down_grace), 10 s unless set).
+    /// The runner does not campaign again until the old task is gone, and on a
+    /// step-down it keeps the seat until then (within the session's step-down grace,
+    /// after which the seat is released anyway: keep this at or below it).
     pub fn task_grace(mut self, grace: Duration) -> Self {
         self.task_grace = grace;
         self
@@ -243,7 +269,9 @@ impl LeaderRunner {
                     token,
                     at: leadership.granted_at(),
                 });
-                let cancel = leadership.lost();
+                // The task's stop signal: a child of the grant's, which fires on a
+                // step-down and on a loss; the runner cancels it itself on a stall.
+                let cancel = leadership.stepping_down();
                 let heartbeat = Heartbeat::new();
                 let ctx = LeaderContext {
                     election: self.election.clone(),
@@ -256,12 +284,42 @@ impl LeaderRunner {
                     .watch(&leadership, &mut handle, &heartbeat, &shutdown)
                     .await;
                 // Whether `handle` has completed (and so must not be polled again).
-                let task_done = matches!(outcome, Outcome::TaskDone(_));
-                // The task may end because its cancellation (a child of the lost signal)
-                // fired: that is a loss, not a task that finished.
-                if !matches!(outcome, Outcome::Lost(_)) && !leadership.is_leader() {
-                    if let Some(reason) = leadership.loss_reason() {
+                let mut task_done = matches!(outcome, Outcome::TaskDone(_));
+                // The task may end because its stop signal fired: that is a loss or a
+                // step-down, not a task that finished.
+                if let Outcome::TaskDone(_) = outcome {
+                    if let Some(reason) = leadership.loss_reason().filter(|_| !leadership.is_leader()) {
                         outcome = Outcome::Lost(reason);
+                    } else if let Some(reason) = leadership.step_down_reason() {
+                        outcome = Outcome::SteppingDown(reason);
+                    }
+                }
+                let mut aborted = false;
+                // A planned transition (clause 15): stop the task while the seat is
+                // still held, then release.
+                let planned = match &outcome {
+                    Outcome::Shutdown => Some(StepDownReason::Shutdown),
+                    Outcome::SteppingDown(r) => Some(r.clone()),
+                    _ => None,
+                };
+                if let Some(reason) = planned {
+                    leadership.step_down(reason.clone());
+                    self.emit(LeadershipEvent::SteppingDown {
+                        election: self.election.clone(),
+                        token,
+                        reason: reason.clone(),
+                        at: leadership.stepping_down_at().unwrap_or_else(Instant::now),
+                    });
+                    cancel.cancel();
+                    if !task_done {
+                        aborted = self.finish_task(&mut handle).await;
+                        task_done = true;
+                    }
+                    // The seat may have ended meanwhile (the step-down grace, a loss).
+                    if leadership.loss_reason().is_some() && !leadership.is_leader() {
+                        if let Some(reason) = leadership.loss_reason() {
+                            outcome = Outcome::Lost(reason);
+                        }
                     }
                 }
                 let cause = match outcome {
@@ -275,7 +333,10 @@ impl LeaderRunner {
                         });
                         drop(leadership);
                         if !task_done {
-                            self.finish_task(handle).await;
+                            self.finish_task(&mut handle).await;
+                        }
+                        if shutdown.is_cancelled() {
+                            return Ok(());
                         }
                         continue;
                     }
@@ -286,6 +347,7 @@ impl LeaderRunner {
                     Outcome::TaskDone(Err(e)) => ResignCause::TaskFailed(e),
                     Outcome::Stalled => ResignCause::Stalled,
                     Outcome::Shutdown => ResignCause::Shutdown,
+                    Outcome::SteppingDown(reason) => ResignCause::SteppedDown(reason),
                 };
                 tracing::info!(token = token.0, %cause, "resigning");
                 let state = leadership.state.clone();
@@ -299,9 +361,12 @@ impl LeaderRunner {
                     token,
                     cause: cause.clone(),
                     at,
+                    aborted,
                 });
                 if !task_done {
-                    self.finish_task(handle).await;
+                    // A stalled task: the seat is released first, so that a hung task
+                    // cannot keep it (clause 11).
+                    self.finish_task(&mut handle).await;
                 }
                 match cause {
                     ResignCause::Shutdown => return Ok(()),
@@ -328,6 +393,7 @@ impl LeaderRunner {
         heartbeat: &Heartbeat,
         shutdown: &CancellationToken,
     ) -> Outcome {
+        let stop = leadership.stepping_down();
         loop {
             let stall_at = self.stall_timeout.map(|t| heartbeat.last() + t);
             tokio::select! {
@@ -339,6 +405,13 @@ impl LeaderRunner {
                     });
                 }
                 reason = leadership.lost_wait() => return Outcome::Lost(reason),
+                _ = stop.cancelled() => {
+                    // The stop signal fires on a step-down and on a loss.
+                    match leadership.step_down_reason() {
+                        Some(reason) if leadership.is_leader() => return Outcome::SteppingDown(reason),
+                        _ => return Outcome::Lost(leadership.lost_wait().await),
+                    }
+                }
                 _ = shutdown.cancelled() => return Outcome::Shutdown,
                 _ = sleep_until_opt(stall_at) => {
                     if let Some(t) = self.stall_timeout {
@@ -352,14 +425,21 @@ impl LeaderRunner {
         }
     }
 
-    async fn finish_task<T>(&self, mut handle: tokio::task::JoinHandle<T>) {
-        if tokio::time::timeout(self.task_grace, &mut handle)
+    /// Wait for a cancelled task to end, up to the task grace; abort it then. Returns
+    /// whether it had to be aborted.
+    async fn finish_task<T>(&self, handle: &mut tokio::task::JoinHandle<T>) -> bool {
+        if tokio::time::timeout(self.task_grace, &mut *handle)
             .await
             .is_err()
         {
             tracing::warn!(grace = ?self.task_grace, "leader task ignored cancellation; aborting it");
             handle.abort();
+            // Wait for the abort to take effect (at the task's next await), but not
+            // forever: a task stuck outside an await cannot be aborted.
+            let _ = tokio::time::timeout(Duration::from_secs(1), &mut *handle).await;
+            return true;
         }
+        false
     }
 }
 

@@ -16,7 +16,7 @@ use crate::backend::{
     CampaignMode, DynBackend, DynSession, LeaderStream, MemberStream, SessionEvent, SessionEvents,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::leadership::{GrantState, Leadership, Loss, LossReason};
+use crate::leadership::{GrantState, Leadership, Loss, LossReason, StepDownReason};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 use crate::observer::Observer;
 use crate::timing::Timing;
@@ -67,8 +67,17 @@ impl fmt::Debug for Session {
 /// session gave up before the report came.
 #[derive(Default)]
 struct EarlyLosses {
-    map: HashMap<ElectionName, (FencingToken, LossReason, Instant)>,
+    map: HashMap<ElectionName, (FencingToken, Early, Instant)>,
     sweep_at: usize,
+}
+
+/// What the backend reported of a grant before it was registered: its loss, or a
+/// request to step down (a preemption or handover that reached the holder's session
+/// before the campaign's answer was read).
+#[derive(Clone, Debug, PartialEq)]
+enum Early {
+    Lost(LossReason),
+    StepDown(StepDownReason),
 }
 
 impl EarlyLosses {
@@ -76,18 +85,24 @@ impl EarlyLosses {
         &mut self,
         election: ElectionName,
         token: FencingToken,
-        reason: LossReason,
+        report: Early,
         ttl: Duration,
     ) {
         if self.map.len() >= self.sweep_at {
             self.map.retain(|_, (_, _, at)| at.elapsed() < ttl);
             self.sweep_at = (self.map.len() * 2).max(1024);
         }
-        self.map.insert(election, (token, reason, Instant::now()));
+        // A loss outranks a step-down request of the same grant.
+        if let Some((t, Early::Lost(_), _)) = self.map.get(&election) {
+            if *t == token && matches!(report, Early::StepDown(_)) {
+                return;
+            }
+        }
+        self.map.insert(election, (token, report, Instant::now()));
     }
 
     /// The report for `election`, if any: it is used up by the grant registered now.
-    fn take(&mut self, election: &ElectionName) -> Option<(FencingToken, LossReason)> {
+    fn take(&mut self, election: &ElectionName) -> Option<(FencingToken, Early)> {
         self.map.remove(election).map(|(t, r, _)| (t, r))
     }
 }
@@ -854,6 +869,7 @@ impl SessionCore {
             candidate.clone(),
             token,
             Instant::now(),
+            self.timing.step_down_grace,
             self.lost_tx.clone(),
         ));
         let early = {
@@ -871,22 +887,31 @@ impl SessionCore {
             session: session.clone(),
         };
         leadership.is_leader();
-        if let Some((_, reason)) = early.filter(|(t, _)| *t == token) {
-            tracing::debug!(election = %election, token = token.0, "the grant was reported lost before it was registered");
-            leadership.state.fire(reason, self.loss_instant());
+        match early.filter(|(t, _)| *t == token) {
+            Some((_, Early::Lost(reason))) => {
+                tracing::debug!(election = %election, token = token.0, "the grant was reported lost before it was registered");
+                leadership.state.fire(reason, self.loss_instant());
+            }
+            Some((_, Early::StepDown(reason))) => {
+                tracing::debug!(election = %election, token = token.0, "the holder was asked to step down before the grant was registered");
+                leadership.state.ask_step_down(reason);
+            }
+            None => {}
         }
         leadership
     }
 
-    /// The backend reports the grant `token` of `election` lost. The report may come
+    /// The backend reports the grant `token` of `election` lost, or asks its holder to
+    /// step down (a preemption or handover, clause 14). The report may come
     /// before the grant is registered: the backend answers the campaign and then learns
     /// of the loss, and this task reads the report before the campaign's caller
     /// registers the grant (the peer backend, whose quorum leadership can end a moment
     /// after it granted the seat, did this under load; the report was dropped, and the
     /// session went on renewing a grant that no longer existed). Such a report is kept
-    /// until the election's next grant is registered, which it ends if the tokens match.
-    fn grant_lost(&self, election: ElectionName, token: FencingToken, reason: LossReason) {
-        let fire = {
+    /// until the election's next grant is registered, which it ends (or asks to step
+    /// down) if the tokens match.
+    fn grant_report(&self, election: ElectionName, token: FencingToken, report: Early) {
+        let grant = {
             let held = self.lock_held();
             match held.get(&election) {
                 Some(g) if g.token == token => Some(g.clone()),
@@ -896,15 +921,21 @@ impl SessionCore {
                     crate::backend::lock(&self.early_losses).insert(
                         election,
                         token,
-                        reason.clone(),
+                        report.clone(),
                         self.timing.ttl,
                     );
                     None
                 }
             }
         };
-        if let Some(g) = fire {
-            g.fire(reason, self.loss_instant());
+        match (grant, report) {
+            (Some(g), Early::Lost(reason)) => {
+                g.fire(reason, self.loss_instant());
+            }
+            (Some(g), Early::StepDown(reason)) => {
+                g.ask_step_down(reason);
+            }
+            (None, _) => {}
         }
     }
 
@@ -1097,11 +1128,11 @@ impl SessionCore {
                 _ = tokio::time::sleep_until(next) => {}
                 ev = recv_event(&mut events, &mut events_open) => match ev {
                     Some(SessionEvent::ElectionLost { election, token, reason }) => {
-                        self.grant_lost(election, token, LossReason::Revoked(reason));
+                        self.grant_report(election, token, Early::Lost(LossReason::Revoked(reason)));
                         continue;
                     }
                     Some(SessionEvent::Preempted { election, token }) => {
-                        self.grant_lost(election, token, LossReason::Preempted);
+                        self.grant_report(election, token, Early::StepDown(StepDownReason::Preempted));
                         continue;
                     }
                     Some(SessionEvent::Expired { reason }) => {
@@ -1243,7 +1274,8 @@ mod tests {
     async fn early_losses_are_kept_a_ttl_and_swept_at_doubling_sizes() {
         let ttl = Duration::from_secs(10);
         let name = |i: usize| ElectionName::new(format!("e/{i}")).expect("name");
-        let gone = || LossReason::Revoked("gone".into());
+        let gone = || Early::Lost(LossReason::Revoked("gone".into()));
+        let asked = || Early::StepDown(StepDownReason::Preempted);
         let mut early = EarlyLosses::default();
         for i in 0..2000 {
             early.insert(name(i), FencingToken(i as u64), gone(), ttl);
@@ -1253,16 +1285,17 @@ mod tests {
         assert_eq!(early.take(&name(7)), Some((FencingToken(7), gone())));
         assert_eq!(early.take(&name(7)), None);
         tokio::time::advance(ttl).await;
-        early.insert(name(5000), FencingToken(1), LossReason::Preempted, ttl);
+        early.insert(name(5000), FencingToken(1), asked(), ttl);
         // The next insert past the doubled size sweeps the reports older than a TTL.
         for i in 5001..5000 + early.sweep_at {
-            early.insert(name(i), FencingToken(1), LossReason::Preempted, ttl);
+            early.insert(name(i), FencingToken(1), asked(), ttl);
         }
         assert!((0..2000).all(|i| !early.map.contains_key(&name(i))));
-        assert_eq!(
-            early.take(&name(5000)),
-            Some((FencingToken(1), LossReason::Preempted))
-        );
+        assert_eq!(early.take(&name(5000)), Some((FencingToken(1), asked())));
+        // A step-down request does not hide the same grant's loss.
+        early.insert(name(9), FencingToken(3), gone(), ttl);
+        early.insert(name(9), FencingToken(3), asked(), ttl);
+        assert_eq!(early.take(&name(9)), Some((FencingToken(3), gone())));
     }
 
     #[test]

@@ -9,6 +9,9 @@ use crate::error::{Error, Result};
 /// clock-rate differences between this process and the store (5 %).
 pub const CLOCK_DRIFT_MARGIN: f64 = 0.05;
 
+/// The default [`Timing::step_down_grace`]: 10 s, the runner's default task grace.
+pub const DEFAULT_STEP_DOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// How a session keeps itself alive and how campaigns retry.
 ///
 /// | field | default | meaning |
@@ -18,10 +21,14 @@ pub const CLOCK_DRIFT_MARGIN: f64 = 0.05;
 /// | `renew_deadline` | TTL × 2/3 (6.67 s) | a leadership is valid until the send time of the last confirmed renewal plus this; past it the lost signal fires |
 /// | `connect_timeout` | 5 s | the longest any single store request may take before it fails with `Timeout` (a batch of seats: this much per round trip it needs) |
 /// | `retry` | 50 ms doubling to 1 s, ±20 % jitter | back-off between failed store requests and between polls |
+/// | `step_down_grace` | 10 s | how long a holder asked to step down (contract clause 15: its own shutdown, a preemption, a handover, a shard handoff) keeps the seat, held and renewed, while its work stops; at the grace the seat is released whether or not the work acknowledged |
 ///
 /// Rules (checked by [`Timing::validate`], errors name the field): every duration > 0;
 /// `renew_interval < renew_deadline`; `renew_deadline ≤ ttl × (1 − CLOCK_DRIFT_MARGIN)`;
 /// retry `initial ≤ max`, `multiplier ≥ 1`, `jitter` in [0, 1].
+///
+/// Build one with [`Timing::from_ttl`] and change fields, or with a struct literal ending
+/// in `..Timing::default()`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Timing {
     /// Session time-to-live in the store.
@@ -34,6 +41,8 @@ pub struct Timing {
     pub connect_timeout: Duration,
     /// Back-off between retries.
     pub retry: Retry,
+    /// How long a planned step-down may take before the seat is released anyway.
+    pub step_down_grace: Duration,
 }
 
 /// Exponential back-off with jitter.
@@ -68,7 +77,7 @@ impl Default for Timing {
 
 impl Timing {
     /// Defaults derived from `ttl`: renew every TTL/4, renew deadline TTL×2/3, 5 s connect
-    /// timeout, default retry.
+    /// timeout, default retry, 10 s step-down grace.
     pub fn from_ttl(ttl: Duration) -> Self {
         Timing {
             ttl,
@@ -78,6 +87,7 @@ impl Timing {
             renew_deadline: ttl.checked_mul(2).map_or(ttl / 3 * 2, |d| d / 3),
             connect_timeout: Duration::from_secs(5),
             retry: Retry::default(),
+            step_down_grace: DEFAULT_STEP_DOWN_GRACE,
         }
     }
 
@@ -95,6 +105,7 @@ impl Timing {
         positive("renew_deadline", self.renew_deadline)?;
         positive("connect_timeout", self.connect_timeout)?;
         positive("retry.initial", self.retry.initial)?;
+        positive("step_down_grace", self.step_down_grace)?;
         if self.renew_deadline >= self.ttl {
             return Err(Error::invalid(format!(
                 "renew_deadline: {:?} must be below ttl {:?}",
@@ -221,6 +232,9 @@ mod tests {
         let mut t = Timing::default();
         t.retry.max = Duration::from_millis(1);
         assert!(err(t).starts_with("retry.max"));
+        let mut t = Timing::default();
+        t.step_down_grace = Duration::ZERO;
+        assert!(err(t).starts_with("step_down_grace"));
     }
 
     #[test]

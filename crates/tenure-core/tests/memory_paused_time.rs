@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tenure_core::{
     Backend, Candidate, ElectionName, ErrorKind, Leadership, LossReason, MemoryBackend, Session,
-    Timing,
+    StepDownReason, Timing,
 };
 use tokio::time::Instant;
 
@@ -294,7 +294,8 @@ fn ranked(id: &str, priority: i32) -> Candidate {
 
 /// Clause 14: from the join of a higher-priority candidate to its grant, no timer
 /// runs (no TTL, no renew interval, no poll): the holder hears of the preemption by
-/// one notification, its lost signal fires (`Preempted`), it releases the seat, and
+/// one notification and is asked to step down; its work had already stopped (its work
+/// guard is gone), so its lost signal fires (`Preempted`), it releases the seat, and
 /// the store wakes the preferred candidate. Four store messages: the join, the
 /// notification, the release, the wake-up.
 #[tokio::test(start_paused = true)]
@@ -303,6 +304,7 @@ async fn a_higher_priority_is_granted_one_notification_after_it_joins() {
     let (a, b) = (session(&mem).await, session(&mem).await);
     let e = name("preempt");
     let la = a.campaign(&e, &ranked("a", 0)).await.unwrap();
+    drop(la.work_guard());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = mem.election_requests().unwrap();
     let joined = Instant::now();
@@ -310,6 +312,7 @@ async fn a_higher_priority_is_granted_one_notification_after_it_joins() {
     let gap = lb.granted_at() - joined;
     assert_eq!(gap, Duration::ZERO, "the grant waited for a timer");
     assert_eq!(la.loss_reason(), Some(LossReason::Preempted));
+    assert_eq!(la.step_down_reason(), Some(StepDownReason::Preempted));
     assert!(la.lost_at().unwrap() <= lb.granted_at());
     assert_eq!(lb.token().get(), la.token().get() + 1);
     assert_eq!(mem.election_requests().unwrap() - before, 4);
@@ -319,6 +322,42 @@ async fn a_higher_priority_is_granted_one_notification_after_it_joins() {
     assert!(!again.is_finished() && lb.is_leader());
     lb.resign().await.unwrap();
     assert!(again.await.unwrap().unwrap().is_leader());
+}
+
+/// Clause 15 under paused time: a preempted holder whose work has not acknowledged
+/// keeps the seat (renewed past several TTLs' worth of renewals) until it resigns, and
+/// the preferred candidate is granted at that resign, not before; one that never
+/// acknowledges loses the seat at the step-down grace (10 s by default).
+#[tokio::test(start_paused = true)]
+async fn a_preempted_holder_keeps_the_seat_until_its_work_stops() {
+    let mem = MemoryBackend::new();
+    let (a, b) = (session(&mem).await, session(&mem).await);
+    let e = name("drain");
+    let la = a.campaign(&e, &ranked("a", 0)).await.unwrap();
+    let high = tokio::spawn(async move { b.campaign(&name("drain"), &ranked("b", 5)).await });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(la.step_down_reason(), Some(StepDownReason::Preempted));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(la.is_leader() && !high.is_finished());
+    let w = la.watch();
+    let resigned = Instant::now();
+    la.resign().await.unwrap();
+    let lb = high.await.unwrap().unwrap();
+    assert_eq!(w.loss_reason(), Some(LossReason::Resigned));
+    assert!(lb.granted_at() >= resigned);
+
+    // Never acknowledged: the seat goes at the grace.
+    let (c, d) = (session(&mem).await, session(&mem).await);
+    let held = lb.work_guard();
+    let asked = Instant::now();
+    let higher = tokio::spawn(async move { c.campaign(&name("drain"), &ranked("c", 9)).await });
+    let lc = higher.await.unwrap().unwrap();
+    assert_eq!(
+        lc.granted_at() - asked,
+        tenure_core::DEFAULT_STEP_DOWN_GRACE
+    );
+    assert_eq!(lb.loss_reason(), Some(LossReason::Preempted));
+    drop((held, d));
 }
 
 /// A holder that opted out is not preempted; the higher priority is granted first
@@ -357,6 +396,7 @@ async fn a_stalled_holder_hears_of_its_preemption_when_it_is_back() {
     let (a, b) = (session(&mem).await, session(&mem).await);
     let e = name("stalled");
     let la = a.campaign(&e, &ranked("a", 0)).await.unwrap();
+    drop(la.work_guard());
     assert!(mem.stall_session(&a.id()));
     let high = tokio::spawn(async move { b.campaign(&name("stalled"), &ranked("b", 2)).await });
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -384,14 +424,16 @@ async fn preemptions_never_make_two_holders() {
                 let me = ranked(&format!("c{i}"), (i * 3 + round * 5) % 4);
                 let l = s.campaign(&name("mixed"), &me).await.unwrap();
                 let hold = Duration::from_millis(300 + ((i * 7 + round * 11) % 9) as u64 * 100);
+                // Hold until done or asked to step down (a preemption), then resign.
+                let stop = l.stepping_down();
                 tokio::select! {
                     _ = tokio::time::sleep(hold) => {}
-                    _ = l.lost_wait() => {}
+                    _ = stop.cancelled() => {}
                 }
                 let (start, token) = (l.granted_at(), l.token());
                 let holder = me.id().to_string();
                 let w = l.watch();
-                if l.loss_reason() == Some(LossReason::Preempted) {
+                if l.step_down_reason() == Some(StepDownReason::Preempted) {
                     preempted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
                 let _ = l.resign().await;
@@ -437,6 +479,7 @@ async fn a_handover_moves_the_seat_to_the_waiter_asked_for() {
         .campaign(&e, &ranked("a", 0).never_preempted())
         .await
         .unwrap();
+    drop(la.work_guard());
     let refused = observer.handover(&e, None).await.unwrap_err();
     assert!(refused.message().contains("nobody waits"), "{refused}");
     let high = tokio::spawn(async move { b.campaign(&name("handover"), &ranked("b", 9)).await });
@@ -451,6 +494,7 @@ async fn a_handover_moves_the_seat_to_the_waiter_asked_for() {
     let asked = observer.handover(&e, Some("c")).await.unwrap();
     assert_eq!((asked.id.as_str(), asked.token), ("a", la.token()));
     let lc = low.await.unwrap().unwrap();
+    drop(lc.work_guard());
     assert_eq!(la.loss_reason(), Some(LossReason::Preempted));
     assert!(la.lost_at().unwrap() <= lc.granted_at());
     assert!(

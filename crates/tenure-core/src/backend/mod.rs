@@ -335,9 +335,10 @@ pub enum SessionEvent {
         reason: String,
     },
     /// A candidate with a higher priority waits for the seat of `election` held with
-    /// `token` (contract clause 14): the core fires the grant's lost signal
-    /// ([`LossReason::Preempted`](crate::LossReason::Preempted)) and then releases the
-    /// seat, as for any loss.
+    /// `token`, or a handover was asked for (contract clause 14): the core asks the
+    /// holder to step down (clause 15) and releases the seat once its work
+    /// acknowledged or the step-down grace ran out; the lost signal fires then
+    /// ([`LossReason::Preempted`](crate::LossReason::Preempted)).
     Preempted {
         /// The election.
         election: ElectionName,
@@ -367,8 +368,8 @@ impl SessionEvents {
     }
 
     /// Report that a candidate with a higher priority waits for the seat of
-    /// `election` this session holds with `token`; the core ends the grant and
-    /// releases the seat.
+    /// `election` this session holds with `token` (or a handover was asked for); the
+    /// core asks the holder to step down and releases the seat once it has.
     pub fn preempted(&self, election: &ElectionName, token: FencingToken) {
         let _ = self.0.send(SessionEvent::Preempted {
             election: election.clone(),
@@ -421,11 +422,15 @@ pub enum Clause {
     /// the holder opted out. Declared by [`Capabilities::priority`], not by an
     /// exception: a backend keeps it only when it says so.
     Priority,
+    /// Clause 15, planned transitions: a holder asked to step down keeps the seat,
+    /// held and renewed, until its work acknowledges or the step-down grace runs out;
+    /// only then is the successor granted. Written in the core: every backend keeps it.
+    PlannedTransitions,
 }
 
 impl Clause {
     /// Every clause, in contract order.
-    pub const ALL: [Clause; 14] = [
+    pub const ALL: [Clause; 15] = [
         Clause::AtMostOneHolder,
         Clause::MonotonicTokens,
         Clause::LostIsFinal,
@@ -440,6 +445,7 @@ impl Clause {
         Clause::Errors,
         Clause::Membership,
         Clause::Priority,
+        Clause::PlannedTransitions,
     ];
 
     /// The clause's number in the contract (`docs/contract.md`).

@@ -21,7 +21,7 @@ use crate::backend::{Capabilities, Clause};
 use crate::{
     Candidate, DynBackend, ElectionName, ErrorKind, FencingToken, LeaderRunner, Leadership,
     LeadershipEvent, LeadershipWatch, LossReason, Member, MemberStream, MemoryBackend, ResignCause,
-    Session, Timing,
+    Session, StepDownReason, Timing,
 };
 
 /// What a check needs: the backend, the timing to use, a random election prefix so
@@ -1551,6 +1551,16 @@ async fn check_handover(env: &Env) {
         .await
         .expect("handover");
     assert_eq!((asked.id.as_str(), asked.token), ("a", a.token()));
+    // The holder is asked to step down; it acknowledges by resigning.
+    within(
+        env.handover_bound(),
+        "holder asked to step down",
+        a.stepping_down().cancelled(),
+    )
+    .await;
+    assert_eq!(a.step_down_reason(), Some(StepDownReason::Preempted));
+    let a_watch = a.watch();
+    a.resign().await.expect("resign");
     let c = within(env.handover_bound(), "handover to c", low)
         .await
         .expect("c granted");
@@ -1559,9 +1569,9 @@ async fn check_handover(env: &Env) {
         env.backend.scheme(),
         c.granted_at() - t0
     );
-    assert_eq!(a.loss_reason(), Some(LossReason::Preempted));
+    assert_eq!(a_watch.loss_reason(), Some(LossReason::Resigned));
     assert!(!high.is_finished(), "the handover went to b, not to c");
-    assert_intervals_disjoint(vec![interval(&a), interval_open(&c)]);
+    assert_intervals_disjoint(vec![watch_interval(&a_watch), interval_open(&c)]);
     c.resign().await.expect("resign");
     within(env.handover_bound(), "b after c", high)
         .await
@@ -1618,6 +1628,8 @@ async fn check_preemption(env: &Env) {
         env.session().await,
     );
     let a = campaign(&sa, &election, &with_priority(cand("a"), 1)).await;
+    // The holder's work: it acknowledges a step-down by dropping its guard.
+    let work = a.work_guard();
     // try_campaign never queues, so it never preempts.
     let tried = sc
         .try_campaign(&election, &with_priority(cand("c"), 9))
@@ -1638,6 +1650,16 @@ async fn check_preemption(env: &Env) {
         let (s, e) = (sb.clone(), election.clone());
         tokio::spawn(async move { campaign(&s, &e, &with_priority(cand("b"), 3)).await })
     };
+    within(
+        env.handover_bound(),
+        "holder asked to step down",
+        a.stepping_down().cancelled(),
+    )
+    .await;
+    assert_eq!(a.step_down_reason(), Some(StepDownReason::Preempted));
+    // Clause 15: the seat is held until the work acknowledges.
+    assert!(a.is_leader(), "the seat ended before the work acknowledged");
+    drop(work);
     let reason = within(env.handover_bound(), "holder preempted", a.lost_wait()).await;
     assert_eq!(reason, LossReason::Preempted);
     let b = within(env.handover_bound(), "preferred candidate granted", b)
@@ -1671,6 +1693,195 @@ async fn check_preemption(env: &Env) {
     }
 }
 
+/// Clause 15, planned transitions: a holder asked to step down keeps the seat (held,
+/// renewed, still the leader observers see) until its work acknowledges, and only then
+/// is the waiter granted, within a handover; a holder whose work never acknowledges
+/// loses the seat at the step-down grace and the waiter is granted then; the runner,
+/// shut down, stops its task before it releases the seat.
+pub async fn check_planned_transitions(env: &Env) {
+    check_step_down_waits_for_the_work(env).await;
+    check_step_down_grace(env).await;
+    check_runner_stops_before_release(env).await;
+}
+
+/// How long the checks of clause 15 let a step-down wait before they look again: long
+/// enough that a seat released early would have been granted to the waiter.
+fn drain_time(env: &Env) -> Duration {
+    env.handover_bound().min(Duration::from_secs(2))
+}
+
+async fn check_step_down_waits_for_the_work(env: &Env) {
+    let election = env.election("step-down");
+    let (sa, a, waiter) = held_and_awaited(env, &election).await;
+    let_queue(env).await;
+    let work = a.work_guard();
+    let second = work.clone();
+    assert!(a.step_down(StepDownReason::Requested));
+    assert!(!a.step_down(StepDownReason::Shutdown), "asked twice");
+    assert!(a.stepping_down().is_cancelled() && work.stepping_down().is_cancelled());
+    assert_eq!(work.step_down_reason(), Some(StepDownReason::Requested));
+    // The work drains: the seat stays held and renewed, past renewals.
+    tokio::time::sleep(drain_time(env)).await;
+    assert!(a.is_leader(), "the seat ended while the work was draining");
+    assert!(
+        !waiter.is_finished(),
+        "the waiter was granted before the work stopped"
+    );
+    let seen = sa.leader(&election).await.expect("leader").map(|l| l.id);
+    assert_eq!(
+        seen.as_deref(),
+        Some("a"),
+        "observers see the holder meanwhile"
+    );
+    // One guard of two is not an acknowledgement; the last one (done) is.
+    drop(second);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(a.is_leader() && !waiter.is_finished());
+    let acked = Instant::now();
+    work.done();
+    let b = within(
+        env.handover_bound(),
+        "waiter after the acknowledgement",
+        waiter,
+    )
+    .await
+    .expect("waiter");
+    assert_eq!(a.loss_reason(), Some(LossReason::Resigned));
+    let end = a.lost_at().expect("ended");
+    assert!(
+        end >= acked && end <= b.granted_at(),
+        "released before the acknowledgement"
+    );
+    assert_intervals_disjoint(vec![interval(&a), interval_open(&b)]);
+    eprintln!(
+        "step-down on {}: acknowledged → successor granted in {:?}",
+        env.backend.scheme(),
+        b.granted_at() - acked
+    );
+    b.resign().await.expect("resign");
+    sa.close().await.expect("close");
+}
+
+async fn check_step_down_grace(env: &Env) {
+    let election = env.election("step-down-grace");
+    let grace = Duration::from_millis(600) + env.slack;
+    let timing = Timing {
+        step_down_grace: grace,
+        ..env.timing.clone()
+    };
+    let sa = match Session::open(env.backend.clone(), timing).await {
+        Ok(s) => s,
+        Err(e) => panic!("open session: {e}"),
+    };
+    let a = campaign(&sa, &election, &cand("a")).await;
+    let sb = env.session().await;
+    let waiter = {
+        let (s, e) = (sb.clone(), election.clone());
+        tokio::spawn(async move { campaign(&s, &e, &cand("b")).await })
+    };
+    let_queue(env).await;
+    // Work that never acknowledges: the guard is kept and the holder never resigns.
+    let work = a.work_guard();
+    let asked = Instant::now();
+    a.step_down(StepDownReason::Requested);
+    let b = within(grace + env.handover_bound(), "waiter at the grace", waiter)
+        .await
+        .expect("waiter");
+    let end = a.lost_at().expect("the seat ended at the grace");
+    assert!(
+        end >= asked + grace,
+        "released {:?} after the ask, before the grace",
+        end - asked
+    );
+    assert!(b.granted_at() >= end);
+    assert!(!a.is_leader() && work.stepping_down().is_cancelled());
+    drop(work);
+    b.resign().await.expect("resign");
+    sa.close().await.expect("close");
+    sb.close().await.expect("close");
+}
+
+async fn check_runner_stops_before_release(env: &Env) {
+    let election = env.election("step-down-runner");
+    let drain = Duration::from_millis(300);
+    let sa = env.session().await;
+    let task_ended = Arc::new(Mutex::new(None::<Instant>));
+    let shutdown = CancellationToken::new();
+    let mut runner = LeaderRunner::new(sa.clone(), election.clone(), cand("a"));
+    let mut events = runner.subscribe();
+    let run = {
+        let (shutdown, ended) = (shutdown.clone(), task_ended.clone());
+        tokio::spawn(runner.run(shutdown, move |ctx| {
+            let ended = ended.clone();
+            async move {
+                ctx.cancelled().await;
+                // The task flushes for a while after it was told to stop.
+                tokio::time::sleep(drain).await;
+                *ended.lock().unwrap() = Some(Instant::now());
+                Ok::<(), String>(())
+            }
+        }))
+    };
+    loop {
+        match within(env.handover_bound(), "elected", events.recv()).await {
+            Some(LeadershipEvent::Elected { .. }) => break,
+            Some(_) => continue,
+            None => panic!("the runner stopped before it was elected"),
+        }
+    }
+    let sb = env.session().await;
+    let waiter = {
+        let (s, e) = (sb.clone(), election.clone());
+        tokio::spawn(async move { campaign(&s, &e, &cand("b")).await })
+    };
+    let_queue(env).await;
+    shutdown.cancel();
+    let b = within(
+        drain + env.handover_bound(),
+        "waiter after shutdown",
+        waiter,
+    )
+    .await
+    .expect("waiter");
+    let ended = task_ended.lock().unwrap().expect("the task ended");
+    assert!(
+        b.granted_at() >= ended,
+        "the successor was granted before the task ended"
+    );
+    within(env.handover_bound(), "runner returned", run)
+        .await
+        .expect("join")
+        .expect("run");
+    let mut seen = Vec::new();
+    while let Ok(ev) = events.try_recv() {
+        seen.push(ev);
+    }
+    assert!(
+        matches!(
+            seen.first(),
+            Some(LeadershipEvent::SteppingDown {
+                reason: StepDownReason::Shutdown,
+                ..
+            })
+        ),
+        "{seen:?}"
+    );
+    assert!(
+        matches!(
+            seen.get(1),
+            Some(LeadershipEvent::Resigned {
+                cause: ResignCause::Shutdown,
+                aborted: false,
+                ..
+            })
+        ),
+        "{seen:?}"
+    );
+    b.resign().await.expect("resign");
+    sa.close().await.expect("close");
+    sb.close().await.expect("close");
+}
+
 /// The grant of `l`, which has ended, as an [`Interval`].
 fn interval(l: &Leadership) -> Interval {
     Interval {
@@ -1678,6 +1889,16 @@ fn interval(l: &Leadership) -> Interval {
         token: l.token(),
         start: l.granted_at(),
         end: l.lost_at().expect("ended"),
+    }
+}
+
+/// The grant behind `w`, which has ended, as an [`Interval`].
+fn watch_interval(w: &LeadershipWatch) -> Interval {
+    Interval {
+        holder: w.candidate().id().to_string(),
+        token: w.token(),
+        start: w.granted_at(),
+        end: w.lost_at().expect("ended"),
     }
 }
 
@@ -1707,6 +1928,7 @@ macro_rules! conformance_tests {
             clause_13_membership => check_membership,
             clause_13_membership_after_a_cut => check_membership_after_a_cut,
             clause_14_priority => check_priority,
+            clause_15_planned_transitions => check_planned_transitions,
             session_holds_many_elections => check_many_elections_one_session,
             session_takes_free_seats_in_batches => check_batch_campaign,
             session_resigns_seats_in_batches => check_batch_resign
