@@ -23,9 +23,10 @@
 //! [`stale_writes_accepted`] (the resource accepted no write with a token that was
 //! stale, another node's, or never granted) and [`max_leaderless_gap`]. On top of that,
 //! every `acquired` line must be followed, in that process's output, by exactly one
-//! `handed_off` or `lost` line for the same token; only a process the harness SIGKILLed
-//! may leave grants open (they end at the kill instant). A node that does not drain
-//! when told is a violation too.
+//! `handed_off` or `lost` line for the same token (with any `handing_off` line between
+//! the two, as documented); only a process the harness SIGKILLed may leave grants open
+//! (they end at the kill instant). A node that does not drain when told is a violation
+//! too.
 //!
 //! Redis runs without persistence, so a store restart empties it and can hand a shard
 //! to a second node before the first one's deadline: the same documented limit as in
@@ -277,6 +278,16 @@ pub enum ShardViolation {
         /// Which of the two.
         why: &'static str,
     },
+    /// A `handing_off` line out of causal order: after the grant's `handed_off` or
+    /// `lost`, or with no `acquired` line before it.
+    OutOfOrder {
+        /// The node.
+        node: String,
+        /// The line.
+        line: Event,
+        /// Which of the two.
+        why: &'static str,
+    },
     /// A node that did not drain when told (SIGTERM): it did not exit 0 in time, or its
     /// last line was not `drained`.
     NotDrained {
@@ -289,7 +300,7 @@ pub enum ShardViolation {
 
 impl ShardViolation {
     /// The kind, for the counts in the report: `overlap`, `token_not_increasing`,
-    /// `missing_token`, `unended`, `unmatched_end`, `not_drained`.
+    /// `missing_token`, `unended`, `unmatched_end`, `out_of_order`, `not_drained`.
     pub fn kind(&self) -> &'static str {
         match self {
             ShardViolation::Fencing { violation, .. } => match violation {
@@ -299,6 +310,7 @@ impl ShardViolation {
             },
             ShardViolation::Unended { .. } => "unended",
             ShardViolation::UnmatchedEnd { .. } => "unmatched_end",
+            ShardViolation::OutOfOrder { .. } => "out_of_order",
             ShardViolation::NotDrained { .. } => "not_drained",
         }
     }
@@ -313,6 +325,7 @@ impl ShardViolation {
             }),
             ShardViolation::Unended { acquired, .. } => Some(acquired.election.as_str()),
             ShardViolation::UnmatchedEnd { end, .. } => Some(end.election.as_str()),
+            ShardViolation::OutOfOrder { line, .. } => Some(line.election.as_str()),
             ShardViolation::NotDrained { .. } => None,
         }
     }
@@ -373,6 +386,9 @@ impl ShardViolation {
                     then.join(", ")
                 )
             }
+            ShardViolation::OutOfOrder { node, line: l, why } => {
+                format!("{why} on {}: {node} printed {}", l.election, line(l))
+            }
             ShardViolation::UnmatchedEnd { node, end, why } => {
                 format!("{why} on {}: {node} printed {}", end.election, line(end))
             }
@@ -418,7 +434,8 @@ pub fn tenure_events(events: &[Event]) -> Vec<Event> {
 
 /// Every grant of `log` must end once: each `acquired` line followed by one
 /// `handed_off` or `lost` line for its election and token, and no such line without a
-/// grant it ends. A process the harness SIGKILLed may leave grants open.
+/// grant it ends; a `handing_off` line comes between the two. A process the harness
+/// SIGKILLed may leave grants open.
 pub fn grant_ends(log: &NodeLog) -> Vec<ShardViolation> {
     let mut violations = Vec::new();
     let mut open: BTreeMap<(&str, u64), usize> = BTreeMap::new();
@@ -448,6 +465,18 @@ pub fn grant_ends(log: &NodeLog) -> Vec<ShardViolation> {
                     });
                 }
                 ended.insert(key);
+            }
+            HANDING_OFF if !open.contains_key(&key) => {
+                let why = if ended.contains(&key) {
+                    "handing_off after the grant's end"
+                } else {
+                    "handing_off with no acquired line before it"
+                };
+                violations.push(ShardViolation::OutOfOrder {
+                    node: log.name.clone(),
+                    line: e.clone(),
+                    why,
+                });
             }
             _ => {}
         }
@@ -1477,10 +1506,11 @@ mod tests {
                     // drained and exited (it was not killed).
                     ev(ACQUIRED, E2, "n1", 3, 70),
                     ev(HANDING_OFF, E2, "n1", 3, 75),
-                    // An end for a token this node was never granted, and a second
-                    // end for one grant.
+                    // An end for a token this node was never granted, a second end
+                    // for one grant, and a handing_off line after the end.
                     ev(Event::LOST, E0, "n1", 4, 80),
                     ev(HANDED_OFF, E1, "n1", 8, 85),
+                    ev(HANDING_OFF, E1, "n1", 8, 86),
                     Event::new(DRAINED, "", "n1", None, 100),
                     harness(Event::EXITED, 101),
                 ],
@@ -1507,10 +1537,11 @@ mod tests {
             ("unended", Some(E2.to_owned())),
             ("unmatched_end", Some(E0.to_owned())),
             ("unmatched_end", Some(E1.to_owned())),
+            ("out_of_order", Some(E1.to_owned())),
         ] {
             assert!(found.contains(&want), "{want:?} not in {found:?}");
         }
-        assert_eq!(found.len(), 5, "{found:?}");
+        assert_eq!(found.len(), 6, "{found:?}");
         assert_eq!(check.stale_writes_accepted.len(), 1);
         let lines: Vec<String> = check.violations.iter().map(|v| v.describe(0)).collect();
         let unended = lines.iter().find(|l| l.starts_with("acquired with no end"));
