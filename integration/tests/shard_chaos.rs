@@ -8,7 +8,7 @@
 //! stale write accepted, every `acquired` ended by one `handed_off` or `lost` (unless
 //! the node was SIGKILLed), every drained node drained.
 //!
-//! The tests run one at a time (the module holds a lock), about 45 s each. A missing
+//! The tests run one at a time (the module holds a lock), about 35 s each. A missing
 //! store program fails the test, naming the install script.
 //!
 //! - `TENURE_SHARD_CHAOS_SECS` (`120`, `90s`, `30m`): a longer nemesis;
