@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure::shard::{Layout, ShardEvent, ShardManager};
-use tenure::{DynBackend, FencingToken, Timing};
+use tenure::{DynBackend, FencingToken, Timing, WorkGuard};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -32,6 +32,7 @@ async fn work(
     shard: String,
     token: FencingToken,
     stop: CancellationToken,
+    work: WorkGuard,
     ledger: Ledger,
 ) {
     println!("  {node}: start {shard} (token {token})");
@@ -50,6 +51,8 @@ async fn work(
         }
     }
     println!("  {node}: stop {shard}");
+    // The work is over: a handoff of this shard may now release the seat.
+    drop(work);
 }
 
 /// Start a node: a manager plus a loop that turns its events into shard tasks.
@@ -70,16 +73,24 @@ async fn node(
         let mut tasks = JoinSet::new();
         while let Some(event) = events.recv().await {
             match event {
-                ShardEvent::Acquired { shard, token, lost } => {
+                ShardEvent::Acquired {
+                    shard,
+                    token,
+                    stop,
+                    work: guard,
+                    ..
+                } => {
                     tasks.spawn(work(
                         id.clone(),
                         shard.name().to_string(),
                         token,
-                        lost,
+                        stop,
+                        guard,
                         ledger.clone(),
                     ));
                 }
-                // The shard's task already saw its `lost` token fire.
+                // The shard's task saw its `stop` token fire and ended before the
+                // seat was released.
                 ShardEvent::HandedOff { shard, to, .. } => {
                     println!(
                         "  {id}: handed {shard} to {}",

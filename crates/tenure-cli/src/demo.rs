@@ -1773,6 +1773,9 @@ mod tests {
             shard: layout.shards()[i].clone(),
             token: FencingToken(1),
             lost: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            work: tenure::WorkGuard::detached(),
+            at: Instant::now(),
         }
     }
 
@@ -1781,6 +1784,7 @@ mod tests {
             shard: layout.shards()[i].clone(),
             token: FencingToken(1),
             to: None,
+            at: Instant::now(),
         }
     }
 

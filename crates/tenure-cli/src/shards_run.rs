@@ -4,33 +4,39 @@
 //! Each grant of a shard gets one run of the command, with the shard and the grant's
 //! fencing token in its environment. The command is stopped (SIGTERM to its process
 //! group, SIGKILL after the grace) when the shard is lost, and before the shard is
-//! handed over: the node's `before_handoff` hook waits for the command to exit, and
-//! only then does the node resign the shard, so the next node's command starts after
-//! this one ended. SIGTERM drains the node that way, shard by shard.
+//! given up in a planned transition (a handoff, a drain, a preemption, SIGTERM): the
+//! grant's work guard is held until the command exited, and only then does the node
+//! release the seat (contract clause 15), so the next node's command starts after this
+//! one ended. SIGTERM drains the node that way, shard by shard.
 //!
 //! Event lines, each with `namespace`, `shard`, `index`, `election`, `id`, `token` and
-//! `mono_ns` (CLOCK_MONOTONIC nanoseconds): `acquired`; `command_started` (`pid`);
+//! `mono_ns` (CLOCK_MONOTONIC nanoseconds of what the line reports: the grant, the
+//! loss — for a missed deadline the deadline —, the release; not when it was printed):
+//! `acquired`; `command_started` (`pid`); `handing_off` (`to`: the node that takes it,
+//! or null) or `stepping_down` (`reason`) when the grant is asked to step down;
 //! `command_exited` (`code` or `signal`, `stopped` if tenure stopped it, `killed` if it
-//! took SIGKILL, `error` if it could not be started or waited for); `lost` (`reason`);
-//! `handing_off` (`to`: the node that takes it, or null) when the node decides to hand
-//! the shard over, and `handed_off` once its command exited and the seat is resigned.
-//! After a drain, one `drained` line (`namespace`, `id`, `mono_ns`).
+//! took SIGKILL, `error` if it could not be started or waited for); and exactly one
+//! end per `acquired`: `lost` (`reason`) or `handed_off` (`to`) once the seat is
+//! released. A grant that ended before its `acquired` line was printed is still
+//! printed, followed by its end. After a drain, one `drained` line (`namespace`, `id`,
+//! `mono_ns`).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use serde_json::{json, Value};
 use tenure::shard::{Layout, Shard, ShardEvent, ShardEvents, ShardManager};
-use tenure::{DynBackend, Error, ErrorKind, FencingToken, Member, MemoryBackend, Result, Timing};
-use tokio::sync::watch;
+use tenure::{
+    DynBackend, Error, ErrorKind, FencingToken, Member, MemoryBackend, Result, StepDownReason,
+    Timing, WorkGuard,
+};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{seconds, ShardsRunArgs};
 use crate::child::{Ended, LeaderCommand};
-use crate::clock::monotonic_now_ns;
+use crate::clock::{mono_ns, monotonic_now_ns};
 use crate::events::EventSink;
 
 /// The arguments of `tenure shards run`, checked: everything that can be wrong with
@@ -84,10 +90,16 @@ impl RunPlan {
     }
 
     fn builder(&self, backend: DynBackend) -> tenure::shard::ShardManagerBuilder {
+        // A step-down keeps the seat while the command exits: up to --grace, then
+        // SIGKILL; the seat is released only after that.
+        let timing = Timing {
+            step_down_grace: self.grace + Duration::from_secs(2),
+            ..self.timing.clone()
+        };
         let builder = ShardManager::builder(backend)
             .layout(self.layout.clone())
             .node_id(&self.id)
-            .timing(self.timing.clone());
+            .timing(timing);
         match &self.zone {
             Some(zone) => builder.zone(zone),
             None => builder,
@@ -103,23 +115,30 @@ pub async fn run_shards(
     sink: Arc<dyn EventSink>,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let jobs = Arc::new(Jobs::default());
-    let hook_jobs = jobs.clone();
-    let (manager, events) = plan
-        .builder(backend)
-        .before_handoff(move |shard, token| hook_jobs.stop(shard.index(), token.get()).boxed())
-        .start()
-        .await?;
+    let (manager, events) = plan.builder(backend).start().await?;
     let mut node = Node {
         plan,
         sink,
-        jobs,
         supervisors: JoinSet::new(),
     };
-    let result = node.follow(&manager, events, shutdown).await;
-    if let Err(e) = manager.close().await {
+    let (result, mut events) = node.follow(&manager, events, shutdown).await;
+    // Close: grants still held (after a failed drain) step down, each command stops
+    // first, and each grant's end is printed as the manager reports it.
+    let close = manager.close();
+    tokio::pin!(close);
+    let closed = loop {
+        tokio::select! {
+            r = &mut close => break r,
+            Some(event) = events.recv() => node.handle(event),
+        }
+    };
+    while let Ok(event) = events.try_recv() {
+        node.handle(event);
+    }
+    if let Err(e) = closed {
         tracing::warn!(error = %e, "closing the shard manager failed");
     }
+    while node.supervisors.join_next().await.is_some() {}
     result
 }
 
@@ -127,20 +146,19 @@ pub async fn run_shards(
 struct Node<'a> {
     plan: &'a RunPlan,
     sink: Arc<dyn EventSink>,
-    jobs: Arc<Jobs>,
     /// One task per grant: runs its command and reports how it ended.
     supervisors: JoinSet<()>,
 }
 
 impl Node<'_> {
     /// Handle the manager's events until `shutdown`, then drain: every shard handed
-    /// over, every command exited.
+    /// over, every command exited. Gives the event stream back for the close.
     async fn follow(
         &mut self,
         manager: &ShardManager,
         mut events: ShardEvents,
         shutdown: CancellationToken,
-    ) -> Result<()> {
+    ) -> (Result<()>, ShardEvents) {
         let drain = async {
             shutdown.cancelled().await;
             manager.drain().await
@@ -156,46 +174,46 @@ impl Node<'_> {
                 Some(_) = self.supervisors.join_next(), if !self.supervisors.is_empty() => {}
             }
         };
-        // The events sent before the drain ended (an acquired shard handed over
-        // before its event was read starts no command).
+        // The events sent before the drain ended.
         while let Ok(event) = events.try_recv() {
             self.handle(event);
         }
-        if drained.is_err() {
-            self.jobs.stop_all();
-        }
-        while self.supervisors.join_next().await.is_some() {}
         if drained.is_ok() {
+            while self.supervisors.join_next().await.is_some() {}
             self.sink.emit(json!({
                 "event": "drained", "namespace": self.plan.layout.namespace().as_str(),
                 "id": self.plan.id, "mono_ns": monotonic_now_ns(),
             }));
         }
-        drained
+        (drained, events)
     }
 
     fn handle(&mut self, event: ShardEvent) {
         match event {
-            ShardEvent::Acquired { shard, token, lost } => {
+            ShardEvent::Acquired {
+                shard,
+                token,
+                stop,
+                work,
+                at,
+                ..
+            } => {
                 let grant = Grant::new(self.plan, &shard, token);
-                self.sink.emit(grant.line("acquired"));
-                // Handed over (or lost) before this event was read: nothing to run.
-                let Some((stop, done)) = self.jobs.begin(shard.index(), token.get()) else {
-                    return;
-                };
-                if lost.is_cancelled() {
-                    done.send_replace(true);
+                self.sink.emit(grant.line("acquired", at));
+                // Asked to step down or lost before this event was read: nothing to
+                // run, and the work guard goes with the event.
+                if stop.is_cancelled() {
+                    if let Some(line) = grant.step_down_line(&work) {
+                        self.sink.emit(line);
+                    }
                     return;
                 }
                 let supervisor = Supervisor {
                     grant,
                     command: self.plan.command.clone(),
                     sink: self.sink.clone(),
-                    lost,
                     stop,
-                    done,
-                    // The other handoffs of its batch may take their grace too.
-                    resign_within: self.plan.grace + self.plan.timing.ttl,
+                    work,
                 };
                 self.supervisors.spawn(supervisor.run());
             }
@@ -203,14 +221,19 @@ impl Node<'_> {
                 shard,
                 token,
                 reason,
+                at,
             } => {
-                let mut line = Grant::new(self.plan, &shard, token).line("lost");
+                let mut line = Grant::new(self.plan, &shard, token).line("lost", at);
                 line["reason"] = json!(reason.to_string());
                 self.sink.emit(line);
-                self.jobs.forget(shard.index(), token.get());
             }
-            ShardEvent::HandedOff { shard, token, to } => {
-                let mut line = Grant::new(self.plan, &shard, token).line("handing_off");
+            ShardEvent::HandedOff {
+                shard,
+                token,
+                to,
+                at,
+            } => {
+                let mut line = Grant::new(self.plan, &shard, token).line("handed_off", at);
                 line["to"] = json!(to);
                 self.sink.emit(line);
             }
@@ -241,12 +264,36 @@ impl Grant {
         }
     }
 
-    /// The event line `kind` about this grant, stamped now.
-    fn line(&self, kind: &str) -> Value {
+    /// The event line `kind` about this grant, stamped with `at`.
+    fn line(&self, kind: &str, at: Instant) -> Value {
         json!({
             "event": kind, "namespace": self.namespace, "shard": self.shard,
             "index": self.index, "election": self.election, "id": self.id,
-            "token": self.token, "mono_ns": monotonic_now_ns(),
+            "token": self.token, "mono_ns": mono_ns(at),
+        })
+    }
+
+    /// `handing_off` (a handoff or a drain) or `stepping_down` (any other reason), if
+    /// the grant was asked to step down.
+    fn step_down_line(&self, work: &WorkGuard) -> Option<Value> {
+        let reason = work.step_down_reason()?;
+        let at = work.stepping_down_at().unwrap_or_else(Instant::now);
+        Some(match reason {
+            StepDownReason::Handoff(to) => {
+                let mut line = self.line("handing_off", at);
+                line["to"] = json!(to);
+                line
+            }
+            StepDownReason::Drain => {
+                let mut line = self.line("handing_off", at);
+                line["to"] = Value::Null;
+                line
+            }
+            other => {
+                let mut line = self.line("stepping_down", at);
+                line["reason"] = json!(other.to_string());
+                line
+            }
         })
     }
 
@@ -261,140 +308,48 @@ impl Grant {
     }
 }
 
-/// Runs the command of one grant and reports how it and the grant ended.
+/// Runs the command of one grant until it exits or the grant must stop, then lets the
+/// grant go (drops its work guard).
 struct Supervisor {
     grant: Grant,
     command: LeaderCommand,
     sink: Arc<dyn EventSink>,
-    /// Cancelled when the grant ends (a loss, or the resign of a handoff).
-    lost: CancellationToken,
-    /// Cancelled by the handoff hook.
+    /// Cancelled when the grant is asked to step down or ends.
     stop: CancellationToken,
-    /// Set once the command has exited, for the hook.
-    done: watch::Sender<bool>,
-    resign_within: Duration,
+    /// Held while the command runs: a step-down releases the seat once it is gone.
+    work: WorkGuard,
 }
 
 impl Supervisor {
     async fn run(self) {
         let ended = match self.command.start(&self.grant.env()) {
             Ok(running) => {
-                let mut line = self.grant.line("command_started");
+                let mut line = self.grant.line("command_started", Instant::now());
                 line["pid"] = json!(running.pid());
                 self.sink.emit(line);
-                let (lost, stop) = (self.lost.clone(), self.stop.clone());
-                let either = async move {
-                    tokio::select! {
-                        _ = lost.cancelled() => {}
-                        _ = stop.cancelled() => {}
+                let (stop, work, grant, sink) = (
+                    self.stop.clone(),
+                    self.work.clone(),
+                    self.grant.clone(),
+                    self.sink.clone(),
+                );
+                let stopped = async move {
+                    stop.cancelled().await;
+                    if let Some(line) = grant.step_down_line(&work) {
+                        sink.emit(line);
                     }
                 };
-                running.until(either).await
+                running.until(stopped).await
             }
             Err(e) => Ended::Failed(e),
         };
-        let mut line = self.grant.line("command_exited");
+        let mut line = self.grant.line("command_exited", Instant::now());
         if let (Some(line), Value::Object(fields)) = (line.as_object_mut(), ended.json_fields()) {
             line.extend(fields);
         }
         self.sink.emit(line);
-        self.done.send_replace(true);
-        // A command that exited by itself leaves the grant held until it ends.
-        tokio::select! {
-            _ = self.stop.cancelled() => {}
-            _ = self.lost.cancelled() => {}
-        }
-        if self.stop.is_cancelled() {
-            if tokio::time::timeout(self.resign_within, self.lost.cancelled())
-                .await
-                .is_err()
-            {
-                tracing::warn!(shard = %self.grant.shard, "handoff not resigned in time");
-            }
-            self.sink.emit(self.grant.line("handed_off"));
-        }
-    }
-}
-
-/// The commands of the grants this node holds, by shard index, shared between the
-/// event loop and the handoff hook.
-#[derive(Debug, Default)]
-struct Jobs(Mutex<JobTable>);
-
-#[derive(Debug, Default)]
-struct JobTable {
-    running: HashMap<usize, Job>,
-    /// Grants the hook stopped before their `Acquired` event was read.
-    stopped_early: HashSet<(usize, u64)>,
-}
-
-#[derive(Debug)]
-struct Job {
-    token: u64,
-    stop: CancellationToken,
-    done: watch::Receiver<bool>,
-}
-
-impl Jobs {
-    fn table(&self) -> std::sync::MutexGuard<'_, JobTable> {
-        match self.0.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
-    }
-
-    /// A job for grant `token` of shard `index`, unless the hook stopped it already.
-    fn begin(&self, index: usize, token: u64) -> Option<(CancellationToken, watch::Sender<bool>)> {
-        let mut table = self.table();
-        if table.stopped_early.remove(&(index, token)) {
-            return None;
-        }
-        let stop = CancellationToken::new();
-        let (done_tx, done) = watch::channel(false);
-        let job = Job {
-            token,
-            stop: stop.clone(),
-            done,
-        };
-        table.running.insert(index, job);
-        Some((stop, done_tx))
-    }
-
-    /// The handoff hook: stop the command of grant `token` of shard `index`; the
-    /// future completes once it has exited.
-    fn stop(&self, index: usize, token: u64) -> impl std::future::Future<Output = ()> + 'static {
-        let mut table = self.table();
-        let done = match table.running.get(&index) {
-            Some(job) if job.token == token => table.running.remove(&index).map(|job| {
-                job.stop.cancel();
-                job.done
-            }),
-            _ => {
-                table.stopped_early.insert((index, token));
-                None
-            }
-        };
-        async move {
-            if let Some(mut done) = done {
-                // An error means the supervisor is gone, its command with it.
-                let _ = done.wait_for(|exited| *exited).await;
-            }
-        }
-    }
-
-    /// Grant `token` of shard `index` was lost: its supervisor stops the command.
-    fn forget(&self, index: usize, token: u64) {
-        let mut table = self.table();
-        if table.running.get(&index).is_some_and(|j| j.token == token) {
-            table.running.remove(&index);
-        }
-    }
-
-    /// Stop every command (the node is going away without a drain).
-    fn stop_all(&self) {
-        for (_, job) in self.table().running.drain() {
-            job.stop.cancel();
-        }
+        // The work is over: a step-down (now or later) releases the seat at once.
+        drop(self.work);
     }
 }
 
@@ -408,7 +363,7 @@ mod tests {
     use tenure::{ErrorKind, MemoryBackend};
     use tokio_util::sync::CancellationToken;
 
-    use super::{run_shards, Jobs, RunPlan};
+    use super::{run_shards, RunPlan};
     use crate::args::{Cli, Command, ShardsCommand, ShardsRunArgs};
     use crate::events::MemorySink;
 
@@ -521,26 +476,6 @@ mod tests {
         bad_shards.extend(["--", "true"]);
         let e = RunPlan::new(&args(&bad_shards)).await.unwrap_err();
         assert!(e.to_string().contains("shards"), "{e}");
-    }
-
-    #[tokio::test]
-    async fn the_hook_stops_a_grant_whose_event_was_not_read_yet() {
-        let jobs = Jobs::default();
-        // Stopped before it began: it never starts, and nothing waits.
-        jobs.stop(3, 7).await;
-        assert!(jobs.begin(3, 7).is_none());
-        // Begun, then stopped: the hook waits for the command's exit.
-        let (stop, done) = jobs.begin(3, 8).unwrap();
-        let hook = tokio::spawn(jobs.stop(3, 8));
-        stop.cancelled().await;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!hook.is_finished());
-        done.send_replace(true);
-        hook.await.unwrap();
-        // A loss forgets the job; a later grant is a new one.
-        let _ = jobs.begin(4, 9).unwrap();
-        jobs.forget(4, 9);
-        assert!(jobs.table().running.is_empty());
     }
 
     async fn wait_for(sink: &MemorySink, what: &str, pred: impl Fn(&[Value]) -> bool) {

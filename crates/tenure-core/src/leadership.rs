@@ -131,6 +131,9 @@ pub struct Loss {
     pub token: FencingToken,
     /// Why it ended.
     pub reason: LossReason,
+    /// When it ended: the instant the lost signal fired, or for a missed deadline the
+    /// deadline itself ([`Leadership::lost_at`]).
+    pub at: Instant,
 }
 
 /// Shared state of one grant; the session keeps it to fire the lost signal.
@@ -207,6 +210,7 @@ impl GrantState {
             election: self.election.clone(),
             token: self.token,
             reason,
+            at,
         });
         true
     }
@@ -272,10 +276,10 @@ impl GrantState {
         self.guards.fetch_add(1, Ordering::SeqCst);
         self.guarded.store(true, Ordering::SeqCst);
         WorkGuard {
-            inner: Arc::new(GuardInner {
+            inner: Some(Arc::new(GuardInner {
                 state: self.clone(),
                 done: AtomicBool::new(false),
-            }),
+            })),
         }
     }
 
@@ -489,12 +493,13 @@ fn is_valid(state: &GrantState, deadline: Instant) -> bool {
 }
 
 /// A guard kept by the work a holder runs under one grant ([`Leadership::work_guard`]).
-/// Cloning it makes one more guard. When the holder is asked to step down, the seat is
-/// released once every guard is dropped or [`done`](Self::done) (or at the step-down
-/// grace), so the successor starts after the work stopped.
+/// Cloning it makes one more holder of the same guard. When the holder is asked to
+/// step down, the seat is released once every clone is dropped or one of them is
+/// [`done`](Self::done) (or at the step-down grace), so the successor starts after the
+/// work stopped.
 #[derive(Clone)]
 pub struct WorkGuard {
-    inner: Arc<GuardInner>,
+    inner: Option<Arc<GuardInner>>,
 }
 
 struct GuardInner {
@@ -511,36 +516,61 @@ impl Drop for GuardInner {
 }
 
 impl WorkGuard {
+    /// A guard of no grant, for events made by hand (tests, simulations): it has no
+    /// token, never stops, and dropping it does nothing.
+    pub fn detached() -> WorkGuard {
+        WorkGuard { inner: None }
+    }
+
     /// Say the work stopped: as if every clone of this guard were dropped.
     pub fn done(&self) {
-        if !self.inner.done.swap(true, Ordering::SeqCst) {
-            self.inner.state.guard_done();
+        if let Some(inner) = &self.inner {
+            if !inner.done.swap(true, Ordering::SeqCst) {
+                inner.state.guard_done();
+            }
         }
     }
 
-    /// The fencing token of the grant this guard belongs to.
-    pub fn token(&self) -> FencingToken {
-        self.inner.state.token
+    /// The fencing token of the grant this guard belongs to (`None` if detached).
+    pub fn token(&self) -> Option<FencingToken> {
+        self.inner.as_ref().map(|i| i.state.token)
     }
 
-    /// The stop signal of the grant (see [`Leadership::stepping_down`]).
+    /// The stop signal of the grant (see [`Leadership::stepping_down`]); a detached
+    /// guard's never fires.
     pub fn stepping_down(&self) -> CancellationToken {
-        self.inner.state.stop_token().child_token()
+        match &self.inner {
+            Some(i) => i.state.stop_token().child_token(),
+            None => CancellationToken::new(),
+        }
     }
 
     /// Why the holder was asked to step down, once it was.
     pub fn step_down_reason(&self) -> Option<StepDownReason> {
-        self.inner.state.step_down_reason().map(|(r, _)| r.clone())
+        self.state()?.step_down_reason().map(|(r, _)| r.clone())
+    }
+
+    /// When the holder was asked to step down, once it was.
+    pub fn stepping_down_at(&self) -> Option<Instant> {
+        self.state()?.step_down_reason().map(|(_, at)| *at)
+    }
+
+    fn state(&self) -> Option<&GrantState> {
+        self.inner.as_ref().map(|i| &*i.state)
     }
 }
 
 impl fmt::Debug for WorkGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WorkGuard")
-            .field("election", &self.inner.state.election)
-            .field("token", &self.inner.state.token.0)
-            .field("done", &self.inner.done.load(Ordering::SeqCst))
-            .finish()
+        match &self.inner {
+            Some(i) => f
+                .debug_struct("WorkGuard")
+                .field("election", &i.state.election)
+                .field("token", &i.state.token.0)
+                .field("done", &i.done.load(Ordering::SeqCst))
+                .finish(),
+            None => f.write_str("WorkGuard(detached)"),
+        }
     }
 }
 

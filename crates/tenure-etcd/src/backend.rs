@@ -123,7 +123,18 @@ impl Backend for EtcdBackend {
         }
     }
 
+    /// Errors where etcd cannot keep the TTL at all (below its 1 s lease, or too long);
+    /// a warning (once per timing and process) where the TTL works but is below the
+    /// floor that rides out etcd's own raft leader failover: a renewal sent just
+    /// before the leader fails has `renew_deadline − renew_interval` to be answered,
+    /// and a 3-member etcd at its default timing (heartbeat 100 ms, election timeout
+    /// 1 s) left renewals unanswered up to 2.55 s while it elected a new leader
+    /// (`integration/examples/store_failover.rs`, SIGSTOP 8 s and SIGKILL of the raft
+    /// leader, 5 runs each). With the default shares (TTL/4, TTL × 2/3) that floor is
+    /// 7 s (see the README, *The shortest TTL*).
     fn check_timing(&self, timing: &Timing) -> Result<()> {
+        /// The longest a renewal went unanswered while etcd replaced its raft leader.
+        const FAILOVER: Duration = Duration::from_millis(2550);
         if timing.ttl < MIN_TTL {
             return Err(Error::invalid(format!(
                 "ttl: {:?} is below etcd's shortest lease of 1 s",
@@ -132,6 +143,40 @@ impl Backend for EtcdBackend {
         }
         if timing.ttl.as_secs() > i64::MAX as u64 / 2 {
             return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
+        }
+        let room = timing.renew_deadline.saturating_sub(timing.renew_interval);
+        if room < FAILOVER {
+            static WARNED: std::sync::Mutex<Vec<(Duration, Duration, Duration)>> =
+                std::sync::Mutex::new(Vec::new());
+            let key = (timing.ttl, timing.renew_interval, timing.renew_deadline);
+            let first = WARNED.lock().map_or(true, |mut warned| {
+                let first = !warned.contains(&key);
+                if first && warned.len() < 64 {
+                    warned.push(key);
+                }
+                first
+            });
+            if first {
+                let share = room.as_secs_f64() / timing.ttl.as_secs_f64();
+                let floor = if share > 0.0 {
+                    format!("{:.1} s", FAILOVER.as_secs_f64() / share)
+                } else {
+                    "none (renew_deadline is not after renew_interval)".to_string()
+                };
+                tracing::warn!(
+                    ttl = ?timing.ttl,
+                    renew_interval = ?timing.renew_interval,
+                    renew_deadline = ?timing.renew_deadline,
+                    "ttl {:?} is below the floor that rides out etcd's own leader failover: \
+                     a renewal sent just before etcd's raft leader fails has renew_deadline \
+                     - renew_interval = {room:?} to be answered, and etcd at its default \
+                     timing (election timeout 1 s) left renewals unanswered up to {FAILOVER:?} \
+                     while it elected a new leader, so a healthy leader can lose its seat \
+                     then; with these renewal shares the shortest ttl that rides it out is \
+                     {floor} (7 s with the default shares; see the tenure-etcd README)",
+                    timing.ttl
+                );
+            }
         }
         Ok(())
     }

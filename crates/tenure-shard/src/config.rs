@@ -189,7 +189,7 @@ impl Layout {
 /// | `startup_quiet` | 100 ms | at start, campaign only once the member list has not changed for this long |
 /// | `balance_by_load` | off (by count) | choose leaders by the loads reported with [`report_load`](crate::ShardManager::report_load): within a tolerance of each node's share by weight (its capacity), at most so many moves per window ([`LoadPolicy`](crate::balance::LoadPolicy)) |
 /// | `load_interval` | 1 s | least time between two publications of changed load figures |
-/// | `before_handoff` | none | a hook whose future this node awaits before it resigns a shard it hands over (to stop the shard's work first) |
+/// | `before_handoff` | none | a hook whose future this node awaits, besides the `Acquired` event's work guard, before it releases a shard it was asked to give up |
 #[derive(Clone)]
 pub struct ShardManagerBuilder {
     pub(crate) backend: DynBackend,
@@ -323,15 +323,13 @@ impl ShardManagerBuilder {
         self
     }
 
-    /// Stop a shard's work before handing it over: when this node is about to hand
-    /// `shard` (granted with `token`) to another node, it calls `hook(shard, token)`
-    /// right after sending [`ShardEvent::HandedOff`](crate::ShardEvent::HandedOff),
-    /// and resigns the seat only once the returned future completes. Until then the
-    /// seat stays this node's (renewed with its session) and the new leader waits, so
-    /// the old work is over before the new leader starts. Handoffs due together are
-    /// resigned together, once all their futures complete; bound the future (a
-    /// timeout), since the shard is led by nobody else until it ends. Without a hook
-    /// the seat is resigned at once, as the application learns of the handoff.
+    /// One more way to stop a shard's work before a planned transition, besides the
+    /// `Acquired` event's work guard (which every handoff already waits for): when a
+    /// grant of `shard` (with `token`) is asked to step down (a handoff, a drain, a
+    /// preemption, close), this node calls `hook(shard, token)` and keeps the seat,
+    /// renewed, until the returned future completes and the event's work guard is
+    /// gone, or the session's step-down grace runs out. A grant that is lost (not
+    /// asked) does not call it.
     pub fn before_handoff<F>(mut self, hook: F) -> Self
     where
         F: Fn(&Shard, FencingToken) -> BoxFuture<'static, ()> + Send + Sync + 'static,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use tenure_core::{
     Candidate, DynBackend, ElectionName, Error, ErrorKind, FencingToken, Leadership,
-    LeadershipWatch, LossReason, Member, MemberStream, Result, Session,
+    LeadershipWatch, LossReason, Member, MemberStream, Result, Session, StepDownReason, WorkGuard,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -27,11 +27,22 @@ use crate::state::{Changed, OwnState, ShardSet, View};
 use crate::view::{plan_after, plan_by_load_with, plan_for, ShardView};
 
 /// What happens to this node's shards.
+///
+/// Every `Acquired` is followed by exactly one `Lost` or `HandedOff` with the same
+/// token, also for a grant that ended before its `Acquired` was sent, and at close;
+/// the events of one shard come in the order of its grants. Each carries the instant
+/// of what it reports (`at`, tokio's clock), not when it was sent.
 #[derive(Clone, Debug)]
 pub enum ShardEvent {
-    /// This node now leads `shard`. Do the shard's work until `lost` is cancelled,
+    /// This node now leads `shard`. Do the shard's work until `stop` is cancelled,
     /// passing `token` with every write to a guarded resource (the same pair a
-    /// [`Leadership`](tenure_core::Leadership) gives with `token()` and `lost()`).
+    /// [`Leadership`](tenure_core::Leadership) gives with `token()` and
+    /// `stepping_down()`). Drop `work` (every clone of it) or call
+    /// [`WorkGuard::done`] once the work has stopped: on a planned transition (a
+    /// handoff, a drain, a preemption, a handover, close) the seat stays this node's
+    /// until then (or until the session's step-down grace), so the next leader starts
+    /// after this one stopped (contract clause 15). An application that keeps no work
+    /// drops the event, and with it the guard.
     Acquired {
         /// The shard.
         shard: Shard,
@@ -39,9 +50,17 @@ pub enum ShardEvent {
         token: FencingToken,
         /// Cancelled when this leadership ends for any reason.
         lost: CancellationToken,
+        /// Cancelled when the work must stop: a planned transition began (the seat
+        /// is still held) or the leadership ended.
+        stop: CancellationToken,
+        /// The acknowledgement of a planned transition: dropped (or `done()`) once the
+        /// shard's work has stopped.
+        work: WorkGuard,
+        /// When the grant arrived.
+        at: Instant,
     },
     /// Leadership of `shard` ended without a handoff (deadline passed, session
-    /// expired, seat taken away, manager closed).
+    /// expired, seat taken away, preempted, manager closed).
     Lost {
         /// The shard.
         shard: Shard,
@@ -49,10 +68,13 @@ pub enum ShardEvent {
         token: FencingToken,
         /// Why.
         reason: LossReason,
+        /// When it ended (for a missed deadline, the deadline).
+        at: Instant,
     },
-    /// This node gave `shard` up on purpose: the preferred node `to` was campaigning
-    /// for it (rebalancing or drain), or `to` is `None` when a drain found no other
-    /// node to take it.
+    /// This node gave `shard` up on purpose, after its work acknowledged (or the
+    /// step-down grace ran out): the preferred node `to` was campaigning for it
+    /// (rebalancing or drain), or `to` is `None` when a drain found no other node to
+    /// take it.
     HandedOff {
         /// The shard.
         shard: Shard,
@@ -60,6 +82,8 @@ pub enum ShardEvent {
         token: FencingToken,
         /// The node that campaigns for it.
         to: Option<String>,
+        /// When the seat was let go.
+        at: Instant,
     },
 }
 
@@ -108,7 +132,7 @@ enum Internal {
     Granted(usize, Result<Leadership>),
     /// The answer to one batch of tries for free shards, shard by shard.
     Tried(Vec<usize>, Result<Vec<Option<Leadership>>>),
-    Lost(usize, FencingToken, LossReason),
+    Lost(usize, FencingToken, LossReason, Instant),
     /// The balancer's moves, worked out off the controller task for these figures
     /// and members.
     Rebalanced(RebalanceKey, Vec<(usize, u32)>, Duration),
@@ -129,6 +153,9 @@ enum Command {
 struct Held {
     watch: LeadershipWatch,
     leadership: Option<Leadership>,
+    /// Set once this node asked the grant to step down for a handoff or drain: the
+    /// node it goes to. Its end is then reported as `HandedOff`.
+    handing_off: Option<Option<String>>,
 }
 
 /// The last view and plan, for [`ShardManager::view`].
@@ -991,7 +1018,7 @@ impl Controller {
                 loss = losses.next(), if losses_open => match loss {
                     Some(loss) => {
                         if let Some(s) = self.layout.shard_of(&loss.election) {
-                            self.handle(Internal::Lost(s, loss.token, loss.reason));
+                            self.handle(Internal::Lost(s, loss.token, loss.reason, loss.at));
                         }
                     }
                     // The session is closed: its grants ended with it.
@@ -1180,7 +1207,7 @@ impl Controller {
 
     fn handle(&mut self, msg: Internal) {
         match &msg {
-            Internal::Started(s) | Internal::Granted(s, _) | Internal::Lost(s, _, _) => {
+            Internal::Started(s) | Internal::Granted(s, _) | Internal::Lost(s, ..) => {
                 self.dirty.mark(*s)
             }
             Internal::Tried(shards, _) => shards.iter().for_each(|s| self.dirty.mark(*s)),
@@ -1256,7 +1283,41 @@ impl Controller {
                 // Its loss arrives through the session's loss feed (no task per shard).
                 let watch = leadership.watch();
                 let token = leadership.token();
-                let lost = leadership.lost();
+                if let Some(old) = self.held.get(&s) {
+                    // A grant of the same shard still held with an older token: its
+                    // seat is gone (tokens only grow); end it first.
+                    let old = old.watch.token();
+                    self.end_grant(
+                        s,
+                        old,
+                        LossReason::Revoked("granted again".into()),
+                        Instant::now(),
+                    );
+                }
+                let work = leadership.work_guard();
+                if let Some(hook) = &self.before_handoff {
+                    // The hook is one more holder of the work: a handoff waits for it.
+                    let hook = hook.clone();
+                    let (shard, guard) = (self.layout.shards[s].clone(), leadership.work_guard());
+                    let stop = leadership.stepping_down();
+                    tokio::spawn(async move {
+                        stop.cancelled().await;
+                        // Only a planned transition waits for the hook; a loss does not.
+                        if guard.step_down_reason().is_some() {
+                            hook(&shard, token).await;
+                        }
+                        drop(guard);
+                    });
+                }
+                let event = ShardEvent::Acquired {
+                    shard: self.layout.shards[s].clone(),
+                    token,
+                    lost: leadership.lost(),
+                    stop: leadership.stepping_down(),
+                    work,
+                    at: leadership.granted_at(),
+                };
+                let ended = leadership.loss_reason().zip(leadership.lost_at());
                 lock(&self.held_watches).insert(s, watch.clone());
                 self.set_held(s, true);
                 // A new leader starts from the last figure published for the shard.
@@ -1267,14 +1328,17 @@ impl Controller {
                     Held {
                         watch,
                         leadership: Some(leadership),
+                        handing_off: None,
                     },
                 );
                 tracing::debug!(shard = s, %token, "acquired");
-                let _ = self.events.send(ShardEvent::Acquired {
-                    shard: self.layout.shards[s].clone(),
-                    token,
-                    lost,
-                });
+                let _ = self.events.send(event);
+                // Lost before it was registered here (its loss may have been read from
+                // the session's feed first, and passed over): end it now, so that it
+                // is not kept and published as held.
+                if let Some((reason, at)) = ended {
+                    self.end_grant(s, token, reason, at);
+                }
             }
             Internal::Granted(s, Err(e)) => {
                 if self.held.contains_key(&s) {
@@ -1284,22 +1348,47 @@ impl Controller {
                 }
                 self.campaign_failed(s);
             }
-            Internal::Lost(s, token, reason) => {
-                let ours = self.held.get(&s).is_some_and(|h| h.watch.token() == token);
-                if ours {
-                    self.held.remove(&s);
-                    self.set_held(s, false);
-                    self.set_load(s, 0);
-                    lock(&self.held_watches).remove(&s);
-                    tracing::info!(shard = s, %token, %reason, "leadership lost");
-                    let _ = self.events.send(ShardEvent::Lost {
-                        shard: self.layout.shards[s].clone(),
-                        token,
-                        reason,
-                    });
+            Internal::Lost(s, token, reason, at) => self.end_grant(s, token, reason, at),
+        }
+    }
+
+    /// The grant `token` of shard `s` ended (at `at`): forget it and report its end
+    /// once, as `HandedOff` if this node was handing it off, else as `Lost`. A report
+    /// of a grant not held (an older one, or one already ended) is dropped.
+    fn end_grant(&mut self, s: usize, token: FencingToken, reason: LossReason, at: Instant) {
+        if self.held.get(&s).is_none_or(|h| h.watch.token() != token) {
+            return;
+        }
+        let Some(held) = self.held.remove(&s) else {
+            return;
+        };
+        self.set_held(s, false);
+        self.set_load(s, 0);
+        self.misplaced.set(s, false);
+        self.dirty.mark(s);
+        lock(&self.held_watches).remove(&s);
+        let shard = self.layout.shards[s].clone();
+        let event = match held.handing_off {
+            Some(to) => {
+                tracing::debug!(shard = s, %token, to = ?to, "handed off");
+                ShardEvent::HandedOff {
+                    shard,
+                    token,
+                    to,
+                    at,
                 }
             }
-        }
+            None => {
+                tracing::info!(shard = s, %token, %reason, "leadership lost");
+                ShardEvent::Lost {
+                    shard,
+                    token,
+                    reason,
+                    at,
+                }
+            }
+        };
+        let _ = self.events.send(event);
     }
 
     /// Bring this node in line with the plan, looking only at the shards that may
@@ -1413,7 +1502,12 @@ impl Controller {
             task.abort();
             self.set_campaigning(s, false);
         }
-        if holding && !self.queued.contains(s) && self.handoff_of(s, view, plan).is_some() {
+        let stepping = self.held.get(&s).is_some_and(|h| h.handing_off.is_some());
+        if holding
+            && !stepping
+            && !self.queued.contains(s)
+            && self.handoff_of(s, view, plan).is_some()
+        {
             self.queued.set(s, true);
             self.pending.push_back(s);
         }
@@ -1782,21 +1876,21 @@ impl Controller {
         }
     }
 
-    /// Start the queued handoffs the token bucket allows, each checked again first; the
-    /// seats they give up are released together (`Session::resign_many`).
+    /// Start the queued handoffs the token bucket allows, each checked again first:
+    /// each grant is asked to step down (contract clause 15), and its seat is released
+    /// once the shard's work acknowledged (its `Acquired` event's work guard is gone)
+    /// or at the step-down grace; its end comes through the session's loss feed and is
+    /// reported as `HandedOff`. Releases that come due together go out in one batch.
     fn run_handoffs(&mut self, view: &View, plan: &Plan) {
-        let mut resigning = Vec::new();
-        let mut waits = Vec::new();
         while let Some(&s) = self.pending.front() {
-            // Still held and still to hand over (the plan or the claims may have moved
-            // since it was queued)?
+            // Still held, not already stepping down, and still to hand over (the plan
+            // or the claims may have moved since it was queued)?
             let due = self
                 .held
-                .contains_key(&s)
-                .then(|| self.handoff_of(s, view, plan));
-            let due = due.flatten();
+                .get(&s)
+                .filter(|h| h.handing_off.is_none())
+                .and_then(|_| self.handoff_of(s, view, plan));
             if due.is_some() && !self.bucket.take() {
-                // The seats taken so far are still resigned below (after the hooks).
                 break;
             }
             self.pending.pop_front();
@@ -1806,35 +1900,21 @@ impl Controller {
             let Some(to) = due else {
                 continue;
             };
-            let Some(mut held) = self.held.remove(&s) else {
+            let draining = self.draining;
+            let Some(held) = self.held.get_mut(&s) else {
                 continue;
             };
-            self.set_held(s, false);
-            self.set_load(s, 0);
-            self.misplaced.set(s, false);
-            self.dirty.mark(s);
-            lock(&self.held_watches).remove(&s);
             let token = held.watch.token();
             tracing::debug!(shard = s, %token, to = ?to, "handing off");
-            let _ = self.events.send(ShardEvent::HandedOff {
-                shard: self.layout.shards[s].clone(),
-                token,
-                to,
-            });
-            if let Some(hook) = &self.before_handoff {
-                waits.push(hook(&self.layout.shards[s], token));
+            held.handing_off = Some(to.clone());
+            let reason = if draining && to.is_none() {
+                StepDownReason::Drain
+            } else {
+                StepDownReason::Handoff(to)
+            };
+            if let Some(l) = &held.leadership {
+                l.step_down(reason);
             }
-            resigning.extend(held.leadership.take());
-        }
-        if !resigning.is_empty() {
-            let session = self.session.clone();
-            tokio::spawn(async move {
-                futures::future::join_all(waits).await;
-                let seats = resigning.len();
-                if let Err(e) = session.resign_many(resigning).await {
-                    tracing::warn!(seats, error = %e, "resign during handoff failed; seats not released free at the TTL");
-                }
-            });
         }
     }
 
@@ -1843,15 +1923,44 @@ impl Controller {
         for (_, t) in self.campaigning.drain() {
             t.abort();
         }
+        // A planned transition too: every grant is asked to step down, and the seats
+        // are released once the work acknowledged (or at the step-down grace).
+        for h in self.held.values() {
+            if let Some(l) = &h.leadership {
+                l.step_down(StepDownReason::Shutdown);
+            }
+        }
+        let ends: Vec<_> = self
+            .held
+            .values()
+            .map(|h| {
+                let w = h.watch.clone();
+                async move { w.lost().cancelled().await }
+            })
+            .collect();
+        let grace = self.session.timing().step_down_grace;
+        let _ = tokio::time::timeout(grace, futures::future::join_all(ends)).await;
         let held: Vec<_> = self.held.drain().collect();
         lock(&self.held_watches).clear();
         let mut resigning = Vec::with_capacity(held.len());
         for (s, mut h) in held {
-            let _ = self.events.send(ShardEvent::Lost {
-                shard: self.layout.shards[s].clone(),
-                token: h.watch.token(),
-                reason: LossReason::Resigned,
-            });
+            let reason = h.watch.loss_reason().unwrap_or(LossReason::Resigned);
+            let at = h.watch.lost_at().unwrap_or_else(Instant::now);
+            let event = match h.handing_off.take() {
+                Some(to) => ShardEvent::HandedOff {
+                    shard: self.layout.shards[s].clone(),
+                    token: h.watch.token(),
+                    to,
+                    at,
+                },
+                None => ShardEvent::Lost {
+                    shard: self.layout.shards[s].clone(),
+                    token: h.watch.token(),
+                    reason,
+                    at,
+                },
+            };
+            let _ = self.events.send(event);
             resigning.extend(h.leadership.take());
         }
         let _ = self.session.resign_many(resigning).await;

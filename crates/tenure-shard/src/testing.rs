@@ -151,6 +151,11 @@ impl Cluster {
         }
         tokio::spawn(async move {
             while let Some(event) = events.recv().await {
+                // These nodes run no work of their own: a planned transition need not
+                // wait for the logged event's work guard.
+                if let ShardEvent::Acquired { work, .. } = &event {
+                    work.done();
+                }
                 if let (Some(figures), ShardEvent::Acquired { shard, lost, .. }) =
                     (&figures, &event)
                 {

@@ -1,6 +1,7 @@
-//! `ShardManagerBuilder::before_handoff`: a node that hands shards over resigns each
-//! only once the hook's future completes, so the new leader is granted after the old
-//! node's work on the shard is over (in-memory store, paused time).
+//! `ShardManagerBuilder::before_handoff`: a node that hands shards over releases each
+//! only once the hook's future completes (and the `Acquired` event's work guard is
+//! gone), so the new leader is granted after the old node's work on the shard is over
+//! (in-memory store, paused time).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -18,12 +19,17 @@ fn timing() -> Timing {
     Timing::from_ttl(Duration::from_secs(2))
 }
 
-/// Every event of `events` with the instant it arrived, until the sender closes.
+/// Every event of `events` with the instant it arrived, until the sender closes. The
+/// log keeps no work: each grant's work guard is done at once, so the hook alone holds
+/// a handoff.
 fn record(mut events: ShardEvents) -> Arc<Mutex<Vec<(Instant, ShardEvent)>>> {
     let log = Arc::new(Mutex::new(Vec::new()));
     let sink = log.clone();
     tokio::spawn(async move {
         while let Some(e) = events.recv().await {
+            if let ShardEvent::Acquired { work, .. } = &e {
+                work.done();
+            }
             sink.lock().unwrap().push((Instant::now(), e));
         }
     });
@@ -90,19 +96,25 @@ async fn a_handoff_resigns_only_once_the_hook_is_done() {
         "b was granted a shard before the hook finished: {:?}",
         b_log.lock().unwrap()
     );
-    let handed: BTreeMap<usize, u64> = a_log
-        .lock()
-        .unwrap()
-        .iter()
-        .filter_map(|(_, e)| match e {
-            ShardEvent::HandedOff { shard, token, to } => {
-                assert_eq!(to.as_deref(), Some("b"));
-                Some((shard.index(), token.get()))
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(handed, called, "one hook call per HandedOff, same token");
+    let handed_off = |log: &Mutex<Vec<(Instant, ShardEvent)>>| -> BTreeMap<usize, u64> {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(_, e)| match e {
+                ShardEvent::HandedOff {
+                    shard, token, to, ..
+                } => {
+                    assert_eq!(to.as_deref(), Some("b"));
+                    Some((shard.index(), token.get()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(
+        handed_off(&a_log).is_empty(),
+        "handed off before the hook finished"
+    );
 
     let opened_at = Instant::now();
     gate.send_replace(true);
@@ -113,6 +125,11 @@ async fn a_handoff_resigns_only_once_the_hook_is_done() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(b.status().borrow().held, SHARDS / 2);
+    assert_eq!(
+        handed_off(&a_log),
+        called,
+        "one hook call per HandedOff, same token"
+    );
     for (at, e) in b_log.lock().unwrap().iter() {
         if let ShardEvent::Acquired { shard, .. } = e {
             assert!(called.contains_key(&shard.index()), "{shard:?}");

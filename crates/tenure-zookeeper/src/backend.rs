@@ -168,7 +168,30 @@ impl Backend for ZooKeeperBackend {
         }
     }
 
+    /// Errors where a TTL cannot work at all (the server's own range, by default
+    /// [2, 20] × `tickTime`, is checked when the session opens: the negotiated timeout
+    /// must be the TTL); a warning (once per timing and process) where the TTL works
+    /// but is below the floor that rides out an ensemble leader's failure at production
+    /// timing (`tickTime` 2000 ms, `syncLimit` 2, as Kafka's operations guide configures
+    /// ZooKeeper), for either of two reasons:
+    ///
+    /// - liveness: a renewal sent just before the leader stops has `renew_deadline −
+    ///   renew_interval` to be answered, and a session connected to the stopped leader
+    ///   went unanswered up to 5.30 s (the followers wait `syncLimit` × `tickTime` before
+    ///   they elect; then the session re-attaches;
+    ///   `integration/examples/store_failover.rs`, SIGSTOP 8 s of the leader, 5 runs);
+    /// - safety: a follower cut off from its leader goes on confirming renewals (they
+    ///   are reads it answers itself) for `syncLimit` × `tickTime`, 4 s, which must stay
+    ///   within `ttl − renew_deadline`, or the leader may expire the session and grant
+    ///   its seats elsewhere while this holder still counts itself leader.
+    ///
+    /// With the default shares (TTL/4, TTL × 2/3) the floor is 13 s (see the README,
+    /// *The shortest TTL*).
     fn check_timing(&self, timing: &Timing) -> Result<()> {
+        /// The longest a session on a stopped ensemble leader went unanswered.
+        const FAILOVER: Duration = Duration::from_millis(5300);
+        /// `syncLimit` × `tickTime` at production timing.
+        const SYNC_WINDOW: Duration = Duration::from_secs(4);
         if timing.ttl.as_millis() > i32::MAX as u128 {
             return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
         }
@@ -184,6 +207,50 @@ impl Backend for ZooKeeperBackend {
                 "ttl: {:?} is below any ZooKeeper session timeout (the server's minimum is 2 × tickTime)",
                 timing.ttl
             )));
+        }
+        let room = timing.renew_deadline.saturating_sub(timing.renew_interval);
+        let margin = timing.ttl.saturating_sub(timing.renew_deadline);
+        if room < FAILOVER || margin < SYNC_WINDOW {
+            static WARNED: std::sync::Mutex<Vec<(Duration, Duration, Duration)>> =
+                std::sync::Mutex::new(Vec::new());
+            let key = (timing.ttl, timing.renew_interval, timing.renew_deadline);
+            let first = WARNED.lock().map_or(true, |mut warned| {
+                let first = !warned.contains(&key);
+                if first && warned.len() < 64 {
+                    warned.push(key);
+                }
+                first
+            });
+            if first {
+                let ttl = timing.ttl.as_secs_f64();
+                let (room_share, margin_share) =
+                    (room.as_secs_f64() / ttl, margin.as_secs_f64() / ttl);
+                let floor = if room_share > 0.0 && margin_share > 0.0 {
+                    let floor = (FAILOVER.as_secs_f64() / room_share)
+                        .max(SYNC_WINDOW.as_secs_f64() / margin_share);
+                    format!("{floor:.1} s")
+                } else {
+                    "none".to_string()
+                };
+                tracing::warn!(
+                    ttl = ?timing.ttl,
+                    renew_interval = ?timing.renew_interval,
+                    renew_deadline = ?timing.renew_deadline,
+                    "ttl {:?} is below the floor for a ZooKeeper ensemble at production timing \
+                     (tickTime 2000 ms, syncLimit 2): a renewal sent just before the ensemble \
+                     leader stops has renew_deadline - renew_interval = {room:?} to be \
+                     answered, and a session on that leader went unanswered up to \
+                     {FAILOVER:?} (syncLimit x tickTime before the followers elect, then the \
+                     re-attach), so a healthy leader can lose its seat then; and a follower \
+                     cut off from its leader confirms renewals for syncLimit x tickTime = \
+                     {SYNC_WINDOW:?}, which must stay within ttl - renew_deadline = {margin:?} \
+                     lest the seat be granted elsewhere while this holder still counts itself \
+                     leader. With these renewal shares the shortest ttl for that ensemble is \
+                     {floor} (13 s with the default shares; shorter with a shorter tickTime \
+                     or syncLimit; see the tenure-zookeeper README)",
+                    timing.ttl
+                );
+            }
         }
         Ok(())
     }
