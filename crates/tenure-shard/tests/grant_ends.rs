@@ -1,0 +1,345 @@
+//! Every grant's end, and when it comes (in-memory store, paused time):
+//! - a handoff is a planned transition: the node keeps the seat until the `Acquired`
+//!   event's work guard is gone, and only then is the next node granted;
+//! - a grant whose loss reaches the node before its campaign's answer (the store
+//!   reports it lost as it answers) gets exactly one `Lost`, and is not kept and
+//!   published as held.
+
+use std::collections::{BTreeMap, HashMap};
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::backend::{
+    Backend, BackendSession, Capabilities, DynSession, LeaderStream, MemberStream, SessionEvents,
+};
+use tenure_core::{
+    Candidate, DynBackend, ElectionName, FencingToken, LeaderInfo, Member, MemoryBackend, Result,
+    Timing, WorkGuard,
+};
+use tenure_shard::{Layout, ShardEvent, ShardEvents, ShardManager};
+use tokio::time::Instant;
+
+fn timing() -> Timing {
+    Timing::from_ttl(Duration::from_secs(2))
+}
+
+type Log = Arc<Mutex<Vec<ShardEvent>>>;
+
+/// Every event of `events`; the work guards are kept in `work` (by shard index) when
+/// it is given, else done at once.
+fn record(mut events: ShardEvents, work: Option<Arc<Mutex<HashMap<usize, WorkGuard>>>>) -> Log {
+    let log: Log = Arc::default();
+    let sink = log.clone();
+    tokio::spawn(async move {
+        while let Some(e) = events.recv().await {
+            if let ShardEvent::Acquired { shard, work: w, .. } = &e {
+                match &work {
+                    Some(held) => {
+                        held.lock().unwrap().insert(shard.index(), w.clone());
+                    }
+                    None => w.done(),
+                }
+            }
+            // The log keeps the event without its guard's say: only `work` holds it.
+            if let ShardEvent::Acquired {
+                shard,
+                token,
+                lost,
+                stop,
+                at,
+                ..
+            } = e
+            {
+                sink.lock().unwrap().push(ShardEvent::Acquired {
+                    shard,
+                    token,
+                    lost,
+                    stop,
+                    work: WorkGuard::detached(),
+                    at,
+                });
+            } else {
+                sink.lock().unwrap().push(e);
+            }
+        }
+    });
+    log
+}
+
+/// Per grant (shard, token): (acquired, ends) counted over the log.
+fn ends(log: &Log) -> BTreeMap<(usize, u64), (usize, usize)> {
+    let mut by_grant: BTreeMap<(usize, u64), (usize, usize)> = BTreeMap::new();
+    for e in log.lock().unwrap().iter() {
+        match e {
+            ShardEvent::Acquired { shard, token, .. } => {
+                by_grant.entry((shard.index(), token.get())).or_default().0 += 1
+            }
+            ShardEvent::Lost { shard, token, .. } | ShardEvent::HandedOff { shard, token, .. } => {
+                by_grant.entry((shard.index(), token.get())).or_default().1 += 1
+            }
+        }
+    }
+    by_grant
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: not reached");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handoff_releases_the_seat_only_once_the_work_stopped() {
+    const SHARDS: usize = 8;
+    let backend: DynBackend = Arc::new(MemoryBackend::new());
+    let layout = Layout::new("drained", SHARDS, 2).unwrap();
+    let work: Arc<Mutex<HashMap<usize, WorkGuard>>> = Arc::default();
+    let (a, a_events) = ShardManager::builder(backend.clone())
+        .layout(layout.clone())
+        .node_id("a")
+        .timing(timing())
+        .start()
+        .await
+        .unwrap();
+    let a_log = record(a_events, Some(work.clone()));
+    until("a leads every shard", || a.status().borrow().held == SHARDS).await;
+    let (b, b_events) = ShardManager::builder(backend.clone())
+        .layout(layout.clone())
+        .node_id("b")
+        .timing(timing())
+        .start()
+        .await
+        .unwrap();
+    let b_log = record(b_events, None);
+    // a is asked to step down from b's share: the stop signals fire, the seats stay.
+    let asked = || {
+        a_log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| matches!(e, ShardEvent::Acquired { stop, .. } if stop.is_cancelled()))
+            .count()
+    };
+    until("a asked to step down from half", || asked() == SHARDS / 2).await;
+    // Well past the TTL: the seats are renewed, b is granted none.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        b_log.lock().unwrap().is_empty(),
+        "b granted before the work stopped"
+    );
+    assert_eq!(a.status().borrow().held, SHARDS);
+    // The work of those shards stops.
+    let released_at = Instant::now();
+    let stopped: Vec<usize> = {
+        let mut held = work.lock().unwrap();
+        let stopping: Vec<usize> = held
+            .iter()
+            .filter(|(_, w)| w.step_down_reason().is_some())
+            .map(|(s, _)| *s)
+            .collect();
+        for s in &stopping {
+            held.remove(s);
+        }
+        stopping
+    };
+    assert_eq!(stopped.len(), SHARDS / 2);
+    until("b leads its half", || {
+        b.status().borrow().held == SHARDS / 2
+    })
+    .await;
+    let handed: BTreeMap<usize, Instant> = a_log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            ShardEvent::HandedOff { shard, to, at, .. } => {
+                assert_eq!(to.as_deref(), Some("b"));
+                Some((shard.index(), *at))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(handed.keys().copied().collect::<Vec<_>>(), {
+        let mut s = stopped.clone();
+        s.sort();
+        s
+    });
+    for e in b_log.lock().unwrap().iter() {
+        if let ShardEvent::Acquired { shard, at, .. } = e {
+            let released = handed[&shard.index()];
+            assert!(released >= released_at && *at >= released, "{shard:?}");
+        }
+    }
+    work.lock().unwrap().clear();
+    for m in [&a, &b] {
+        m.close().await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for log in [&a_log, &b_log] {
+        for (token, (acquired, ended)) in ends(log) {
+            assert_eq!((acquired, ended), (1, 1), "grant {token:?}");
+        }
+    }
+}
+
+/// The in-memory store, except that for the elections in `lose` the first grant is
+/// reported lost (and the seat given up) as the campaign's answer goes back: the loss
+/// reaches the session before the grant does.
+#[derive(Debug)]
+struct LosingBackend {
+    inner: MemoryBackend,
+    lose: Arc<Mutex<Vec<ElectionName>>>,
+}
+
+#[derive(Debug)]
+struct LosingSession {
+    inner: DynSession,
+    events: SessionEvents,
+    lose: Arc<Mutex<Vec<ElectionName>>>,
+}
+
+impl LosingSession {
+    async fn maybe_lose(&self, election: &ElectionName, token: FencingToken) -> Result<()> {
+        // Each election's first grant only.
+        let lose = {
+            let mut list = self.lose.lock().unwrap();
+            let found = list.iter().position(|e| e == election);
+            found.map(|i| list.swap_remove(i)).is_some()
+        };
+        if lose {
+            self.inner.resign(election, Some(token)).await?;
+            self.events
+                .election_lost(election, token, "taken away as it was granted");
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Backend for LosingBackend {
+    fn scheme(&self) -> &'static str {
+        self.inner.scheme()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
+        let inner = self.inner.open_session(ttl, events.clone()).await?;
+        Ok(Arc::new(LosingSession {
+            inner,
+            events,
+            lose: self.lose.clone(),
+        }))
+    }
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        self.inner.leader(election).await
+    }
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        self.inner.observe(election).await
+    }
+    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        self.inner.members(namespace).await
+    }
+    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        self.inner.watch_members(namespace).await
+    }
+}
+
+#[async_trait]
+impl BackendSession for LosingSession {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+    async fn keep_alive(&self) -> Result<()> {
+        self.inner.keep_alive().await
+    }
+    async fn campaign(&self, e: &ElectionName, c: &Candidate) -> Result<FencingToken> {
+        let token = self.inner.campaign(e, c).await?;
+        self.maybe_lose(e, token).await?;
+        Ok(token)
+    }
+    async fn try_campaign(&self, e: &ElectionName, c: &Candidate) -> Result<Option<FencingToken>> {
+        let token = self.inner.try_campaign(e, c).await?;
+        if let Some(t) = token {
+            self.maybe_lose(e, t).await?;
+        }
+        Ok(token)
+    }
+    async fn try_campaign_many(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        let tokens = self.inner.try_campaign_many(seats).await?;
+        for ((e, _), t) in seats.iter().zip(&tokens) {
+            if let Some(t) = t {
+                self.maybe_lose(e, *t).await?;
+            }
+        }
+        Ok(tokens)
+    }
+    async fn resign(&self, e: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        self.inner.resign(e, token).await
+    }
+    async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
+        self.inner.resign_many(grants).await
+    }
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        self.inner.register_member(namespace, member).await
+    }
+    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        self.inner.unregister_member(namespace, id).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn grants_lost_before_they_are_registered_end_once_and_are_not_held() {
+    const SHARDS: usize = 64;
+    let layout = Layout::new("early", SHARDS, 1).unwrap();
+    // Every shard's first grant is lost as it is granted; the next ones stay.
+    let lose = Arc::new(Mutex::new(
+        layout
+            .shards()
+            .iter()
+            .map(|s| layout.election(s).clone())
+            .collect::<Vec<_>>(),
+    ));
+    let backend: DynBackend = Arc::new(LosingBackend {
+        inner: MemoryBackend::new(),
+        lose: lose.clone(),
+    });
+    let (a, events) = ShardManager::builder(backend)
+        .layout(layout.clone())
+        .node_id("a")
+        .timing(timing())
+        .start()
+        .await
+        .unwrap();
+    let log = record(events, None);
+    until("every first grant lost", || lose.lock().unwrap().is_empty()).await;
+    // The node leads every shard again, with its second grant: each first grant has
+    // exactly one end, whatever order the node read the loss and the grant in.
+    until("every shard led", || a.status().borrow().held == SHARDS).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let grants = ends(&log);
+    let lost_first = grants.values().filter(|(_, ended)| *ended == 1).count();
+    assert_eq!(lost_first, SHARDS, "{grants:?}");
+    for (grant, (acquired, ended)) in &grants {
+        assert_eq!(*acquired, 1, "grant {grant:?}");
+        assert!(*ended <= 1, "grant {grant:?} ended twice");
+    }
+    a.close().await.unwrap();
+    // Let the recorder read the last events.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for (token, (acquired, ended)) in ends(&log) {
+        assert_eq!((acquired, ended), (1, 1), "grant {token:?}");
+    }
+}
