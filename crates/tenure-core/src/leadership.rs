@@ -152,6 +152,9 @@ pub(crate) struct GrantState {
     /// Work guards ([`WorkGuard`]) alive; `guarded` once one was ever handed out.
     guards: AtomicUsize,
     guarded: AtomicBool,
+    /// Set once the holder asked for its stop signal or a work guard: only such a
+    /// holder can hear a step-down, so only its step-downs wait for it.
+    listening: AtomicBool,
     /// The step-down grace of the session.
     grace: std::time::Duration,
     /// Set by whoever takes on releasing the seat in the store.
@@ -185,6 +188,7 @@ impl GrantState {
             step_down: OnceLock::new(),
             guards: AtomicUsize::new(0),
             guarded: AtomicBool::new(false),
+            listening: AtomicBool::new(false),
             grace,
             release_claimed: AtomicBool::new(false),
             released: Released::default(),
@@ -234,8 +238,13 @@ impl GrantState {
         tracing::info!(election = %self.election, token = self.token.0, %reason, grace = ?self.grace, "asked to step down");
         crate::metrics::stepping_down(self.backend, &self.election);
         self.stop.cancel();
-        if self.guarded.load(Ordering::SeqCst) && self.guards.load(Ordering::SeqCst) == 0 {
-            // The work stopped before it was asked: nothing to wait for.
+        let unheard = !self.listening.load(Ordering::SeqCst);
+        if unheard
+            || (self.guarded.load(Ordering::SeqCst) && self.guards.load(Ordering::SeqCst) == 0)
+        {
+            // The work stopped before it was asked, or the holder never asked for the
+            // stop signal (it watches `lost()` alone, which waiting would only delay):
+            // nothing to wait for.
             self.end_step_down();
             return true;
         }
@@ -272,9 +281,16 @@ impl GrantState {
         &self.stop
     }
 
+    /// The stop signal for a holder that will act on it (see `listening`).
+    pub(crate) fn listen(&self) -> CancellationToken {
+        self.listening.store(true, Ordering::SeqCst);
+        self.stop.child_token()
+    }
+
     fn guard(self: &Arc<Self>) -> WorkGuard {
         self.guards.fetch_add(1, Ordering::SeqCst);
         self.guarded.store(true, Ordering::SeqCst);
+        self.listening.store(true, Ordering::SeqCst);
         WorkGuard {
             inner: Some(Arc::new(GuardInner {
                 state: self.clone(),
@@ -373,9 +389,11 @@ macro_rules! grant_reads {
         /// step down ([`step_down_reason`](Self::step_down_reason) says why) and when
         /// leadership ends ([`lost`](Self::lost)). The work should stop when it fires;
         /// on a step-down the seat stays held until the work acknowledges or the
-        /// step-down grace runs out.
+        /// step-down grace runs out. A holder that never asks for this signal (nor
+        /// for a [`work_guard`](Self::work_guard)) cannot hear a step-down: its seat is
+        /// released at the ask, and its lost signal fires then.
         pub fn stepping_down(&self) -> CancellationToken {
-            self.state.stop_token().child_token()
+            self.state.listen()
         }
 
         /// Why the holder was asked to step down, once it was.

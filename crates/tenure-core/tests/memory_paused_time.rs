@@ -334,6 +334,7 @@ async fn a_preempted_holder_keeps_the_seat_until_its_work_stops() {
     let (a, b) = (session(&mem).await, session(&mem).await);
     let e = name("drain");
     let la = a.campaign(&e, &ranked("a", 0)).await.unwrap();
+    let _stop = la.stepping_down();
     let high = tokio::spawn(async move { b.campaign(&name("drain"), &ranked("b", 5)).await });
     tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(la.step_down_reason(), Some(StepDownReason::Preempted));
@@ -345,6 +346,18 @@ async fn a_preempted_holder_keeps_the_seat_until_its_work_stops() {
     let lb = high.await.unwrap().unwrap();
     assert_eq!(w.loss_reason(), Some(LossReason::Resigned));
     assert!(lb.granted_at() >= resigned);
+
+    // A holder that never asked for its stop signal cannot hear a step-down: it is
+    // released at the ask (its lost signal fires then), as before clause 15.
+    let deaf = {
+        let (x, y) = (session(&mem).await, session(&mem).await);
+        let lx = x.campaign(&name("deaf"), &ranked("x", 0)).await.unwrap();
+        let asked = Instant::now();
+        let ly = y.campaign(&name("deaf"), &ranked("y", 3)).await.unwrap();
+        assert_eq!(lx.loss_reason(), Some(LossReason::Preempted));
+        ly.granted_at() - asked
+    };
+    assert_eq!(deaf, Duration::ZERO);
 
     // Never acknowledged: the seat goes at the grace.
     let (c, d) = (session(&mem).await, session(&mem).await);

@@ -1541,6 +1541,8 @@ async fn check_handover(env: &Env) {
     let low = waiter(&sc, cand("c"));
     let_queue(env).await;
     let observer = sa.observer();
+    // The holder's work listens for a step-down.
+    let stop = a.stepping_down();
     let e = observer.handover(&election, Some("nobody")).await;
     let e = e.expect_err("a handover to a waiter that is not there was accepted");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
@@ -1555,7 +1557,7 @@ async fn check_handover(env: &Env) {
     within(
         env.handover_bound(),
         "holder asked to step down",
-        a.stepping_down().cancelled(),
+        stop.cancelled(),
     )
     .await;
     assert_eq!(a.step_down_reason(), Some(StepDownReason::Preempted));
