@@ -186,13 +186,22 @@ impl Kind {
                 let program = self.program()?;
                 let peer = free_port()?;
                 let cluster = format!("e1=http://127.0.0.1:{peer}");
-                let args = etcd_args("e1", data_dir, (port, peer), &cluster, 10, "");
+                let args = etcd_args(
+                    "e1",
+                    data_dir,
+                    (port, peer),
+                    &cluster,
+                    (Some(10), "warn"),
+                    "",
+                );
                 Ok(Launch::of(&program, args))
             }
             Kind::ZooKeeper => {
                 // 20 s is the default maxSessionTimeout at 1000 ms, kept for a shorter tick.
                 let tick = zk_tick.map_or(1000, |t| t.as_millis().max(1));
-                let config = format!("tickTime={tick}\nmaxSessionTimeout=20000\nsyncLimit=5\n");
+                let config = format!(
+                    "tickTime={tick}\nmaxSessionTimeout=20000\ninitLimit=10\nsyncLimit=5\n"
+                );
                 zookeeper_launch(root, data_dir, port, &config, "ZooKeeperServerMain")
             }
             Kind::Redis => Ok(Launch::of(&self.program()?, redis_args(port, data_dir))),
@@ -243,25 +252,29 @@ fn words(text: &str) -> Vec<String> {
 
 /// An etcd member `name` with its data in `data_dir`, serving clients on loopback port
 /// `ports.0` and peers on `ports.1`, in the new cluster `cluster` (`name=peer-url,…`),
-/// with a raft heartbeat of `beat_ms` and an election timeout ten times that; `extra`
-/// are more flags.
+/// with a raft heartbeat of `beat_ms` and an election timeout ten times that (`None`:
+/// etcd's defaults, 100 ms and 1 s), logging at `log_level`; `extra` are more flags.
 fn etcd_args(
     name: &str,
     data_dir: &Path,
     (client, peer): (u16, u16),
     cluster: &str,
-    beat_ms: u32,
+    (beat_ms, log_level): (Option<u32>, &str),
     extra: &str,
 ) -> Vec<String> {
     let client = format!("http://127.0.0.1:{client}");
     let peer = format!("http://127.0.0.1:{peer}");
+    let raft = beat_ms.map_or(String::new(), |beat| {
+        format!(
+            "--heartbeat-interval {beat} --election-timeout {}",
+            beat * 10
+        )
+    });
     let mut args = words(&format!(
         "--name {name} --listen-client-urls {client} --advertise-client-urls {client} \
          --listen-peer-urls {peer} --initial-advertise-peer-urls {peer} \
-         --initial-cluster {cluster} --initial-cluster-state new {extra} \
-         --heartbeat-interval {beat_ms} --election-timeout {} \
-         --logger zap --log-level warn --data-dir",
-        beat_ms * 10
+         --initial-cluster {cluster} --initial-cluster-state new {extra} {raft} \
+         --logger zap --log-level {log_level} --data-dir"
     ));
     args.push(data_dir.display().to_string());
     args
@@ -289,8 +302,7 @@ fn zookeeper_launch(
     let classpath = zookeeper_classpath()?;
     let path = root.join("zoo.cfg");
     let text = format!(
-        "{config}initLimit=10\n\
-         dataDir={}\n\
+        "{config}dataDir={}\n\
          clientPort={port}\n\
          clientPortAddress=127.0.0.1\n\
          admin.enableServer=false\n\
@@ -1733,21 +1745,131 @@ mod tests {
     }
 }
 
+/// How a local store cluster ([`EtcdCluster`], [`ZooKeeperEnsemble`]) is timed. The
+/// single-server handles ([`EtcdServer`], [`ZooKeeperServer`]) keep their own fast
+/// settings: they test the backends against one server, not a store's failover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ClusterTiming {
+    /// As production runs them: etcd at its defaults (heartbeat 100 ms, election
+    /// timeout 1 s); ZooKeeper with `tickTime` 2000 ms, `initLimit` 5 and `syncLimit` 2
+    /// (the production configuration of Kafka's operations guide), so session timeouts
+    /// from 4 s to 40 s are honoured. Every cluster fault test and clustered chaos run
+    /// uses this.
+    #[default]
+    Production,
+    /// Faster than anyone runs a store, for the labelled fast group (`fast_…` tests)
+    /// only: etcd with a 20 ms heartbeat and a 200 ms election timeout; ZooKeeper with
+    /// `tickTime` 500 ms, `initLimit` 10 and `syncLimit` 2 (session timeouts from 1 s
+    /// to 20 s). Failovers here take a fraction of the production time, so a test that
+    /// passes only here says nothing about a production cluster.
+    Fast,
+}
+
+impl ClusterTiming {
+    /// `production` or `fast`, for test names and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClusterTiming::Production => "production",
+            ClusterTiming::Fast => "fast",
+        }
+    }
+
+    /// etcd's raft heartbeat in milliseconds (the election timeout is ten of them);
+    /// `None` leaves etcd's defaults.
+    fn etcd_heartbeat_ms(self) -> Option<u32> {
+        match self {
+            ClusterTiming::Production => None,
+            ClusterTiming::Fast => Some(20),
+        }
+    }
+
+    /// etcd's election timeout.
+    pub fn etcd_election_timeout(self) -> Duration {
+        Duration::from_millis(u64::from(self.etcd_heartbeat_ms().unwrap_or(100)) * 10)
+    }
+
+    /// ZooKeeper's `tickTime`.
+    pub fn zookeeper_tick(self) -> Duration {
+        match self {
+            ClusterTiming::Production => Duration::from_millis(2000),
+            ClusterTiming::Fast => Duration::from_millis(500),
+        }
+    }
+
+    /// ZooKeeper's (`initLimit`, `syncLimit`), in ticks.
+    fn zookeeper_limits(self) -> (u32, u32) {
+        match self {
+            ClusterTiming::Production => (5, 2),
+            ClusterTiming::Fast => (10, 2),
+        }
+    }
+
+    /// `syncLimit` × `tickTime`: how long a ZooKeeper follower goes on without its
+    /// leader (answering its clients' reads and pings) before it gives up and elects.
+    pub fn zookeeper_sync_window(self) -> Duration {
+        self.zookeeper_tick() * self.zookeeper_limits().1
+    }
+
+    /// The session timeouts a ZooKeeper ensemble honours: [2, 20] × `tickTime`.
+    pub fn zookeeper_session_timeouts(self) -> (Duration, Duration) {
+        (self.zookeeper_tick() * 2, self.zookeeper_tick() * 20)
+    }
+
+    /// The ensemble's `zoo.cfg` lines for its tick, limits and session timeouts.
+    fn zookeeper_config(self) -> String {
+        let (init, sync) = self.zookeeper_limits();
+        let (min, max) = self.zookeeper_session_timeouts();
+        format!(
+            "tickTime={}\ninitLimit={init}\nsyncLimit={sync}\nminSessionTimeout={}\n\
+             maxSessionTimeout={}\n",
+            self.zookeeper_tick().as_millis(),
+            min.as_millis(),
+            max.as_millis()
+        )
+    }
+}
+
 /// A local etcd cluster of several members, each its own process with its own data
-/// directory, on free loopback ports (fast raft timings, as [`EtcdServer`]). Faults
-/// go to one member at a time: [`pause`](Self::pause) (SIGSTOP), [`resume`](Self::resume),
-/// [`kill`](Self::kill), [`restart`](Self::restart).
+/// directory, on free loopback ports, timed as its [`ClusterTiming`] says (production
+/// unless started with [`start_with`](Self::start_with)); the members log at `info`
+/// (elections, and a paused leader's lease revocations, see
+/// [`leases_expired`](Self::leases_expired)). Faults go to one member at a time:
+/// [`pause`](Members::pause) (SIGSTOP), [`resume`](Members::resume),
+/// [`kill`](Members::kill), [`restart`](Members::restart).
 ///
 /// Dropping it kills every member and removes the data directories.
 #[derive(Debug)]
 pub struct EtcdCluster {
     members: Members,
+    timing: ClusterTiming,
 }
 
 impl EtcdCluster {
-    /// Starts `size` members together and waits until each answers `/health`.
+    /// Starts `size` members at production timing together and waits until each
+    /// answers `/health`.
     pub async fn start(size: usize) -> Result<Self> {
-        let program = find_etcd("etcd")?;
+        Self::start_with(size, ClusterTiming::Production).await
+    }
+
+    /// Starts `size` members with `timing`, logging at `info`.
+    pub async fn start_with(size: usize, timing: ClusterTiming) -> Result<Self> {
+        Self::start_logging(size, timing, "info").await
+    }
+
+    /// Starts `size` members with `timing`, logging at `log_level` (`debug` shows,
+    /// with etcd 3.5.13 or later, whether a member that was paused skipped the
+    /// leadership check before it revoked leases as it resumed). The members run the
+    /// harness's etcd, or the program `TENURE_CLUSTER_ETCD` names (to compare etcd
+    /// versions, e.g. Debian bookworm's 3.4.23 in `/usr/bin/etcd`).
+    pub async fn start_logging(
+        size: usize,
+        timing: ClusterTiming,
+        log_level: &str,
+    ) -> Result<Self> {
+        let program = match std::env::var_os("TENURE_CLUSTER_ETCD") {
+            Some(program) if !program.is_empty() => PathBuf::from(program),
+            _ => find_etcd("etcd")?,
+        };
         let ports: Vec<(u16, u16)> = (0..size)
             .map(|_| Ok((free_port()?, free_port()?)))
             .collect::<Result<_>>()?;
@@ -1761,13 +1883,67 @@ impl EtcdCluster {
             format!("--initial-cluster-token tenure-{}", std::process::id()),
         );
         let clients: Vec<u16> = ports.iter().map(|p| p.0).collect();
+        let raft = (timing.etcd_heartbeat_ms(), log_level);
         let members = Members::spawn(Kind::Etcd, "tenure-etcd-cluster-", &clients, |i, _, dir| {
-            let args = etcd_args(&format!("e{i}"), dir, ports[i], &initial, 20, &token);
+            let args = etcd_args(&format!("e{i}"), dir, ports[i], &initial, raft, &token);
             Ok(Launch::of(&program, args))
         });
         Ok(EtcdCluster {
             members: members.await?,
+            timing,
         })
+    }
+
+    /// How the cluster is timed.
+    pub fn timing(&self) -> ClusterTiming {
+        self.timing
+    }
+
+    /// The version member `i` reports (`/version`'s `etcdserver`, e.g. `3.5.16`).
+    pub async fn version(&self, i: usize) -> Result<String> {
+        let addr = self.member_addr(i)?;
+        let text = probe::http_get(addr, "/version", Duration::from_secs(2))
+            .await
+            .map_err(|why| HarnessError::failed(format!("GET /version of etcd member {i}"), why))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map_or(text.as_str(), |(_, b)| b);
+        let value: serde_json::Value = serde_json::from_str(body.trim()).map_err(|e| {
+            HarnessError::failed(format!("reading etcd member {i}'s /version"), e.to_string())
+        })?;
+        match value["etcdserver"].as_str() {
+            Some(v) => Ok(v.to_string()),
+            None => Err(HarnessError::failed(
+                format!("reading etcd member {i}'s /version"),
+                format!("no etcdserver in {body}"),
+            )),
+        }
+    }
+
+    /// How many leases member `i`'s own lessor revoked because their TTL ran out on
+    /// its clock since it started (`etcd_debugging_server_lease_expired_total` of its
+    /// `/metrics`): only a member that is (or believes it is) raft leader revokes, so a
+    /// count that grows on a member that was paused while another led is that member's
+    /// stale lessor at work.
+    pub async fn leases_expired(&self, i: usize) -> Result<u64> {
+        let addr = self.member_addr(i)?;
+        let text = read_metrics(addr)
+            .await
+            .map_err(|why| HarnessError::failed(format!("GET /metrics of etcd member {i}"), why))?;
+        let name = "etcd_debugging_server_lease_expired_total";
+        let value = text.lines().find_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            rest.trim().parse::<f64>().ok()
+        });
+        Ok(value.unwrap_or(0.0) as u64)
+    }
+
+    fn member_addr(&self, i: usize) -> Result<SocketAddr> {
+        self.members
+            .addrs()
+            .get(i)
+            .copied()
+            .ok_or_else(|| self.members.missing(i))
     }
 
     /// Waits (at most 30 s) until a member is raft leader; its index.
@@ -1817,13 +1993,40 @@ impl EtcdCluster {
     }
 }
 
+/// The whole `/metrics` page of the etcd member at `addr` (HTTP/1.0, so not chunked;
+/// larger than the probes' answers), within 5 s.
+async fn read_metrics(addr: SocketAddr) -> std::result::Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let work = async {
+        let mut stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut text = Vec::new();
+        stream
+            .take(16 << 20)
+            .read_to_end(&mut text)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&text).into_owned())
+    };
+    match tokio::time::timeout(Duration::from_secs(5), work).await {
+        Ok(result) => result,
+        Err(_) => Err("no answer within 5 s".to_string()),
+    }
+}
+
 /// A ZooKeeper ensemble of local servers (`QuorumPeerMain`) on free loopback ports,
-/// with `tickTime` 500 ms (session timeouts from 1 s to 20 s are honoured; a 5 s
-/// session is ten ticks), `syncLimit` 2 ticks and `initLimit` 10 ticks. A server cut
-/// off from its leader goes on answering reads for `syncLimit` × `tickTime` (1 s here),
-/// and a session re-attaching to a follower waits for the leader that long: kept below
-/// a third of the session timeout, a renewal answered that way still ends its renew
-/// deadline (two thirds of the TTL by default) before the quorum could expire the session. Members are
+/// timed as its [`ClusterTiming`] says (production unless started with
+/// [`start_with`](Self::start_with)): at production timing `tickTime` 2000 ms,
+/// `initLimit` 5, `syncLimit` 2, session timeouts from 4 s to 40 s. A follower cut off
+/// from its leader goes on answering its clients' reads and pings for `syncLimit` ×
+/// `tickTime` (4 s at production timing,
+/// [`sync_window`](ClusterTiming::zookeeper_sync_window)) before it drops them and
+/// elects; a session re-attaching meanwhile waits for the new leader. Members are
 /// numbered from 0; member `i` has `myid` `i + 1`. Each is ready once `srvr` answers
 /// with a `Mode:` (it serves only while it is part of a quorum).
 ///
@@ -1831,11 +2034,17 @@ impl EtcdCluster {
 #[derive(Debug)]
 pub struct ZooKeeperEnsemble {
     members: Members,
+    timing: ClusterTiming,
 }
 
 impl ZooKeeperEnsemble {
-    /// Starts `size` servers together and waits until each serves.
+    /// Starts `size` servers at production timing together and waits until each serves.
     pub async fn start(size: usize) -> Result<Self> {
+        Self::start_with(size, ClusterTiming::Production).await
+    }
+
+    /// Starts `size` servers with `timing` together and waits until each serves.
+    pub async fn start_with(size: usize, timing: ClusterTiming) -> Result<Self> {
         let ports: Vec<(u16, u16, u16)> = (0..size)
             .map(|_| Ok((free_port()?, free_port()?, free_port()?)))
             .collect::<Result<_>>()?;
@@ -1846,9 +2055,7 @@ impl ZooKeeperEnsemble {
                 format!("server.{}=127.0.0.1:{peer}:{election}\n", i + 1)
             })
             .collect();
-        let config = format!(
-            "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=20000\nsyncLimit=2\n{servers}"
-        );
+        let config = format!("{}{servers}", timing.zookeeper_config());
         let clients: Vec<u16> = ports.iter().map(|p| p.0).collect();
         let prefix = "tenure-zookeeper-ensemble-";
         let members = Members::spawn(Kind::ZooKeeper, prefix, &clients, |i, root, dir| {
@@ -1857,7 +2064,13 @@ impl ZooKeeperEnsemble {
         });
         Ok(ZooKeeperEnsemble {
             members: members.await?,
+            timing,
         })
+    }
+
+    /// How the ensemble is timed.
+    pub fn timing(&self) -> ClusterTiming {
+        self.timing
     }
 
     /// What server `i` answers to the four-letter word `srvr` (within 1 s).
@@ -2000,6 +2213,20 @@ impl Members {
             .get(i)
             .map(|(_, local)| local.log_tail())
             .unwrap_or_default()
+    }
+
+    /// The lines of member `i`'s whole log (all its runs) that contain any of
+    /// `needles`, in order.
+    pub fn log_lines(&self, i: usize, needles: &[&str]) -> Vec<String> {
+        let Some((_, local)) = self.list.get(i) else {
+            return Vec::new();
+        };
+        let text = std::fs::read(&local.log_path).unwrap_or_default();
+        String::from_utf8_lossy(&text)
+            .lines()
+            .filter(|line| needles.iter().any(|n| line.contains(n)))
+            .map(str::to_string)
+            .collect()
     }
 
     fn missing(&self, i: usize) -> HarnessError {
