@@ -1228,7 +1228,9 @@ macro_rules! server_handle {
 
 server_handle! {
     /// A single-member etcd server (fast raft timings: 10 ms heartbeat, 100 ms
-    /// election timeout), ready once `GET /health` reports healthy. Its endpoint is
+    /// election timeout; one member elects only itself, so they shorten its start, not a
+    /// failover: the store-failover tests use an [`EtcdCluster`] at production timing,
+    /// see [`ClusterTiming`]), ready once `GET /health` reports healthy. Its endpoint is
     /// the client URL, `http://127.0.0.1:PORT`.
     EtcdServer, Kind::Etcd
 }
@@ -1293,8 +1295,10 @@ impl RedisServer {
 
 server_handle! {
     /// A standalone ZooKeeper server with `tickTime=1000` (so session timeouts from
-    /// 2 s to 20 s are honoured), ready once the four-letter command `srvr` reports a
-    /// mode. Its endpoint is the connect string, `127.0.0.1:PORT` (no scheme).
+    /// 2 s to 20 s are honoured; a standalone server has no leader to lose, so this is
+    /// not the production timing the [`ZooKeeperEnsemble`] runs at, see
+    /// [`ClusterTiming`]), ready once the four-letter command `srvr` reports a mode. Its
+    /// endpoint is the connect string, `127.0.0.1:PORT` (no scheme).
     ZooKeeperServer, Kind::ZooKeeper
 }
 
