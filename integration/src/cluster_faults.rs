@@ -4,6 +4,17 @@
 //! on its own cluster. A healthy leader must keep its seat through any one member's
 //! crash, pause or restart; losing quorum loses it by the deadline, and quorum's
 //! return elects again.
+//!
+//! The clusters run at the stores' production timing ([`ClusterTiming::Production`]:
+//! etcd's defaults, ZooKeeper with `tickTime` 2000 ms, `initLimit` 5, `syncLimit` 2),
+//! and the sessions use the shortest TTL that rides out the store's own leader
+//! failover with the core's default renewal shares ([`ETCD_TTL_FLOOR`],
+//! [`ZOOKEEPER_TTL_FLOOR`]). A labelled fast group (`fast_…` tests,
+//! [`ClusterTiming::Fast`]) runs the same scenarios on clusters timed faster than
+//! anyone runs them in production, with [`FAST_TTL`]. For measurements,
+//! `TENURE_CLUSTER_TTL`, `TENURE_CLUSTER_RENEW_INTERVAL` and
+//! `TENURE_CLUSTER_RENEW_DEADLINE` (seconds, e.g. `5`, `0.625`, `4.5`) change the
+//! sessions' timing ([`session_timing`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,10 +25,60 @@ use tenure_core::{
     Backend, Candidate, DynBackend, ElectionName, Leadership, LossReason, Session, Timing,
 };
 
+pub use crate::server::ClusterTiming;
 use crate::{EtcdCluster, Members, Result, ZooKeeperEnsemble};
 
-/// The session TTL of the cluster scenarios.
-pub const TTL: Duration = Duration::from_secs(5);
+/// The session TTL of the fast group's scenarios ([`ClusterTiming::Fast`]).
+pub const FAST_TTL: Duration = Duration::from_secs(5);
+
+/// The shortest TTL whose renewals, at the core's default shares (every TTL/4, deadline
+/// TTL × 2/3), ride out a 3-member etcd cluster's raft leader failover at etcd's
+/// default timing: `renew_deadline − renew_interval` = 5/12 of the TTL must cover the
+/// longest time a renewal goes unanswered, measured up to 2.55 s
+/// (`examples/store_failover.rs`, 5 runs each of SIGSTOP 8 s and SIGKILL of the raft
+/// leader): 2.55 s × 12/5 = 6.1 s, so 7 s (2.92 s of room).
+pub const ETCD_TTL_FLOOR: Duration = Duration::from_secs(7);
+
+/// The same for a 3-server ZooKeeper ensemble at production timing (`tickTime` 2 s,
+/// `syncLimit` 2): a session on the ensemble leader goes unanswered up to 5.30 s when
+/// the leader stops (the followers wait `syncLimit` × `tickTime` before they elect,
+/// then the session re-attaches), so 5/12 of the TTL must be at least 5.30 s: 12.7 s;
+/// and a follower cut off from its leader confirms renewals (local reads) for
+/// `syncLimit` × `tickTime` = 4 s, which must stay within `ttl − renew_deadline` (a
+/// third of the TTL): 12 s. So 13 s.
+pub const ZOOKEEPER_TTL_FLOOR: Duration = Duration::from_secs(13);
+
+/// Runs the cluster tests of one test binary one at a time: each runs several store
+/// processes, and two side by side on a 2-core machine starve each other's
+/// heartbeats, which is not the fault under test.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The sessions' timing in the scenarios on `cluster`: [`Timing::from_ttl`] of its
+/// [`ttl`](StoreCluster::ttl), with `TENURE_CLUSTER_TTL`,
+/// `TENURE_CLUSTER_RENEW_INTERVAL` and `TENURE_CLUSTER_RENEW_DEADLINE` (seconds) in the
+/// environment taking the place of the TTL, the renew interval and the renew deadline.
+/// Panics on a value that is not a positive number of seconds or a timing that does
+/// not validate.
+pub fn session_timing(cluster: &dyn StoreCluster) -> Timing {
+    let seconds = |name: &str| -> Option<Duration> {
+        let value = std::env::var(name).ok()?;
+        match value.trim().parse::<f64>() {
+            Ok(s) if s > 0.0 && s.is_finite() => Some(Duration::from_secs_f64(s)),
+            _ => panic!("{name}={value:?}: not a positive number of seconds"),
+        }
+    };
+    let mut timing = Timing::from_ttl(seconds("TENURE_CLUSTER_TTL").unwrap_or(cluster.ttl()));
+    if let Some(interval) = seconds("TENURE_CLUSTER_RENEW_INTERVAL") {
+        timing.renew_interval = interval;
+    }
+    if let Some(deadline) = seconds("TENURE_CLUSTER_RENEW_DEADLINE") {
+        timing.renew_deadline = deadline;
+    }
+    if let Err(e) = timing.validate() {
+        panic!("the cluster sessions' timing {timing:?}: {e}");
+    }
+    timing
+}
 
 /// What the cluster scenarios need of a local store cluster: its members (faults on
 /// one at a time), a backend over every member, and which member leads the store.
@@ -28,6 +89,11 @@ pub trait StoreCluster: std::ops::DerefMut<Target = Members> + Send + Sync {
     fn wait_leader(&self) -> BoxFuture<'_, Result<usize>>;
     /// The members `session` talks to now (its renewals, its keep-alive stream).
     fn in_use<'a>(&'a self, session: &'a Session) -> BoxFuture<'a, Result<Vec<usize>>>;
+    /// How the cluster is timed.
+    fn cluster_timing(&self) -> ClusterTiming;
+    /// The sessions' TTL on this cluster: the shortest that rides out the store's own
+    /// leader failover at production timing, [`FAST_TTL`] in the fast group.
+    fn ttl(&self) -> Duration;
     /// How long a member cut off from the quorum may go on answering.
     fn sync_window(&self) -> Duration {
         Duration::ZERO
@@ -36,6 +102,12 @@ pub trait StoreCluster: std::ops::DerefMut<Target = Members> + Send + Sync {
     /// session's seats as it resumes (by revoking leases it stopped counting for).
     fn revokes_when_leader_resumes(&self) -> bool {
         false
+    }
+    /// How many leases `member`'s own lessor revoked as expired so far, where the store
+    /// says (etcd's `/metrics`); `None` elsewhere.
+    fn leases_expired(&self, member: usize) -> BoxFuture<'_, Option<u64>> {
+        let _ = member;
+        Box::pin(async { None })
     }
 }
 
@@ -66,12 +138,37 @@ impl StoreCluster for EtcdCluster {
         Box::pin(EtcdCluster::wait_leader(self))
     }
 
+    fn cluster_timing(&self) -> ClusterTiming {
+        self.timing()
+    }
+
+    fn ttl(&self) -> Duration {
+        match self.timing() {
+            ClusterTiming::Production => ETCD_TTL_FLOOR,
+            ClusterTiming::Fast => FAST_TTL,
+        }
+    }
+
+    /// Two election timeouts: a raft leader cut off from its quorum answers lease
+    /// keep-alives from its own lessor until check-quorum steps it down, at the end of
+    /// the first election timeout in which it heard from no quorum (seen at production
+    /// timing: with the two other members stopped, no lost signal within the renew
+    /// deadline and 1 s more, in 1 of 5 runs). A new leader extends every lease by the
+    /// TTL and an election timeout as it takes over, so this costs liveness only.
+    fn sync_window(&self) -> Duration {
+        self.timing().etcd_election_timeout() * 2
+    }
+
     /// etcd's raft leader, resumed after a pause past a lease's TTL, can revoke the
     /// lease although the new leader kept it alive (etcd issue 15247; seen here with
     /// 3.4.23 and 3.5.16: the session's key deleted at the next revision, within
     /// milliseconds of the resume, while every keep-alive had been answered).
     fn revokes_when_leader_resumes(&self) -> bool {
         true
+    }
+
+    fn leases_expired(&self, member: usize) -> BoxFuture<'_, Option<u64>> {
+        Box::pin(async move { EtcdCluster::leases_expired(self, member).await.ok() })
     }
 }
 
@@ -95,9 +192,20 @@ impl StoreCluster for ZooKeeperEnsemble {
         Box::pin(ZooKeeperEnsemble::wait_leader(self))
     }
 
+    fn cluster_timing(&self) -> ClusterTiming {
+        self.timing()
+    }
+
+    fn ttl(&self) -> Duration {
+        match self.timing() {
+            ClusterTiming::Production => ZOOKEEPER_TTL_FLOOR,
+            ClusterTiming::Fast => FAST_TTL,
+        }
+    }
+
     /// The ensemble's `syncLimit` × `tickTime`.
     fn sync_window(&self) -> Duration {
-        Duration::from_secs(1)
+        self.timing().zookeeper_sync_window()
     }
 }
 
@@ -116,21 +224,35 @@ pub async fn run(scenario: &str, cluster: &mut dyn StoreCluster) {
 }
 
 /// Stamps the cluster scenarios as tests, each named after its scenario and run on a
-/// fresh cluster, one at a time: each runs several store processes, and two side by
-/// side on a 2-core machine starve each other's heartbeats, which is not the fault
-/// under test. `$start` starts a cluster (its `.await` is a `Result` of a
-/// [`StoreCluster`]).
+/// fresh cluster, one at a time ([`SERIAL`]). `$start` starts a cluster at production
+/// timing (its `.await` is a `Result` of a [`StoreCluster`]); `fast: $fast` adds the
+/// labelled fast group, the same scenarios named `fast_<scenario>` on a cluster
+/// `$fast` starts with [`ClusterTiming::Fast`].
 #[macro_export]
 macro_rules! cluster_fault_tests {
     ($start:expr) => {
-        static SERIAL: ::tokio::sync::Mutex<()> = ::tokio::sync::Mutex::const_new(());
-        $crate::cluster_fault_tests!(@each $start, pausing_each_member pausing_the_member_in_use
-            pausing_the_store_leader killing_the_store_leader a_rolling_restart losing_quorum);
+        $crate::cluster_fault_tests!(@each $start,
+            pausing_each_member => pausing_each_member,
+            pausing_the_member_in_use => pausing_the_member_in_use,
+            pausing_the_store_leader => pausing_the_store_leader,
+            killing_the_store_leader => killing_the_store_leader,
+            a_rolling_restart => a_rolling_restart,
+            losing_quorum => losing_quorum);
     };
-    (@each $start:expr, $($scenario:ident)*) => {$(
+    ($start:expr, fast: $fast:expr) => {
+        $crate::cluster_fault_tests!($start);
+        $crate::cluster_fault_tests!(@each $fast,
+            fast_pausing_each_member => pausing_each_member,
+            fast_pausing_the_member_in_use => pausing_the_member_in_use,
+            fast_pausing_the_store_leader => pausing_the_store_leader,
+            fast_killing_the_store_leader => killing_the_store_leader,
+            fast_a_rolling_restart => a_rolling_restart,
+            fast_losing_quorum => losing_quorum);
+    };
+    (@each $start:expr, $($test:ident => $scenario:ident),*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $scenario() {
-            let _serial = SERIAL.lock().await;
+        async fn $test() {
+            let _serial = $crate::cluster_faults::SERIAL.lock().await;
             $crate::cluster_faults::logs();
             let mut cluster = $start.await.expect(concat!("start the cluster: ", stringify!($start)));
             $crate::cluster_faults::run(stringify!($scenario), &mut cluster).await;
@@ -156,7 +278,12 @@ pub fn election(what: &str) -> ElectionName {
 
 /// A session with `ttl` and otherwise default timing on `backend`.
 pub async fn session(backend: DynBackend, ttl: Duration) -> Session {
-    match Session::open(backend, Timing::from_ttl(ttl)).await {
+    session_with(backend, Timing::from_ttl(ttl)).await
+}
+
+/// A session with `timing` on `backend`.
+pub async fn session_with(backend: DynBackend, timing: Timing) -> Session {
+    match Session::open(backend, timing).await {
         Ok(s) => s,
         Err(e) => panic!("open a session: {e}"),
     }
@@ -222,11 +349,13 @@ pub async fn hold_through(
     what: &str,
 ) {
     let lost = leadership.lost();
+    let since = Instant::now();
     tokio::select! {
         _ = lost.cancelled() => panic!(
-            "{what}: a healthy leader lost its seat ({:?} at {:?})\n{}",
+            "{what}: a healthy leader lost its seat ({:?}, {:.2} s into it; {:?})\n{}",
             leadership.loss_reason(),
-            leadership.lost_at(),
+            since.elapsed().as_secs_f64(),
+            session_timing(cluster),
             member_logs(cluster)
         ),
         _ = tokio::time::sleep(how_long) => {}
@@ -247,12 +376,14 @@ fn member_logs(cluster: &dyn StoreCluster) -> String {
 /// it was paused (`was_store_leader`) and the store is one that may then delete a
 /// healthy session's seat ([`StoreCluster::revokes_when_leader_resumes`]). There a
 /// loss must be the store's deletion of the seat ([`LossReason::Revoked`]; a renew
-/// deadline or anything else the client decided still fails), and the seat must be
-/// granted again to a new session, with a greater token, which is returned.
+/// deadline or anything else the client decided still fails), the store must say that
+/// the paused member revoked it (its count of leases it revoked as expired,
+/// `revoked_before` when it was paused, grew), and the seat must be granted again to a
+/// new session, with a greater token, which is returned.
 async fn hold_after_resume(
     cluster: &dyn StoreCluster,
     (s, l): (Session, Leadership),
-    was_store_leader: bool,
+    (member, was_store_leader, revoked_before): (usize, bool, Option<u64>),
     how_long: Duration,
     what: &str,
 ) -> (Session, Leadership) {
@@ -275,17 +406,28 @@ async fn hold_after_resume(
             member_logs(cluster)
         );
     }
-    eprintln!("{what}: the store deleted the seat as its paused raft leader resumed ({reason:?}); electing again");
+    let revoked_after = cluster.leases_expired(member).await;
+    if let (Some(before), Some(after)) = (revoked_before, revoked_after) {
+        assert!(
+            after > before,
+            "{what}: the seat was deleted ({reason:?}), but member {member}, which was \
+             paused, revoked no lease as expired ({before} before its pause, {after} now)\n{}",
+            member_logs(cluster)
+        );
+    }
+    eprintln!(
+        "{what}: the store deleted the seat as its paused raft leader resumed ({reason:?}; \
+         leases member {member} revoked as expired: {revoked_before:?} before its pause, \
+         {revoked_after:?} after); electing again"
+    );
     let (token, election) = (l.token(), l.election().clone());
     drop(l);
     let _ = s.close().await;
     let s = cluster_session(cluster).await;
-    let l = match tokio::time::timeout(TTL * 2, lead_in(&s, &election)).await {
+    let within = session_timing(cluster).ttl * 2;
+    let l = match tokio::time::timeout(within, lead_in(&s, &election)).await {
         Ok(l) => l,
-        Err(_) => panic!(
-            "{what}: the seat was not granted again within {:?}",
-            TTL * 2
-        ),
+        Err(_) => panic!("{what}: the seat was not granted again within {within:?}"),
     };
     assert!(
         l.token() > token,
@@ -294,9 +436,9 @@ async fn hold_after_resume(
     (s, l)
 }
 
-/// A session with [`TTL`] over every member of `cluster`.
+/// A session with [`session_timing`] over every member of `cluster`.
 async fn cluster_session(cluster: &dyn StoreCluster) -> Session {
-    session(cluster.connect().await, TTL).await
+    session_with(cluster.connect().await, session_timing(cluster)).await
 }
 
 async fn leader_of(cluster: &dyn StoreCluster) -> usize {
@@ -317,12 +459,17 @@ async fn pause_member(
     what: &str,
 ) -> (Session, Leadership) {
     let store_leader = leader_of(cluster).await;
+    let revoked_before = cluster.leases_expired(member).await;
     cluster.pause(member).expect("pause");
     let paused_what = format!("{what} paused for {paused:?}");
     hold_through(cluster, &held.1, paused, &paused_what).await;
     cluster.resume(member).expect("resume");
     let was_leader = member == store_leader;
-    hold_after_resume(cluster, held, was_leader, after, &format!("{what} resumed")).await
+    let (resumed, after_what) = (
+        (member, was_leader, revoked_before),
+        format!("{what} resumed"),
+    );
+    hold_after_resume(cluster, held, resumed, after, &after_what).await
 }
 
 /// Each member in turn paused past the TTL under one leadership, so the member the
@@ -332,14 +479,18 @@ pub async fn pausing_each_member(cluster: &dyn StoreCluster) {
     let l = lead(&s, "pause-each").await;
     let mut held = (s, l);
     for member in 0..cluster.len() {
-        let times = (TTL + Duration::from_secs(1), Duration::from_secs(1));
+        let times = (
+            session_timing(cluster).ttl + Duration::from_secs(1),
+            Duration::from_secs(1),
+        );
         held = pause_member(cluster, held, member, times, &format!("member {member}")).await;
     }
     resign_and_close(held.1, held.0).await;
 }
 
 /// The member the session talks to (for etcd, the one serving its lease keep-alives)
-/// paused for 8 s, past the TTL, then resumed: the session moves to another member.
+/// paused for 8 s (past the TTL of etcd's floor and the fast group's), then resumed:
+/// the session moves to another member.
 pub async fn pausing_the_member_in_use(cluster: &dyn StoreCluster) {
     let s = cluster_session(cluster).await;
     let l = lead(&s, "pause-in-use").await;
@@ -358,7 +509,7 @@ pub async fn pausing_the_member_in_use(cluster: &dyn StoreCluster) {
     resign_and_close(l, s).await;
 }
 
-/// The store's own leader paused past the TTL, then resumed.
+/// The store's own leader paused for 8 s, then resumed.
 pub async fn pausing_the_store_leader(cluster: &dyn StoreCluster) {
     let s = cluster_session(cluster).await;
     let l = lead(&s, "pause-leader").await;
@@ -378,7 +529,7 @@ pub async fn killing_the_store_leader(cluster: &mut dyn StoreCluster) {
     hold_through(
         cluster,
         &l,
-        TTL + Duration::from_secs(2),
+        session_timing(cluster).ttl + Duration::from_secs(2),
         "store leader killed",
     )
     .await;
@@ -422,7 +573,7 @@ pub async fn losing_quorum(cluster: &dyn StoreCluster) {
     let s = cluster_session(cluster).await;
     let election = election("quorum");
     let l = lead_in(&s, &election).await;
-    let timing = Timing::from_ttl(TTL);
+    let timing = session_timing(cluster);
     cluster.pause(0).expect("pause");
     cluster.pause(1).expect("pause");
     let paused = Instant::now();
@@ -433,13 +584,13 @@ pub async fn losing_quorum(cluster: &dyn StoreCluster) {
     .await
     .expect("the lost signal fires by the renew deadline without quorum");
     assert!(!l.is_leader());
-    let waited = TTL + Duration::from_secs(1);
+    let waited = timing.ttl + Duration::from_secs(1);
     tokio::time::sleep(waited.saturating_sub(paused.elapsed())).await;
     cluster.resume(0).expect("resume");
     cluster.resume(1).expect("resume");
     let back = Instant::now();
     let again = tokio::time::timeout(
-        TTL + Duration::from_secs(5),
+        timing.ttl + Duration::from_secs(5),
         s.campaign(&election, &Candidate::new("holder").expect("candidate")),
     )
     .await
