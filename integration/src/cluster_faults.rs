@@ -34,14 +34,14 @@ pub const FAST_TTL: Duration = Duration::from_secs(5);
 /// The shortest TTL whose renewals, at the core's default shares (every TTL/4, deadline
 /// TTL × 2/3), ride out a 3-member etcd cluster's raft leader failover at etcd's
 /// default timing: `renew_deadline − renew_interval` = 5/12 of the TTL must cover the
-/// longest time a renewal goes unanswered, measured up to 2.55 s
-/// (`examples/store_failover.rs`, 5 runs each of SIGSTOP 8 s and SIGKILL of the raft
-/// leader): 2.55 s × 12/5 = 6.1 s, so 7 s (2.92 s of room).
+/// longest time a renewal goes unanswered, measured up to 2.55 s with etcd 3.5.16
+/// (`examples/store_failover.rs`: 12 runs of SIGSTOP 8 s and 5 of SIGKILL of the raft
+/// leader; 2.56 s with 3.4.23): 2.56 s × 12/5 = 6.1 s, so 7 s (2.92 s of room).
 pub const ETCD_TTL_FLOOR: Duration = Duration::from_secs(7);
 
 /// The same for a 3-server ZooKeeper ensemble at production timing (`tickTime` 2 s,
 /// `syncLimit` 2): a session on the ensemble leader goes unanswered up to 5.30 s when
-/// the leader stops (the followers wait `syncLimit` × `tickTime` before they elect,
+/// the leader stops (5 runs of SIGSTOP 8 s) (the followers wait `syncLimit` × `tickTime` before they elect,
 /// then the session re-attaches), so 5/12 of the TTL must be at least 5.30 s: 12.7 s;
 /// and a follower cut off from its leader confirms renewals (local reads) for
 /// `syncLimit` × `tickTime` = 4 s, which must stay within `ttl − renew_deadline` (a
