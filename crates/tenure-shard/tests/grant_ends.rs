@@ -216,6 +216,10 @@ impl LosingSession {
             self.inner.resign(election, Some(token)).await?;
             self.events
                 .election_lost(election, token, "taken away as it was granted");
+            // Let the session read the report before the answer goes back: the loss
+            // then fires as the grant is registered, ahead of the node's own message
+            // about the grant.
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
         Ok(())
     }
@@ -302,8 +306,18 @@ impl BackendSession for LosingSession {
 
 #[tokio::test(start_paused = true)]
 async fn grants_lost_before_they_are_registered_end_once_and_are_not_held() {
+    // The node reads the loss feed and its own grant messages in no fixed order, so
+    // each round leaves it a chance to read a loss first: several rounds make that
+    // all but certain (one round in three caught the bug when it was there).
+    for round in 0..8 {
+        lost_as_granted(&format!("early-{round}")).await;
+    }
+}
+
+/// One node takes 64 shards whose first grants are each lost as they are granted.
+async fn lost_as_granted(namespace: &str) {
     const SHARDS: usize = 64;
-    let layout = Layout::new("early", SHARDS, 1).unwrap();
+    let layout = Layout::new(namespace, SHARDS, 1).unwrap();
     // Every shard's first grant is lost as it is granted; the next ones stay.
     let lose = Arc::new(Mutex::new(
         layout
