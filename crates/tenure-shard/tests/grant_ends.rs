@@ -10,14 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use tenure_core::backend::{
-    Backend, BackendSession, Capabilities, DynSession, LeaderStream, MemberStream, SessionEvents,
-};
-use tenure_core::{
-    Candidate, DynBackend, ElectionName, FencingToken, LeaderInfo, Member, MemoryBackend, Result,
-    Timing, WorkGuard,
-};
+use tenure_core::testing::LostAtGrant;
+use tenure_core::{DynBackend, ElectionName, MemoryBackend, Timing, WorkGuard};
 use tenure_shard::{Layout, ShardEvent, ShardEvents, ShardManager};
 use tokio::time::Instant;
 
@@ -188,122 +182,6 @@ async fn a_handoff_releases_the_seat_only_once_the_work_stopped() {
     }
 }
 
-/// The in-memory store, except that for the elections in `lose` the first grant is
-/// reported lost (and the seat given up) as the campaign's answer goes back: the loss
-/// reaches the session before the grant does.
-#[derive(Debug)]
-struct LosingBackend {
-    inner: MemoryBackend,
-    lose: Arc<Mutex<Vec<ElectionName>>>,
-}
-
-#[derive(Debug)]
-struct LosingSession {
-    inner: DynSession,
-    events: SessionEvents,
-    lose: Arc<Mutex<Vec<ElectionName>>>,
-}
-
-impl LosingSession {
-    async fn maybe_lose(&self, election: &ElectionName, token: FencingToken) -> Result<()> {
-        // Each election's first grant only.
-        let lose = {
-            let mut list = self.lose.lock().unwrap();
-            let found = list.iter().position(|e| e == election);
-            found.map(|i| list.swap_remove(i)).is_some()
-        };
-        if lose {
-            self.inner.resign(election, Some(token)).await?;
-            self.events
-                .election_lost(election, token, "taken away as it was granted");
-            // Let the session read the report before the answer goes back: the loss
-            // then fires as the grant is registered, ahead of the node's own message
-            // about the grant.
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl Backend for LosingBackend {
-    fn scheme(&self) -> &'static str {
-        self.inner.scheme()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
-        let inner = self.inner.open_session(ttl, events.clone()).await?;
-        Ok(Arc::new(LosingSession {
-            inner,
-            events,
-            lose: self.lose.clone(),
-        }))
-    }
-    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
-        self.inner.leader(election).await
-    }
-    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        self.inner.observe(election).await
-    }
-    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
-        self.inner.members(namespace).await
-    }
-    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        self.inner.watch_members(namespace).await
-    }
-}
-
-#[async_trait]
-impl BackendSession for LosingSession {
-    fn id(&self) -> &str {
-        self.inner.id()
-    }
-    async fn keep_alive(&self) -> Result<()> {
-        self.inner.keep_alive().await
-    }
-    async fn campaign(&self, e: &ElectionName, c: &Candidate) -> Result<FencingToken> {
-        let token = self.inner.campaign(e, c).await?;
-        self.maybe_lose(e, token).await?;
-        Ok(token)
-    }
-    async fn try_campaign(&self, e: &ElectionName, c: &Candidate) -> Result<Option<FencingToken>> {
-        let token = self.inner.try_campaign(e, c).await?;
-        if let Some(t) = token {
-            self.maybe_lose(e, t).await?;
-        }
-        Ok(token)
-    }
-    async fn try_campaign_many(
-        &self,
-        seats: &[(ElectionName, Candidate)],
-    ) -> Result<Vec<Option<FencingToken>>> {
-        let tokens = self.inner.try_campaign_many(seats).await?;
-        for ((e, _), t) in seats.iter().zip(&tokens) {
-            if let Some(t) = t {
-                self.maybe_lose(e, *t).await?;
-            }
-        }
-        Ok(tokens)
-    }
-    async fn resign(&self, e: &ElectionName, token: Option<FencingToken>) -> Result<()> {
-        self.inner.resign(e, token).await
-    }
-    async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
-        self.inner.resign_many(grants).await
-    }
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
-    }
-    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
-        self.inner.register_member(namespace, member).await
-    }
-    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
-        self.inner.unregister_member(namespace, id).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn grants_lost_before_they_are_registered_end_once_and_are_not_held() {
     // The node reads the loss feed and its own grant messages in no fixed order, so
@@ -326,10 +204,19 @@ async fn lost_as_granted(namespace: &str) {
             .map(|s| layout.election(s).clone())
             .collect::<Vec<_>>(),
     ));
-    let backend: DynBackend = Arc::new(LosingBackend {
-        inner: MemoryBackend::new(),
-        lose: lose.clone(),
-    });
+    // Each election's first grant only.
+    let first = lose.clone();
+    let backend: DynBackend = Arc::new(
+        LostAtGrant::new(
+            Arc::new(MemoryBackend::new()),
+            Arc::new(move |e: &ElectionName| {
+                let mut list = first.lock().unwrap();
+                let found = list.iter().position(|x| x == e);
+                found.map(|i| list.swap_remove(i)).is_some()
+            }),
+        )
+        .with_delay(Duration::from_millis(1)),
+    );
     let (a, events) = ShardManager::builder(backend)
         .layout(layout.clone())
         .node_id("a")

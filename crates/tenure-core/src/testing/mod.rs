@@ -7,6 +7,9 @@
 
 pub mod config;
 
+mod lost_at_grant;
+pub use lost_at_grant::{LoseIf, LostAtGrant, LOST_AT_GRANT};
+
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
