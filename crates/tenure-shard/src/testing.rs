@@ -26,7 +26,7 @@ pub fn same_backend(backend: DynBackend) -> Connect {
 
 use tokio::time::Instant;
 
-/// What happened, when, on which node.
+/// What happened, when (the instant the event reports), on which node.
 #[derive(Clone, Debug)]
 pub struct Logged {
     pub at: Instant,
@@ -165,8 +165,16 @@ impl Cluster {
                         .unwrap()
                         .insert(shard.index(), (shard.clone(), lost.clone()));
                 }
+                // Each event is logged at the instant it reports (the grant, the loss,
+                // the release: for a handoff whose work was done at once, the ask),
+                // not when it was read.
+                let at = match &event {
+                    ShardEvent::Acquired { at, .. }
+                    | ShardEvent::Lost { at, .. }
+                    | ShardEvent::HandedOff { at, .. } => *at,
+                };
                 log.lock().unwrap().push(Logged {
-                    at: Instant::now(),
+                    at,
                     node: node.clone(),
                     event,
                 });
