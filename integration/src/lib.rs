@@ -52,6 +52,7 @@ pub mod fault_suite;
 mod fencing;
 pub mod membership;
 mod os;
+pub mod planned;
 pub mod probe;
 mod proxy;
 mod proxy_faults;
