@@ -528,6 +528,30 @@ impl PlannedBench {
         })
     }
 
+    /// The median and the 99th percentile of the interval between two successive
+    /// writes of one command, over every write so far.
+    pub fn write_interval(&self) -> (Duration, Duration) {
+        let mut by_command: std::collections::HashMap<(String, String, u64), Vec<u64>> =
+            Default::default();
+        for w in self.resource.writes() {
+            let key = (w.writer, w.election, w.token);
+            by_command.entry(key).or_default().push(w.mono_ns);
+        }
+        let mut intervals: Vec<u64> = by_command
+            .values_mut()
+            .flat_map(|at| {
+                at.sort_unstable();
+                at.windows(2).map(|w| w[1] - w[0]).collect::<Vec<u64>>()
+            })
+            .collect();
+        intervals.sort_unstable();
+        let at = |q: f64| {
+            let i = ((intervals.len() as f64 - 1.0) * q).round() as usize;
+            Duration::from_nanos(intervals.get(i).copied().unwrap_or(0))
+        };
+        (at(0.5), at(0.99))
+    }
+
     /// The store.
     pub fn store(&self) -> PlannedStore {
         self.store

@@ -66,6 +66,11 @@ async fn on_store(store: PlannedStore, plan: &PlannedPlan) -> (PlannedTable, Vec
         }
         Err(why) => problems.push(format!("{}: deaf command: {why}", store.name())),
     }
+    let (median, p99) = bench.write_interval();
+    println!(
+        "{}: the commands wrote every {median:.1?} (median; 99th percentile {p99:.1?})",
+        store.name()
+    );
     println!("{}", table.markdown());
     (table, problems)
 }
