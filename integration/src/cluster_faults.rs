@@ -203,9 +203,14 @@ impl StoreCluster for ZooKeeperEnsemble {
         }
     }
 
-    /// The ensemble's `syncLimit` × `tickTime`.
+    /// (`syncLimit` + 1) × `tickTime`: a follower cut off from its leader goes on
+    /// answering for `syncLimit` × `tickTime` (its read timeout on the leader), and a
+    /// leader cut off from its followers until the first tick more than `syncLimit`
+    /// ticks after their last acknowledgement (`Leader.lead`, `LearnerHandler.synced`),
+    /// one tick more. (With a renew deadline of 7 s at TTL 11 s, production timing, the
+    /// lost signal came more than `syncLimit` × `tickTime` + 1 s after the deadline.)
     fn sync_window(&self) -> Duration {
-        self.timing().zookeeper_sync_window()
+        self.timing().zookeeper_sync_window() + self.timing().zookeeper_tick()
     }
 }
 
