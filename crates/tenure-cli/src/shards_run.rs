@@ -495,6 +495,89 @@ mod tests {
             .count()
     }
 
+    /// Issue 37's event-line bugs, on events made by hand: a grant asked to step down
+    /// (or lost) before its `acquired` line was printed still gets `acquired`, no
+    /// command, and then its end line; and every line carries the instant of what it
+    /// reports, not the instant it was printed (a `lost` after a freeze: the deadline).
+    #[tokio::test]
+    async fn every_acquired_line_gets_one_end_stamped_with_what_it_reports() {
+        use tenure::shard::ShardEvent;
+        use tenure::{FencingToken, LossReason, WorkGuard};
+        use tokio::time::Instant;
+
+        let plan = plan(&["--", "true"]).await.unwrap();
+        let sink = MemorySink::default();
+        let mut node = super::Node {
+            plan: &plan,
+            sink: Arc::new(sink.clone()),
+            supervisors: tokio::task::JoinSet::new(),
+        };
+        let shard = plan.layout.shards()[3].clone();
+        let granted = Instant::now() - Duration::from_secs(3);
+        let ended = granted + Duration::from_secs(1);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        node.handle(ShardEvent::Acquired {
+            shard: shard.clone(),
+            token: FencingToken(7),
+            lost: CancellationToken::new(),
+            stop,
+            work: WorkGuard::detached(),
+            at: granted,
+        });
+        node.handle(ShardEvent::HandedOff {
+            shard: shard.clone(),
+            token: FencingToken(7),
+            to: Some("n2".into()),
+            at: ended,
+        });
+        node.handle(ShardEvent::Acquired {
+            shard: shard.clone(),
+            token: FencingToken(9),
+            lost: CancellationToken::new(),
+            stop: {
+                let s = CancellationToken::new();
+                s.cancel();
+                s
+            },
+            work: WorkGuard::detached(),
+            at: ended,
+        });
+        node.handle(ShardEvent::Lost {
+            shard,
+            token: FencingToken(9),
+            reason: LossReason::DeadlineExceeded,
+            at: ended + Duration::from_millis(500),
+        });
+        assert!(
+            node.supervisors.is_empty(),
+            "a command started for an ended grant"
+        );
+        let lines = sink.events();
+        let kinds: Vec<(&str, u64)> = lines
+            .iter()
+            .map(|v| (v["event"].as_str().unwrap(), v["token"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("acquired", 7),
+                ("handed_off", 7),
+                ("acquired", 9),
+                ("lost", 9)
+            ]
+        );
+        let ns = |i: usize| lines[i]["mono_ns"].as_u64().unwrap();
+        assert_eq!(ns(0), crate::clock::mono_ns(granted));
+        assert_eq!(ns(1), crate::clock::mono_ns(ended));
+        assert_eq!(
+            ns(3) - ns(2),
+            500_000_000,
+            "lost is stamped with its own instant"
+        );
+        assert!(ns(3) < crate::clock::monotonic_now_ns());
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_nodes_share_the_shards_and_a_drain_stops_each_command_first() {
         let backend: tenure::DynBackend = Arc::new(MemoryBackend::new());
