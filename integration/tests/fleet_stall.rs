@@ -14,7 +14,15 @@
 //! where the store itself deleted the seat or the whole session (etcd's paused raft
 //! leader revoking leases as it resumes; the paused member's own count of leases it
 //! revoked as expired must then have grown), and such a shard is led again by the same
-//! node within 1 s of the loss. The table of figures is printed either way (`-- --nocapture`).
+//! node within 1 s of the loss. The table of figures is printed either way
+//! (`-- --nocapture`).
+//!
+//! When this test was written it failed whenever etcd's resuming raft leader revoked
+//! the nodes' leases (2 of 4 stops at the 7 s floor): the nodes' members vanish with
+//! their leases and the shard manager moves their shards to the survivor and back (about
+//! 400 moved, 30–42 of the revoked ones not led again by their own node within 20 s).
+//! That is the shard manager's part of issue 36; the store-side figures are in the etcd
+//! and ZooKeeper READMEs.
 //!
 //! One run per store and fault. `TENURE_FLEET_RUNS=N` runs each N times (a fresh
 //! cluster and fleet each); `TENURE_FLEET_TTL`, `TENURE_FLEET_RENEW_INTERVAL` and
