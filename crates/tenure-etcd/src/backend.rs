@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{Capabilities, Clause, DynSession, Published, SessionEvents};
+use tenure_core::backend::{
+    Capabilities, Clause, DynSession, FailoverFloor, Published, SessionEvents,
+};
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
 };
@@ -144,40 +146,23 @@ impl Backend for EtcdBackend {
         if timing.ttl.as_secs() > i64::MAX as u64 / 2 {
             return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
         }
-        let room = timing.renew_deadline.saturating_sub(timing.renew_interval);
-        if room < FAILOVER {
-            static WARNED: std::sync::Mutex<Vec<(Duration, Duration, Duration)>> =
-                std::sync::Mutex::new(Vec::new());
-            let key = (timing.ttl, timing.renew_interval, timing.renew_deadline);
-            let first = WARNED.lock().map_or(true, |mut warned| {
-                let first = !warned.contains(&key);
-                if first && warned.len() < 64 {
-                    warned.push(key);
-                }
-                first
-            });
-            if first {
-                let share = room.as_secs_f64() / timing.ttl.as_secs_f64();
-                let floor = if share > 0.0 {
-                    format!("{:.1} s", FAILOVER.as_secs_f64() / share)
-                } else {
-                    "none (renew_deadline is not after renew_interval)".to_string()
-                };
-                tracing::warn!(
-                    ttl = ?timing.ttl,
-                    renew_interval = ?timing.renew_interval,
-                    renew_deadline = ?timing.renew_deadline,
-                    "ttl {:?} is below the floor that rides out etcd's own leader failover: \
-                     a renewal sent just before etcd's raft leader fails has renew_deadline \
-                     - renew_interval = {room:?} to be answered, and etcd at its default \
-                     timing (election timeout 1 s) left renewals unanswered up to {FAILOVER:?} \
-                     while it elected a new leader, so a healthy leader can lose its seat \
-                     then; with these renewal shares the shortest ttl that rides it out is \
-                     {floor} (7 s with the default shares; see the tenure-etcd README)",
-                    timing.ttl
-                );
-            }
-        }
+        let floor = FailoverFloor {
+            failover: FAILOVER,
+            sync_window: Duration::ZERO,
+        };
+        floor.warn_below("etcd", timing, |shortest| {
+            format!(
+                "ttl {:?} is below the floor that rides out etcd's own leader failover: a \
+                 renewal sent just before etcd's raft leader fails has renew_deadline - \
+                 renew_interval = {:?} to be answered, and etcd at its default timing \
+                 (election timeout 1 s) left renewals unanswered up to {FAILOVER:?} while it \
+                 elected a new leader, so a healthy leader can lose its seat then; with these \
+                 renewal shares the shortest ttl that rides it out is {shortest} (7 s with the \
+                 default shares; see the tenure-etcd README)",
+                timing.ttl,
+                timing.renew_deadline.saturating_sub(timing.renew_interval),
+            )
+        });
         Ok(())
     }
 

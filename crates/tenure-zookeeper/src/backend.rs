@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::{Capabilities, Clause, DynSession, Published, SessionEvents};
+use tenure_core::backend::{
+    Capabilities, Clause, DynSession, FailoverFloor, Published, SessionEvents,
+};
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
     Result, Retry, Timing,
@@ -208,50 +210,28 @@ impl Backend for ZooKeeperBackend {
                 timing.ttl
             )));
         }
-        let room = timing.renew_deadline.saturating_sub(timing.renew_interval);
-        let margin = timing.ttl.saturating_sub(timing.renew_deadline);
-        if room < FAILOVER || margin < SYNC_WINDOW {
-            static WARNED: std::sync::Mutex<Vec<(Duration, Duration, Duration)>> =
-                std::sync::Mutex::new(Vec::new());
-            let key = (timing.ttl, timing.renew_interval, timing.renew_deadline);
-            let first = WARNED.lock().map_or(true, |mut warned| {
-                let first = !warned.contains(&key);
-                if first && warned.len() < 64 {
-                    warned.push(key);
-                }
-                first
-            });
-            if first {
-                let ttl = timing.ttl.as_secs_f64();
-                let (room_share, margin_share) =
-                    (room.as_secs_f64() / ttl, margin.as_secs_f64() / ttl);
-                let floor = if room_share > 0.0 && margin_share > 0.0 {
-                    let floor = (FAILOVER.as_secs_f64() / room_share)
-                        .max(SYNC_WINDOW.as_secs_f64() / margin_share);
-                    format!("{floor:.1} s")
-                } else {
-                    "none".to_string()
-                };
-                tracing::warn!(
-                    ttl = ?timing.ttl,
-                    renew_interval = ?timing.renew_interval,
-                    renew_deadline = ?timing.renew_deadline,
-                    "ttl {:?} is below the floor for a ZooKeeper ensemble at production timing \
-                     (tickTime 2000 ms, syncLimit 2): a renewal sent just before the ensemble \
-                     leader stops has renew_deadline - renew_interval = {room:?} to be \
-                     answered, and a session on that leader went unanswered up to \
-                     {FAILOVER:?} (syncLimit x tickTime before the followers elect, then the \
-                     re-attach), so a healthy leader can lose its seat then; and a follower \
-                     cut off from its leader confirms renewals for syncLimit x tickTime = \
-                     {SYNC_WINDOW:?}, which must stay within ttl - renew_deadline = {margin:?} \
-                     lest the seat be granted elsewhere while this holder still counts itself \
-                     leader. With these renewal shares the shortest ttl for that ensemble is \
-                     {floor} (13 s with the default shares; shorter with a shorter tickTime \
-                     or syncLimit; see the tenure-zookeeper README)",
-                    timing.ttl
-                );
-            }
-        }
+        let floor = FailoverFloor {
+            failover: FAILOVER,
+            sync_window: SYNC_WINDOW,
+        };
+        floor.warn_below("zookeeper", timing, |shortest| {
+            format!(
+                "ttl {:?} is below the floor for a ZooKeeper ensemble at production timing \
+                 (tickTime 2000 ms, syncLimit 2): a renewal sent just before the ensemble \
+                 leader stops has renew_deadline - renew_interval = {:?} to be answered, and \
+                 a session on that leader went unanswered up to {FAILOVER:?} (syncLimit x \
+                 tickTime before the followers elect, then the re-attach), so a healthy \
+                 leader can lose its seat then; and a follower cut off from its leader \
+                 confirms renewals for syncLimit x tickTime = {SYNC_WINDOW:?}, which must stay \
+                 within ttl - renew_deadline = {:?} lest the seat be granted elsewhere while \
+                 this holder still counts itself leader. With these renewal shares the \
+                 shortest ttl for that ensemble is {shortest} (13 s with the default shares; \
+                 shorter with a shorter tickTime or syncLimit; see the tenure-zookeeper README)",
+                timing.ttl,
+                timing.renew_deadline.saturating_sub(timing.renew_interval),
+                timing.ttl.saturating_sub(timing.renew_deadline),
+            )
+        });
         Ok(())
     }
 

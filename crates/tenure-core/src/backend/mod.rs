@@ -5,6 +5,7 @@
 //! [`Leadership`](crate::Leadership), which drive these.
 
 pub mod config;
+mod floor;
 mod life;
 mod random;
 mod record;
@@ -12,6 +13,7 @@ pub mod requests;
 mod stream;
 
 pub use crate::url::MEM_DRIVER;
+pub use floor::FailoverFloor;
 pub use life::Lifetime;
 pub use random::{random_id, random_unit};
 pub use record::{decode_record, encode_record, revision_token};
