@@ -63,6 +63,10 @@ const GRACE_SECS: &str = "3";
 /// runs of every transition with every drain of [`DRAINS`].
 pub const RUNS_VAR: &str = "TENURE_PLANNED_RUNS";
 
+/// The variable that keeps only some transitions (a comma-separated list of
+/// `shutdown`, `preempt`, `handover`, `drain`), to repeat one of them.
+pub const ONLY_VAR: &str = "TENURE_PLANNED_ONLY";
+
 /// The drains of the full runs: 0 ms, 100 ms and 1 s.
 pub const DRAINS: [Duration; 3] = [
     Duration::ZERO,
@@ -355,7 +359,7 @@ impl PlannedTable {
     /// The table in Markdown: one row per cell.
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| store | transition | drain D | runs ok | leaderless gap: step-down asked → successor granted, median / max | gap − D, median / max | old command's last write → grant, median / max | release (`resigned`/`handed_off`) → grant, median / max | gap ≤ D + target |\n\
+            "| store | transition | drain D | runs ok | leaderless gap: asked to step down → successor granted (median / max) | gap − D | old command's last write → grant | release (`resigned`, `handed_off`) → grant | gap ≤ D + target |\n\
              |---|---|---|---|---|---|---|---|---|\n",
         );
         for c in &self.cells {
@@ -447,15 +451,34 @@ impl PlannedPlan {
     }
 
     /// [`full`](Self::full) with the number of runs [`RUNS_VAR`] gives, else
-    /// [`bounded`](Self::bounded). A value that is not a positive number panics.
+    /// [`bounded`](Self::bounded); only the transitions [`ONLY_VAR`] names, if set. A
+    /// value that is not a positive number, or a name that is not a transition's,
+    /// panics.
     pub fn from_env() -> Self {
-        match std::env::var(RUNS_VAR) {
+        let mut plan = match std::env::var(RUNS_VAR) {
             Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
                 Ok(n) if n > 0 => Self::full(n),
                 _ => panic!("{RUNS_VAR}={v:?} is not a positive number of runs"),
             },
             _ => Self::bounded(),
+        };
+        if let Ok(only) = std::env::var(ONLY_VAR) {
+            let only: Vec<Transition> = only
+                .split(',')
+                .map(str::trim)
+                .filter(|w| !w.is_empty())
+                .map(|w| {
+                    let t = Transition::ALL.into_iter().find(|t| t.slug() == w);
+                    t.unwrap_or_else(|| {
+                        panic!("{ONLY_VAR}: {w:?} is not one of shutdown, preempt, handover, drain")
+                    })
+                })
+                .collect();
+            if !only.is_empty() {
+                plan.cells.retain(|(t, _)| only.contains(t));
+            }
         }
+        plan
     }
 }
 
@@ -470,6 +493,7 @@ pub struct PlannedBench {
     bin: PathBuf,
     tag: String,
     next: usize,
+    slow: Vec<String>,
 }
 
 /// Each shard's election with the node that runs its command and the grant's token.
@@ -525,6 +549,7 @@ impl PlannedBench {
             bin: tenure_bin(),
             tag,
             next: 0,
+            slow: Vec::new(),
         })
     }
 
@@ -550,6 +575,12 @@ impl PlannedBench {
             Duration::from_nanos(intervals.get(i).copied().unwrap_or(0))
         };
         (at(0.5), at(0.99))
+    }
+
+    /// The runs (so far) that passed but had a gap over drain + the store's
+    /// [`bound`](PlannedStore::bound), each with its event lines.
+    pub fn slow_runs(&self) -> &[String] {
+        &self.slow
     }
 
     /// The store.
@@ -592,16 +623,36 @@ impl PlannedBench {
         table
     }
 
-    /// One run of `transition` with a command draining for `drain`.
+    /// One run of `transition` with a command draining for `drain`. A run that passes
+    /// with a gap over drain + the store's [`bound`](PlannedStore::bound) is kept in
+    /// [`slow_runs`](Self::slow_runs) with its event lines.
     pub async fn run(
         &mut self,
         transition: Transition,
         drain: Duration,
     ) -> std::result::Result<Vec<Sample>, String> {
-        match transition {
+        let limit = (drain + self.store.bound()).as_nanos() as u64;
+        let (outcome, lines) = match transition {
             Transition::ShardDrain => self.shard_drain(drain).await,
             _ => self.campaign_transition(transition, drain).await,
+        };
+        if let Ok(samples) = &outcome {
+            if let Some(worst) = samples
+                .iter()
+                .map(|s| s.gap_ns)
+                .filter(|g| *g > limit)
+                .max()
+            {
+                self.slow.push(format!(
+                    "{} / {} / drain {drain:?}: leaderless gap {:.0} ms, over drain + {:?}\n{lines}",
+                    self.store.name(),
+                    transition.name(),
+                    worst as f64 / 1e6,
+                    self.store.bound()
+                ));
+            }
         }
+        outcome
     }
 
     fn fresh(&mut self, what: &str) -> String {
@@ -675,16 +726,20 @@ impl PlannedBench {
         &mut self,
         transition: Transition,
         drain: Duration,
-    ) -> std::result::Result<Vec<Sample>, String> {
+    ) -> (std::result::Result<Vec<Sample>, String>, String) {
         let election = self.fresh(transition.slug());
         let script = writer_script(self.resource.addr(), Some(drain));
         let a_id = format!("a{}", self.next);
-        let a = self.campaign(&election, &a_id, 0, GRACE_SECS, &script)?;
+        let a = match self.campaign(&election, &a_id, 0, GRACE_SECS, &script) {
+            Ok(a) => a,
+            Err(why) => return (Err(why), String::new()),
+        };
         let mut procs = vec![a];
         let outcome = self
             .transition_with(transition, drain, &election, &a_id, &script, &mut procs)
             .await;
-        outcome.map_err(|why| format!("{why}\n{}", lines(&procs)))
+        let lines = lines(&procs);
+        (outcome.map_err(|why| format!("{why}\n{lines}")), lines)
     }
 
     async fn transition_with(
@@ -798,16 +853,24 @@ impl PlannedBench {
     }
 
     /// Two nodes share the shards; SIGTERM one: every shard it ran moves to the other.
-    async fn shard_drain(&mut self, drain: Duration) -> std::result::Result<Vec<Sample>, String> {
+    async fn shard_drain(
+        &mut self,
+        drain: Duration,
+    ) -> (std::result::Result<Vec<Sample>, String>, String) {
         let namespace = self.fresh("drain");
         let script = writer_script(self.resource.addr(), Some(drain));
         let n = self.next;
         let (a_id, b_id) = (format!("na{n}"), format!("nb{n}"));
-        let a = self.shards_node(&namespace, &a_id, &script)?;
-        let b = self.shards_node(&namespace, &b_id, &script)?;
-        let mut procs = vec![a, b];
+        let started = self
+            .shards_node(&namespace, &a_id, &script)
+            .and_then(|a| Ok(vec![a, self.shards_node(&namespace, &b_id, &script)?]));
+        let mut procs = match started {
+            Ok(procs) => procs,
+            Err(why) => return (Err(why), String::new()),
+        };
         let outcome = self.drain_with(drain, &a_id, &mut procs).await;
-        outcome.map_err(|why| format!("{why}\n{}", lines(&procs)))
+        let lines = lines(&procs);
+        (outcome.map_err(|why| format!("{why}\n{lines}")), lines)
     }
 
     async fn drain_with(
