@@ -103,7 +103,7 @@ async fn planned_transitions_on_azure() {
 /// The README's table: 10 runs (or `TENURE_PLANNED_RUNS`) of every transition with
 /// every drain on every store, one store after another; one table at the end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "about half an hour: the full runs for the README's table"]
+#[ignore = "about 10 minutes: the full runs for the README's table"]
 async fn planned_transitions_full_table() {
     let _one = ONE_STORE_AT_A_TIME.lock().await;
     let runs = match PlannedPlan::from_env() {
