@@ -8,6 +8,29 @@ use std::time::{Duration, Instant};
 
 use crate::{check_fencing, CandidateProcess, Event, GuardedResource};
 
+/// The arguments of `tenure shards run` as node `id` of `namespace` on `url`, with
+/// `shards` shards and replication 2; the caller adds its options, `--` and the
+/// command.
+pub fn shards_run_args(url: &str, namespace: &str, shards: usize, id: &str) -> Vec<String> {
+    let shards = shards.to_string();
+    [
+        "shards",
+        "run",
+        "--backend",
+        url,
+        "--namespace",
+        namespace,
+        "--shards",
+        &shards,
+        "--replication",
+        "2",
+        "--id",
+        id,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
 /// The `tenure` binary: `TENURE_BIN` if set, else built with cargo into the target
 /// directory the running test binary lives in (same profile).
 pub fn tenure_bin() -> PathBuf {

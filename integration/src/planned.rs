@@ -37,7 +37,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::candidate::{CandidateProcess, Event};
-use crate::cli_faults::tenure_bin;
+use crate::cli_faults::{shards_run_args, tenure_bin};
 use crate::error::Result;
 use crate::fencing::{GuardedResource, WriteRecord};
 use crate::os::monotonic_now_ns;
@@ -830,25 +830,11 @@ impl PlannedBench {
         id: &str,
         script: &str,
     ) -> std::result::Result<CandidateProcess, String> {
-        let shards = SHARDS.to_string();
-        let mut args = vec![
-            "shards",
-            "run",
-            "--backend",
-            &self.url,
-            "--namespace",
-            namespace,
-            "--shards",
-            &shards,
-            "--replication",
-            "2",
-            "--id",
-            id,
-            "--grace",
-            GRACE_SECS,
-        ];
-        args.extend_from_slice(self.store.timing_args());
-        args.extend_from_slice(&["--", "bash", "-c", script]);
+        let mut args = shards_run_args(&self.url, namespace, SHARDS, id);
+        args.extend(["--grace", GRACE_SECS].map(String::from));
+        args.extend(self.store.timing_args().iter().map(|a| a.to_string()));
+        args.extend(["--", "bash", "-c", script].map(String::from));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         self.spawn(&args)
     }
 

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tenure_integration::cli_faults::{ms, tenure_bin};
+use tenure_integration::cli_faults::{ms, shards_run_args, tenure_bin};
 use tenure_integration::{
     check_fencing_at, free_port, monotonic_now_ns, run_prefix, CandidateProcess, Event,
     GuardedResource, RedisServer,
@@ -73,27 +73,13 @@ fn shards_run(
     options: &[&str],
     command: &[&str],
 ) -> CandidateProcess {
-    let shards = shards.to_string();
     let ttl = TTL.as_secs_f64().to_string();
-    let mut args = vec![
-        "shards",
-        "run",
-        "--backend",
-        url,
-        "--namespace",
-        ns,
-        "--shards",
-        &shards,
-        "--replication",
-        "2",
-        "--id",
-        id,
-        "--ttl",
-        &ttl,
-    ];
-    args.extend_from_slice(options);
-    args.push("--");
-    args.extend_from_slice(command);
+    let mut args = shards_run_args(url, ns, shards, id);
+    args.extend(["--ttl", &ttl].map(String::from));
+    args.extend(options.iter().map(|a| a.to_string()));
+    args.push("--".into());
+    args.extend(command.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     tenure(&args)
 }
 

@@ -43,7 +43,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use tenure_integration::cli_faults::tenure_bin;
+use tenure_integration::cli_faults::{shards_run_args, tenure_bin};
 use tenure_integration::cluster_faults::{ETCD_TTL_FLOOR, ZOOKEEPER_TTL_FLOOR};
 use tenure_integration::{
     monotonic_now_ns, run_prefix, CandidateProcess, EtcdCluster, Event, Members, ZooKeeperEnsemble,
@@ -161,24 +161,7 @@ impl Store {
 /// `tenure shards run` as node `id` with `true` as each shard's command (it exits at
 /// once; the grant stays held until it is lost or handed over).
 fn node(url: &str, ns: &str, id: &str, timing: &[String]) -> CandidateProcess {
-    let shards = SHARDS.to_string();
-    let mut args: Vec<String> = [
-        "shards",
-        "run",
-        "--backend",
-        url,
-        "--namespace",
-        ns,
-        "--shards",
-        &shards,
-        "--replication",
-        "2",
-        "--id",
-        id,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let mut args = shards_run_args(url, ns, SHARDS, id);
     args.extend_from_slice(timing);
     args.extend(["--".to_string(), "true".to_string()]);
     CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]).expect("start tenure")
