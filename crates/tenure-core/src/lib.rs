@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backend;
+pub mod engine;
 mod error;
 mod leadership;
 mod memory;

@@ -1,0 +1,217 @@
+//! The election engine: the rules of one election, written once for every store.
+//!
+//! The engine is sans-IO. It is given a [`Snapshot`] of one election's records as a
+//! store holds them (one [`Record`] per candidacy, with the store's revisions) and
+//! answers with a [`Step`]: the conditional [`Write`] to commit, what to wait for, or
+//! that the seat is held. A store adapter supplies only primitives — sessions, one
+//! atomic conditional write that returns the records it leaves, ordered change
+//! notification and a token source — and drives the engine in a thin loop:
+//!
+//! ```text
+//! loop {
+//!     match engine::campaign(&snapshot, &me) {
+//!         Step::Leader { token, .. } => return token,
+//!         Step::Commit(write) => snapshot = store.commit(&write)?.snapshot,
+//!         Step::Wait { on } => snapshot = store.wait_for_deletion_or_own_change(on)?,
+//!         Step::Busy | Step::Gone => ...,
+//!     }
+//! }
+//! ```
+//!
+//! # The records
+//! Each candidacy in an election is one record, owned by the session that campaigns
+//! (at most one per session and election). A record with a token holds the seat; the
+//! others wait. A record's *arrival* comes from the store (a create revision, a
+//! sequence) and orders waiters of equal rank; its *version* changes with every write
+//! to it, so a write can compare it. A store whose records vanish with their session
+//! (etcd leases, ZooKeeper ephemeral nodes) reports every record live; a store that
+//! keeps them until cleared away (PostgreSQL, Redis) reports a dead session's records
+//! with `live: false`, and the engine's writes delete them.
+//!
+//! # The rules
+//! - **Queue order**: the waiter a handover chose first, then higher priority, then
+//!   earlier arrival ([`queue`]).
+//! - **The grant**: a waiter is granted when no live record holds the seat and no live
+//!   waiter is ahead of it; the write compares the whole election's revision, so it
+//!   commits only on what it decided from.
+//! - **Release grants the next waiter in the same write**: the successor only has to
+//!   learn of it, so a handover costs one write.
+//! - **Preemption**: a joining candidate of a higher priority than a preemptible
+//!   holder's marks the holder `told`, once.
+//! - **Handover**: to a named live waiter (marked `chosen`) or to the next one; refused
+//!   when nobody leads, nobody waits, or the named candidate does not wait
+//!   ([`Refusal`]).
+//! - **Adoption**: a candidate whose grant committed but whose answer was lost finds
+//!   its token in its own record and leads with it.
+//! - **One wake-up per release**: each waiter waits for the deletion of the live record
+//!   directly ahead of it (the first waiter: the holder) or a change to its own record;
+//!   a write that puts a record ahead of a waiter touches that waiter so it looks again.
+//!   A release therefore wakes exactly the waiter it grants.
+
+#[cfg(test)]
+mod model;
+mod rules;
+
+pub use rules::{campaign, handover, holder, queue, resign, step, try_take};
+
+use std::fmt;
+
+/// What a candidate asks for in one election: who it is and how it ranks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Candidacy {
+    /// The session that campaigns; its record lives and dies with it.
+    pub session: String,
+    /// The candidate's id (what observers and handovers name).
+    pub candidate: String,
+    /// The value observers are shown.
+    pub value: String,
+    /// Higher goes first.
+    pub priority: i32,
+    /// Whether a higher-priority candidate that joins asks it to step down.
+    pub preemptible: bool,
+}
+
+/// One candidacy as the store holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The candidacy.
+    pub candidacy: Candidacy,
+    /// Orders waiters of equal rank: the store's create revision or sequence.
+    pub arrival: u64,
+    /// The store's version of this record; changes with every write to it.
+    pub version: u64,
+    /// The token of the grant this record holds; `None` for a waiter.
+    pub token: Option<u64>,
+    /// The holder was asked to step down (a preemption or a handover).
+    pub told: bool,
+    /// A handover chose this waiter to go next.
+    pub chosen: bool,
+    /// Whether the store still counts the record's session alive.
+    pub live: bool,
+}
+
+impl Record {
+    /// The session that owns the record.
+    pub fn session(&self) -> &str {
+        &self.candidacy.session
+    }
+}
+
+/// One election's records as read at one store revision.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The election's revision when read. Every [`Write`] moves it on, so a write
+    /// conditional on it commits only on the records it was decided from. (Records that
+    /// vanish with their session need not move it: a write that puts a record of an
+    /// ended session fails in the store anyway.)
+    pub revision: u64,
+    /// The records, in any order.
+    pub records: Vec<Record>,
+}
+
+impl Snapshot {
+    /// The record of `session`, if any.
+    pub fn record(&self, session: &str) -> Option<&Record> {
+        self.records.iter().find(|r| r.session() == session)
+    }
+}
+
+/// The token a put leaves in a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Token {
+    /// A waiter.
+    None,
+    /// The holder keeps this token.
+    Keep(u64),
+    /// A new grant: the store's token source gives the next token (the write's
+    /// revision, or the next value of a sequence), larger than every earlier one.
+    Mint,
+}
+
+/// One change a [`Write`] makes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Create or replace the session's record; a new record takes its arrival from the
+    /// store, a replaced one keeps it.
+    Put {
+        /// The candidacy (its session names the record).
+        candidacy: Candidacy,
+        /// The token left in it.
+        token: Token,
+        /// Whether the holder was asked to step down.
+        told: bool,
+        /// Whether a handover chose it.
+        chosen: bool,
+    },
+    /// Rewrite the session's record unchanged, so that its owner looks again.
+    Touch(String),
+    /// Delete the session's record.
+    Delete(String),
+}
+
+/// The conditional write the engine asks a store to commit atomically.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Write {
+    /// The election's revision the write was decided on: it commits only if the
+    /// election is still at it (and then moves it on), else nothing is written.
+    pub revision: u64,
+    /// Changes, applied together.
+    pub ops: Vec<Op>,
+    /// Sessions to notify, for stores that notify explicitly (a watch-based store
+    /// needs none: each owner watches its own record and the one ahead).
+    pub wake: Vec<String>,
+    /// The holder this write asks to step down, with its token, if any.
+    pub tell: Option<(String, u64)>,
+    /// Whether the holder changes (observers of the leader look again).
+    pub leader_changed: bool,
+}
+
+/// What a candidate does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Its record holds the seat with this token (also when the answer to the write
+    /// that granted it was lost); `told`: it was asked to step down.
+    Leader {
+        /// The token of the grant.
+        token: u64,
+        /// Asked to step down.
+        told: bool,
+    },
+    /// Commit this write, then step again on the records the store returns (whether it
+    /// committed or a compare failed).
+    Commit(Write),
+    /// Nothing to write: wait until the record of session `on` is deleted (or, in a
+    /// store that keeps dead records, its session expires) or the candidate's own
+    /// record changes, then step again on a fresh read.
+    Wait {
+        /// The session whose record is directly ahead.
+        on: String,
+    },
+    /// [`try_take`]: another live candidacy holds or waits; nothing was written.
+    Busy,
+    /// The candidate's record is gone (its session expired, or it was withdrawn).
+    Gone,
+}
+
+/// Why a handover was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No live holder.
+    NobodyLeads,
+    /// No live waiter; the holder (named) keeps the seat.
+    NobodyWaits(String),
+    /// The named candidate does not wait.
+    NotWaiting(String),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::NobodyLeads => write!(f, "nobody leads it, nothing to hand over"),
+            Refusal::NobodyWaits(holder) => {
+                write!(f, "nobody waits for it, {holder:?} keeps it")
+            }
+            Refusal::NotWaiting(id) => write!(f, "no candidate {id:?} waits for it"),
+        }
+    }
+}
