@@ -433,6 +433,37 @@ impl MemoryBackend {
             .is_some()
     }
 
+    /// Revoke the session now, as etcd's lessor revokes a lease: its seats and member
+    /// registrations are deleted at once, and the holder hears of each seat as a watch
+    /// on it would tell it (`ElectionLost`), but not of the session, which it learns
+    /// is gone from its next request (`SessionExpired`). Returns false if no such
+    /// session.
+    pub fn revoke_session(&self, id: &str) -> bool {
+        self.with_session(id, |st, n| {
+            let Some(entry) = st.sessions.remove(&n) else {
+                return;
+            };
+            st.unheard_preemptions.remove(&n);
+            let held: Vec<(ElectionName, FencingToken)> = entry
+                .elections
+                .iter()
+                .filter_map(|e| {
+                    let h = st.elections.get(e)?.holder.as_ref()?;
+                    (h.session == n).then(|| (e.clone(), h.token))
+                })
+                .collect();
+            release_all(st, n, &entry.elections);
+            unregister_all(st, n, &entry.namespaces);
+            for (election, token) in held {
+                entry
+                    .events
+                    .election_lost(&election, token, "revoked by a test hook");
+            }
+            st.gates.remove(&n);
+        })
+        .is_some()
+    }
+
     /// Stop the session's requests from reaching the store (a partition): they wait
     /// until [`unstall_session`](Self::unstall_session); the store expires the session
     /// after its TTL meanwhile.

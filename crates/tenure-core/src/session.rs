@@ -140,6 +140,8 @@ pub(crate) struct SessionCore {
     /// Nanoseconds after `base` until which grants are valid.
     deadline_ns: AtomicU64,
     deadline_moved: Notify,
+    /// Wakes the renewal task to renew at once ([`Session::renew_now`]).
+    renew_soon: Notify,
     held: Mutex<HashMap<ElectionName, Arc<GrantState>>>,
     /// Losses reported for grants not in `held` (yet); locked only with `held` locked.
     early_losses: Mutex<EarlyLosses>,
@@ -184,6 +186,7 @@ impl Session {
             base,
             deadline_ns: AtomicU64::new(duration_ns(timing.renew_deadline)),
             deadline_moved: Notify::new(),
+            renew_soon: Notify::new(),
             held: Mutex::new(HashMap::new()),
             early_losses: Mutex::new(EarlyLosses::default()),
             locks: Mutex::new(ElectionLocks::default()),
@@ -236,6 +239,16 @@ impl Session {
     /// The instant until which grants of this session are valid unless renewed.
     pub fn deadline(&self) -> Instant {
         self.core().deadline()
+    }
+
+    /// Renew now rather than at the next renew interval: for a caller that has a sign
+    /// the store may have ended the session (a member of this session vanished from a
+    /// watched list, seats were deleted), so that a session the store expired or
+    /// revoked is found so, and re-opened (its registrations made again), at once. A
+    /// request of this session that finds it gone does the same by itself. Cheap: one
+    /// renewal; calls that come while one is due are folded into it.
+    pub fn renew_now(&self) {
+        self.core().renew_soon.notify_one();
     }
 
     /// How many times the session was re-opened after expiring.
@@ -327,7 +340,7 @@ impl Session {
         let limit = core.batch_timeout(seats.len());
         let tokens = with_timeout_of(limit, bs.try_campaign_many(seats))
             .await
-            .map_err(|e| core.tag(e))?;
+            .map_err(|e| core.tag(core.check_expired(e)))?;
         if tokens.len() != seats.len() {
             return Err(core.tag(Error::new(
                 ErrorKind::Backend,
@@ -449,6 +462,9 @@ impl Session {
                 }
                 Err(e) if e.kind() == ErrorKind::SessionExpired => {
                     pending.session = None;
+                    // The store no longer has the session: re-open it now, not at the
+                    // next renewal.
+                    core.renew_soon.notify_one();
                     if mode == CampaignMode::TryOnce {
                         return Err(e);
                     }
@@ -519,7 +535,7 @@ impl Session {
             core.current().register_member(namespace, member),
         )
         .await
-        .map_err(|e| core.tag(e))
+        .map_err(|e| core.tag(core.check_expired(e)))
     }
 
     /// Remove this session's registration `id` under `namespace`. Idempotent.
@@ -710,6 +726,15 @@ impl SessionCore {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         }
+    }
+
+    /// A request found the session gone from the store: have the renewal task see so
+    /// and re-open it now, not at the next renewal.
+    fn check_expired(&self, e: Error) -> Error {
+        if e.kind() == ErrorKind::SessionExpired {
+            self.renew_soon.notify_one();
+        }
+        e
     }
 
     /// Name the backend in an error that does not yet.
@@ -1126,6 +1151,7 @@ impl SessionCore {
             let mut expired = false;
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
+                _ = self.renew_soon.notified() => {}
                 ev = recv_event(&mut events, &mut events_open) => match ev {
                     Some(SessionEvent::ElectionLost { election, token, reason }) => {
                         self.grant_report(election, token, Early::Lost(LossReason::Revoked(reason)));
