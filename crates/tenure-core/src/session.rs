@@ -1145,10 +1145,20 @@ impl SessionCore {
         let timing = self.timing.clone();
         let mut next = Instant::now() + timing.renew_interval;
         let mut attempt = 0u32;
-        let request_limit = timing.connect_timeout.min(timing.renew_interval);
+        // How long one renewal may go unanswered before it is sent again: half the room
+        // a failover has (`renew_deadline − renew_interval`), not the interval, so a
+        // store that answers slowly (a loaded ZooKeeper ensemble's write, an etcd
+        // member forwarding to a new raft leader) still renews with frequent renewals.
+        let request_limit = timing.connect_timeout.min(
+            timing
+                .renew_interval
+                .max(timing.renew_deadline.saturating_sub(timing.renew_interval) / 2),
+        );
         let mut events_open = true;
         loop {
             let mut expired = false;
+            // Whether the last attempt went unanswered for the whole request limit.
+            let mut unanswered = false;
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
                 _ = self.renew_soon.notified() => {}
@@ -1198,6 +1208,7 @@ impl SessionCore {
                     }
                     Err(_) => {
                         tracing::warn!(limit = ?request_limit, "renewal timed out");
+                        unanswered = true;
                     }
                 }
             }
@@ -1214,8 +1225,17 @@ impl SessionCore {
                     }
                     None => return,
                 }
+            } else if unanswered {
+                // The attempt already waited its limit: send the next one at once, so
+                // that one is always in flight while the store does not answer and the
+                // first renewal after it answers again goes out then, not a back-off
+                // later (the deadline counts from the send time of the one answered).
+                next = Instant::now();
             } else {
-                let delay = timing.retry.delay(attempt).min(timing.renew_interval);
+                // A refusal comes back at once: back off, but by at most a quarter of
+                // the interval, so a renewal still goes out within that of the store
+                // answering again.
+                let delay = timing.retry.delay(attempt).min(timing.renew_interval / 4);
                 attempt = attempt.saturating_add(1);
                 next = Instant::now() + delay;
             }
@@ -1347,5 +1367,42 @@ mod tests {
         // The same election gets the same lock while it is held.
         let a = locks.get(&name(1));
         assert!(Arc::ptr_eq(&a, &locks.get(&name(1))));
+    }
+
+    /// A store that answers nothing for a while and then answers again: the renewal
+    /// after it answers goes out then, not a back-off later. With the old schedule
+    /// (each unanswered attempt followed by a doubling back-off) the attempt after
+    /// six unanswered ones left at 8.05 s, past the 8 s deadline, and the seat was
+    /// lost although the store answered again at 7.3 s.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_is_in_flight_when_the_store_answers_again() {
+        let mem = crate::MemoryBackend::new();
+        let mut timing = Timing::from_ttl(Duration::from_secs(10));
+        timing.renew_interval = Duration::from_secs(2);
+        timing.renew_deadline = Duration::from_secs(6);
+        timing.connect_timeout = Duration::from_millis(500);
+        timing.retry.jitter = 0.0;
+        let s = Session::open(Arc::new(mem.clone()), timing)
+            .await
+            .expect("session");
+        let e = ElectionName::new("answers-again").expect("name");
+        let l = s
+            .campaign(&e, &Candidate::new("a").expect("candidate"))
+            .await
+            .expect("campaign");
+        // The renewal at 2 s is answered; the deadline is then 8 s.
+        tokio::time::sleep(Duration::from_millis(2100)).await;
+        assert!(mem.stall_session(&s.id()));
+        tokio::time::sleep(Duration::from_millis(5200)).await;
+        assert!(mem.unstall_session(&s.id()));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            l.is_leader(),
+            "lost at {:?}: {:?}",
+            l.lost_at(),
+            l.loss_reason()
+        );
+        l.resign().await.expect("resign");
+        s.close().await.expect("close");
     }
 }

@@ -17,8 +17,8 @@ pub const DEFAULT_STEP_DOWN_GRACE: Duration = Duration::from_secs(10);
 /// | field | default | meaning |
 /// |---|---|---|
 /// | `ttl` | 10 s | how long the store keeps the session without hearing from it |
-/// | `renew_interval` | TTL / 4 (2.5 s) | how often the core renews the session |
-/// | `renew_deadline` | TTL × 2/3 (6.67 s) | a leadership is valid until the send time of the last confirmed renewal plus this; past it the lost signal fires |
+/// | `renew_interval` | TTL / 16 (625 ms) | how often the core renews the session (one request per session, however many seats it holds) |
+/// | `renew_deadline` | TTL × 7/8 (8.75 s) | a leadership is valid until the send time of the last confirmed renewal plus this; past it the lost signal fires |
 /// | `connect_timeout` | 5 s | the longest any single store request may take before it fails with `Timeout` (a batch of seats: this much per round trip it needs) |
 /// | `retry` | 50 ms doubling to 1 s, ±20 % jitter | back-off between failed store requests and between polls |
 /// | `step_down_grace` | 10 s | how long a holder asked to step down (contract clause 15: its own shutdown, a preemption, a handover, a shard handoff) keeps the seat, held and renewed, while its work stops; at the grace the seat is released whether or not the work acknowledged |
@@ -26,6 +26,15 @@ pub const DEFAULT_STEP_DOWN_GRACE: Duration = Duration::from_secs(10);
 /// Rules (checked by [`Timing::validate`], errors name the field): every duration > 0;
 /// `renew_interval < renew_deadline`; `renew_deadline ≤ ttl × (1 − CLOCK_DRIFT_MARGIN)`;
 /// retry `initial ≤ max`, `multiplier ≥ 1`, `jitter` in [0, 1].
+///
+/// Why these shares: a renewal sent just before the store stops answering is the last
+/// confirmed one, so `renew_deadline − renew_interval` (here 13/16 of the TTL) is what a
+/// store's own leader failover may take without costing a healthy leader its seat; the
+/// TTL's last eighth keeps the clock-drift margin and what a store needs after a
+/// confirmed renewal (a ZooKeeper follower reports its sessions' activity to the leader
+/// only every `tickTime` / 2). Measured failovers at the stores'
+/// production timing (`integration/examples/store_failover.rs`) and the shortest TTL
+/// they allow are in each store's README ([`FailoverFloor`](crate::backend::FailoverFloor)).
 ///
 /// Build one with [`Timing::from_ttl`] and change fields, or with a struct literal ending
 /// in `..Timing::default()`.
@@ -76,15 +85,15 @@ impl Default for Timing {
 }
 
 impl Timing {
-    /// Defaults derived from `ttl`: renew every TTL/4, renew deadline TTL×2/3, 5 s connect
-    /// timeout, default retry, 10 s step-down grace.
+    /// Defaults derived from `ttl`: renew every TTL/16, renew deadline TTL × 7/8, 5 s
+    /// connect timeout, default retry, 10 s step-down grace.
     pub fn from_ttl(ttl: Duration) -> Self {
         Timing {
             ttl,
-            renew_interval: ttl / 4,
-            // ×2 first keeps the usual rounding; a TTL too large to double (fuzzing
+            renew_interval: ttl / 16,
+            // ×7 first keeps the usual rounding; a TTL too large to multiply (fuzzing
             // found `ttl * 2` panicking) divides first instead.
-            renew_deadline: ttl.checked_mul(2).map_or(ttl / 3 * 2, |d| d / 3),
+            renew_deadline: ttl.checked_mul(7).map_or(ttl / 8 * 7, |d| d / 8),
             connect_timeout: Duration::from_secs(5),
             retry: Retry::default(),
             step_down_grace: DEFAULT_STEP_DOWN_GRACE,
@@ -183,7 +192,8 @@ mod tests {
             let _ = t.validate();
         }
         let t = Timing::from_ttl(Duration::from_secs(2));
-        assert_eq!(t.renew_deadline, Duration::from_secs(4) / 3);
+        assert_eq!(t.renew_deadline, Duration::from_millis(1750));
+        assert_eq!(t.renew_interval, Duration::from_millis(125));
     }
 
     fn err(t: Timing) -> String {
@@ -199,7 +209,16 @@ mod tests {
             .validate()
             .unwrap();
         let t = Timing::default();
-        assert_eq!(t.renew_interval, Duration::from_millis(2500));
+        assert_eq!(t.renew_interval, Duration::from_millis(625));
+        assert_eq!(t.renew_deadline, Duration::from_millis(8750));
+        // The default deadline keeps the clock-drift margin, at any TTL.
+        for ms in [1, 7, 100, 1000, 7000, 60_000, 86_400_000] {
+            Timing::from_ttl(Duration::from_millis(ms))
+                .validate()
+                .unwrap();
+        }
+        let margin = (t.ttl - t.renew_deadline).as_secs_f64() / t.ttl.as_secs_f64();
+        assert!(margin > CLOCK_DRIFT_MARGIN, "{margin}");
     }
 
     #[test]

@@ -13,14 +13,18 @@ use crate::timing::Timing;
 /// - `failover`: the longest a renewal went unanswered while the store replaced its
 ///   leader. A renewal sent just before the failure has `renew_deadline −
 ///   renew_interval` to be answered, so that must be at least this long.
-/// - `sync_window`: how long a member cut off from its leader may still confirm a
-///   renewal (a local read); `ttl − renew_deadline` must be at least this long, lest
+/// - `sync_window`: how much earlier than a confirmed renewal's send the store may
+///   count the session's last sign of life: how long a member cut off from its leader
+///   may still confirm a renewal (a local read), or how late a member reports a
+///   session's activity to the member that expires sessions (a ZooKeeper follower, at
+///   the leader's next ping). `ttl − renew_deadline` must be at least this long, lest
 ///   the seat be granted elsewhere while the holder still counts itself leader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FailoverFloor {
     /// The longest a renewal went unanswered during the store's leader failover.
     pub failover: Duration,
-    /// How long a cut-off member may still confirm renewals (zero if it cannot).
+    /// How much earlier than a confirmed renewal the store may count the session's
+    /// last sign of life (zero if never).
     pub sync_window: Duration,
 }
 
@@ -108,20 +112,36 @@ mod tests {
             failover: Duration::from_millis(2550),
             sync_window: Duration::ZERO,
         };
-        // Default shares: 5/12 of the TTL must cover the failover.
+        // The default shares: 13/16 of the TTL covers the failover.
         let t5 = Timing::from_ttl(Duration::from_secs(5));
-        assert!(!etcd.holds(&t5));
+        assert!(etcd.holds(&t5));
         let floor = etcd.shortest_ttl(&t5).unwrap();
-        assert!((floor - 2.55 * 12.0 / 5.0).abs() < 0.05, "{floor}");
-        assert!(etcd.holds(&Timing::from_ttl(Duration::from_secs(7))));
+        assert!((floor - 2.55 * 16.0 / 13.0).abs() < 0.01, "{floor}");
+        // The shares before (every TTL/4, deadline TTL × 2/3): 5/12 of the TTL.
+        let mut before = t5.clone();
+        before.renew_interval = t5.ttl / 4;
+        before.renew_deadline = t5.ttl * 2 / 3;
+        assert!(!etcd.holds(&before));
+        let floor = etcd.shortest_ttl(&before).unwrap();
+        assert!((floor - 2.55 * 12.0 / 5.0).abs() < 0.01, "{floor}");
+        // A window in which the store may still count a renewal the holder saw
+        // confirmed as older than it is must fit in the TTL's last part: 4 s (a
+        // ZooKeeper follower answering reads while cut off) in an eighth of it; 1 s
+        // (its report lag to the leader) likewise.
         let zk = FailoverFloor {
-            failover: Duration::from_millis(5300),
+            failover: Duration::from_millis(5840),
             sync_window: Duration::from_secs(4),
         };
-        // 5.3 s / (5/12) = 12.7 s; 4 s / (1/3) = 12 s.
         let floor = zk.shortest_ttl(&t5).unwrap();
-        assert!((floor - 12.72).abs() < 0.05, "{floor}");
-        assert!(zk.holds(&Timing::from_ttl(Duration::from_secs(13))));
+        assert!((floor - 32.0).abs() < 0.01, "{floor}");
+        let zk = FailoverFloor {
+            sync_window: Duration::from_secs(1),
+            ..zk
+        };
+        let floor = zk.shortest_ttl(&t5).unwrap();
+        assert!((floor - 8.0).abs() < 0.01, "{floor}");
+        assert!(!zk.holds(&Timing::from_ttl(Duration::from_secs(7))));
+        assert!(zk.holds(&Timing::from_ttl(Duration::from_secs(8))));
         let mut bad = t5.clone();
         bad.renew_deadline = bad.renew_interval;
         assert_eq!(zk.shortest_ttl(&bad), None);
