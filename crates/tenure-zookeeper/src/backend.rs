@@ -175,25 +175,28 @@ impl Backend for ZooKeeperBackend {
     /// must be the TTL); a warning (once per timing and process) where the TTL works
     /// but is below the floor that rides out an ensemble leader's failure at production
     /// timing (`tickTime` 2000 ms, `syncLimit` 2, as Kafka's operations guide configures
-    /// ZooKeeper), for either of two reasons:
+    /// ZooKeeper): a renewal sent just before the leader stops has `renew_deadline −
+    /// renew_interval` to be answered, and renewals went unanswered up to 5.84 s then
+    /// (the followers wait `syncLimit` × `tickTime` before they elect, then the sessions
+    /// re-attach; `integration/examples/store_failover.rs`, SIGSTOP 8 s of the leader,
+    /// 5 runs of 6 sessions).
     ///
-    /// - liveness: a renewal sent just before the leader stops has `renew_deadline −
-    ///   renew_interval` to be answered, and a session connected to the stopped leader
-    ///   went unanswered up to 5.30 s (the followers wait `syncLimit` × `tickTime` before
-    ///   they elect; then the session re-attaches;
-    ///   `integration/examples/store_failover.rs`, SIGSTOP 8 s of the leader, 5 runs);
-    /// - safety: a follower cut off from its leader goes on confirming renewals (they
-    ///   are reads it answers itself) for `syncLimit` × `tickTime`, 4 s, which must stay
-    ///   within `ttl − renew_deadline`, or the leader may expire the session and grant
-    ///   its seats elsewhere while this holder still counts itself leader.
-    ///
-    /// With the default shares (TTL/4, TTL × 2/3) the floor is 13 s (see the README,
+    /// A renewal is a write the leader commits with a quorum, so no member cut off from
+    /// the quorum confirms one (a read renewal, confirmed by a cut-off follower for
+    /// `syncLimit` × `tickTime`, needed 4 s of `ttl − renew_deadline`). What is left
+    /// is the follower's report: the leader, which expires sessions, learns of a
+    /// follower's sessions' activity only when the follower answers its ping, every
+    /// `tickTime` / 2, so it may count the session's last sign of life up to 1 s before
+    /// a renewal the holder saw confirmed, and `ttl − renew_deadline` must cover that.
+    /// With the default shares (TTL/16, TTL × 7/8) the floor is 8 s (see the README,
     /// *The shortest TTL*).
     fn check_timing(&self, timing: &Timing) -> Result<()> {
-        /// The longest a session on a stopped ensemble leader went unanswered.
-        const FAILOVER: Duration = Duration::from_millis(5300);
-        /// `syncLimit` × `tickTime` at production timing.
-        const SYNC_WINDOW: Duration = Duration::from_secs(4);
+        /// The longest a renewal went unanswered while the ensemble replaced a stopped
+        /// leader.
+        const FAILOVER: Duration = Duration::from_millis(5840);
+        /// `tickTime` / 2 at production timing: how late a follower reports a session's
+        /// activity to the leader.
+        const REPORT_LAG: Duration = Duration::from_secs(1);
         if timing.ttl.as_millis() > i32::MAX as u128 {
             return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
         }
@@ -212,21 +215,22 @@ impl Backend for ZooKeeperBackend {
         }
         let floor = FailoverFloor {
             failover: FAILOVER,
-            sync_window: SYNC_WINDOW,
+            sync_window: REPORT_LAG,
         };
         floor.warn_below("zookeeper", timing, |shortest| {
             format!(
                 "ttl {:?} is below the floor for a ZooKeeper ensemble at production timing \
                  (tickTime 2000 ms, syncLimit 2): a renewal sent just before the ensemble \
                  leader stops has renew_deadline - renew_interval = {:?} to be answered, and \
-                 a session on that leader went unanswered up to {FAILOVER:?} (syncLimit x \
-                 tickTime before the followers elect, then the re-attach), so a healthy \
-                 leader can lose its seat then; and a follower cut off from its leader \
-                 confirms renewals for syncLimit x tickTime = {SYNC_WINDOW:?}, which must stay \
-                 within ttl - renew_deadline = {:?} lest the seat be granted elsewhere while \
-                 this holder still counts itself leader. With these renewal shares the \
-                 shortest ttl for that ensemble is {shortest} (13 s with the default shares; \
-                 shorter with a shorter tickTime or syncLimit; see the tenure-zookeeper README)",
+                 renewals went unanswered up to {FAILOVER:?} then (syncLimit x tickTime \
+                 before the followers elect, then the sessions re-attach), so a healthy \
+                 leader can lose its seat then; and a follower reports its sessions' \
+                 activity to the leader only every tickTime / 2 = {REPORT_LAG:?}, which must \
+                 stay within ttl - renew_deadline = {:?} lest the seat be granted elsewhere \
+                 while this holder still counts itself leader. With these renewal shares \
+                 the shortest ttl for that ensemble is {shortest} (8 s with the default \
+                 shares; shorter with a shorter tickTime or syncLimit; see the \
+                 tenure-zookeeper README)",
                 timing.ttl,
                 timing.renew_deadline.saturating_sub(timing.renew_interval),
                 timing.ttl.saturating_sub(timing.renew_deadline),

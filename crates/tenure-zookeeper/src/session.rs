@@ -839,13 +839,27 @@ impl BackendSession for ZkSession {
     async fn keep_alive(&self) -> Result<()> {
         // In flight until answered, failed or dropped by the core's timeout.
         let _renewal = InFlight::start(&self.beat);
-        // One round trip: it proves the server still has the session and refreshes it.
+        // One write that checks nothing but that the root exists: it proves the server
+        // still has the session and refreshes it, and, being a transaction, it is
+        // answered only once the ensemble's leader has committed it with a quorum. A
+        // read (the renewal before) was answered by whichever server the session is
+        // on, and a follower cut off from its leader goes on answering reads for
+        // syncLimit x tickTime (4 s at production timing) while the leader, no longer
+        // hearing from the session, may expire it; a `sync` first would not do either,
+        // as a leader cut off from its followers answers syncs at once until it gives
+        // up, (syncLimit + 1) x tickTime. The write closes both windows; what is left
+        // is the follower's report of the session's activity to the leader, at most a
+        // ping (tickTime / 2) late, which check_timing holds within ttl - deadline.
         let client = self.client()?;
+        let mut writer = client.new_multi_writer();
+        writer
+            .add_check_version("/", -1)
+            .map_err(|e| crate::error::map("keep alive", e))?;
+        let commit = async { writer.commit().await.map(drop).map_err(ZkError::from) };
         self.shared
             .requests
-            .call_as(Purpose::Renewal, "keep alive", client.check_stat("/"))
+            .call_as(Purpose::Renewal, "keep alive", commit)
             .await
-            .map(|_| ())
     }
 
     async fn campaign(
