@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release -p tenure-integration --example store_failover -- \
-//!     [etcd|zookeeper|both] [--runs 5] [--ttl 5] [--pause 8] [--probes 6] [--faults stop,kill]
+//!     [etcd|zookeeper|both] [--runs 5] [--ttl 5] [--pause 8] [--probes 6] [--faults stop,kill] \
+//!     [--holders 3]
 //! ```
 //!
 //! Each run starts a fresh 3-member cluster ([`ClusterTiming::Production`]: etcd at its
@@ -23,17 +24,24 @@
 //! (`etcd_debugging_server_lease_expired_total`) before and after, and its log lines
 //! about revoking (the members log at `debug` here).
 //!
+//! Beside the probes, `--holders` elections are each held by a session of their own
+//! through the core (`Session` with [`Timing::from_ttl`]`(--ttl)`, the default renewal
+//! shares, or `--renew-interval` / `--renew-deadline` in seconds), campaigned for before
+//! the fault; the holders table says per run how many kept their seat through the
+//! fault and the 20 s after it, and for each loss its reason and when it fired after
+//! the fault (for ZooKeeper, whether the holder's session was on the leader).
+//!
 //! The last table derives the shortest TTL whose renewal rule leaves the worst
 //! unanswered time inside `renew_deadline − renew_interval` (a renewal sent just before
 //! the fault is the last confirmed one; the deadline then falls `renew_deadline −
-//! renew_interval` after the fault), for the core's rule (TTL/4, TTL × 2/3) and for
-//! more frequent renewals with a larger deadline share.
+//! renew_interval` after the fault), for the core's defaults (every TTL/16, deadline
+//! TTL × 7/8), the shares before them (TTL/4, TTL × 2/3) and one between.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tenure_core::backend::{BackendSession, SessionEvents};
-use tenure_core::{Backend, ErrorKind};
+use tenure_core::{Backend, Candidate, ElectionName, ErrorKind, Leadership, Session, Timing};
 use tenure_integration::cluster_faults::ClusterTiming;
 use tenure_integration::{EtcdCluster, Members, ZooKeeperEnsemble};
 
@@ -74,6 +82,33 @@ struct Options {
     ttl: Duration,
     pause: Duration,
     probes: usize,
+    holders: usize,
+    renew_interval: Option<Duration>,
+    renew_deadline: Option<Duration>,
+}
+
+impl Options {
+    /// The holders' timing: the core's defaults for `--ttl`, or the given shares.
+    fn timing(&self) -> Timing {
+        let mut t = Timing::from_ttl(self.ttl);
+        if let Some(i) = self.renew_interval {
+            t.renew_interval = i;
+        }
+        if let Some(d) = self.renew_deadline {
+            t.renew_deadline = d;
+        }
+        if let Err(e) = t.validate() {
+            usage(&format!("holders' timing {t:?}: {e}"));
+        }
+        t
+    }
+}
+
+/// What became of one election holder over a run.
+struct HolderResult {
+    on_leader: Option<bool>,
+    /// The loss: its reason and when it fired after the fault (negative: before).
+    lost: Option<(String, f64)>,
 }
 
 /// One probe's record: (sent, answered) of each answered renewal, and the errors.
@@ -105,13 +140,15 @@ struct RunResult {
     /// and its log lines about revoking.
     revoked: Option<(u64, u64)>,
     revoke_lines: Vec<String>,
+    holders: Vec<HolderResult>,
 }
 
 fn usage(why: &str) -> ! {
     eprintln!("store_failover: {why}");
     eprintln!(
         "usage: store_failover [etcd|zookeeper|both] [--runs N] [--ttl S] [--pause S] \
-         [--probes N] [--faults stop,kill]"
+         [--probes N] [--faults stop,kill] [--holders N] [--renew-interval S] \
+         [--renew-deadline S]"
     );
     std::process::exit(2)
 }
@@ -124,6 +161,9 @@ fn parse() -> Options {
         ttl: Duration::from_secs(5),
         pause: Duration::from_secs(8),
         probes: 6,
+        holders: 3,
+        renew_interval: None,
+        renew_deadline: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -145,6 +185,9 @@ fn parse() -> Options {
             "--ttl" => o.ttl = Duration::from_secs_f64(number(value())),
             "--pause" => o.pause = Duration::from_secs_f64(number(value())),
             "--probes" => o.probes = number(value()) as usize,
+            "--holders" => o.holders = number(value()) as usize,
+            "--renew-interval" => o.renew_interval = Some(Duration::from_secs_f64(number(value()))),
+            "--renew-deadline" => o.renew_deadline = Some(Duration::from_secs_f64(number(value()))),
             "--faults" => {
                 o.faults = value()
                     .split(',')
@@ -274,6 +317,20 @@ async fn one_run(store: Store, fault: Fault, run: usize, o: &Options) -> RunResu
             .unwrap_or_else(|e| panic!("open a session with TTL {:?}: {e}", o.ttl));
         sessions.push((session, _rx));
     }
+    // The election holders, each on a session of its own through the core.
+    let mut holders: Vec<(Session, Leadership)> = Vec::new();
+    for h in 0..o.holders {
+        let session = Session::open(backend.clone(), o.timing())
+            .await
+            .unwrap_or_else(|e| panic!("open a holder's session: {e}"));
+        let election = ElectionName::new(format!("failover/holder-{h}")).expect("name");
+        let candidate = Candidate::new(format!("holder-{h}")).expect("candidate");
+        let leadership = session
+            .campaign(&election, &candidate)
+            .await
+            .unwrap_or_else(|e| panic!("campaign for {election}: {e}"));
+        holders.push((session, leadership));
+    }
     let leader = cluster.leader().await;
     // Settle: every probe renews for 2 s first.
     let records: Vec<Arc<Mutex<Record>>> = sessions
@@ -294,12 +351,17 @@ async fn one_run(store: Store, fault: Fault, run: usize, o: &Options) -> RunResu
     for (session, _) in &sessions {
         on_leader.push(cluster.serving(session.id()).await.map(|m| m == leader));
     }
+    let mut holder_on_leader = Vec::new();
+    for (session, _) in &holders {
+        holder_on_leader.push(cluster.serving(&session.id()).await.map(|m| m == leader));
+    }
     let version = cluster.version().await;
     let revoked_before = match &cluster {
         Cluster::Etcd(c) => c.leases_expired(leader).await.ok(),
         Cluster::ZooKeeper(_) => None,
     };
     let fault_at = Instant::now();
+    let fault_at_tokio = tokio::time::Instant::now();
     let mut resumed_at = None;
     match fault {
         Fault::Stop => {
@@ -398,6 +460,24 @@ async fn one_run(store: Store, fault: Fault, run: usize, o: &Options) -> RunResu
             }
         })
         .collect();
+    let holders = holders
+        .into_iter()
+        .zip(holder_on_leader)
+        .map(|((session, leadership), on_leader)| {
+            let lost = leadership.loss_reason().map(|why| {
+                let at = leadership.lost_at().unwrap_or(fault_at_tokio);
+                let after = if at >= fault_at_tokio {
+                    (at - fault_at_tokio).as_secs_f64()
+                } else {
+                    -(fault_at_tokio - at).as_secs_f64()
+                };
+                (format!("{why:?}"), after)
+            });
+            drop(leadership);
+            drop(session);
+            HolderResult { on_leader, lost }
+        })
+        .collect();
     for (session, _) in &sessions {
         let _ = tokio::time::timeout(Duration::from_secs(2), session.close()).await;
     }
@@ -409,6 +489,7 @@ async fn one_run(store: Store, fault: Fault, run: usize, o: &Options) -> RunResu
         version,
         revoked,
         revoke_lines,
+        holders,
     }
 }
 
@@ -566,6 +647,23 @@ fn print_run(r: &RunResult) {
     for line in &r.revoke_lines {
         println!("  log: {line}");
     }
+    for h in &r.holders {
+        if let Some((why, after)) = &h.lost {
+            println!(
+                "  a holder{} lost its seat: {why} ({after:+.2} s after the fault)",
+                place(h.on_leader)
+            );
+        }
+    }
+}
+
+/// Where a ZooKeeper session was when the fault came.
+fn place(on_leader: Option<bool>) -> &'static str {
+    match on_leader {
+        Some(true) => " on the leader",
+        Some(false) => " on a follower",
+        None => "",
+    }
 }
 
 fn worst<'a>(probes: impl Iterator<Item = &'a ProbeResult>) -> Option<&'a ProbeResult> {
@@ -621,10 +719,51 @@ fn print_tables(results: &[RunResult], o: &Options) {
             revoked
         );
     }
+    if o.holders > 0 {
+        let t = o.timing();
+        println!();
+        println!(
+            "Election holders through the core ({} per run, each on its own session; TTL {:?}, \
+             renew every {:?}, deadline {:?}):",
+            o.holders, t.ttl, t.renew_interval, t.renew_deadline
+        );
+        println!();
+        println!("| store | fault | run | kept their seat | losses (reason, when after the fault) | leases the paused member revoked |");
+        println!("|---|---|---:|---:|---|---|");
+        for r in results {
+            let kept = r.holders.iter().filter(|h| h.lost.is_none()).count();
+            let losses: Vec<String> = r
+                .holders
+                .iter()
+                .filter_map(|h| {
+                    h.lost
+                        .as_ref()
+                        .map(|(why, after)| format!("{why}{} {after:+.2} s", place(h.on_leader)))
+                })
+                .collect();
+            let revoked = match r.revoked {
+                Some((b, a)) => format!("{}", a.saturating_sub(b)),
+                None => "–".to_string(),
+            };
+            println!(
+                "| {} {} | {} | {} | {kept} of {} | {} | {revoked} |",
+                store_name(r.store),
+                r.version,
+                fault_name(r.fault, o),
+                r.run,
+                r.holders.len(),
+                if losses.is_empty() {
+                    "–".to_string()
+                } else {
+                    losses.join("; ")
+                }
+            );
+        }
+    }
     println!();
     println!("Shortest TTL whose renewals ride out the worst unanswered time U (renew_deadline − renew_interval ≥ U):");
     println!();
-    println!("| store | fault | U (worst of the runs) | TTL/4, deadline 2/3 (today) | TTL/8, deadline 2/3 | TTL/8, deadline 0.9 |");
+    println!("| store | fault | U (worst of the runs) | TTL/4, deadline 2/3 (the shares before) | TTL/8, deadline 7/8 | TTL/16, deadline 7/8 (the core's defaults) |");
     println!("|---|---|---|---:|---:|---:|");
     for &store in &o.stores {
         for &fault in &o.faults {
@@ -643,8 +782,8 @@ fn print_tables(results: &[RunResult], o: &Options) {
                 store_name(store),
                 fault_name(fault, o),
                 floor(0.25, 2.0 / 3.0),
-                floor(0.125, 2.0 / 3.0),
-                floor(0.125, 0.9)
+                floor(0.125, 0.875),
+                floor(1.0 / 16.0, 0.875)
             );
         }
     }

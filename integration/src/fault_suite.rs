@@ -106,7 +106,8 @@ pub struct FaultSpec {
     pub holder_pause: Duration,
     /// The longest a waiter may take to be granted after the holder was stopped.
     pub successor_bound: Duration,
-    /// The candidates' renew deadline (the CLI's default: two thirds of the TTL).
+    /// The candidates' renew deadline (the CLI's default, the core's:
+    /// [`Timing::from_ttl`](tenure_core::Timing::from_ttl)).
     pub renew_deadline: Duration,
 }
 
@@ -123,7 +124,7 @@ impl FaultSpec {
             failover_bound: ttl + failover_slack,
             holder_pause: ttl * 2,
             successor_bound: ttl * 2,
-            renew_deadline: ttl * 2 / 3,
+            renew_deadline: tenure_core::Timing::from_ttl(ttl).renew_deadline,
         }
     }
 
@@ -133,7 +134,7 @@ impl FaultSpec {
         self.failover_bound = ttl + slack;
         self.holder_pause = ttl * 2;
         self.successor_bound = ttl * 2;
-        self.renew_deadline = ttl * 2 / 3;
+        self.renew_deadline = tenure_core::Timing::from_ttl(ttl).renew_deadline;
         self.ttl = ttl;
         self
     }
@@ -445,7 +446,7 @@ pub async fn store_restart(spec: &FaultSpec, store: &mut StoreServer, expect: Re
             assert_fenced(&[&a, &b]);
         }
         Restart::LosesItsData => {
-            let renewal = spec.ttl / 4;
+            let renewal = tenure_core::Timing::from_ttl(spec.ttl).renew_interval;
             let lost = wait(
                 holder,
                 |e| e.is(Event::LOST) && e.mono_ns > elected.mono_ns,
