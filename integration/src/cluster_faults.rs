@@ -42,11 +42,12 @@ pub const FAST_TTL: Duration = Duration::from_secs(5);
 pub const ETCD_TTL_FLOOR: Duration = Duration::from_secs(5);
 
 /// The same for a 3-server ZooKeeper ensemble at production timing (`tickTime` 2 s,
-/// `syncLimit` 2): renewals (quorum writes) went unanswered up to 5.84 s when the
-/// leader stopped (SIGSTOP 8 s, 6 sessions a run; the followers wait `syncLimit` ×
-/// `tickTime` before they elect, then the sessions re-attach), so 13/16 of the TTL must
-/// be at least 5.84 s: 7.2 s; and a follower reports its sessions' activity to the
-/// leader only every `tickTime` / 2 = 1 s, which the TTL's last eighth must cover: 8 s.
+/// `syncLimit` 2): renewals (quorum writes) went unanswered up to 6.41 s when the
+/// leader stopped (SIGSTOP 8 s, 15 runs of 6 sessions at TTL 7 and 8 s; the followers
+/// wait `syncLimit` × `tickTime` before they elect, then the sessions re-attach), so
+/// 13/16 of the TTL must be at least 6.41 s: 7.9 s; and a follower reports its sessions'
+/// activity to the leader only every `tickTime` / 2 = 1 s, which the TTL's last eighth
+/// must cover: 8 s.
 /// So 8 s (with read renewals, a cut-off follower's 4 s had to fit there: 13 s with the
 /// shares before).
 pub const ZOOKEEPER_TTL_FLOOR: Duration = Duration::from_secs(8);
