@@ -317,6 +317,14 @@ pub struct ShardsRunArgs {
     /// are, up to the replication factor.
     #[arg(long)]
     pub zone: Option<String>,
+    /// Seconds a member that left the list without draining (its session ended:
+    /// crashed, or expired or revoked by the store while the node was fine) keeps its
+    /// shards before the other nodes take them [default: a quarter of --ttl]. A node
+    /// whose session the store took away opens a new one and campaigns for its shards
+    /// at once; back within this, it moves nothing. A crashed node's shards are led
+    /// again after its TTL plus this; 0 gives them away as soon as its member goes.
+    #[arg(long, value_name = "SECONDS")]
+    pub member_grace: Option<f64>,
     /// Session timing, each command's grace, metrics and health endpoints.
     #[command(flatten)]
     pub run: RunArgs,

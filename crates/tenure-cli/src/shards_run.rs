@@ -49,15 +49,22 @@ pub struct RunPlan {
     timing: Timing,
     command: LeaderCommand,
     grace: Duration,
+    /// `--member-grace`; `None`: the shard manager's default (a quarter of the TTL).
+    member_grace: Option<Duration>,
 }
 
 impl RunPlan {
-    /// Check `args`: layout, id, zone, timing, grace and the command's program.
+    /// Check `args`: layout, id, zone, timing, grace, member grace and the command's
+    /// program.
     pub async fn new(args: &ShardsRunArgs) -> Result<RunPlan> {
         let layout = args.layout.layout()?;
         Member::check_id(&args.id).map_err(|e| Error::invalid(format!("id: {}", e.message())))?;
         let timing = args.run.timing.timing()?;
         let grace = seconds("grace", args.run.grace)?;
+        let member_grace = args
+            .member_grace
+            .map(|s| seconds("member_grace", s))
+            .transpose()?;
         let command = LeaderCommand::new(&args.command, grace)?;
         let plan = RunPlan {
             layout,
@@ -66,6 +73,7 @@ impl RunPlan {
             timing,
             command,
             grace,
+            member_grace,
         };
         plan.check_settings().await?;
         Ok(plan)
@@ -96,10 +104,13 @@ impl RunPlan {
             step_down_grace: self.grace + Duration::from_secs(2),
             ..self.timing.clone()
         };
-        let builder = ShardManager::builder(backend)
+        let mut builder = ShardManager::builder(backend)
             .layout(self.layout.clone())
             .node_id(&self.id)
             .timing(timing);
+        if let Some(grace) = self.member_grace {
+            builder = builder.member_grace(grace);
+        }
         match &self.zone {
             Some(zone) => builder.zone(zone),
             None => builder,
@@ -432,6 +443,14 @@ mod tests {
         let p = RunPlan::new(&a).await.unwrap();
         assert_eq!(p.timing().ttl, Duration::from_secs(2));
         assert_eq!(p.id(), "n1");
+        assert_eq!(
+            p.member_grace, None,
+            "the manager's default: a quarter of the TTL"
+        );
+        let p = plan(&["--member-grace", "1.5", "--", "true"])
+            .await
+            .unwrap();
+        assert_eq!(p.member_grace, Some(Duration::from_millis(1500)));
         // A bad address is refused by the parser, naming the flag.
         let bad = Cli::try_parse_from([
             "tenure",
@@ -451,6 +470,8 @@ mod tests {
         for (extra, want) in [
             (&["--zone", "eu west", "--", "true"][..], "zone:"),
             (&["--grace", "-1", "--", "true"], "grace:"),
+            (&["--member-grace", "-1", "--", "true"], "member_grace:"),
+            (&["--member-grace", "5000", "--", "true"], "member_grace:"),
             (&["--ttl", "0", "--", "true"], "ttl"),
             (&["--replication", "0", "--", "true"], "replication"),
             (

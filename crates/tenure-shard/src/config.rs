@@ -19,6 +19,10 @@ pub const MAX_SHARDS: usize = 1 << 20;
 pub const MAX_REPLICATION: usize = 16;
 /// The largest node weight accepted.
 pub const MAX_WEIGHT: u32 = 1000;
+/// The longest [`member_grace`](ShardManagerBuilder::member_grace) accepted (one
+/// hour): a grace is for a node coming back from a session the store took away, not
+/// for keeping a dead node's shards.
+pub const MAX_MEMBER_GRACE: Duration = Duration::from_secs(3600);
 
 /// A shard of the namespace: its index (0-based, in the configured order) and name.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -187,6 +191,7 @@ impl Layout {
 /// | `publish_interval` | 10 ms | least time between two updates of this node's member value |
 /// | `campaign_limit` | 1024 | campaigns this node has in flight at once, a batch of tries for free shards counting one per seat (the rest wait for a permit; only those in flight are published as campaigning, so this also bounds the handoffs towards this node per round) |
 /// | `startup_quiet` | 100 ms | at start, campaign only once the member list has not changed for this long |
+/// | `member_grace` | TTL / 4 | how long a member that left the list without draining (its session ended, expired or was revoked) is kept in the plan before its shards are given to others; one that comes back within it moves nothing |
 /// | `balance_by_load` | off (by count) | choose leaders by the loads reported with [`report_load`](crate::ShardManager::report_load): within a tolerance of each node's share by weight (its capacity), at most so many moves per window ([`LoadPolicy`](crate::balance::LoadPolicy)) |
 /// | `load_interval` | 1 s | least time between two publications of changed load figures |
 /// | `before_handoff` | none | a hook whose future this node awaits, besides the `Acquired` event's work guard, before it releases a shard it was asked to give up |
@@ -202,6 +207,8 @@ pub struct ShardManagerBuilder {
     pub(crate) handoff_burst: u32,
     pub(crate) publish_interval: Duration,
     pub(crate) startup_quiet: Duration,
+    /// `None`: a quarter of the TTL.
+    pub(crate) member_grace: Option<Duration>,
     pub(crate) campaign_limit: usize,
     pub(crate) balance: Option<crate::balance::LoadPolicy>,
     pub(crate) load_interval: Duration,
@@ -240,6 +247,7 @@ impl ShardManagerBuilder {
             handoff_burst: 500,
             publish_interval: Duration::from_millis(10),
             startup_quiet: Duration::from_millis(100),
+            member_grace: None,
             campaign_limit: 1024,
             balance: None,
             load_interval: Duration::from_secs(1),
@@ -299,6 +307,25 @@ impl ShardManagerBuilder {
     pub fn startup_quiet(mut self, quiet: Duration) -> Self {
         self.startup_quiet = quiet;
         self
+    }
+
+    /// How long a member that left the list without draining stays in this node's plan
+    /// before its shards are given to others (default: a quarter of the TTL; zero:
+    /// at once). A member leaves the list when its session ends: crashed, closed, or
+    /// taken away by the store while the node itself was fine (an etcd lease the
+    /// store's resuming raft leader revoked, a session the store expired); such a node
+    /// opens a new session, registers again and campaigns for its shards at once, and
+    /// if it is back within the grace nothing moves. The grace delays failover only for
+    /// the shards whose leader left too: a crashed node's shards are led again after
+    /// its TTL plus the grace. Safety never depends on it (every shard is an election).
+    pub fn member_grace(mut self, grace: Duration) -> Self {
+        self.member_grace = Some(grace);
+        self
+    }
+
+    /// The member grace in effect: the one set, or a quarter of the TTL.
+    pub(crate) fn grace(&self) -> Duration {
+        self.member_grace.unwrap_or(self.timing.ttl / 4)
     }
 
     /// Campaigns in flight at once.
@@ -391,6 +418,12 @@ impl ShardManagerBuilder {
         }
         if self.load_interval.is_zero() {
             return Err(Error::invalid("load_interval: must be positive"));
+        }
+        if self.grace() > MAX_MEMBER_GRACE {
+            return Err(Error::invalid(format!(
+                "member_grace: {:?}; at most {MAX_MEMBER_GRACE:?}",
+                self.grace()
+            )));
         }
         self.timing.validate()?;
         Ok((layout, id))

@@ -16,7 +16,9 @@ pub mod testing;
 mod view;
 
 pub use assign::{plan, plan_reusing, NodeSpec, Plan};
-pub use config::{Layout, Shard, ShardManagerBuilder, MAX_REPLICATION, MAX_SHARDS, MAX_WEIGHT};
+pub use config::{
+    Layout, Shard, ShardManagerBuilder, MAX_MEMBER_GRACE, MAX_REPLICATION, MAX_SHARDS, MAX_WEIGHT,
+};
 pub use manager::{LoadReporter, ShardEvent, ShardEvents, ShardManager, ShardStatus};
 pub use map::ShardMap;
 pub use view::{NodeInfo, ShardInfo, ShardView};

@@ -174,6 +174,7 @@ pub struct ShardManager {
     picture: Arc<Mutex<Picture>>,
     held: Arc<Mutex<HashMap<usize, LeadershipWatch>>>,
     loads: LoadReporter,
+    member_grace: Duration,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -294,6 +295,12 @@ impl ShardManager {
         self.loads.clone()
     }
 
+    /// How long this node keeps a member that left the list without draining before
+    /// its shards go to others ([`ShardManagerBuilder::member_grace`]).
+    pub fn member_grace(&self) -> Duration {
+        self.member_grace
+    }
+
     /// The session this node's registration and leaderships live in.
     pub fn session(&self) -> &Session {
         &self.session
@@ -402,6 +409,7 @@ impl ShardManagerBuilder {
     /// namespace. Returns the manager and its event receiver.
     pub async fn start(self) -> Result<(ShardManager, ShardEvents)> {
         let (layout, node_id) = self.validate()?;
+        let member_grace = self.grace();
         let layout = Arc::new(layout);
         let candidate = Candidate::new(&node_id)?;
         let session = Session::open(self.backend.clone(), self.timing.clone()).await?;
@@ -509,6 +517,11 @@ impl ShardManagerBuilder {
             moves_progressed_at: Instant::now(),
             balancing: 0,
             loads_withheld: false,
+            member_grace,
+            listed: Vec::new(),
+            absent: BTreeMap::new(),
+            grace_at: None,
+            generation: session.generation(),
         };
         let task = tokio::spawn(
             controller
@@ -528,6 +541,7 @@ impl ShardManagerBuilder {
                     layout: layout.clone(),
                     commands: commands_tx.clone(),
                 },
+                member_grace,
                 task: Mutex::new(Some(task)),
             },
             events_rx,
@@ -967,6 +981,18 @@ struct Controller {
     balancing: usize,
     /// This node's member value leaves its load codes out (see `OwnState`).
     loads_withheld: bool,
+    /// How long a member that left the list without draining stays in the view.
+    member_grace: Duration,
+    /// The last member list the store gave.
+    listed: Vec<Member>,
+    /// Members gone from the list (not draining), kept in the view with their last
+    /// value until their grace ends: id → (member, when it went).
+    absent: BTreeMap<String, (Member, Instant)>,
+    /// When the first grace of `absent` ends.
+    grace_at: Option<Instant>,
+    /// The session's generation last seen: it grows when the session was re-opened
+    /// after the store expired or revoked it.
+    generation: u64,
 }
 
 impl Controller {
@@ -980,12 +1006,13 @@ impl Controller {
         let mut losses = self.session.losses();
         let mut losses_open = true;
         loop {
-            // The latest member list received in this pass: lists that arrive together
-            // are applied once, as the last of them (a member stream may coalesce).
-            let mut latest: Option<Vec<Member>> = None;
+            // Whether a member list came in this pass: lists that arrive together are
+            // applied once, as the last of them (a member stream may coalesce); each is
+            // noted, for the members that left (`note_list`).
+            let mut listed = false;
             let handoffs = (!self.pending.is_empty()).then(|| self.bucket.next());
             let wake = next_wake(self.retry_at, self.replan_at, handoffs);
-            let wake = [wake, self.load_flush_at, self.balance_at]
+            let wake = [wake, self.load_flush_at, self.balance_at, self.grace_at]
                 .into_iter()
                 .flatten()
                 .min();
@@ -997,7 +1024,10 @@ impl Controller {
             };
             tokio::select! {
                 m = members.next(), if members_open => match m {
-                    Some(Ok(list)) => latest = Some(list),
+                    Some(Ok(list)) => {
+                        self.note_list(list);
+                        listed = true;
+                    }
                     Some(Err(e)) => tracing::warn!(error = %e, "member watch error"),
                     None => {
                         // The watch ended (store gone?): try to open a new one.
@@ -1054,6 +1084,10 @@ impl Controller {
                         self.balance_at = None;
                         self.balance_due = true;
                     }
+                    if self.grace_at.is_some_and(|at| at <= Instant::now()) {
+                        // A member's grace ended: the view again, without it.
+                        listed = true;
+                    }
                     if !members_open {
                         if let Ok(s) = self.session.watch_members(&self.layout.namespace).await {
                             members = s;
@@ -1068,11 +1102,14 @@ impl Controller {
                 self.handle(m);
             }
             while let Some(Some(Ok(list))) = members.next().now_or_never() {
-                latest = Some(list);
+                self.note_list(list);
+                listed = true;
             }
-            if let Some(list) = latest {
+            if listed {
+                let list = self.with_absent();
                 self.set_members(&list);
             }
+            self.after_reopen();
             self.refresh_plan().await;
             self.reconcile();
         }
@@ -1128,6 +1165,93 @@ impl Controller {
         self.planned_view = self.view.clone();
         self.plan = Some(plan);
         self.balance_due = true;
+    }
+
+    /// Take in a member list from the store: a member of the last list that is not in
+    /// this one and was not draining there is kept, with its last value, for the
+    /// member grace (see `with_absent`); one that is back is no longer absent. Every
+    /// list is noted, also those a pass then applies only the last of, so that a
+    /// member that said it was leaving (draining) just before it went is let go.
+    fn note_list(&mut self, list: Vec<Member>) {
+        let now = Instant::now();
+        let present: std::collections::HashSet<&str> = list.iter().map(|m| m.id()).collect();
+        if !self.member_grace.is_zero() {
+            for m in &self.listed {
+                if present.contains(m.id())
+                    || self.absent.contains_key(m.id())
+                    || crate::state::draining_in(m.value())
+                {
+                    continue;
+                }
+                tracing::debug!(member = m.id(), grace = ?self.member_grace, "member left the list; kept for the grace");
+                self.absent.insert(m.id().to_string(), (m.clone(), now));
+            }
+        }
+        if self.listed.iter().any(|m| m.id() == self.node_id) && !present.contains(&*self.node_id) {
+            // This node's own member is gone, so its session is (the store ended it):
+            // have the session find out now rather than at its next renewal, so that
+            // it is re-opened, the member registered again and the shards campaigned
+            // for at once.
+            tracing::warn!("this node's member left the list; checking the session now");
+            self.session.renew_now();
+        }
+        self.absent.retain(|id, _| !present.contains(id.as_str()));
+        self.listed = list;
+    }
+
+    /// The member list the view is built from: the store's last list and the members
+    /// that left it within their grace, with their last value. A member that leaves
+    /// without draining stays in the plan for `member_grace`, so that a node whose
+    /// session the store took away (and which is back at once: its session finds out
+    /// and re-opens, registers again and campaigns, see `note_list` and
+    /// `after_reopen`) keeps its shards: nobody else campaigns for them meanwhile, and
+    /// nothing moves away and back. A crashed node's shards go to others once its
+    /// grace ends.
+    fn with_absent(&mut self) -> Vec<Member> {
+        let now = Instant::now();
+        let grace = self.member_grace;
+        self.absent.retain(|id, (_, since)| {
+            let keep = now < *since + grace;
+            if !keep {
+                tracing::info!(member = %id, ?grace, "member gone for the grace; its shards go to others");
+            }
+            keep
+        });
+        self.grace_at = self.absent.values().map(|(_, since)| *since + grace).min();
+        let mut all = self.listed.clone();
+        all.extend(self.absent.values().map(|(m, _)| m.clone()));
+        all
+    }
+
+    /// Whether node `n` of `view` is a member that left the list and is kept for its
+    /// grace: it campaigns for nothing, whatever its last value says.
+    fn is_absent(&self, view: &View, n: u32) -> bool {
+        !self.absent.is_empty()
+            && view
+                .nodes
+                .get(n as usize)
+                .is_some_and(|node| self.absent.contains_key(&node.id))
+    }
+
+    /// After the session was re-opened (the store had expired or revoked it): the
+    /// campaigns that failed on the old session are tried again now, not at their
+    /// back-off.
+    fn after_reopen(&mut self) {
+        let generation = self.session.generation();
+        if generation == self.generation {
+            return;
+        }
+        self.generation = generation;
+        let now = Instant::now();
+        let failed: Vec<usize> = self.failures.keys().copied().collect();
+        tracing::info!(
+            retried = failed.len(),
+            "session re-opened; campaigning again for this node's shards"
+        );
+        for s in failed {
+            self.failures.insert(s, (0, now));
+            self.dirty.mark(s);
+        }
     }
 
     fn set_members(&mut self, list: &[Member]) {
@@ -1523,7 +1647,11 @@ impl Controller {
     /// sees this node draining) has nobody else for it.
     fn handoff_of(&self, s: usize, view: &View, plan: &Plan) -> Option<Option<String>> {
         match plan.preferred(s) {
-            Some(t) if Some(t) != self.me && view.states[t as usize].campaigning.contains(s) => {
+            Some(t)
+                if Some(t) != self.me
+                    && view.states[t as usize].campaigning.contains(s)
+                    && !self.is_absent(view, t) =>
+            {
                 Some(Some(view.nodes[t as usize].id.clone()))
             }
             None if self.draining => Some(None),
@@ -1920,6 +2048,19 @@ impl Controller {
 
     async fn shutdown(&mut self) {
         self.mine.clear();
+        // Leaving on purpose: say so (draining, nothing held) before the member goes,
+        // so the other nodes plan without this one at once rather than keep its
+        // shards for the member grace, and campaign for them while they are stepped
+        // down here.
+        self.mine.set_draining(true);
+        let leaving = self.mine.value();
+        let announce = async {
+            if let Ok(member) = Member::new(&self.node_id, &leaving) {
+                if let Err(e) = self.session.register(&self.layout.namespace, &member).await {
+                    tracing::debug!(error = %e, "could not say this node is leaving");
+                }
+            }
+        };
         for (_, t) in self.campaigning.drain() {
             t.abort();
         }
@@ -1939,7 +2080,8 @@ impl Controller {
             })
             .collect();
         let grace = self.session.timing().step_down_grace;
-        let _ = tokio::time::timeout(grace, futures::future::join_all(ends)).await;
+        let stepped_down = tokio::time::timeout(grace, futures::future::join_all(ends));
+        let _ = tokio::join!(announce, stepped_down);
         let held: Vec<_> = self.held.drain().collect();
         lock(&self.held_watches).clear();
         let mut resigning = Vec::with_capacity(held.len());

@@ -462,6 +462,16 @@ impl Loads {
     }
 }
 
+/// Whether a member value says its node drains (`d=1`), read without decoding the
+/// rest: the flag comes before the sets.
+pub(crate) fn draining_in(value: &str) -> bool {
+    let mut parts = value.split(' ');
+    parts.next() == Some(TAG)
+        && parts
+            .take_while(|p| !p.starts_with("h="))
+            .any(|p| p == "d=1")
+}
+
 /// One node's published state, as a reader decoded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NodeState {
@@ -1131,9 +1141,12 @@ mod tests {
         assert_eq!(st.held.iter().collect::<Vec<_>>(), vec![0, 12]);
         assert_eq!(st.campaigning.iter().collect::<Vec<_>>(), vec![5]);
         assert!(st.draining);
+        assert!(draining_in(&text));
         assert_eq!(st.weight, 2);
         assert_eq!(st.zone, None);
         let empty = OwnState::new(10_000, 1, 1).value();
+        assert!(!draining_in(&empty));
+        assert!(!draining_in("d=1"), "not a state value");
         assert!(empty.ends_with("dh=- dc=- h=- c=-"), "{empty}");
     }
 

@@ -756,7 +756,8 @@ fn planned_moves(c: &Cluster, before: &[Option<(String, FencingToken)>]) -> usiz
 }
 
 /// A crash moves only the dead node's shards (the others keep leader and token), and
-/// each of them is led again within TTL + one renew interval (+ slack).
+/// each of them is led again within TTL + one renew interval + the member grace (+
+/// slack).
 pub async fn check_crash(env: &ShardEnv) {
     let mut c = env.started().await;
     let victim = c.nodes.keys().nth(env.nodes / 2).cloned().expect("a node");
@@ -766,9 +767,9 @@ pub async fn check_crash(env: &ShardEnv) {
 }
 
 /// Crash `victims` at once; then every shard they led is led again within TTL + one
-/// renew interval (+ slack) with a greater token, no other shard changes leader or
-/// token, nothing else is acquired, and the survivors end balanced. Returns how many
-/// shards were led again.
+/// renew interval + the member grace (+ slack) with a greater token, no other shard
+/// changes leader or token, nothing else is acquired, and the survivors end balanced.
+/// Returns how many shards were led again.
 async fn crash_and_check(c: &mut Cluster, victims: &[String], env: &ShardEnv) -> usize {
     let before = c.leaders().await;
     let t0 = Instant::now();
@@ -778,7 +779,15 @@ async fn crash_and_check(c: &mut Cluster, victims: &[String], env: &ShardEnv) ->
     c.settle(env.settle).await;
     c.check_balanced().await;
     let after = c.leaders().await;
-    let bound = c.timing.ttl + c.timing.renew_interval + env.slack;
+    // The survivors keep a vanished member's shards for the grace: a crashed node's
+    // member goes with its session at the TTL, and its shards after the grace.
+    let grace = c
+        .nodes
+        .values()
+        .map(ShardManager::member_grace)
+        .max()
+        .unwrap_or_default();
+    let bound = c.timing.ttl + c.timing.renew_interval + grace + env.slack;
     let acquired: std::collections::HashMap<usize, Instant> = c
         .events_since(t0)
         .into_iter()
@@ -788,11 +797,13 @@ async fn crash_and_check(c: &mut Cluster, victims: &[String], env: &ShardEnv) ->
         })
         .collect();
     let mut dead = 0;
+    let mut failovers = Vec::new();
     for (s, (b, a)) in before.iter().zip(&after).enumerate() {
         let (b, a) = (b.as_ref().expect("led"), a.as_ref().expect("led"));
         if victims.contains(&b.0) {
             dead += 1;
             let took = acquired[&s] - t0;
+            failovers.push(took);
             assert!(
                 took <= bound,
                 "shard {s} led again after {took:?} > {bound:?}"
@@ -802,6 +813,19 @@ async fn crash_and_check(c: &mut Cluster, victims: &[String], env: &ShardEnv) ->
             assert_eq!(a, b, "shard {s} of a live node moved or was re-granted");
         }
     }
+    failovers.sort();
+    eprintln!(
+        "crash of {victims:?}: {dead} shards led again, from the crash min {:?} median {:?} \
+         max {:?} (TTL {:?}, renew interval {:?}, member grace {grace:?})",
+        failovers.first().copied().unwrap_or_default(),
+        failovers
+            .get(failovers.len() / 2)
+            .copied()
+            .unwrap_or_default(),
+        failovers.last().copied().unwrap_or_default(),
+        c.timing.ttl,
+        c.timing.renew_interval,
+    );
     assert!(dead > 0, "{victims:?} led nothing");
     assert_eq!(
         acquired.len(),
@@ -814,7 +838,7 @@ async fn crash_and_check(c: &mut Cluster, victims: &[String], env: &ShardEnv) ->
 /// Nodes in three zones (`env.nodes` of them, at least 3, dealt round-robin): every
 /// shard's replicas span the three zones, and with a multiple of three nodes each zone
 /// leads within one shard of P / 3; when a whole zone crashes at once, every
-/// shard it led is led again within TTL + one renew interval (+ slack), no shard of
+/// shard it led is led again within TTL + one renew interval + the member grace (+ slack), no shard of
 /// the other zones moves, and the survivors end balanced.
 pub async fn check_zone_loss(env: &ShardEnv) {
     let layout = Layout::new(&env.namespace(), env.shards, 3).expect("layout");
