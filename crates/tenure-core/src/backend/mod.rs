@@ -7,6 +7,8 @@
 pub mod config;
 mod floor;
 mod life;
+pub mod primitive;
+mod primitive_mem;
 mod random;
 mod record;
 pub mod requests;
@@ -15,6 +17,8 @@ mod stream;
 pub use crate::url::MEM_DRIVER;
 pub use floor::FailoverFloor;
 pub use life::Lifetime;
+pub use primitive::Primitives;
+pub use primitive_mem::MemPrimitives;
 pub use random::{random_id, random_unit};
 pub use record::{decode_record, encode_record, revision_token};
 pub use requests::{Purpose, Requests, Tag};
