@@ -119,7 +119,10 @@ async fn sessions_expire_unless_renewed(store: &dyn Primitives) {
         .expect("commit");
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        assert_eq!(store.renew(std::slice::from_ref(&b)).await.expect("renew"), vec![true]);
+        assert_eq!(
+            store.renew(std::slice::from_ref(&b)).await.expect("renew"),
+            vec![true]
+        );
     }
     let s = store.read(&e).await.expect("read");
     let live = |s: &Snapshot, id: &str| s.record(id).is_some_and(|r| r.live);
