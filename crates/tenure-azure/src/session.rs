@@ -348,13 +348,31 @@ impl Inner {
                 }
                 Err(f) => return Err(f.into_error(what)),
             }
+            // Known as this session's entry before its lease is asked for. A campaign
+            // withdrawn while the acquire is under way (its answer not read yet, or
+            // timed out) may have had it take effect: `leave_queue` must find the entry
+            // to delete it. Left unknown, it stayed leased for the rest of a lease
+            // duration by a session that no longer waits, ahead in the queue: every
+            // later waiter queued behind it, and a seat freed meanwhile stayed free
+            // until the entry lapsed.
+            lock(&self.waiting).insert(election.clone(), full.clone());
             match store.acquire(&full, &self.lease_id, self.secs).await {
                 Ok(()) => {
+                    // Again: a renewal that reached the entry before its lease did
+                    // found nothing to renew and forgot it.
                     lock(&self.waiting).insert(election.clone(), full);
                     return Ok((rel, true));
                 }
                 // Removed (as lapsed) by another waiter before the lease was taken.
-                Err(f) if f.status == Some(404) || f.code_is("LeaseAlreadyPresent") => continue,
+                Err(f) if f.status == Some(404) || f.code_is("LeaseAlreadyPresent") => {
+                    let mut waiting = lock(&self.waiting);
+                    if waiting.get(election) == Some(&full) {
+                        waiting.remove(election);
+                    }
+                    continue;
+                }
+                // It may have taken effect: the entry stays known (the next poll takes
+                // its lease again or finds it live; leaving the queue deletes it).
                 Err(f) => return Err(f.into_error(what)),
             }
         }
