@@ -152,7 +152,10 @@ async fn changes_are_never_missed(store: &dyn Primitives) {
         .expect("commit");
     let seen = s.revision;
     // Nothing changed yet: it waits.
-    let waiting = tokio::time::timeout(Duration::from_millis(500), store.changed(&e, &w, &h, seen));
+    let waiting = tokio::time::timeout(
+        Duration::from_millis(500),
+        store.changed(&e, Some(&w), Some(&h), seen),
+    );
     assert!(
         waiting.await.is_err(),
         "changed returned with nothing changed"
@@ -163,10 +166,13 @@ async fn changes_are_never_missed(store: &dyn Primitives) {
         .await
         .expect("commit");
     assert!(ok);
-    tokio::time::timeout(Duration::from_millis(100), store.changed(&e, &w, &h, seen))
-        .await
-        .expect("a deletion before the call is reported")
-        .expect("changed");
+    tokio::time::timeout(
+        Duration::from_millis(100),
+        store.changed(&e, Some(&w), Some(&h), seen),
+    )
+    .await
+    .expect("a deletion before the call is reported")
+    .expect("changed");
     // The holder's session ends while waiting (renewing only the waiter).
     let h2 = open().await.expect("open");
     let s = store.read(&e).await.expect("read");
@@ -181,7 +187,7 @@ async fn changes_are_never_missed(store: &dyn Primitives) {
         }
     };
     tokio::select! {
-        r = store.changed(&e, &w, &h2, s.revision) => r.expect("changed"),
+        r = store.changed(&e, Some(&w), Some(&h2), s.revision) => r.expect("changed"),
         () = renewing => {}
         () = tokio::time::sleep(Duration::from_secs(5)) => panic!("the expiry of the record ahead was missed"),
     }
@@ -218,7 +224,7 @@ async fn the_engine_elects_one_at_a_time_over_the_primitives() {
                     }
                 })
             };
-            let token = primitive::campaign(&*store, &e, &me(&id, i % 3))
+            let (token, _) = primitive::campaign(&*store, &e, &me(&id, i % 3))
                 .await
                 .expect("granted");
             assert_eq!(holding.fetch_add(1, Ordering::SeqCst), 0, "two holders");
@@ -255,7 +261,7 @@ async fn priority_and_handover_over_the_primitives() {
     let e = election("prim/prio");
     let open = || store.open(Duration::from_secs(30));
     let h = open().await.expect("open");
-    let t = primitive::campaign(&store, &e, &me(&h, 0))
+    let (t, _) = primitive::campaign(&store, &e, &me(&h, 0))
         .await
         .expect("granted");
     let err = primitive::handover(&store, &e, None)
@@ -273,7 +279,7 @@ async fn priority_and_handover_over_the_primitives() {
         let (order, e) = (order.clone(), e.clone());
         let store = &store;
         waiting.push(async move {
-            let token = primitive::campaign(store, &e, &me(&id, prio))
+            let (token, _) = primitive::campaign(store, &e, &me(&id, prio))
                 .await
                 .expect("granted");
             order.lock().expect("lock").push(id.clone());

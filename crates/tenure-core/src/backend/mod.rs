@@ -5,6 +5,7 @@
 //! [`Leadership`](crate::Leadership), which drive these.
 
 pub mod config;
+mod driven;
 mod floor;
 mod life;
 pub mod primitive;
@@ -15,6 +16,7 @@ pub mod requests;
 mod stream;
 
 pub use crate::url::MEM_DRIVER;
+pub use driven::DrivenBackend;
 pub use floor::FailoverFloor;
 pub use life::Lifetime;
 pub use primitive::Primitives;

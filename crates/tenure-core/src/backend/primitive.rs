@@ -36,27 +36,34 @@ pub trait Primitives: Send + Sync + fmt::Debug + 'static {
     /// puts or touches a record of an ended session does not commit.
     async fn commit(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)>;
 
-    /// Return once, after the election was at revision `seen`, the record of `on` is
-    /// deleted or its session ended, or the record of `me` changed or is gone (at once
-    /// if that happened already). Spurious returns are allowed; missed ones are not.
-    async fn changed(&self, election: &ElectionName, me: &str, on: &str, seen: u64) -> Result<()>;
+    /// Return once, after the election was at revision `seen`: the record of `me`
+    /// changed or is gone, or the record of `on` is gone or its session ended; with
+    /// neither named, once the election moved past `seen`. At once if that happened
+    /// already; spurious returns are allowed, missed ones are not.
+    async fn changed(
+        &self,
+        election: &ElectionName,
+        me: Option<&str>,
+        on: Option<&str>,
+        seen: u64,
+    ) -> Result<()>;
 }
 
-/// Campaign as `me` until granted; returns the token. Ends with `SessionExpired` once
-/// the session is gone.
+/// Campaign as `me` until granted; returns the token and the election as the grant was
+/// learnt (to follow the seat from). Ends with `SessionExpired` once the session is gone.
 pub async fn campaign(
     store: &dyn Primitives,
     election: &ElectionName,
     me: &Candidacy,
-) -> Result<u64> {
+) -> Result<(u64, Snapshot)> {
     let mut snap = store.read(election).await?;
     loop {
         match engine::campaign(&snap, me) {
-            Step::Leader { token, .. } => return Ok(token),
+            Step::Leader { token, .. } => return Ok((token, snap)),
             Step::Commit(write) => snap = commit(store, election, &write, &me.session).await?,
             Step::Wait { on } => {
                 store
-                    .changed(election, &me.session, &on, snap.revision)
+                    .changed(election, Some(&me.session), Some(&on), snap.revision)
                     .await?;
                 snap = store.read(election).await?;
             }
@@ -71,16 +78,17 @@ pub async fn campaign(
     }
 }
 
-/// Take the seat only if nobody else holds it or waits for it; the token if taken.
+/// Take the seat only if nobody else holds it or waits for it; the token if taken, with
+/// the election as the grant was learnt.
 pub async fn try_take(
     store: &dyn Primitives,
     election: &ElectionName,
     me: &Candidacy,
-) -> Result<Option<u64>> {
+) -> Result<Option<(u64, Snapshot)>> {
     let mut snap = store.read(election).await?;
     loop {
         match engine::try_take(&snap, me) {
-            Step::Leader { token, .. } => return Ok(Some(token)),
+            Step::Leader { token, .. } => return Ok(Some((token, snap))),
             Step::Commit(write) => snap = commit(store, election, &write, &me.session).await?,
             Step::Busy | Step::Wait { .. } => return Ok(None),
             Step::Gone => return Err(expired()),

@@ -183,7 +183,13 @@ impl Primitives for MemPrimitives {
         Ok((true, after))
     }
 
-    async fn changed(&self, election: &ElectionName, me: &str, on: &str, seen: u64) -> Result<()> {
+    async fn changed(
+        &self,
+        election: &ElectionName,
+        me: Option<&str>,
+        on: Option<&str>,
+        seen: u64,
+    ) -> Result<()> {
         let mut rx = self.changes.subscribe();
         loop {
             let expiry = {
@@ -191,23 +197,28 @@ impl Primitives for MemPrimitives {
                 let st = lock(&self.state);
                 let e = st.elections.get(election);
                 let record = |s: &str| e.and_then(|e| e.records.get(s));
-                let mine_changed = record(me).is_none_or(|r| r.version > seen);
-                let on_gone = record(on).is_none() || !st.live(on, now);
-                if mine_changed || on_gone {
+                let moved = e.map_or(0, |e| e.revision) > seen;
+                let mine_changed = me.is_some_and(|me| record(me).is_none_or(|r| r.version > seen));
+                let on_gone = on.is_some_and(|on| record(on).is_none() || !st.live(on, now));
+                if mine_changed || on_gone || (me.is_none() && on.is_none() && moved) {
                     return Ok(());
                 }
-                st.sessions.get(on).map(|(_, until)| *until)
+                match on {
+                    Some(on) => st.sessions.get(on).map(|(_, until)| Some(*until)),
+                    None => Some(None),
+                }
             };
             let Some(expiry) = expiry else {
                 return Ok(());
             };
+            let far = Instant::now() + Duration::from_secs(86_400);
             tokio::select! {
                 r = rx.changed() => {
                     if r.is_err() {
                         return Err(Error::new(ErrorKind::Closed, "the store is gone"));
                     }
                 }
-                () = tokio::time::sleep_until(expiry) => {}
+                () = tokio::time::sleep_until(expiry.unwrap_or(far)) => {}
             }
         }
     }

@@ -1,0 +1,384 @@
+//! A [`Backend`] made of a store's [`Primitives`] and the [election engine](crate::engine):
+//! everything an election decides comes from the engine, everything it stores goes
+//! through the primitives. A store that supplies the primitives gets the whole contract
+//! from this one file (membership aside, for now).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::primitive::{self, Primitives};
+use super::{
+    lock, Backend, BackendSession, Capabilities, Clause, DynSession, LeaderStream, Published,
+    SessionEvents,
+};
+use crate::engine::{self, Candidacy, Snapshot};
+use crate::error::{Error, ErrorKind, Result};
+use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo};
+
+/// A backend that runs the engine over `Primitives`.
+#[derive(Clone, Debug)]
+pub struct DrivenBackend {
+    store: Arc<dyn Primitives>,
+    scheme: &'static str,
+    requests: Arc<AtomicU64>,
+    /// Each session's gate, for fault injection: closed, its requests wait.
+    gates: Arc<Mutex<HashMap<String, watch::Sender<bool>>>>,
+}
+
+impl DrivenBackend {
+    /// The engine over `store`, answering to `scheme` in errors and metrics.
+    pub fn new(store: Arc<dyn Primitives>, scheme: &'static str) -> Self {
+        DrivenBackend {
+            store,
+            scheme,
+            requests: Arc::new(AtomicU64::new(0)),
+            gates: Arc::default(),
+        }
+    }
+
+    /// Stop (`false`) or let through (`true`) the requests of session `id`, as a
+    /// partition would; false if there is no such session.
+    pub fn set_gate(&self, id: &str, open: bool) -> bool {
+        lock(&self.gates)
+            .get(id)
+            .map(|g| g.send_replace(open))
+            .is_some()
+    }
+
+    /// End session `id` in the store now, as an operator revoking it would.
+    pub async fn revoke(&self, id: &str) -> Result<()> {
+        self.store.revoke(id).await
+    }
+
+    fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    async fn read(&self, election: &ElectionName) -> Result<Snapshot> {
+        self.count();
+        self.store.read(election).await
+    }
+}
+
+fn leader_of(snap: &Snapshot) -> Option<LeaderInfo> {
+    engine::holder(snap).and_then(|r| {
+        Some(LeaderInfo {
+            id: r.candidacy.candidate.clone(),
+            value: r.candidacy.value.clone(),
+            token: FencingToken(r.token?),
+        })
+    })
+}
+
+#[async_trait]
+impl Backend for DrivenBackend {
+    fn scheme(&self) -> &'static str {
+        self.scheme
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::full()
+            .prioritized()
+            .except(Clause::Membership, "membership is not in the engine yet")
+    }
+
+    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
+        let id = self.store.open(ttl).await?;
+        let (gate, _) = watch::channel(true);
+        lock(&self.gates).insert(id.clone(), gate.clone());
+        Ok(Arc::new(DrivenSession {
+            id,
+            backend: self.clone(),
+            events,
+            gate,
+            follows: Mutex::default(),
+            closed: CancellationToken::new(),
+        }))
+    }
+
+    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        Ok(leader_of(&self.read(election).await?))
+    }
+
+    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        let snap = self.read(election).await?;
+        let (mut published, stream) = Published::new(leader_of(&snap));
+        let (me, election) = (self.clone(), election.clone());
+        tokio::spawn(async move {
+            let mut snap = snap;
+            loop {
+                let holder = engine::holder(&snap).map(|r| r.session().to_string());
+                me.count();
+                let wait = me
+                    .store
+                    .changed(&election, None, holder.as_deref(), snap.revision);
+                tokio::select! {
+                    () = published.closed() => return,
+                    r = wait => if let Err(e) = r {
+                        published.publish(Err(e));
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    },
+                }
+                match me.read(&election).await {
+                    Ok(s) => {
+                        published.publish(Ok(leader_of(&s)));
+                        snap = s;
+                    }
+                    Err(e) => published.publish(Err(e)),
+                }
+            }
+        });
+        Ok(stream)
+    }
+
+    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
+        let mut snap = self.read(election).await?;
+        loop {
+            let asked = leader_of(&snap);
+            let write =
+                engine::handover(&snap, to).map_err(|r| primitive::refused(election, &r))?;
+            self.count();
+            let (done, after) = self.store.commit(election, &write).await?;
+            match asked {
+                Some(info) if done => return Ok(info),
+                _ => snap = after,
+            }
+        }
+    }
+
+    fn election_requests(&self) -> Option<u64> {
+        Some(self.requests.load(Ordering::Relaxed))
+    }
+}
+
+/// A session of a [`DrivenBackend`].
+#[derive(Debug)]
+struct DrivenSession {
+    id: String,
+    backend: DrivenBackend,
+    events: SessionEvents,
+    gate: watch::Sender<bool>,
+    /// The follow task of each seat held, to stop on resign.
+    follows: Mutex<HashMap<ElectionName, CancellationToken>>,
+    closed: CancellationToken,
+}
+
+impl DrivenSession {
+    /// Wait while the session is cut off (fault injection).
+    async fn pass(&self) -> Result<()> {
+        let mut rx = self.gate.subscribe();
+        tokio::select! {
+            r = rx.wait_for(|open| *open) => r.map(|_| ()).map_err(|_| Error::closed()),
+            () = self.closed.cancelled() => Err(Error::closed()),
+        }
+    }
+
+    fn candidacy(&self, candidate: &Candidate) -> Candidacy {
+        Candidacy {
+            session: self.id.clone(),
+            candidate: candidate.id().to_string(),
+            value: candidate.value().to_string(),
+            priority: candidate.priority(),
+            preemptible: candidate.preemptible(),
+        }
+    }
+
+    /// Follow the seat granted with `token`: tell the core when the holder is asked to
+    /// step down (once) and when the seat is gone.
+    fn follow(&self, election: &ElectionName, token: u64, snap: Snapshot) {
+        let stop = self.closed.child_token();
+        if let Some(old) = lock(&self.follows).insert(election.clone(), stop.clone()) {
+            old.cancel();
+        }
+        let (backend, events, id, election) = (
+            self.backend.clone(),
+            self.events.clone(),
+            self.id.clone(),
+            election.clone(),
+        );
+        let gate = self.gate.subscribe();
+        tokio::spawn(async move {
+            let mut told = false;
+            let follow = async {
+                let mut snap = snap;
+                loop {
+                    let mine = snap
+                        .record(&id)
+                        .filter(|r| r.live && r.token == Some(token));
+                    let Some(mine) = mine else {
+                        let reason = "the seat record is gone";
+                        events.election_lost(&election, FencingToken(token), reason);
+                        return;
+                    };
+                    if mine.told && !told {
+                        told = true;
+                        events.preempted(&election, FencingToken(token));
+                    }
+                    backend.count();
+                    let r = backend
+                        .store
+                        .changed(&election, Some(&id), None, snap.revision);
+                    if r.await.is_err() {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    loop {
+                        let mut gate = gate.clone();
+                        if gate.wait_for(|open| *open).await.is_err() {
+                            return;
+                        }
+                        match backend.read(&election).await {
+                            Ok(s) => {
+                                snap = s;
+                                break;
+                            }
+                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                        }
+                    }
+                }
+            };
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = follow => {}
+            }
+        });
+    }
+}
+
+#[async_trait]
+impl BackendSession for DrivenSession {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn keep_alive(&self) -> Result<()> {
+        self.pass().await?;
+        match self
+            .backend
+            .store
+            .renew(std::slice::from_ref(&self.id))
+            .await?[..]
+        {
+            [true] => Ok(()),
+            _ => Err(Error::new(
+                ErrorKind::SessionExpired,
+                "the session has expired",
+            )),
+        }
+    }
+
+    async fn campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<FencingToken> {
+        self.pass().await?;
+        let me = self.candidacy(candidate);
+        let store = Counted(self.backend.clone());
+        let (token, snap) = primitive::campaign(&store, election, &me).await?;
+        self.follow(election, token, snap);
+        Ok(FencingToken(token))
+    }
+
+    async fn try_campaign(
+        &self,
+        election: &ElectionName,
+        candidate: &Candidate,
+    ) -> Result<Option<FencingToken>> {
+        self.pass().await?;
+        let me = self.candidacy(candidate);
+        let store = Counted(self.backend.clone());
+        let taken = primitive::try_take(&store, election, &me).await?;
+        Ok(taken.map(|(token, snap)| {
+            self.follow(election, token, snap);
+            FencingToken(token)
+        }))
+    }
+
+    async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
+        if let Some(stop) = lock(&self.follows).remove(election) {
+            stop.cancel();
+        }
+        self.pass().await?;
+        primitive::resign(
+            &Counted(self.backend.clone()),
+            election,
+            &self.id,
+            token.map(|t| t.0),
+        )
+        .await
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.closed.cancel();
+        lock(&self.backend.gates).remove(&self.id);
+        self.backend.store.revoke(&self.id).await
+    }
+}
+
+impl Drop for DrivenSession {
+    fn drop(&mut self) {
+        self.closed.cancel();
+        lock(&self.backend.gates).remove(&self.id);
+    }
+}
+
+/// The backend's primitives with every election request counted (clause 7's check).
+#[derive(Debug)]
+struct Counted(DrivenBackend);
+
+#[async_trait]
+impl Primitives for Counted {
+    async fn open(&self, ttl: Duration) -> Result<String> {
+        self.0.store.open(ttl).await
+    }
+    async fn renew(&self, sessions: &[String]) -> Result<Vec<bool>> {
+        self.0.store.renew(sessions).await
+    }
+    async fn revoke(&self, session: &str) -> Result<()> {
+        self.0.store.revoke(session).await
+    }
+    async fn read(&self, election: &ElectionName) -> Result<Snapshot> {
+        self.0.read(election).await
+    }
+    async fn commit(
+        &self,
+        election: &ElectionName,
+        write: &engine::Write,
+    ) -> Result<(bool, Snapshot)> {
+        self.0.count();
+        self.0.store.commit(election, write).await
+    }
+    async fn changed(
+        &self,
+        election: &ElectionName,
+        me: Option<&str>,
+        on: Option<&str>,
+        seen: u64,
+    ) -> Result<()> {
+        self.0.count();
+        self.0.store.changed(election, me, on, seen).await
+    }
+}
+
+#[cfg(any(test, feature = "testing"))]
+#[async_trait]
+impl crate::testing::Faults for DrivenBackend {
+    async fn disconnect(&self, session: &crate::Session) -> std::result::Result<(), String> {
+        self.set_gate(&session.id(), false)
+            .then_some(())
+            .ok_or_else(|| "no such session".into())
+    }
+    async fn reconnect(&self, session: &crate::Session) -> std::result::Result<(), String> {
+        self.set_gate(&session.id(), true);
+        Ok(())
+    }
+    async fn expire(&self, session: &crate::Session) -> std::result::Result<(), String> {
+        self.revoke(&session.id()).await.map_err(|e| e.to_string())
+    }
+}
