@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::lock;
 use super::primitive::Primitives;
-use crate::engine::{Op, Record, Snapshot, Token, Write};
+use crate::engine::{Op, Record, Snapshot, Write};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::ElectionName;
 
@@ -152,14 +152,10 @@ impl Primitives for MemPrimitives {
                     told,
                     chosen,
                 } => {
-                    let token = match token {
-                        Token::None => None,
-                        Token::Keep(t) => Some(*t),
-                        Token::Mint => {
-                            last_token += 1;
-                            Some(last_token)
-                        }
-                    };
+                    let token = token.resolve(|| {
+                        last_token += 1;
+                        last_token
+                    });
                     let arrival = e.records.get(&candidacy.session).map_or(rev, |r| r.arrival);
                     e.records.insert(
                         candidacy.session.clone(),

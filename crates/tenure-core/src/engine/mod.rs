@@ -128,6 +128,18 @@ pub enum Token {
     Mint,
 }
 
+impl Token {
+    /// The token a record holds once the put is applied: none, the kept one, or the
+    /// one `mint` gives.
+    pub fn resolve(self, mint: impl FnOnce() -> u64) -> Option<u64> {
+        match self {
+            Token::None => None,
+            Token::Keep(t) => Some(t),
+            Token::Mint => Some(mint()),
+        }
+    }
+}
+
 /// One change a [`Write`] makes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::rules::broken::{self, Rule};
-use super::{campaign, handover, resign, Candidacy, Op, Record, Snapshot, Step, Token};
+use super::{campaign, handover, resign, Candidacy, Op, Record, Snapshot, Step};
 
 /// xorshift64*: reproducible from a seed, no dependency.
 struct Rng(u64);
@@ -218,15 +218,11 @@ impl Model {
                     told,
                     chosen,
                 } => {
-                    let token = match token {
-                        Token::None => None,
-                        Token::Keep(t) => Some(*t),
-                        Token::Mint => {
-                            self.last_token += 1;
-                            minted = Some((candidacy.session.clone(), self.last_token));
-                            Some(self.last_token)
-                        }
-                    };
+                    let token = token.resolve(|| {
+                        self.last_token += 1;
+                        minted = Some((candidacy.session.clone(), self.last_token));
+                        self.last_token
+                    });
                     let arrival = self
                         .records
                         .get(&candidacy.session)

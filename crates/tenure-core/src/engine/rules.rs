@@ -295,11 +295,7 @@ fn applied(snap: &Snapshot, ops: &[Op]) -> Snapshot {
                 told,
                 chosen,
             } => {
-                let token = match token {
-                    Token::None => None,
-                    Token::Keep(t) => Some(*t),
-                    Token::Mint => Some(u64::MAX),
-                };
+                let token = token.resolve(|| u64::MAX);
                 let at = after
                     .records
                     .iter()
