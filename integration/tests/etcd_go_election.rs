@@ -662,3 +662,81 @@ async fn session_takes_free_seats_in_batches_with_go_keys() {
         l.resign().await.expect("resign");
     }
 }
+
+/// The names a user types, side by side: `etcdctl elect jobs-N/x` leads, and `tenure
+/// campaign` with `layout=go` but no prefix and `--election jobs-N/x` is refused with
+/// the way to name Go's election (with the default prefix it would have been Go's
+/// `tenure/jobs-N/x`, and both would have led at once); with the prefix the message
+/// gives (`prefix=jobs-N`, `--election x`) it waits while etcdctl leads and is elected
+/// when etcdctl resigns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_with_layout_go_names_the_election_go_names() {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let jobs = format!(
+        "jobs-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    let go_election = format!("{jobs}/x");
+    let mut go = Etcdctl::campaign(&go_election, "go worker");
+    go.next_key(PROMPT).await;
+    let host = shared_server().0.trim_start_matches("http://").to_string();
+    let tenure = tenure_integration::cli_faults::tenure_bin();
+    let args = |backend: String, election: &str| -> Vec<String> {
+        [
+            "campaign",
+            "--backend",
+            &backend,
+            "--election",
+            election,
+            "--id",
+            "t",
+            "--ttl",
+            "4",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+
+    // What a user types first: refused, naming the prefix to set (before the fix it
+    // campaigned in another key range and was elected beside etcdctl's leader).
+    let mut first = tenure_integration::CandidateProcess::spawn(
+        &tenure,
+        &args(format!("etcd://{host}?layout=go"), &go_election),
+        std::iter::empty::<(&str, &str)>(),
+    )
+    .expect("spawn tenure campaign");
+    let status = first.wait_exit(PROMPT).await;
+    assert!(
+        !first.leads(),
+        "tenure was elected beside etcdctl's leader of {go_election}"
+    );
+    let status = status.expect("tenure campaign exits");
+    let stderr = first.stderr_tail();
+    assert!(!status.success(), "layout=go without a prefix was taken");
+    assert!(
+        stderr.contains("layout=go needs the prefix set") && stderr.contains("prefix=jobs"),
+        "{stderr}"
+    );
+
+    // What the message says to type: the same election as etcdctl's.
+    let backend = format!("etcd://{host}?layout=go&prefix={jobs}");
+    let mut ours = tenure_integration::CandidateProcess::spawn(
+        &tenure,
+        &args(backend, "x"),
+        std::iter::empty::<(&str, &str)>(),
+    )
+    .expect("spawn tenure campaign");
+    tokio::time::sleep(QUIET).await;
+    assert!(
+        !ours.leads(),
+        "tenure was elected while etcdctl leads {go_election}"
+    );
+    go.interrupt();
+    ours.wait_for_kind("elected", NOTIFICATION)
+        .await
+        .expect("tenure elected once etcdctl resigned");
+    go.exit(PROMPT).await;
+    ours.terminate().await.expect("stop tenure campaign");
+}

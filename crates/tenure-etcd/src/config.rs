@@ -67,6 +67,8 @@ const ENV_KEYS: &[(&str, &str)] = &[
 pub struct EtcdConfig {
     endpoints: Vec<String>,
     prefix: String,
+    /// Whether the prefix was set (`layout=go` needs it set: see [`validate`](Self::validate)).
+    prefix_set: bool,
     layout: EtcdLayout,
     credentials: Credentials,
     tls: bool,
@@ -107,6 +109,7 @@ impl EtcdConfig {
         EtcdConfig {
             endpoints: endpoints.into_iter().map(Into::into).collect(),
             prefix: DEFAULT_PREFIX.to_string(),
+            prefix_set: false,
             layout: EtcdLayout::default(),
             credentials: Credentials::default(),
             tls: false,
@@ -165,7 +168,10 @@ impl EtcdConfig {
             return Ok(());
         }
         match key {
-            "prefix" => self.prefix = value,
+            "prefix" => {
+                self.prefix = value;
+                self.prefix_set = true;
+            }
             "layout" => self.layout = value.parse()?,
             "username" | "user" | "password" => {
                 self.credentials.set(key, value);
@@ -189,6 +195,16 @@ impl EtcdConfig {
         for e in &self.endpoints {
             validate_endpoint(e)?;
         }
+        if self.layout == EtcdLayout::GoElection && !self.prefix_set {
+            // With the default prefix, `--election jobs/x` would be Go's election
+            // `tenure/jobs/x`, not the `jobs/x` a Go program beside it names, and both
+            // would lead at once.
+            return Err(Error::invalid(concat!(
+                "prefix: layout=go needs the prefix set: Go's election `P/E` is prefix=P ",
+                "and election E (`etcdctl elect jobs/x` is `?layout=go&prefix=jobs` with ",
+                "election `x`; Go's `/services/x` is prefix=/services)"
+            )));
+        }
         validate_prefix(&self.prefix, self.layout)?;
         self.credentials.validate()?;
         if self.tls && self.files.ca.is_none() {
@@ -206,6 +222,7 @@ impl EtcdConfig {
     /// and the prefix may start with `/`).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self.prefix_set = true;
         self
     }
 
@@ -403,6 +420,8 @@ mod tests {
             ("etcd://h:2379?prefix=/&layout=tenure", "prefix"),
             ("etcd://h:2379?layout=go&prefix=//x", "prefix"),
             ("etcd://h:2379?layout=go&prefix=x/", "prefix"),
+            // Go's names would land under tenure's default prefix.
+            ("etcd://h:2379?layout=go", "layout=go needs the prefix set"),
         ];
         assert_refused(EtcdConfig::from_url, &cases);
         let e = EtcdConfig::from_url("etcd://h:2379?layout=zk").unwrap_err();
