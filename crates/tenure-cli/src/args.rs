@@ -67,10 +67,10 @@ pub struct TimingArgs {
     /// Session TTL in seconds.
     #[arg(long, default_value_t = 10.0)]
     pub ttl: f64,
-    /// Renew interval in seconds [default: TTL/4].
+    /// Renew interval in seconds [default: TTL/16].
     #[arg(long)]
     pub renew_interval: Option<f64>,
-    /// Renew deadline in seconds [default: TTL×2/3].
+    /// Renew deadline in seconds [default: TTL×7/8].
     #[arg(long)]
     pub renew_deadline: Option<f64>,
     /// Connect and request timeout in seconds.
