@@ -10,6 +10,7 @@ mod memory;
 pub mod metrics;
 mod name;
 mod observer;
+mod random;
 mod runner;
 mod session;
 mod timing;

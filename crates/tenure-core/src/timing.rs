@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::backend::random_unit;
+use crate::random::random_unit;
 use crate::error::{Error, Result};
 
 /// The share of the TTL kept free between the renew deadline and the TTL, to absorb
