@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::random::random_unit;
 use crate::error::{Error, Result};
+use crate::random::random_unit;
 
 /// The share of the TTL kept free between the renew deadline and the TTL, to absorb
 /// clock-rate differences between this process and the store (5 %).

@@ -14,13 +14,13 @@ mod record;
 pub mod requests;
 mod stream;
 
+pub use crate::random::{random_id, random_unit};
 pub use crate::url::MEM_DRIVER;
 pub use driven::DrivenBackend;
 pub use floor::FailoverFloor;
 pub use life::Lifetime;
 pub use primitive::Primitives;
 pub use primitive_mem::MemPrimitives;
-pub use crate::random::{random_id, random_unit};
 pub use record::{decode_record, encode_record, revision_token};
 pub use requests::{Purpose, Requests, Tag};
 pub use stream::{poll_stream, watch_stream, Published};
