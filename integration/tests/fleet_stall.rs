@@ -22,7 +22,13 @@
 //! their leases and the shard manager moves their shards to the survivor and back (about
 //! 400 moved, 30–42 of the revoked ones not led again by their own node within 20 s).
 //! That is the shard manager's part of issue 36; the store-side figures are in the etcd
-//! and ZooKeeper READMEs.
+//! and ZooKeeper READMEs. With the member grace (a vanished member keeps its shards for
+//! TTL / 4) and the re-campaign after a revoked session (the node finds out from its own
+//! member leaving the list, re-opens at once and asks for its shards in batches), 5
+//! stops at the 5 s floor: 4 revoked 2–4 nodes' leases; 3, 4, 4 and 19 shards moved, the
+//! rest led again by their own node within 1.1–2.8 s. Still short of the bar; the etcd
+//! stop is ignored until it passes. `TENURE_FLEET_LOG` sets the nodes' `RUST_LOG`
+//! (warn); a run that moved or did not re-lead a shard prints what the nodes said.
 //!
 //! One run per store and fault (the etcd stop only with `-- --ignored`, see its test).
 //! `TENURE_FLEET_RUNS=N` runs each N times (a fresh
@@ -164,7 +170,9 @@ fn node(url: &str, ns: &str, id: &str, timing: &[String]) -> CandidateProcess {
     let mut args = shards_run_args(url, ns, SHARDS, id);
     args.extend_from_slice(timing);
     args.extend(["--".to_string(), "true".to_string()]);
-    CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", "warn")]).expect("start tenure")
+    let log = std::env::var("TENURE_FLEET_LOG").unwrap_or_else(|_| "warn".to_string());
+    CandidateProcess::spawn(&tenure_bin(), &args, [("RUST_LOG", log.as_str())])
+        .expect("start tenure")
 }
 
 /// Every node's grant events (acquired, lost, handed_off), in time order.
@@ -383,6 +391,12 @@ async fn fleet_run(mut store: Store, fault: Fault, run: usize) -> (Figures, Stri
             None => "–".to_string(),
         },
     );
+    if figures.moved > 0 || figures.not_reled > 0 {
+        // What the nodes said (RUST_LOG from TENURE_FLEET_LOG, warn by default).
+        for n in &nodes {
+            eprintln!("{} (run {run}): {}", n.label(), n.stderr_tail());
+        }
+    }
     drop(nodes);
     (figures, row)
 }
@@ -454,11 +468,13 @@ fn zookeeper() -> futures::future::BoxFuture<'static, Store> {
     })
 }
 
-/// Not in the suite while issue 36's shard-manager part is open: it fails whenever
-/// etcd's resuming raft leader revokes the nodes' leases (2 of 4 runs at the 7 s floor),
-/// which would make every suite run a coin toss. Run it with `-- --ignored`.
+/// Not in the suite while it still fails when etcd's resuming raft leader revokes the
+/// nodes' leases (4 of 5 runs at the 5 s floor, 2026-11-27, with the member grace and
+/// the re-campaign after a revoked session): 3–19 shards moved instead of about 400,
+/// the revoked shards led again by their own node within 1.1–2.8 s, not 1 s. Run it
+/// with `-- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 36 (open): fails when etcd's resuming raft leader revokes the nodes' leases (about half the runs); run with --ignored"]
+#[ignore = "issue 36 (open): when etcd's resuming raft leader revokes the nodes' leases, 3-19 shards still move and re-leading takes 1.1-2.8 s (4 of 5 runs); run with --ignored"]
 async fn etcd_fleet_through_a_stopped_raft_leader() {
     fleet(etcd, Fault::Stop).await;
 }

@@ -1235,21 +1235,21 @@ impl Controller {
 
     /// After the session was re-opened (the store had expired or revoked it): the
     /// campaigns that failed on the old session are tried again now, not at their
-    /// back-off.
+    /// back-off, and as tries for free shards where the view has them free (a batch
+    /// of tries sent through the revoked session failed as a whole).
     fn after_reopen(&mut self) {
         let generation = self.session.generation();
         if generation == self.generation {
             return;
         }
         self.generation = generation;
-        let now = Instant::now();
         let failed: Vec<usize> = self.failures.keys().copied().collect();
         tracing::info!(
             retried = failed.len(),
             "session re-opened; campaigning again for this node's shards"
         );
         for s in failed {
-            self.failures.insert(s, (0, now));
+            self.failures.remove(&s);
             self.dirty.mark(s);
         }
     }
@@ -1613,7 +1613,7 @@ impl Controller {
             let starting = self.startup.is_some();
             let asked = self.campaigning.contains_key(&s) || self.trying.contains(s);
             if !holding && !asked && !blocked && !starting {
-                if view.holders.get(s).is_none() && !self.failures.contains_key(&s) {
+                if self.free_in(view, s) && !self.failures.contains_key(&s) {
                     self.trying.set(s, true);
                     self.to_try.push_back(s);
                 } else {
@@ -1634,6 +1634,18 @@ impl Controller {
         {
             self.queued.set(s, true);
             self.pending.push_back(s);
+        }
+    }
+
+    /// Whether shard `s`, which this node does not hold, is free as far as `view` knows:
+    /// nobody claims it, or only this node's own published state does, which is behind
+    /// (a grant this node lost, such as every seat of a session the store revoked, is
+    /// claimed until its next publication). Free shards are asked for in batches of
+    /// tries, many per store round trip; a seat found taken after all is queued for.
+    fn free_in(&self, view: &View, s: usize) -> bool {
+        match view.holders.get(s) {
+            None => true,
+            Some(h) => Some(h) == self.me && !self.held.contains_key(&s),
         }
     }
 
@@ -1970,9 +1982,8 @@ impl Controller {
                 let Some(s) = self.to_try.pop_front() else {
                     break;
                 };
-                let still = self.is_mine(s, plan)
-                    && !self.held.contains_key(&s)
-                    && view.holders.get(s).is_none();
+                let still =
+                    self.is_mine(s, plan) && !self.held.contains_key(&s) && self.free_in(view, s);
                 if still {
                     shards.push(s);
                 } else {
