@@ -146,29 +146,16 @@ impl Primitives for MemPrimitives {
                         r.version = rev;
                     }
                 }
-                Op::Put {
-                    candidacy,
-                    token,
-                    told,
-                    chosen,
-                } => {
-                    let token = token.resolve(|| {
+                Op::Put { .. } => {
+                    let session = op.session();
+                    let arrival = e.records.get(session).map_or(rev, |r| r.arrival);
+                    let mint = || {
                         last_token += 1;
                         last_token
-                    });
-                    let arrival = e.records.get(&candidacy.session).map_or(rev, |r| r.arrival);
-                    e.records.insert(
-                        candidacy.session.clone(),
-                        Record {
-                            candidacy: candidacy.clone(),
-                            arrival,
-                            version: rev,
-                            token,
-                            told: *told,
-                            chosen: *chosen,
-                            live: true,
-                        },
-                    );
+                    };
+                    if let Some(rec) = op.record(arrival, rev, mint) {
+                        e.records.insert(session.to_string(), rec);
+                    }
                 }
             }
         }

@@ -161,6 +161,40 @@ pub enum Op {
     Delete(String),
 }
 
+impl Op {
+    /// The session whose record the op changes.
+    pub fn session(&self) -> &str {
+        match self {
+            Op::Put { candidacy, .. } => &candidacy.session,
+            Op::Touch(s) | Op::Delete(s) => s,
+        }
+    }
+
+    /// The record a put leaves, with the store's `arrival` (the old record's, or a new
+    /// one) and `version`, a minted token taken from `mint`; `None` for a touch or a
+    /// delete.
+    pub fn record(&self, arrival: u64, version: u64, mint: impl FnOnce() -> u64) -> Option<Record> {
+        let Op::Put {
+            candidacy,
+            token,
+            told,
+            chosen,
+        } = self
+        else {
+            return None;
+        };
+        Some(Record {
+            candidacy: candidacy.clone(),
+            arrival,
+            version,
+            token: token.resolve(mint),
+            told: *told,
+            chosen: *chosen,
+            live: true,
+        })
+    }
+}
+
 /// The conditional write the engine asks a store to commit atomically.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Write {

@@ -29,15 +29,9 @@ impl Rng {
     }
 }
 
-#[derive(Clone, Debug)]
-struct Rec {
-    candidacy: Candidacy,
-    arrival: u64,
-    version: u64,
-    token: Option<u64>,
-    told: bool,
-    chosen: bool,
-}
+/// The model store keeps records as the engine names them (`live` unused: it keeps
+/// the ended sessions apart).
+type Rec = Record;
 
 #[derive(Clone, Debug, PartialEq)]
 enum State {
@@ -148,13 +142,8 @@ impl Model {
                 .records
                 .values()
                 .map(|r| Record {
-                    candidacy: r.candidacy.clone(),
-                    arrival: r.arrival,
-                    version: r.version,
-                    token: r.token,
-                    told: r.told,
-                    chosen: r.chosen,
                     live: self.live(&r.candidacy.session),
+                    ..r.clone()
                 })
                 .collect(),
         }
@@ -212,33 +201,22 @@ impl Model {
                         changed.insert(s.clone());
                     }
                 }
-                Op::Put {
-                    candidacy,
-                    token,
-                    told,
-                    chosen,
-                } => {
-                    let token = token.resolve(|| {
+                Op::Put { .. } => {
+                    let session = op.session().to_string();
+                    let arrival = self.records.get(&session).map_or(rev, |r| r.arrival);
+                    let mut new_token = None;
+                    let mint = || {
                         self.last_token += 1;
-                        minted = Some((candidacy.session.clone(), self.last_token));
+                        new_token = Some(self.last_token);
                         self.last_token
-                    });
-                    let arrival = self
-                        .records
-                        .get(&candidacy.session)
-                        .map_or(rev, |r| r.arrival);
-                    self.records.insert(
-                        candidacy.session.clone(),
-                        Rec {
-                            candidacy: candidacy.clone(),
-                            arrival,
-                            version: rev,
-                            token,
-                            told: *told,
-                            chosen: *chosen,
-                        },
-                    );
-                    changed.insert(candidacy.session.clone());
+                    };
+                    if let Some(rec) = op.record(arrival, rev, mint) {
+                        self.records.insert(session.clone(), rec);
+                    }
+                    if let Some(t) = new_token {
+                        minted = Some((session.clone(), t));
+                    }
+                    changed.insert(session);
                 }
             }
         }

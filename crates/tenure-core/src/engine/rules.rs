@@ -230,14 +230,14 @@ fn keep(r: &Record) -> Token {
 fn write(snap: &Snapshot, writer: &str, ops: Vec<Op>) -> Write {
     let after = applied(snap, &ops);
     let (old, new) = (line(snap), line(&after));
-    let written = |s: &str| ops.iter().any(|op| op_session(op) == s);
+    let written = |s: &str| ops.iter().any(|op| op.session() == s);
     let deleted = |s: &str| ops.iter().any(|op| matches!(op, Op::Delete(d) if d == s));
     let mut w = Write {
         revision: snap.revision,
         ..Write::default()
     };
     for op in &ops {
-        let s = op_session(op);
+        let s = op.session();
         if s != writer && !matches!(op, Op::Delete(_)) {
             w.wake.push(s.to_string());
         }
@@ -274,13 +274,6 @@ fn with_dead_cleared(snap: &Snapshot, mut w: Write) -> Write {
     w
 }
 
-fn op_session(op: &Op) -> &str {
-    match op {
-        Op::Put { candidacy, .. } => &candidacy.session,
-        Op::Touch(s) | Op::Delete(s) => s,
-    }
-}
-
 /// `snap` with `ops` applied as the store would (a new record arrives last; a minted
 /// token stands for the holder).
 fn applied(snap: &Snapshot, ops: &[Op]) -> Snapshot {
@@ -289,26 +282,14 @@ fn applied(snap: &Snapshot, ops: &[Op]) -> Snapshot {
         match op {
             Op::Delete(s) => after.records.retain(|r| r.session() != s),
             Op::Touch(_) => {}
-            Op::Put {
-                candidacy,
-                token,
-                told,
-                chosen,
-            } => {
-                let token = token.resolve(|| u64::MAX);
+            Op::Put { .. } => {
                 let at = after
                     .records
                     .iter()
-                    .position(|r| r.session() == candidacy.session);
+                    .position(|r| r.session() == op.session());
                 let arrival = at.map_or(u64::MAX, |i| after.records[i].arrival);
-                let rec = Record {
-                    candidacy: candidacy.clone(),
-                    arrival,
-                    version: 0,
-                    token,
-                    told: *told,
-                    chosen: *chosen,
-                    live: true,
+                let Some(rec) = op.record(arrival, 0, || u64::MAX) else {
+                    continue;
                 };
                 match at {
                     Some(i) => after.records[i] = rec,
