@@ -440,20 +440,19 @@ impl MemoryBackend {
     /// session.
     pub fn revoke_session(&self, id: &str) -> bool {
         self.with_session(id, |st, n| {
-            let Some(entry) = st.sessions.remove(&n) else {
-                return;
-            };
-            st.unheard_preemptions.remove(&n);
-            let held: Vec<(ElectionName, FencingToken)> = entry
-                .elections
-                .iter()
+            let held: Vec<(ElectionName, FencingToken)> = st
+                .sessions
+                .get(&n)
+                .into_iter()
+                .flat_map(|entry| &entry.elections)
                 .filter_map(|e| {
                     let h = st.elections.get(e)?.holder.as_ref()?;
                     (h.session == n).then(|| (e.clone(), h.token))
                 })
                 .collect();
-            release_all(st, n, &entry.elections);
-            unregister_all(st, n, &entry.namespaces);
+            let Some(entry) = end_session(st, n) else {
+                return;
+            };
             for (election, token) in held {
                 entry
                     .events
@@ -520,20 +519,27 @@ fn parse_session_id(id: &str) -> Option<u64> {
     id.strip_prefix("mem-")?.parse().ok()
 }
 
-/// Remove session `n` and free everything it held.
+/// Expire session `n`: free everything it held, and tell its client (once its requests get through).
 fn expire(st: &mut MemState, n: u64, reason: &str) {
-    let Some(entry) = st.sessions.remove(&n) else {
+    let Some(entry) = end_session(st, n) else {
         return;
     };
-    st.unheard_preemptions.remove(&n);
-    release_all(st, n, &entry.elections);
-    unregister_all(st, n, &entry.namespaces);
     // A cut-off client hears of the expiry only when its requests get through again.
     let open = st.gates.get(&n).is_none_or(|g| *g.borrow() == Gate::Open);
     if open {
         entry.events.expired(reason);
         st.gates.remove(&n);
     }
+}
+
+/// Remove session `n` from the store and free its seats, queue places and members;
+/// its entry, for the caller to tell the client as the way it ended calls for.
+fn end_session(st: &mut MemState, n: u64) -> Option<SessionEntry> {
+    let entry = st.sessions.remove(&n)?;
+    st.unheard_preemptions.remove(&n);
+    release_all(st, n, &entry.elections);
+    unregister_all(st, n, &entry.namespaces);
+    Some(entry)
 }
 
 fn unregister_all(st: &mut MemState, n: u64, namespaces: &HashSet<ElectionName>) {
