@@ -1,7 +1,8 @@
 //! A [`Backend`] made of a store's [`Primitives`] and the [election engine](crate::engine):
 //! everything an election decides comes from the engine, everything it stores goes
 //! through the primitives. A store that supplies the primitives gets the whole contract
-//! from this one file (membership aside, for now).
+//! from this one file (membership from the store's own [`MemberStore`], if it keeps
+//! member lists).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,14 +13,15 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::primitive::{self, Primitives};
+use super::primitive::{self, MemberStore, Primitives};
 use super::{
-    lock, Backend, BackendSession, Capabilities, Clause, DynSession, LeaderStream, Published,
-    SessionEvents,
+    lock, membership_unsupported, Backend, BackendSession, Capabilities, Clause, DynSession,
+    LeaderStream, MemberStream, Published, SessionEvents,
 };
-use crate::engine::{self, Candidacy, Snapshot};
+use crate::engine::{self, Candidacy, Inherited, Snapshot, WaitFor};
 use crate::error::{Error, ErrorKind, Result};
-use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo};
+use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
+use crate::timing::Timing;
 
 /// A backend that runs the engine over `Primitives`.
 #[derive(Clone, Debug)]
@@ -64,6 +66,12 @@ impl DrivenBackend {
         self.count();
         self.store.read(election).await
     }
+
+    fn member_store(&self) -> Result<&dyn MemberStore> {
+        self.store
+            .members()
+            .ok_or_else(|| membership_unsupported(self.scheme))
+    }
 }
 
 fn leader_of(snap: &Snapshot) -> Option<LeaderInfo> {
@@ -83,9 +91,16 @@ impl Backend for DrivenBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full()
-            .prioritized()
-            .except(Clause::Membership, "membership is not in the engine yet")
+        let offered = Capabilities::full().prioritized().inheriting();
+        let offered = match self.store.members() {
+            Some(_) => offered,
+            None => offered.except(Clause::Membership, "the store keeps no member lists"),
+        };
+        self.store.capabilities(offered)
+    }
+
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        self.store.check_timing(timing)
     }
 
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
@@ -98,6 +113,7 @@ impl Backend for DrivenBackend {
             events,
             gate,
             follows: Mutex::default(),
+            inherited: Mutex::default(),
             closed: CancellationToken::new(),
         }))
     }
@@ -115,9 +131,12 @@ impl Backend for DrivenBackend {
             loop {
                 let holder = engine::holder(&snap).map(|r| r.session().to_string());
                 me.count();
-                let wait = me
-                    .store
-                    .changed(&election, None, holder.as_deref(), snap.revision);
+                let what = WaitFor {
+                    me: None,
+                    on: holder,
+                    seen: snap.revision,
+                };
+                let wait = me.store.changed(&election, &what);
                 tokio::select! {
                     () = published.closed() => return,
                     r = wait => if let Err(e) = r {
@@ -155,6 +174,14 @@ impl Backend for DrivenBackend {
     fn election_requests(&self) -> Option<u64> {
         Some(self.requests.load(Ordering::Relaxed))
     }
+
+    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        self.member_store()?.list(namespace).await
+    }
+
+    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        self.member_store()?.watch(namespace).await
+    }
 }
 
 /// A session of a [`DrivenBackend`].
@@ -166,6 +193,8 @@ struct DrivenSession {
     gate: watch::Sender<bool>,
     /// The follow task of each seat held, to stop on resign.
     follows: Mutex<HashMap<ElectionName, CancellationToken>>,
+    /// What each grant held inherited, by election: the grant's token and the state.
+    inherited: Mutex<HashMap<ElectionName, (u64, Inherited)>>,
     closed: CancellationToken,
 }
 
@@ -190,8 +219,15 @@ impl DrivenSession {
     }
 
     /// Follow the seat granted with `token`: tell the core when the holder is asked to
-    /// step down (once) and when the seat is gone.
+    /// step down (once) and when the seat is gone. Keeps what the grant inherited.
     fn follow(&self, election: &ElectionName, token: u64, snap: Snapshot) {
+        let inherited = snap.record(&self.id).and_then(|r| r.inherited.clone());
+        let mut kept = lock(&self.inherited);
+        match inherited {
+            Some(i) => kept.insert(election.clone(), (token, i)),
+            None => kept.remove(election),
+        };
+        drop(kept);
         let stop = self.closed.child_token();
         if let Some(old) = lock(&self.follows).insert(election.clone(), stop.clone()) {
             old.cancel();
@@ -221,9 +257,12 @@ impl DrivenSession {
                         events.preempted(&election, FencingToken(token));
                     }
                     backend.count();
-                    let r = backend
-                        .store
-                        .changed(&election, Some(&id), None, snap.revision);
+                    let what = WaitFor {
+                        me: Some(id.clone()),
+                        on: None,
+                        seen: snap.revision,
+                    };
+                    let r = backend.store.changed(&election, &what);
                     if r.await.is_err() {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
@@ -242,7 +281,9 @@ impl DrivenSession {
                     }
                 }
             };
+            // Biased: a seat resigned while its follow loop was woken is not read again.
             tokio::select! {
+                biased;
                 () = stop.cancelled() => {}
                 () = follow => {}
             }
@@ -310,8 +351,53 @@ impl BackendSession for DrivenSession {
             election,
             &self.id,
             token.map(|t| t.0),
+            None,
         )
         .await
+    }
+
+    async fn resign_with(
+        &self,
+        election: &ElectionName,
+        token: FencingToken,
+        state: &[u8],
+    ) -> Result<()> {
+        if state.len() > engine::MAX_STATE {
+            return Err(Error::invalid(format!(
+                "resign_with: the state is {} bytes, over the {} a successor may inherit",
+                state.len(),
+                engine::MAX_STATE
+            )));
+        }
+        if let Some(stop) = lock(&self.follows).remove(election) {
+            stop.cancel();
+        }
+        self.pass().await?;
+        let store = Counted(self.backend.clone());
+        primitive::resign(&store, election, &self.id, Some(token.0), Some(state)).await
+    }
+
+    fn inherited(
+        &self,
+        election: &ElectionName,
+        token: FencingToken,
+    ) -> Option<(FencingToken, Vec<u8>)> {
+        lock(&self.inherited)
+            .get(election)
+            .filter(|(held, _)| *held == token.0)
+            .map(|(_, i)| (FencingToken(i.token), i.state.clone()))
+    }
+
+    async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
+        self.pass().await?;
+        let store = self.backend.member_store()?;
+        store.register(&self.id, namespace, member).await
+    }
+
+    async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
+        self.pass().await?;
+        let store = self.backend.member_store()?;
+        store.unregister(&self.id, namespace, id).await
     }
 
     async fn close(&self) -> Result<()> {
@@ -354,15 +440,9 @@ impl Primitives for Counted {
         self.0.count();
         self.0.store.commit(election, write).await
     }
-    async fn changed(
-        &self,
-        election: &ElectionName,
-        me: Option<&str>,
-        on: Option<&str>,
-        seen: u64,
-    ) -> Result<()> {
+    async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
         self.0.count();
-        self.0.store.changed(election, me, on, seen).await
+        self.0.store.changed(election, what).await
     }
 }
 

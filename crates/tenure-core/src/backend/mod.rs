@@ -264,6 +264,33 @@ pub trait BackendSession: Send + Sync + fmt::Debug + 'static {
     /// `None`, whatever candidacy or grant this session has. Idempotent.
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()>;
 
+    /// Give up `election` held with `token`, leaving `state` (at most
+    /// [`MAX_STATE`](crate::engine::MAX_STATE) bytes) to the next grant (clause 16):
+    /// the waiter this release grants, or with nobody waiting the next candidate
+    /// granted. Only for a backend that declares [`Capabilities::inheriting`]; the
+    /// default answers `Unsupported`.
+    async fn resign_with(
+        &self,
+        election: &ElectionName,
+        token: FencingToken,
+        state: &[u8],
+    ) -> Result<()> {
+        let _ = (election, token, state);
+        Err(Error::new(ErrorKind::Unsupported, STATE_NOT_YET))
+    }
+
+    /// What this session's grant of `election` with `token` inherited (clause 16): the
+    /// token of the grant that left it and the state. `None` when nothing was left, or
+    /// the backend does not keep clause 16.
+    fn inherited(
+        &self,
+        election: &ElectionName,
+        token: FencingToken,
+    ) -> Option<(FencingToken, Vec<u8>)> {
+        let _ = (election, token);
+        None
+    }
+
     /// Take each of `seats` that is free right now, without queueing, as
     /// [`try_campaign`](Self::try_campaign) does for one: one answer per seat, in order
     /// (`Some(token)` granted, `None` held or queued for by another session). Each
@@ -433,11 +460,16 @@ pub enum Clause {
     /// held and renewed, until its work acknowledges or the step-down grace runs out;
     /// only then is the successor granted. Written in the core: every backend keeps it.
     PlannedTransitions,
+    /// Clause 16, state transfer: a holder that resigns with a state (a cursor, a
+    /// checkpoint) leaves it to the next grant, which reads it with the token of the
+    /// grant that left it; nothing is inherited after a crash. Declared by
+    /// [`Capabilities::inheriting`]: backends on the election engine keep it.
+    StateTransfer,
 }
 
 impl Clause {
     /// Every clause, in contract order.
-    pub const ALL: [Clause; 15] = [
+    pub const ALL: [Clause; 16] = [
         Clause::AtMostOneHolder,
         Clause::MonotonicTokens,
         Clause::LostIsFinal,
@@ -453,6 +485,7 @@ impl Clause {
         Clause::Membership,
         Clause::Priority,
         Clause::PlannedTransitions,
+        Clause::StateTransfer,
     ];
 
     /// The clause's number in the contract (`docs/contract.md`).
@@ -485,7 +518,14 @@ pub struct Capabilities {
     /// reason (not merely "not yet") says why with
     /// `except(Clause::Priority, reason)`, and the refusal names the reason.
     pub priority: bool,
+    /// True if a holder can leave its successor a state (contract clause 16); false
+    /// (the default): [`BackendSession::resign_with`] answers `Unsupported`.
+    pub state_transfer: bool,
 }
+
+/// What a backend that does not keep clause 16 says of it.
+pub const STATE_NOT_YET: &str =
+    "state transfer: not yet (only backends on the election engine keep it; resign_with answers Unsupported)";
 
 /// What a backend that does not keep priorities says of clause 14, in the suite's
 /// report and in the `Unsupported` error of a campaign with a priority.
@@ -519,6 +559,13 @@ impl Capabilities {
         self
     }
 
+    /// Declare that a holder can leave its successor a state (clause 16; sets
+    /// [`state_transfer`](Self::state_transfer)).
+    pub fn inheriting(mut self) -> Self {
+        self.state_transfer = true;
+        self
+    }
+
     /// Declare that waiters and observers poll the store every `interval` (sets
     /// [`handover_poll`](Self::handover_poll) and [`observe_poll`](Self::observe_poll)).
     pub fn polling(mut self, interval: Duration) -> Self {
@@ -535,6 +582,7 @@ impl Capabilities {
         match declared {
             Some((_, why)) => Err(why),
             None if clause == Clause::Priority && !self.priority => Err(PRIORITY_NOT_YET),
+            None if clause == Clause::StateTransfer && !self.state_transfer => Err(STATE_NOT_YET),
             None => Ok(()),
         }
     }

@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::engine::{self, Candidacy, Refusal, Snapshot, Step, Write};
+use super::{Capabilities, MemberStream};
+use crate::engine::{self, Candidacy, Refusal, Snapshot, Step, WaitFor, Write};
 use crate::error::{Error, ErrorKind, Result};
-use crate::name::ElectionName;
+use crate::name::{ElectionName, Member};
+use crate::timing::Timing;
 
 /// What a store supplies for the engine to run on.
 #[async_trait]
@@ -36,17 +38,47 @@ pub trait Primitives: Send + Sync + fmt::Debug + 'static {
     /// puts or touches a record of an ended session does not commit.
     async fn commit(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)>;
 
-    /// Return once, after the election was at revision `seen`: the record of `me`
-    /// changed or is gone, or the record of `on` is gone or its session ended; with
-    /// neither named, once the election moved past `seen`. At once if that happened
-    /// already; spurious returns are allowed, missed ones are not.
-    async fn changed(
+    /// Return once what `what` names happened after the election was at revision
+    /// `what.seen`: the record of `what.me` changed or is gone, or the record of
+    /// `what.on` is gone or its session ended; with neither named, the election moved
+    /// past `seen`. At once if that happened already; spurious returns are allowed,
+    /// missed ones are not.
+    async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()>;
+
+    /// The store's member lists, if it keeps them.
+    fn members(&self) -> Option<&dyn MemberStore> {
+        None
+    }
+
+    /// What the store says of `timing` (a TTL it cannot keep, say); by default nothing.
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        let _ = timing;
+        Ok(())
+    }
+
+    /// The contract clauses the store keeps, given what the engine offers over it.
+    fn capabilities(&self, offered: Capabilities) -> Capabilities {
+        offered
+    }
+}
+
+/// Member lists (a namespace's live members, each owned by a session and gone with
+/// it), for stores that keep them beside the elections.
+#[async_trait]
+pub trait MemberStore: Send + Sync {
+    /// Register (or replace) `member` in `namespace` for `session`.
+    async fn register(
         &self,
-        election: &ElectionName,
-        me: Option<&str>,
-        on: Option<&str>,
-        seen: u64,
+        session: &str,
+        namespace: &ElectionName,
+        member: &Member,
     ) -> Result<()>;
+    /// Remove `session`'s member `id` from `namespace`.
+    async fn unregister(&self, session: &str, namespace: &ElectionName, id: &str) -> Result<()>;
+    /// The live members of `namespace`.
+    async fn list(&self, namespace: &ElectionName) -> Result<Vec<Member>>;
+    /// The members of `namespace` as they change.
+    async fn watch(&self, namespace: &ElectionName) -> Result<MemberStream>;
 }
 
 /// Campaign as `me` until granted; returns the token and the election as the grant was
@@ -62,9 +94,12 @@ pub async fn campaign(
             Step::Leader { token, .. } => return Ok((token, snap)),
             Step::Commit(write) => snap = commit(store, election, &write, &me.session).await?,
             Step::Wait { on } => {
-                store
-                    .changed(election, Some(&me.session), Some(&on), snap.revision)
-                    .await?;
+                let what = WaitFor {
+                    me: Some(me.session.clone()),
+                    on: Some(on),
+                    seen: snap.revision,
+                };
+                store.changed(election, &what).await?;
                 snap = store.read(election).await?;
             }
             Step::Busy => {
@@ -97,15 +132,16 @@ pub async fn try_take(
 }
 
 /// Withdraw `session`'s candidacy in `election` (with `token`, only that grant); a
-/// holder's release grants the next waiter in the same write.
+/// holder's release grants the next waiter in the same write, and leaves it `state`.
 pub async fn resign(
     store: &dyn Primitives,
     election: &ElectionName,
     session: &str,
     token: Option<u64>,
+    state: Option<&[u8]>,
 ) -> Result<()> {
     let mut snap = store.read(election).await?;
-    while let Some(write) = engine::resign(&snap, session, token) {
+    while let Some(write) = engine::resign(&snap, session, token, state) {
         let (done, after) = store.commit(election, &write).await?;
         if done {
             return Ok(());

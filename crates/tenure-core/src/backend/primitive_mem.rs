@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::lock;
 use super::primitive::Primitives;
-use crate::engine::{Op, Record, Snapshot, Write};
+use crate::engine::{Inherited, Op, Record, Snapshot, WaitFor, Write};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::ElectionName;
 
@@ -37,6 +37,7 @@ struct State {
 struct Election {
     revision: u64,
     records: BTreeMap<String, Record>,
+    left: Option<Inherited>,
 }
 
 impl Default for MemPrimitives {
@@ -69,6 +70,7 @@ impl State {
                     ..r.clone()
                 })
                 .collect(),
+            left: e.left.clone(),
         }
     }
 }
@@ -136,6 +138,9 @@ impl Primitives for MemPrimitives {
         let mut last_token = st.last_token;
         let e = st.elections.entry(election.clone()).or_default();
         e.revision = rev;
+        if let Some(left) = &write.left {
+            e.left.clone_from(left);
+        }
         for op in &write.ops {
             match op {
                 Op::Delete(s) => {
@@ -166,13 +171,8 @@ impl Primitives for MemPrimitives {
         Ok((true, after))
     }
 
-    async fn changed(
-        &self,
-        election: &ElectionName,
-        me: Option<&str>,
-        on: Option<&str>,
-        seen: u64,
-    ) -> Result<()> {
+    async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
+        let (me, on, seen) = (what.me.as_deref(), what.on.as_deref(), what.seen);
         let mut rx = self.changes.subscribe();
         loop {
             let expiry = {

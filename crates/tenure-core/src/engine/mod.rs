@@ -43,11 +43,15 @@
 //!   ([`Refusal`]).
 //! - **Adoption**: a candidate whose grant committed but whose answer was lost finds
 //!   its token in its own record and leads with it.
+//! - **State transfer**: a holder that resigns with a state leaves it to the waiter its
+//!   release grants, in the same write; with nobody waiting, the election keeps it for
+//!   the next grant. A grant after a crash inherits nothing.
 //! - **One wake-up per release**: each waiter waits for the deletion of the live record
 //!   directly ahead of it (the first waiter: the holder) or a change to its own record;
 //!   a write that puts a record ahead of a waiter touches that waiter so it looks again.
 //!   A release therefore wakes exactly the waiter it grants.
 
+mod codec;
 #[cfg(test)]
 mod model;
 mod rules;
@@ -71,6 +75,18 @@ pub struct Candidacy {
     pub preemptible: bool,
 }
 
+/// The most state a holder may leave its successor.
+pub const MAX_STATE: usize = 64 * 1024;
+
+/// A state a holder left its successor, with the token of the grant that left it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inherited {
+    /// The token of the grant that left it.
+    pub token: u64,
+    /// The state, at most [`MAX_STATE`] bytes.
+    pub state: Vec<u8>,
+}
+
 /// One candidacy as the store holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -88,6 +104,8 @@ pub struct Record {
     pub chosen: bool,
     /// Whether the store still counts the record's session alive.
     pub live: bool,
+    /// What the grant this record holds inherited from the holder before it.
+    pub inherited: Option<Inherited>,
 }
 
 impl Record {
@@ -107,6 +125,8 @@ pub struct Snapshot {
     pub revision: u64,
     /// The records, in any order.
     pub records: Vec<Record>,
+    /// A state a holder left with nobody waiting, for the next grant to take.
+    pub left: Option<Inherited>,
 }
 
 impl Snapshot {
@@ -154,6 +174,8 @@ pub enum Op {
         told: bool,
         /// Whether a handover chose it.
         chosen: bool,
+        /// What its grant inherited.
+        inherited: Option<Inherited>,
     },
     /// Rewrite the session's record unchanged, so that its owner looks again.
     Touch(String),
@@ -179,6 +201,7 @@ impl Op {
             token,
             told,
             chosen,
+            inherited,
         } = self
         else {
             return None;
@@ -191,6 +214,7 @@ impl Op {
             told: *told,
             chosen: *chosen,
             live: true,
+            inherited: inherited.clone(),
         })
     }
 }
@@ -210,6 +234,21 @@ pub struct Write {
     pub tell: Option<(String, u64)>,
     /// Whether the holder changes (observers of the leader look again).
     pub leader_changed: bool,
+    /// `Some`: replace the state the election keeps for its next grant (`Some(None)`
+    /// clears it); `None`: leave it.
+    pub left: Option<Option<Inherited>>,
+}
+
+/// What a candidate waits for after stepping on the election at revision `seen`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WaitFor {
+    /// A change to (or the deletion of) this session's own record.
+    pub me: Option<String>,
+    /// The deletion of this session's record, or the end of the session.
+    pub on: Option<String>,
+    /// The election's revision the wait was decided on. With neither `me` nor `on`:
+    /// any move of the election past it.
+    pub seen: u64,
 }
 
 /// What a candidate does next.

@@ -3,13 +3,14 @@
 //! that crashes sessions, loses answers, delays, duplicates and reorders notifications
 //! and writes, hands over and preempts. Checked after every write: at most one holder,
 //! strictly increasing tokens, grants in priority order, exactly the granted waiter
-//! woken by a release; and at quiescence: no waiter left waiting on a free seat and no
+//! woken by a release, a state left by a release inherited by the next grant and
+//! nothing else inherited; and at quiescence: no waiter left waiting on a free seat and no
 //! holder that does not know it (no lost wake-up).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::rules::broken::{self, Rule};
-use super::{campaign, handover, resign, Candidacy, Op, Record, Snapshot, Step};
+use super::{campaign, handover, resign, Candidacy, Inherited, Op, Record, Snapshot, Step};
 
 /// xorshift64*: reproducible from a seed, no dependency.
 struct Rng(u64);
@@ -71,6 +72,8 @@ enum Mode {
 struct Flight {
     who: usize,
     write: super::Write,
+    /// The token of the grant this write releases, for a release.
+    releasing: Option<u64>,
 }
 
 struct Model {
@@ -79,6 +82,10 @@ struct Model {
     revision: u64,
     last_token: u64,
     records: BTreeMap<String, Rec>,
+    /// The state the store keeps for the next grant (as the writes set it).
+    left: Option<Inherited>,
+    /// The state the next grant must inherit, by the model's own reckoning.
+    owed: Option<Inherited>,
     dead: BTreeSet<String>,
     cands: Vec<Cand>,
     flights: Vec<Flight>,
@@ -120,6 +127,8 @@ impl Model {
             revision: 1,
             last_token: 0,
             records: BTreeMap::new(),
+            left: None,
+            owed: None,
             dead: BTreeSet::new(),
             cands,
             flights: Vec::new(),
@@ -146,6 +155,7 @@ impl Model {
                     ..r.clone()
                 })
                 .collect(),
+            left: self.left.clone(),
         }
     }
 
@@ -157,7 +167,8 @@ impl Model {
     }
 
     /// Commit `w` as the store would; `Ok(false)` if a compare failed.
-    fn commit(&mut self, w: &super::Write) -> Result<bool, Violation> {
+    /// `releasing`: the token of the grant the writer releases with this write, if any.
+    fn commit(&mut self, w: &super::Write, releasing: Option<u64>) -> Result<bool, Violation> {
         self.writes += 1;
         let holds = w.revision == self.revision;
         // A store refuses a put for a session that has ended (a revoked lease).
@@ -183,6 +194,17 @@ impl Model {
         let released_holder = w.ops.iter().any(|op| {
             matches!(op, Op::Delete(s) if self.records.get(s).is_some_and(|r| r.token.is_some()))
         });
+        // What a release by the latest grant leaves is owed to the next grant (this
+        // write's, or a later one). (Its session may have expired meanwhile: with
+        // nothing written to the election since, it still is the grant before the next.)
+        if let Some(t) = releasing.filter(|t| *t == self.last_token) {
+            if let Some(state) = state_left_by(t) {
+                self.owed = Some(Inherited { token: t, state });
+            }
+        }
+        if let Some(left) = &w.left {
+            self.left.clone_from(left);
+        }
         self.revision += 1;
         let rev = self.revision;
         let mut changed = BTreeSet::new();
@@ -227,6 +249,13 @@ impl Model {
         self.counts[3] += u64::from(w.tell.is_some());
         if let Some((granted, token)) = minted {
             self.counts[0] += 1;
+            let owed = self.owed.take();
+            let got = self.records.get(&granted).and_then(|r| r.inherited.clone());
+            if got != owed {
+                return Err(format!(
+                    "grant {token} to {granted} inherited {got:?}, owed {owed:?}"
+                ));
+            }
             self.counts[1] += u64::from(released_holder);
             // Ranked as it stood before this write (a grant clears `chosen`).
             let before = before_queue.iter().find(|r| r.candidacy.session == granted);
@@ -321,7 +350,11 @@ impl Model {
             }
             Step::Commit(write) => {
                 self.cands[i].state = State::InFlight;
-                self.flights.push(Flight { who: i, write });
+                self.flights.push(Flight {
+                    who: i,
+                    write,
+                    releasing: None,
+                });
             }
             Step::Wait { on } => {
                 // A watch from `seen` reports what changed since, so nothing is missed.
@@ -360,10 +393,20 @@ impl Model {
     }
 
     fn release(&mut self, i: usize, snap: &Snapshot, token: u64) -> Result<(), Violation> {
-        match resign(snap, &self.cands[i].me.session, Some(token)) {
+        let state = state_left_by(token);
+        match resign(
+            snap,
+            &self.cands[i].me.session,
+            Some(token),
+            state.as_deref(),
+        ) {
             Some(write) => {
                 self.cands[i].state = State::Resigning(token);
-                self.flights.push(Flight { who: i, write });
+                self.flights.push(Flight {
+                    who: i,
+                    write,
+                    releasing: Some(token),
+                });
             }
             None => self.cands[i].state = State::Idle,
         }
@@ -372,7 +415,7 @@ impl Model {
 
     fn deliver(&mut self, at: usize) -> Result<(), Violation> {
         let f = self.flights.swap_remove(at);
-        let ok = self.commit(&f.write)?;
+        let ok = self.commit(&f.write, f.releasing)?;
         let lost = self.rng.chance(15);
         self.counts[5] += u64::from(lost);
         let c = &mut self.cands[f.who];
@@ -442,7 +485,7 @@ impl Model {
             Some(waiting[self.rng.below(waiting.len())].clone())
         };
         if let Ok(w) = handover(&snap, to.as_deref()) {
-            self.counts[2] += u64::from(self.commit(&w)?);
+            self.counts[2] += u64::from(self.commit(&w, None)?);
         }
         Ok(())
     }
@@ -562,6 +605,12 @@ impl Model {
     }
 }
 
+/// The state the holder with `token` leaves when it resigns: some holders leave one
+/// (its bytes name the token), the others none.
+fn state_left_by(token: u64) -> Option<Vec<u8>> {
+    (!token.is_multiple_of(3)).then(|| token.to_le_bytes().to_vec())
+}
+
 /// Runs `seeds` random histories in both modes; the first violation, with its seed.
 fn explore(seeds: u64, steps: usize) -> Option<String> {
     let mut counts = [0u64; 6];
@@ -610,6 +659,7 @@ fn each_broken_rule_is_caught() {
         (Rule::ArrivalOnly, "waited"),
         (Rule::WaitOnHead, "woke"),
         (Rule::SilentRelease, "did not wake"),
+        (Rule::DropLeft, "owed"),
     ];
     for (rule, expect) in cases {
         broken::set(Some(rule));

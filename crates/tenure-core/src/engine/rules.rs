@@ -2,7 +2,7 @@
 
 use std::cmp::Ordering;
 
-use super::{Candidacy, Op, Record, Refusal, Snapshot, Step, Token, Write};
+use super::{Candidacy, Inherited, Op, Record, Refusal, Snapshot, Step, Token, Write};
 
 /// Grant order among waiters: the handover's choice, then higher priority, then
 /// earlier arrival.
@@ -75,14 +75,14 @@ fn join(snap: &Snapshot, me: &Candidacy) -> Write {
             .is_none_or(|w| !w.chosen && w.candidacy.priority < me.priority);
     if first {
         let w = write(snap, &me.session, vec![put(me, Token::Mint, false, false)]);
-        return with_dead_cleared(snap, w);
+        return granting(snap, w);
     }
     let mut ops = vec![put(me, Token::None, false, false)];
     let mut tell = None;
     if let Some(h) = holder(snap) {
         let due = h.candidacy.preemptible && !h.told && h.candidacy.priority < me.priority;
         if due {
-            ops.push(put(&h.candidacy, keep(h), true, false));
+            ops.push(told(h));
             tell = h.token.map(|t| (h.session().to_string(), t));
         }
     }
@@ -112,7 +112,7 @@ pub fn step(snap: &Snapshot, session: &str) -> Step {
                 leader_changed: true,
                 ..Write::default()
             };
-            Step::Commit(with_dead_cleared(snap, w))
+            Step::Commit(granting(snap, w))
         }
     }
 }
@@ -150,30 +150,49 @@ pub fn try_take(snap: &Snapshot, me: &Candidacy) -> Step {
         leader_changed: true,
         ..Write::default()
     };
-    Step::Commit(with_dead_cleared(snap, w))
+    Step::Commit(granting(snap, w))
 }
 
 /// Withdraw `session`'s candidacy (with `token`, only the grant with that token). A
-/// holder's release grants the first live waiter in the same write. `None`: nothing
-/// to withdraw.
-pub fn resign(snap: &Snapshot, session: &str, token: Option<u64>) -> Option<Write> {
+/// holder's release grants the first live waiter in the same write, leaving it `state`
+/// if given; with nobody waiting, the election keeps `state` for its next grant.
+/// `None`: nothing to withdraw.
+pub fn resign(
+    snap: &Snapshot,
+    session: &str,
+    token: Option<u64>,
+    state: Option<&[u8]>,
+) -> Option<Write> {
     let mine = snap.record(session)?;
     if token.is_some_and(|t| mine.token != Some(t)) {
         return None;
     }
     let mut ops = vec![Op::Delete(session.to_string())];
     let held = mine.live && mine.token.is_some();
+    let left = match (held, mine.token, state) {
+        (true, Some(token), Some(state)) => Some(Inherited {
+            token,
+            state: state.to_vec(),
+        }),
+        _ => None,
+    };
     let next = if held {
         queue(snap).first().copied()
     } else {
         None
     };
     if let Some(n) = next {
-        ops.push(put(&n.candidacy, Token::Mint, false, false));
+        let mut grant = put(&n.candidacy, Token::Mint, false, false);
+        if let Op::Put { inherited, .. } = &mut grant {
+            inherited.clone_from(&left);
+        }
+        ops.push(grant);
     }
     let mut w = write(snap, session, ops);
     if next.is_some() {
-        w = with_dead_cleared(snap, w);
+        w = granting(snap, w);
+    } else if left.is_some() {
+        w.left = Some(left);
     }
     #[cfg(test)]
     if broken::is(broken::Rule::SilentRelease) {
@@ -188,7 +207,7 @@ pub fn resign(snap: &Snapshot, session: &str, token: Option<u64>) -> Option<Writ
 pub fn handover(snap: &Snapshot, to: Option<&str>) -> Result<Write, Refusal> {
     let h = holder(snap).ok_or(Refusal::NobodyLeads)?;
     let q = queue(snap);
-    let mut ops = vec![put(&h.candidacy, keep(h), true, false)];
+    let mut ops = vec![told(h)];
     match to {
         Some(id) => {
             let target = q
@@ -216,11 +235,19 @@ fn put(c: &Candidacy, token: Token, told: bool, chosen: bool) -> Op {
         token,
         told,
         chosen,
+        inherited: None,
     }
 }
 
-fn keep(r: &Record) -> Token {
-    r.token.map_or(Token::None, Token::Keep)
+/// The holder `h`'s record, asked to step down (its grant and what it inherited kept).
+fn told(h: &Record) -> Op {
+    Op::Put {
+        candidacy: h.candidacy.clone(),
+        token: h.token.map_or(Token::None, Token::Keep),
+        told: true,
+        chosen: false,
+        inherited: h.inherited.clone(),
+    }
 }
 
 /// A write by `writer` ("" for none) of `ops`, each compared against the record it
@@ -265,13 +292,39 @@ fn write(snap: &Snapshot, writer: &str, ops: Vec<Op>) -> Write {
     w
 }
 
-/// Delete the records of dead sessions as part of `w` (they are not in the line, so
-/// nobody waits on them).
-fn with_dead_cleared(snap: &Snapshot, mut w: Write) -> Write {
+/// `w`, a write that grants the seat, completed: a state the election kept for its
+/// next grant goes to this one (unless the release in `w` left it one of its own), and
+/// the records of dead sessions are deleted (they are not in the line, so nobody waits
+/// on them).
+fn granting(snap: &Snapshot, mut w: Write) -> Write {
+    if let Some(kept) = &snap.left {
+        for op in &mut w.ops {
+            if let Op::Put {
+                token: Token::Mint,
+                inherited,
+                ..
+            } = op
+            {
+                if inherited.is_none() && !drops_left() {
+                    *inherited = Some(kept.clone());
+                }
+            }
+        }
+        w.left = Some(None);
+    }
     for r in snap.records.iter().filter(|r| !r.live) {
         w.ops.push(Op::Delete(r.session().to_string()));
     }
     w
+}
+
+/// The broken rule [`broken::Rule::DropLeft`]: a grant ignores the state kept for it.
+fn drops_left() -> bool {
+    #[cfg(test)]
+    if broken::is(broken::Rule::DropLeft) {
+        return true;
+    }
+    false
 }
 
 /// `snap` with `ops` applied as the store would (a new record arrives last; a minted
@@ -318,6 +371,8 @@ pub(super) mod broken {
         /// A release names nobody to wake (a store that notifies explicitly never
         /// tells the waiter it granted).
         SilentRelease,
+        /// A grant ignores the state a holder left with nobody waiting.
+        DropLeft,
     }
 
     thread_local! {

@@ -6,6 +6,7 @@
 //! The checks panic on failure: they are test code.
 
 pub mod config;
+pub mod primitives;
 
 mod lost_at_grant;
 pub use lost_at_grant::{LoseIf, LostAtGrant, LOST_AT_GRANT};
