@@ -82,6 +82,15 @@ impl PostgresBackend {
         &self.shared.config
     }
 
+    /// How many statements this backend has sent on its request connection (each one
+    /// round trip: renewals, elections and members alike), for measurements.
+    pub fn round_trips(&self) -> u64 {
+        self.shared
+            .requester
+            .sent
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// End the session with id `session_id` now, as the server does when its TTL
     /// passes without a renewal: its seats are freed (the next waiters woken) and its
     /// members removed; its owner learns at its next renewal. For operators and fault

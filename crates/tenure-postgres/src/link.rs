@@ -147,6 +147,8 @@ pub(crate) struct Requester {
     schema: String,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     pub(crate) requests: Requests<tokio_postgres::Error>,
+    /// Statements sent, one round trip each.
+    pub(crate) sent: std::sync::atomic::AtomicU64,
 }
 
 impl Requester {
@@ -161,6 +163,7 @@ impl Requester {
             schema,
             client,
             requests,
+            sent: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -186,6 +189,7 @@ impl Requester {
         let sql = sql.replace("{S}", &self.schema);
         let params: Vec<_> = args.iter().map(|a| a.pg()).collect();
         let mut used = None;
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request = async {
             let client = self.client().await?;
             used = Some(client.clone());
