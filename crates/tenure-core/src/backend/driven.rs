@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::primitive::{self, MemberStore, Primitives};
+use super::primitive::{self, MemberStore, Primitives, Release};
 use super::{
     lock, membership_unsupported, Backend, BackendSession, Capabilities, Clause, DynSession,
     LeaderStream, MemberStream, Published, SessionEvents,
@@ -91,7 +91,10 @@ impl Backend for DrivenBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let offered = Capabilities::full().prioritized().inheriting();
+        let mut offered = Capabilities::full().prioritized().inheriting();
+        if let Some(n) = self.store.batch() {
+            offered = offered.batched(n);
+        }
         let offered = match self.store.members() {
             Some(_) => offered,
             None => offered.except(Clause::Membership, "the store keeps no member lists"),
@@ -113,6 +116,7 @@ impl Backend for DrivenBackend {
             events,
             gate,
             follows: Mutex::default(),
+            last: Arc::default(),
             inherited: Mutex::default(),
             closed: CancellationToken::new(),
         }))
@@ -193,6 +197,9 @@ struct DrivenSession {
     gate: watch::Sender<bool>,
     /// The follow task of each seat held, to stop on resign.
     follows: Mutex<HashMap<ElectionName, CancellationToken>>,
+    /// Each held election as its follow loop last read it, so that a release is decided
+    /// without a read of its own.
+    last: Arc<Mutex<HashMap<ElectionName, Snapshot>>>,
     /// What each grant held inherited, by election: the grant's token and the state.
     inherited: Mutex<HashMap<ElectionName, (u64, Inherited)>>,
     closed: CancellationToken,
@@ -206,6 +213,14 @@ impl DrivenSession {
             r = rx.wait_for(|open| *open) => r.map(|_| ()).map_err(|_| Error::closed()),
             () = self.closed.cancelled() => Err(Error::closed()),
         }
+    }
+
+    /// Stop following `election`; the election as the follow loop last read it.
+    fn unfollow(&self, election: &ElectionName) -> Option<Snapshot> {
+        if let Some(stop) = lock(&self.follows).remove(election) {
+            stop.cancel();
+        }
+        lock(&self.last).remove(election)
     }
 
     fn candidacy(&self, candidate: &Candidate) -> Candidacy {
@@ -228,6 +243,8 @@ impl DrivenSession {
             None => kept.remove(election),
         };
         drop(kept);
+        lock(&self.last).insert(election.clone(), snap.clone());
+        let last = self.last.clone();
         let stop = self.closed.child_token();
         if let Some(old) = lock(&self.follows).insert(election.clone(), stop.clone()) {
             old.cancel();
@@ -273,6 +290,7 @@ impl DrivenSession {
                         }
                         match backend.read(&election).await {
                             Ok(s) => {
+                                lock(&last).insert(election.clone(), s.clone());
                                 snap = s;
                                 break;
                             }
@@ -342,18 +360,54 @@ impl BackendSession for DrivenSession {
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
-        if let Some(stop) = lock(&self.follows).remove(election) {
-            stop.cancel();
-        }
+        let last = self.unfollow(election);
         self.pass().await?;
-        primitive::resign(
-            &Counted(self.backend.clone()),
-            election,
-            &self.id,
-            token.map(|t| t.0),
-            None,
-        )
-        .await
+        let release = Release {
+            session: &self.id,
+            token: token.map(|t| t.0),
+            state: None,
+        };
+        primitive::resign(&Counted(self.backend.clone()), election, release, last).await
+    }
+
+    async fn try_campaign_many(
+        &self,
+        seats: &[(ElectionName, Candidate)],
+    ) -> Result<Vec<Option<FencingToken>>> {
+        self.pass().await?;
+        let asks: Vec<(ElectionName, Candidacy)> = seats
+            .iter()
+            .map(|(e, c)| (e.clone(), self.candidacy(c)))
+            .collect();
+        let store = Counted(self.backend.clone());
+        let taken = primitive::try_take_many(&store, &asks).await?;
+        Ok(taken
+            .into_iter()
+            .zip(seats)
+            .map(|(t, (election, _))| {
+                t.map(|(token, snap)| {
+                    self.follow(election, token, snap);
+                    FencingToken(token)
+                })
+            })
+            .collect())
+    }
+
+    async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
+        let last = grants.iter().map(|(e, _)| self.unfollow(e)).collect();
+        self.pass().await?;
+        let releases: Vec<(ElectionName, Release<'_>)> = grants
+            .iter()
+            .map(|(e, t)| {
+                let release = Release {
+                    session: &self.id,
+                    token: t.map(|t| t.0),
+                    state: None,
+                };
+                (e.clone(), release)
+            })
+            .collect();
+        primitive::resign_many(&Counted(self.backend.clone()), &releases, last).await
     }
 
     async fn resign_with(
@@ -369,12 +423,14 @@ impl BackendSession for DrivenSession {
                 engine::MAX_STATE
             )));
         }
-        if let Some(stop) = lock(&self.follows).remove(election) {
-            stop.cancel();
-        }
+        let last = self.unfollow(election);
         self.pass().await?;
-        let store = Counted(self.backend.clone());
-        primitive::resign(&store, election, &self.id, Some(token.0), Some(state)).await
+        let release = Release {
+            session: &self.id,
+            token: Some(token.0),
+            state: Some(state),
+        };
+        primitive::resign(&Counted(self.backend.clone()), election, release, last).await
     }
 
     fn inherited(
@@ -443,6 +499,20 @@ impl Primitives for Counted {
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
         self.0.count();
         self.0.store.changed(election, what).await
+    }
+    async fn read_many(&self, elections: &[ElectionName]) -> Result<Vec<Snapshot>> {
+        self.0.count();
+        self.0.store.read_many(elections).await
+    }
+    async fn commit_many(
+        &self,
+        writes: &[(ElectionName, engine::Write)],
+    ) -> Result<Vec<(bool, Snapshot)>> {
+        self.0.count();
+        self.0.store.commit_many(writes).await
+    }
+    fn batch(&self) -> Option<usize> {
+        self.0.store.batch()
     }
 }
 

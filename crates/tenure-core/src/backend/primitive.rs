@@ -32,11 +32,39 @@ pub trait Primitives: Send + Sync + fmt::Debug + 'static {
     /// One election's records and revision.
     async fn read(&self, election: &ElectionName) -> Result<Snapshot>;
 
-    /// Commit `write` atomically if `election` is still at `write.revision`, minting
-    /// tokens for its [`Token::Mint`](engine::Token::Mint) puts; returns whether it
-    /// committed and the election as it stands after (one round trip). A write that
-    /// puts or touches a record of an ended session does not commit.
+    /// Commit `write` atomically if `election` is still at `write.revision` (an
+    /// election never written is at revision 0), minting tokens for its
+    /// [`Token::Mint`](engine::Token::Mint) puts; returns whether it committed and the
+    /// election as it stands after (one round trip). A write that puts or touches a
+    /// record of an ended session does not commit.
     async fn commit(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)>;
+
+    /// [`read`](Self::read) many elections, in one round trip where the store can
+    /// (declared by [`batch`](Self::batch)); the default reads one by one.
+    async fn read_many(&self, elections: &[ElectionName]) -> Result<Vec<Snapshot>> {
+        let mut snaps = Vec::with_capacity(elections.len());
+        for e in elections {
+            snaps.push(self.read(e).await?);
+        }
+        Ok(snaps)
+    }
+
+    /// [`commit`](Self::commit) many writes, each conditional and atomic on its own
+    /// election (not together), in one round trip where the store can; one answer per
+    /// write, in order. The default commits one by one.
+    async fn commit_many(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Snapshot)>> {
+        let mut answers = Vec::with_capacity(writes.len());
+        for (e, w) in writes {
+            answers.push(self.commit(e, w).await?);
+        }
+        Ok(answers)
+    }
+
+    /// How many reads or writes one round trip of [`read_many`](Self::read_many) and
+    /// [`commit_many`](Self::commit_many) carries; `None` (the default): one.
+    fn batch(&self) -> Option<usize> {
+        None
+    }
 
     /// Return once what `what` names happened after the election was at revision
     /// `what.seen`: the record of `what.me` changed or is gone, or the record of
@@ -83,12 +111,16 @@ pub trait MemberStore: Send + Sync {
 
 /// Campaign as `me` until granted; returns the token and the election as the grant was
 /// learnt (to follow the seat from). Ends with `SessionExpired` once the session is gone.
+///
+/// The first write is decided on an empty election, without a read: on a free seat the
+/// campaign costs one round trip, and otherwise the failed write brings the election
+/// back, as a read would have.
 pub async fn campaign(
     store: &dyn Primitives,
     election: &ElectionName,
     me: &Candidacy,
 ) -> Result<(u64, Snapshot)> {
-    let mut snap = store.read(election).await?;
+    let mut snap = Snapshot::default();
     loop {
         match engine::campaign(&snap, me) {
             Step::Leader { token, .. } => return Ok((token, snap)),
@@ -114,13 +146,14 @@ pub async fn campaign(
 }
 
 /// Take the seat only if nobody else holds it or waits for it; the token if taken, with
-/// the election as the grant was learnt.
+/// the election as the grant was learnt. Decided first on an empty election, as
+/// [`campaign`] is.
 pub async fn try_take(
     store: &dyn Primitives,
     election: &ElectionName,
     me: &Candidacy,
 ) -> Result<Option<(u64, Snapshot)>> {
-    let mut snap = store.read(election).await?;
+    let mut snap = Snapshot::default();
     loop {
         match engine::try_take(&snap, me) {
             Step::Leader { token, .. } => return Ok(Some((token, snap))),
@@ -131,16 +164,37 @@ pub async fn try_take(
     }
 }
 
-/// Withdraw `session`'s candidacy in `election` (with `token`, only that grant); a
-/// holder's release grants the next waiter in the same write, and leaves it `state`.
+/// What a session gives up in one election: with `token`, only that grant; a holder's
+/// release leaves `state` to the next grant.
+#[derive(Clone, Copy, Debug)]
+pub struct Release<'a> {
+    /// The session whose candidacy goes.
+    pub session: &'a str,
+    /// Only the grant with this token.
+    pub token: Option<u64>,
+    /// The state left to the next grant.
+    pub state: Option<&'a [u8]>,
+}
+
+/// Withdraw a candidacy in `election` ([`Release`]); a holder's release grants the next
+/// waiter in the same write. `last`: the election as last seen, to decide the first
+/// write on without a read (a stale one costs the failed write, which brings the
+/// election back).
 pub async fn resign(
     store: &dyn Primitives,
     election: &ElectionName,
-    session: &str,
-    token: Option<u64>,
-    state: Option<&[u8]>,
+    release: Release<'_>,
+    last: Option<Snapshot>,
 ) -> Result<()> {
-    let mut snap = store.read(election).await?;
+    let mut snap = match last {
+        Some(s) => s,
+        None => store.read(election).await?,
+    };
+    let Release {
+        session,
+        token,
+        state,
+    } = release;
     while let Some(write) = engine::resign(&snap, session, token, state) {
         let (done, after) = store.commit(election, &write).await?;
         if done {
@@ -173,8 +227,7 @@ pub fn refused(election: &ElectionName, why: &Refusal) -> Error {
     Error::invalid(format!("election {election}: {why}"))
 }
 
-/// Commit `write` for `session`; if it did not commit and the session has ended,
-/// `SessionExpired` (so a campaign of an ended session does not retry for ever).
+/// Commit `write` for `session`; the election after.
 async fn commit(
     store: &dyn Primitives,
     election: &ElectionName,
@@ -182,17 +235,114 @@ async fn commit(
     session: &str,
 ) -> Result<Snapshot> {
     let (done, snap) = store.commit(election, write).await?;
-    if !done
-        && !store
-            .renew(&[session.to_string()])
-            .await?
-            .first()
-            .copied()
-            .unwrap_or(false)
-    {
-        return Err(expired());
-    }
+    check_refused(store, done, write, &snap, session).await?;
     Ok(snap)
+}
+
+/// A write that did not commit although the election was still at its revision put or
+/// touched an ended session: if it is `session`'s own, `SessionExpired` (so a campaign
+/// of an ended session does not retry for ever). A compare that failed needs no check.
+async fn check_refused(
+    store: &dyn Primitives,
+    done: bool,
+    write: &Write,
+    after: &Snapshot,
+    session: &str,
+) -> Result<()> {
+    if done || after.revision != write.revision {
+        return Ok(());
+    }
+    let live = store.renew(&[session.to_string()]).await?;
+    if live.first().copied().unwrap_or(false) {
+        Ok(())
+    } else {
+        Err(expired())
+    }
+}
+
+/// [`try_take`] for many seats of one session, each write decided first on an empty
+/// election and sent [`Primitives::commit_many`] at a time; one answer per seat, in
+/// order.
+pub async fn try_take_many(
+    store: &dyn Primitives,
+    seats: &[(ElectionName, Candidacy)],
+) -> Result<Vec<Option<(u64, Snapshot)>>> {
+    let mut answers = vec![None; seats.len()];
+    let mut snaps = vec![Snapshot::default(); seats.len()];
+    let mut open: Vec<usize> = (0..seats.len()).collect();
+    while !open.is_empty() {
+        let mut writes = Vec::new();
+        let mut sent = Vec::new();
+        for i in open {
+            let (election, me) = &seats[i];
+            match engine::try_take(&snaps[i], me) {
+                Step::Leader { token, .. } => answers[i] = Some((token, snaps[i].clone())),
+                Step::Commit(w) => {
+                    writes.push((election.clone(), w));
+                    sent.push(i);
+                }
+                Step::Busy | Step::Wait { .. } => {}
+                Step::Gone => return Err(expired()),
+            }
+        }
+        if writes.is_empty() {
+            break;
+        }
+        let results = store.commit_many(&writes).await?;
+        for ((i, (_, w)), (done, after)) in sent.iter().zip(&writes).zip(results) {
+            check_refused(store, done, w, &after, &seats[*i].1.session).await?;
+            snaps[*i] = after;
+        }
+        open = sent;
+    }
+    Ok(answers)
+}
+
+/// [`resign`] for many elections of one session, [`Primitives::commit_many`] at a
+/// time; `last` as for [`resign`], one per election.
+pub async fn resign_many(
+    store: &dyn Primitives,
+    releases: &[(ElectionName, Release<'_>)],
+    last: Vec<Option<Snapshot>>,
+) -> Result<()> {
+    let unknown: Vec<ElectionName> = releases
+        .iter()
+        .zip(&last)
+        .filter(|(_, l)| l.is_none())
+        .map(|((e, _), _)| e.clone())
+        .collect();
+    let mut read = match unknown.is_empty() {
+        true => Vec::new().into_iter(),
+        false => store.read_many(&unknown).await?.into_iter(),
+    };
+    let mut snaps: Vec<Snapshot> = last
+        .into_iter()
+        .map(|l| l.or_else(|| read.next()).unwrap_or_default())
+        .collect();
+    let mut open: Vec<usize> = (0..releases.len()).collect();
+    while !open.is_empty() {
+        let mut writes = Vec::new();
+        let mut sent = Vec::new();
+        for i in open {
+            let r = &releases[i].1;
+            if let Some(w) = engine::resign(&snaps[i], r.session, r.token, r.state) {
+                writes.push((releases[i].0.clone(), w));
+                sent.push(i);
+            }
+        }
+        if writes.is_empty() {
+            break;
+        }
+        let results = store.commit_many(&writes).await?;
+        open = Vec::new();
+        for (i, (done, after)) in sent.into_iter().zip(results) {
+            if !done {
+                open.push(i);
+            }
+            snaps[i] = after;
+        }
+    }
+    Ok(())
 }
 
 fn expired() -> Error {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::primitive::{self, Primitives};
+use crate::backend::primitive::{self, Primitives, Release};
 use crate::engine::{Candidacy, Op, Snapshot, Token, WaitFor, Write};
 use crate::ElectionName;
 
@@ -53,6 +53,14 @@ fn write(revision: u64, ops: Vec<Op>) -> Write {
         revision,
         ops,
         ..Write::default()
+    }
+}
+
+fn release<'a>(session: &'a str, token: Option<u64>, state: Option<&'a [u8]>) -> Release<'a> {
+    Release {
+        session,
+        token,
+        state,
     }
 }
 
@@ -237,7 +245,7 @@ pub async fn the_engine_elects_one_at_a_time(store: Arc<dyn Primitives>, prefix:
                 renew.abort();
                 return;
             }
-            primitive::resign(&*store, &e, &id, Some(token), None)
+            primitive::resign(&*store, &e, release(&id, Some(token), None), None)
                 .await
                 .expect("resign");
             renew.abort();
@@ -281,7 +289,7 @@ pub async fn priority_and_handover(store: &dyn Primitives, prefix: &str) {
                 .await
                 .expect("granted");
             order.lock().expect("lock").push(id.clone());
-            primitive::resign(store, &e, &id, Some(token), None)
+            primitive::resign(store, &e, release(&id, Some(token), None), None)
                 .await
                 .expect("resign");
         });
@@ -299,7 +307,7 @@ pub async fn priority_and_handover(store: &dyn Primitives, prefix: &str) {
         primitive::handover(store, &e, Some(&format!("c-{other}")))
             .await
             .expect("handover");
-        primitive::resign(store, &e, &h, Some(t), None)
+        primitive::resign(store, &e, release(&h, Some(t), None), None)
             .await
             .expect("release");
     };
@@ -322,13 +330,13 @@ pub async fn states_pass_to_the_next_grant(store: &dyn Primitives, prefix: &str)
             .expect("granted");
         (tb, snap)
     };
-    let release = async {
+    let leave = async {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        primitive::resign(store, &e, &a, Some(ta), Some(b"cursor=1"))
+        primitive::resign(store, &e, release(&a, Some(ta), Some(b"cursor=1")), None)
             .await
             .expect("resign");
     };
-    let ((tb, snap), ()) = tokio::join!(waiting, release);
+    let ((tb, snap), ()) = tokio::join!(waiting, leave);
     let got = snap.record(&b).and_then(|r| r.inherited.clone());
     assert_eq!(
         got.map(|i| (i.token, i.state)),
@@ -336,7 +344,7 @@ pub async fn states_pass_to_the_next_grant(store: &dyn Primitives, prefix: &str)
         "the waiter the release granted inherits its state"
     );
     // Nobody waits: the election keeps it for the next grant, and only that one.
-    primitive::resign(store, &e, &b, Some(tb), Some(b"cursor=2"))
+    primitive::resign(store, &e, release(&b, Some(tb), Some(b"cursor=2")), None)
         .await
         .expect("resign");
     let c = open().await.expect("open");
@@ -349,7 +357,7 @@ pub async fn states_pass_to_the_next_grant(store: &dyn Primitives, prefix: &str)
         Some((tb, b"cursor=2".to_vec()))
     );
     assert_eq!(snap.left, None, "a kept state goes to one grant only");
-    primitive::resign(store, &e, &c, Some(tc), None)
+    primitive::resign(store, &e, release(&c, Some(tc), None), None)
         .await
         .expect("resign");
     let d = open().await.expect("open");
@@ -357,6 +365,48 @@ pub async fn states_pass_to_the_next_grant(store: &dyn Primitives, prefix: &str)
         .await
         .expect("granted");
     assert_eq!(snap.record(&d).and_then(|r| r.inherited.clone()), None);
+}
+
+/// Many seats taken and given up a batch at a time: free seats are granted, a seat
+/// another session holds is not, and the released seats are free again.
+pub async fn batches_take_and_release(store: &dyn Primitives, prefix: &str) {
+    let open = || store.open(Duration::from_secs(30));
+    let (a, b) = (open().await.expect("open"), open().await.expect("open"));
+    let seats: Vec<(ElectionName, Candidacy)> = (0..10)
+        .map(|i| (election(prefix, &format!("batch/{i}")), me(&a, 0)))
+        .collect();
+    let (held, _) = primitive::campaign(store, &seats[3].0, &me(&b, 0))
+        .await
+        .expect("granted");
+    let got = primitive::try_take_many(store, &seats)
+        .await
+        .expect("try many");
+    let granted: Vec<bool> = got.iter().map(Option::is_some).collect();
+    let expect: Vec<bool> = (0..10).map(|i| i != 3).collect();
+    assert_eq!(granted, expect, "every free seat, and only those");
+    let tokens: Vec<u64> = got.iter().flatten().map(|(t, _)| *t).collect();
+    assert!(tokens.iter().all(|t| *t > held), "{tokens:?} after {held}");
+    let releases: Vec<(ElectionName, Release<'_>)> = seats
+        .iter()
+        .zip(&got)
+        .filter_map(|((e, _), g)| {
+            g.as_ref()
+                .map(|(t, _)| (e.clone(), release(&a, Some(*t), None)))
+        })
+        .collect();
+    let last = got.iter().flatten().map(|(_, s)| Some(s.clone())).collect();
+    primitive::resign_many(store, &releases, last)
+        .await
+        .expect("resign many");
+    let snaps = store
+        .read_many(&seats.iter().map(|(e, _)| e.clone()).collect::<Vec<_>>())
+        .await
+        .expect("read many");
+    for (i, s) in snaps.iter().enumerate() {
+        let holder = crate::engine::holder(s).map(|r| r.session().to_string());
+        let expect = (i == 3).then(|| b.clone());
+        assert_eq!(holder, expect, "seat {i} after the releases: {s:?}");
+    }
 }
 
 /// Every check of the primitive suite, on elections under `prefix`.
@@ -367,4 +417,5 @@ pub async fn check_primitives(store: Arc<dyn Primitives>, prefix: &str) {
     the_engine_elects_one_at_a_time(store.clone(), prefix).await;
     priority_and_handover(&*store, prefix).await;
     states_pass_to_the_next_grant(&*store, prefix).await;
+    batches_take_and_release(&*store, prefix).await;
 }
