@@ -1256,8 +1256,6 @@ impl SessionCore {
                 Ok(bs) => {
                     tracing::info!(new_session = %bs.id(), "session re-opened after expiry");
                     let old = self.current();
-                    self.set_current(bs);
-                    *events = rx;
                     self.deadline_ns.store(
                         duration_ns(
                             (sent + self.timing.renew_deadline)
@@ -1265,8 +1263,15 @@ impl SessionCore {
                         ),
                         Ordering::SeqCst,
                     );
+                    // The new session and the generation change together: whoever sees
+                    // the new session (a campaign that got through on it) reads the new
+                    // generation too.
+                    self.generation.send_modify(|g| {
+                        self.set_current(bs);
+                        *g += 1;
+                    });
+                    *events = rx;
                     self.deadline_moved.notify_one();
-                    self.generation.send_modify(|g| *g += 1);
                     // Make sure the store forgets the old session even if it is only
                     // half gone.
                     let timing = self.timing.clone();

@@ -407,7 +407,7 @@ pub async fn check_lost_is_final(env: &Env) {
                 campaign(&s, &election, &me),
             )
             .await;
-            assert!(s.generation() > gen, "session was not re-opened");
+            assert!(s.generation() > gen, "session was not re-opened: gen {gen} now {} id {} tokens {:?} {:?} reason {reason:?}", s.generation(), s.id(), second.token(), third.token());
             assert!(third.token() > second.token());
             assert!(!second.is_leader());
             assert!(third.is_leader());
