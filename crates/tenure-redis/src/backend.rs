@@ -106,6 +106,12 @@ impl RedisBackend {
         })
     }
 
+    /// The store primitives the election engine runs on, over this backend's
+    /// connections (for the primitive suite and store tools).
+    pub fn primitives(&self) -> Arc<dyn tenure_core::backend::Primitives> {
+        Arc::new(crate::prims::RedisPrimitives::new(self.shared.clone()))
+    }
+
     /// The settings this backend was connected with.
     pub fn config(&self) -> &RedisConfig {
         &self.shared.config

@@ -113,6 +113,15 @@ impl Registration {
         *self.subscribed.borrow()
     }
 
+    /// Wait until the subscription is lost (the connection broke), if it is confirmed
+    /// now; at once if it is not.
+    pub(crate) async fn unsubscribed(&self) {
+        let mut rx = self.subscribed.clone();
+        if rx.wait_for(|s| !*s).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Wait until the subscription is confirmed.
     pub(crate) async fn subscribed(&self) {
         let mut rx = self.subscribed.clone();

@@ -41,6 +41,8 @@ pub(crate) struct ElectionKeys {
     /// The waiter a free seat is kept for.
     pub(crate) next: String,
     pub(crate) channel: String,
+    /// The election's hash (its revision, what is left, its records).
+    pub(crate) hash: String,
 }
 
 impl ElectionKeys {
@@ -53,6 +55,7 @@ impl ElectionKeys {
             waits: format!("{prefix}:wait:{election}:"),
             next: format!("{prefix}:next:{election}"),
             channel: format!("{prefix}:chan:{db}:{election}"),
+            hash: format!("{prefix}:e:{election}"),
         }
     }
 }
@@ -76,6 +79,11 @@ impl MemberKeys {
 /// What every membership hash starts with (the namespace follows).
 pub(crate) fn members_key_prefix(prefix: &str) -> String {
     format!("{prefix}:members:")
+}
+
+/// The store-wide token counter.
+pub(crate) fn token_key(prefix: &str) -> String {
+    format!("{prefix}:tokens")
 }
 
 /// The key of session `id`.

@@ -5,10 +5,14 @@
 //! names the versions the watcher has, so only changed values cross the wire.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
-use tenure_core::{Member, Result};
+use tenure_core::backend::Published;
+use tenure_core::{ElectionName, Member, MemberStream, Result};
+
+use crate::follow::follow;
 
 use crate::error::unexpected;
 use crate::scripts::LIST_SCRIPT;
@@ -85,6 +89,30 @@ fn parse_list(reply: &Value, known: &mut Known) -> Result<(Vec<Member>, Option<D
     let mut members: Vec<Member> = known.values().map(|(_, m)| m.clone()).collect();
     members.sort_by(|a, b| a.id().cmp(b.id()));
     Ok((members, earliest))
+}
+
+/// The members of `namespace` as they change: read again after every message on the
+/// namespace's channel and at the earliest member session's expiry.
+pub(crate) async fn watch(shared: Arc<Shared>, namespace: &ElectionName) -> Result<MemberStream> {
+    let keys = shared.member_keys(namespace);
+    // Subscribe before the first list, so no change after it goes unheard.
+    let registration = shared.hub.observer(&keys.channel);
+    let subscribed = registration.is_subscribed();
+    let mut known = Known::new();
+    let (first, earliest) = list(&shared, &keys.hash, &mut known).await?;
+    let known = Arc::new(tokio::sync::Mutex::new(known));
+    let (published, stream) = Published::new(first);
+    let poll = shared.config.get_poll_interval();
+    tokio::spawn(async move {
+        let read = || async {
+            let mut known = known.lock().await;
+            let (members, earliest) = list(&shared, &keys.hash, &mut known).await?;
+            Ok((members, next_look(earliest)))
+        };
+        let next = next_look(earliest);
+        follow(registration, published, (next, subscribed), poll, read).await
+    });
+    Ok(stream)
 }
 
 /// When to look again after a list whose earliest session expiry is `earliest`: just

@@ -377,6 +377,130 @@ const READ: &str = r#"
 return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1])}
 "#;
 
+/// What the generic scripts share: the reading of an election.
+///
+/// An election `E` is one hash: field `#rev` its revision, `#left` the bytes kept for
+/// its next grant, and one field per record, named by its session id:
+/// `<arrival>\n<version>\n<token or empty>\n<body>`. A record is live while its
+/// session's key exists.
+const ELECTION: &str = r#"
+if redis.replicate_commands then redis.replicate_commands() end
+local function num(x) return string.format('%.0f', x) end
+local sessions = ARGV[1]
+local function fields(v)
+  return string.match(v, '^(%d*)\n(%d*)\n(%d*)\n(.*)$')
+end
+-- {revision, left, then session, arrival, version, token, the session's PTTL, body for
+-- each record}
+local function snapshot(h)
+  local all = redis.call('HGETALL', h)
+  local out = {0, ''}
+  for i = 1, #all, 2 do
+    local k, v = all[i], all[i + 1]
+    if k == '#rev' then out[1] = tonumber(v)
+    elseif k == '#left' then out[2] = v
+    else
+      local a, ver, tok, body = fields(v)
+      if a then
+        local n = #out
+        out[n + 1] = k
+        out[n + 2] = a
+        out[n + 3] = ver
+        out[n + 4] = tok
+        out[n + 5] = redis.call('PTTL', sessions .. k)
+        out[n + 6] = body
+      end
+    end
+  end
+  return out
+end
+"#;
+
+/// Read elections.
+///
+/// KEYS: the election hashes. ARGV: the session key prefix. Returns one snapshot (see
+/// `ELECTION`) per key.
+const READ_MANY: &str = r#"
+local out = {}
+for e = 1, #KEYS do out[e] = snapshot(KEYS[e]) end
+return out
+"#;
+
+/// Commit writes, each atomically and only if its election is still at the revision it
+/// was decided on and every session it puts or touches lives; a committed write moves
+/// the election's revision on and publishes `<revision> <op>:<session>…` on the
+/// election's channel (op `p` put, `m` put with a new token, `t` touch, `d` delete).
+/// New tokens are the server time in µs, or one more than the last token minted if that
+/// is not below it (the counter is store-wide, so tokens only increase).
+///
+/// KEYS: the token counter, then the election hashes. ARGV: the session key prefix,
+/// then per election: its channel, the revision, `-` (keep what is left), `=` (clear
+/// it) or `=<bytes>` (keep these), the number of ops, then four per op: kind, session,
+/// token (kept, or empty), body. Returns `{committed 1/0, snapshot after}` per election.
+const COMMIT_MANY: &str = r#"
+local function mint()
+  local t = redis.call('TIME')
+  local now_s = t[1] .. string.format('%06d', tonumber(t[2]))
+  local now = tonumber(now_s)
+  local last = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+  if last >= now then return num(redis.call('INCR', KEYS[1])) end
+  redis.call('SET', KEYS[1], now_s)
+  return now_s
+end
+local out = {}
+local i = 2
+for e = 2, #KEYS do
+  local h, channel, expect, left = KEYS[e], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  local first = i + 4
+  i = first + 4 * tonumber(ARGV[i + 3])
+  local rev = tonumber(redis.call('HGET', h, '#rev') or '0')
+  local ok = rev == expect
+  for o = first, i - 1, 4 do
+    if ok and ARGV[o] ~= 'd' and redis.call('EXISTS', sessions .. ARGV[o + 1]) == 0 then
+      ok = false
+    end
+  end
+  if ok then
+    local r = num(rev + 1)
+    redis.call('HSET', h, '#rev', r)
+    if left == '=' then redis.call('HDEL', h, '#left')
+    elseif left ~= '-' then redis.call('HSET', h, '#left', string.sub(left, 2)) end
+    local said = {r}
+    for o = first, i - 1, 4 do
+      local kind, sid = ARGV[o], ARGV[o + 1]
+      local cur = redis.call('HGET', h, sid)
+      local a, ver, tok, body
+      if cur then a, ver, tok, body = fields(cur) end
+      if kind == 'd' then
+        redis.call('HDEL', h, sid)
+      elseif kind == 't' then
+        if a then redis.call('HSET', h, sid, a .. '\n' .. r .. '\n' .. tok .. '\n' .. body) end
+      else
+        local t = ARGV[o + 2]
+        if kind == 'm' then t = mint() end
+        redis.call('HSET', h, sid, (a or r) .. '\n' .. r .. '\n' .. t .. '\n' .. ARGV[o + 3])
+      end
+      said[#said + 1] = kind .. ':' .. sid
+    end
+    redis.call('PUBLISH', channel, table.concat(said, ' '))
+  end
+  out[#out + 1] = {ok and 1 or 0, snapshot(h)}
+end
+return out
+"#;
+
+/// Renew sessions: each session key holds its TTL in ms.
+///
+/// KEYS: the session keys. Returns 1 per session renewed, 0 per session gone.
+const RENEW_SESSIONS: &str = r#"
+local out = {}
+for i = 1, #KEYS do
+  local ttl = redis.call('GET', KEYS[i])
+  out[i] = (ttl and redis.call('PEXPIRE', KEYS[i], ttl) == 1) and 1 or 0
+end
+return out
+"#;
+
 /// Register (or replace) a member of a namespace for a session, if the session lives;
 /// publish on the namespace's channel when the entry changed. An entry is
 /// `session id \n version \n value`; the version comes from the hash's counter field
@@ -492,3 +616,9 @@ pub(crate) static READ_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(R
 pub(crate) static REGISTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(REGISTER));
 pub(crate) static UNREGISTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(UNREGISTER));
 pub(crate) static LIST_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LIST));
+pub(crate) static READ_MANY_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{ELECTION}{READ_MANY}")));
+pub(crate) static COMMIT_MANY_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{ELECTION}{COMMIT_MANY}")));
+pub(crate) static RENEW_SESSIONS_SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RENEW_SESSIONS));
