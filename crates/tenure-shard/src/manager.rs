@@ -130,8 +130,9 @@ enum Internal {
     /// A campaign got its permit and is about to reach the store.
     Started(usize),
     Granted(usize, Result<Leadership>),
-    /// The answer to one batch of tries for free shards, shard by shard.
-    Tried(Vec<usize>, Result<Vec<Option<Leadership>>>),
+    /// The answer to one batch of tries for free shards, shard by shard, and the
+    /// session's generation when the batch was sent.
+    Tried(Vec<usize>, Result<Vec<Option<Leadership>>>, u64),
     Lost(usize, FencingToken, LossReason, Instant),
     /// The balancer's moves, worked out off the controller task for these figures
     /// and members.
@@ -522,6 +523,8 @@ impl ShardManagerBuilder {
             absent: BTreeMap::new(),
             grace_at: None,
             generation: session.generation(),
+            after_reopen_try: Vec::new(),
+            claims: BTreeMap::new(),
         };
         let task = tokio::spawn(
             controller
@@ -993,6 +996,13 @@ struct Controller {
     /// The session's generation last seen: it grows when the session was re-opened
     /// after the store expired or revoked it.
     generation: u64,
+    /// Shards whose batch of tries met the ended session before it was re-opened:
+    /// tried again once it is.
+    after_reopen_try: Vec<usize>,
+    /// Shards this node lost because the store ended its session, still published as
+    /// held until it has them again, finds them taken, or the member grace passes
+    /// (see `end_grant`): shard → when the claim ends.
+    claims: BTreeMap<usize, Instant>,
 }
 
 impl Controller {
@@ -1012,10 +1022,17 @@ impl Controller {
             let mut listed = false;
             let handoffs = (!self.pending.is_empty()).then(|| self.bucket.next());
             let wake = next_wake(self.retry_at, self.replan_at, handoffs);
-            let wake = [wake, self.load_flush_at, self.balance_at, self.grace_at]
-                .into_iter()
-                .flatten()
-                .min();
+            let claim_at = self.claims.values().min().copied();
+            let wake = [
+                wake,
+                self.load_flush_at,
+                self.balance_at,
+                self.grace_at,
+                claim_at,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let sleep = async {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -1061,6 +1078,8 @@ impl Controller {
                     }
                     Some(Command::Drain) => {
                         self.draining = true;
+                        let claimed: Vec<usize> = self.claims.keys().copied().collect();
+                        claimed.into_iter().for_each(|s| self.end_claim(s));
                         self.mine.set_draining(true);
                         self.mine_changed = true;
                         self.dirty.mark_all();
@@ -1088,6 +1107,7 @@ impl Controller {
                         // A member's grace ended: the view again, without it.
                         listed = true;
                     }
+                    self.end_claims_due();
                     if !members_open {
                         if let Ok(s) = self.session.watch_members(&self.layout.namespace).await {
                             members = s;
@@ -1104,6 +1124,19 @@ impl Controller {
             while let Some(Some(Ok(list))) = members.next().now_or_never() {
                 self.note_list(list);
                 listed = true;
+            }
+            // Every loss that is waiting, so that the shards of a session the store
+            // ended are asked for again in one batch, not one try per loss.
+            while losses_open {
+                match losses.next().now_or_never() {
+                    Some(Some(loss)) => {
+                        if let Some(s) = self.layout.shard_of(&loss.election) {
+                            self.handle(Internal::Lost(s, loss.token, loss.reason, loss.at));
+                        }
+                    }
+                    Some(None) => losses_open = false,
+                    None => break,
+                }
             }
             if listed {
                 let list = self.with_absent();
@@ -1252,6 +1285,36 @@ impl Controller {
             self.failures.remove(&s);
             self.dirty.mark(s);
         }
+        for s in std::mem::take(&mut self.after_reopen_try) {
+            self.dirty.mark(s);
+        }
+    }
+
+    /// This node no longer claims shard `s` it lost to the store (see `end_grant`):
+    /// unless it holds it again, it is published as not held.
+    fn end_claim(&mut self, s: usize) {
+        if self.claims.remove(&s).is_some() && !self.held.contains_key(&s) {
+            self.set_held(s, false);
+            self.dirty.mark(s);
+        }
+    }
+
+    /// End the claims whose member grace has passed.
+    fn end_claims_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = self
+            .claims
+            .iter()
+            .filter(|(_, until)| **until <= now)
+            .map(|(s, _)| *s)
+            .collect();
+        if !due.is_empty() {
+            tracing::info!(
+                shards = due.len(),
+                "shards lost to the store not led again within the member grace; no longer claimed"
+            );
+        }
+        due.into_iter().for_each(|s| self.end_claim(s));
     }
 
     fn set_members(&mut self, list: &[Member]) {
@@ -1334,7 +1397,7 @@ impl Controller {
             Internal::Started(s) | Internal::Granted(s, _) | Internal::Lost(s, ..) => {
                 self.dirty.mark(*s)
             }
-            Internal::Tried(shards, _) => shards.iter().for_each(|s| self.dirty.mark(*s)),
+            Internal::Tried(shards, ..) => shards.iter().for_each(|s| self.dirty.mark(*s)),
             Internal::Rebalanced(..) => {}
         }
         match msg {
@@ -1362,7 +1425,7 @@ impl Controller {
                 }
                 self.balance_due = true;
             }
-            Internal::Tried(shards, answers) => {
+            Internal::Tried(shards, answers, generation) => {
                 self.trying_in_flight = self.trying_in_flight.saturating_sub(shards.len());
                 for &s in &shards {
                     self.trying.set(s, false);
@@ -1378,9 +1441,26 @@ impl Controller {
                                 Some(leadership) => {
                                     self.handle(Internal::Granted(s, Ok(leadership)))
                                 }
-                                None if !self.held.contains_key(&s) => self.start_campaign(s),
+                                None if !self.held.contains_key(&s) => {
+                                    // Taken: this node's claim on it (if it lost it to
+                                    // the store) is over.
+                                    self.end_claim(s);
+                                    self.start_campaign(s)
+                                }
                                 None => {}
                             }
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::SessionExpired => {
+                        // Sent through the session the store had just ended (the
+                        // losses arrive before the re-open): no back-off, the batch goes
+                        // again through the re-opened session, at once if that is open
+                        // already, else as soon as it is (`after_reopen`).
+                        tracing::debug!(shards = shards.len(), "a batch of tries met the ended session; trying again after the re-open");
+                        if self.session.generation() != generation {
+                            shards.into_iter().for_each(|s| self.dirty.mark(s));
+                        } else {
+                            self.after_reopen_try.extend(shards);
                         }
                     }
                     Err(e) => {
@@ -1443,6 +1523,7 @@ impl Controller {
                 };
                 let ended = leadership.loss_reason().zip(leadership.lost_at());
                 lock(&self.held_watches).insert(s, watch.clone());
+                self.claims.remove(&s);
                 self.set_held(s, true);
                 // A new leader starts from the last figure published for the shard.
                 let last = self.view.loads.get(s);
@@ -1486,7 +1567,23 @@ impl Controller {
         let Some(held) = self.held.remove(&s) else {
             return;
         };
-        self.set_held(s, false);
+        if held.handing_off.is_none()
+            && matches!(reason, LossReason::SessionExpired | LossReason::Revoked(_))
+            && !self.draining
+            && !self.member_grace.is_zero()
+        {
+            // The store ended this node's seat (or its whole session); the node
+            // re-opens the session if need be and asks for the shard again at once. Until it has it again
+            // (or finds it taken, or the member grace passes), its published state
+            // still claims the shard, so that every node's plan keeps it here, as the
+            // plan keeps a vanished member's shards for the grace: dropping the claim
+            // had the plans give the shards whose best-ranked replica is another node
+            // to that node, and 16 of 384 shards moved when etcd revoked 3 nodes' leases.
+            self.claims.insert(s, Instant::now() + self.member_grace);
+        } else {
+            self.claims.remove(&s);
+            self.set_held(s, false);
+        }
         self.set_load(s, 0);
         self.misplaced.set(s, false);
         self.dirty.mark(s);
@@ -1625,6 +1722,9 @@ impl Controller {
         if let Some(task) = self.campaigning.remove(&s) {
             task.abort();
             self.set_campaigning(s, false);
+        }
+        if self.claims.contains_key(&s) {
+            self.end_claim(s);
         }
         let stepping = self.held.get(&s).is_some_and(|h| h.handing_off.is_some());
         if holding
@@ -2009,8 +2109,9 @@ impl Controller {
                 let Ok(_permit) = permits.acquire_many_owned(count).await else {
                     return;
                 };
+                let generation = session.generation();
                 let answers = session.try_campaign_many(&seats).await;
-                let _ = tx.send(Internal::Tried(shards, answers));
+                let _ = tx.send(Internal::Tried(shards, answers, generation));
             });
         }
     }
