@@ -1,5 +1,7 @@
 //! `tenure campaign`: campaign, print events, run a command while leader.
 
+use std::os::unix::fs::DirBuilderExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -110,18 +112,33 @@ pub async fn run_campaign(
 }
 
 /// Run the command until it exits or leadership ends (then SIGTERM its group, and
-/// SIGKILL it after the grace period).
+/// SIGKILL it after the grace period). The command may leave its successor a state
+/// (contract clause 16): what it writes to the file `$TENURE_STATE_OUT` is read when it
+/// exits (not when it had to be killed) and left with the release; a state this grant
+/// inherited is in the file `$TENURE_STATE_IN`, with the token of the grant that left
+/// it in `$TENURE_STATE_FROM`.
 async fn run_command(
     command: &LeaderCommand,
     id: &str,
     ctx: &LeaderContext,
 ) -> std::result::Result<(), String> {
-    let env = [
+    let files = StateFiles::new(ctx)?;
+    let mut env = vec![
         ("TENURE_TOKEN", ctx.token().get().to_string()),
         ("TENURE_ELECTION", ctx.election().as_str().to_string()),
         ("TENURE_ID", id.to_string()),
+        ("TENURE_STATE_OUT", files.out_path()),
     ];
-    match command.start(&env)?.until(ctx.cancelled()).await {
+    if let Some((from, path)) = files.inherited(ctx) {
+        env.push(("TENURE_STATE_IN", path));
+        env.push(("TENURE_STATE_FROM", from.get().to_string()));
+    }
+    let ended = command.start(&env)?.until(ctx.cancelled()).await;
+    let killed = matches!(ended, Ended::Stopped { killed: true, .. });
+    if !killed {
+        files.pass_on(ctx);
+    }
+    match ended {
         Ended::Exited(s) if s.success() => Ok(()),
         Ended::Exited(s) => Err(format!("command exited with {s}")),
         Ended::Failed(e) => Err(format!("waiting for the command failed: {e}")),
@@ -129,6 +146,64 @@ async fn run_command(
             tracing::debug!(?status, killed, "command stopped");
             Ok(())
         }
+    }
+}
+
+/// The command's state files: a private directory per grant, removed when done.
+struct StateFiles {
+    dir: PathBuf,
+}
+
+impl StateFiles {
+    fn new(ctx: &LeaderContext) -> std::result::Result<StateFiles, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-state-{}-{}-{:x}",
+            std::process::id(),
+            ctx.token().get(),
+            tenure::backend::random_id()
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("state directory {}: {e}", dir.display()))?;
+        Ok(StateFiles { dir })
+    }
+
+    fn out_path(&self) -> String {
+        self.dir.join("out").display().to_string()
+    }
+
+    /// Write what the grant inherited to a file; the token that left it and the path.
+    fn inherited(&self, ctx: &LeaderContext) -> Option<(tenure::FencingToken, String)> {
+        let (from, state) = ctx.inherited()?;
+        let path = self.dir.join("in");
+        match std::fs::write(&path, state) {
+            Ok(()) => Some((from, path.display().to_string())),
+            Err(e) => {
+                tracing::error!(error = %e, "could not write the inherited state; the command starts without it");
+                None
+            }
+        }
+    }
+
+    /// Leave what the command wrote to `$TENURE_STATE_OUT` to the next grant.
+    fn pass_on(&self, ctx: &LeaderContext) {
+        let path = self.dir.join("out");
+        match std::fs::read(&path) {
+            Ok(state) => {
+                if let Err(e) = ctx.leave_state(state) {
+                    tracing::error!(error = %e, "the command's state is not passed on");
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::error!(error = %e, "could not read the command's state"),
+        }
+    }
+}
+
+impl Drop for StateFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -212,6 +287,84 @@ mod tests {
         assert!(resigned_a["mono_ns"].as_u64() <= elected_b["mono_ns"].as_u64());
         stop_b.cancel();
         b.await.unwrap().unwrap();
+    }
+
+    /// Clause 16 through the command: what the leader's command writes to
+    /// `$TENURE_STATE_OUT` before it exits is what the next leader's command finds in
+    /// `$TENURE_STATE_IN`, and its `elected` line says how many bytes it inherited.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_leaves_its_successor_a_state() {
+        let store = tenure::backend::MemPrimitives::new();
+        let engine = tenure::backend::DrivenBackend::new(Arc::new(store), "engine");
+        let backend: tenure::DynBackend = Arc::new(engine);
+        let seen = std::env::temp_dir().join(format!(
+            "tenure-cli-state-test-{:x}",
+            tenure::backend::random_id()
+        ));
+        let seen_arg = format!(
+            "cat \"$TENURE_STATE_IN\" > {} && echo \" from $TENURE_STATE_FROM\" >> {}; sleep 30",
+            seen.display(),
+            seen.display()
+        );
+        let start = |args: Vec<String>| {
+            let (sink, stop) = (MemorySink::default(), CancellationToken::new());
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let args = plan(&args);
+            let task = {
+                let (backend, sink, stop) = (backend.clone(), Arc::new(sink.clone()), stop.clone());
+                tokio::spawn(async move { run_campaign(backend, &args, sink, stop).await })
+            };
+            (sink, stop, task)
+        };
+        let with = |id: &str, script: &str| -> Vec<String> {
+            [
+                "--election",
+                "jobs/state",
+                "--ttl",
+                "2",
+                "--id",
+                id,
+                "--",
+                "sh",
+                "-c",
+                script,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+        };
+        let (sb, stop_b, b) = start(with("b", &seen_arg));
+        let elected_b0 = wait_for(&sb, is("elected")).await;
+        assert!(elected_b0.get("inherited_bytes").is_none(), "{elected_b0}");
+        // b leads with nothing inherited; a waits, then b is shut down without a state.
+        let (sa, stop_a, a) = start(with(
+            "a",
+            "echo cursor-7 > \"$TENURE_STATE_OUT\"; sleep 0.2",
+        ));
+        wait_for(&sa, is("campaigning")).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop_b.cancel();
+        b.await.unwrap().unwrap();
+        let elected_a = wait_for(&sa, is("elected")).await;
+        assert!(elected_a.get("inherited_bytes").is_none(), "{elected_a}");
+        // a's command leaves a state and exits; the next grant (a again, or c) has it.
+        let (sc, stop_c, c) = start(with("c", &seen_arg));
+        let elected_c = wait_for(&sc, is("elected")).await;
+        assert_eq!(elected_c["inherited_bytes"], 9, "{elected_c}");
+        let mut got = String::new();
+        for _ in 0..100 {
+            got = std::fs::read_to_string(&seen).unwrap_or_default();
+            if got.contains("from") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = std::fs::remove_file(&seen);
+        assert_eq!(got, format!("cursor-7\n from {}\n", elected_a["token"]));
+        for (stop, task) in [(stop_c, c), (stop_a, a)] {
+            stop.cancel();
+            task.await.unwrap().unwrap();
+        }
     }
 
     /// `--priority` above the leader's preempts it unless the leader runs with

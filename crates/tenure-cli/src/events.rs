@@ -42,11 +42,18 @@ pub fn leadership_event_json(id: &str, event: &LeadershipEvent) -> Option<Value>
             election,
             token: t,
             at,
+            inherited_bytes,
             ..
-        } => json!({
-            "event": "elected", "election": election.as_str(), "id": id,
-            "token": token(*t), "mono_ns": mono_ns(*at),
-        }),
+        } => {
+            let mut line = json!({
+                "event": "elected", "election": election.as_str(), "id": id,
+                "token": token(*t), "mono_ns": mono_ns(*at),
+            });
+            if let (Some(n), Some(map)) = (inherited_bytes, line.as_object_mut()) {
+                map.insert("inherited_bytes".into(), json!(n));
+            }
+            line
+        }
         LeadershipEvent::Lost {
             election,
             token: t,

@@ -163,6 +163,8 @@ pub(crate) struct GrantState {
     pub(crate) released: Released,
     /// Where the loss is reported: the session's release task.
     on_loss: mpsc::UnboundedSender<Loss>,
+    /// What this grant inherited (clause 16): the token that left it and the state.
+    pub(crate) inherited: OnceLock<(FencingToken, Vec<u8>)>,
 }
 
 impl GrantState {
@@ -193,6 +195,7 @@ impl GrantState {
             release_claimed: AtomicBool::new(false),
             released: Released::default(),
             on_loss,
+            inherited: OnceLock::new(),
         }
     }
 
@@ -475,7 +478,53 @@ impl Leadership {
     pub async fn resign(self) -> Result<()> {
         let session = self.session.clone();
         let state = self.end();
-        session.release(&state).await
+        session.release(&state, None).await
+    }
+
+    /// Resign as [`resign`](Self::resign) does, leaving `state` (a cursor, a checkpoint:
+    /// at most [`MAX_STATE`](crate::engine::MAX_STATE) bytes) to the next grant of the
+    /// election (contract clause 16): the waiter this release grants, or with nobody
+    /// waiting the next candidate granted, reads it with
+    /// [`inherited`](Self::inherited). A state over the limit is `InvalidArgument`, and
+    /// a backend that does not declare [`Capabilities::state_transfer`](crate::backend::Capabilities::state_transfer)
+    /// answers `Unsupported`; in both cases the seat is released all the same, with no
+    /// state left.
+    pub async fn resign_with(self, state: impl Into<Vec<u8>>) -> Result<()> {
+        let left: Vec<u8> = state.into();
+        let session = self.session.clone();
+        let grant = self.end();
+        let refused = if left.len() > crate::engine::MAX_STATE {
+            Some(crate::Error::invalid(format!(
+                "resign_with: a state of {} bytes is over the {} a successor may inherit",
+                left.len(),
+                crate::engine::MAX_STATE
+            )))
+        } else if let Err(why) = session
+            .backend()
+            .capabilities()
+            .supports(crate::backend::Clause::StateTransfer)
+        {
+            Some(crate::Error::new(crate::ErrorKind::Unsupported, why))
+        } else {
+            None
+        };
+        match refused {
+            Some(e) => {
+                session.release(&grant, None).await?;
+                Err(e.with_backend(grant.backend))
+            }
+            None => session.release(&grant, Some(&left)).await,
+        }
+    }
+
+    /// What this grant inherited (clause 16): the fencing token of the grant that left
+    /// it and the state, or `None` if the holder before did not leave one (it crashed,
+    /// expired, or resigned without a state).
+    pub fn inherited(&self) -> Option<(FencingToken, &[u8])> {
+        self.state
+            .inherited
+            .get()
+            .map(|(token, state)| (*token, state.as_slice()))
     }
 
     /// Fire the lost signal ([`LossReason::Resigned`]) and take the release of the seat

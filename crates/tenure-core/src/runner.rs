@@ -3,7 +3,7 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -65,6 +65,8 @@ pub enum LeadershipEvent {
         token: FencingToken,
         /// When the grant arrived.
         at: Instant,
+        /// The size of the state the grant inherited (clause 16), if any.
+        inherited_bytes: Option<usize>,
     },
     /// Leadership ended without the runner asking (deadline, expiry, revocation); the
     /// task was cancelled.
@@ -114,6 +116,8 @@ pub struct LeaderContext {
     token: FencingToken,
     cancel: CancellationToken,
     heartbeat: Heartbeat,
+    inherited: Option<(FencingToken, Arc<[u8]>)>,
+    leave: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 impl LeaderContext {
@@ -125,6 +129,29 @@ impl LeaderContext {
     /// The fencing token to pass with every write.
     pub fn token(&self) -> FencingToken {
         self.token
+    }
+
+    /// What the grant inherited (clause 16): the token of the grant that left it and
+    /// the state, as [`Leadership::inherited`](crate::Leadership::inherited) gives it.
+    pub fn inherited(&self) -> Option<(FencingToken, &[u8])> {
+        self.inherited.as_ref().map(|(t, s)| (*t, &s[..]))
+    }
+
+    /// Leave `state` to the next grant when the runner resigns this one (clause 16;
+    /// [`Leadership::resign_with`](crate::Leadership::resign_with)); the last call
+    /// wins. Over [`MAX_STATE`](crate::engine::MAX_STATE) bytes: `InvalidArgument`, and
+    /// nothing is left.
+    pub fn leave_state(&self, state: impl Into<Vec<u8>>) -> Result<()> {
+        let state = state.into();
+        if state.len() > crate::engine::MAX_STATE {
+            return Err(crate::Error::invalid(format!(
+                "leave_state: a state of {} bytes is over the {} a successor may inherit",
+                state.len(),
+                crate::engine::MAX_STATE
+            )));
+        }
+        *crate::backend::lock(&self.leave) = Some(state);
+        Ok(())
     }
 
     /// Completes when the task must stop: a step-down (shutdown, preemption,
@@ -263,12 +290,17 @@ impl LeaderRunner {
                     _ = shutdown.cancelled() => return Ok(()),
                 };
                 let token = leadership.token();
+                let inherited = leadership
+                    .inherited()
+                    .map(|(t, s)| (t, Arc::<[u8]>::from(s)));
                 self.emit(LeadershipEvent::Elected {
                     election: self.election.clone(),
                     candidate: self.candidate.id().to_string(),
                     token,
                     at: leadership.granted_at(),
+                    inherited_bytes: inherited.as_ref().map(|(_, s)| s.len()),
                 });
+                let leave = Arc::new(Mutex::new(None));
                 // The task's stop signal: a child of the grant's, which fires on a
                 // step-down and on a loss; the runner cancels it itself on a stall.
                 let cancel = leadership.stepping_down();
@@ -278,6 +310,8 @@ impl LeaderRunner {
                     token,
                     cancel: cancel.clone(),
                     heartbeat: heartbeat.clone(),
+                    inherited,
+                    leave: leave.clone(),
                 };
                 let mut handle = tokio::spawn(task(ctx));
                 let mut outcome = self
@@ -351,7 +385,12 @@ impl LeaderRunner {
                 };
                 tracing::info!(token = token.0, %cause, "resigning");
                 let state = leadership.state.clone();
-                if let Err(e) = leadership.resign().await {
+                let left = crate::backend::lock(&leave).take();
+                let resigned = match left {
+                    Some(left) => leadership.resign_with(left).await,
+                    None => leadership.resign().await,
+                };
+                if let Err(e) = resigned {
                     tracing::warn!(error = %e, "resign failed; the seat is freed when the session ends");
                 }
                 cancel.cancel();

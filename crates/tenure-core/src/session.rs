@@ -606,8 +606,8 @@ impl Session {
         core.current().abandon();
     }
 
-    pub(crate) async fn release(&self, state: &GrantState) -> Result<()> {
-        self.core().release(state).await
+    pub(crate) async fn release(&self, state: &GrantState, left: Option<&[u8]>) -> Result<()> {
+        self.core().release(state, left).await
     }
 
     /// Resign every one of `leaderships`, as [`Leadership::resign`] does for one, in as
@@ -881,7 +881,7 @@ impl SessionCore {
         }
         if grant.release_claimed.swap(true, Ordering::SeqCst) {
             grant.released.wait().await;
-        } else if let Err(e) = self.release(&grant).await {
+        } else if let Err(e) = self.release(&grant, None).await {
             tracing::warn!(election = %election, error = %e, "could not release a lost seat");
         }
         Ok(())
@@ -906,7 +906,7 @@ impl SessionCore {
         candidate: &Candidate,
         token: FencingToken,
     ) -> Leadership {
-        let state = Arc::new(GrantState::new(
+        let state = GrantState::new(
             self.scheme,
             election.clone(),
             candidate.clone(),
@@ -914,7 +914,11 @@ impl SessionCore {
             Instant::now(),
             self.timing.step_down_grace,
             self.lost_tx.clone(),
-        ));
+        );
+        if let Some(inherited) = self.current().inherited(election, token) {
+            let _ = state.inherited.set(inherited);
+        }
+        let state = Arc::new(state);
         let early = {
             let mut held = self.lock_held();
             held.insert(election.clone(), state.clone());
@@ -983,11 +987,11 @@ impl SessionCore {
     }
 
     /// Release a grant in the store (after its lost signal fired), then forget it.
-    async fn release(&self, state: &GrantState) -> Result<()> {
+    async fn release(&self, state: &GrantState, left: Option<&[u8]>) -> Result<()> {
         let result = if ended_with_session(state) {
             Ok(())
         } else {
-            self.release_in_store(&[(state.election.clone(), Some(state.token))])
+            self.release_in_store(&[(state.election.clone(), Some(state.token))], left)
                 .await
         };
         self.forget(state);
@@ -1009,7 +1013,7 @@ impl SessionCore {
             .filter(|s| !ended_with_session(s))
             .map(|s| (s.election.clone(), Some(s.token)))
             .collect();
-        let result = self.release_in_store(&grants).await;
+        let result = self.release_in_store(&grants, None).await;
         for state in states {
             self.forget(state);
         }
@@ -1033,9 +1037,11 @@ impl SessionCore {
 
     /// Resign `grants` in the store, retrying what may pass on a second try for up to
     /// twice the connect timeout in all.
+    /// `left`: the state a single release leaves its successor (clause 16).
     async fn release_in_store(
         &self,
         grants: &[(ElectionName, Option<FencingToken>)],
+        left: Option<&[u8]>,
     ) -> Result<()> {
         if grants.is_empty()
             || self.abandoned.load(Ordering::SeqCst)
@@ -1048,8 +1054,16 @@ impl SessionCore {
         // One round trip may take connect_timeout; retries stop after twice that in all.
         let give_up = Instant::now() + self.batch_timeout(grants.len()) * 2;
         loop {
-            let left = give_up.saturating_duration_since(Instant::now());
-            let attempt_result = match tokio::time::timeout(left, bs.resign_many(grants)).await {
+            let time_left = give_up.saturating_duration_since(Instant::now());
+            let release = async {
+                match (grants, left) {
+                    ([(election, Some(token))], Some(state)) => {
+                        bs.resign_with(election, *token, state).await
+                    }
+                    _ => bs.resign_many(grants).await,
+                }
+            };
+            let attempt_result = match tokio::time::timeout(time_left, release).await {
                 Ok(r) => r,
                 Err(_) => Err(Error::new(
                     ErrorKind::Timeout,

@@ -1710,6 +1710,64 @@ pub async fn check_planned_transitions(env: &Env) {
     check_runner_stops_before_release(env).await;
 }
 
+/// Clause 16, state transfer: a holder that resigns with a state leaves it to the
+/// waiter its release grants, with its token; with nobody waiting, to the next grant
+/// (once); a grant after a crash inherits nothing; a state over the limit is refused
+/// with `InvalidArgument` and the seat is released all the same. A backend without
+/// the clause answers `Unsupported` and still releases.
+pub async fn check_state_transfer(env: &Env) {
+    let election = env.election("state");
+    if env.not_applicable(Clause::StateTransfer) {
+        let (_sa, a, waiter) = held_and_awaited(env, &election).await;
+        let err = a.resign_with(b"x".to_vec()).await.expect_err("unsupported");
+        assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+        within(env.handover_bound(), "granted after the release", waiter)
+            .await
+            .expect("waiter");
+        return;
+    }
+    let (_sa, a, waiter) = held_and_awaited(env, &election).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let ta = a.token();
+    a.resign_with(b"cursor=1".to_vec())
+        .await
+        .expect("resign_with");
+    let b = within(env.handover_bound(), "granted after resign_with", waiter)
+        .await
+        .expect("waiter");
+    assert_eq!(b.inherited(), Some((ta, &b"cursor=1"[..])));
+    // Nobody waits: the next grant takes it, and only that one.
+    let tb = b.token();
+    let big = vec![7u8; crate::engine::MAX_STATE];
+    b.resign_with(big.clone()).await.expect("the largest state");
+    let sc = env.session().await;
+    let c = campaign(&sc, &election, &cand("c")).await;
+    assert_eq!(c.inherited(), Some((tb, &big[..])));
+    let over = vec![0u8; crate::engine::MAX_STATE + 1];
+    let err = c.resign_with(over).await.expect_err("over the limit");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let sd = env.session().await;
+    let d = campaign(&sd, &election, &cand("d")).await;
+    assert_eq!(d.inherited(), None, "a refused state was left after all");
+    // A crash leaves nothing, even to a waiter.
+    let se = env.session().await;
+    let wait_e = {
+        let election = election.clone();
+        tokio::spawn(async move { campaign(&se, &election, &cand("e")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sd.abandon();
+    let e = within(
+        env.timing.ttl * 2 + env.slack,
+        "granted after the holder crashed",
+        wait_e,
+    )
+    .await
+    .expect("waiter");
+    assert_eq!(e.inherited(), None, "a crashed holder left a state");
+    drop(d);
+}
+
 /// How long the checks of clause 15 let a step-down wait before they look again: long
 /// enough that a seat released early would have been granted to the waiter.
 fn drain_time(env: &Env) -> Duration {
@@ -1935,6 +1993,7 @@ macro_rules! conformance_tests {
             clause_13_membership_after_a_cut => check_membership_after_a_cut,
             clause_14_priority => check_priority,
             clause_15_planned_transitions => check_planned_transitions,
+            clause_16_state_transfer => check_state_transfer,
             session_holds_many_elections => check_many_elections_one_session,
             session_takes_free_seats_in_batches => check_batch_campaign,
             session_resigns_seats_in_batches => check_batch_resign
