@@ -127,6 +127,21 @@ pub(crate) fn session_of(metadata: &HashMap<String, String>) -> Option<&str> {
         .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-'))
 }
 
+/// Metadata field of an entry and of a grant: the candidate's priority (−1000..=1000).
+pub(crate) const META_PRIORITY: &str = "tenurepriority";
+/// Metadata field of an entry and of a grant: `1` if the candidate opted out of
+/// preemption.
+pub(crate) const META_NO_PREEMPT: &str = "tenurenopreempt";
+
+/// The priority and opt-out of `candidate`, as entries and grants carry them.
+pub(crate) fn candidacy_metadata(candidate: &Candidate) -> HashMap<String, String> {
+    let mut m = HashMap::from([(META_PRIORITY.to_string(), candidate.priority().to_string())]);
+    if !candidate.preemptible() {
+        m.insert(META_NO_PREEMPT.to_string(), "1".to_string());
+    }
+    m
+}
+
 /// The metadata of a grant: the token, the holder's id and value, its session (whose
 /// notice prefix a preempting waiter or a handover writes to), and its priority and
 /// opt-out (which a waiter reads to decide whether it preempts the holder).
@@ -135,7 +150,7 @@ pub(crate) fn grant_metadata(
     candidate: &Candidate,
     session: &str,
 ) -> HashMap<String, String> {
-    let mut m = crate::queue::candidacy_metadata(candidate);
+    let mut m = candidacy_metadata(candidate);
     m.extend([
         (META_SESSION.to_string(), session.to_string()),
         (META_TOKEN.to_string(), token.to_string()),

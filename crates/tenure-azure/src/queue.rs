@@ -12,15 +12,10 @@ use std::collections::HashMap;
 
 use tenure_core::Candidate;
 
-use crate::names::{decode, encode};
+use crate::names::{candidacy_metadata, decode, encode, META_NO_PREEMPT, META_PRIORITY};
 
 /// Metadata field of an entry (and of a grant): the candidate id (percent-encoded).
 pub(crate) const META_ID: &str = "tenureid";
-/// Metadata field of an entry and of a grant: the candidate's priority (−1000..=1000).
-pub(crate) const META_PRIORITY: &str = "tenurepriority";
-/// Metadata field of an entry and of a grant: `1` if the candidate opted out of
-/// preemption.
-pub(crate) const META_NO_PREEMPT: &str = "tenurenopreempt";
 /// Metadata field of the handover blob: the candidate id asked for (percent-encoded;
 /// absent for "the best waiter").
 pub(crate) const META_TO: &str = "tenureto";
@@ -86,15 +81,6 @@ pub(crate) fn entry_name(seq: u64) -> String {
 pub(crate) fn entry_metadata(candidate: &Candidate) -> HashMap<String, String> {
     let mut m = candidacy_metadata(candidate);
     m.insert(META_ID.to_string(), encode(candidate.id()));
-    m
-}
-
-/// The priority and opt-out of `candidate`, as entries and grants carry them.
-pub(crate) fn candidacy_metadata(candidate: &Candidate) -> HashMap<String, String> {
-    let mut m = HashMap::from([(META_PRIORITY.to_string(), candidate.priority().to_string())]);
-    if !candidate.preemptible() {
-        m.insert(META_NO_PREEMPT.to_string(), "1".to_string());
-    }
     m
 }
 
