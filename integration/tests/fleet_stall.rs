@@ -26,12 +26,21 @@
 //! TTL / 4) and the re-campaign after a revoked session (the node finds out from its own
 //! member leaving the list, re-opens at once and asks for its shards in batches), 5
 //! stops at the 5 s floor: 4 revoked 2–4 nodes' leases; 3, 4, 4 and 19 shards moved, the
-//! rest led again by their own node within 1.1–2.8 s. Still short of the bar; the etcd
-//! stop is ignored until it passes. `TENURE_FLEET_LOG` sets the nodes' `RUST_LOG`
-//! (warn); a run that moved or did not re-lead a shard prints what the nodes said.
+//! rest led again by their own node within 1.1–2.8 s. The nodes' debug logs showed why:
+//! each node published its lost shards as no longer held at once (the plans gave some to
+//! another revoked node, which took them first), tried them one seat per try, each try
+//! waiting for the lost seats' release through the revoked lease (3.7 s for 128 seats),
+//! and a batch that met the ended session was withdrawn through it, so the same seats
+//! were refused as "already campaigning" on the new session and retried at a back-off.
+//! With those fixed (claims kept on lost shards, one batch, no release or withdrawal
+//! through an ended session), 11 stops at the 5 s floor (2026-11-27): 4 revoked 3 or 4
+//! nodes' leases (384, 512, 384 and 512 shards lost, "session expired"), 0 moved, every
+//! lost shard led again by its own node within 343, 365, 247 and 291 ms; the other 7
+//! lost nothing.
+//! `TENURE_FLEET_LOG` sets the nodes' `RUST_LOG` (warn); a run that moved or did not
+//! re-lead a shard prints what the nodes said.
 //!
-//! One run per store and fault (the etcd stop only with `-- --ignored`, see its test).
-//! `TENURE_FLEET_RUNS=N` runs each N times (a fresh
+//! One run per store and fault. `TENURE_FLEET_RUNS=N` runs each N times (a fresh
 //! cluster and fleet each); `TENURE_FLEET_TTL`, `TENURE_FLEET_RENEW_INTERVAL` and
 //! `TENURE_FLEET_RENEW_DEADLINE` (seconds) set the nodes' `--ttl`, `--renew-interval`
 //! and `--renew-deadline` (default: the store's TTL floor at production timing,
@@ -468,13 +477,10 @@ fn zookeeper() -> futures::future::BoxFuture<'static, Store> {
     })
 }
 
-/// Not in the suite while it still fails when etcd's resuming raft leader revokes the
-/// nodes' leases (4 of 5 runs at the 5 s floor, 2026-11-27, with the member grace and
-/// the re-campaign after a revoked session): 3–19 shards moved instead of about 400,
-/// the revoked shards led again by their own node within 1.1–2.8 s, not 1 s. Run it
-/// with `-- --ignored`.
+/// etcd's resuming raft leader revokes the leases of some nodes in about a third of the
+/// runs (4 of 11 at the 5 s floor, 2026-11-27): their shards stay with them and are led
+/// again by them within 250–370 ms; 10 of 10 runs passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 36 (open): when etcd's resuming raft leader revokes the nodes' leases, 3-19 shards still move and re-leading takes 1.1-2.8 s (4 of 5 runs); run with --ignored"]
 async fn etcd_fleet_through_a_stopped_raft_leader() {
     fleet(etcd, Fault::Stop).await;
 }
