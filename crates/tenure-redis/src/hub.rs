@@ -1,8 +1,7 @@
 //! One pub/sub connection per backend, shared by every waiter and observer of the
-//! process, with fan-out in-process: a message on an election's channel wakes only the
-//! registrations of that election, and a `free <session>` message only the waiter of
-//! that session. A session's own channel carries `preempt <token> <election>` to the
-//! handler the session registered (see [`Hub::listener`]).
+//! process, with fan-out in-process: a message on a channel goes only to the
+//! registrations of that channel (observers are woken, listeners get the message; see
+//! [`Hub::listener`]).
 //!
 //! The connection is opened on first use, pinged every [`PING_INTERVAL`], and re-opened
 //! (with back-off) when it breaks; after re-subscribing it wakes every registration,
@@ -55,8 +54,6 @@ struct HubState {
 pub(crate) type Handler = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 struct Channel {
-    /// Waiting candidates by session id, with their registration id.
-    waiters: HashMap<String, (u64, Arc<Notify>)>,
     observers: HashMap<u64, Arc<Notify>>,
     listeners: HashMap<u64, Handler>,
     /// Whether the current connection has confirmed the subscription.
@@ -65,13 +62,10 @@ struct Channel {
 
 impl Channel {
     fn is_empty(&self) -> bool {
-        self.waiters.is_empty() && self.observers.is_empty() && self.listeners.is_empty()
+        self.observers.is_empty() && self.listeners.is_empty()
     }
 
     fn wake_all(&self) {
-        for (_, n) in self.waiters.values() {
-            n.notify_one();
-        }
         for n in self.observers.values() {
             n.notify_one();
         }
@@ -85,7 +79,6 @@ enum Command {
 
 /// Who a registration is.
 enum Role {
-    Waiter(String),
     Observer,
     Listener,
 }
@@ -138,15 +131,6 @@ impl Drop for Registration {
             return;
         };
         match &self.role {
-            Role::Waiter(session) => {
-                if ch
-                    .waiters
-                    .get(session)
-                    .is_some_and(|(id, _)| *id == self.id)
-                {
-                    ch.waiters.remove(session);
-                }
-            }
             Role::Observer => {
                 ch.observers.remove(&self.id);
             }
@@ -185,11 +169,6 @@ impl Hub {
         }
     }
 
-    /// Register the waiter of `session` on `channel`.
-    pub(crate) fn waiter(&self, channel: &str, session: &str) -> Registration {
-        self.register(channel, Role::Waiter(session.to_string()))
-    }
-
     /// Register an observer on `channel`.
     pub(crate) fn observer(&self, channel: &str) -> Registration {
         self.register(channel, Role::Observer)
@@ -215,7 +194,6 @@ impl Hub {
             None => {
                 let _ = self.commands.send(Command::Subscribe(channel.to_string()));
                 st.channels.entry(channel.to_string()).or_insert(Channel {
-                    waiters: HashMap::new(),
                     observers: HashMap::new(),
                     listeners: HashMap::new(),
                     subscribed: watch::Sender::new(false),
@@ -223,9 +201,6 @@ impl Hub {
             }
         };
         match &role {
-            Role::Waiter(session) => {
-                ch.waiters.insert(session.clone(), (id, notify.clone()));
-            }
             Role::Observer => {
                 ch.observers.insert(id, notify.clone());
             }
@@ -390,7 +365,7 @@ async fn serve(
                     tracing::debug!("Redis subscriber: connection closed; reconnecting");
                     return false;
                 };
-                dispatch(state, &s.requests, msg.get_channel_name(), msg.get_payload_bytes());
+                dispatch(state, msg.get_channel_name(), msg.get_payload_bytes());
             }
             cmd = s.commands.recv() => match cmd {
                 None => return true,
@@ -433,15 +408,9 @@ async fn serve(
     }
 }
 
-/// Wake the registrations a message is for: `free <session>` wakes that session's
-/// waiter, a bare `free` every waiter; every message wakes the observers and goes to
+/// Give a message to its channel's registrations: it wakes the observers and goes to
 /// the listeners.
-fn dispatch(
-    state: &Mutex<HubState>,
-    requests: &Requests<redis::RedisError>,
-    channel: &str,
-    payload: &[u8],
-) {
+fn dispatch(state: &Mutex<HubState>, channel: &str, payload: &[u8]) {
     let st = lock(state);
     let Some(ch) = st.channels.get(channel) else {
         return;
@@ -452,124 +421,44 @@ fn dispatch(
     for h in ch.listeners.values() {
         h(payload);
     }
-    if ch.waiters.is_empty() {
-        return;
-    }
-    let text = std::str::from_utf8(payload).unwrap_or("");
-    let mut words = text.split(' ');
-    match (words.next(), words.next()) {
-        (Some("free"), Some(session)) => {
-            if let Some((_, n)) = ch.waiters.get(session) {
-                requests.count(Purpose::Election);
-                n.notify_one();
-            }
-        }
-        (Some("taken"), _) => {}
-        _ => {
-            for (_, n) in ch.waiters.values() {
-                requests.count(Purpose::Election);
-                n.notify_one();
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn hub_state() -> Arc<Mutex<HubState>> {
-        Arc::new(Mutex::new(HubState::default()))
-    }
-
-    fn add(
-        state: &Arc<Mutex<HubState>>,
-        channel: &str,
-        waiters: &[&str],
-        observers: usize,
-    ) -> (Vec<Arc<Notify>>, Vec<Arc<Notify>>) {
-        let mut st = lock(state);
-        let ch = st.channels.entry(channel.into()).or_insert(Channel {
-            waiters: HashMap::new(),
-            observers: HashMap::new(),
-            listeners: HashMap::new(),
-            subscribed: watch::Sender::new(true),
-        });
-        let w: Vec<_> = waiters
-            .iter()
-            .map(|s| {
-                let n = Arc::new(Notify::new());
-                ch.waiters.insert(s.to_string(), (1, n.clone()));
-                n
-            })
-            .collect();
-        let o: Vec<_> = (0..observers)
-            .map(|i| {
-                let n = Arc::new(Notify::new());
-                ch.observers.insert(i as u64, n.clone());
-                n
-            })
-            .collect();
-        (w, o)
-    }
-
-    async fn was_woken(n: &Notify) -> bool {
-        tokio::time::timeout(Duration::from_millis(10), n.notified())
-            .await
-            .is_ok()
-    }
-
     #[tokio::test]
-    async fn a_release_wakes_only_the_named_waiter() {
-        let state = hub_state();
-        let (w, o) = add(&state, "c1", &["s1", "s2", "s3"], 1);
-        let (other, _) = add(&state, "c2", &["s2"], 0);
-        let requests = Requests::new(
-            crate::error::TAG,
-            "test",
-            Duration::from_secs(1),
-            crate::error::map,
-        );
-        dispatch(&state, &requests, "c1", b"free s2");
-        assert!(!was_woken(&w[0]).await);
-        assert!(was_woken(&w[1]).await);
-        assert!(!was_woken(&w[2]).await);
-        assert!(was_woken(&o[0]).await);
-        assert!(!was_woken(&other[0]).await);
-        assert_eq!(requests.election_requests(), 1);
-        // A grant wakes observers only.
-        dispatch(&state, &requests, "c1", b"taken 17");
-        for n in &w {
-            assert!(!was_woken(n).await);
-        }
-        assert!(was_woken(&o[0]).await);
-        // A bare `free` (no live waiter was known) wakes every waiter of the channel.
-        dispatch(&state, &requests, "c1", b"free");
-        for n in &w {
-            assert!(was_woken(n).await);
-        }
-        // A listener gets every message of its channel; waiters of other channels sleep.
+    async fn a_message_goes_to_its_channel_only() {
+        let state = Arc::new(Mutex::new(HubState::default()));
         let heard = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
-        {
+        let observer = Arc::new(Notify::new());
+        for (name, listen) in [("c1", true), ("c2", false)] {
             let heard = heard.clone();
             let mut st = lock(&state);
-            let ch = st.channels.entry("s1-chan".into()).or_insert(Channel {
-                waiters: HashMap::new(),
+            let ch = st.channels.entry(name.into()).or_insert(Channel {
                 observers: HashMap::new(),
                 listeners: HashMap::new(),
                 subscribed: watch::Sender::new(true),
             });
-            ch.listeners
-                .insert(9, Arc::new(move |p: &[u8]| lock(&heard).push(p.to_vec())));
+            if listen {
+                ch.listeners
+                    .insert(1, Arc::new(move |p: &[u8]| lock(&heard).push(p.to_vec())));
+            } else {
+                ch.observers.insert(2, observer.clone());
+            }
         }
-        dispatch(&state, &requests, "s1-chan", b"preempt 7 e");
-        dispatch(&state, &requests, "c1", b"taken 8");
-        assert_eq!(*lock(&heard), vec![b"preempt 7 e".to_vec()]);
-        for n in &w {
-            assert!(!was_woken(n).await);
-        }
+        dispatch(&state, "c1", b"7 d:s1");
+        assert_eq!(*lock(&heard), vec![b"7 d:s1".to_vec()]);
+        let woken = tokio::time::timeout(Duration::from_millis(10), observer.notified());
+        assert!(
+            woken.await.is_err(),
+            "an observer of another channel was woken"
+        );
+        dispatch(&state, "c2", b"8");
+        observer.notified().await;
+        assert_eq!(lock(&heard).len(), 1);
         // Unknown channels and payloads do not panic.
-        dispatch(&state, &requests, "nope", b"free s1");
-        dispatch(&state, &requests, "c1", b"\xff\xfe");
+        dispatch(&state, "nope", b"free s1");
+        dispatch(&state, "c1", b"\xff\xfe");
     }
 }

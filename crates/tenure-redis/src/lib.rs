@@ -10,10 +10,8 @@ mod follow;
 mod hub;
 mod keys;
 mod members;
-#[allow(dead_code)]
 mod prims;
 mod scripts;
-mod session;
 mod shared;
 mod target;
 

@@ -370,14 +370,29 @@ impl Primitives for RedisPrimitives {
                 .and_then(|on| pttls.get(on))
                 .and_then(|ms| u64::try_from(*ms).ok())
                 .map(|ms| Duration::from_millis(ms + 1));
+            // A waiter or an observer also looks every poll interval (a change made
+            // without the script publishes nothing); a holder hears of changes to its
+            // own record by message, or looks again after a re-subscription.
+            let polls = !subscribed || what.on.is_some() || what.me.is_none();
             let lost = async {
-                if subscribed {
-                    futures::future::select_all(
-                        registrations.iter().map(|r| Box::pin(r.unsubscribed())),
-                    )
-                    .await;
-                } else {
-                    tokio::time::sleep(jittered(poll)).await;
+                let poll = async {
+                    match polls {
+                        true => tokio::time::sleep(jittered(poll)).await,
+                        false => std::future::pending().await,
+                    }
+                };
+                let broken = async {
+                    match subscribed {
+                        true => {
+                            let each = registrations.iter().map(|r| Box::pin(r.unsubscribed()));
+                            futures::future::select_all(each).await;
+                        }
+                        false => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = poll => {}
+                    () = broken => {}
                 }
             };
             let ends = async {
