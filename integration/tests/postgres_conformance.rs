@@ -86,18 +86,16 @@ async fn an_older_schema_is_upgraded() {
     PostgresBackend::from_url(&url(&endpoint, &schema))
         .await
         .expect("first connect creates the schema");
-    let old = format!(
-        "UPDATE {schema}.meta SET version = 0; DROP FUNCTION {schema}.handover(text, text)"
-    );
+    let old = format!("UPDATE {schema}.meta SET version = 1; DROP FUNCTION {schema}.revoke(text)");
     let (ok, why) = psql(&old).await;
     assert!(ok, "{why}");
     let backend = PostgresBackend::from_url(&url(&endpoint, &schema))
         .await
         .expect("connect upgrades");
-    let (ok, why) = psql(&format!("SELECT {schema}.handover('x', NULL)")).await;
-    assert!(!ok && why.contains("nobody leads"), "{why}");
+    let (ok, why) = psql(&format!("SELECT {schema}.revoke('nobody')")).await;
+    assert!(ok, "the dropped function is back: {why}");
     let (ok, why) = psql(&format!(
-        "DO $$ BEGIN IF (SELECT version FROM {schema}.meta) <> 1 THEN RAISE 'v'; END IF; END $$"
+        "DO $$ BEGIN IF (SELECT version FROM {schema}.meta) <> 2 THEN RAISE 'v'; END IF; END $$"
     ))
     .await;
     assert!(ok, "version not recorded: {why}");
@@ -106,8 +104,8 @@ async fn an_older_schema_is_upgraded() {
     assert!(ok, "{why}");
 }
 
-/// The database refuses a second holder whatever a function does: a holder row
-/// written by hand beside a real one fails on the partial unique index.
+/// The database refuses a second holder whatever a write does: a record with a token
+/// written by hand beside the holder's fails on the partial unique index.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_refuses_a_second_holder() {
     let env = postgres_env().await;
@@ -118,13 +116,13 @@ async fn the_database_refuses_a_second_holder() {
         .await
         .expect("campaign");
     let (ok, why) = psql(&format!(
-        "INSERT INTO tenure_test.candidacies (election, session, candidate, value, priority, \
-         preemptible, token) VALUES ('{}', 'forged', 'b', '', 0, true, 1)",
+        "INSERT INTO tenure_test.records (election, session, arrival, version, token, body) \
+         VALUES ('{}', 'forged', 1, 1, 1, '')",
         election.as_str()
     ))
     .await;
     assert!(!ok, "a second holder row was accepted");
-    assert!(why.contains("candidacies_one_holder"), "{why}");
+    assert!(why.contains("records_one_token"), "{why}");
     assert!(leader.is_leader());
 }
 

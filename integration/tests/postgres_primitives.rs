@@ -1,4 +1,5 @@
-//! PostgreSQL's store round trips for the election operations, counted in the
+//! The engine's primitive suite on PostgreSQL, and the store round trips for the
+//! election operations, counted in the
 //! backend's client (every statement it sends on its request connection, renewals
 //! included): a grant (campaign on a free seat), a join (campaign behind a holder), a
 //! release (resign with a waiter, until the waiter holds the seat), and a batch of 64
@@ -42,6 +43,14 @@ async fn counted<T>(
     (out, backend.round_trips() - before)
 }
 
+/// The primitive suite of the election engine against the real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primitives_keep_their_contract() {
+    let backend = backend().await;
+    let prefix = tenure_integration::run_prefix();
+    tenure_core::testing::primitives::check_primitives(backend.primitives(), prefix).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trips_per_operation() {
     let backend = backend().await;
@@ -62,12 +71,13 @@ async fn round_trips_per_operation() {
         let (b, e, cb) = (b.clone(), e.clone(), cand("b"));
         let waiting = tokio::spawn(async move { b.campaign(&e, &cb).await });
         tokio::time::sleep(Duration::from_millis(200)).await;
-        waiting
+        // The campaign, still waiting, to be awaited after the release.
+        (waiting,)
     };
     let (waiting, join) = counted(&backend, queue).await;
     let release = async {
         held.resign().await.expect("resign");
-        waiting.await.expect("join").expect("granted")
+        waiting.0.await.expect("join").expect("granted")
     };
     let (next, release) = counted(&backend, release).await;
     let seats: Vec<(ElectionName, Candidate)> = (0..64)

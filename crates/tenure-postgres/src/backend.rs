@@ -1,42 +1,36 @@
-//! The backend: connecting (and creating the schema), leader reads, observation,
-//! membership reads and handover.
+//! The backend: connecting (and creating or upgrading the schema), and the engine
+//! driven over the store's primitives.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::Stream;
-use tenure_core::backend::{Capabilities, DynSession, Published, Purpose, Requests, SessionEvents};
+use tenure_core::backend::primitive::Primitives;
+use tenure_core::backend::{Capabilities, DrivenBackend, DynSession, Requests, SessionEvents};
 use tenure_core::{
     Backend, CancellationToken, ElectionName, ErrorKind, LeaderInfo, LeaderStream, Member,
-    MemberStream, Result, Retry,
+    MemberStream, Result, Timing,
 };
 use tokio_postgres::Client;
 
 use crate::config::{PostgresConfig, SCHEME};
 use crate::error::{map, TAG};
 use crate::link::{Hub, Opener, Requester};
-use crate::session::PostgresSession;
-use crate::shared::{get, leader_info, millis, Shared, BATCH, SCHEMA};
-
-/// How long a follower with nothing due to expire waits before reading again anyway
-/// (a safety net: changes come by notification).
-const IDLE: Duration = Duration::from_secs(60);
+use crate::store::{PostgresStore, SCHEMA};
 
 /// A PostgreSQL database as a tenure backend.
 ///
-/// Sessions are rows whose expiry the server's clock decides; a seat is granted by one
-/// of tenure's functions under the election's advisory lock, with a token from a
-/// sequence; releases wake the next waiter with `NOTIFY`, and the next waiter sleeps
-/// until the holder's expiry, read from its row. See the crate docs.
+/// The election engine of `tenure-core` decides; this crate supplies its primitives:
+/// sessions are rows whose expiry the server's clock decides, an election is a row with
+/// a revision and its records are rows with an opaque body, written by one function
+/// that commits a write only at the revision it was decided on, with tokens from a
+/// sequence; waiters and followers are woken by `NOTIFY`. See the crate docs.
 ///
 /// Cheap to clone: clones share the connections.
 #[derive(Clone)]
 pub struct PostgresBackend {
-    shared: Arc<Shared>,
+    store: Arc<PostgresStore>,
+    driven: DrivenBackend,
 }
 
 tenure_core::store_constructors!(PostgresBackend, PostgresConfig);
@@ -65,94 +59,45 @@ impl PostgresBackend {
         tokio::spawn(listen);
         tracing::debug!(%config, "connected to PostgreSQL");
         let requester = Requester::new(opener, &config.schema, requests);
-        let reaping = AtomicBool::new(false);
-        let shared = Arc::new(Shared {
+        let store = Arc::new_cyclic(|me| PostgresStore {
             config,
             requester,
             hub,
             channel,
             stop,
-            reaping,
+            me: me.clone(),
         });
-        Ok(PostgresBackend { shared })
+        let driven = DrivenBackend::new(store.clone(), SCHEME);
+        Ok(PostgresBackend { store, driven })
     }
 
     /// The settings this backend was connected with.
     pub fn config(&self) -> &PostgresConfig {
-        &self.shared.config
+        &self.store.config
+    }
+
+    /// The engine's primitives this backend runs on (for the primitive suite).
+    pub fn primitives(&self) -> Arc<dyn Primitives> {
+        self.store.clone()
     }
 
     /// How many statements this backend has sent on its request connection (each one
     /// round trip: renewals, elections and members alike), for measurements.
     pub fn round_trips(&self) -> u64 {
-        self.shared
+        self.store
             .requester
             .sent
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// End the session with id `session_id` now, as the server does when its TTL
-    /// passes without a renewal: its seats are freed (the next waiters woken) and its
-    /// members removed; its owner learns at its next renewal. For operators and fault
-    /// tests.
+    /// passes without a renewal: what it holds counts for nothing from here on (the
+    /// next waiters are woken) and its members are removed; its owner learns at its
+    /// next renewal. For operators and fault tests.
     pub async fn expire_session(&self, session_id: &str) -> Result<()> {
-        self.shared.end_session(session_id).await
-    }
-
-    /// Follow the state `read` returns (and how long until it may expire) for the
-    /// readers of the returned stream: read again on each notification on the
-    /// channel of `(kind, name)`, at each reconnection of the listening connection,
-    /// and when something expires.
-    async fn follow<T, F, Fut>(&self, kind: &str, name: &ElectionName, read: F) -> Result<States<T>>
-    where
-        T: PartialEq + Clone + Send + Sync + 'static,
-        F: Fn(Arc<Shared>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<(T, Option<Duration>)>> + Send,
-    {
-        let shared = self.shared.clone();
-        let sql = "SELECT {S}.chan($1, $2)";
-        let channel: String = get(
-            "observe",
-            &shared.one("observe", sql, &[&kind, &name.as_str()]).await?,
-            0,
-        )?;
-        let mut changes = shared.hub.subscribe(&channel).await;
-        let mut generation = shared.hub.generation();
-        generation.borrow_and_update();
-        let (first, mut next) = match read(shared.clone()).await {
-            Ok(first) => first,
-            Err(e) => {
-                drop(changes);
-                shared.hub.unsubscribe(&channel).await;
-                return Err(e);
-            }
-        };
-        let (mut published, stream) = Published::new(first);
-        tokio::spawn(async move {
-            let (retry, mut failures) = (Retry::default(), 0u32);
-            loop {
-                tokio::select! {
-                    _ = published.closed() => break,
-                    _ = changes.changed() => {}
-                    _ = generation.changed() => {}
-                    _ = tokio::time::sleep(next.unwrap_or(IDLE)) => {}
-                }
-                let read = read(shared.clone()).await;
-                (next, failures) = match &read {
-                    Ok((_, next)) => (next.map(|d| d + Duration::from_millis(1)), 0),
-                    Err(_) => (Some(retry.delay(failures)), failures.saturating_add(1)),
-                };
-                published.publish(read.map(|(state, _)| state));
-            }
-            drop(changes);
-            shared.hub.unsubscribe(&channel).await;
-        });
-        Ok(stream)
+        self.store.revoke(session_id).await
     }
 }
-
-/// A stream of a followed state, as `Published::new` gives it.
-type States<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send + 'static>>;
 
 /// Create tenure's schema, or bring it to the crate's version, under an advisory lock.
 async fn install(client: &Client, schema: &str) -> Result<()> {
@@ -200,81 +145,38 @@ impl Backend for PostgresBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::full().batched(BATCH as usize).prioritized()
+        self.driven.capabilities()
+    }
+
+    fn check_timing(&self, timing: &Timing) -> Result<()> {
+        self.driven.check_timing(timing)
     }
 
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
-        Ok(Arc::new(
-            PostgresSession::open(self.shared.clone(), ttl, events).await?,
-        ))
+        self.driven.open_session(ttl, events).await
     }
 
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
-        Ok(self.shared.leader(election).await?.0)
+        self.driven.leader(election).await
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        let e = election.clone();
-        let read = move |shared: Arc<Shared>| {
-            let e = e.clone();
-            async move { shared.leader(&e).await }
-        };
-        Ok(Box::pin(self.follow("e", election, read).await?))
-    }
-
-    fn election_requests(&self) -> Option<u64> {
-        Some(self.shared.requester.requests.election_requests())
+        self.driven.observe(election).await
     }
 
     async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
-        let sql = "SELECT candidate, value, token FROM {S}.handover($1, $2)";
-        let row = self
-            .shared
-            .one("handover", sql, &[&election.as_str(), &to])
-            .await?;
-        leader_info("handover", &row)
+        self.driven.handover(election, to).await
+    }
+
+    fn election_requests(&self) -> Option<u64> {
+        self.driven.election_requests()
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
-        Ok(read_members(self.shared.clone(), namespace.clone())
-            .await?
-            .0)
+        self.driven.members(namespace).await
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        let ns = namespace.clone();
-        let read = move |shared: Arc<Shared>| read_members(shared, ns.clone());
-        Ok(Box::pin(self.follow("m", namespace, read).await?))
+        self.driven.watch_members(namespace).await
     }
-}
-
-/// The live members of `namespace`, and how long until the first of their sessions
-/// expires.
-async fn read_members(
-    shared: Arc<Shared>,
-    namespace: ElectionName,
-) -> Result<(Vec<Member>, Option<Duration>)> {
-    let sql = "SELECT m.id, m.value, \
-        ceil(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000)::int8 \
-        FROM {S}.members m JOIN {S}.sessions s ON s.id = m.session \
-        WHERE m.namespace = $1 AND s.expires_at > clock_timestamp() ORDER BY m.id";
-    let rows = shared
-        .requester
-        .call(
-            Purpose::Election,
-            "list members",
-            sql,
-            &[&namespace.as_str()],
-        )
-        .await?;
-    let (mut members, mut first) = (Vec::with_capacity(rows.len()), None::<Duration>);
-    for row in &rows {
-        members.push(Member::new(
-            get::<&str>("list members", row, 0)?,
-            get::<&str>("list members", row, 1)?,
-        )?);
-        let expires = millis(get("list members", row, 2)?);
-        first = Some(first.map_or(expires, |f| f.min(expires)));
-    }
-    Ok((members, first))
 }

@@ -11,24 +11,15 @@ pub(crate) const TAG: Tag = Tag::new(SCHEME, "PostgreSQL");
 
 /// Raised by tenure's functions: the session has expired or was closed.
 const SESSION_EXPIRED: &str = "TN001";
-/// Raised by `handover`: nobody leads, nobody waits, or not the waiter named.
-const REFUSED: &str = "TN002";
-/// Raised by `grant`: the candidacy is gone (withdrawn meanwhile); campaign again.
-const WITHDRAWN: &str = "TN003";
 
 /// Map a client error; `what` says which operation failed (e.g. `"campaign"`).
 pub(crate) fn map(what: &str, err: tokio_postgres::Error) -> Error {
     if let Some(db) = err.as_db_error() {
-        match db.code().code() {
-            // tenure's own refusals: the server's message is the whole story.
-            REFUSED => return TAG.own(ErrorKind::InvalidArgument, db.message()),
-            SESSION_EXPIRED => {
-                return TAG.own(
-                    ErrorKind::SessionExpired,
-                    format!("{what}: {}", db.message()),
-                )
-            }
-            _ => {}
+        if db.code().code() == SESSION_EXPIRED {
+            return TAG.own(
+                ErrorKind::SessionExpired,
+                format!("{what}: {}", db.message()),
+            );
         }
     }
     TAG.wrap(kind_of(&err), what, err)
@@ -55,9 +46,6 @@ fn kind_of(err: &tokio_postgres::Error) -> ErrorKind {
         };
     };
     let class = &code.code()[..2];
-    if code.code() == WITHDRAWN {
-        return ErrorKind::Unavailable;
-    }
     if [
         &SqlState::INVALID_PASSWORD,
         &SqlState::INVALID_AUTHORIZATION_SPECIFICATION,

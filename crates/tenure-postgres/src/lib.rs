@@ -6,8 +6,7 @@ mod backend;
 mod config;
 mod error;
 mod link;
-mod session;
-mod shared;
+mod store;
 
 pub use backend::PostgresBackend;
 pub use config::{PostgresConfig, SCHEME, SCHEMES};

@@ -1,6 +1,6 @@
 //! Connections to the server: how one is opened (plain or TLS), the request
 //! connection the backend and its sessions share, and the listening connection whose
-//! notifications wake waiters, tell holders and drive observers.
+//! notifications wake waiters and followers.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,8 +10,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tenure_core::backend::{lock, Purpose, Requests, SessionEvents};
-use tenure_core::{CancellationToken, ElectionName, FencingToken, Result, Retry};
+use tenure_core::backend::{lock, Purpose, Requests};
+use tenure_core::{CancellationToken, Result, Retry};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_postgres::types::{ToSql, Type};
@@ -41,9 +41,10 @@ macro_rules! typed {
     )*};
 }
 
-typed!(&str => TEXT, String => TEXT, Option<&str> => TEXT, i32 => INT4, i64 => INT8, bool => BOOL,
-    Vec<&str> => TEXT_ARRAY, Vec<i32> => INT4_ARRAY, Vec<bool> => BOOL_ARRAY,
-    Vec<Option<i64>> => INT8_ARRAY);
+typed!(&str => TEXT, String => TEXT, Option<&str> => TEXT, i64 => INT8,
+    Vec<&str> => TEXT_ARRAY, Vec<i32> => INT4_ARRAY, Vec<i64> => INT8_ARRAY,
+    Vec<Option<i64>> => INT8_ARRAY, Vec<i8> => CHAR_ARRAY, Vec<Vec<u8>> => BYTEA_ARRAY,
+    Vec<Option<Vec<u8>>> => BYTEA_ARRAY);
 
 /// How to open a connection.
 #[derive(Clone)]
@@ -190,6 +191,7 @@ impl Requester {
         let params: Vec<_> = args.iter().map(|a| a.pg()).collect();
         let mut used = None;
         self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+
         let request = async {
             let client = self.client().await?;
             used = Some(client.clone());
@@ -206,9 +208,9 @@ impl Requester {
     }
 }
 
-/// What the listening connection delivers to: waiters, sessions and followers of this
-/// backend, and a generation that grows whenever it (re)connects, so that all of them
-/// look again (notifications sent while it was down are lost).
+/// What the listening connection delivers to: the waits of this backend's sessions
+/// and its followers, and a generation that grows whenever it (re)connects, so that
+/// all of them look again (notifications sent while it was down are lost).
 #[derive(Default)]
 pub(crate) struct Hub {
     state: Mutex<HubState>,
@@ -219,9 +221,26 @@ pub(crate) struct Hub {
 #[derive(Default)]
 struct HubState {
     client: Option<Arc<Client>>,
-    waiters: HashMap<(String, String), Arc<Notify>>,
-    sessions: HashMap<String, SessionEvents>,
+    /// The waits by election, each by its id.
+    waits: HashMap<String, HashMap<u64, Wait>>,
+    next_wait: u64,
     channels: HashMap<String, watch::Sender<u64>>,
+    /// The latest revision of each election heard of since the listening connection
+    /// (re)connected.
+    heard: HashMap<String, u64>,
+}
+
+/// Elections whose latest revision the hub remembers; past it, it forgets them all.
+const MAX_HEARD: usize = 100_000;
+
+/// One wait in one election, from a revision on: for a write to the record of `me`,
+/// the deletion of the record of `on`, or the end of either session.
+struct Wait {
+    me: Option<String>,
+    on: Option<String>,
+    seen: u64,
+    ended: bool,
+    notify: Arc<Notify>,
 }
 
 impl Hub {
@@ -230,29 +249,37 @@ impl Hub {
         self.generation.subscribe()
     }
 
-    /// The wake-up of `session`'s candidacy for `election`, until the guard drops.
-    pub(crate) fn waiter(self: &Arc<Self>, session: &str, election: &str) -> Waiter {
-        let key = (session.to_owned(), election.to_owned());
+    /// A wait in `election`, from revision `seen` on, for a write to the record of
+    /// `me`, the deletion of the record of `on`, or the end of either session, until
+    /// the guard drops.
+    pub(crate) fn wait(
+        self: &Arc<Self>,
+        election: &str,
+        (me, on): (Option<String>, Option<String>),
+        seen: u64,
+    ) -> Waiter {
         let notify = Arc::new(Notify::new());
-        lock(&self.state)
-            .waiters
-            .insert(key.clone(), notify.clone());
+        let mut state = lock(&self.state);
+        state.next_wait += 1;
+        let id = state.next_wait;
+        let wait = Wait {
+            me,
+            on,
+            seen,
+            ended: false,
+            notify: notify.clone(),
+        };
+        let waits = state.waits.entry(election.to_owned()).or_default();
+        waits.insert(id, wait);
         Waiter {
             hub: self.clone(),
-            key,
+            election: election.to_owned(),
+            id,
             notify,
         }
     }
 
-    pub(crate) fn add_session(&self, id: &str, events: SessionEvents) {
-        lock(&self.state).sessions.insert(id.to_owned(), events);
-    }
-
-    pub(crate) fn remove_session(&self, id: &str) {
-        lock(&self.state).sessions.remove(id);
-    }
-
-    /// LISTEN on `channel` (an observer's) and return its change count; the
+    /// LISTEN on `channel` (a follower's) and return its change count; the
     /// subscription holds until [`unsubscribe`](Self::unsubscribe) with no receiver left.
     /// LISTEN and UNLISTEN go one at a time, so that a channel given up and taken again
     /// at once is still heard.
@@ -292,34 +319,79 @@ impl Hub {
         }
     }
 
-    /// One notification: `w SESSION ELECTION` wakes a waiter, `p SESSION TOKEN
-    /// ELECTION` tells a holder to step down, anything on an observer's channel counts
-    /// a change.
+    /// The latest revision of `election` heard of since the listening connection
+    /// (re)connected, if any.
+    pub(crate) fn heard(&self, election: &str) -> Option<u64> {
+        lock(&self.state).heard.get(election).copied()
+    }
+
+    /// Whether the session of a wait ended (an `s` notification named it).
+    pub(crate) fn ended(&self, waiter: &Waiter) -> bool {
+        lock(&self.state)
+            .waits
+            .get(&waiter.election)
+            .and_then(|waits| waits.get(&waiter.id))
+            .is_some_and(|w| w.ended)
+    }
+
+    /// One notification: `e REVISION SESSIONS ELECTION` (a write at REVISION to the
+    /// records of SESSIONS, comma-separated, a deleted one marked `-`; `*` for any)
+    /// wakes the waits in ELECTION from that revision on whose `me` it names or whose
+    /// `on` it deleted; `s SESSION` (a session ended) the waits on SESSION's record in
+    /// any election; anything on a follower's channel counts a change.
     fn deliver(&self, note: &Notification) {
-        let state = lock(&self.state);
+        let mut state = lock(&self.state);
         if let Some(tx) = state.channels.get(note.channel()) {
             tx.send_modify(|n| *n += 1);
             return;
         }
         let mut words = note.payload().splitn(4, ' ');
-        match (words.next(), words.next(), words.next(), words.next()) {
-            (Some("w"), Some(session), Some(election), None) => {
-                let key = (session.to_owned(), election.to_owned());
-                if let Some(notify) = state.waiters.get(&key) {
-                    notify.notify_one();
+        let (write, sessions) = match (words.next(), words.next(), words.next(), words.next()) {
+            (Some("e"), Some(rev), Some(sessions), Some(election)) => match rev.parse::<u64>() {
+                Ok(rev) => (Some((election, rev)), sessions),
+                Err(_) => return,
+            },
+            (Some("s"), Some(session), None, None) => (None, session),
+            _ => {
+                tracing::debug!(payload = note.payload(), "unexpected notification");
+                return;
+            }
+        };
+        if let Some((election, rev)) = write {
+            if state.heard.len() >= MAX_HEARD {
+                state.heard.clear();
+            }
+            let heard = state.heard.entry(election.to_owned()).or_default();
+            *heard = (*heard).max(rev);
+        }
+        let names = |s: &Option<String>, deleted_only: bool| {
+            let Some(s) = s.as_deref() else {
+                return false;
+            };
+            sessions == "*"
+                || sessions.split(',').any(|n| match n.strip_prefix('-') {
+                    Some(gone) => gone == s,
+                    None => !deleted_only && n == s,
+                })
+        };
+        let waits: Box<dyn Iterator<Item = &mut Wait>> = match write {
+            Some((election, _)) => match state.waits.get_mut(election) {
+                Some(waits) => Box::new(waits.values_mut()),
+                None => return,
+            },
+            None => Box::new(state.waits.values_mut().flat_map(HashMap::values_mut)),
+        };
+        for wait in waits {
+            let woken = match write {
+                Some((_, rev)) => {
+                    rev >= wait.seen && (names(&wait.me, false) || names(&wait.on, true))
                 }
+                None => names(&wait.on, false),
+            };
+            if woken {
+                wait.ended |= write.is_none();
+                wait.notify.notify_one();
             }
-            (Some("p"), Some(session), Some(token), Some(election)) => {
-                let (Some(events), Ok(token), Ok(election)) = (
-                    state.sessions.get(session),
-                    token.parse(),
-                    ElectionName::new(election),
-                ) else {
-                    return;
-                };
-                events.preempted(&election, FencingToken(token));
-            }
-            _ => tracing::debug!(payload = note.payload(), "unexpected notification"),
         }
     }
 
@@ -370,6 +442,7 @@ impl Hub {
         let channels: Vec<String> = {
             let mut state = lock(&self.state);
             state.client = Some(client.clone());
+            state.heard.clear();
             state.channels.keys().cloned().collect()
         };
         let sql: String = std::iter::once(own)
@@ -401,22 +474,22 @@ impl Hub {
     }
 }
 
-/// A waiter's wake-up; dropping it forgets the waiter.
+/// A wait's wake-up; dropping it forgets the wait.
 pub(crate) struct Waiter {
     hub: Arc<Hub>,
-    key: (String, String),
+    election: String,
+    id: u64,
     pub(crate) notify: Arc<Notify>,
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
         let mut state = lock(&self.hub.state);
-        if state
-            .waiters
-            .get(&self.key)
-            .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
-        {
-            state.waiters.remove(&self.key);
+        if let Some(waits) = state.waits.get_mut(&self.election) {
+            waits.remove(&self.id);
+            if waits.is_empty() {
+                state.waits.remove(&self.election);
+            }
         }
     }
 }

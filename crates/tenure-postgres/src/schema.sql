@@ -1,28 +1,40 @@
--- tenure's tables and functions in PostgreSQL.
+-- tenure's tables and functions in PostgreSQL: a store of the election engine's
+-- primitives (sessions, one conditional write, a read), with no election rule in it.
 --
 -- `{S}` stands for the schema (`tenure` unless `?schema=` says otherwise), `{V}` for
 -- the version. The backend runs this file, in one transaction under an advisory lock,
--- when the schema is missing or older: every statement creates what is missing or
--- replaces a function, so the file upgrades any older version. A DBA may run it by
--- hand instead (replace `{S}` and `{V}`) and give the backend's role only EXECUTE on
--- the functions and SELECT on the tables.
+-- when the schema is missing or older: it drops the schema's functions and creates
+-- them again, and creates the tables that are missing, so the file upgrades any older
+-- version (version 1's candidacies go: stop the old backends before the upgrade). A
+-- DBA may run it by hand instead (replace `{S}` and `{V}`) and give the backend's role
+-- only EXECUTE on the functions and SELECT on the tables.
 --
--- Rules every function keeps:
 -- * Expiry is decided by the server's clock: a session lives while
---   `expires_at > clock_timestamp()`; everything it holds counts only while it lives.
--- * Whatever changes one election's seat or queue first takes that election's
---   advisory transaction lock (`lock`), so such changes run one at a time, each
---   seeing what the one before committed. A function that takes several takes
---   them ordered by `hashtext(election)`, so two of them never deadlock, and takes
---   at most a batch of them (the client's 128), so one transaction never needs more
---   locks than the server's lock table holds.
--- * The partial unique index `candidacies_one_holder` keeps two holders of one
---   election out whatever the functions do.
--- * A wake-up is a hint: `grant` decides, under the lock.
+--   `expires_at > clock_timestamp()`. Records of an ended session stay, reported dead,
+--   until a write of the engine's deletes them.
+-- * A write locks its election's row (`FOR UPDATE`) and commits only if the election
+--   is still at the revision it was decided on (no row: revision 0). Revisions, record
+--   arrivals and tokens come from sequences, so each only grows.
+-- * A committed write notifies the backends of the sessions with records in the
+--   election (`e REVISION SESSIONS ELECTION`: whose records it changed, a deleted
+--   one marked `-`) and the
+--   election's own channel (`chan`, for observers); an ended session notifies every
+--   backend (`s SESSION`).
 
 CREATE SCHEMA IF NOT EXISTS {S};
 
 CREATE TABLE IF NOT EXISTS {S}.meta (version int NOT NULL);
+
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_proc p WHERE p.pronamespace = '{S}'::regnamespace
+    LOOP
+        EXECUTE 'DROP FUNCTION ' || f;
+    END LOOP;
+END $$;
+DROP TABLE IF EXISTS {S}.candidacies;
 
 CREATE TABLE IF NOT EXISTS {S}.sessions (
     id text PRIMARY KEY,
@@ -34,25 +46,32 @@ CREATE INDEX IF NOT EXISTS sessions_expiry ON {S}.sessions (expires_at);
 
 CREATE SEQUENCE IF NOT EXISTS {S}.tokens;
 CREATE SEQUENCE IF NOT EXISTS {S}.arrivals;
+CREATE SEQUENCE IF NOT EXISTS {S}.revisions;
 
--- One row per candidacy: a waiter (token null) or the holder.
-CREATE TABLE IF NOT EXISTS {S}.candidacies (
+-- An election with records (or a kept state): its revision, and the state kept for
+-- its next grant (the engine's bytes; empty: none).
+CREATE TABLE IF NOT EXISTS {S}.elections (
+    name text PRIMARY KEY,
+    revision bigint NOT NULL,
+    kept bytea NOT NULL DEFAULT ''
+);
+
+-- One record per session and election: the fields the store manages, and the
+-- engine's opaque body.
+CREATE TABLE IF NOT EXISTS {S}.records (
     election text NOT NULL,
     session text NOT NULL,
-    candidate text NOT NULL,
-    value text NOT NULL,
-    priority int NOT NULL,
-    preemptible boolean NOT NULL,
-    arrival bigint NOT NULL DEFAULT nextval('{S}.arrivals'),
+    arrival bigint NOT NULL,
+    version bigint NOT NULL,
     token bigint,
-    told boolean NOT NULL DEFAULT false,   -- the holder was asked to step down
-    chosen boolean NOT NULL DEFAULT false, -- a handover named this waiter
+    body bytea NOT NULL,
     PRIMARY KEY (election, session)
 );
-CREATE UNIQUE INDEX IF NOT EXISTS candidacies_one_holder
-    ON {S}.candidacies (election) WHERE token IS NOT NULL;
-CREATE INDEX IF NOT EXISTS candidacies_session ON {S}.candidacies (session);
-CREATE INDEX IF NOT EXISTS candidacies_told ON {S}.candidacies (session) WHERE told;
+CREATE INDEX IF NOT EXISTS records_session ON {S}.records (session);
+-- Whatever a write does, at most one record of an election carries a token (a write
+-- deletes before it puts, so a write that moves the token passes).
+CREATE UNIQUE INDEX IF NOT EXISTS records_one_token ON {S}.records (election)
+    WHERE token IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS {S}.members (
     namespace text NOT NULL,
@@ -64,289 +83,165 @@ CREATE TABLE IF NOT EXISTS {S}.members (
 CREATE INDEX IF NOT EXISTS members_session ON {S}.members (session);
 
 -- The channel observers of an election ('e') or a namespace ('m') LISTEN on.
-CREATE OR REPLACE FUNCTION {S}.chan(kind text, name text) RETURNS text
+CREATE FUNCTION {S}.chan(kind text, name text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT 't' || md5('{S}:' || kind || ':' || name) $$;
 
-CREATE OR REPLACE FUNCTION {S}.lock(e text) RETURNS void LANGUAGE sql AS $$
-    SELECT pg_advisory_xact_lock(hashtext('{S}'), hashtext(e))
-$$;
-
-CREATE OR REPLACE FUNCTION {S}.live(sid text) RETURNS boolean LANGUAGE sql VOLATILE AS $$
+CREATE FUNCTION {S}.live(sid text) RETURNS boolean LANGUAGE sql VOLATILE AS $$
     SELECT EXISTS (SELECT 1 FROM {S}.sessions WHERE id = sid AND expires_at > clock_timestamp())
 $$;
 
-CREATE OR REPLACE FUNCTION {S}.check_live(sid text) RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    IF NOT {S}.live(sid) THEN
-        RAISE EXCEPTION 'the session has expired' USING ERRCODE = 'TN001';
-    END IF;
-END $$;
+-- Elections `es` as they stand: one row per record (a row with a null session for an
+-- election without records), `n` the election's place in `es`.
+CREATE FUNCTION {S}.read(es text[]) RETURNS TABLE (n int, revision bigint, kept bytea,
+    session text, arrival bigint, version bigint, token bigint, live boolean, body bytea)
+LANGUAGE sql STABLE AS $$
+    SELECT x.n::int, coalesce(e.revision, 0), coalesce(e.kept, ''::bytea), r.session,
+        r.arrival, r.version, r.token, s.expires_at IS NOT NULL
+            AND s.expires_at > clock_timestamp(), r.body
+    FROM unnest(es) WITH ORDINALITY AS x(name, n)
+    LEFT JOIN {S}.elections e ON e.name = x.name
+    LEFT JOIN {S}.records r ON r.election = x.name
+    LEFT JOIN {S}.sessions s ON s.id = r.session
+    ORDER BY x.n
+$$;
 
--- Under e's lock, after a candidacy left: drop the candidacies of dead sessions, tell
--- e's observers if the holder was one of them, and wake the first waiter.
-CREATE OR REPLACE FUNCTION {S}.settle(e text) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    held boolean;
-    w record;
-BEGIN
-    WITH dead AS (
-        DELETE FROM {S}.candidacies c WHERE c.election = e AND NOT {S}.live(c.session)
-        RETURNING c.token)
-    SELECT bool_or(dead.token IS NOT NULL) INTO held FROM dead;
-    IF held THEN
-        PERFORM pg_notify({S}.chan('e', e), '');
-    END IF;
-    -- Wake the first waiter: it takes a free seat, or, with the seat held, learns that
-    -- it is first now and looks again at the holder's expiry.
-    SELECT c.session, s.channel INTO w
-        FROM {S}.candidacies c JOIN {S}.sessions s ON s.id = c.session
-        WHERE c.election = e AND c.token IS NULL
-        ORDER BY c.chosen DESC, c.priority DESC, c.arrival LIMIT 1;
-    IF FOUND THEN
-        PERFORM pg_notify(w.channel, 'w ' || w.session || ' ' || e);
-    END IF;
-END $$;
-
--- Withdraw the candidacies of the sessions `gone` for e (with tok, only the grant
--- with that token), then settle e.
-CREATE OR REPLACE FUNCTION {S}.withdraw(e text, gone text[], tok bigint) RETURNS void
+-- Commit writes, each to its own election `es[i]` only if that election is still at
+-- `revs[i]`, all of its ops or none: ops `j` with `ws[j] = i`, each of kind 'n' (put a
+-- record without a token), 'k' (put, keeping token `toks[j]`), 'm' (put with a new
+-- token), 't' (touch: a new version) or 'd' (delete), for session `sids[j]` with body
+-- `bodies[j]`; `keeps[i]` replaces the election's kept state (null: leave it). A write
+-- that puts or touches a record of an ended session does not commit, nor does a second
+-- write to the same election. Returns, per write, whether it committed (`done`) and the
+-- election after, as `read` does. Election rows are locked in name order; deletes go
+-- before puts.
+CREATE FUNCTION {S}.commit(es text[], revs bigint[], keeps bytea[], ws int[],
+    kinds "char"[], sids text[], toks bigint[], bodies bytea[])
+RETURNS TABLE (n int, done boolean, revision bigint, kept bytea, session text,
+    arrival bigint, version bigint, token bigint, live boolean, body bytea)
 LANGUAGE plpgsql AS $$
+#variable_conflict use_column
 DECLARE
-    held boolean;
+    ok boolean[];
+    revised bigint[];
 BEGIN
-    PERFORM {S}.lock(e);
-    WITH d AS (
-        DELETE FROM {S}.candidacies c
-        WHERE c.election = e AND c.session = ANY (gone) AND (tok IS NULL OR c.token = tok)
-        RETURNING c.token)
-    SELECT bool_or(d.token IS NOT NULL) INTO held FROM d;
-    IF held THEN
-        PERFORM pg_notify({S}.chan('e', e), '');
-    END IF;
-    IF held IS NOT NULL THEN
-        PERFORM {S}.settle(e);
-    END IF;
-END $$;
-
--- Take e's seat for session sid if it is next. Returns the token when granted;
--- otherwise wait_ms, the time until the holder's session expires, when sid is next.
-CREATE OR REPLACE FUNCTION {S}.grant(e text, sid text, OUT token bigint, OUT wait_ms bigint)
-LANGUAGE plpgsql AS $$
-DECLARE
-    held timestamptz;
-BEGIN
-    PERFORM {S}.lock(e);
-    PERFORM {S}.check_live(sid);
-    DELETE FROM {S}.candidacies c WHERE c.election = e AND NOT {S}.live(c.session)
-        AND c.token IS NOT NULL;
-    IF FOUND THEN
-        PERFORM pg_notify({S}.chan('e', e), '');
-    END IF;
-    SELECT c.token INTO token FROM {S}.candidacies c WHERE c.election = e AND c.session = sid;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'the candidacy was withdrawn' USING ERRCODE = 'TN003';
-    END IF;
-    IF token IS NOT NULL THEN
-        RETURN;
-    END IF;
-    IF (SELECT c.session FROM {S}.candidacies c
-            WHERE c.election = e AND c.token IS NULL AND {S}.live(c.session)
-            ORDER BY c.chosen DESC, c.priority DESC, c.arrival LIMIT 1) <> sid THEN
-        RETURN;
-    END IF;
-    SELECT s.expires_at INTO held FROM {S}.candidacies c JOIN {S}.sessions s ON s.id = c.session
-        WHERE c.election = e AND c.token IS NOT NULL;
-    IF FOUND THEN
-        wait_ms := greatest(0, ceil(extract(epoch FROM held - clock_timestamp()) * 1000));
-        RETURN;
-    END IF;
-    UPDATE {S}.candidacies c SET token = nextval('{S}.tokens'), chosen = false
-        WHERE c.election = e AND c.session = sid RETURNING c.token INTO token;
-    PERFORM pg_notify({S}.chan('e', e), '');
-END $$;
-
--- Queue session sid for e (or update its candidacy), preempt a holder of a lower
--- priority that did not opt out, then try to take the seat.
-CREATE OR REPLACE FUNCTION {S}.join(e text, sid text, cand text, val text, prio int,
-    preempt boolean, OUT token bigint, OUT wait_ms bigint) LANGUAGE plpgsql AS $$
-DECLARE
-    h record;
-BEGIN
-    PERFORM {S}.lock(e);
-    PERFORM {S}.check_live(sid);
-    INSERT INTO {S}.candidacies (election, session, candidate, value, priority, preemptible)
-        VALUES (e, sid, cand, val, prio, preempt)
+    INSERT INTO {S}.elections AS el (name, revision)
+        SELECT DISTINCT x.name, 0::bigint FROM unnest(es) AS x(name) ORDER BY 1
+        ON CONFLICT DO NOTHING;
+    PERFORM 1 FROM {S}.elections el WHERE el.name = ANY (es) ORDER BY el.name FOR UPDATE;
+    SELECT array_agg(el.revision = x.rev
+            AND x.n = (SELECT min(y.n) FROM unnest(es) WITH ORDINALITY AS y(name, n)
+                WHERE y.name = x.name)
+            AND NOT EXISTS (SELECT 1 FROM unnest(ws, kinds, sids) AS o(w, k, s)
+                LEFT JOIN {S}.sessions s ON s.id = o.s AND s.expires_at > clock_timestamp()
+                WHERE o.w = x.n AND o.k <> 'd' AND s.id IS NULL)
+            ORDER BY x.n) INTO ok
+        FROM unnest(es, revs) WITH ORDINALITY AS x(name, rev, n)
+        JOIN {S}.elections el ON el.name = x.name;
+    SELECT array_agg(CASE WHEN ok[x.n] THEN nextval('{S}.revisions') END ORDER BY x.n)
+        INTO revised FROM generate_series(1, cardinality(es)) AS x(n);
+    UPDATE {S}.elections el SET revision = revised[x.n], kept = coalesce(keeps[x.n], el.kept)
+        FROM unnest(es) WITH ORDINALITY AS x(name, n)
+        WHERE ok[x.n] AND el.name = x.name;
+    DELETE FROM {S}.records r USING unnest(ws, kinds, sids) AS o(w, k, s)
+        WHERE o.k = 'd' AND ok[o.w] AND r.election = es[o.w] AND r.session = o.s;
+    UPDATE {S}.records r SET version = revised[o.w] FROM unnest(ws, kinds, sids) AS o(w, k, s)
+        WHERE o.k = 't' AND ok[o.w] AND r.election = es[o.w] AND r.session = o.s;
+    INSERT INTO {S}.records AS r (election, session, arrival, version, token, body)
+        SELECT es[o.w], o.s, nextval('{S}.arrivals'), revised[o.w],
+            CASE o.k WHEN 'k' THEN o.t WHEN 'm' THEN nextval('{S}.tokens') END, o.b
+        FROM unnest(ws, kinds, sids, toks, bodies) WITH ORDINALITY AS o(w, k, s, t, b, j)
+        WHERE o.k IN ('n', 'k', 'm') AND ok[o.w] ORDER BY o.j
         ON CONFLICT (election, session) DO UPDATE
-        SET candidate = cand, value = val, priority = prio, preemptible = preempt;
-    SELECT c.session, c.token, s.channel INTO h
-        FROM {S}.candidacies c JOIN {S}.sessions s ON s.id = c.session
-        WHERE c.election = e AND c.token IS NOT NULL AND c.session <> sid
-          AND s.expires_at > clock_timestamp() AND c.preemptible AND NOT c.told AND c.priority < prio;
-    IF FOUND THEN
-        UPDATE {S}.candidacies SET told = true WHERE election = e AND session = h.session;
-        PERFORM pg_notify(h.channel, 'p ' || h.session || ' ' || h.token || ' ' || e);
-    END IF;
-    SELECT g.token, g.wait_ms INTO token, wait_ms FROM {S}.grant(e, sid) g;
+        SET version = excluded.version, token = excluded.token, body = excluded.body;
+    -- Tell the backends of the sessions with records in each election written, and
+    -- the election's followers.
+    PERFORM pg_notify(q.channel, q.note) FROM (
+        SELECT DISTINCT ss.channel, w.note FROM (
+            SELECT x.n AS w, x.name, CASE WHEN octet_length(x.names) > 7000
+                THEN 'e ' || revised[x.n] || ' * ' || x.name
+                ELSE 'e ' || revised[x.n] || ' ' || x.names || ' ' || x.name END AS note
+            FROM (SELECT y.n, y.name, coalesce((SELECT string_agg(DISTINCT
+                    CASE o.k WHEN 'd' THEN '-' || o.s ELSE o.s END, ',')
+                    FROM unnest(ws, kinds, sids) AS o(w, k, s) WHERE o.w = y.n), '') AS names
+                FROM unnest(es) WITH ORDINALITY AS y(name, n) WHERE ok[y.n]) x) w
+        JOIN LATERAL (SELECT r.session AS id FROM {S}.records r WHERE r.election = w.name
+            UNION SELECT o.s FROM unnest(ws, sids) AS o(w, s) WHERE o.w = w.w) p ON true
+        JOIN {S}.sessions ss ON ss.id = p.id) q;
+    PERFORM pg_notify({S}.chan('e', x.name), '') FROM unnest(es) WITH ORDINALITY AS x(name, n)
+        WHERE ok[x.n];
+    DELETE FROM {S}.elections el WHERE el.name = ANY (es) AND el.kept = ''
+        AND NOT EXISTS (SELECT 1 FROM {S}.records r WHERE r.election = el.name);
+    RETURN QUERY SELECT r.n, ok[r.n], r.revision, r.kept, r.session, r.arrival, r.version,
+        r.token, r.live, r.body FROM {S}.read(es) r;
 END $$;
 
--- Take e's seat only if no other live session holds it or queues for it.
-CREATE OR REPLACE FUNCTION {S}.try_take(e text, sid text, cand text, val text, prio int,
-    preempt boolean) RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-    t bigint;
-BEGIN
-    PERFORM {S}.lock(e);
-    PERFORM {S}.check_live(sid);
-    IF EXISTS (SELECT 1 FROM {S}.candidacies c
-            WHERE c.election = e AND c.session <> sid AND {S}.live(c.session)) THEN
-        RETURN NULL;
-    END IF;
-    DELETE FROM {S}.candidacies c WHERE c.election = e AND c.session <> sid;
-    INSERT INTO {S}.candidacies AS c (election, session, candidate, value, priority,
-            preemptible, token)
-        VALUES (e, sid, cand, val, prio, preempt, nextval('{S}.tokens'))
-        ON CONFLICT (election, session) DO UPDATE
-        SET token = coalesce(c.token, excluded.token)
-        RETURNING c.token INTO t;
-    PERFORM pg_notify({S}.chan('e', e), '');
-    RETURN t;
-END $$;
+-- Whether what a waiter waits for in e happened after revision `seen`: the record of
+-- `me` changed or went, or the record of `ahead` went or its session ended (with
+-- neither, the election moved); and the milliseconds until `ahead`'s session expires.
+CREATE FUNCTION {S}.changed(e text, me text, ahead text, seen bigint, OUT done boolean,
+    OUT wait_ms bigint) LANGUAGE sql STABLE AS $$
+    SELECT (me IS NULL AND ahead IS NULL
+            AND coalesce((SELECT el.revision FROM {S}.elections el WHERE el.name = e), 0) <> seen)
+        OR (me IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {S}.records r
+            WHERE r.election = e AND r.session = me AND r.version <= seen))
+        OR (ahead IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {S}.records r
+            JOIN {S}.sessions s ON s.id = r.session
+            WHERE r.election = e AND r.session = ahead AND s.expires_at > clock_timestamp())),
+        (SELECT ceil(extract(epoch FROM s.expires_at - clock_timestamp()) * 1000)::int8
+            FROM {S}.sessions s WHERE s.id = ahead)
+$$;
 
-CREATE OR REPLACE FUNCTION {S}.try_many(es text[], sid text, cands text[], vals text[],
-    prios int[], preempts boolean[]) RETURNS bigint[] LANGUAGE plpgsql AS $$
-DECLARE
-    i bigint;
-    answers bigint[] := array_fill(NULL::bigint, ARRAY[cardinality(es)]);
-BEGIN
-    FOR i IN SELECT n FROM unnest(es) WITH ORDINALITY AS t(e, n) ORDER BY hashtext(t.e), t.e
-    LOOP
-        answers[i] := {S}.try_take(es[i], sid, cands[i], vals[i], prios[i], preempts[i]);
-    END LOOP;
-    RETURN answers;
-END $$;
-
-CREATE OR REPLACE FUNCTION {S}.resign_many(es text[], sid text, toks bigint[])
-RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-    i bigint;
-BEGIN
-    FOR i IN SELECT n FROM unnest(es) WITH ORDINALITY AS t(e, n) ORDER BY hashtext(t.e), t.e
-    LOOP
-        PERFORM {S}.withdraw(es[i], ARRAY[sid], toks[i]);
-    END LOOP;
-END $$;
-
--- Clear away a dead session, at most `lim` of its candidacies per call (each election
--- locked in turn, in lock order, so that one transaction never needs more locks than
--- PostgreSQL's lock table holds): `sid`, or with null one that expired and that no
--- other caller is clearing. Once it holds nothing, its members and its row go.
--- Returns whether to call again.
-CREATE OR REPLACE FUNCTION {S}.reap(sid text, lim int) RETURNS boolean LANGUAGE plpgsql AS $$
-DECLARE
-    victim text;
-    e text;
-    ns text;
-BEGIN
-    IF sid IS NULL THEN
-        SELECT s.id INTO victim FROM {S}.sessions s WHERE s.expires_at <= clock_timestamp()
-            ORDER BY s.expires_at LIMIT 1 FOR UPDATE SKIP LOCKED;
-    ELSE
-        SELECT s.id INTO victim FROM {S}.sessions s WHERE s.id = sid FOR UPDATE;
-    END IF;
-    IF victim IS NULL THEN
-        RETURN false;
-    END IF;
-    FOR e IN SELECT d.election FROM (SELECT c.election FROM {S}.candidacies c
-            WHERE c.session = victim LIMIT lim) d ORDER BY hashtext(d.election), d.election
-    LOOP
-        PERFORM {S}.withdraw(e, ARRAY[victim], NULL);
-    END LOOP;
-    IF EXISTS (SELECT 1 FROM {S}.candidacies c WHERE c.session = victim) THEN
-        RETURN true;
-    END IF;
-    FOR ns IN WITH m AS (DELETE FROM {S}.members m WHERE m.session = victim
-            RETURNING m.namespace) SELECT DISTINCT m.namespace FROM m
-    LOOP
-        PERFORM pg_notify({S}.chan('m', ns), '');
-    END LOOP;
-    DELETE FROM {S}.sessions WHERE id = victim;
-    RETURN sid IS NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION {S}.open(sid text, chan text, ttl bigint) RETURNS void
+CREATE FUNCTION {S}.open(sid text, chan text, ttl bigint) RETURNS void
 LANGUAGE sql AS $$
     INSERT INTO {S}.sessions (id, channel, ttl_ms, expires_at)
         VALUES (sid, chan, ttl, clock_timestamp() + ttl * interval '1 millisecond')
 $$;
 
--- Renew sid; returns the seats sid was asked to give up, and whether some session has
--- expired and waits to be cleared away (`reap`).
-CREATE OR REPLACE FUNCTION {S}.renew(sid text, OUT elections text[], OUT tokens bigint[],
-    OUT dead boolean) LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE {S}.sessions s SET expires_at = clock_timestamp() + s.ttl_ms * interval '1 millisecond'
-        WHERE s.id = sid AND s.expires_at > clock_timestamp();
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'the session has expired' USING ERRCODE = 'TN001';
-    END IF;
-    SELECT array_agg(c.election), array_agg(c.token) INTO elections, tokens
-        FROM {S}.candidacies c WHERE c.session = sid AND c.told AND c.token IS NOT NULL;
-    dead := EXISTS (SELECT 1 FROM {S}.sessions s WHERE s.expires_at <= clock_timestamp());
-END $$;
+-- Renew the live sessions of `sids`; whether each still lives.
+CREATE FUNCTION {S}.renew(sids text[]) RETURNS boolean[] LANGUAGE sql AS $$
+    WITH renewed AS (
+        UPDATE {S}.sessions s SET expires_at = clock_timestamp() + s.ttl_ms * interval '1 millisecond'
+        WHERE s.id = ANY (sids) AND s.expires_at > clock_timestamp() RETURNING s.id)
+    SELECT coalesce(array_agg(x.id IN (SELECT id FROM renewed) ORDER BY x.n), '{}')
+    FROM unnest(sids) WITH ORDINALITY AS x(id, n)
+$$;
 
--- End sid now (it is dead to every other statement from here on) and clear the first
--- part of it away; returns whether `reap(sid, …)` must be called again.
-CREATE OR REPLACE FUNCTION {S}.close(sid text, lim int) RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE {S}.sessions SET expires_at = clock_timestamp() WHERE id = sid;
-    RETURN {S}.reap(sid, lim);
-END $$;
-
--- Ask e's holder to step down to waiter `target` (any waiter if null). Returns the
--- holder asked.
-CREATE OR REPLACE FUNCTION {S}.handover(e text, target text, OUT candidate text,
-    OUT value text, OUT token bigint) LANGUAGE plpgsql AS $$
+-- End sid now: its records count as dead from here on (the engine's writes clear them
+-- away), its members go, and every backend hears of it. Sessions that ended an hour
+-- ago or more, and their members, are cleared away too.
+CREATE FUNCTION {S}.revoke(sid text) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    h record;
+    ch text;
+    ns text;
 BEGIN
-    PERFORM {S}.lock(e);
-    SELECT c.session, c.candidate, c.value, c.token, s.channel INTO h
-        FROM {S}.candidacies c JOIN {S}.sessions s ON s.id = c.session
-        WHERE c.election = e AND c.token IS NOT NULL AND s.expires_at > clock_timestamp();
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'handover of %: nobody leads it', e USING ERRCODE = 'TN002';
-    END IF;
-    IF target IS NULL THEN
-        IF NOT EXISTS (SELECT 1 FROM {S}.candidacies c
-                WHERE c.election = e AND c.token IS NULL AND {S}.live(c.session)) THEN
-            RAISE EXCEPTION 'handover of %: nobody waits for it', e USING ERRCODE = 'TN002';
-        END IF;
-    ELSE
-        IF NOT EXISTS (SELECT 1 FROM {S}.candidacies c WHERE c.election = e
-                AND c.token IS NULL AND c.candidate = target AND {S}.live(c.session)) THEN
-            RAISE EXCEPTION 'handover of %: candidate % does not wait for it', e, target
-                USING ERRCODE = 'TN002';
-        END IF;
-        UPDATE {S}.candidacies c SET chosen = (c.candidate = target)
-            WHERE c.election = e AND c.token IS NULL;
-    END IF;
-    UPDATE {S}.candidacies c SET told = true WHERE c.election = e AND c.session = h.session;
-    PERFORM pg_notify(h.channel, 'p ' || h.session || ' ' || h.token || ' ' || e);
-    candidate := h.candidate;
-    value := h.value;
-    token := h.token;
+    UPDATE {S}.sessions SET expires_at = clock_timestamp() WHERE id = sid AND expires_at > clock_timestamp();
+    FOR ns IN WITH m AS (DELETE FROM {S}.members m WHERE m.session = sid
+            OR m.session IN (SELECT s.id FROM {S}.sessions s
+                WHERE s.expires_at < clock_timestamp() - interval '1 hour')
+            RETURNING m.namespace) SELECT DISTINCT m.namespace FROM m
+    LOOP
+        PERFORM pg_notify({S}.chan('m', ns), '');
+    END LOOP;
+    DELETE FROM {S}.sessions s WHERE s.expires_at < clock_timestamp() - interval '1 hour'
+        AND NOT EXISTS (SELECT 1 FROM {S}.records r WHERE r.session = s.id);
+    FOR ch IN SELECT DISTINCT s.channel FROM {S}.sessions s WHERE s.expires_at > clock_timestamp()
+    LOOP
+        PERFORM pg_notify(ch, 's ' || sid);
+    END LOOP;
 END $$;
 
-CREATE OR REPLACE FUNCTION {S}.register(ns text, sid text, mid text, val text) RETURNS void
+CREATE FUNCTION {S}.register(ns text, sid text, mid text, val text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM {S}.check_live(sid);
+    IF NOT {S}.live(sid) THEN
+        RAISE EXCEPTION 'the session has expired' USING ERRCODE = 'TN001';
+    END IF;
     INSERT INTO {S}.members (namespace, id, session, value) VALUES (ns, mid, sid, val)
         ON CONFLICT (namespace, id) DO UPDATE SET session = sid, value = val;
     PERFORM pg_notify({S}.chan('m', ns), '');
 END $$;
 
-CREATE OR REPLACE FUNCTION {S}.unregister(ns text, sid text, mid text) RETURNS void
+CREATE FUNCTION {S}.unregister(ns text, sid text, mid text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM {S}.members WHERE namespace = ns AND id = mid AND session = sid;
