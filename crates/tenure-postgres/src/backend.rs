@@ -130,10 +130,30 @@ async fn install(client: &Client, schema: &str) -> Result<()> {
         return Err(TAG.own(ErrorKind::Backend, why));
     }
     if version < latest {
+        // The file drops and re-creates the schema's functions, so it must run once:
+        // a backend that read the old version before another one's upgrade committed
+        // finds the version again under the lock and leaves it be (else it would drop
+        // the functions under the feet of the backends already using them).
         let lock = "SELECT pg_advisory_xact_lock(hashtext('tenure schema'), hashtext('{S}'))";
-        let script = format!("BEGIN; {};\n{ddl}\nCOMMIT;", lock.replace("{S}", schema));
-        let created = client.batch_execute(&script).await;
-        created.map_err(|e| map("connect: create the schema", e))?;
+        let upgrade = format!(
+            "BEGIN; {};\n\
+             DO $guard$ DECLARE v int; BEGIN\n\
+               IF to_regclass('{schema}.meta') IS NOT NULL THEN\n\
+                 EXECUTE 'SELECT coalesce(max(version), 0) FROM {schema}.meta' INTO v;\n\
+                 IF v >= {latest} THEN\n\
+                   RAISE EXCEPTION USING ERRCODE = 'TN002', MESSAGE = 'already upgraded';\n\
+                 END IF;\n\
+               END IF;\n\
+             END $guard$;\n{ddl}\nCOMMIT;",
+            lock.replace("{S}", schema)
+        );
+        if let Err(e) = client.batch_execute(&upgrade).await {
+            let _ = client.batch_execute("ROLLBACK").await;
+            let done = e.code().is_some_and(|c| c.code() == "TN002");
+            if !done {
+                return Err(map("connect: create the schema", e));
+            }
+        }
     }
     Ok(())
 }
