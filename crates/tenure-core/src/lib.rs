@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod engine;
 mod error;
+mod grant;
 mod leadership;
 mod memory;
 pub mod metrics;
@@ -21,7 +22,8 @@ pub mod testing;
 
 pub use backend::{Backend, DynBackend, LeaderStream, MemberStream};
 pub use error::{one_line, BoxError, Error, ErrorKind, Result};
-pub use leadership::{Leadership, LeadershipWatch, Loss, LossReason, StepDownReason, WorkGuard};
+pub use grant::{Loss, LossReason, StepDownReason, WorkGuard};
+pub use leadership::{Leadership, LeadershipWatch};
 pub use memory::{MemoryBackend, MEM_SCHEME};
 pub use name::{
     Candidate, ElectionName, FencingToken, LeaderInfo, Member, MAX_CANDIDATE_ID_LEN,

@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::Result;
-use crate::leadership::{Leadership, LossReason, StepDownReason};
+use crate::grant::{LossReason, StepDownReason};
+use crate::leadership::Leadership;
 use crate::name::{Candidate, ElectionName, FencingToken};
 use crate::session::Session;
 

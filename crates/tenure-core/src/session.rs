@@ -16,7 +16,7 @@ use crate::backend::{
     CampaignMode, DynBackend, DynSession, LeaderStream, MemberStream, SessionEvent, SessionEvents,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::leadership::{GrantState, Leadership, Loss, LossReason, StepDownReason};
+use crate::grant::{is_valid, GrantState, Loss, LossReason, StepDownReason};
 use crate::name::{Candidate, ElectionName, FencingToken, LeaderInfo, Member};
 use crate::observer::Observer;
 use crate::timing::Timing;
@@ -26,11 +26,11 @@ use crate::timing::Timing;
 ///
 /// The core renews the session every `renew_interval`, keeps the local deadline
 /// (send time of the last confirmed renewal + `renew_deadline`), fires the lost signal of
-/// every [`Leadership`] when that deadline passes or the store reports the session gone,
+/// every [`Leadership`](crate::Leadership) when that deadline passes or the store reports the session gone,
 /// and re-opens an expired session by itself so campaigns go on.
 ///
 /// `Session` is cheap to clone; the session closes when the last clone (and the last
-/// [`Leadership`] obtained through it) is dropped, or on [`close`](Self::close).
+/// [`Leadership`](crate::Leadership) obtained through it) is dropped, or on [`close`](Self::close).
 #[derive(Clone)]
 pub struct Session {
     handle: Arc<Handle>,
@@ -256,54 +256,11 @@ impl Session {
         *self.core().generation.borrow()
     }
 
-    /// Campaign for `election` and mode == CampaignMode::Wait until granted. Store errors that may pass
-    /// (`Unavailable`, `Timeout`, an expired session) are retried with back-off; bad input
-    /// and other errors are returned. Dropping the future withdraws the candidacy.
-    pub async fn campaign(
-        &self,
-        election: &ElectionName,
-        candidate: &Candidate,
-    ) -> Result<Leadership> {
-        let span = tracing::info_span!("tenure.campaign", election = %election, candidate = candidate.id());
-        self.campaign_inner(election, candidate, CampaignMode::Wait)
-            .instrument(span)
-            .await
-            .and_then(|l| {
-                l.ok_or_else(|| Error::new(ErrorKind::Backend, "campaign ended without a grant"))
-            })
-    }
-
-    /// Take `election` only if it is free now; `Ok(None)` if someone else holds it.
-    pub async fn try_campaign(
-        &self,
-        election: &ElectionName,
-        candidate: &Candidate,
-    ) -> Result<Option<Leadership>> {
-        let span = tracing::info_span!("tenure.try_campaign", election = %election, candidate = candidate.id());
-        self.campaign_inner(election, candidate, CampaignMode::TryOnce)
-            .instrument(span)
-            .await
-    }
-
-    /// Take each of `seats` that is free now, in as few store round trips as the
-    /// backend allows (see [`Capabilities::batch`](crate::backend::Capabilities::batch)):
-    /// one answer per seat, in order, `None` where another session holds or queues for
-    /// it. Each [`Leadership`] is as one from [`try_campaign`](Self::try_campaign), with
-    /// its own token. The same election twice, or one this session holds or is
-    /// campaigning for, is `InvalidArgument`; on an error no seat of the batch is kept.
-    /// The batch may take the connect timeout once per round trip it needs.
-    pub async fn try_campaign_many(
+    /// [`try_campaign_many`](Self::try_campaign_many): the grants, registered.
+    pub(crate) async fn try_many_inner(
         &self,
         seats: &[(ElectionName, Candidate)],
-    ) -> Result<Vec<Option<Leadership>>> {
-        let span = tracing::info_span!("tenure.try_campaign_many", seats = seats.len());
-        self.try_many_inner(seats).instrument(span).await
-    }
-
-    async fn try_many_inner(
-        &self,
-        seats: &[(ElectionName, Candidate)],
-    ) -> Result<Vec<Option<Leadership>>> {
+    ) -> Result<Vec<Option<Arc<GrantState>>>> {
         let core = self.core();
         core.check_open()?;
         core.check_priority(seats.iter().map(|(_, c)| c))?;
@@ -383,7 +340,7 @@ impl Session {
         }
         let leaderships = granted
             .map(|((election, candidate), token)| {
-                token.map(|t| core.register(self, election, candidate, t))
+                token.map(|t| core.register(election, candidate, t))
             })
             .collect();
         crate::metrics::campaign_finished(core.scheme, started.elapsed());
@@ -391,12 +348,13 @@ impl Session {
         Ok(leaderships)
     }
 
-    async fn campaign_inner(
+    /// A campaign (`mode`): the grant, registered.
+    pub(crate) async fn campaign_inner(
         &self,
         election: &ElectionName,
         candidate: &Candidate,
         mode: CampaignMode,
-    ) -> Result<Option<Leadership>> {
+    ) -> Result<Option<Arc<GrantState>>> {
         let core = self.core();
         core.check_open()?;
         core.check_priority([candidate])?;
@@ -463,7 +421,7 @@ impl Session {
                         }
                         continue;
                     }
-                    let leadership = core.register(self, election, candidate, token);
+                    let leadership = core.register(election, candidate, token);
                     crate::metrics::campaign_finished(core.scheme, started.elapsed());
                     drop(pending);
                     return Ok(Some(leadership));
@@ -502,7 +460,7 @@ impl Session {
 
     /// Every loss of a grant of this session from now on, in the order the session
     /// notices them, with the reason ([`Loss`]): one receiver for many elections
-    /// instead of a task per [`Leadership::lost`] signal. A loss is reported after the
+    /// instead of a task per [`Leadership::lost`](crate::Leadership::lost) signal. A loss is reported after the
     /// grant's own lost signal fired. The receiver ends when the session is closed
     /// (after the losses the close caused).
     pub fn losses(&self) -> Losses {
@@ -608,26 +566,6 @@ impl Session {
 
     pub(crate) async fn release(&self, state: &GrantState, left: Option<&[u8]>) -> Result<()> {
         self.core().release(state, left).await
-    }
-
-    /// Resign every one of `leaderships`, as [`Leadership::resign`] does for one, in as
-    /// few store round trips as the backend allows
-    /// ([`Capabilities::batch`](crate::backend::Capabilities::batch)): every lost signal
-    /// fires first ([`LossReason::Resigned`]), then the seats are released, with the
-    /// retries of a single resign. A leadership of another session is resigned through
-    /// its own. The first error is returned; every lost signal fires either way.
-    pub async fn resign_many(&self, leaderships: Vec<Leadership>) -> Result<()> {
-        let core = self.core();
-        let (mine, others): (Vec<Leadership>, Vec<Leadership>) = leaderships
-            .into_iter()
-            .partition(|l| Arc::ptr_eq(l.session.core(), core));
-        let mut result = Ok(());
-        for other in others {
-            result = result.and(other.resign().await);
-        }
-        let states: Vec<Arc<GrantState>> = mine.into_iter().map(Leadership::end).collect();
-        let span = tracing::info_span!("tenure.resign_many", seats = states.len());
-        result.and(core.release_many(&states).instrument(span).await)
     }
 }
 
@@ -899,13 +837,14 @@ impl SessionCore {
         locks.get(election)
     }
 
+    /// Keep the grant of `election` with `token` and fire or ask what was reported of it
+    /// before it was registered.
     fn register(
-        self: &Arc<Self>,
-        session: &Session,
+        &self,
         election: &ElectionName,
         candidate: &Candidate,
         token: FencingToken,
-    ) -> Leadership {
+    ) -> Arc<GrantState> {
         let state = GrantState::new(
             self.scheme,
             election.clone(),
@@ -929,23 +868,19 @@ impl SessionCore {
         tracing::info!(election = %election, token = token.0, candidate = candidate.id(), "elected");
         crate::metrics::elected(self.scheme, election);
         // A grant whose deadline passed between the check and now fires at once.
-        let leadership = Leadership {
-            state,
-            session: session.clone(),
-        };
-        leadership.is_leader();
+        is_valid(&state, self.deadline());
         match early.filter(|(t, _)| *t == token) {
             Some((_, Early::Lost(reason))) => {
                 tracing::debug!(election = %election, token = token.0, "the grant was reported lost before it was registered");
-                leadership.state.fire(reason, self.loss_instant());
+                state.fire(reason, self.loss_instant());
             }
             Some((_, Early::StepDown(reason))) => {
                 tracing::debug!(election = %election, token = token.0, "the holder was asked to step down before the grant was registered");
-                leadership.state.ask_step_down(reason);
+                state.ask_step_down(reason);
             }
             None => {}
         }
-        leadership
+        state
     }
 
     /// The backend reports the grant `token` of `election` lost, or asks its holder to
@@ -1007,7 +942,7 @@ impl SessionCore {
     /// `settle_held`): with etcd's resuming raft leader revoking the leases, releasing
     /// 128 such seats through the revoked lease took 3.7 s, and every shard's
     /// re-campaign waited for it.
-    async fn release_many(&self, states: &[Arc<GrantState>]) -> Result<()> {
+    pub(crate) async fn release_many(&self, states: &[Arc<GrantState>]) -> Result<()> {
         let grants: Vec<(ElectionName, Option<FencingToken>)> = states
             .iter()
             .filter(|s| !ended_with_session(s))
