@@ -11,6 +11,7 @@ mod manager;
 mod map;
 pub mod metrics;
 mod state;
+mod status;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod view;

@@ -11,8 +11,8 @@
 //! | `tenure_shard_load_imbalance_ratio` | gauge | `namespace`, `node` | on the balancer by load: most load per weight of an active node / the mean (1.0 is perfect) |
 
 use crate::config::Layout;
-use crate::manager::ShardStatus;
 use crate::state::View;
+use crate::status::ShardStatus;
 
 /// Gauge: shards this node leads.
 pub const LEADERS: &str = "tenure_shard_leaders";
