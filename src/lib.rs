@@ -43,7 +43,7 @@ pub async fn connect(url: &str) -> Result<DynBackend> {
 
 /// Every backend this build has, in one list: [`connect`] and [`schemes`] read it.
 const DRIVERS: &[backend::Driver] = &[
-    backend::MEM_DRIVER,
+    MEM_DRIVER,
     #[cfg(feature = "etcd")]
     tenure_etcd::DRIVER,
     #[cfg(feature = "redis")]

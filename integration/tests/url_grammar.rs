@@ -95,7 +95,7 @@ fn the_same_bad_input_fails_the_same_way_everywhere() {
             let outcome = if expected == "url: unknown scheme" {
                 // A scheme no backend has: the scheme table answers.
                 futures::executor::block_on(tenure_core::backend::connect_with(
-                    &[tenure_etcd::DRIVER, tenure_core::backend::MEM_DRIVER],
+                    &[tenure_etcd::DRIVER, tenure_core::MEM_DRIVER],
                     &url,
                 ))
                 .map(|_| String::new())

@@ -37,4 +37,4 @@ pub use timing::{Retry, Timing, CLOCK_DRIFT_MARGIN, DEFAULT_STEP_DOWN_GRACE};
 /// The stop signal of a leadership ([`Leadership::lost`]) and of a runner's shutdown,
 /// re-exported so that using them needs no `tokio-util` dependency.
 pub use tokio_util::sync::CancellationToken;
-pub use url::connect;
+pub use url::{connect, MEM_DRIVER};

@@ -515,20 +515,3 @@ impl Primitives for Counted {
         self.0.store.batch()
     }
 }
-
-#[cfg(any(test, feature = "testing"))]
-#[async_trait]
-impl crate::testing::Faults for DrivenBackend {
-    async fn disconnect(&self, session: &crate::Session) -> std::result::Result<(), String> {
-        self.set_gate(&session.id(), false)
-            .then_some(())
-            .ok_or_else(|| "no such session".into())
-    }
-    async fn reconnect(&self, session: &crate::Session) -> std::result::Result<(), String> {
-        self.set_gate(&session.id(), true);
-        Ok(())
-    }
-    async fn expire(&self, session: &crate::Session) -> std::result::Result<(), String> {
-        self.revoke(&session.id()).await.map_err(|e| e.to_string())
-    }
-}

@@ -15,7 +15,6 @@ pub mod requests;
 mod stream;
 
 pub use crate::random::{random_id, random_unit};
-pub use crate::url::MEM_DRIVER;
 pub use driven::DrivenBackend;
 pub use floor::FailoverFloor;
 pub use life::Lifetime;

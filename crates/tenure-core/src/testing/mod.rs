@@ -2029,3 +2029,20 @@ macro_rules! conformance_tests {
         )*
     };
 }
+
+/// The engine's backend cut off, healed and expired through its own gates and revocation.
+#[async_trait]
+impl Faults for crate::backend::DrivenBackend {
+    async fn disconnect(&self, session: &crate::Session) -> std::result::Result<(), String> {
+        self.set_gate(&session.id(), false)
+            .then_some(())
+            .ok_or_else(|| "no such session".into())
+    }
+    async fn reconnect(&self, session: &crate::Session) -> std::result::Result<(), String> {
+        self.set_gate(&session.id(), true);
+        Ok(())
+    }
+    async fn expire(&self, session: &crate::Session) -> std::result::Result<(), String> {
+        self.revoke(&session.id()).await.map_err(|e| e.to_string())
+    }
+}
