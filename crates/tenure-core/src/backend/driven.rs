@@ -456,6 +456,12 @@ impl BackendSession for DrivenSession {
         store.unregister(&self.id, namespace, id).await
     }
 
+    /// The process gives the session up (a crash): its follow loops stop with it, as
+    /// they would with the process; the store ends the session after its TTL.
+    fn abandon(&self) {
+        self.closed.cancel();
+    }
+
     async fn close(&self) -> Result<()> {
         self.closed.cancel();
         lock(&self.backend.gates).remove(&self.id);
