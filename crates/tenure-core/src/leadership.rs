@@ -189,12 +189,8 @@ impl Leadership {
         let left: Vec<u8> = state.into();
         let session = self.session.clone();
         let grant = self.end();
-        let refused = if left.len() > crate::engine::MAX_STATE {
-            Some(crate::Error::invalid(format!(
-                "resign_with: a state of {} bytes is over the {} a successor may inherit",
-                left.len(),
-                crate::engine::MAX_STATE
-            )))
+        let refused = if let Err(e) = crate::engine::check_state("resign_with", &left) {
+            Some(e)
         } else if let Err(why) = session
             .backend()
             .capabilities()

@@ -144,13 +144,7 @@ impl LeaderContext {
     /// nothing is left.
     pub fn leave_state(&self, state: impl Into<Vec<u8>>) -> Result<()> {
         let state = state.into();
-        if state.len() > crate::engine::MAX_STATE {
-            return Err(crate::Error::invalid(format!(
-                "leave_state: a state of {} bytes is over the {} a successor may inherit",
-                state.len(),
-                crate::engine::MAX_STATE
-            )));
-        }
+        crate::engine::check_state("leave_state", &state)?;
         *crate::backend::lock(&self.leave) = Some(state);
         Ok(())
     }

@@ -416,13 +416,7 @@ impl BackendSession for DrivenSession {
         token: FencingToken,
         state: &[u8],
     ) -> Result<()> {
-        if state.len() > engine::MAX_STATE {
-            return Err(Error::invalid(format!(
-                "resign_with: the state is {} bytes, over the {} a successor may inherit",
-                state.len(),
-                engine::MAX_STATE
-            )));
-        }
+        engine::check_state("resign_with", state)?;
         let last = self.unfollow(election);
         self.pass().await?;
         let release = Release {

@@ -78,6 +78,17 @@ pub struct Candidacy {
 /// The most state a holder may leave its successor.
 pub const MAX_STATE: usize = 64 * 1024;
 
+/// `InvalidArgument` for a state over [`MAX_STATE`] bytes (`what`: who was given it).
+pub fn check_state(what: &str, state: &[u8]) -> crate::Result<()> {
+    if state.len() > MAX_STATE {
+        return Err(crate::Error::invalid(format!(
+            "{what}: a state of {} bytes is over the {MAX_STATE} a successor may inherit",
+            state.len()
+        )));
+    }
+    Ok(())
+}
+
 /// A state a holder left its successor, with the token of the grant that left it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inherited {
