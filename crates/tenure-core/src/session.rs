@@ -321,6 +321,12 @@ impl Session {
             )));
         }
         pending.session = None;
+        let won: Vec<(ElectionName, Option<FencingToken>)> = seats
+            .iter()
+            .zip(&tokens)
+            .filter_map(|((e, _), t)| t.map(|t| (e.clone(), Some(t))))
+            .collect();
+        core.check_open_after_grant(&bs, &won).await?;
         let granted = seats.iter().zip(&tokens);
         if *core.generation.borrow() != gen || Instant::now() >= core.deadline() {
             // As for one seat: granted through a session whose renewal is overdue or that
@@ -399,6 +405,8 @@ impl Session {
             match outcome {
                 Ok(Some(token)) => {
                     pending.session = None;
+                    core.check_open_after_grant(&bs, &[(election.clone(), Some(token))])
+                        .await?;
                     if *core.generation.borrow() != gen || Instant::now() >= core.deadline() {
                         // Granted through a session whose renewal is overdue or that was
                         // replaced: not safe to hold. Give it back and try again.
@@ -763,6 +771,24 @@ impl SessionCore {
         if ns > prev {
             self.deadline_moved.notify_one();
         }
+    }
+
+    /// Grants answered after the session was closed or abandoned are not handed out.
+    /// After a close they are given back; after an abandon (a crash) they are left to
+    /// the store, which frees them with the session's lease, as it would had the
+    /// process died before the answer came.
+    async fn check_open_after_grant(
+        &self,
+        bs: &DynSession,
+        grants: &[(ElectionName, Option<FencingToken>)],
+    ) -> Result<()> {
+        if !self.closed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if !self.abandoned.load(Ordering::SeqCst) && !grants.is_empty() {
+            let _ = with_timeout_of(self.batch_timeout(grants.len()), bs.resign_many(grants)).await;
+        }
+        Err(closed_error().with_backend(self.scheme))
     }
 
     fn check_open(&self) -> Result<()> {
@@ -1431,5 +1457,39 @@ mod tests {
             "{again:?}"
         );
         s.close().await.expect("close");
+    }
+    /// A crash is a crash whenever the store's answer comes: a grant answered after
+    /// the session was abandoned is not handed out (the process would not be there to
+    /// hold it); the store frees the seat when the session's lease runs out. Before,
+    /// the waiting campaign returned a leadership of the abandoned session when the
+    /// grant and the abandon crossed (seen on Azure in CI: "the crashed waiter was
+    /// granted").
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_answered_after_the_abandon_is_not_handed_out() {
+        let mem = crate::MemoryBackend::new();
+        let timing = Timing::from_ttl(Duration::from_secs(10));
+        let holder = Session::open(Arc::new(mem.clone()), timing.clone())
+            .await
+            .expect("session");
+        let crashed = Session::open(Arc::new(mem.clone()), timing)
+            .await
+            .expect("session");
+        let e = ElectionName::new("crossed").expect("name");
+        let h = holder
+            .campaign(&e, &Candidate::new("h").expect("candidate"))
+            .await
+            .expect("holder");
+        let waiter = {
+            let (s, e) = (crashed.clone(), e.clone());
+            tokio::spawn(async move { s.campaign(&e, &Candidate::new("w").expect("c")).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The store grants the waiter in this release; its answer is on its way when
+        // the process crashes.
+        h.resign().await.expect("resign");
+        crashed.abandon();
+        let got = waiter.await.expect("join");
+        assert!(got.is_err(), "the abandoned session was handed a grant");
+        holder.close().await.expect("close");
     }
 }
