@@ -87,6 +87,26 @@ impl EtcdBackend {
         &self.shared.config
     }
 
+    /// How many messages this backend has sent to etcd (each one round trip: unary
+    /// calls, streams opened, keep-alives and watches sent on open streams; renewals,
+    /// elections and members alike), for measurements.
+    pub fn round_trips(&self) -> u64 {
+        self.shared.client.round_trips()
+    }
+
+    /// How many unary requests this backend has sent to etcd (transactions, reads,
+    /// lease grants and revokes; not the keep-alives and watches sent on open streams),
+    /// for measurements.
+    pub fn unary_calls(&self) -> u64 {
+        self.shared.client.unary_calls()
+    }
+
+    /// The engine's primitives over this backend's connection (for the primitive
+    /// suite; the backend itself does not run on them yet).
+    pub fn primitives(&self) -> Arc<dyn tenure_core::backend::primitive::Primitives> {
+        Arc::new(crate::primitives::EtcdPrimitives::new(self.shared.clone()))
+    }
+
     /// Revoke the lease of the session with id `session_id` (see
     /// [`Session::id`](tenure_core::Session::id)) now, as etcd does when its TTL passes
     /// without a keep-alive: its keys are deleted and its holder learns of the loss. For
@@ -125,45 +145,8 @@ impl Backend for EtcdBackend {
         }
     }
 
-    /// Errors where etcd cannot keep the TTL at all (below its 1 s lease, or too long);
-    /// a warning (once per timing and process) where the TTL works but is below the
-    /// floor that rides out etcd's own raft leader failover: a renewal sent just
-    /// before the leader fails has `renew_deadline − renew_interval` to be answered,
-    /// and a 3-member etcd at its default timing (heartbeat 100 ms, election timeout
-    /// 1 s) left renewals unanswered up to 3.06 s while it elected a new leader
-    /// (`integration/examples/store_failover.rs`, SIGSTOP 8 s and SIGKILL of the raft
-    /// leader, 37 runs). With the default shares (TTL/16, TTL × 7/8) that floor is
-    /// 3.8 s (see the README, *The shortest TTL*).
     fn check_timing(&self, timing: &Timing) -> Result<()> {
-        /// The longest a renewal went unanswered while etcd replaced its raft leader.
-        const FAILOVER: Duration = Duration::from_millis(3060);
-        if timing.ttl < MIN_TTL {
-            return Err(Error::invalid(format!(
-                "ttl: {:?} is below etcd's shortest lease of 1 s",
-                timing.ttl
-            )));
-        }
-        if timing.ttl.as_secs() > i64::MAX as u64 / 2 {
-            return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
-        }
-        let floor = FailoverFloor {
-            failover: FAILOVER,
-            sync_window: Duration::ZERO,
-        };
-        floor.warn_below("etcd", timing, |shortest| {
-            format!(
-                "ttl {:?} is below the floor that rides out etcd's own leader failover: a \
-                 renewal sent just before etcd's raft leader fails has renew_deadline - \
-                 renew_interval = {:?} to be answered, and etcd at its default timing \
-                 (election timeout 1 s) left renewals unanswered up to {FAILOVER:?} while it \
-                 elected a new leader, so a healthy leader can lose its seat then; with these \
-                 renewal shares the shortest ttl that rides it out is {shortest} (3.8 s with \
-                 the default shares; see the tenure-etcd README)",
-                timing.ttl,
-                timing.renew_deadline.saturating_sub(timing.renew_interval),
-            )
-        });
-        Ok(())
+        check_ttl(timing)
     }
 
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
@@ -292,4 +275,45 @@ impl Follower for Leader {
     async fn apply(&mut self, shared: &Shared, _: &[Event]) -> Option<Option<LeaderInfo>> {
         self.read(shared).await.ok().map(|(state, _)| state)
     }
+}
+
+/// Errors where etcd cannot keep the TTL at all (below its 1 s lease, or too long);
+/// a warning (once per timing and process) where the TTL works but is below the
+/// floor that rides out etcd's own raft leader failover: a renewal sent just
+/// before the leader fails has `renew_deadline − renew_interval` to be answered,
+/// and a 3-member etcd at its default timing (heartbeat 100 ms, election timeout
+/// 1 s) left renewals unanswered up to 3.06 s while it elected a new leader
+/// (`integration/examples/store_failover.rs`, SIGSTOP 8 s and SIGKILL of the raft
+/// leader, 37 runs). With the default shares (TTL/16, TTL × 7/8) that floor is
+/// 3.8 s (see the README, *The shortest TTL*).
+pub(crate) fn check_ttl(timing: &Timing) -> Result<()> {
+    /// The longest a renewal went unanswered while etcd replaced its raft leader.
+    const FAILOVER: Duration = Duration::from_millis(3060);
+    if timing.ttl < MIN_TTL {
+        return Err(Error::invalid(format!(
+            "ttl: {:?} is below etcd's shortest lease of 1 s",
+            timing.ttl
+        )));
+    }
+    if timing.ttl.as_secs() > i64::MAX as u64 / 2 {
+        return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
+    }
+    let floor = FailoverFloor {
+        failover: FAILOVER,
+        sync_window: Duration::ZERO,
+    };
+    floor.warn_below("etcd", timing, |shortest| {
+        format!(
+            "ttl {:?} is below the floor that rides out etcd's own leader failover: a \
+             renewal sent just before etcd's raft leader fails has renew_deadline - \
+             renew_interval = {:?} to be answered, and etcd at its default timing \
+             (election timeout 1 s) left renewals unanswered up to {FAILOVER:?} while it \
+             elected a new leader, so a healthy leader can lose its seat then; with these \
+             renewal shares the shortest ttl that rides it out is {shortest} (3.8 s with \
+             the default shares; see the tenure-etcd README)",
+            timing.ttl,
+            timing.renew_deadline.saturating_sub(timing.renew_interval),
+        )
+    });
+    Ok(())
 }

@@ -19,7 +19,7 @@
 //! keys and expires after its TTL).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -58,6 +58,11 @@ pub(crate) struct EtcdClient {
     preferred: Arc<AtomicUsize>,
     member_timeout: Duration,
     auth: Option<Arc<Auth>>,
+    /// Messages sent to etcd (unary calls, streams opened, stream messages), each one
+    /// round trip, for measurements.
+    sent: Arc<AtomicU64>,
+    /// Unary calls sent (transactions, reads, lease grants and revokes).
+    unary: Arc<AtomicU64>,
 }
 
 /// A user's credentials and the token etcd gave for them.
@@ -74,6 +79,7 @@ pub(crate) struct Duplex<Q, A> {
     answers: Streaming<A>,
     /// The member the stream is open to.
     member: usize,
+    sent: Arc<AtomicU64>,
 }
 
 /// A watch stream (`Watch/Watch`).
@@ -86,6 +92,7 @@ pub(crate) type KeepAliveStream =
 impl<Q, A> Duplex<Q, A> {
     /// Send one more request on the stream.
     pub(crate) fn send(&self, request: Q) -> std::result::Result<(), Status> {
+        self.sent.fetch_add(1, Ordering::Relaxed);
         self.requests
             .unbounded_send(request)
             .map_err(|_| Status::unavailable("the stream to etcd is closed"))
@@ -170,6 +177,8 @@ impl EtcdClient {
                 .min(config.get_request_timeout() / members.len().max(1) as u32),
             members: members.into(),
             preferred: Arc::new(AtomicUsize::new(first)),
+            sent: Arc::default(),
+            unary: Arc::default(),
             auth: config.username().map(|name| {
                 Arc::new(Auth {
                     name: name.to_string(),
@@ -179,6 +188,19 @@ impl EtcdClient {
             }),
         };
         Ok(client)
+    }
+
+    /// Messages sent to etcd so far (each one round trip: unary calls, streams opened,
+    /// keep-alives and watches sent on open streams).
+    pub(crate) fn round_trips(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Unary calls sent so far (transactions, reads, lease grants and revokes): each
+    /// one request etcd serves on its own, where watches and keep-alives are messages
+    /// on open streams.
+    pub(crate) fn unary_calls(&self) -> u64 {
+        self.unary.load(Ordering::Relaxed)
     }
 
     /// The longest one member may take before a request goes to the next one.
@@ -329,6 +351,8 @@ impl EtcdClient {
         grpc.ready()
             .await
             .map_err(|e| Status::from_error(Box::new(e)))?;
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.unary.fetch_add(1, Ordering::Relaxed);
         let codec = tonic_prost::ProstCodec::<Q, A>::default();
         let answer = grpc
             .unary(request, PathAndQuery::from_static(path), codec)
@@ -371,6 +395,7 @@ impl EtcdClient {
         grpc.ready()
             .await
             .map_err(|e| Status::from_error(Box::new(e)))?;
+        self.sent.fetch_add(1, Ordering::Relaxed);
         let codec = tonic_prost::ProstCodec::<Q, A>::default();
         let answers = grpc
             .streaming(
@@ -384,6 +409,7 @@ impl EtcdClient {
             requests,
             answers,
             member,
+            sent: self.sent.clone(),
         })
     }
 
@@ -450,34 +476,54 @@ impl EtcdClient {
             .await
     }
 
-    /// Renew lease `id`: one keep-alive on `existing` (the stream of the last renewal)
-    /// when it is open to the preferred member, else on a new stream, sent to the
-    /// members in turn with `limit` for each (see [`on_members`](Self::on_members)).
-    /// Gives the stream the answer came on, for the next renewal, and the answer.
+    /// Renew the leases `ids` (at least one): their keep-alives on `existing` (the
+    /// stream of the last renewal) when it is open to the preferred member, else on a
+    /// new stream, sent to the members in turn with `limit` for each (see
+    /// [`on_members`](Self::on_members)). Gives the stream the answers came on, for the
+    /// next renewal, and each lease's remaining TTL in seconds (0 or less: gone).
     pub(crate) async fn keep_alive(
         &self,
-        id: i64,
+        ids: &[i64],
         existing: Option<KeepAliveStream>,
         limit: Duration,
-    ) -> std::result::Result<(KeepAliveStream, proto::LeaseKeepAliveResponse), Status> {
+    ) -> std::result::Result<(KeepAliveStream, Vec<i64>), Status> {
+        let Some((&first, rest)) = ids.split_first() else {
+            return Err(Status::invalid_argument("no lease to keep alive"));
+        };
         let mut existing = existing;
-        let request = proto::LeaseKeepAliveRequest { id };
         let mut once = |member: usize| {
             let reuse = existing.take().filter(|stream| stream.member() == member);
-            let request = request.clone();
             async move {
+                let first = proto::LeaseKeepAliveRequest { id: first };
                 let mut stream = match reuse {
-                    Some(stream) if stream.send(request.clone()).is_ok() => stream,
+                    Some(stream) if stream.send(first.clone()).is_ok() => stream,
                     // Opening a stream sends its first keep-alive.
                     _ => {
-                        self.duplex_once(member, path::LEASE_KEEP_ALIVE, request)
+                        self.duplex_once(member, path::LEASE_KEEP_ALIVE, first)
                             .await?
                     }
                 };
-                match stream.message().await? {
-                    Some(answer) => Ok((stream, answer)),
-                    None => Err(Status::unavailable("etcd ended the keep-alive stream")),
+                for id in rest {
+                    stream.send(proto::LeaseKeepAliveRequest { id: *id })?;
                 }
+                // etcd answers each keep-alive in turn, naming its lease.
+                let mut ttls = vec![None; ids.len()];
+                while ttls.iter().any(Option::is_none) {
+                    let Some(answer) = stream.message().await? else {
+                        return Err(Status::unavailable("etcd ended the keep-alive stream"));
+                    };
+                    let open = ids
+                        .iter()
+                        .zip(&ttls)
+                        .position(|(id, ttl)| *id == answer.id && ttl.is_none());
+                    if let Some(i) = open {
+                        ttls[i] = Some(answer.ttl);
+                    }
+                }
+                Ok((
+                    stream,
+                    ttls.into_iter().map(Option::unwrap_or_default).collect(),
+                ))
             }
         };
         match self.on_members(limit, &mut once).await {

@@ -8,15 +8,18 @@ mod client;
 mod config;
 mod error;
 mod follow;
+mod gather;
 mod handover;
 mod keys;
 mod members;
 mod ops;
+mod primitives;
 mod proto;
 mod queue;
 mod session;
 mod shared;
 mod watcher;
+mod watches;
 
 pub use backend::EtcdBackend;
 pub use config::{EtcdConfig, SCHEME, SCHEMES};

@@ -182,6 +182,7 @@ pub(crate) fn put(key: &str, value: &[u8], lease: i64) -> PutRequest {
         key: key.as_bytes().to_vec(),
         value: value.to_vec(),
         lease,
+        ignore_value: false,
     }
 }
 

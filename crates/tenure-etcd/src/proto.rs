@@ -111,6 +111,9 @@ pub(crate) struct PutRequest {
     pub value: Vec<u8>,
     #[prost(int64, tag = "3")]
     pub lease: i64,
+    /// Keep the key's value (the key must exist): a put that only moves its revision.
+    #[prost(bool, tag = "5")]
+    pub ignore_value: bool,
 }
 
 /// `etcdserverpb.PutResponse`.
@@ -198,12 +201,15 @@ pub(crate) enum Request {
     Put(PutRequest),
     #[prost(message, tag = "3")]
     DeleteRange(DeleteRangeRequest),
+    /// A nested transaction (etcd 3.3+): its own compares and branches.
+    #[prost(message, tag = "4")]
+    Txn(TxnRequest),
 }
 
 /// `etcdserverpb.RequestOp`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct RequestOp {
-    #[prost(oneof = "Request", tags = "1, 2, 3")]
+    #[prost(oneof = "Request", tags = "1, 2, 3, 4")]
     pub request: Option<Request>,
 }
 
@@ -216,12 +222,14 @@ pub(crate) enum Response {
     Put(PutResponse),
     #[prost(message, tag = "3")]
     DeleteRange(DeleteRangeResponse),
+    #[prost(message, tag = "4")]
+    Txn(TxnResponse),
 }
 
 /// `etcdserverpb.ResponseOp`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct ResponseOp {
-    #[prost(oneof = "Response", tags = "1, 2, 3")]
+    #[prost(oneof = "Response", tags = "1, 2, 3, 4")]
     pub response: Option<Response>,
 }
 
@@ -508,6 +516,7 @@ mod tests {
                     key: b"k".to_vec(),
                     value: b"v".to_vec(),
                     lease: 3,
+                    ignore_value: false,
                 })),
             }],
             failure: vec![RequestOp {

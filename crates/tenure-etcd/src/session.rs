@@ -489,16 +489,17 @@ impl BackendSession for EtcdSession {
         let inner = &self.inner;
         inner.life.check_open()?;
         let mut slot = inner.keeper.lock().await;
+        let lease = [inner.lease];
         let renewal = inner
             .shared
             .client
-            .keep_alive(inner.lease, slot.take(), inner.answer_limit);
-        let (stream, answer) = inner
+            .keep_alive(&lease, slot.take(), inner.answer_limit);
+        let (stream, ttls) = inner
             .shared
             .requests
             .call_as(Purpose::Renewal, "keep-alive", renewal)
             .await?;
-        if answer.ttl <= 0 {
+        if ttls.first().is_none_or(|ttl| *ttl <= 0) {
             return Err(TAG.own(
                 ErrorKind::SessionExpired,
                 format!("keep-alive: etcd no longer has lease {}", inner.life.id()),
