@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::{
-    Capabilities, Clause, DynSession, FailoverFloor, Published, SessionEvents,
+    Capabilities, Clause, DynSession, FailoverFloor, Primitives, Published, SessionEvents,
 };
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
@@ -18,6 +18,7 @@ use crate::config::ZooKeeperLayout;
 use crate::error::{map, TAG};
 use crate::members::{self, namespace_dir, MemberCache};
 use crate::nodes::election_dir;
+use crate::prims::ZkPrimitives;
 use crate::session::{curator_refuses, ZkSession, CURATOR_NO_PRIORITY};
 use crate::shared::{connect_client, is_no_node, Shared};
 use crate::SCHEME;
@@ -89,6 +90,17 @@ impl ZooKeeperBackend {
     /// The settings this backend was connected with.
     pub fn config(&self) -> &ZooKeeperConfig {
         &self.shared.config
+    }
+
+    /// The store primitives the election engine runs on, over this backend's reader
+    /// session (for the primitive suite and store tools).
+    pub fn primitives(&self) -> Arc<dyn Primitives> {
+        Arc::new(ZkPrimitives::new(self.shared.clone(), None))
+    }
+
+    /// The ZooKeeper requests this backend sent so far (renewals included).
+    pub fn round_trips(&self) -> u64 {
+        self.shared.requests.election_requests() + self.shared.requests.renewals()
     }
 
     /// The session timeout the server granted the reader session (the configured one,

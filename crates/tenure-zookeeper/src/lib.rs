@@ -7,6 +7,7 @@ mod config;
 mod error;
 mod members;
 mod nodes;
+mod prims;
 mod session;
 mod shared;
 

@@ -1,0 +1,139 @@
+//! The engine's primitive suite on ZooKeeper (tickTime 1000 ms, so 2 s is the shortest
+//! session timeout), and the ZooKeeper requests for the election operations, counted in
+//! the backend's client (every request it sends, renewals included): a grant (campaign
+//! on a free seat), a join (campaign behind a holder), a release (resign with a waiter,
+//! until the waiter holds the seat), and a batch of 64 tries on free seats. Printed as a
+//! table, never asserted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::backend::Primitives;
+use tenure_core::engine::{Snapshot, WaitFor, Write};
+use tenure_core::testing::primitives as suite;
+use tenure_core::{Candidate, DynBackend, ElectionName, Result, Session};
+use tenure_integration::{timing_ms, ZooKeeperServer};
+use tenure_zookeeper::ZooKeeperBackend;
+
+tenure_integration::shared_server!(ZooKeeperServer, "ZooKeeper");
+
+async fn backend() -> ZooKeeperBackend {
+    let (endpoint, server) = shared_server();
+    let url = format!("zk://{endpoint}/tenure-test?connect_timeout=2s&request_timeout=1s");
+    match ZooKeeperBackend::from_url(&url).await {
+        Ok(b) => b,
+        Err(e) => panic!("connect to ZooKeeper at {server}: {e}"),
+    }
+}
+
+fn election(name: &str) -> ElectionName {
+    let prefix = tenure_integration::run_prefix();
+    ElectionName::new(format!("{prefix}/{name}")).expect("a valid name")
+}
+
+/// Requests sent while `f` runs and for 300 ms after (the follow loops it starts).
+async fn counted<T>(
+    backend: &ZooKeeperBackend,
+    f: impl std::future::Future<Output = T>,
+) -> (T, u64) {
+    let before = backend.round_trips();
+    let out = f.await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    (out, backend.round_trips() - before)
+}
+
+/// The test server's `maxSessionTimeout`.
+const LONGEST: Duration = Duration::from_secs(20);
+
+/// The primitives with session TTLs over the test server's longest session timeout
+/// (the suite opens sessions of 30 s that are never meant to expire) opened at that
+/// longest one instead: the server would grant no more, and the primitives refuse a
+/// TTL the server does not grant exactly.
+#[derive(Debug)]
+struct Clamped(Arc<dyn Primitives>);
+
+#[async_trait]
+impl Primitives for Clamped {
+    async fn open(&self, ttl: Duration) -> Result<String> {
+        self.0.open(ttl.min(LONGEST)).await
+    }
+    async fn renew(&self, sessions: &[String]) -> Result<Vec<bool>> {
+        self.0.renew(sessions).await
+    }
+    async fn revoke(&self, session: &str) -> Result<()> {
+        self.0.revoke(session).await
+    }
+    async fn read(&self, election: &ElectionName) -> Result<Snapshot> {
+        self.0.read(election).await
+    }
+    async fn commit(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)> {
+        self.0.commit(election, write).await
+    }
+    async fn read_many(&self, elections: &[ElectionName]) -> Result<Vec<Snapshot>> {
+        self.0.read_many(elections).await
+    }
+    async fn commit_many(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Snapshot)>> {
+        self.0.commit_many(writes).await
+    }
+    fn batch(&self) -> Option<usize> {
+        self.0.batch()
+    }
+    async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
+        self.0.changed(election, what).await
+    }
+}
+
+/// The primitive suite of the election engine against the real server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primitives_keep_their_contract() {
+    let backend = backend().await;
+    let prefix = tenure_integration::run_prefix();
+    suite::check_primitives(Arc::new(Clamped(backend.primitives())), prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trips_per_operation() {
+    let backend = backend().await;
+    let dyn_backend: DynBackend = Arc::new(backend.clone());
+    // Renewals every 5 s: none falls inside a measurement.
+    let timing = timing_ms(20_000, 5_000, 17_000, 1000);
+    let open = || Session::open(dyn_backend.clone(), timing.clone());
+    let (a, b, c) = (
+        open().await.expect("open"),
+        open().await.expect("open"),
+        open().await.expect("open"),
+    );
+    let e = election("rt");
+    let cand = |id: &str| Candidate::new(id).expect("candidate");
+    let (held, grant) = counted(&backend, a.campaign(&e, &cand("a"))).await;
+    let held = held.expect("granted");
+    let queue = async {
+        let (b, e, cb) = (b.clone(), e.clone(), cand("b"));
+        let waiting = tokio::spawn(async move { b.campaign(&e, &cb).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        (waiting,)
+    };
+    let (waiting, join) = counted(&backend, queue).await;
+    let release = async {
+        held.resign().await.expect("resign");
+        waiting.0.await.expect("join").expect("granted")
+    };
+    let (next, release) = counted(&backend, release).await;
+    let seats: Vec<(ElectionName, Candidate)> = (0..64)
+        .map(|i| (election(&format!("rt-many/{i}")), cand("c")))
+        .collect();
+    let (many, batch) = counted(&backend, c.try_campaign_many(&seats)).await;
+    let many = many.expect("tries");
+    assert_eq!(many.iter().flatten().count(), 64, "64 free seats taken");
+    eprintln!("| operation | ZooKeeper requests |");
+    eprintln!("|---|---|");
+    eprintln!("| grant (campaign on a free seat) | {grant} |");
+    eprintln!("| join (campaign behind a holder) | {join} |");
+    eprintln!("| release (resign with a waiter, until it holds) | {release} |");
+    eprintln!("| try_campaign_many, 64 free seats | {batch} |");
+    drop((next, many));
+    for s in [a, b, c] {
+        s.close().await.expect("close");
+    }
+}
