@@ -267,6 +267,15 @@ impl EtcdPrimitives {
             .fold(self.shared.client.member_timeout(), Duration::min)
     }
 
+    /// `election` read on its own (not in a shared transaction, which a write of an
+    /// ended session in it would make etcd refuse).
+    async fn read_alone(&self, election: &ElectionName, keys: &Keys) -> Result<Snapshot> {
+        let read = self.shared.client.range(ops::all_under(&keys.range));
+        let resp = self.shared.requests.call("read", read).await?;
+        let at = ops::revision(&resp.header);
+        Ok(self.answered(election, snapshot(keys, &resp.kvs), at))
+    }
+
     /// The answer to a commit of `write` (the nested transaction `txn`), given what its
     /// shared transaction gave. etcd refuses a whole transaction that puts a key on an
     /// ended lease, so when one was, this write goes again on its own: refused alone,
@@ -288,7 +297,7 @@ impl EtcdPrimitives {
                 match self.shared.requests.call("commit", alone).await {
                     Ok(resp) => resp,
                     Err(e) if e.kind() == ErrorKind::SessionExpired => {
-                        return Ok((false, self.read(election).await?));
+                        return Ok((false, self.read_alone(election, keys).await?));
                     }
                     Err(e) => return Err(e),
                 }
@@ -383,8 +392,18 @@ impl Primitives for EtcdPrimitives {
         let mut snaps = Vec::with_capacity(keys.len());
         let got = self.gather.run(reads).await;
         for ((e, k), got) in elections.iter().zip(&keys).zip(got) {
-            let (read, at) = kvs(std::slice::from_ref(&got?));
-            snaps.push(self.answered(e, snapshot(k, &read), at));
+            let snap = match got {
+                Ok(got) => {
+                    let (read, at) = kvs(std::slice::from_ref(&got));
+                    self.answered(e, snapshot(k, &read), at)
+                }
+                // Refused with a write of an ended session in the same transaction.
+                Err(err) if err.kind() == ErrorKind::SessionExpired => {
+                    self.read_alone(e, k).await?
+                }
+                Err(err) => return Err(err),
+            };
+            snaps.push(snap);
         }
         Ok(snaps)
     }
