@@ -16,7 +16,6 @@ mod primitives;
 mod proto;
 mod session;
 mod shared;
-mod watcher;
 mod watches;
 
 pub use backend::EtcdBackend;

@@ -23,7 +23,7 @@ use crate::keys::lease_hex;
 use crate::ops::{self, op};
 use crate::proto::{KeyValue, RequestOp, TxnRequest, TxnResponse};
 use crate::shared::{lease_seconds, Shared};
-use crate::watcher::{Fired, KeyWatch, KeyWatcher};
+use crate::watches::{Fired, KeyWatch, Watches};
 
 /// Whether the first of `kvs` (a read of one key) was created at `revision`.
 fn created_at(kvs: &[KeyValue], revision: i64) -> bool {
@@ -62,7 +62,7 @@ struct Inner {
     /// member as well: short enough that a renewal that needs the next member still
     /// lands within the renew deadline.
     answer_limit: Duration,
-    watcher: KeyWatcher,
+    watcher: Watches,
     /// New candidacies (create the key, read the one before it), many seats per
     /// transaction when many campaign at once.
     enqueues: Arc<Batcher>,
@@ -124,7 +124,7 @@ impl EtcdSession {
         let lease = granted.id;
         let answer_limit = answer_limit(&shared, ttl);
         let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
-        let watcher = KeyWatcher::spawn(
+        let watcher = Watches::spawn(
             shared.client.clone(),
             shared.keys.root(),
             shared.config.get_request_timeout(),
@@ -348,7 +348,7 @@ impl Inner {
     }
 
     /// Watch this session's `key` for deletion. Served by the session's prefix watch
-    /// (no request; see [`crate::watcher`]), so not counted; a wake-up is.
+    /// (no request; see [`crate::watches`]), so not counted; a wake-up is.
     fn watch_own(&self, key: &str, revision: i64) -> KeyWatch {
         self.watcher.watch_deletes(key, revision + 1)
     }
