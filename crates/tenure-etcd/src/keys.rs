@@ -30,9 +30,9 @@ const MAX_PREFIX_LEN: usize = 200;
 ///
 /// | | [`Tenure`](Self::Tenure) (`layout=tenure`, the default) | [`GoElection`](Self::GoElection) (`layout=go`) |
 /// |---|---|---|
-/// | candidate key | `<prefix>/<election>/@<bucket>-<lease id, 16 hex digits>`, the bucket `1000 - priority` in four digits, so key order is priority order | `<prefix>/<election>/<lease id in lower-case hex>`, the key Go's `concurrency.Election` writes for the election `<prefix>/<election>` |
-/// | key value | `<priority> <p\|n> {"id":…,"value":…}` | the candidate's value as is (Go's proposal) |
-/// | leader | the seat key `<prefix>/<election>/#seat`, taken by the best waiter | the key with the lowest create revision |
+/// | candidate key | `<prefix>/<election>/@r/<lease id, 16 hex digits>` beside the election's revision key `@rev` (the election engine's records, see the crate docs) | `<prefix>/<election>/<lease id in lower-case hex>`, the key Go's `concurrency.Election` writes for the election `<prefix>/<election>` |
+/// | key value | the token and the engine's record (`{"id":…,"value":…`, priority, marks) | the candidate's value as is (Go's proposal) |
+/// | leader | the record holding a token, granted by the engine (priority, then arrival) | the key with the lowest create revision |
 /// | priority (clause 14) | kept | refused (`Unsupported`): Go's recipe has none |
 /// | leader's id as read | the candidate id | the lease id in the leader's key (Go stores no id) |
 /// | prefix | ASCII letters, digits, `-`, `_`, `.`, `/`; no leading `/` | the same, and it may start with `/` or be `/` alone |
