@@ -20,6 +20,8 @@ mod url;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+#[doc(hidden)]
+pub use async_trait::async_trait;
 pub use backend::{Backend, DynBackend, LeaderStream, MemberStream};
 pub use error::{one_line, BoxError, Error, ErrorKind, Result};
 pub use grant::{Loss, LossReason, StepDownReason, WorkGuard};

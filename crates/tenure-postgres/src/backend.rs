@@ -2,15 +2,10 @@
 //! driven over the store's primitives.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
 use tenure_core::backend::primitive::Primitives;
-use tenure_core::backend::{Capabilities, DrivenBackend, DynSession, Requests, SessionEvents};
-use tenure_core::{
-    Backend, CancellationToken, ElectionName, ErrorKind, LeaderInfo, LeaderStream, Member,
-    MemberStream, Result, Timing,
-};
+use tenure_core::backend::{DrivenBackend, Requests};
+use tenure_core::{CancellationToken, ErrorKind, Result};
 use tokio_postgres::Client;
 
 use crate::config::{PostgresConfig, SCHEME};
@@ -158,45 +153,4 @@ async fn install(client: &Client, schema: &str) -> Result<()> {
     Ok(())
 }
 
-#[async_trait]
-impl Backend for PostgresBackend {
-    fn scheme(&self) -> &'static str {
-        SCHEME
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.driven.capabilities()
-    }
-
-    fn check_timing(&self, timing: &Timing) -> Result<()> {
-        self.driven.check_timing(timing)
-    }
-
-    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
-        self.driven.open_session(ttl, events).await
-    }
-
-    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
-        self.driven.leader(election).await
-    }
-
-    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        self.driven.observe(election).await
-    }
-
-    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
-        self.driven.handover(election, to).await
-    }
-
-    fn election_requests(&self) -> Option<u64> {
-        self.driven.election_requests()
-    }
-
-    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
-        self.driven.members(namespace).await
-    }
-
-    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        self.driven.watch_members(namespace).await
-    }
-}
+tenure_core::driven_backend!(PostgresBackend, driven);

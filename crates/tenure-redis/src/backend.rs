@@ -1,15 +1,11 @@
 //! The backend: the connections, and the election engine over the Redis primitives.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
 use redis::{AsyncConnectionConfig, Value};
-use tenure_core::backend::{Capabilities, DrivenBackend, DynSession, SessionEvents};
+use tenure_core::backend::DrivenBackend;
 use tenure_core::backend::{Primitives, Requests};
-use tenure_core::{
-    Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
-};
+use tenure_core::{ElectionName, Error, Result};
 
 use crate::config::RedisConfig;
 use crate::config::SCHEME;
@@ -150,48 +146,4 @@ impl RedisBackend {
 
 tenure_core::store_constructors!(RedisBackend, RedisConfig);
 
-#[async_trait]
-impl Backend for RedisBackend {
-    fn scheme(&self) -> &'static str {
-        SCHEME
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.driven.capabilities()
-    }
-
-    fn check_timing(&self, timing: &Timing) -> Result<()> {
-        self.driven.check_timing(timing)
-    }
-
-    async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
-        self.driven.open_session(ttl, events).await
-    }
-
-    async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
-        self.driven.leader(election).await
-    }
-
-    async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
-        self.driven.observe(election).await
-    }
-
-    async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
-        self.driven
-            .handover(election, to)
-            .await
-            .map_err(|e| e.with_backend(SCHEME))
-    }
-
-    fn election_requests(&self) -> Option<u64> {
-        self.driven.election_requests()
-    }
-
-    async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
-        self.driven.members(namespace).await
-    }
-
-    async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        self.driven.watch_members(namespace).await
-    }
-}
+tenure_core::driven_backend!(RedisBackend, driven);

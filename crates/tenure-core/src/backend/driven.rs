@@ -5,7 +5,7 @@
 //! member lists).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +31,8 @@ pub struct DrivenBackend {
     requests: Arc<AtomicU64>,
     /// Each session's gate, for fault injection: closed, its requests wait.
     gates: Arc<Mutex<HashMap<String, watch::Sender<bool>>>>,
+    /// The endpoint errors name, if the store has one to name.
+    endpoint: Option<Arc<str>>,
 }
 
 impl DrivenBackend {
@@ -41,6 +43,25 @@ impl DrivenBackend {
             scheme,
             requests: Arc::new(AtomicU64::new(0)),
             gates: Arc::default(),
+            endpoint: None,
+        }
+    }
+
+    /// Name `endpoint` in the errors this backend returns.
+    pub fn with_endpoint(mut self, endpoint: impl AsRef<str>) -> Self {
+        self.endpoint = Some(Arc::from(endpoint.as_ref()));
+        self
+    }
+
+    /// `e` naming this backend (and its endpoint), unless it names one already.
+    fn tag(&self, e: Error) -> Error {
+        let e = match e.backend() {
+            None => e.with_backend(self.scheme),
+            Some(_) => e,
+        };
+        match (&self.endpoint, e.endpoint()) {
+            (Some(at), None) => e.with_endpoint(at.as_ref()),
+            _ => e,
         }
     }
 
@@ -118,12 +139,14 @@ impl Backend for DrivenBackend {
             follows: Mutex::default(),
             last: Arc::default(),
             inherited: Mutex::default(),
+            ended: Arc::default(),
             closed: CancellationToken::new(),
         }))
     }
 
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
-        Ok(leader_of(&self.read(election).await?))
+        let snap = self.read(election).await.map_err(|e| self.tag(e))?;
+        Ok(leader_of(&snap))
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
@@ -161,18 +184,21 @@ impl Backend for DrivenBackend {
     }
 
     async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
-        let mut snap = self.read(election).await?;
-        loop {
-            let asked = leader_of(&snap);
-            let write =
-                engine::handover(&snap, to).map_err(|r| primitive::refused(election, &r))?;
-            self.count();
-            let (done, after) = self.store.commit(election, &write).await?;
-            match asked {
-                Some(info) if done => return Ok(info),
-                _ => snap = after,
+        let r = async {
+            let mut snap = self.read(election).await?;
+            loop {
+                let asked = leader_of(&snap);
+                let write =
+                    engine::handover(&snap, to).map_err(|r| primitive::refused(election, &r))?;
+                self.count();
+                let (done, after) = self.store.commit(election, &write).await?;
+                match asked {
+                    Some(info) if done => return Ok(info),
+                    _ => snap = after,
+                }
             }
-        }
+        };
+        r.await.map_err(|e| self.tag(e))
     }
 
     fn election_requests(&self) -> Option<u64> {
@@ -202,6 +228,8 @@ struct DrivenSession {
     last: Arc<Mutex<HashMap<ElectionName, Snapshot>>>,
     /// What each grant held inherited, by election: the grant's token and the state.
     inherited: Mutex<HashMap<ElectionName, (u64, Inherited)>>,
+    /// Set once a follow loop told the core that the store ended the session.
+    ended: Arc<AtomicBool>,
     closed: CancellationToken,
 }
 
@@ -256,19 +284,25 @@ impl DrivenSession {
             election.clone(),
         );
         let gate = self.gate.subscribe();
+        let ended = self.ended.clone();
         tokio::spawn(async move {
             let mut told = false;
             let follow = async {
                 let mut snap = snap;
                 loop {
-                    let mine = snap
-                        .record(&id)
-                        .filter(|r| r.live && r.token == Some(token));
-                    let Some(mine) = mine else {
+                    let Some(mine) = snap.record(&id).filter(|r| r.token == Some(token)) else {
                         let reason = "the seat record is gone";
                         events.election_lost(&election, FencingToken(token), reason);
                         return;
                     };
+                    if !mine.live {
+                        // The store ended the session and kept its record: the session
+                        // is gone, not just this seat (told once per session).
+                        if !ended.swap(true, Ordering::SeqCst) {
+                            events.expired("the store ended the session");
+                        }
+                        return;
+                    }
                     if mine.told && !told {
                         told = true;
                         events.preempted(&election, FencingToken(token));
@@ -316,19 +350,22 @@ impl BackendSession for DrivenSession {
     }
 
     async fn keep_alive(&self) -> Result<()> {
-        self.pass().await?;
-        match self
-            .backend
-            .store
-            .renew(std::slice::from_ref(&self.id))
-            .await?[..]
-        {
-            [true] => Ok(()),
-            _ => Err(Error::new(
-                ErrorKind::SessionExpired,
-                "the session has expired",
-            )),
-        }
+        let r = async {
+            self.pass().await?;
+            match self
+                .backend
+                .store
+                .renew(std::slice::from_ref(&self.id))
+                .await?[..]
+            {
+                [true] => Ok(()),
+                _ => Err(Error::new(
+                    ErrorKind::SessionExpired,
+                    "the session has expired",
+                )),
+            }
+        };
+        r.await.map_err(|e| self.backend.tag(e))
     }
 
     async fn campaign(
@@ -336,12 +373,15 @@ impl BackendSession for DrivenSession {
         election: &ElectionName,
         candidate: &Candidate,
     ) -> Result<FencingToken> {
-        self.pass().await?;
-        let me = self.candidacy(candidate);
-        let store = Counted(self.backend.clone());
-        let (token, snap) = primitive::campaign(&store, election, &me).await?;
-        self.follow(election, token, snap);
-        Ok(FencingToken(token))
+        let r = async {
+            self.pass().await?;
+            let me = self.candidacy(candidate);
+            let store = Counted(self.backend.clone());
+            let (token, snap) = primitive::campaign(&store, election, &me).await?;
+            self.follow(election, token, snap);
+            Ok(FencingToken(token))
+        };
+        r.await.map_err(|e| self.backend.tag(e))
     }
 
     async fn try_campaign(
@@ -349,65 +389,77 @@ impl BackendSession for DrivenSession {
         election: &ElectionName,
         candidate: &Candidate,
     ) -> Result<Option<FencingToken>> {
-        self.pass().await?;
-        let me = self.candidacy(candidate);
-        let store = Counted(self.backend.clone());
-        let taken = primitive::try_take(&store, election, &me).await?;
-        Ok(taken.map(|(token, snap)| {
-            self.follow(election, token, snap);
-            FencingToken(token)
-        }))
+        let r = async {
+            self.pass().await?;
+            let me = self.candidacy(candidate);
+            let store = Counted(self.backend.clone());
+            let taken = primitive::try_take(&store, election, &me).await?;
+            Ok(taken.map(|(token, snap)| {
+                self.follow(election, token, snap);
+                FencingToken(token)
+            }))
+        };
+        r.await.map_err(|e| self.backend.tag(e))
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
-        let last = self.unfollow(election);
-        self.pass().await?;
-        let release = Release {
-            session: &self.id,
-            token: token.map(|t| t.0),
-            state: None,
+        let r = async {
+            let last = self.unfollow(election);
+            self.pass().await?;
+            let release = Release {
+                session: &self.id,
+                token: token.map(|t| t.0),
+                state: None,
+            };
+            primitive::resign(&Counted(self.backend.clone()), election, release, last).await
         };
-        primitive::resign(&Counted(self.backend.clone()), election, release, last).await
+        r.await.map_err(|e| self.backend.tag(e))
     }
 
     async fn try_campaign_many(
         &self,
         seats: &[(ElectionName, Candidate)],
     ) -> Result<Vec<Option<FencingToken>>> {
-        self.pass().await?;
-        let asks: Vec<(ElectionName, Candidacy)> = seats
-            .iter()
-            .map(|(e, c)| (e.clone(), self.candidacy(c)))
-            .collect();
-        let store = Counted(self.backend.clone());
-        let taken = primitive::try_take_many(&store, &asks).await?;
-        Ok(taken
-            .into_iter()
-            .zip(seats)
-            .map(|(t, (election, _))| {
-                t.map(|(token, snap)| {
-                    self.follow(election, token, snap);
-                    FencingToken(token)
+        let r = async {
+            self.pass().await?;
+            let asks: Vec<(ElectionName, Candidacy)> = seats
+                .iter()
+                .map(|(e, c)| (e.clone(), self.candidacy(c)))
+                .collect();
+            let store = Counted(self.backend.clone());
+            let taken = primitive::try_take_many(&store, &asks).await?;
+            Ok(taken
+                .into_iter()
+                .zip(seats)
+                .map(|(t, (election, _))| {
+                    t.map(|(token, snap)| {
+                        self.follow(election, token, snap);
+                        FencingToken(token)
+                    })
                 })
-            })
-            .collect())
+                .collect())
+        };
+        r.await.map_err(|e| self.backend.tag(e))
     }
 
     async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
-        let last = grants.iter().map(|(e, _)| self.unfollow(e)).collect();
-        self.pass().await?;
-        let releases: Vec<(ElectionName, Release<'_>)> = grants
-            .iter()
-            .map(|(e, t)| {
-                let release = Release {
-                    session: &self.id,
-                    token: t.map(|t| t.0),
-                    state: None,
-                };
-                (e.clone(), release)
-            })
-            .collect();
-        primitive::resign_many(&Counted(self.backend.clone()), &releases, last).await
+        let r = async {
+            let last = grants.iter().map(|(e, _)| self.unfollow(e)).collect();
+            self.pass().await?;
+            let releases: Vec<(ElectionName, Release<'_>)> = grants
+                .iter()
+                .map(|(e, t)| {
+                    let release = Release {
+                        session: &self.id,
+                        token: t.map(|t| t.0),
+                        state: None,
+                    };
+                    (e.clone(), release)
+                })
+                .collect();
+            primitive::resign_many(&Counted(self.backend.clone()), &releases, last).await
+        };
+        r.await.map_err(|e| self.backend.tag(e))
     }
 
     async fn resign_with(
@@ -416,15 +468,18 @@ impl BackendSession for DrivenSession {
         token: FencingToken,
         state: &[u8],
     ) -> Result<()> {
-        engine::check_state("resign_with", state)?;
-        let last = self.unfollow(election);
-        self.pass().await?;
-        let release = Release {
-            session: &self.id,
-            token: Some(token.0),
-            state: Some(state),
+        let r = async {
+            engine::check_state("resign_with", state)?;
+            let last = self.unfollow(election);
+            self.pass().await?;
+            let release = Release {
+                session: &self.id,
+                token: Some(token.0),
+                state: Some(state),
+            };
+            primitive::resign(&Counted(self.backend.clone()), election, release, last).await
         };
-        primitive::resign(&Counted(self.backend.clone()), election, release, last).await
+        r.await.map_err(|e| self.backend.tag(e))
     }
 
     fn inherited(
@@ -439,15 +494,21 @@ impl BackendSession for DrivenSession {
     }
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
-        self.pass().await?;
-        let store = self.backend.member_store()?;
-        store.register(&self.id, namespace, member).await
+        let r = async {
+            self.pass().await?;
+            let store = self.backend.member_store()?;
+            store.register(&self.id, namespace, member).await
+        };
+        r.await.map_err(|e| self.backend.tag(e))
     }
 
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
-        self.pass().await?;
-        let store = self.backend.member_store()?;
-        store.unregister(&self.id, namespace, id).await
+        let r = async {
+            self.pass().await?;
+            let store = self.backend.member_store()?;
+            store.unregister(&self.id, namespace, id).await
+        };
+        r.await.map_err(|e| self.backend.tag(e))
     }
 
     /// The process gives the session up (a crash): its follow loops stop with it, as
@@ -514,4 +575,66 @@ impl Primitives for Counted {
     fn batch(&self) -> Option<usize> {
         self.0.store.batch()
     }
+}
+
+/// `impl Backend for $ty` by handing every call to the [`DrivenBackend`] at the field
+/// path `$field` (`driven`, `inner.driven`): a store's backend type that is the engine over its primitives (plus its
+/// own constructors and hooks) writes nothing else.
+#[macro_export]
+macro_rules! driven_backend {
+    ($ty:ty, $($field:ident).+) => {
+        #[$crate::async_trait]
+        impl $crate::backend::Backend for $ty {
+            fn scheme(&self) -> &'static str {
+                $crate::backend::Backend::scheme(&self.$($field).+)
+            }
+            fn capabilities(&self) -> $crate::backend::Capabilities {
+                $crate::backend::Backend::capabilities(&self.$($field).+)
+            }
+            fn check_timing(&self, timing: &$crate::Timing) -> $crate::Result<()> {
+                $crate::backend::Backend::check_timing(&self.$($field).+, timing)
+            }
+            async fn open_session(
+                &self,
+                ttl: ::std::time::Duration,
+                events: $crate::backend::SessionEvents,
+            ) -> $crate::Result<$crate::backend::DynSession> {
+                $crate::backend::Backend::open_session(&self.$($field).+, ttl, events).await
+            }
+            async fn leader(
+                &self,
+                election: &$crate::ElectionName,
+            ) -> $crate::Result<Option<$crate::LeaderInfo>> {
+                $crate::backend::Backend::leader(&self.$($field).+, election).await
+            }
+            async fn observe(
+                &self,
+                election: &$crate::ElectionName,
+            ) -> $crate::Result<$crate::backend::LeaderStream> {
+                $crate::backend::Backend::observe(&self.$($field).+, election).await
+            }
+            async fn handover(
+                &self,
+                election: &$crate::ElectionName,
+                to: Option<&str>,
+            ) -> $crate::Result<$crate::LeaderInfo> {
+                $crate::backend::Backend::handover(&self.$($field).+, election, to).await
+            }
+            fn election_requests(&self) -> Option<u64> {
+                $crate::backend::Backend::election_requests(&self.$($field).+)
+            }
+            async fn members(
+                &self,
+                namespace: &$crate::ElectionName,
+            ) -> $crate::Result<Vec<$crate::Member>> {
+                $crate::backend::Backend::members(&self.$($field).+, namespace).await
+            }
+            async fn watch_members(
+                &self,
+                namespace: &$crate::ElectionName,
+            ) -> $crate::Result<$crate::backend::MemberStream> {
+                $crate::backend::Backend::watch_members(&self.$($field).+, namespace).await
+            }
+        }
+    };
 }

@@ -253,7 +253,9 @@ pub struct Write {
 /// What a candidate waits for after stepping on the election at revision `seen`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WaitFor {
-    /// A change to (or the deletion of) this session's own record.
+    /// A change to (or the deletion of) this session's own record; a store that keeps
+    /// records after their session ends returns at that end too where it can (else
+    /// the holder learns of it from its next renewal).
     pub me: Option<String>,
     /// The deletion of this session's record, or the end of the session.
     pub on: Option<String>,
