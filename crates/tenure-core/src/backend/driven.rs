@@ -288,6 +288,8 @@ impl DrivenSession {
         tokio::spawn(async move {
             let mut told = false;
             let follow = async {
+                // The election as last read; dropped while waiting (the session's
+                // `last` keeps it), so that a held seat costs one copy.
                 let mut snap = snap;
                 loop {
                     let Some(mine) = snap.record(&id).filter(|r| r.token == Some(token)) else {
@@ -313,6 +315,7 @@ impl DrivenSession {
                         on: None,
                         seen: snap.revision,
                     };
+                    drop(snap);
                     let r = backend.store.changed(&election, &what);
                     if r.await.is_err() {
                         tokio::time::sleep(Duration::from_millis(100)).await;
