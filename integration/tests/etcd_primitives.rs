@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{Candidate, DynBackend, ElectionName, Session};
+use tenure_core::{DynBackend, ElectionName};
 use tenure_etcd::EtcdBackend;
-use tenure_integration::{timing_ms, EtcdServer};
+use tenure_integration::EtcdServer;
 
 tenure_integration::shared_server!(EtcdServer, "etcd");
 
@@ -29,14 +29,6 @@ async fn backend() -> EtcdBackend {
 fn election(name: &str) -> ElectionName {
     let prefix = tenure_integration::run_prefix();
     ElectionName::new(format!("{prefix}/{name}")).expect("a valid name")
-}
-
-/// Round trips sent while `f` runs and for 300 ms after (the follow loops it starts).
-async fn counted<T>(backend: &EtcdBackend, f: impl std::future::Future<Output = T>) -> (T, u64) {
-    let before = backend.round_trips();
-    let out = f.await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    (out, backend.round_trips() - before)
 }
 
 /// The primitive suite of the election engine against the real server.
@@ -103,44 +95,5 @@ async fn a_write_of_an_ended_session_fails_alone() {
 async fn round_trips_per_operation() {
     let backend = backend().await;
     let dyn_backend: DynBackend = Arc::new(backend.clone());
-    // Renewals every 20 s: none falls inside a measurement.
-    let timing = timing_ms(60_000, 20_000, 50_000, 1000);
-    let open = || Session::open(dyn_backend.clone(), timing.clone());
-    let (a, b, c) = (
-        open().await.expect("open"),
-        open().await.expect("open"),
-        open().await.expect("open"),
-    );
-    let e = election("rt");
-    let cand = |id: &str| Candidate::new(id).expect("candidate");
-    let (held, grant) = counted(&backend, a.campaign(&e, &cand("a"))).await;
-    let held = held.expect("granted");
-    let queue = async {
-        let (b, e, cb) = (b.clone(), e.clone(), cand("b"));
-        let waiting = tokio::spawn(async move { b.campaign(&e, &cb).await });
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        (waiting,)
-    };
-    let (waiting, join) = counted(&backend, queue).await;
-    let release = async {
-        held.resign().await.expect("resign");
-        waiting.0.await.expect("join").expect("granted")
-    };
-    let (next, release) = counted(&backend, release).await;
-    let seats: Vec<(ElectionName, Candidate)> = (0..64)
-        .map(|i| (election(&format!("rt-many-{i}")), cand("c")))
-        .collect();
-    let (many, batch) = counted(&backend, c.try_campaign_many(&seats)).await;
-    let many = many.expect("tries");
-    assert_eq!(many.iter().flatten().count(), 64, "64 free seats taken");
-    eprintln!("| operation | etcd round trips |");
-    eprintln!("|---|---|");
-    eprintln!("| grant (campaign on a free seat) | {grant} |");
-    eprintln!("| join (campaign behind a holder) | {join} |");
-    eprintln!("| release (resign with a waiter, until it holds) | {release} |");
-    eprintln!("| try_campaign_many, 64 free seats | {batch} |");
-    drop((next, many));
-    for s in [a, b, c] {
-        s.close().await.expect("close");
-    }
+    tenure_integration::print_round_trips(dyn_backend, "etcd", || backend.round_trips()).await;
 }
