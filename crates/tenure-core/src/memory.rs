@@ -1,17 +1,18 @@
 //! The in-memory backend: the reference implementation of the contract and the embedded
 //! default. Driven by tokio time, so tests can `tokio::time::pause()`.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::backend::config::{unknown_key, BackendUrl};
+use crate::backend::mem_members::Namespaces;
 use crate::backend::{
     Backend, BackendSession, CampaignMode, Capabilities, DynSession, LeaderStream, MemberStream,
     SessionEvents,
@@ -54,9 +55,8 @@ struct MemState {
     /// client stays cut off until the test heals it.
     gates: HashMap<u64, watch::Sender<Gate>>,
     elections: HashMap<ElectionName, ElectionEntry>,
-    namespaces: HashMap<ElectionName, NamespaceEntry>,
-    /// Orders registrations so that the latest one of an id wins.
-    next_registration: u64,
+    /// Member lists by namespace.
+    members: Namespaces,
     /// Preemptions a stalled session has not heard of yet, by session: it is told
     /// when its requests get through again.
     unheard_preemptions: HashMap<u64, Vec<(ElectionName, FencingToken)>>,
@@ -87,59 +87,11 @@ fn at(e: Error, endpoint: Option<&str>) -> Error {
     }
 }
 
-/// The members of one namespace: registrations by (id, session), and the published list.
-struct NamespaceEntry {
-    registrations: BTreeMap<(String, u64), (u64, Member)>,
-    /// The current list.
-    watch: watch::Sender<Arc<Vec<Member>>>,
-    /// Every list after a change, in order, for watchers: a member that leaves and
-    /// comes back at once (an expired session whose core registers it again) is seen
-    /// leaving, as on a store whose watches report each event. A watcher more than
-    /// [`MEMBER_BACKLOG`] lists behind skips to the ones still kept.
-    changes: broadcast::Sender<Arc<Vec<Member>>>,
-}
-
-/// Lists kept for a slow member watcher (see [`NamespaceEntry::changes`]).
-const MEMBER_BACKLOG: usize = 256;
-
-impl NamespaceEntry {
-    fn new() -> Self {
-        NamespaceEntry {
-            registrations: BTreeMap::new(),
-            watch: watch::Sender::new(Arc::new(Vec::new())),
-            changes: broadcast::Sender::new(MEMBER_BACKLOG),
-        }
-    }
-
-    /// The list by id, the latest registration of each id winning.
-    fn list(&self) -> Vec<Member> {
-        let mut by_id: BTreeMap<&str, (u64, &Member)> = BTreeMap::new();
-        for ((id, _), (seq, m)) in &self.registrations {
-            let e = by_id.entry(id.as_str()).or_insert((*seq, m));
-            if *seq > e.0 {
-                *e = (*seq, m);
-            }
-        }
-        by_id.into_values().map(|(_, m)| m.clone()).collect()
-    }
-
-    fn publish(&self) {
-        let list = self.list();
-        if **self.watch.borrow() == list {
-            return;
-        }
-        let list = Arc::new(list);
-        self.watch.send_replace(list.clone());
-        let _ = self.changes.send(list);
-    }
-}
-
 struct SessionEntry {
     expires_at: Instant,
     ttl: Duration,
     events: SessionEvents,
     elections: HashSet<ElectionName>,
-    namespaces: HashSet<ElectionName>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -538,17 +490,8 @@ fn end_session(st: &mut MemState, n: u64) -> Option<SessionEntry> {
     let entry = st.sessions.remove(&n)?;
     st.unheard_preemptions.remove(&n);
     release_all(st, n, &entry.elections);
-    unregister_all(st, n, &entry.namespaces);
+    st.members.drop_session(&session_id(n));
     Some(entry)
-}
-
-fn unregister_all(st: &mut MemState, n: u64, namespaces: &HashSet<ElectionName>) {
-    for ns in namespaces {
-        if let Some(entry) = st.namespaces.get_mut(ns) {
-            entry.registrations.retain(|(_, s), _| *s != n);
-            entry.publish();
-        }
-    }
 }
 
 /// Tell the holder of `election` that it is preempted, if that is due (see
@@ -660,7 +603,6 @@ impl Backend for MemoryBackend {
                     ttl,
                     events,
                     elections: HashSet::new(),
-                    namespaces: HashSet::new(),
                 },
             );
             st.gates.insert(n, watch::Sender::new(Gate::Open));
@@ -747,41 +689,11 @@ impl Backend for MemoryBackend {
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
-        let st = self.lock();
-        Ok(st
-            .namespaces
-            .get(namespace)
-            .map(NamespaceEntry::list)
-            .unwrap_or_default())
+        Ok(self.lock().members.list(namespace))
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        // The current list and the changes after it, taken under the store's lock so
-        // that no change falls between.
-        let (first, rx) = {
-            let mut st = self.lock();
-            let ns = st
-                .namespaces
-                .entry(namespace.clone())
-                .or_insert_with(NamespaceEntry::new);
-            let first = ns.watch.borrow().clone();
-            (first, ns.changes.subscribe())
-        };
-        Ok(Box::pin(futures::stream::unfold(
-            (Some(first), rx),
-            |(first, mut rx)| async move {
-                if let Some(list) = first {
-                    return Some((Ok(list.as_ref().clone()), (None, rx)));
-                }
-                loop {
-                    match rx.recv().await {
-                        Ok(list) => return Some((Ok(list.as_ref().clone()), (None, rx))),
-                        Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                        Err(broadcast::error::RecvError::Closed) => return None,
-                    }
-                }
-            },
-        )))
+        Ok(self.lock().members.watch(namespace))
     }
 }
 
@@ -996,36 +908,17 @@ impl BackendSession for MemSession {
         self.pass_gate().await?;
         let mut guard = self.backend.lock();
         let st = &mut *guard;
-        let s = st
-            .sessions
-            .get_mut(&self.n)
-            .ok_or_else(|| expired_error(&self.backend.store))?;
-        s.namespaces.insert(namespace.clone());
-        st.next_registration += 1;
-        let seq = st.next_registration;
-        let entry = st
-            .namespaces
-            .entry(namespace.clone())
-            .or_insert_with(NamespaceEntry::new);
-        entry
-            .registrations
-            .insert((member.id().to_string(), self.n), (seq, member.clone()));
-        entry.publish();
+        if !st.sessions.contains_key(&self.n) {
+            return Err(expired_error(&self.backend.store));
+        }
+        st.members.register(&session_id(self.n), namespace, member);
         Ok(())
     }
 
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
         self.pass_gate().await?;
-        let mut st = self.backend.lock();
-        if let Some(entry) = st.namespaces.get_mut(namespace) {
-            if entry
-                .registrations
-                .remove(&(id.to_string(), self.n))
-                .is_some()
-            {
-                entry.publish();
-            }
-        }
+        let st = self.backend.lock();
+        st.members.unregister(&session_id(self.n), namespace, id);
         Ok(())
     }
 
@@ -1034,7 +927,7 @@ impl BackendSession for MemSession {
         if let Some(entry) = guard.sessions.remove(&self.n) {
             guard.unheard_preemptions.remove(&self.n);
             release_all(&mut guard, self.n, &entry.elections);
-            unregister_all(&mut guard, self.n, &entry.namespaces);
+            guard.members.drop_session(&session_id(self.n));
         }
         guard.gates.remove(&self.n);
         Ok(())

@@ -8,7 +8,7 @@ pub mod config;
 mod driven;
 mod floor;
 mod life;
-mod mem_members;
+pub(crate) mod mem_members;
 pub mod primitive;
 mod primitive_mem;
 mod record;
