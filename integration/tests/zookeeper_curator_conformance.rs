@@ -1,6 +1,6 @@
 //! The whole election contract against a real ZooKeeper with `layout=curator` (Curator
 //! `LeaderLatch` names, the lowest sequence leads), as `zookeeper_conformance` runs it
-//! for the default priority layout: the same server set-up, TTL and faults. Clause 14
+//! for the default layout: the same server set-up, TTL and faults. Clause 14
 //! checks the refusal here (`Unsupported`: Curator's recipe has no priority).
 
 use tenure_core::testing::Env;

@@ -50,14 +50,19 @@ async fn a_chroot_the_client_may_not_write_is_unauthorized() {
     let backend = ZooKeeperBackend::from_url(&format!("zk://{}/locked", zk.endpoint()))
         .await
         .expect("a readable chroot connects");
-    let session = session(std::sync::Arc::new(backend), TTL).await;
-    let err = session
-        .campaign(
-            &tenure_core::ElectionName::new("e").expect("name"),
-            &tenure_core::Candidate::new("a").expect("id"),
-        )
-        .await
-        .expect_err("campaign under a read-only node");
+    // The session's node cannot be made there (the default layout): refused when the
+    // session opens; else when it campaigns.
+    let timing = tenure_core::Timing::from_ttl(TTL);
+    let err = match tenure_core::Session::open(std::sync::Arc::new(backend), timing).await {
+        Err(e) => e,
+        Ok(session) => session
+            .campaign(
+                &tenure_core::ElectionName::new("e").expect("name"),
+                &tenure_core::Candidate::new("a").expect("id"),
+            )
+            .await
+            .expect_err("campaign under a read-only node"),
+    };
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
     // A malformed chroot is invalid, before any connection.
     let err = ZooKeeperBackend::from_url("zk://127.0.0.1:1/a//b")

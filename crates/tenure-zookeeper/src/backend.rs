@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::{
-    Capabilities, Clause, DynSession, FailoverFloor, Primitives, Published, SessionEvents,
+    Capabilities, Clause, DrivenBackend, DynSession, FailoverFloor, Primitives, Published,
+    SessionEvents,
 };
 use tenure_core::{
     Backend, ElectionName, Error, ErrorKind, LeaderInfo, LeaderStream, Member, MemberStream,
@@ -16,7 +17,7 @@ use zookeeper_client::{Acls, CreateMode};
 use crate::config::ZooKeeperConfig;
 use crate::config::ZooKeeperLayout;
 use crate::error::{map, TAG};
-use crate::members::{self, namespace_dir, MemberCache};
+use crate::members;
 use crate::nodes::election_dir;
 use crate::prims::ZkPrimitives;
 use crate::session::{curator_refuses, ZkSession, CURATOR_NO_PRIORITY};
@@ -26,17 +27,23 @@ use crate::SCHEME;
 /// ZooKeeper (an ensemble or one server) as a tenure backend.
 ///
 /// Each [`Session`](tenure_core::Session) is one ZooKeeper session whose timeout is the
-/// session's TTL; each candidacy is an ephemeral sequential node
-/// `<chroot>/<election>/_c_<uuid>-latch-<sequence>` as Curator's `LeaderLatch` names
-/// them; the lowest sequence leads and its creation zxid (`czxid`) is the fencing token.
-/// A waiter watches only the node just before its own, so a resign wakes exactly one
-/// waiter. Leader reads, observers and member lists use one extra reader session per
+/// session's TTL. In the default layout the election engine
+/// ([`DrivenBackend`]) runs over the crate's ZooKeeper primitives: an election is the
+/// data of its node, written by one conditional `multi` per step, and the fencing token
+/// is the zxid of the write that granted the seat. With `layout=curator` each candidacy
+/// is an ephemeral sequential node `<chroot>/<election>/_c_<uuid>-latch-<sequence>` as
+/// Curator's `LeaderLatch` names them; the lowest sequence leads and its creation zxid
+/// (`czxid`) is the fencing token, and a waiter watches only the node just before its
+/// own. Leader reads, observers and member lists use one extra reader session per
 /// backend; members are ephemeral sequential nodes under `<chroot>/:members`.
 ///
 /// Cheap to clone: clones share the reader session.
 #[derive(Clone)]
 pub struct ZooKeeperBackend {
     pub(crate) shared: Arc<Shared>,
+    prims: Arc<ZkPrimitives>,
+    /// The election engine over `prims` (the default layout).
+    driven: DrivenBackend,
 }
 
 tenure_core::store_constructors!(ZooKeeperBackend, ZooKeeperConfig);
@@ -82,8 +89,13 @@ impl ZooKeeperBackend {
         let hosts = config.connect_string();
         let reader = TAG.connecting(limit, &hosts, setup).await?;
         tracing::debug!(%config, "connected to ZooKeeper");
+        let shared = Arc::new(Shared::new(config, reader));
+        let prims = Arc::new(ZkPrimitives::new(shared.clone()));
+        let driven = DrivenBackend::new(prims.clone(), SCHEME);
         Ok(ZooKeeperBackend {
-            shared: Arc::new(Shared::new(config, reader)),
+            shared,
+            prims,
+            driven,
         })
     }
 
@@ -95,7 +107,11 @@ impl ZooKeeperBackend {
     /// The store primitives the election engine runs on, over this backend's reader
     /// session (for the primitive suite and store tools).
     pub fn primitives(&self) -> Arc<dyn Primitives> {
-        Arc::new(ZkPrimitives::new(self.shared.clone(), None))
+        self.prims.clone()
+    }
+
+    fn curator(&self) -> bool {
+        self.shared.config.get_layout() == ZooKeeperLayout::Curator
     }
 
     /// The ZooKeeper requests this backend sent so far (renewals included).
@@ -125,6 +141,7 @@ impl ZooKeeperBackend {
         // Closing from a second connection races with the owner re-attaching (the server
         // drops the owner's connection when another one takes the session over), so
         // close until a new connection to the session finds it gone.
+        let mut last = None;
         for _ in 0..10 {
             match connect_client(
                 &self.shared.config,
@@ -139,12 +156,20 @@ impl ZooKeeperBackend {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
+                // The owner re-attached while this connection was being set up, and
+                // the server dropped this one: the session lives; close it again.
+                Err(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Unavailable) => {
+                    last = Some(e);
+                }
                 Err(e) => return Err(e),
             }
         }
         Err(TAG.own(
             ErrorKind::Backend,
-            format!("session {session_id}: still open after 10 attempts to close it"),
+            format!(
+                "session {session_id}: still open after 10 attempts to close it{}",
+                last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+            ),
         ))
     }
 }
@@ -175,10 +200,11 @@ impl Backend for ZooKeeperBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let caps = Capabilities::full().batched(crate::session::BATCH);
-        match self.shared.config.get_layout() {
-            ZooKeeperLayout::Curator => caps.except(Clause::Priority, CURATOR_NO_PRIORITY),
-            _ => caps.prioritized(),
+        match self.curator() {
+            true => Capabilities::full()
+                .batched(crate::session::BATCH)
+                .except(Clause::Priority, CURATOR_NO_PRIORITY),
+            false => self.driven.capabilities(),
         }
     }
 
@@ -252,11 +278,17 @@ impl Backend for ZooKeeperBackend {
     }
 
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
+        if !self.curator() {
+            return self.driven.open_session(ttl, events).await;
+        }
         let session = ZkSession::open(self.shared.clone(), ttl, events).await?;
         Ok(Arc::new(session))
     }
 
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        if !self.curator() {
+            return self.driven.leader(election).await;
+        }
         let client = self.shared.reader().await?;
         self.shared
             .read_leader(&client, &election_dir(election))
@@ -264,6 +296,9 @@ impl Backend for ZooKeeperBackend {
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        if !self.curator() {
+            return self.driven.observe(election).await;
+        }
         let client = self.shared.reader().await?;
         let dir = election_dir(election);
         let first = self.shared.read_leader(&client, &dir).await?;
@@ -273,35 +308,25 @@ impl Backend for ZooKeeperBackend {
     }
 
     async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
-        match self.shared.config.get_layout() {
-            ZooKeeperLayout::Curator => Err(curator_refuses("handover")),
-            _ => crate::session::handover(&self.shared, election, to).await,
+        match self.curator() {
+            true => Err(curator_refuses("handover")),
+            false => self.driven.handover(election, to).await,
         }
     }
 
     fn election_requests(&self) -> Option<u64> {
-        Some(self.shared.requests())
+        match self.curator() {
+            true => Some(self.shared.requests()),
+            false => self.driven.election_requests(),
+        }
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
-        let client = self.shared.synced_reader("read members").await?;
-        let dir = namespace_dir(namespace);
-        members::read_members(&self.shared, &client, &dir, &mut MemberCache::new()).await
+        members::list(&self.shared, namespace).await
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        let client = self.shared.synced_reader("watch members").await?;
-        let dir = namespace_dir(namespace);
-        let mut cache = MemberCache::new();
-        let first = Arc::new(members::read_members(&self.shared, &client, &dir, &mut cache).await?);
-        let (tx, rx) = tokio::sync::mpsc::channel::<members::Observed>(members::QUEUED_LISTS);
-        let _ = tx.try_send(Ok(first.clone()));
-        tokio::spawn(members::watch_task(self.shared.clone(), dir, first, tx));
-        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
-            let item = rx.recv().await?;
-            let item = item.map(|list| list.as_ref().clone());
-            Some((item, rx))
-        })))
+        members::watch(&self.shared, namespace).await
     }
 }
 

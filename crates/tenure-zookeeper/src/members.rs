@@ -16,10 +16,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use tenure_core::{ElectionName, Error, Member, Result, Retry};
+use tenure_core::{ElectionName, Error, ErrorKind, Member, MemberStream, Result, Retry};
 use tokio::sync::mpsc;
-use zookeeper_client::{AddWatchMode, Client, EventType, SessionState};
+use zookeeper_client::{
+    Acls, AddWatchMode, Client, CreateMode, EventType, MultiWriteResult, SessionState,
+};
 
+use crate::error::TAG;
 use crate::shared::{is_no_node, Shared};
 
 /// The directory (under the chroot) holding every namespace.
@@ -136,6 +139,176 @@ pub(crate) async fn read_members(
             return Ok(list);
         }
     }
+}
+
+/// The live members of `namespace` (a `sync` first, so that a registration that
+/// returned is seen even from a follower).
+pub(crate) async fn list(shared: &Shared, namespace: &ElectionName) -> Result<Vec<Member>> {
+    let client = shared.synced_reader("read members").await?;
+    let dir = namespace_dir(namespace);
+    read_members(shared, &client, &dir, &mut MemberCache::new()).await
+}
+
+/// The members of `namespace` as they change (see [`watch_task`]).
+pub(crate) async fn watch(shared: &Arc<Shared>, namespace: &ElectionName) -> Result<MemberStream> {
+    let client = shared.synced_reader("watch members").await?;
+    let dir = namespace_dir(namespace);
+    let mut cache = MemberCache::new();
+    let first = Arc::new(read_members(shared, &client, &dir, &mut cache).await?);
+    let (tx, rx) = mpsc::channel::<Observed>(QUEUED_LISTS);
+    let _ = tx.try_send(Ok(first.clone()));
+    tokio::spawn(watch_task(shared.clone(), dir, first, tx));
+    Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+        let item = rx.recv().await?;
+        let item = item.map(|list| list.as_ref().clone());
+        Some((item, rx))
+    })))
+}
+
+/// The registration nodes of `id` in the namespace directory `dir` owned by the
+/// ZooKeeper session `owner`, as the server has them (after a request whose answer was
+/// lost or dropped).
+pub(crate) async fn find_own(
+    shared: &Shared,
+    client: &Client,
+    owner: i64,
+    dir: &str,
+    id: &str,
+) -> Result<Vec<String>> {
+    let children = shared.children(client, "register member", dir).await?;
+    let mut own_nodes = Vec::new();
+    for name in children {
+        if parse_registration(&name).map(|(i, _)| i) != Some(id) {
+            continue;
+        }
+        let path = format!("{dir}/{name}");
+        let stat = shared
+            .requests
+            .call("register member", client.check_stat(&path))
+            .await?;
+        if stat.is_some_and(|s| s.ephemeral_owner == owner) {
+            own_nodes.push(name);
+        }
+    }
+    Ok(own_nodes)
+}
+
+/// Create a registration node for `member` in `dir` and delete `old` (the session's
+/// previous nodes of the id) in the same transaction; the new node's name.
+pub(crate) async fn replace(
+    shared: &Shared,
+    client: &Client,
+    dir: &str,
+    member: &Member,
+    old: &[String],
+) -> Result<String> {
+    let prefix = registration_prefix(dir, member.id());
+    let data = member.value().as_bytes();
+    if old.is_empty() {
+        let (_, sequence) = shared
+            .create_ephemeral(client, "register member", dir, &prefix, data)
+            .await?;
+        return Ok(format!("{}:{sequence}", member.id()));
+    }
+    let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let mut multi = client.new_multi_writer();
+    let bad = |e| crate::error::map("register member", e);
+    multi.add_create(&prefix, data, &options).map_err(bad)?;
+    for name in old {
+        multi
+            .add_delete(&format!("{dir}/{name}"), None)
+            .map_err(bad)?;
+    }
+    let results = shared
+        .requests
+        .call("register member", async {
+            multi.commit().await.map_err(zookeeper_client::Error::from)
+        })
+        .await?;
+    for result in results {
+        if let MultiWriteResult::Create { path, .. } = result {
+            if let Some(name) = path.rsplit('/').next() {
+                return Ok(name.to_string());
+            }
+        }
+    }
+    Err(TAG.own(
+        ErrorKind::Backend,
+        "register member: the transaction answered without the created node",
+    ))
+}
+
+/// A session's registrations by namespace and id: the node's name, `None` while unsure
+/// (a request in flight, failed or dropped).
+pub(crate) type Registrations = HashMap<(ElectionName, String), Option<String>>;
+
+/// Register `member` in `namespace` for the ZooKeeper session `owner` on its `client`,
+/// replacing its registration of the id, if any.
+pub(crate) async fn register(
+    shared: &Shared,
+    client: &Client,
+    owner: i64,
+    registrations: &mut Registrations,
+    namespace: &ElectionName,
+    member: &Member,
+) -> Result<()> {
+    let dir = namespace_dir(namespace);
+    let key = (namespace.clone(), member.id().to_string());
+    // Unsure until the answer is in: a dropped or failed request may have applied.
+    let mut old = match registrations.insert(key.clone(), None) {
+        None => Vec::new(),
+        Some(Some(name)) => vec![name],
+        Some(None) => find_own(shared, client, owner, &dir, member.id()).await?,
+    };
+    let mut attempt = 0;
+    loop {
+        match replace(shared, client, &dir, member, &old).await {
+            Ok(name) => {
+                registrations.insert(key, Some(name));
+                return Ok(());
+            }
+            // The old node is gone (deleted by hand): look again, then replace.
+            Err(e) if is_no_node(&e) && !old.is_empty() && attempt < 3 => {
+                attempt += 1;
+                old = find_own(shared, client, owner, &dir, member.id()).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Remove the registration of `id` in `namespace` of the ZooKeeper session `owner`.
+pub(crate) async fn unregister(
+    shared: &Shared,
+    client: &Client,
+    owner: i64,
+    registrations: &mut Registrations,
+    namespace: &ElectionName,
+    id: &str,
+) -> Result<()> {
+    let dir = namespace_dir(namespace);
+    let key = (namespace.clone(), id.to_string());
+    let names = match registrations.insert(key.clone(), None) {
+        None => {
+            registrations.remove(&key);
+            return Ok(());
+        }
+        Some(Some(name)) => vec![name],
+        Some(None) => find_own(shared, client, owner, &dir, id).await?,
+    };
+    for name in names {
+        let path = format!("{dir}/{name}");
+        match shared
+            .requests
+            .call("unregister member", client.delete(&path, None))
+            .await
+        {
+            Err(e) if !is_no_node(&e) => return Err(e),
+            _ => {}
+        }
+    }
+    registrations.remove(&key);
+    Ok(())
 }
 
 /// One published member list, or an error.

@@ -35,14 +35,15 @@ use serde::{Deserialize, Serialize};
 use tenure_core::backend::primitive::MemberStore;
 use tenure_core::backend::{Primitives, Purpose};
 use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
-use tenure_core::{ElectionName, Error, ErrorKind, Result};
+use tenure_core::{ElectionName, Error, ErrorKind, Member, MemberStream, Result};
 use zookeeper_client::{
     Acls, Client, CreateMode, Error as ZkError, MultiReadResult, MultiWriteError, MultiWriteResult,
     SessionInfo, Stat,
 };
 
 use crate::error::{map, TAG};
-use crate::nodes::election_dir;
+use crate::members::{self, Registrations};
+use crate::nodes::{election_dir, sequence_of};
 use crate::shared::{close_session, connect_client, is_node_exists, ClientSlot, Shared};
 
 /// The directory of the session nodes.
@@ -107,6 +108,10 @@ struct Known {
     stored: Stored,
     /// Whether each record's session lives.
     live: HashMap<String, bool>,
+    /// The node's children as last read.
+    children: i32,
+    /// Whether its children include Curator `LeaderLatch` nodes (`layout=curator`).
+    curator: bool,
 }
 
 impl Known {
@@ -118,7 +123,29 @@ impl Known {
             mzxid: stat.mzxid,
             stored,
             live: HashMap::new(),
+            children: stat.num_children,
+            curator: false,
         }
+    }
+
+    /// Whether the node has children besides its records' two each (sub-elections,
+    /// another layout's nodes).
+    fn foreign_children(&self) -> bool {
+        let own = self.stored.records.len().saturating_mul(2);
+        usize::try_from(self.children).is_ok_and(|n| n > own)
+    }
+
+    /// Whether `write` adds a record to an election Curator's recipe uses.
+    fn refuses(&self, write: &Write) -> bool {
+        self.curator
+            && write.ops.iter().any(|op| {
+                matches!(op, Op::Put { .. })
+                    && !self
+                        .stored
+                        .records
+                        .iter()
+                        .any(|r| r.session == op.session())
+            })
     }
 
     fn revision(&self) -> u64 {
@@ -177,6 +204,10 @@ struct Beat {
 struct Own {
     client: ClientSlot,
     info: SessionInfo,
+    /// The ZooKeeper session id, the `ephemeralOwner` of its member nodes.
+    owner: i64,
+    /// Its member registrations, held across requests (made one at a time).
+    registrations: tokio::sync::Mutex<Registrations>,
     beat: Mutex<Beat>,
     watchdog: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -202,7 +233,6 @@ pub(crate) struct ZkPrimitives {
     shared: Arc<Shared>,
     own: Mutex<HashMap<String, Arc<Own>>>,
     known: Mutex<HashMap<ElectionName, Known>>,
-    members: Option<Box<dyn MemberStore>>,
 }
 
 impl fmt::Debug for ZkPrimitives {
@@ -267,6 +297,33 @@ async fn end(shared: &Shared, own: &Own, id: &str) -> Result<()> {
     }
 }
 
+/// The node that exists while session `session`'s record in the election at `dir`
+/// does (never written: its deletion wakes the waiter behind the record).
+fn presence(dir: &str, session: &str) -> String {
+    format!("{dir}/:r-{session}")
+}
+
+/// The node rewritten with every write to session `session`'s record (its data: the
+/// election's revision after that write), which its owner watches.
+fn change(dir: &str, session: &str) -> String {
+    format!("{dir}/:c-{session}")
+}
+
+/// A write to a record's nodes beside the election node's data.
+enum Signal {
+    Create(String, Vec<u8>),
+    Set(String, Vec<u8>),
+    Delete(String),
+}
+
+impl Signal {
+    fn path(&self) -> &str {
+        match self {
+            Signal::Create(p, _) | Signal::Set(p, _) | Signal::Delete(p) => p,
+        }
+    }
+}
+
 /// A write planned on a known election: the multi's ops and the election after.
 struct Plan {
     dir: String,
@@ -274,26 +331,36 @@ struct Plan {
     create: bool,
     expected: i32,
     data: Vec<u8>,
+    signals: Vec<Signal>,
     after: Known,
 }
 
 impl Plan {
     fn ops(&self) -> usize {
-        self.checks.len() + usize::from(self.create) + 1
+        self.checks.len() + usize::from(self.create) + 1 + self.signals.len()
     }
 
     fn add(&self, writer: &mut zookeeper_client::MultiWriter<'_>) -> Result<()> {
         let bad = |e| map("commit", e);
+        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
         for path in &self.checks {
             writer.add_check_version(path, -1).map_err(bad)?;
         }
         if self.create {
-            let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
             writer.add_create(&self.dir, &[], &options).map_err(bad)?;
         }
         writer
             .add_set_data(&self.dir, &self.data, Some(self.expected))
-            .map_err(bad)
+            .map_err(bad)?;
+        for signal in &self.signals {
+            match signal {
+                Signal::Create(p, d) => writer.add_create(p, d, &options),
+                Signal::Set(p, d) => writer.add_set_data(p, d, None),
+                Signal::Delete(p) => writer.add_delete(p, None),
+            }
+            .map_err(bad)?;
+        }
+        Ok(())
     }
 
     /// The election after the write, given the `setData`'s stat.
@@ -302,6 +369,11 @@ impl Plan {
         self.after.mzxid = stat.mzxid;
         self.after.written = true;
         self.after
+    }
+
+    /// Where the election node's `setData` answers among the plan's results.
+    fn set_at(&self) -> usize {
+        self.checks.len() + usize::from(self.create)
     }
 }
 
@@ -315,6 +387,8 @@ enum Failed {
     NoParent,
     /// The election moved on.
     Moved,
+    /// A record's node was not as the records say (changed by hand): repair it.
+    Signal(String, ZkError),
 }
 
 impl Plan {
@@ -323,12 +397,31 @@ impl Plan {
             let id = path.rsplit('/').next().unwrap_or_default().to_string();
             return Failed::Session(id);
         }
+        if let Some(signal) = index
+            .checked_sub(self.set_at() + 1)
+            .and_then(|i| self.signals.get(i))
+        {
+            return Failed::Signal(signal.path().to_string(), err.clone());
+        }
         match err {
             ZkError::NodeExists => Failed::Exists,
             ZkError::NoNode if self.create => Failed::NoParent,
             _ => Failed::Moved,
         }
     }
+}
+
+/// The `InvalidArgument` error for an election that holds Curator `LeaderLatch` nodes:
+/// the layouts must never share an election (each would elect its own leader).
+fn mixed_layouts(election: &ElectionName) -> Error {
+    TAG.own(
+        ErrorKind::InvalidArgument,
+        format!(
+            "election {election}: holds Curator LeaderLatch nodes, but this backend uses the \
+             default layout; candidates of both layouts must not share an election (connect \
+             with layout=curator to join them)"
+        ),
+    )
 }
 
 /// The revision of the election node with `stat` (none: 0).
@@ -340,12 +433,11 @@ fn revision_of(stat: Option<&Stat>) -> u64 {
 }
 
 impl ZkPrimitives {
-    pub(crate) fn new(shared: Arc<Shared>, members: Option<Box<dyn MemberStore>>) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
         ZkPrimitives {
             shared,
             own: Mutex::new(HashMap::new()),
             known: Mutex::new(HashMap::new()),
-            members,
         }
     }
 
@@ -425,6 +517,11 @@ impl ZkPrimitives {
             }
         }
         for (e, k) in elections.iter().zip(known.iter_mut()) {
+            if k.foreign_children() {
+                let dir = election_dir(e);
+                let children = self.shared.children(&client, "read", &dir).await?;
+                k.curator = children.iter().any(|c| sequence_of(c).is_some());
+            }
             for s in k.sessions() {
                 let l = live.get(&s).copied().unwrap_or(false);
                 k.live.insert(s, l);
@@ -455,9 +552,27 @@ impl ZkPrimitives {
         if let Some(left) = write.left_body() {
             after.stored.left = String::from_utf8_lossy(&left).into_owned();
         }
+        let dir = election_dir(election);
+        let stamp = revision.to_string().into_bytes();
         let mut checks = Vec::new();
+        let mut signals = Vec::new();
         for op in &write.ops {
             let session = op.session().to_string();
+            let exists = after.stored.records.iter().any(|r| r.session == session);
+            match op {
+                Op::Delete(_) if exists => {
+                    signals.push(Signal::Delete(presence(&dir, &session)));
+                    signals.push(Signal::Delete(change(&dir, &session)));
+                }
+                Op::Put { .. } if !exists => {
+                    signals.push(Signal::Create(presence(&dir, &session), Vec::new()));
+                    signals.push(Signal::Create(change(&dir, &session), stamp.clone()));
+                }
+                Op::Put { .. } | Op::Touch(_) if exists => {
+                    signals.push(Signal::Set(change(&dir, &session), stamp.clone()));
+                }
+                _ => {}
+            }
             match op {
                 Op::Put { token, .. } => {
                     let body = op.body().unwrap_or_default();
@@ -517,7 +632,8 @@ impl ZkPrimitives {
         // Serialising strings and numbers cannot fail.
         let data = serde_json::to_vec(&after.stored).unwrap_or_default();
         Plan {
-            dir: election_dir(election),
+            dir,
+            signals,
             checks: checks.iter().map(|s| session_path(s)).collect(),
             create: base.version.is_none(),
             expected: base.version.unwrap_or(0),
@@ -563,11 +679,14 @@ impl ZkPrimitives {
                 let mut stats = Vec::with_capacity(plans.len());
                 let mut results = results.into_iter();
                 for p in plans {
-                    let mut last = None;
-                    for _ in 0..p.ops() {
-                        last = results.next();
+                    let mut set = None;
+                    for i in 0..p.ops() {
+                        let r = results.next();
+                        if i == p.set_at() {
+                            set = r;
+                        }
                     }
-                    match last {
+                    match set {
                         Some(MultiWriteResult::SetData { stat }) => stats.push(stat),
                         _ => {
                             return Err(TAG.own(ErrorKind::Backend, "commit: an unexpected answer"))
@@ -606,11 +725,15 @@ impl ZkPrimitives {
     /// One write, after the base is known: its answer.
     async fn commit_one(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)> {
         let mut made_parent = false;
+        let mut repairs = 0;
         loop {
             let base = match self.base(election, write).await? {
                 Ok(b) => b,
                 Err(moved) => return Ok((false, moved.snapshot())),
             };
+            if base.refuses(write) {
+                return Err(mixed_layouts(election));
+            }
             let plan = self.plan(election, &base, write);
             let plans = [plan];
             match self.send(&plans).await? {
@@ -630,6 +753,14 @@ impl ZkPrimitives {
                     made_parent = true;
                     self.make_parent(election).await?;
                 }
+                Err((_, Failed::Signal(path, err))) if repairs < 4 => {
+                    repairs += 1;
+                    self.repair(&path, &err).await?;
+                }
+                Err((_, Failed::Signal(path, err))) => {
+                    let why = format!("commit: the node {path} stays inconsistent ({err})");
+                    return Err(TAG.own(ErrorKind::Backend, why));
+                }
                 Err((_, Failed::Exists | Failed::Moved | Failed::NoParent)) => {
                     let k = self.read_known(std::slice::from_ref(election)).await?;
                     let k = k.into_iter().next().unwrap_or_default();
@@ -640,6 +771,30 @@ impl ZkPrimitives {
                     return Ok((false, k.snapshot()));
                 }
             }
+        }
+    }
+
+    /// Make a record's node `path` fit the records again after its write failed with
+    /// `err` (someone deleted or made it by hand).
+    async fn repair(&self, path: &str, err: &ZkError) -> Result<()> {
+        let client = self.shared.reader().await?;
+        tracing::warn!(node = %path, error = %err, "a record's node was changed by hand; repairing it");
+        let done = match err {
+            ZkError::NodeExists => {
+                self.shared
+                    .requests
+                    .call("repair", client.delete(path, None))
+                    .await
+            }
+            _ => {
+                let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                let made = client.create(path, &[], &options);
+                self.shared.requests.call("repair", made).await.map(drop)
+            }
+        };
+        match done {
+            Err(e) if !crate::shared::is_no_node(&e) && !is_node_exists(&e) => Err(e),
+            _ => Ok(()),
         }
     }
 
@@ -701,7 +856,8 @@ impl Primitives for ZkPrimitives {
             ))
             .with_backend(crate::SCHEME));
         }
-        let id = format!("{:016x}", client.session_id().0);
+        let owner = client.session_id().0;
+        let id = format!("{owner:016x}");
         let path = session_path(&id);
         let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
         let mut made = false;
@@ -735,6 +891,8 @@ impl Primitives for ZkPrimitives {
         let own = Arc::new(Own {
             client: slot,
             info,
+            owner,
+            registrations: tokio::sync::Mutex::default(),
             beat: Mutex::new(Beat {
                 confirmed: opened,
                 ended: false,
@@ -824,7 +982,7 @@ impl Primitives for ZkPrimitives {
             while end < writes.len() && plans.len() < BATCH && bytes < BATCH_BYTES {
                 let (e, w) = &writes[end];
                 match self.cached(e) {
-                    Some(k) if k.revision() == w.revision => {
+                    Some(k) if k.revision() == w.revision && !k.curator => {
                         let p = self.plan(e, &k, w);
                         bytes += p.data.len();
                         plans.push(p);
@@ -885,41 +1043,109 @@ impl Primitives for ZkPrimitives {
         Some(BATCH)
     }
 
+    /// A waiter watches its own record's change node and the presence and session
+    /// nodes of the record ahead; a holder its own change node; an observer the
+    /// election node. The watches are sent together (one round trip) and then checked
+    /// against what the caller saw, so a change before they were set is not missed.
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
         let client = self.shared.reader().await?;
         let dir = election_dir(election);
-        // Both watches are sent at once (one round trip), then checked against what the
-        // caller saw: a change before they were set shows in their answers.
-        let on_path = what.on.as_deref().map(session_path);
-        let node = client.check_and_watch_stat(&dir);
-        let ahead = on_path.as_deref().map(|p| client.check_and_watch_stat(p));
-        let (stat, node_watch) = self.shared.requests.call("wait", node).await?;
-        if revision_of(stat.as_ref()) != what.seen {
+        let call = |f| self.shared.requests.call("wait", f);
+        if what.me.is_none() && what.on.is_none() {
+            let (stat, w) = call(client.check_and_watch_stat(&dir)).await?;
+            if revision_of(stat.as_ref()) == what.seen {
+                w.changed().await;
+            }
             return Ok(());
         }
-        let ahead_watch = match ahead {
-            Some(f) => match self.shared.requests.call("wait", f).await? {
-                (None, _) => return Ok(()),
-                (Some(_), w) => Some(w),
-            },
-            None => None,
-        };
-        let ahead = async {
-            match ahead_watch {
-                Some(w) => {
-                    w.changed().await;
+        let mine = what.me.as_deref().map(|m| change(&dir, m));
+        let ahead = what
+            .on
+            .as_deref()
+            .map(|o| (presence(&dir, o), session_path(o)));
+        let mine = mine.as_deref().map(|p| client.get_and_watch_data(p));
+        let ahead = ahead.as_ref().map(|(r, s)| {
+            (
+                client.check_and_watch_stat(r),
+                client.check_and_watch_stat(s),
+            )
+        });
+        let mut watches = Vec::new();
+        if let Some(f) = mine {
+            // Gone, or written after the revision seen (its data: that revision).
+            match self.shared.requests.call("wait", f).await {
+                Err(e) if crate::shared::is_no_node(&e) => return Ok(()),
+                Err(e) => return Err(e),
+                Ok((data, _, w)) => {
+                    let stamp = String::from_utf8_lossy(&data).parse::<u64>();
+                    if stamp.map_or(true, |s| s > what.seen) {
+                        return Ok(());
+                    }
+                    watches.push(w);
                 }
-                None => std::future::pending::<()>().await,
             }
-        };
-        tokio::select! {
-            _ = node_watch.changed() => {}
-            () = ahead => {}
         }
+        if let Some((record, session)) = ahead {
+            let (record, session) = (call(record).await?, call(session).await?);
+            if record.0.is_none() || session.0.is_none() {
+                return Ok(());
+            }
+            watches.push(record.1);
+            watches.push(session.1);
+        }
+        let fired = watches.into_iter().map(|w| Box::pin(w.changed()));
+        futures::future::select_all(fired).await;
         Ok(())
     }
 
     fn members(&self) -> Option<&dyn MemberStore> {
-        self.members.as_deref()
+        Some(self)
+    }
+}
+
+/// Members: ephemeral sequential nodes of the session's own ZooKeeper session (see
+/// [`members`](crate::members)).
+#[async_trait]
+impl MemberStore for ZkPrimitives {
+    async fn register(
+        &self,
+        session: &str,
+        namespace: &ElectionName,
+        member: &Member,
+    ) -> Result<()> {
+        let own = self.own(session);
+        let ended = || TAG.own(ErrorKind::SessionExpired, "ZooKeeper session ended");
+        let own = own.ok_or_else(ended)?;
+        let client = own.client().ok_or_else(ended)?;
+        let mut regs = own.registrations.lock().await;
+        members::register(
+            &self.shared,
+            &client,
+            own.owner,
+            &mut regs,
+            namespace,
+            member,
+        )
+        .await
+    }
+
+    async fn unregister(&self, session: &str, namespace: &ElectionName, id: &str) -> Result<()> {
+        // Nothing is registered in a session that is gone.
+        let Some(own) = self.own(session) else {
+            return Ok(());
+        };
+        let Some(client) = own.client() else {
+            return Ok(());
+        };
+        let mut regs = own.registrations.lock().await;
+        members::unregister(&self.shared, &client, own.owner, &mut regs, namespace, id).await
+    }
+
+    async fn list(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        members::list(&self.shared, namespace).await
+    }
+
+    async fn watch(&self, namespace: &ElectionName) -> Result<MemberStream> {
+        members::watch(&self.shared, namespace).await
     }
 }

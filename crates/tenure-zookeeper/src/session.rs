@@ -1,9 +1,5 @@
-//! One tenure session = one ZooKeeper session; candidacies as ephemeral sequential nodes.
-//! The Curator layout's campaign is here, the priority layout's in [`prio`].
-
-mod prio;
-
-pub(crate) use prio::handover;
+//! The Curator layout (`layout=curator`): one tenure session = one ZooKeeper session;
+//! candidacies as ephemeral sequential nodes, as Curator's `LeaderLatch` makes them.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,12 +19,9 @@ use zookeeper_client::{
     MultiWriteResult, OneshotWatcher, SessionState, WatchedEvent,
 };
 
-use crate::config::ZooKeeperLayout;
 use crate::error::TAG;
-use crate::members::{namespace_dir, parse_registration, registration_prefix};
-use crate::nodes::{
-    election_dir, parse_leader, protected_prefix, random_uuid, sequence_of, sorted_latches,
-};
+use crate::members;
+use crate::nodes::{election_dir, protected_prefix, random_uuid, sequence_of, sorted_latches};
 use crate::shared::{close_session, connect_client, is_no_node, Shared};
 
 /// A candidacy's node once created.
@@ -36,33 +29,18 @@ use crate::shared::{close_session, connect_client, is_no_node, Shared};
 struct Node {
     /// Name under the election's directory.
     name: String,
-    /// The fencing token's zxid: the candidate node's creation zxid (Curator layout),
-    /// the leader node's once granted (priority layout; 0 before).
+    /// The fencing token's zxid: the candidate node's creation zxid.
     czxid: i64,
-    /// Priority layout: the leader node this session made when granted.
-    leader: Option<String>,
 }
 
 impl Node {
     fn candidate(name: String, czxid: i64) -> Self {
-        Node {
-            name,
-            czxid,
-            leader: None,
-        }
+        Node { name, czxid }
     }
 
-    /// The paths to delete to give the seat up and leave the queue: the leader node
-    /// first (the seat goes with it), then the candidate node.
+    /// The paths to delete to give the seat up and leave the queue.
     fn paths(&self, dir: &str) -> Vec<String> {
-        let mut paths = Vec::with_capacity(2);
-        if let Some(leader) = &self.leader {
-            paths.push(format!("{dir}/{leader}"));
-        }
-        if !self.name.is_empty() {
-            paths.push(format!("{dir}/{}", self.name));
-        }
-        paths
+        vec![format!("{dir}/{}", self.name)]
     }
 }
 
@@ -82,9 +60,6 @@ pub(crate) struct ZkSession {
     /// `_c_<uuid>-latch-`: this session's node name prefix in every election (Curator
     /// layout).
     prefix: String,
-    /// The session's uuid, in its node names.
-    uuid: String,
-    layout: ZooKeeperLayout,
     /// Set by `close` and `abandon`: the owner ended this session, so later calls are
     /// `Closed`; a session that ended any other way (the server expired or closed it,
     /// the watchdog let it go) is `SessionExpired`, which makes the core open a new one.
@@ -99,7 +74,7 @@ pub(crate) struct ZkSession {
     /// Member registrations by namespace and id: the node's name, `None` while unsure
     /// (a request in flight, failed or dropped). Held across requests, so registrations
     /// of one session are made one at a time.
-    registrations: tokio::sync::Mutex<HashMap<(ElectionName, String), Option<String>>>,
+    registrations: tokio::sync::Mutex<members::Registrations>,
 }
 
 impl fmt::Debug for ZkSession {
@@ -224,7 +199,6 @@ impl ZkSession {
         }));
         let watchdog = tokio::spawn(watchdog(client.clone(), beat.clone(), ttl, id.clone()));
         let uuid = random_uuid();
-        let layout = shared.config.get_layout();
         Ok(ZkSession {
             shared,
             client,
@@ -232,8 +206,6 @@ impl ZkSession {
             watchdog,
             id,
             prefix: protected_prefix(&uuid),
-            uuid,
-            layout,
             ended_by_owner: std::sync::atomic::AtomicBool::new(false),
             nodes: Arc::new(Mutex::new(HashMap::new())),
             state_task,
@@ -363,9 +335,6 @@ impl ZkSession {
         candidate: &Candidate,
         mode: CampaignMode,
     ) -> Result<Option<FencingToken>> {
-        if self.layout == ZooKeeperLayout::Priority {
-            return self.run_priority(election, candidate, mode).await;
-        }
         curator_accepts(candidate)?;
         let client = self.client()?;
         let dir = election_dir(election);
@@ -392,9 +361,9 @@ impl ZkSession {
         let mut own_watch: Option<(String, OwnWatch)> = None;
         loop {
             let node = self.ensure_node(&client, election, &dir, candidate).await?;
-            let children = self.shared.children(&client, "campaign", &dir).await?;
-            if children.iter().any(|c| parse_leader(c).is_some()) {
-                return Err(prio::mixed_layouts(election, ZooKeeperLayout::Curator));
+            let (children, written) = self.shared.children_of(&client, "campaign", &dir).await?;
+            if written {
+                return Err(mixed_layouts(election));
             }
             let latches = sorted_latches(children);
             let Some(position) = latches.iter().position(|c| *c == node.name) else {
@@ -498,9 +467,6 @@ impl ZkSession {
         chunk: &[(ElectionName, Candidate)],
     ) -> Result<Vec<Option<FencingToken>>> {
         const WHAT: &str = "try_campaign_many";
-        if self.layout == ZooKeeperLayout::Priority {
-            return self.try_chunk_priority(chunk).await;
-        }
         for (_, c) in chunk {
             curator_accepts(c)?;
         }
@@ -663,82 +629,6 @@ impl ZkSession {
         if let Some(task) = self.guards.lock().ok().and_then(|mut g| g.remove(election)) {
             task.abort();
         }
-    }
-
-    /// This session's registration nodes of `id` in the namespace directory `dir`, as
-    /// the server has them (after a request whose answer was lost or dropped).
-    async fn find_own_registrations(
-        &self,
-        client: &Client,
-        dir: &str,
-        id: &str,
-    ) -> Result<Vec<String>> {
-        let children = self.shared.children(client, "register member", dir).await?;
-        let mut own_nodes = Vec::new();
-        for name in children {
-            if parse_registration(&name).map(|(i, _)| i) != Some(id) {
-                continue;
-            }
-            let stat = self
-                .shared
-                .requests
-                .call(
-                    "register member",
-                    client.check_stat(&format!("{dir}/{name}")),
-                )
-                .await?;
-            if stat.is_some_and(|s| s.ephemeral_owner == self.owner) {
-                own_nodes.push(name);
-            }
-        }
-        Ok(own_nodes)
-    }
-
-    /// Create a registration node for `member` in `dir` and delete `old` (this session's
-    /// previous nodes of the id) in the same transaction; the new node's name.
-    async fn replace_registration(
-        &self,
-        client: &Client,
-        dir: &str,
-        member: &Member,
-        old: &[String],
-    ) -> Result<String> {
-        let prefix = registration_prefix(dir, member.id());
-        let data = member.value().as_bytes();
-        if old.is_empty() {
-            let (_, sequence) = self
-                .shared
-                .create_ephemeral(client, "register member", dir, &prefix, data)
-                .await?;
-            return Ok(format!("{}:{sequence}", member.id()));
-        }
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
-        let mut multi = client.new_multi_writer();
-        let bad = |e| crate::error::map("register member", e);
-        multi.add_create(&prefix, data, &options).map_err(bad)?;
-        for name in old {
-            multi
-                .add_delete(&format!("{dir}/{name}"), None)
-                .map_err(bad)?;
-        }
-        let results = self
-            .shared
-            .requests
-            .call("register member", async {
-                multi.commit().await.map_err(zookeeper_client::Error::from)
-            })
-            .await?;
-        for result in results {
-            if let zookeeper_client::MultiWriteResult::Create { path, .. } = result {
-                if let Some(name) = path.rsplit('/').next() {
-                    return Ok(name.to_string());
-                }
-            }
-        }
-        Err(TAG.own(
-            ErrorKind::Backend,
-            "register member: the transaction answered without the created node",
-        ))
     }
 
     async fn delete(
@@ -906,11 +796,7 @@ impl BackendSession for ZkSession {
             (None, Some(_)) => Ok(()),
             (None, None) => {
                 // A campaign dropped while its create was in flight may have left a node.
-                let found = match self.layout {
-                    ZooKeeperLayout::Priority => self.find_own_priority(&client, &dir).await?,
-                    _ => self.find_own(&client, &dir).await?,
-                };
-                match found {
+                match self.find_own(&client, &dir).await? {
                     Some(node) => self.delete(&client, election, &dir, &node).await,
                     None => Ok(()),
                 }
@@ -941,37 +827,17 @@ impl BackendSession for ZkSession {
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
         let client = self.client()?;
-        let dir = namespace_dir(namespace);
         let mut registrations = self.registrations.lock().await;
-        let key = (namespace.clone(), member.id().to_string());
-        // Unsure until the answer is in: a dropped or failed request may have applied.
-        let known = registrations.insert(key.clone(), None);
-        let mut old = match known {
-            // Never registered in this session: nothing to replace.
-            None => Vec::new(),
-            Some(Some(name)) => vec![name],
-            Some(None) => {
-                self.find_own_registrations(&client, &dir, member.id())
-                    .await?
-            }
-        };
-        let mut attempt = 0;
-        loop {
-            match self.replace_registration(&client, &dir, member, &old).await {
-                Ok(name) => {
-                    registrations.insert(key, Some(name));
-                    return Ok(());
-                }
-                // The old node is gone (deleted by hand): look again, then replace.
-                Err(e) if is_no_node(&e) && !old.is_empty() && attempt < 3 => {
-                    attempt += 1;
-                    old = self
-                        .find_own_registrations(&client, &dir, member.id())
-                        .await?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let (shared, owner) = (&self.shared, self.owner);
+        members::register(
+            shared,
+            &client,
+            owner,
+            &mut registrations,
+            namespace,
+            member,
+        )
+        .await
     }
 
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
@@ -981,34 +847,9 @@ impl BackendSession for ZkSession {
             Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
             Err(e) => return Err(e),
         };
-        let dir = namespace_dir(namespace);
         let mut registrations = self.registrations.lock().await;
-        let key = (namespace.clone(), id.to_string());
-        let names = match registrations.insert(key.clone(), None) {
-            None => {
-                registrations.remove(&key);
-                return Ok(());
-            }
-            Some(Some(name)) => vec![name],
-            Some(None) => self.find_own_registrations(&client, &dir, id).await?,
-        };
-        for name in names {
-            match self
-                .shared
-                .requests
-                .call(
-                    "unregister member",
-                    client.delete(&format!("{dir}/{name}"), None),
-                )
-                .await
-            {
-                Ok(()) => {}
-                Err(e) if is_no_node(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        registrations.remove(&key);
-        Ok(())
+        let (shared, owner) = (&self.shared, self.owner);
+        members::unregister(shared, &client, owner, &mut registrations, namespace, id).await
     }
 
     /// Drop the connection without closing the session, as a crashed process would:
@@ -1238,6 +1079,20 @@ pub(crate) const CURATOR_NO_PRIORITY: &str = "with layout=curator the election i
     with Curator's LeaderLatch, which has no priorities (the default layout, \
     layout=priority, keeps them)";
 
+/// The `InvalidArgument` error for an election the default layout writes (its node
+/// holds data): the layouts must never share an election (each would elect its own
+/// leader).
+fn mixed_layouts(election: &ElectionName) -> Error {
+    TAG.own(
+        ErrorKind::InvalidArgument,
+        format!(
+            "election {election}: holds tenure's default-layout records, but this backend \
+             uses layout=curator; candidates of both layouts must not share an election \
+             (connect with layout=priority to join them)"
+        ),
+    )
+}
+
 /// The Curator layout's refusal of a `candidate` with a priority.
 fn curator_accepts(candidate: &Candidate) -> Result<()> {
     if candidate.priority() == 0 {
@@ -1264,35 +1119,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_seat_is_released_leader_node_first_with_its_candidate_node() {
-        let mut node = Node::candidate("_c_u-p1000-0000000003".into(), 0);
-        assert_eq!(node.paths("/e"), ["/e/_c_u-p1000-0000000003"]);
-        node.leader = Some(":leader-u-0000000004".into());
-        assert_eq!(
-            node.paths("/e"),
-            ["/e/:leader-u-0000000004", "/e/_c_u-p1000-0000000003"]
-        );
-        // A seat whose candidate node is not known: the leader node alone.
-        node.name = String::new();
-        assert_eq!(node.paths("/e"), ["/e/:leader-u-0000000004"]);
-    }
-
-    #[test]
     fn curator_refusals_name_the_layout() {
         let e = curator_refuses("handover");
         assert_eq!(e.kind(), ErrorKind::Unsupported);
         assert!(e.message().contains("layout=curator"), "{e}");
         assert!(e.message().contains("handover"), "{e}");
-        let e = prio::mixed_layouts(
-            &ElectionName::new("a/b").unwrap(),
-            ZooKeeperLayout::Priority,
-        );
+        let e = mixed_layouts(&ElectionName::new("a/b").unwrap());
         assert_eq!(e.kind(), ErrorKind::InvalidArgument);
         assert!(
-            e.message().contains("a/b") && e.message().contains("layout=curator"),
+            e.message().contains("a/b") && e.message().contains("layout=priority"),
             "{e}"
         );
-        let e = prio::mixed_layouts(&ElectionName::new("a/b").unwrap(), ZooKeeperLayout::Curator);
-        assert!(e.message().contains("layout=priority"), "{e}");
     }
 }

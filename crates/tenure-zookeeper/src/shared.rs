@@ -13,9 +13,8 @@ use zookeeper_client::{
 };
 
 use crate::config::ZooKeeperConfig;
-use crate::config::ZooKeeperLayout;
 use crate::error::{map, TAG};
-use crate::nodes::{sorted_latches, Queue};
+use crate::nodes::sorted_latches;
 
 /// What the backend and its sessions share.
 pub(crate) struct Shared {
@@ -190,8 +189,23 @@ impl Shared {
         }
     }
 
+    /// The children of `dir` and whether it holds data (the default layout's records),
+    /// for the request `what`; a missing `dir` has neither.
+    pub(crate) async fn children_of(
+        &self,
+        client: &Client,
+        what: &str,
+        dir: &str,
+    ) -> Result<(Vec<String>, bool)> {
+        match self.requests.call(what, client.get_children(dir)).await {
+            Err(e) if is_no_node(&e) => Ok((Vec::new(), false)),
+            Err(e) => Err(e),
+            Ok((children, stat)) => Ok((children, stat.data_length > 0)),
+        }
+    }
+
     /// The current leader of the election in `dir` (one list plus one read): the
-    /// lowest latch (Curator layout) or the leader node (priority layout).
+    /// lowest latch (Curator layout).
     pub(crate) async fn read_leader(
         &self,
         client: &Client,
@@ -199,11 +213,7 @@ impl Shared {
     ) -> Result<Option<LeaderInfo>> {
         loop {
             let children = self.children(client, "read leader", dir).await?;
-            let first = match self.config.get_layout() {
-                ZooKeeperLayout::Curator => sorted_latches(children).into_iter().next(),
-                _ => Queue::parse(&children).leader,
-            };
-            let Some(first) = first else {
+            let Some(first) = sorted_latches(children).into_iter().next() else {
                 return Ok(None);
             };
             match self
