@@ -216,12 +216,7 @@ impl EtcdPrimitives {
         let timeout = shared.config.get_request_timeout();
         EtcdPrimitives {
             gather: Gather::new(shared.clone()),
-            watches: Watches::spawn(
-                shared.client.clone(),
-                shared.keys.root(),
-                timeout,
-                tokio_util::sync::CancellationToken::new(),
-            ),
+            watches: Watches::spawn(shared.client.clone(), shared.keys.root(), timeout),
             members: EtcdMembers {
                 shared: shared.clone(),
             },
