@@ -16,11 +16,11 @@ use zookeeper_client::{Acls, CreateMode};
 
 use crate::config::ZooKeeperConfig;
 use crate::config::ZooKeeperLayout;
+use crate::curator::{curator_refuses, ZkSession, CURATOR_NO_PRIORITY};
 use crate::error::{map, TAG};
 use crate::members;
 use crate::nodes::election_dir;
 use crate::prims::ZkPrimitives;
-use crate::session::{curator_refuses, ZkSession, CURATOR_NO_PRIORITY};
 use crate::shared::{connect_client, is_no_node, Shared};
 use crate::SCHEME;
 
@@ -202,7 +202,7 @@ impl Backend for ZooKeeperBackend {
     fn capabilities(&self) -> Capabilities {
         match self.curator() {
             true => Capabilities::full()
-                .batched(crate::session::BATCH)
+                .batched(crate::curator::BATCH)
                 .except(Clause::Priority, CURATOR_NO_PRIORITY),
             false => self.driven.capabilities(),
         }

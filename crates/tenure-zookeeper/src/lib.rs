@@ -4,11 +4,11 @@
 
 mod backend;
 mod config;
+mod curator;
 mod error;
 mod members;
 mod nodes;
 mod prims;
-mod session;
 mod shared;
 
 pub use backend::ZooKeeperBackend;

@@ -1,0 +1,230 @@
+//! The election engine's primitives over ZooKeeper (the default layout).
+//!
+//! - **Sessions.** A primitive session is one ZooKeeper session (its own connection,
+//!   timeout = the TTL) holding one ephemeral node `/:sessions/<id>`: the session lives
+//!   while that node exists. A renewal is a write through the session's own connection
+//!   (a `multi` holding one check of that node), so it is answered only once the
+//!   ensemble's leader committed it. A session whose last answered renewal was sent a
+//!   TTL ago is ended by its watchdog (its node deleted, the session closed); a process
+//!   that dies leaves it to the server's timeout. A revoke deletes the node and closes
+//!   the session ([`sessions`]).
+//! - **Elections.** An election is the data of its node `/<election>`: its records
+//!   (session, arrival, version, token, the engine's opaque body) and the bytes it keeps
+//!   for the next grant. Its revision is the node's data version (a node that does not
+//!   exist or holds no data: 0). A record counts as live while its session's node
+//!   exists; a dead session's records stay until an engine write deletes them.
+//! - **Writes.** One `multi`: a check that the session node of every put or touched
+//!   record exists, then `setData` of the election node at the version the write was
+//!   decided on (after a `create` of the node if it did not exist), and the nodes of
+//!   the records beside it. The `setData`'s stat is the election after: no read follows
+//!   a write that commits ([`write`]).
+//! - **Tokens.** A minted token is the zxid of the write that minted it (the node's
+//!   `mzxid` while the record is marked as minted by the last write; the next write
+//!   writes the number out), so tokens grow across the whole ensemble.
+//! - **Changes.** Beside the election node, each record has a node `:r-<session>` that
+//!   exists while the record does and a node `:c-<session>` rewritten (with the
+//!   revision) by every write to the record. A holder watches its own `:c-` node, a
+//!   waiter that and the `:r-` and session nodes of the record ahead, an observer the
+//!   election node; each watch is set and then checked against what the caller saw, so
+//!   nothing is missed, and the client re-registers its watches when it reconnects.
+
+mod election;
+mod sessions;
+mod write;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tenure_core::backend::primitive::MemberStore;
+use tenure_core::backend::Primitives;
+use tenure_core::engine::{Snapshot, WaitFor, Write};
+use tenure_core::{ElectionName, Error, Result};
+use zookeeper_client::Stat;
+
+use crate::nodes::election_dir;
+use crate::shared::Shared;
+
+use election::{change, presence, Known};
+use sessions::Own;
+
+/// The directory of the session nodes.
+pub(crate) const SESSIONS: &str = "/:sessions";
+
+/// The node that says session `id` lives.
+pub(crate) fn session_path(id: &str) -> String {
+    format!("{SESSIONS}/{id}")
+}
+
+/// Writes per `multi` of a batch, and elections per multi-read.
+pub(crate) const BATCH: usize = 64;
+
+/// The most data one batched `multi` carries (ZooKeeper refuses requests over
+/// `jute.maxbuffer`, 1 MiB by default).
+const BATCH_BYTES: usize = 512 * 1024;
+
+/// The engine's primitives over one ZooKeeper ensemble.
+pub(crate) struct ZkPrimitives {
+    shared: Arc<Shared>,
+    own: Mutex<HashMap<String, Arc<Own>>>,
+    known: Mutex<HashMap<ElectionName, Known>>,
+}
+
+impl fmt::Debug for ZkPrimitives {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkPrimitives")
+            .field("config", &self.shared.config)
+            .finish()
+    }
+}
+
+impl Drop for ZkPrimitives {
+    fn drop(&mut self) {
+        if let Ok(own) = self.own.lock() {
+            own.values().for_each(|o| o.stop());
+        }
+    }
+}
+
+/// The revision of the election node with `stat` (none: 0).
+fn revision_of(stat: Option<&Stat>) -> u64 {
+    match stat {
+        Some(s) if s.data_length > 0 => u64::try_from(s.version).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+impl ZkPrimitives {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        ZkPrimitives {
+            shared,
+            own: Mutex::new(HashMap::new()),
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn own(&self, id: &str) -> Option<Arc<Own>> {
+        self.own.lock().ok().and_then(|o| o.get(id).cloned())
+    }
+
+    fn remember(&self, election: &ElectionName, known: &Known) {
+        if let Ok(mut k) = self.known.lock() {
+            if k.len() > 100_000 {
+                k.clear();
+            }
+            k.insert(election.clone(), known.clone());
+        }
+    }
+
+    fn cached(&self, election: &ElectionName) -> Option<Known> {
+        self.known
+            .lock()
+            .ok()
+            .and_then(|k| k.get(election).cloned())
+    }
+
+    fn tag(&self, e: Error) -> Error {
+        e.with_endpoint(self.shared.config.connect_string())
+    }
+}
+
+#[async_trait]
+impl Primitives for ZkPrimitives {
+    async fn open(&self, ttl: Duration) -> Result<String> {
+        self.open_own(ttl).await
+    }
+
+    async fn renew(&self, sessions: &[String]) -> Result<Vec<bool>> {
+        self.renew_all(sessions).await
+    }
+
+    async fn revoke(&self, session: &str) -> Result<()> {
+        self.revoke_own(session).await
+    }
+
+    async fn read(&self, election: &ElectionName) -> Result<Snapshot> {
+        let k = self.read_known(std::slice::from_ref(election)).await?;
+        Ok(k.into_iter().next().unwrap_or_default().snapshot())
+    }
+
+    async fn read_many(&self, elections: &[ElectionName]) -> Result<Vec<Snapshot>> {
+        let mut snaps = Vec::with_capacity(elections.len());
+        for chunk in elections.chunks(BATCH) {
+            snaps.extend(self.read_known(chunk).await?.iter().map(Known::snapshot));
+        }
+        Ok(snaps)
+    }
+
+    async fn commit(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)> {
+        self.commit_one(election, write).await
+    }
+
+    async fn commit_many(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Snapshot)>> {
+        self.commit_batch(writes).await
+    }
+
+    fn batch(&self) -> Option<usize> {
+        Some(BATCH)
+    }
+
+    /// A waiter watches its own record's change node and the presence and session
+    /// nodes of the record ahead; a holder its own change node; an observer the
+    /// election node. The watches are sent together (one round trip) and then checked
+    /// against what the caller saw, so a change before they were set is not missed.
+    async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
+        let client = self.shared.reader().await?;
+        let dir = election_dir(election);
+        let call = |f| self.shared.requests.call("wait", f);
+        if what.me.is_none() && what.on.is_none() {
+            let (stat, w) = call(client.check_and_watch_stat(&dir)).await?;
+            if revision_of(stat.as_ref()) == what.seen {
+                w.changed().await;
+            }
+            return Ok(());
+        }
+        let mine = what.me.as_deref().map(|m| change(&dir, m));
+        let ahead = what
+            .on
+            .as_deref()
+            .map(|o| (presence(&dir, o), session_path(o)));
+        let mine = mine.as_deref().map(|p| client.get_and_watch_data(p));
+        let ahead = ahead.as_ref().map(|(r, s)| {
+            (
+                client.check_and_watch_stat(r),
+                client.check_and_watch_stat(s),
+            )
+        });
+        let mut watches = Vec::new();
+        if let Some(f) = mine {
+            // Gone, or written after the revision seen (its data: that revision).
+            match self.shared.requests.call("wait", f).await {
+                Err(e) if crate::shared::is_no_node(&e) => return Ok(()),
+                Err(e) => return Err(e),
+                Ok((data, _, w)) => {
+                    let stamp = String::from_utf8_lossy(&data).parse::<u64>();
+                    if stamp.map_or(true, |s| s > what.seen) {
+                        return Ok(());
+                    }
+                    watches.push(w);
+                }
+            }
+        }
+        if let Some((record, session)) = ahead {
+            let (record, session) = (call(record).await?, call(session).await?);
+            if record.0.is_none() || session.0.is_none() {
+                return Ok(());
+            }
+            watches.push(record.1);
+            watches.push(session.1);
+        }
+        let fired = watches.into_iter().map(|w| Box::pin(w.changed()));
+        futures::future::select_all(fired).await;
+        Ok(())
+    }
+
+    fn members(&self) -> Option<&dyn MemberStore> {
+        Some(self)
+    }
+}

@@ -1,0 +1,473 @@
+//! A write as ZooKeeper commits it: one `multi` (checks of the session nodes of the
+//! records put or touched, `setData` of the election node at the version it was
+//! decided on, the records' nodes beside it), and batches of them.
+
+use tenure_core::engine::{Op, Snapshot, Token, Write};
+use tenure_core::{ElectionName, Error, ErrorKind, Result};
+use zookeeper_client::{
+    Acls, CreateMode, Error as ZkError, MultiWriteError, MultiWriteResult, Stat,
+};
+
+use super::election::{change, presence, Known, Rec};
+use super::{session_path, ZkPrimitives, BATCH, BATCH_BYTES};
+use crate::error::{map, TAG};
+use crate::nodes::election_dir;
+use crate::shared::is_node_exists;
+
+/// A write to a record's nodes beside the election node's data.
+enum Signal {
+    Create(String, Vec<u8>),
+    Set(String, Vec<u8>),
+    Delete(String),
+}
+
+impl Signal {
+    fn path(&self) -> &str {
+        match self {
+            Signal::Create(p, _) | Signal::Set(p, _) | Signal::Delete(p) => p,
+        }
+    }
+}
+
+/// A write planned on a known election: the multi's ops and the election after.
+struct Plan {
+    dir: String,
+    checks: Vec<String>,
+    create: bool,
+    expected: i32,
+    data: Vec<u8>,
+    signals: Vec<Signal>,
+    after: Known,
+}
+
+impl Plan {
+    fn ops(&self) -> usize {
+        self.checks.len() + usize::from(self.create) + 1 + self.signals.len()
+    }
+
+    fn add(&self, writer: &mut zookeeper_client::MultiWriter<'_>) -> Result<()> {
+        let bad = |e| map("commit", e);
+        let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+        for path in &self.checks {
+            writer.add_check_version(path, -1).map_err(bad)?;
+        }
+        if self.create {
+            writer.add_create(&self.dir, &[], &options).map_err(bad)?;
+        }
+        writer
+            .add_set_data(&self.dir, &self.data, Some(self.expected))
+            .map_err(bad)?;
+        for signal in &self.signals {
+            match signal {
+                Signal::Create(p, d) => writer.add_create(p, d, &options),
+                Signal::Set(p, d) => writer.add_set_data(p, d, None),
+                Signal::Delete(p) => writer.add_delete(p, None),
+            }
+            .map_err(bad)?;
+        }
+        Ok(())
+    }
+
+    /// The election after the write, given the `setData`'s stat.
+    fn done(mut self, stat: &Stat) -> Known {
+        self.after.version = Some(stat.version);
+        self.after.mzxid = stat.mzxid;
+        self.after.written = true;
+        self.after
+    }
+
+    /// Where the election node's `setData` answers among the plan's results.
+    fn set_at(&self) -> usize {
+        self.checks.len() + usize::from(self.create)
+    }
+}
+
+/// What a failed multi says of one write: which op failed.
+enum Failed {
+    /// A session it puts or touches has ended.
+    Session(String),
+    /// The node was created meanwhile (the write assumed none).
+    Exists,
+    /// The node's parent is missing.
+    NoParent,
+    /// The election moved on.
+    Moved,
+    /// A record's node was not as the records say (changed by hand): repair it.
+    Signal(String, ZkError),
+}
+
+impl Plan {
+    fn failed(&self, index: usize, err: &ZkError) -> Failed {
+        if let Some(path) = self.checks.get(index) {
+            let id = path.rsplit('/').next().unwrap_or_default().to_string();
+            return Failed::Session(id);
+        }
+        if let Some(signal) = index
+            .checked_sub(self.set_at() + 1)
+            .and_then(|i| self.signals.get(i))
+        {
+            return Failed::Signal(signal.path().to_string(), err.clone());
+        }
+        match err {
+            ZkError::NodeExists => Failed::Exists,
+            ZkError::NoNode if self.create => Failed::NoParent,
+            _ => Failed::Moved,
+        }
+    }
+}
+
+/// The `InvalidArgument` error for an election that holds Curator `LeaderLatch` nodes:
+/// the layouts must never share an election (each would elect its own leader).
+fn mixed_layouts(election: &ElectionName) -> Error {
+    TAG.own(
+        ErrorKind::InvalidArgument,
+        format!(
+            "election {election}: holds Curator LeaderLatch nodes, but this backend uses the \
+             default layout; candidates of both layouts must not share an election (connect \
+             with layout=curator to join them)"
+        ),
+    )
+}
+
+impl ZkPrimitives {
+    /// The write `write` on `base`: the multi's ops and the election after.
+    fn plan(&self, election: &ElectionName, base: &Known, write: &Write) -> Plan {
+        let mut after = base.clone();
+        // The records minted by the write that last set the node get their number.
+        for r in &mut after.stored.records {
+            if r.minted {
+                r.token = u64::try_from(base.mzxid).ok();
+                r.minted = false;
+            }
+        }
+        let revision = match base.version {
+            Some(v) => u64::try_from(v).unwrap_or(0) + 1,
+            None => 1,
+        };
+        if let Some(left) = write.left_body() {
+            after.stored.left = String::from_utf8_lossy(&left).into_owned();
+        }
+        let dir = election_dir(election);
+        let stamp = revision.to_string().into_bytes();
+        let mut checks = Vec::new();
+        let mut signals = Vec::new();
+        for op in &write.ops {
+            let session = op.session().to_string();
+            let exists = after.stored.records.iter().any(|r| r.session == session);
+            match op {
+                Op::Delete(_) if exists => {
+                    signals.push(Signal::Delete(presence(&dir, &session)));
+                    signals.push(Signal::Delete(change(&dir, &session)));
+                }
+                Op::Put { .. } if !exists => {
+                    signals.push(Signal::Create(presence(&dir, &session), Vec::new()));
+                    signals.push(Signal::Create(change(&dir, &session), stamp.clone()));
+                }
+                Op::Put { .. } | Op::Touch(_) if exists => {
+                    signals.push(Signal::Set(change(&dir, &session), stamp.clone()));
+                }
+                _ => {}
+            }
+            match op {
+                Op::Put { token, .. } => {
+                    let body = op.body().unwrap_or_default();
+                    let body = String::from_utf8_lossy(&body).into_owned();
+                    let (token, minted) = match token {
+                        Token::None => (None, false),
+                        Token::Keep(t) => (Some(*t), false),
+                        Token::Mint => (None, true),
+                    };
+                    match after
+                        .stored
+                        .records
+                        .iter_mut()
+                        .find(|r| r.session == session)
+                    {
+                        Some(r) => {
+                            r.body = body;
+                            r.token = token;
+                            r.minted = minted;
+                            r.version = revision;
+                        }
+                        None => {
+                            after.stored.next += 1;
+                            after.stored.records.push(Rec {
+                                session: session.clone(),
+                                arrival: after.stored.next,
+                                version: revision,
+                                token,
+                                minted,
+                                body,
+                            });
+                        }
+                    }
+                    checks.push(session.clone());
+                    after.live.insert(session, true);
+                }
+                Op::Touch(_) => {
+                    if let Some(r) = after
+                        .stored
+                        .records
+                        .iter_mut()
+                        .find(|r| r.session == session)
+                    {
+                        r.version = revision;
+                    }
+                    checks.push(session.clone());
+                    after.live.insert(session, true);
+                }
+                Op::Delete(_) => {
+                    after.stored.records.retain(|r| r.session != session);
+                    after.live.remove(&session);
+                }
+            }
+        }
+        checks.sort();
+        checks.dedup();
+        // Serialising strings and numbers cannot fail.
+        let data = serde_json::to_vec(&after.stored).unwrap_or_default();
+        Plan {
+            dir,
+            signals,
+            checks: checks.iter().map(|s| session_path(s)).collect(),
+            create: base.version.is_none(),
+            expected: base.version.unwrap_or(0),
+            data,
+            after,
+        }
+    }
+
+    /// The election `write` is to be decided on: the one last seen if at its revision,
+    /// none for revision 0 never seen, else read (`Err`: it moved on, as read).
+    async fn base(
+        &self,
+        election: &ElectionName,
+        write: &Write,
+    ) -> Result<std::result::Result<Known, Known>> {
+        match self.cached(election) {
+            Some(k) if k.revision() == write.revision => return Ok(Ok(k)),
+            None if write.revision == 0 => return Ok(Ok(Known::default())),
+            _ => {}
+        }
+        let k = self.read_known(std::slice::from_ref(election)).await?;
+        let k = k.into_iter().next().unwrap_or_default();
+        Ok(match k.revision() == write.revision {
+            true => Ok(k),
+            false => Err(k),
+        })
+    }
+
+    /// Send `plans` in one multi: `Ok(afters)` if it committed, else the index of the
+    /// plan whose op failed and how.
+    async fn send(
+        &self,
+        plans: &[Plan],
+    ) -> Result<std::result::Result<Vec<Stat>, (usize, Failed)>> {
+        let client = self.shared.reader().await?;
+        let mut writer = client.new_multi_writer();
+        for p in plans {
+            p.add(&mut writer)?;
+        }
+        let commit = async { Ok::<_, ZkError>(writer.commit().await) };
+        match self.shared.requests.call("commit", commit).await? {
+            Ok(results) => {
+                let mut stats = Vec::with_capacity(plans.len());
+                let mut results = results.into_iter();
+                for p in plans {
+                    let mut set = None;
+                    for i in 0..p.ops() {
+                        let r = results.next();
+                        if i == p.set_at() {
+                            set = r;
+                        }
+                    }
+                    match set {
+                        Some(MultiWriteResult::SetData { stat }) => stats.push(stat),
+                        _ => {
+                            return Err(TAG.own(ErrorKind::Backend, "commit: an unexpected answer"))
+                        }
+                    }
+                }
+                Ok(Ok(stats))
+            }
+            Err(MultiWriteError::OperationFailed { index, source }) => {
+                let mut at = index;
+                for (i, p) in plans.iter().enumerate() {
+                    if at < p.ops() {
+                        return Ok(Err((i, p.failed(at, &source))));
+                    }
+                    at -= p.ops();
+                }
+                Err(self.tag(map("commit", source)))
+            }
+            Err(MultiWriteError::RequestFailed { source }) => Err(self.tag(map("commit", source))),
+        }
+    }
+
+    /// Make the parents of `election`'s node.
+    async fn make_parent(&self, election: &ElectionName) -> Result<()> {
+        let dir = election_dir(election);
+        let Some((parent, _)) = dir.rsplit_once('/') else {
+            return Ok(());
+        };
+        if parent.is_empty() {
+            return Ok(());
+        }
+        let client = self.shared.reader().await?;
+        self.shared.make_dirs(&client, "commit", &[parent]).await
+    }
+
+    /// One write, after the base is known: its answer.
+    pub(super) async fn commit_one(
+        &self,
+        election: &ElectionName,
+        write: &Write,
+    ) -> Result<(bool, Snapshot)> {
+        let mut made_parent = false;
+        let mut repairs = 0;
+        loop {
+            let base = match self.base(election, write).await? {
+                Ok(b) => b,
+                Err(moved) => return Ok((false, moved.snapshot())),
+            };
+            if base.refuses(write) {
+                return Err(mixed_layouts(election));
+            }
+            let plan = self.plan(election, &base, write);
+            let plans = [plan];
+            match self.send(&plans).await? {
+                Ok(stats) => {
+                    let [plan] = plans;
+                    let after = plan.done(&stats[0]);
+                    self.remember(election, &after);
+                    return Ok((true, after.snapshot()));
+                }
+                Err((_, Failed::Session(id))) => {
+                    let mut k = base;
+                    k.live.insert(id, false);
+                    self.remember(election, &k);
+                    return Ok((false, k.snapshot()));
+                }
+                Err((_, Failed::NoParent)) if !made_parent => {
+                    made_parent = true;
+                    self.make_parent(election).await?;
+                }
+                Err((_, Failed::Signal(path, err))) if repairs < 4 => {
+                    repairs += 1;
+                    self.repair(&path, &err).await?;
+                }
+                Err((_, Failed::Signal(path, err))) => {
+                    let why = format!("commit: the node {path} stays inconsistent ({err})");
+                    return Err(TAG.own(ErrorKind::Backend, why));
+                }
+                Err((_, Failed::Exists | Failed::Moved | Failed::NoParent)) => {
+                    let k = self.read_known(std::slice::from_ref(election)).await?;
+                    let k = k.into_iter().next().unwrap_or_default();
+                    if k.revision() == write.revision && base.version != k.version {
+                        // An empty node (made for a sub-election): write it at its version.
+                        continue;
+                    }
+                    return Ok((false, k.snapshot()));
+                }
+            }
+        }
+    }
+
+    /// Make a record's node `path` fit the records again after its write failed with
+    /// `err` (someone deleted or made it by hand).
+    async fn repair(&self, path: &str, err: &ZkError) -> Result<()> {
+        let client = self.shared.reader().await?;
+        tracing::warn!(node = %path, error = %err, "a record's node was changed by hand; repairing it");
+        let done = match err {
+            ZkError::NodeExists => {
+                self.shared
+                    .requests
+                    .call("repair", client.delete(path, None))
+                    .await
+            }
+            _ => {
+                let options = CreateMode::Persistent.with_acls(Acls::anyone_all());
+                let made = client.create(path, &[], &options);
+                self.shared.requests.call("repair", made).await.map(drop)
+            }
+        };
+        match done {
+            Err(e) if !crate::shared::is_no_node(&e) && !is_node_exists(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// One multi for the whole batch when every write commits; should one of them
+    /// fail (a compare, an ended session), the batch is committed write by write.
+    pub(super) async fn commit_batch(
+        &self,
+        writes: &[(ElectionName, Write)],
+    ) -> Result<Vec<(bool, Snapshot)>> {
+        let mut answers = Vec::with_capacity(writes.len());
+        let mut start = 0;
+        while start < writes.len() {
+            // Chunks of at most BATCH writes and BATCH_BYTES of data.
+            let mut plans = Vec::new();
+            let mut bytes = 0;
+            let mut end = start;
+            let mut unknown = Vec::new();
+            while end < writes.len() && plans.len() < BATCH && bytes < BATCH_BYTES {
+                let (e, w) = &writes[end];
+                match self.cached(e) {
+                    Some(k) if k.revision() == w.revision && !k.curator => {
+                        let p = self.plan(e, &k, w);
+                        bytes += p.data.len();
+                        plans.push(p);
+                    }
+                    None if w.revision == 0 => {
+                        let p = self.plan(e, &Known::default(), w);
+                        bytes += p.data.len();
+                        plans.push(p);
+                    }
+                    _ => unknown.push(end),
+                }
+                end += 1;
+            }
+            let chunk = &writes[start..end];
+            if !unknown.is_empty() || plans.len() < 2 {
+                for (e, w) in chunk {
+                    answers.push(self.commit_one(e, w).await?);
+                }
+                start = end;
+                continue;
+            }
+            let mut made_parents = false;
+            loop {
+                match self.send(&plans).await? {
+                    Ok(stats) => {
+                        for ((plan, stat), (e, _)) in plans.into_iter().zip(&stats).zip(chunk) {
+                            let after = plan.done(stat);
+                            self.remember(e, &after);
+                            answers.push((true, after.snapshot()));
+                        }
+                        break;
+                    }
+                    Err((_, Failed::NoParent)) if !made_parents => {
+                        made_parents = true;
+                        let client = self.shared.reader().await?;
+                        let parents: Vec<&str> = plans
+                            .iter()
+                            .filter(|p| p.create)
+                            .filter_map(|p| p.dir.rsplit_once('/').map(|(d, _)| d))
+                            .filter(|d| !d.is_empty())
+                            .collect();
+                        self.shared.make_dirs(&client, "commit", &parents).await?;
+                    }
+                    Err(_) => {
+                        for (e, w) in chunk {
+                            answers.push(self.commit_one(e, w).await?);
+                        }
+                        break;
+                    }
+                }
+            }
+            start = end;
+        }
+        Ok(answers)
+    }
+}
