@@ -294,9 +294,7 @@ mod tests {
     /// `$TENURE_STATE_IN`, and its `elected` line says how many bytes it inherited.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_command_leaves_its_successor_a_state() {
-        let store = tenure::backend::MemPrimitives::new();
-        let engine = tenure::backend::DrivenBackend::new(Arc::new(store), "engine");
-        let backend: tenure::DynBackend = Arc::new(engine);
+        let backend: tenure::DynBackend = Arc::new(MemoryBackend::new());
         let seen = std::env::temp_dir().join(format!(
             "tenure-cli-state-test-{:x}",
             tenure::backend::random_id()

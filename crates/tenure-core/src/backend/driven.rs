@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::primitive::{self, MemberStore, Primitives, Release};
+use super::primitive::{self, MemberStore, Primitives, Release, Wake, Woken};
 use super::{
     lock, membership_unsupported, Backend, BackendSession, Capabilities, Clause, DynSession,
     LeaderStream, MemberStream, Published, SessionEvents,
@@ -131,17 +131,20 @@ impl Backend for DrivenBackend {
         let id = self.store.open(ttl).await?;
         let (gate, _) = watch::channel(true);
         lock(&self.gates).insert(id.clone(), gate.clone());
-        Ok(Arc::new(DrivenSession {
+        let (wake, woken) = Wake::channel();
+        let session = DrivenSession {
             id,
             backend: self.clone(),
             events,
             gate,
-            follows: Mutex::default(),
-            last: Arc::default(),
+            held: Arc::default(),
+            wake,
             inherited: Mutex::default(),
             ended: Arc::default(),
             closed: CancellationToken::new(),
-        }))
+        };
+        tokio::spawn(session.follower().run(woken, session.gate.subscribe()));
+        Ok(Arc::new(session))
     }
 
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
@@ -221,16 +224,205 @@ struct DrivenSession {
     backend: DrivenBackend,
     events: SessionEvents,
     gate: watch::Sender<bool>,
-    /// The follow task of each seat held, to stop on resign.
-    follows: Mutex<HashMap<ElectionName, CancellationToken>>,
-    /// Each held election as its follow loop last read it, so that a release is decided
-    /// without a read of its own.
-    last: Arc<Mutex<HashMap<ElectionName, Snapshot>>>,
+    /// The seats held and followed, by election.
+    held: Arc<Mutex<HashMap<ElectionName, Held>>>,
+    /// Wakes the session's follower for an election (pushed by the store, or by a
+    /// seat's waiting task where the store does not push).
+    wake: Wake,
     /// What each grant held inherited, by election: the grant's token and the state.
     inherited: Mutex<HashMap<ElectionName, (u64, Inherited)>>,
-    /// Set once a follow loop told the core that the store ended the session.
+    /// Set once the follower told the core that the store ended the session.
     ended: Arc<AtomicBool>,
     closed: CancellationToken,
+}
+
+/// A seat the session holds.
+#[derive(Debug)]
+struct Held {
+    token: u64,
+    /// The core was told that the holder is asked to step down.
+    told: bool,
+    /// The election as last read, so that a release is decided without a read.
+    snap: Snapshot,
+    /// The seat's waiting task, where the store does not push.
+    waiting: Option<CancellationToken>,
+}
+
+impl Held {
+    fn stop(&mut self) {
+        if let Some(w) = self.waiting.take() {
+            w.cancel();
+        }
+    }
+}
+
+/// What the session's follower shares with the session.
+#[derive(Clone, Debug)]
+struct Follower {
+    id: String,
+    backend: DrivenBackend,
+    events: SessionEvents,
+    held: Arc<Mutex<HashMap<ElectionName, Held>>>,
+    wake: Wake,
+    ended: Arc<AtomicBool>,
+    closed: CancellationToken,
+}
+
+impl Follower {
+    /// Whether the seat `held` still stands in its snapshot: tells the core when the
+    /// holder is asked to step down (once), when the seat is gone, and when the store
+    /// ended the session (once per session).
+    fn judge(&self, election: &ElectionName, held: &mut Held) -> bool {
+        let token = held.token;
+        let Some(mine) = held
+            .snap
+            .record(&self.id)
+            .filter(|r| r.token == Some(token))
+        else {
+            let reason = "the seat record is gone";
+            self.events
+                .election_lost(election, FencingToken(token), reason);
+            return false;
+        };
+        if !mine.live {
+            // The store ended the session and kept its record: the session is gone,
+            // not just this seat.
+            if !self.ended.swap(true, Ordering::SeqCst) {
+                self.events.expired("the store ended the session");
+            }
+            return false;
+        }
+        if mine.told && !held.told {
+            held.told = true;
+            self.events.preempted(election, FencingToken(token));
+        }
+        true
+    }
+
+    /// Wait for the next change of `held`'s record in `election`: the store pushes it,
+    /// or a task waits for it.
+    fn arm(&self, election: &ElectionName, held: &mut Held) {
+        let what = WaitFor {
+            me: Some(self.id.clone()),
+            on: None,
+            seen: held.snap.revision,
+        };
+        held.stop();
+        if self.backend.store.notify(election, &what, &self.wake) {
+            return;
+        }
+        let stop = self.closed.child_token();
+        held.waiting = Some(stop.clone());
+        let (backend, wake, election) = (self.backend.clone(), self.wake.clone(), election.clone());
+        tokio::spawn(async move {
+            backend.count();
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return,
+                r = backend.store.changed(&election, &what) => if r.is_err() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                },
+            }
+            if !stop.is_cancelled() {
+                wake.wake(&election);
+            }
+        });
+    }
+
+    /// Follow a new seat from the election as its grant was learnt.
+    fn start(&self, election: &ElectionName, token: u64, snap: Snapshot) {
+        let held = Held {
+            token,
+            told: false,
+            snap,
+            waiting: None,
+        };
+        // In the map before it is armed: a wake pushed at once finds the seat.
+        let mut all = lock(&self.held);
+        if let Some(mut old) = all.insert(election.clone(), held) {
+            old.stop();
+        }
+        let Some(h) = all.get_mut(election) else {
+            return;
+        };
+        if self.judge(election, h) {
+            self.arm(election, h);
+        } else {
+            all.remove(election);
+        }
+    }
+
+    /// The session's one follower: reads the elections it is woken for, together, and
+    /// judges each held seat again.
+    async fn run(self, mut woken: Woken, gate: watch::Receiver<bool>) {
+        loop {
+            let first = tokio::select! {
+                () = self.closed.cancelled() => return,
+                w = woken.recv() => match w {
+                    Some(w) => w,
+                    None => return,
+                },
+            };
+            // Every wake-up queued now: the pushes that carried their election, and
+            // the elections to read (together).
+            let mut carried: HashMap<ElectionName, Snapshot> = HashMap::new();
+            let mut due = Vec::new();
+            let mut next = Some(first);
+            while let Some((election, now)) = next {
+                match now {
+                    Some(now) => match carried.get(&election) {
+                        Some(had) if had.revision >= now.revision => {}
+                        _ => {
+                            carried.insert(election, now);
+                        }
+                    },
+                    None => due.push(election),
+                }
+                next = woken.try_recv().ok();
+            }
+            due.sort_unstable();
+            due.dedup();
+            {
+                let held = lock(&self.held);
+                due.retain(|e| held.contains_key(e));
+                carried.retain(|e, _| held.contains_key(e));
+            }
+            let mut gate = gate.clone();
+            if gate.wait_for(|open| *open).await.is_err() {
+                return;
+            }
+            let mut fresh: Vec<(ElectionName, Snapshot)> = carried.into_iter().collect();
+            if !due.is_empty() {
+                self.backend.count();
+                match self.backend.store.read_many(&due).await {
+                    Ok(snaps) if snaps.len() == due.len() => fresh.extend(due.into_iter().zip(snaps)),
+                    _ => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        for e in &due {
+                            self.wake.wake(e);
+                        }
+                    }
+                }
+            }
+            let mut held = lock(&self.held);
+            for (election, snap) in fresh {
+                let Some(h) = held.get_mut(&election) else {
+                    continue;
+                };
+                if snap.revision < h.snap.revision {
+                    // Older than what the seat was judged on: wait on from there.
+                    self.arm(&election, h);
+                    continue;
+                }
+                h.snap = snap;
+                if self.judge(&election, h) {
+                    self.arm(&election, h);
+                } else if let Some(mut gone) = held.remove(&election) {
+                    gone.stop();
+                }
+            }
+        }
+    }
 }
 
 impl DrivenSession {
@@ -243,12 +435,24 @@ impl DrivenSession {
         }
     }
 
-    /// Stop following `election`; the election as the follow loop last read it.
-    fn unfollow(&self, election: &ElectionName) -> Option<Snapshot> {
-        if let Some(stop) = lock(&self.follows).remove(election) {
-            stop.cancel();
+    fn follower(&self) -> Follower {
+        Follower {
+            id: self.id.clone(),
+            backend: self.backend.clone(),
+            events: self.events.clone(),
+            held: self.held.clone(),
+            wake: self.wake.clone(),
+            ended: self.ended.clone(),
+            closed: self.closed.clone(),
         }
-        lock(&self.last).remove(election)
+    }
+
+    /// Stop following `election`; the election as the follower last read it.
+    fn unfollow(&self, election: &ElectionName) -> Option<Snapshot> {
+        lock(&self.held).remove(election).map(|mut h| {
+            h.stop();
+            h.snap
+        })
     }
 
     fn candidacy(&self, candidate: &Candidate) -> Candidacy {
@@ -261,8 +465,7 @@ impl DrivenSession {
         }
     }
 
-    /// Follow the seat granted with `token`: tell the core when the holder is asked to
-    /// step down (once) and when the seat is gone. Keeps what the grant inherited.
+    /// Follow the seat granted with `token`. Keeps what the grant inherited.
     fn follow(&self, election: &ElectionName, token: u64, snap: Snapshot) {
         let inherited = snap.record(&self.id).and_then(|r| r.inherited.clone());
         let mut kept = lock(&self.inherited);
@@ -271,78 +474,7 @@ impl DrivenSession {
             None => kept.remove(election),
         };
         drop(kept);
-        lock(&self.last).insert(election.clone(), snap.clone());
-        let last = self.last.clone();
-        let stop = self.closed.child_token();
-        if let Some(old) = lock(&self.follows).insert(election.clone(), stop.clone()) {
-            old.cancel();
-        }
-        let (backend, events, id, election) = (
-            self.backend.clone(),
-            self.events.clone(),
-            self.id.clone(),
-            election.clone(),
-        );
-        let gate = self.gate.subscribe();
-        let ended = self.ended.clone();
-        tokio::spawn(async move {
-            let mut told = false;
-            let follow = async {
-                // The election as last read; dropped while waiting (the session's
-                // `last` keeps it), so that a held seat costs one copy.
-                let mut snap = snap;
-                loop {
-                    let Some(mine) = snap.record(&id).filter(|r| r.token == Some(token)) else {
-                        let reason = "the seat record is gone";
-                        events.election_lost(&election, FencingToken(token), reason);
-                        return;
-                    };
-                    if !mine.live {
-                        // The store ended the session and kept its record: the session
-                        // is gone, not just this seat (told once per session).
-                        if !ended.swap(true, Ordering::SeqCst) {
-                            events.expired("the store ended the session");
-                        }
-                        return;
-                    }
-                    if mine.told && !told {
-                        told = true;
-                        events.preempted(&election, FencingToken(token));
-                    }
-                    backend.count();
-                    let what = WaitFor {
-                        me: Some(id.clone()),
-                        on: None,
-                        seen: snap.revision,
-                    };
-                    drop(snap);
-                    let r = backend.store.changed(&election, &what);
-                    if r.await.is_err() {
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    loop {
-                        let mut gate = gate.clone();
-                        if gate.wait_for(|open| *open).await.is_err() {
-                            return;
-                        }
-                        match backend.read(&election).await {
-                            Ok(s) => {
-                                lock(&last).insert(election.clone(), s.clone());
-                                snap = s;
-                                break;
-                            }
-                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                        }
-                    }
-                }
-            };
-            // Biased: a seat resigned while its follow loop was woken is not read again.
-            tokio::select! {
-                biased;
-                () = stop.cancelled() => {}
-                () = follow => {}
-            }
-        });
+        self.follower().start(election, token, snap);
     }
 }
 
@@ -577,6 +709,9 @@ impl Primitives for Counted {
     }
     fn batch(&self) -> Option<usize> {
         self.0.store.batch()
+    }
+    fn notify(&self, election: &ElectionName, what: &WaitFor, to: &Wake) -> bool {
+        self.0.store.notify(election, what, to)
     }
 }
 

@@ -10,6 +10,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use super::{Capabilities, MemberStream};
 use crate::engine::{self, Candidacy, Refusal, Snapshot, Step, WaitFor, Write};
@@ -73,6 +74,20 @@ pub trait Primitives: Send + Sync + fmt::Debug + 'static {
     /// missed ones are not.
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()>;
 
+    /// Push `election` to `to`, once, when what `what` names happens (as
+    /// [`changed`](Self::changed) would return, at once if it happened already); true if
+    /// the store took the registration. A push may carry the election as it stands
+    /// ([`Wake::wake_with`]): then the follower needs no read, and a store that carries
+    /// it may push on every change of the election (spurious pushes are allowed, as
+    /// spurious returns of `changed` are), which keeps a holder's view fresh for its
+    /// release. A store that pushes keeps no task per follower; one that returns false
+    /// (the default) is followed by a waiting `changed` per held seat. A registration
+    /// whose [`Wake`] is closed may be dropped at any time.
+    fn notify(&self, election: &ElectionName, what: &WaitFor, to: &Wake) -> bool {
+        let _ = (election, what, to);
+        false
+    }
+
     /// The store's member lists, if it keeps them.
     fn members(&self) -> Option<&dyn MemberStore> {
         None
@@ -87,6 +102,40 @@ pub trait Primitives: Send + Sync + fmt::Debug + 'static {
     /// The contract clauses the store keeps, given what the engine offers over it.
     fn capabilities(&self, offered: Capabilities) -> Capabilities {
         offered
+    }
+}
+
+/// Where a store pushes the wake-ups of [`Primitives::notify`]: the follower of one
+/// session (which reads the elections it is woken for together, where the store
+/// batches reads), or one waiting candidate.
+#[derive(Clone, Debug)]
+pub struct Wake(UnboundedSender<(ElectionName, Option<Snapshot>)>);
+
+/// The follower's end of a [`Wake`]: each election woken for, with the election as it
+/// stood if the push carried it.
+pub type Woken = UnboundedReceiver<(ElectionName, Option<Snapshot>)>;
+
+impl Wake {
+    /// A wake-up channel and the follower's end of it.
+    pub fn channel() -> (Self, Woken) {
+        let (tx, rx) = unbounded_channel();
+        (Wake(tx), rx)
+    }
+
+    /// Wake the follower for `election`; false once nobody follows.
+    pub fn wake(&self, election: &ElectionName) -> bool {
+        self.0.send((election.clone(), None)).is_ok()
+    }
+
+    /// Wake the follower for `election`, as it stands after the change; false once
+    /// nobody follows.
+    pub fn wake_with(&self, election: &ElectionName, now: Snapshot) -> bool {
+        self.0.send((election.clone(), Some(now))).is_ok()
+    }
+
+    /// Whether nobody follows any more (the registration can go).
+    pub fn is_closed(&self) -> bool {
+        self.0.is_closed()
     }
 }
 
@@ -131,8 +180,7 @@ pub async fn campaign(
                     on: Some(on),
                     seen: snap.revision,
                 };
-                store.changed(election, &what).await?;
-                snap = store.read(election).await?;
+                snap = wait(store, election, &what).await?;
             }
             Step::Busy => {
                 return Err(Error::new(
@@ -143,6 +191,22 @@ pub async fn campaign(
             Step::Gone => return Err(expired()),
         }
     }
+}
+
+/// Wait for what `what` names in `election`; the election after it. A push that
+/// carries the election saves the read.
+async fn wait(store: &dyn Primitives, election: &ElectionName, what: &WaitFor) -> Result<Snapshot> {
+    let (to, mut woken) = Wake::channel();
+    if store.notify(election, what, &to) {
+        if let Some((_, Some(now))) = woken.recv().await {
+            if now.revision > what.seen {
+                return Ok(now);
+            }
+        }
+    } else {
+        store.changed(election, what).await?;
+    }
+    store.read(election).await
 }
 
 /// Take the seat only if nobody else holds it or waits for it; the token if taken, with

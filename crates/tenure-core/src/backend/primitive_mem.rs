@@ -3,7 +3,7 @@
 //! them (as in stores that keep rows until cleared away), so the engine's clearing is
 //! exercised too. Time is tokio's, so tests can pause it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::lock;
 use super::mem_members::Namespaces;
-use super::primitive::{MemberStore, Primitives};
+use super::primitive::{MemberStore, Primitives, Wake};
 use crate::engine::{Inherited, Op, Record, Snapshot, WaitFor, Write};
 use crate::error::{Error, ErrorKind, Result};
 use crate::name::ElectionName;
@@ -36,6 +36,8 @@ struct State {
     elections: HashMap<ElectionName, Election>,
     /// Moves on with every change of an election, by election; made by the first wait.
     changes: HashMap<ElectionName, watch::Sender<u64>>,
+    /// The followers to push to ([`Primitives::notify`]), by election.
+    pushes: HashMap<ElectionName, Vec<Wake>>,
     next_session: u64,
     last_token: u64,
     revision: u64,
@@ -52,8 +54,20 @@ struct Lease {
 #[derive(Debug, Default)]
 struct Election {
     revision: u64,
-    records: BTreeMap<String, Record>,
+    /// Few per election, so a vector (a map's smallest node is many records wide).
+    records: Vec<Record>,
     left: Option<Inherited>,
+}
+
+impl Election {
+    fn record(&self, session: &str) -> Option<&Record> {
+        self.records.iter().find(|r| r.session() == session)
+    }
+
+    fn remove(&mut self, session: &str) -> Option<Record> {
+        let i = self.records.iter().position(|r| r.session() == session)?;
+        Some(self.records.remove(i))
+    }
 }
 
 impl State {
@@ -71,7 +85,7 @@ impl State {
             revision: e.revision,
             records: e
                 .records
-                .values()
+                .iter()
                 .map(|r| Record {
                     live: self.live(r.session(), now),
                     ..r.clone()
@@ -81,11 +95,38 @@ impl State {
         }
     }
 
+    /// Whether what `what` names happened in `election`: `Some(expiry)` if not yet,
+    /// with the instant the session waited `on` runs out, if any.
+    fn pending(&self, election: &ElectionName, what: &WaitFor, now: Instant) -> Option<Option<Instant>> {
+        let (me, on, seen) = (what.me.as_deref(), what.on.as_deref(), what.seen);
+        let e = self.elections.get(election);
+        let record = |s: &str| e.and_then(|e| e.record(s));
+        let moved = e.map_or(0, |e| e.revision) > seen;
+        let mine_changed = me
+            .is_some_and(|me| record(me).is_none_or(|r| r.version > seen) || !self.live(me, now));
+        let on_gone = on.is_some_and(|on| record(on).is_none() || !self.live(on, now));
+        if mine_changed || on_gone || (me.is_none() && on.is_none() && moved) {
+            return None;
+        }
+        match on {
+            Some(on) => self.sessions.get(on).map(|lease| Some(lease.until)),
+            None => Some(None),
+        }
+    }
+
     fn wake(&mut self, election: &ElectionName) {
         if let Some(tx) = self.changes.get(election) {
             tx.send_modify(|n| *n += 1);
             if tx.receiver_count() == 0 {
                 self.changes.remove(election);
+            }
+        }
+        // Every change is pushed, with the election as it stands (a push the follower
+        // did not ask for is allowed, and keeps a holder's view fresh for its release).
+        if let Some(pushes) = self.pushes.remove(election) {
+            let now = self.snapshot(election, Instant::now());
+            for to in pushes {
+                to.wake_with(election, now.clone());
             }
         }
     }
@@ -102,7 +143,7 @@ impl State {
                 self.revision += 1;
                 let rev = self.revision;
                 if let Some(el) = self.elections.get_mut(e) {
-                    if el.records.remove(session).is_some() {
+                    if el.remove(session).is_some() {
                         el.revision = rev;
                     }
                 }
@@ -258,22 +299,25 @@ impl Primitives for MemPrimitives {
         for op in &write.ops {
             match op {
                 Op::Delete(s) => {
-                    e.records.remove(s);
+                    e.remove(s);
                 }
                 Op::Touch(s) => {
-                    if let Some(r) = e.records.get_mut(s) {
+                    if let Some(r) = e.records.iter_mut().find(|r| r.session() == s) {
                         r.version = rev;
                     }
                 }
                 Op::Put { .. } => {
                     let session = op.session();
-                    let arrival = e.records.get(session).map_or(rev, |r| r.arrival);
+                    let arrival = e.record(session).map_or(rev, |r| r.arrival);
                     let mint = || {
                         last_token += 1;
                         last_token
                     };
                     if let Some(rec) = op.record(arrival, rev, mint) {
-                        e.records.insert(session.to_string(), rec);
+                        match e.records.iter_mut().find(|r| r.session() == session) {
+                            Some(had) => *had = rec,
+                            None => e.records.push(rec),
+                        }
                     }
                     if let Some(lease) = st.sessions.get_mut(session) {
                         lease.elections.insert(election.clone());
@@ -287,7 +331,6 @@ impl Primitives for MemPrimitives {
     }
 
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
-        let (me, on, seen) = (what.me.as_deref(), what.on.as_deref(), what.seen);
         let mut rx = self
             .state()
             .changes
@@ -295,26 +338,8 @@ impl Primitives for MemPrimitives {
             .or_insert_with(|| watch::Sender::new(0))
             .subscribe();
         loop {
-            let expiry = {
-                let now = Instant::now();
-                let st = self.state();
-                let e = st.elections.get(election);
-                let record = |s: &str| e.and_then(|e| e.records.get(s));
-                let moved = e.map_or(0, |e| e.revision) > seen;
-                let mine_changed = me.is_some_and(|me| {
-                    record(me).is_none_or(|r| r.version > seen) || !st.live(me, now)
-                });
-                let on_gone = on.is_some_and(|on| record(on).is_none() || !st.live(on, now));
-                if mine_changed || on_gone || (me.is_none() && on.is_none() && moved) {
-                    return Ok(());
-                }
-                match on {
-                    Some(on) => match st.sessions.get(on) {
-                        Some(lease) => Some(lease.until),
-                        None => return Ok(()),
-                    },
-                    None => None,
-                }
+            let Some(expiry) = self.state().pending(election, what, Instant::now()) else {
+                return Ok(());
             };
             let far = Instant::now() + Duration::from_secs(86_400);
             tokio::select! {
@@ -326,6 +351,27 @@ impl Primitives for MemPrimitives {
                 () = tokio::time::sleep_until(expiry.unwrap_or(far)) => {}
             }
         }
+    }
+
+    fn notify(&self, election: &ElectionName, what: &WaitFor, to: &Wake) -> bool {
+        if what.on.is_some() {
+            // The end of another session by its TTL has no push here; such a wait
+            // waits in `changed`, with its timer.
+            return false;
+        }
+        let mut st = self.state();
+        let now = Instant::now();
+        match st.pending(election, what, now) {
+            None => {
+                to.wake_with(election, st.snapshot(election, now));
+            }
+            Some(_) => {
+                let pushes = st.pushes.entry(election.clone()).or_default();
+                pushes.retain(|to| !to.is_closed());
+                pushes.push(to.clone());
+            }
+        }
+        true
     }
 
     fn batch(&self) -> Option<usize> {
