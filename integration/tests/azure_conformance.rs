@@ -1,7 +1,7 @@
 //! The whole election contract against Azurite: one Azurite for this test binary (or
 //! the one named by `TENURE_TEST_AZURITE`), a fresh random container per test, leases
-//! of 15 s (the shortest Azure grants), a 100 ms poll interval, and disconnects
-//! injected through a TCP proxy (black hole).
+//! of 15 s (the shortest TTL the backend accepts), a 100 ms poll interval, disconnects
+//! injected through a TCP proxy (black hole) and expiry by deleting a session's blob.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,11 +38,12 @@ async fn azure_env() -> Env {
         let config = config(&at, &container);
         async move { Ok(Arc::new(AzureBackend::connect(config).await?) as DynBackend) }
     });
-    let faults = faults.no_expiry(
-        "Azure Blob Storage has no session object to expire: a session is a lease id \
-         in this process, and its leases lapse one by one",
-    );
-    // Lease 15 s, renew every second, leadership valid for 10 s after the last
+    let main = backend.clone();
+    let faults = faults.expire_with(move |id| {
+        let backend = main.clone();
+        async move { backend.expire_session(&id).await }
+    });
+    // TTL 15 s, renew every second, leadership valid for 10 s after the last
     // confirmed renewal was sent.
     faults.env(
         Arc::new(backend),

@@ -15,9 +15,10 @@
 //! of its 15 s lease.
 //!
 //! The race is forced here: the waiter's session talks to Azurite through a proxy that
-//! holds back the answer to the acquire of its queue entry (the acquire itself reaches
-//! Azurite and takes effect), and the campaign is withdrawn while it waits for that
-//! answer.
+//! holds back the answer to the write that puts its waiting record (the write itself
+//! reaches Azurite and takes effect), and the campaign is withdrawn while it waits for
+//! that answer. (Written for the queue blobs of the backend before the election
+//! engine; on the engine the waiting candidacy is a record in the election blob.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -61,15 +62,17 @@ impl HoldingProxy {
     }
 }
 
-/// Whether the request head `head` acquires the lease of a queue entry.
+/// Whether the request head `head` writes the election's records conditionally on
+/// their etag (a join: the first write, on an election this backend has not read yet,
+/// is `If-None-Match: *` and fails on an election that exists).
 fn acquires_an_entry(head: &str) -> bool {
     let first = head.lines().next().unwrap_or_default();
     // The blob name's slashes are percent-encoded in the path.
-    (first.contains("/queues/") || first.contains("/queues%2F"))
-        && first.contains("comp=lease")
+    first.starts_with("PUT")
+        && (first.contains("/elections/") || first.contains("/elections%2F"))
         && head
             .lines()
-            .any(|l| l.to_ascii_lowercase().replace(' ', "") == "x-ms-lease-action:acquire")
+            .any(|l| l.to_ascii_lowercase().starts_with("if-match:"))
 }
 
 /// One connection: requests go up as they come; once a request acquiring an entry's

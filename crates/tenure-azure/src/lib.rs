@@ -6,14 +6,16 @@ mod auth;
 mod backend;
 mod config;
 mod error;
+mod members;
 mod names;
-mod queue;
-mod session;
-mod shared;
+mod prims;
+mod record;
+mod sessions;
 mod store;
 
-pub use backend::{AzureBackend, MAX_LEASE_SECS, MIN_LEASE_SECS};
+pub use backend::AzureBackend;
 pub use config::{AzureConfig, SCHEME};
+pub use prims::{MAX_LEASE_SECS, MIN_LEASE_SECS};
 
 /// How `tenure::connect` opens this backend from a URL (its schemes and constructor).
 pub const DRIVER: tenure_core::backend::Driver =

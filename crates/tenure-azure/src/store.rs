@@ -10,10 +10,8 @@ use azure_core::http::{
 };
 use azure_core::Bytes;
 use azure_storage_blob::models::{
-    BlobClientAcquireLeaseOptions, BlobClientBreakLeaseOptions, BlobClientDeleteOptions,
-    BlobClientGetPropertiesResultHeaders, BlobClientSetMetadataOptions,
-    BlobContainerClientListBlobsOptions, BlockBlobClientUploadOptions, LeaseState,
-    ListBlobsIncludeItem,
+    BlobClientDeleteOptions, BlobClientGetPropertiesResultHeaders,
+    BlobContainerClientListBlobsOptions, BlockBlobClientUploadOptions, ListBlobsIncludeItem,
 };
 use azure_storage_blob::{BlobClient, BlobContainerClient, BlobContainerClientOptions};
 use futures::TryStreamExt;
@@ -30,16 +28,22 @@ pub(crate) const API_VERSION: &str = "2025-11-05";
 
 pub(crate) type Res<T> = std::result::Result<T, Failure>;
 
-/// A blob's lease state, etag and metadata, as `get properties` reports them.
+/// A blob's etag and metadata, as `get properties` reports them.
 #[derive(Debug, Clone)]
 pub(crate) struct Props {
-    /// A lease holds the blob (`leased`, or `breaking`: broken by a preempting waiter
-    /// or a handover, still held until its holder releases it or it runs out).
-    pub(crate) leased: bool,
-    /// The lease is `breaking`.
-    pub(crate) breaking: bool,
     pub(crate) etag: String,
     pub(crate) metadata: HashMap<String, String>,
+}
+
+/// What a write of a blob is conditional on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum When<'a> {
+    /// Nothing: it replaces whatever is there.
+    Always,
+    /// That no blob of the name exists (`If-None-Match: *`).
+    Absent,
+    /// That the blob still has this etag (`If-Match`).
+    Is(&'a str),
 }
 
 /// One listed blob.
@@ -47,7 +51,6 @@ pub(crate) struct Props {
 pub(crate) struct Listed {
     pub(crate) name: String,
     pub(crate) etag: String,
-    pub(crate) leased: bool,
     /// Only when listed with metadata.
     pub(crate) metadata: HashMap<String, String>,
 }
@@ -152,14 +155,6 @@ impl Store {
         self.call_as(Purpose::Election, fut).await
     }
 
-    /// [`call`](Self::call) a request whose answer is not needed.
-    async fn send<T>(
-        &self,
-        fut: impl std::future::Future<Output = azure_core::Result<T>>,
-    ) -> Res<()> {
-        self.call(fut).await.map(drop)
-    }
-
     /// Run one request for `purpose` with the request timeout, counted.
     async fn call_as<T>(
         &self,
@@ -193,210 +188,80 @@ impl Store {
         }
     }
 
-    /// Create an empty blob if none exists (racing creators are fine).
-    pub(crate) async fn create_blob(&self, name: &str) -> Res<()> {
-        let options = BlockBlobClientUploadOptions {
-            if_none_match: Some(Etag::from("*")),
-            ..Default::default()
-        };
-        let content: RequestContent<Bytes, NoFormat> = RequestContent::from(Vec::new());
-        match self
-            .call(
-                self.blob(name)
-                    .block_blob_client()
-                    .upload(content, Some(options)),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            // Someone else created it (and may hold a lease on it already).
-            Err(f) if f.code_is("BlobAlreadyExists") || f.status == Some(412) => Ok(()),
-            Err(f) if f.status == Some(409) && f.code_is("LeaseIdMissing") => Ok(()),
-            Err(f) => Err(f),
-        }
-    }
-
-    /// Create the empty blob `name` with `metadata` unless it exists: `Ok(false)` if it
-    /// does (or another writer created it first).
-    pub(crate) async fn create_with_metadata(
+    /// Write `body` (with `metadata`) to `name` if `when` holds; the etag it leaves.
+    /// A condition that does not hold (or a blob that exists, for
+    /// [`When::Absent`]) is `Ok(None)`.
+    pub(crate) async fn put(
         &self,
         name: &str,
+        body: Vec<u8>,
         metadata: HashMap<String, String>,
-    ) -> Res<bool> {
+        when: When<'_>,
+        purpose: Purpose,
+    ) -> Res<Option<String>> {
+        let (if_match, if_none_match) = match when {
+            When::Always => (None, None),
+            When::Absent => (None, Some(Etag::from("*"))),
+            When::Is(etag) => (Some(Etag::from(etag.to_string())), None),
+        };
         let options = BlockBlobClientUploadOptions {
-            if_none_match: Some(Etag::from("*")),
+            if_match,
+            if_none_match,
             metadata: Some(metadata),
-            ..Default::default()
-        };
-        let content: RequestContent<Bytes, NoFormat> = RequestContent::from(Vec::new());
-        match self
-            .send(
-                self.blob(name)
-                    .block_blob_client()
-                    .upload(content, Some(options)),
-            )
-            .await
-        {
-            Ok(()) => Ok(true),
-            Err(f) if f.code_is("BlobAlreadyExists") || f.status == Some(412) => Ok(false),
-            Err(f) if f.status == Some(409) => Ok(false),
-            Err(f) => Err(f),
-        }
-    }
-
-    /// Write the empty blob `name` with `metadata`, replacing whatever was there.
-    pub(crate) async fn put_metadata_blob(
-        &self,
-        name: &str,
-        metadata: HashMap<String, String>,
-    ) -> Res<()> {
-        let options = BlockBlobClientUploadOptions {
-            metadata: Some(metadata),
-            ..Default::default()
-        };
-        let content: RequestContent<Bytes, NoFormat> = RequestContent::from(Vec::new());
-        self.send(
-            self.blob(name)
-                .block_blob_client()
-                .upload(content, Some(options)),
-        )
-        .await
-    }
-
-    /// Delete `name` if its etag is still `etag` and no lease holds it; a missing blob,
-    /// a changed one or a leased one is left alone (`Ok`).
-    pub(crate) async fn delete_if_unchanged(&self, name: &str, etag: &str) -> Res<()> {
-        let options = BlobClientDeleteOptions {
-            if_match: Some(Etag::from(etag.to_string())),
-            ..Default::default()
-        };
-        match self.call(self.blob(name).delete(Some(options))).await {
-            Ok(_) => Ok(()),
-            Err(f) if matches!(f.status, Some(404) | Some(409) | Some(412)) => Ok(()),
-            Err(f) => Err(f),
-        }
-    }
-
-    /// Write `body` to `name` under `lease_id`.
-    pub(crate) async fn write_body(&self, name: &str, lease_id: &str, body: Vec<u8>) -> Res<()> {
-        let options = BlockBlobClientUploadOptions {
-            lease_id: Some(lease_id.to_string()),
             ..Default::default()
         };
         let content: RequestContent<Bytes, NoFormat> = RequestContent::from(body);
-        self.send(
-            self.blob(name)
-                .block_blob_client()
-                .upload(content, Some(options)),
-        )
-        .await
-    }
-
-    /// Acquire the lease on `name` for `seconds` with `lease_id`.
-    pub(crate) async fn acquire(&self, name: &str, lease_id: &str, seconds: i32) -> Res<()> {
-        tracing::trace!(blob = %name, lease = %lease_id, "acquire lease");
-        let options = BlobClientAcquireLeaseOptions {
-            proposed_lease_id: Some(lease_id.to_string()),
-            ..Default::default()
-        };
-        self.send(self.blob(name).acquire_lease(seconds, Some(options)))
+        let blob = self.blob(name).block_blob_client();
+        match self
+            .call_as(purpose, blob.upload(content, Some(options)))
             .await
+        {
+            Ok(r) => Ok(Some(r.etag.map(|e| e.to_string()).unwrap_or_default())),
+            Err(f) if matches!(f.status, Some(409 | 412)) => Ok(None),
+            Err(f) if f.status == Some(404) && when != When::Always => Ok(None),
+            Err(f) => Err(f),
+        }
     }
 
-    pub(crate) async fn renew(&self, name: &str, lease_id: &str) -> Res<()> {
-        self.call_as(
-            Purpose::Renewal,
-            self.blob(name).renew_lease(lease_id.to_string(), None),
-        )
-        .await
-        .map(|_| ())
-    }
-
-    pub(crate) async fn release(&self, name: &str, lease_id: &str) -> Res<()> {
-        tracing::trace!(blob = %name, lease = %lease_id, "release lease");
-        self.send(self.blob(name).release_lease(lease_id.to_string(), None))
-            .await
-    }
-
-    /// Break the lease on `name` at once.
-    pub(crate) async fn break_lease(&self, name: &str) -> Res<()> {
-        let options = BlobClientBreakLeaseOptions {
-            break_period: Some(0),
-            ..Default::default()
-        };
-        self.send(self.blob(name).break_lease(Some(options))).await
-    }
-
-    /// Break the lease on `name`, if the blob's etag is still `etag`, without a break
-    /// period: Azure then keeps the lease until it would have run out anyway (its
-    /// holder may still release it), and the holder's next renewal fails. So nobody can
-    /// acquire the seat earlier than without the break, while the holder learns at its
-    /// next renewal that it is asked to step down.
-    pub(crate) async fn break_lease_at_expiry(&self, name: &str, etag: &str) -> Res<()> {
-        let options = BlobClientBreakLeaseOptions {
-            break_period: None,
-            if_match: Some(Etag::from(etag.to_string())),
-            ..Default::default()
-        };
-        self.send(self.blob(name).break_lease(Some(options))).await
-    }
-
-    /// Replace the metadata of `name`, conditional on holding `lease_id`.
-    pub(crate) async fn set_metadata(
-        &self,
-        name: &str,
-        lease_id: &str,
-        metadata: &HashMap<String, String>,
-    ) -> Res<()> {
-        let options = BlobClientSetMetadataOptions {
-            lease_id: Some(lease_id.to_string()),
-            ..Default::default()
-        };
-        self.send(self.blob(name).set_metadata(metadata, Some(options)))
-            .await
-    }
-
-    /// Lease state and metadata of `name`; `None` if the blob does not exist.
+    /// Etag and metadata of `name`; `None` if the blob does not exist.
     pub(crate) async fn properties(&self, name: &str) -> Res<Option<Props>> {
         match self.call(self.blob(name).get_properties(None)).await {
-            Ok(r) => {
-                let state = r.lease_state().ok().flatten();
-                let breaking = matches!(state, Some(LeaseState::Breaking));
-                let leased = breaking || matches!(state, Some(LeaseState::Leased));
-                let metadata = r.metadata().unwrap_or_default();
-                let etag = r.etag().ok().flatten().map(|e| e.to_string());
-                Ok(Some(Props {
-                    leased,
-                    breaking,
-                    etag: etag.unwrap_or_default(),
-                    metadata,
-                }))
-            }
+            Ok(r) => Ok(Some(Props {
+                etag: r
+                    .etag()
+                    .ok()
+                    .flatten()
+                    .map(|e| e.to_string())
+                    .unwrap_or_default(),
+                metadata: r.metadata().unwrap_or_default(),
+            })),
             Err(f) if f.status == Some(404) => Ok(None),
             Err(f) => Err(f),
         }
     }
 
-    /// Delete `name` (under `lease_id` if given); a missing blob is fine.
-    pub(crate) async fn delete(&self, name: &str, lease_id: Option<&str>) -> Res<()> {
+    /// Delete `name` (if its etag is still `etag`, when given); a missing or changed
+    /// blob is fine.
+    pub(crate) async fn delete(&self, name: &str, etag: Option<&str>) -> Res<()> {
         let options = BlobClientDeleteOptions {
-            lease_id: lease_id.map(str::to_string),
+            if_match: etag.map(|e| Etag::from(e.to_string())),
             ..Default::default()
         };
         match self.call(self.blob(name).delete(Some(options))).await {
             Ok(_) => Ok(()),
-            Err(f) if f.status == Some(404) => Ok(()),
+            Err(f) if matches!(f.status, Some(404 | 412)) => Ok(()),
             Err(f) => Err(f),
         }
     }
 
-    /// The body of `name`; `None` if it does not exist.
-    pub(crate) async fn download(&self, name: &str) -> Res<Option<Vec<u8>>> {
+    /// The body and etag of `name`; `None` if it does not exist.
+    pub(crate) async fn download(&self, name: &str) -> Res<Option<(Vec<u8>, String)>> {
         let blob = self.blob(name);
         let fut = async {
             let r = blob.download(None).await?;
+            let etag = r.properties.etag.as_ref().map(|e| e.to_string());
             let bytes = r.body.collect().await?;
-            Ok::<_, azure_core::Error>(bytes.to_vec())
+            Ok::<_, azure_core::Error>((bytes.to_vec(), etag.unwrap_or_default()))
         };
         match self.call(fut).await {
             Ok(b) => Ok(Some(b)),
@@ -405,21 +270,9 @@ impl Store {
         }
     }
 
-    /// Every blob whose name starts with `prefix` (all pages).
-    pub(crate) async fn list(&self, prefix: &str) -> Res<Vec<Listed>> {
-        self.list_blobs(prefix, false, Purpose::Election).await
-    }
-
     /// Every blob whose name starts with `prefix` (all pages), with its metadata.
     pub(crate) async fn list_with_metadata(&self, prefix: &str) -> Res<Vec<Listed>> {
         self.list_blobs(prefix, true, Purpose::Election).await
-    }
-
-    /// The listing of a session's notice prefix: counted with the renewals, as part of
-    /// keeping the session's seats (a holder sends it once per poll interval while it
-    /// holds any, and no election request).
-    pub(crate) async fn list_notices(&self, prefix: &str) -> Res<Vec<Listed>> {
-        self.list_blobs(prefix, false, Purpose::Renewal).await
     }
 
     async fn list_blobs(&self, prefix: &str, metadata: bool, purpose: Purpose) -> Res<Vec<Listed>> {
@@ -444,10 +297,6 @@ impl Store {
                     out.push(Listed {
                         name,
                         etag: props.etag.map(|e| e.to_string()).unwrap_or_default(),
-                        leased: matches!(
-                            props.lease_state,
-                            Some(LeaseState::Leased | LeaseState::Breaking)
-                        ),
                         metadata,
                     });
                 }
@@ -514,13 +363,4 @@ fn entra(source: EntraSource) -> Result<Arc<dyn azure_core::credentials::TokenCr
             }
         }
     }
-}
-
-/// Whether a failure means the lease named is no longer ours (taken, broken, released,
-/// or the blob is gone).
-pub(crate) fn lease_lost(f: &Failure) -> bool {
-    matches!(f.status, Some(404) | Some(409) | Some(412))
-        && f.code
-            .as_deref()
-            .is_none_or(|c| c.starts_with("Lease") || c == "BlobNotFound" || c == "ConditionNotMet")
 }
