@@ -294,3 +294,36 @@ impl Sessions {
         Ok(live)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_gives_its_session_up_before_any_reader_may() {
+        let ttl = Duration::from_secs(15);
+        let t0 = Instant::now();
+        let mut own = Own {
+            ttl,
+            confirmed: t0,
+            etag: "e1".into(),
+            ended: false,
+        };
+        // Live until 95 % of the TTL after the last renewal that counted, then never.
+        assert!(own.live(t0 + Duration::from_millis(14_200)));
+        assert!(!own.live(t0 + Duration::from_millis(14_250)));
+        own.confirmed = t0 + Duration::from_secs(14);
+        assert!(!own.live(t0 + Duration::from_secs(15)), "ended is final");
+        // A reader that first saw the etag after the renewal was sent calls the
+        // session ended only a TTL later: after the owner's bound.
+        let seen = |checked: Duration| Seen {
+            etag: "e1".into(),
+            first: t0,
+            checked: t0 + checked,
+            ttl,
+            ended: false,
+        };
+        assert!(seen(Duration::from_secs(15)).live());
+        assert!(!seen(Duration::from_millis(15_001)).live());
+    }
+}
