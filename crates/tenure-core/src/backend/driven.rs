@@ -395,7 +395,9 @@ impl Follower {
             if !due.is_empty() {
                 self.backend.count();
                 match self.backend.store.read_many(&due).await {
-                    Ok(snaps) if snaps.len() == due.len() => fresh.extend(due.into_iter().zip(snaps)),
+                    Ok(snaps) if snaps.len() == due.len() => {
+                        fresh.extend(due.into_iter().zip(snaps))
+                    }
                     _ => {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         for e in &due {

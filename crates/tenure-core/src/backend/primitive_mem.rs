@@ -97,13 +97,18 @@ impl State {
 
     /// Whether what `what` names happened in `election`: `Some(expiry)` if not yet,
     /// with the instant the session waited `on` runs out, if any.
-    fn pending(&self, election: &ElectionName, what: &WaitFor, now: Instant) -> Option<Option<Instant>> {
+    fn pending(
+        &self,
+        election: &ElectionName,
+        what: &WaitFor,
+        now: Instant,
+    ) -> Option<Option<Instant>> {
         let (me, on, seen) = (what.me.as_deref(), what.on.as_deref(), what.seen);
         let e = self.elections.get(election);
         let record = |s: &str| e.and_then(|e| e.record(s));
         let moved = e.map_or(0, |e| e.revision) > seen;
-        let mine_changed = me
-            .is_some_and(|me| record(me).is_none_or(|r| r.version > seen) || !self.live(me, now));
+        let mine_changed =
+            me.is_some_and(|me| record(me).is_none_or(|r| r.version > seen) || !self.live(me, now));
         let on_gone = on.is_some_and(|on| record(on).is_none() || !self.live(on, now));
         if mine_changed || on_gone || (me.is_none() && on.is_none() && moved) {
             return None;
