@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::Primitives;
-use tenure_core::engine::{Snapshot, WaitFor, Write};
+use tenure_core::engine::{Candidacy, Op, Snapshot, Token, WaitFor, Write};
 use tenure_core::testing::primitives as suite;
 use tenure_core::{Candidate, DynBackend, ElectionName, Result, Session};
 use tenure_integration::{timing_ms, ZooKeeperServer};
@@ -136,4 +136,70 @@ async fn round_trips_per_operation() {
     for s in [a, b, c] {
         s.close().await.expect("close");
     }
+}
+
+/// A put of `session`'s candidacy at `revision`, minting its token.
+fn take(session: &str, revision: u64) -> Write {
+    let candidacy = Candidacy {
+        session: session.to_string(),
+        candidate: format!("c-{session}"),
+        value: String::new(),
+        priority: 0,
+        preemptible: true,
+    };
+    let put = Op::Put {
+        candidacy,
+        token: Token::Mint,
+        told: false,
+        chosen: false,
+        inherited: None,
+    };
+    Write {
+        revision,
+        ops: vec![put],
+        ..Write::default()
+    }
+}
+
+/// A batch of writes where one election moved on before it and one write is of an
+/// ended session: each gets its own answer, and the rest still go in one multi (a
+/// ZooKeeper multi fails whole at its first failing op; the batch takes that write out
+/// and sends the rest again, rather than sending every write on its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_answers_each_write_in_few_requests() {
+    let backend = backend().await;
+    let prims = backend.primitives();
+    let open = || prims.open(Duration::from_secs(20));
+    let (a, b) = (open().await.expect("open"), open().await.expect("open"));
+    prims.revoke(&b).await.expect("revoke");
+    let seats: Vec<ElectionName> = (0..8).map(|i| election(&format!("mixed/{i}"))).collect();
+    let (taken, _) = prims.commit(&seats[2], &take(&a, 0)).await.expect("commit");
+    assert!(taken, "a free seat is taken");
+    let writes: Vec<(ElectionName, Write)> = seats
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.clone(), take(if i == 5 { &b } else { &a }, 0)))
+        .collect();
+    let before = backend.round_trips();
+    let answers = prims.commit_many(&writes).await.expect("commit many");
+    let requests = backend.round_trips() - before;
+    let committed: Vec<bool> = answers.iter().map(|(done, _)| *done).collect();
+    let expect: Vec<bool> = (0..8).map(|i| i != 2 && i != 5).collect();
+    assert_eq!(committed, expect, "{answers:?}");
+    assert_eq!(answers[2].1.revision, 1, "the moved election as it stands");
+    assert_eq!(
+        answers[5].1.revision, 0,
+        "the ended session's election, untouched"
+    );
+    for (i, (done, snap)) in answers.iter().enumerate() {
+        if *done {
+            let token = snap.record(&a).and_then(|r| r.token);
+            assert!(token.is_some(), "seat {i}: {snap:?}");
+        }
+    }
+    eprintln!("8 writes, one election moved, one session ended: {requests} requests");
+    // The read of the moved election, the multi that fails at the ended session's
+    // check, the multi of the other six.
+    assert!(requests <= 4, "{requests} requests for the batch");
+    prims.revoke(&a).await.expect("revoke");
 }

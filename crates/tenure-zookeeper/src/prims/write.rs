@@ -261,7 +261,7 @@ impl ZkPrimitives {
     /// plan whose op failed and how.
     async fn send(
         &self,
-        plans: &[Plan],
+        plans: &[&Plan],
     ) -> Result<std::result::Result<Vec<Stat>, (usize, Failed)>> {
         let client = self.shared.reader().await?;
         let mut writer = client.new_multi_writer();
@@ -304,17 +304,17 @@ impl ZkPrimitives {
         }
     }
 
-    /// Make the parents of `election`'s node.
-    async fn make_parent(&self, election: &ElectionName) -> Result<()> {
-        let dir = election_dir(election);
-        let Some((parent, _)) = dir.rsplit_once('/') else {
-            return Ok(());
-        };
-        if parent.is_empty() {
-            return Ok(());
-        }
+    /// Make the parents of the election nodes `plans` create (with theirs): two round
+    /// trips whatever their number.
+    async fn make_parents(&self, plans: &[&Plan]) -> Result<()> {
+        let parents: Vec<&str> = plans
+            .iter()
+            .filter(|p| p.create)
+            .filter_map(|p| p.dir.rsplit_once('/').map(|(d, _)| d))
+            .filter(|d| !d.is_empty())
+            .collect();
         let client = self.shared.reader().await?;
-        self.shared.make_dirs(&client, "commit", &[parent]).await
+        self.shared.make_dirs(&client, "commit", &parents).await
     }
 
     /// One write, after the base is known: its answer.
@@ -334,23 +334,16 @@ impl ZkPrimitives {
                 return Err(mixed_layouts(election));
             }
             let plan = self.plan(election, &base, write);
-            let plans = [plan];
-            match self.send(&plans).await? {
+            match self.send(&[&plan]).await? {
                 Ok(stats) => {
-                    let [plan] = plans;
                     let after = plan.done(&stats[0]);
                     self.remember(election, &after);
                     return Ok((true, after.snapshot()));
                 }
-                Err((_, Failed::Session(id))) => {
-                    let mut k = base;
-                    k.live.insert(id, false);
-                    self.remember(election, &k);
-                    return Ok((false, k.snapshot()));
-                }
+                Err((_, Failed::Session(id))) => return Ok(self.refused(election, base, id)),
                 Err((_, Failed::NoParent)) if !made_parent => {
                     made_parent = true;
-                    self.make_parent(election).await?;
+                    self.make_parents(&[&plan]).await?;
                 }
                 Err((_, Failed::Signal(path, err))) if repairs < 4 => {
                     repairs += 1;
@@ -397,77 +390,91 @@ impl ZkPrimitives {
         }
     }
 
-    /// One multi for the whole batch when every write commits; should one of them
-    /// fail (a compare, an ended session), the batch is committed write by write.
+    /// The answer to a write on `base` refused for the ended session `id`.
+    fn refused(&self, election: &ElectionName, mut base: Known, id: String) -> (bool, Snapshot) {
+        base.live.insert(id, false);
+        self.remember(election, &base);
+        (false, base.snapshot())
+    }
+
+    /// Many writes in as few multis as ZooKeeper allows. The elections not last seen
+    /// at their write's revision are read first (one multi-read per [`BATCH`]), and a
+    /// write whose election moved on is answered from that read. The rest go
+    /// [`BATCH`] writes (and at most [`BATCH_BYTES`]) to a multi. A multi fails whole at
+    /// its first failing op, which names the write: a missing parent has the parents
+    /// of every write of the multi made (two round trips) and the multi sent again; a
+    /// write refused for an ended session is answered so; any other (its election
+    /// moved meanwhile, a record's node changed by hand) is taken out and committed on
+    /// its own afterwards, and the multi is sent again without it.
     pub(super) async fn commit_batch(
         &self,
         writes: &[(ElectionName, Write)],
     ) -> Result<Vec<(bool, Snapshot)>> {
-        let mut answers = Vec::with_capacity(writes.len());
-        let mut start = 0;
-        while start < writes.len() {
-            // Chunks of at most BATCH writes and BATCH_BYTES of data.
-            let mut plans = Vec::new();
-            let mut bytes = 0;
-            let mut end = start;
-            let mut unknown = Vec::new();
-            while end < writes.len() && plans.len() < BATCH && bytes < BATCH_BYTES {
-                let (e, w) = &writes[end];
-                match self.cached(e) {
-                    Some(k) if k.revision() == w.revision && !k.curator => {
-                        let p = self.plan(e, &k, w);
-                        bytes += p.data.len();
-                        plans.push(p);
-                    }
-                    None if w.revision == 0 => {
-                        let p = self.plan(e, &Known::default(), w);
-                        bytes += p.data.len();
-                        plans.push(p);
-                    }
-                    _ => unknown.push(end),
-                }
-                end += 1;
+        let mut answers: Vec<Option<(bool, Snapshot)>> = vec![None; writes.len()];
+        let mut bases: Vec<Known> = writes
+            .iter()
+            .map(|(e, _)| self.cached(e).unwrap_or_default())
+            .collect();
+        let stale: Vec<usize> = (0..writes.len())
+            .filter(|&i| bases[i].revision() != writes[i].1.revision)
+            .collect();
+        for chunk in stale.chunks(BATCH) {
+            let names: Vec<ElectionName> = chunk.iter().map(|&i| writes[i].0.clone()).collect();
+            for (&i, k) in chunk.iter().zip(self.read_known(&names).await?) {
+                bases[i] = k;
             }
-            let chunk = &writes[start..end];
-            if !unknown.is_empty() || plans.len() < 2 {
-                for (e, w) in chunk {
-                    answers.push(self.commit_one(e, w).await?);
-                }
-                start = end;
-                continue;
+        }
+        let mut alone = Vec::new();
+        let mut ready: Vec<(usize, Known, Plan)> = Vec::new();
+        for (i, ((election, write), base)) in writes.iter().zip(bases).enumerate() {
+            if base.revision() != write.revision {
+                answers[i] = Some((false, base.snapshot()));
+            } else if base.curator {
+                alone.push(i);
+            } else {
+                let plan = self.plan(election, &base, write);
+                ready.push((i, base, plan));
+            }
+        }
+        let mut ready = ready.into_iter().peekable();
+        while ready.peek().is_some() {
+            let (mut chunk, mut bytes) = (Vec::new(), 0);
+            while let Some(next) = ready.next_if(|_| chunk.len() < BATCH && bytes < BATCH_BYTES) {
+                bytes += next.2.data.len();
+                chunk.push(next);
             }
             let mut made_parents = false;
-            loop {
+            while !chunk.is_empty() {
+                let plans: Vec<&Plan> = chunk.iter().map(|(_, _, p)| p).collect();
                 match self.send(&plans).await? {
                     Ok(stats) => {
-                        for ((plan, stat), (e, _)) in plans.into_iter().zip(&stats).zip(chunk) {
+                        for ((i, _, plan), stat) in chunk.drain(..).zip(&stats) {
                             let after = plan.done(stat);
-                            self.remember(e, &after);
-                            answers.push((true, after.snapshot()));
+                            self.remember(&writes[i].0, &after);
+                            answers[i] = Some((true, after.snapshot()));
                         }
-                        break;
                     }
                     Err((_, Failed::NoParent)) if !made_parents => {
                         made_parents = true;
-                        let client = self.shared.reader().await?;
-                        let parents: Vec<&str> = plans
-                            .iter()
-                            .filter(|p| p.create)
-                            .filter_map(|p| p.dir.rsplit_once('/').map(|(d, _)| d))
-                            .filter(|d| !d.is_empty())
-                            .collect();
-                        self.shared.make_dirs(&client, "commit", &parents).await?;
+                        self.make_parents(&plans).await?;
                     }
-                    Err(_) => {
-                        for (e, w) in chunk {
-                            answers.push(self.commit_one(e, w).await?);
-                        }
-                        break;
+                    Err((at, Failed::Session(id))) => {
+                        let (i, base, _) = chunk.remove(at);
+                        answers[i] = Some(self.refused(&writes[i].0, base, id));
                     }
+                    Err((at, _)) => alone.push(chunk.remove(at).0),
                 }
             }
-            start = end;
         }
-        Ok(answers)
+        for i in alone {
+            let (election, write) = &writes[i];
+            answers[i] = Some(self.commit_one(election, write).await?);
+        }
+        answers
+            .into_iter()
+            .map(|a| {
+                a.ok_or_else(|| TAG.own(ErrorKind::Backend, "commit: a write went unanswered"))
+            })
+            .collect()
     }
 }
