@@ -40,10 +40,11 @@ const ENV_KEYS: &[(&str, &str)] = &[
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 #[non_exhaustive]
 pub enum ZooKeeperLayout {
-    /// tenure's own layout (the default): candidate names carry the priority ahead of
-    /// the sequence, and an explicit leader node holds the seat. Keeps priorities,
-    /// preemption and handover (contract clause 14); cannot share an election with
-    /// Curator's `LeaderLatch`. URL `layout=priority`.
+    /// tenure's own layout (the default): the election engine over ZooKeeper, an
+    /// election being the data of its node, written by one conditional `multi` per
+    /// step. Keeps priorities, preemption, handover and state transfer (contract
+    /// clauses 14 and 16); cannot share an election with Curator's `LeaderLatch`. URL
+    /// `layout=priority`.
     #[default]
     Priority,
     /// Curator `LeaderLatch` names (`_c_<uuid>-latch-<sequence>`, the lowest sequence

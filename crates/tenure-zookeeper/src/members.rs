@@ -238,77 +238,91 @@ pub(crate) async fn replace(
     ))
 }
 
-/// A session's registrations by namespace and id: the node's name, `None` while unsure
-/// (a request in flight, failed or dropped).
-pub(crate) type Registrations = HashMap<(ElectionName, String), Option<String>>;
-
-/// Register `member` in `namespace` for the ZooKeeper session `owner` on its `client`,
-/// replacing its registration of the id, if any.
-pub(crate) async fn register(
-    shared: &Shared,
-    client: &Client,
+/// A ZooKeeper session's member registrations, by namespace and id: the node's name,
+/// `None` while unsure (a request in flight, failed or dropped). Held across requests,
+/// so the registrations of one session are made one at a time.
+pub(crate) struct Registrar {
+    /// The ZooKeeper session id, the `ephemeralOwner` of its member nodes.
     owner: i64,
-    registrations: &mut Registrations,
-    namespace: &ElectionName,
-    member: &Member,
-) -> Result<()> {
-    let dir = namespace_dir(namespace);
-    let key = (namespace.clone(), member.id().to_string());
-    // Unsure until the answer is in: a dropped or failed request may have applied.
-    let mut old = match registrations.insert(key.clone(), None) {
-        None => Vec::new(),
-        Some(Some(name)) => vec![name],
-        Some(None) => find_own(shared, client, owner, &dir, member.id()).await?,
-    };
-    let mut attempt = 0;
-    loop {
-        match replace(shared, client, &dir, member, &old).await {
-            Ok(name) => {
-                registrations.insert(key, Some(name));
-                return Ok(());
-            }
-            // The old node is gone (deleted by hand): look again, then replace.
-            Err(e) if is_no_node(&e) && !old.is_empty() && attempt < 3 => {
-                attempt += 1;
-                old = find_own(shared, client, owner, &dir, member.id()).await?;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    registrations: tokio::sync::Mutex<HashMap<(ElectionName, String), Option<String>>>,
 }
 
-/// Remove the registration of `id` in `namespace` of the ZooKeeper session `owner`.
-pub(crate) async fn unregister(
-    shared: &Shared,
-    client: &Client,
-    owner: i64,
-    registrations: &mut Registrations,
-    namespace: &ElectionName,
-    id: &str,
-) -> Result<()> {
-    let dir = namespace_dir(namespace);
-    let key = (namespace.clone(), id.to_string());
-    let names = match registrations.insert(key.clone(), None) {
-        None => {
-            registrations.remove(&key);
-            return Ok(());
-        }
-        Some(Some(name)) => vec![name],
-        Some(None) => find_own(shared, client, owner, &dir, id).await?,
-    };
-    for name in names {
-        let path = format!("{dir}/{name}");
-        match shared
-            .requests
-            .call("unregister member", client.delete(&path, None))
-            .await
-        {
-            Err(e) if !is_no_node(&e) => return Err(e),
-            _ => {}
+impl Registrar {
+    pub(crate) fn new(owner: i64) -> Self {
+        Registrar {
+            owner,
+            registrations: tokio::sync::Mutex::default(),
         }
     }
-    registrations.remove(&key);
-    Ok(())
+
+    /// Register `member` in `namespace` on the session's `client`, replacing its
+    /// registration of the id, if any.
+    pub(crate) async fn register(
+        &self,
+        shared: &Shared,
+        client: &Client,
+        namespace: &ElectionName,
+        member: &Member,
+    ) -> Result<()> {
+        let mut regs = self.registrations.lock().await;
+        let dir = namespace_dir(namespace);
+        let key = (namespace.clone(), member.id().to_string());
+        // Unsure until the answer is in: a dropped or failed request may have applied.
+        let mut old = match regs.insert(key.clone(), None) {
+            None => Vec::new(),
+            Some(Some(name)) => vec![name],
+            Some(None) => find_own(shared, client, self.owner, &dir, member.id()).await?,
+        };
+        let mut attempt = 0;
+        loop {
+            match replace(shared, client, &dir, member, &old).await {
+                Ok(name) => {
+                    regs.insert(key, Some(name));
+                    return Ok(());
+                }
+                // The old node is gone (deleted by hand): look again, then replace.
+                Err(e) if is_no_node(&e) && !old.is_empty() && attempt < 3 => {
+                    attempt += 1;
+                    old = find_own(shared, client, self.owner, &dir, member.id()).await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Remove the session's registration of `id` in `namespace`.
+    pub(crate) async fn unregister(
+        &self,
+        shared: &Shared,
+        client: &Client,
+        namespace: &ElectionName,
+        id: &str,
+    ) -> Result<()> {
+        let mut regs = self.registrations.lock().await;
+        let dir = namespace_dir(namespace);
+        let key = (namespace.clone(), id.to_string());
+        let names = match regs.insert(key.clone(), None) {
+            None => {
+                regs.remove(&key);
+                return Ok(());
+            }
+            Some(Some(name)) => vec![name],
+            Some(None) => find_own(shared, client, self.owner, &dir, id).await?,
+        };
+        for name in names {
+            let path = format!("{dir}/{name}");
+            match shared
+                .requests
+                .call("unregister member", client.delete(&path, None))
+                .await
+            {
+                Err(e) if !is_no_node(&e) => return Err(e),
+                _ => {}
+            }
+        }
+        regs.remove(&key);
+        Ok(())
+    }
 }
 
 /// One published member list, or an error.

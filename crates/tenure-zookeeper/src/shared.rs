@@ -311,6 +311,33 @@ pub(crate) async fn connect_client(
 /// Where a session keeps its client (`None` once closed, abandoned or dropped).
 pub(crate) type ClientSlot = Arc<Mutex<Option<Client>>>;
 
+/// The client in `slot`, `None` once the session ended.
+pub(crate) fn live_client(slot: &ClientSlot) -> Option<Client> {
+    slot.lock()
+        .ok()
+        .and_then(|c| c.clone())
+        .filter(|c| !c.state().is_terminated())
+}
+
+/// Connect the ZooKeeper session of a tenure session, its timeout `ttl`. The server
+/// must grant exactly `ttl`: a shorter session would expire before the core's deadline
+/// assumes, a longer one would make failover slower than promised. Detached: dropping
+/// the client (an abandoned session) leaves the session to expire on the server;
+/// closing it is explicit.
+pub(crate) async fn open_session(config: &ZooKeeperConfig, ttl: Duration) -> Result<Client> {
+    let client = connect_client(config, ttl, None, true).await?;
+    let negotiated = client.session_timeout();
+    if negotiated != ttl {
+        return Err(Error::invalid(format!(
+            "ttl: ZooKeeper granted a session timeout of {negotiated:?} for the requested {ttl:?}; \
+             the server clamps session timeouts to [minSessionTimeout, maxSessionTimeout] \
+             (by default [2, 20] × tickTime), so choose a ttl in that range"
+        ))
+        .with_backend(crate::SCHEME));
+    }
+    Ok(client)
+}
+
 /// Close the session `info` from a new connection: dropping the only clone of a
 /// non-detached client sends the close request.
 pub(crate) async fn close_session(config: &ZooKeeperConfig, info: SessionInfo) -> Result<()> {

@@ -139,41 +139,12 @@ impl ZkSession {
         node: &Node,
     ) -> Result<()> {
         self.unguard(election);
-        let paths = node.paths(dir);
-        let deleted = if let [path] = paths.as_slice() {
-            self.shared
-                .requests
-                .call("resign", client.delete(path, None))
-                .await
-        } else {
-            // The seat and the place in line go together: one transaction.
-            let mut writer = client.new_multi_writer();
-            for path in &paths {
-                writer
-                    .add_delete(path, None)
-                    .map_err(|e| crate::error::map("resign", e))?;
-            }
-            let commit = async { writer.commit().await.map(drop).map_err(ZkError::from) };
-            match self.shared.requests.call("resign", commit).await {
-                // One of them is gone already (deleted by hand): delete the other alone.
-                Err(e) if is_no_node(&e) => {
-                    for path in &paths {
-                        match self
-                            .shared
-                            .requests
-                            .call("resign", client.delete(path, None))
-                            .await
-                        {
-                            Err(e) if !is_no_node(&e) => return Err(e),
-                            _ => {}
-                        }
-                    }
-                    Ok(())
-                }
-                done => done,
-            }
-        };
-        match deleted {
+        let path = node.path(dir);
+        let deleted = self
+            .shared
+            .requests
+            .call("resign", client.delete(&path, None));
+        match deleted.await {
             Ok(()) => {}
             Err(e) if is_no_node(&e) => {}
             Err(e) => return Err(e),
@@ -199,11 +170,9 @@ impl ZkSession {
         let mut writer = client.new_multi_writer();
         for (election, node) in chunk {
             self.unguard(election);
-            for path in node.paths(&election_dir(election)) {
-                writer
-                    .add_delete(&path, None)
-                    .map_err(|e| crate::error::map(WHAT, e))?;
-            }
+            writer
+                .add_delete(&node.path(&election_dir(election)), None)
+                .map_err(|e| crate::error::map(WHAT, e))?;
         }
         let commit = async { writer.commit().await.map_err(ZkError::from) };
         match self.shared.requests.call(WHAT, commit).await {

@@ -11,7 +11,7 @@ use zookeeper_client::{Client, Error as ZkError, EventType};
 
 use super::campaign::OwnWatch;
 use super::{Node, ZkSession};
-use crate::shared::Shared;
+use crate::shared::{live_client, Shared};
 
 impl ZkSession {
     /// Record the grant of `node` and guard it: a task waits for the node's exists watch
@@ -76,11 +76,7 @@ pub(super) struct Guarded {
 impl Guarded {
     /// The session's client, `None` once the session ended.
     fn client(&self) -> Option<Client> {
-        self.client
-            .lock()
-            .ok()
-            .and_then(|c| c.clone())
-            .filter(|c| !c.state().is_terminated())
+        live_client(&self.client)
     }
 
     /// Run the guard's request `request`.

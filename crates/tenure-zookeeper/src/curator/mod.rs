@@ -18,7 +18,7 @@ use zookeeper_client::{Client, Error as ZkError, SessionState};
 use crate::error::TAG;
 use crate::members;
 use crate::nodes::{election_dir, protected_prefix, random_uuid};
-use crate::shared::{close_session, connect_client, Shared};
+use crate::shared::{close_session, open_session, Shared};
 
 /// A candidacy's node once created.
 #[derive(Clone, Debug)]
@@ -34,9 +34,9 @@ impl Node {
         Node { name, czxid }
     }
 
-    /// The paths to delete to give the seat up and leave the queue.
-    fn paths(&self, dir: &str) -> Vec<String> {
-        vec![format!("{dir}/{}", self.name)]
+    /// The node's path in the election directory `dir`.
+    fn path(&self, dir: &str) -> String {
+        format!("{dir}/{}", self.name)
     }
 }
 
@@ -65,12 +65,7 @@ pub(crate) struct ZkSession {
     events: SessionEvents,
     /// The task guarding each held election's node (see [`guard_leader`]).
     guards: Mutex<HashMap<ElectionName, tokio::task::JoinHandle<()>>>,
-    /// The ZooKeeper session id, the `ephemeralOwner` of this session's nodes.
-    owner: i64,
-    /// Member registrations by namespace and id: the node's name, `None` while unsure
-    /// (a request in flight, failed or dropped). Held across requests, so registrations
-    /// of one session are made one at a time.
-    registrations: tokio::sync::Mutex<members::Registrations>,
+    members: members::Registrar,
 }
 
 impl fmt::Debug for ZkSession {
@@ -143,18 +138,7 @@ impl ZkSession {
         ttl: Duration,
         events: SessionEvents,
     ) -> Result<Self> {
-        // Detached: dropping the client (an abandoned session) leaves the session to
-        // expire on the server instead of closing it; `close` closes it explicitly.
-        let client = connect_client(&shared.config, ttl, None, true).await?;
-        let negotiated = client.session_timeout();
-        if negotiated != ttl {
-            return Err(Error::invalid(format!(
-                "ttl: ZooKeeper granted a session timeout of {negotiated:?} for the requested {ttl:?}; \
-                 the server clamps session timeouts to [minSessionTimeout, maxSessionTimeout] \
-                 (by default [2, 20] × tickTime), so choose a ttl in that range"
-            ))
-            .with_backend(crate::SCHEME));
-        }
+        let client = open_session(&shared.config, ttl).await?;
         let owner = client.session_id().0;
         let id = format!("{owner:016x}");
         let session_info = client.session().clone();
@@ -197,8 +181,7 @@ impl ZkSession {
             state_task,
             events: guard_events,
             guards: Mutex::new(HashMap::new()),
-            owner,
-            registrations: tokio::sync::Mutex::new(HashMap::new()),
+            members: members::Registrar::new(owner),
         })
     }
 
@@ -375,17 +358,10 @@ impl BackendSession for ZkSession {
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
         let client = self.client()?;
-        let mut registrations = self.registrations.lock().await;
-        let (shared, owner) = (&self.shared, self.owner);
-        members::register(
-            shared,
-            &client,
-            owner,
-            &mut registrations,
-            namespace,
-            member,
-        )
-        .await
+        let shared = &self.shared;
+        self.members
+            .register(shared, &client, namespace, member)
+            .await
     }
 
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
@@ -395,9 +371,10 @@ impl BackendSession for ZkSession {
             Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
             Err(e) => return Err(e),
         };
-        let mut registrations = self.registrations.lock().await;
-        let (shared, owner) = (&self.shared, self.owner);
-        members::unregister(shared, &client, owner, &mut registrations, namespace, id).await
+        let shared = &self.shared;
+        self.members
+            .unregister(shared, &client, namespace, id)
+            .await
     }
 
     /// Drop the connection without closing the session, as a crashed process would:
@@ -430,22 +407,11 @@ impl BackendSession for ZkSession {
             .map(|mut n| n.drain().collect())
             .unwrap_or_default();
         if !client.state().is_terminated() {
+            let limit = self.shared.config.get_request_timeout();
             let deletes = nodes.iter().map(|(election, node)| {
-                let paths = node.paths(&election_dir(election));
+                let path = node.path(&election_dir(election));
                 let client = &client;
-                async move {
-                    let limit = self.shared.config.get_request_timeout();
-                    if let [path] = paths.as_slice() {
-                        let _ = tokio::time::timeout(limit, client.delete(path, None)).await;
-                        return;
-                    }
-                    // The seat and the place in line together (priority layout), as in
-                    // `resign`: the next waiter never finds the leaving one ahead of it.
-                    let mut writer = client.new_multi_writer();
-                    if paths.iter().all(|p| writer.add_delete(p, None).is_ok()) {
-                        let _ = tokio::time::timeout(limit, writer.commit()).await;
-                    }
-                }
+                async move { tokio::time::timeout(limit, client.delete(&path, None)).await }
             });
             futures::future::join_all(deletes).await;
         }

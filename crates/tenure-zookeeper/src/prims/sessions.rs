@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tenure_core::backend::primitive::MemberStore;
 use tenure_core::backend::Purpose;
-use tenure_core::{ElectionName, Error, ErrorKind, Member, MemberStream, Result};
+use tenure_core::{ElectionName, ErrorKind, Member, MemberStream, Result};
 use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteError, SessionInfo};
 
 use super::{session_path, ZkPrimitives, SESSIONS};
 use crate::error::{map, TAG};
-use crate::members::{self, Registrations};
-use crate::shared::{close_session, connect_client, is_node_exists, ClientSlot, Shared};
+use crate::members::{self, Registrar};
+use crate::shared::{close_session, is_node_exists, live_client, open_session, ClientSlot, Shared};
 
 /// A session's renewals as its watchdog sees them.
 #[derive(Debug)]
@@ -29,10 +29,7 @@ struct Beat {
 pub(super) struct Own {
     client: ClientSlot,
     info: SessionInfo,
-    /// The ZooKeeper session id, the `ephemeralOwner` of its member nodes.
-    owner: i64,
-    /// Its member registrations, held across requests (made one at a time).
-    registrations: tokio::sync::Mutex<Registrations>,
+    members: Registrar,
     beat: Mutex<Beat>,
     watchdog: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -45,11 +42,7 @@ impl Own {
     }
 
     fn client(&self) -> Option<Client> {
-        self.client
-            .lock()
-            .ok()
-            .and_then(|c| c.clone())
-            .filter(|c| !c.state().is_terminated())
+        live_client(&self.client)
     }
 }
 
@@ -142,19 +135,8 @@ impl ZkPrimitives {
     }
 
     pub(super) async fn open_own(&self, ttl: Duration) -> Result<String> {
-        // Detached: dropping the client (an abandoned session) leaves the session to
-        // expire on the server; a revoke closes it.
         let opened = Instant::now();
-        let client = connect_client(&self.shared.config, ttl, None, true).await?;
-        let negotiated = client.session_timeout();
-        if negotiated != ttl {
-            return Err(Error::invalid(format!(
-                "ttl: ZooKeeper granted a session timeout of {negotiated:?} for the requested {ttl:?}; \
-                 the server clamps session timeouts to [minSessionTimeout, maxSessionTimeout] \
-                 (by default [2, 20] × tickTime), so choose a ttl in that range"
-            ))
-            .with_backend(crate::SCHEME));
-        }
+        let client = open_session(&self.shared.config, ttl).await?;
         let owner = client.session_id().0;
         let id = format!("{owner:016x}");
         let path = session_path(&id);
@@ -190,8 +172,7 @@ impl ZkPrimitives {
         let own = Arc::new(Own {
             client: slot,
             info,
-            owner,
-            registrations: tokio::sync::Mutex::default(),
+            members: Registrar::new(owner),
             beat: Mutex::new(Beat {
                 confirmed: opened,
                 ended: false,
@@ -265,16 +246,9 @@ impl MemberStore for ZkPrimitives {
         let ended = || TAG.own(ErrorKind::SessionExpired, "ZooKeeper session ended");
         let own = own.ok_or_else(ended)?;
         let client = own.client().ok_or_else(ended)?;
-        let mut regs = own.registrations.lock().await;
-        members::register(
-            &self.shared,
-            &client,
-            own.owner,
-            &mut regs,
-            namespace,
-            member,
-        )
-        .await
+        own.members
+            .register(&self.shared, &client, namespace, member)
+            .await
     }
 
     async fn unregister(&self, session: &str, namespace: &ElectionName, id: &str) -> Result<()> {
@@ -285,8 +259,9 @@ impl MemberStore for ZkPrimitives {
         let Some(client) = own.client() else {
             return Ok(());
         };
-        let mut regs = own.registrations.lock().await;
-        members::unregister(&self.shared, &client, own.owner, &mut regs, namespace, id).await
+        own.members
+            .unregister(&self.shared, &client, namespace, id)
+            .await
     }
 
     async fn list(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
