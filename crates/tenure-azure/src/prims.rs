@@ -128,6 +128,11 @@ impl AzurePrimitives {
         Ok(stored.snapshot(|s| live.get(s).copied().unwrap_or(true)))
     }
 
+    /// The snapshot of `stored` with the liveness this process knows, without a request.
+    fn known_snapshot(&self, stored: &Stored) -> Snapshot {
+        stored.snapshot(|s| self.sessions.cached(s))
+    }
+
     /// Whether what `what` waits for happened, on `stored`.
     async fn happened(&self, stored: &Stored, what: &WaitFor) -> Result<bool> {
         let rec = |s: &str| stored.recs.iter().find(|r| r.s == s);
@@ -179,8 +184,11 @@ impl Primitives for AzurePrimitives {
             None if write.revision == 0 => (None, Stored::default()),
             _ => self.fetch(election).await?,
         };
+        // A write that did not commit returns the election with the liveness this
+        // process knows (no request): a session never seen counts live, as a first
+        // read of it would show too; `changed` reads the one waited on.
         if current.rev != write.revision || for_ended {
-            return Ok((false, self.snapshot(&current).await?));
+            return Ok((false, self.known_snapshot(&current)));
         }
         let next = current.apply(write, self.floor.load(Ordering::SeqCst));
         let name = self.sessions.layout.election(election);
@@ -195,13 +203,13 @@ impl Primitives for AzurePrimitives {
         match put.await.map_err(|f| f.into_error("write election"))? {
             Some(etag) => {
                 self.floor.fetch_max(next.tok, Ordering::SeqCst);
-                let after = next.snapshot(|s| self.sessions.cached(s));
+                let after = self.known_snapshot(&next);
                 self.remember(election, etag, next);
                 Ok((true, after))
             }
             None => {
                 let (_, current) = self.fetch(election).await?;
-                Ok((false, self.snapshot(&current).await?))
+                Ok((false, self.known_snapshot(&current)))
             }
         }
     }
