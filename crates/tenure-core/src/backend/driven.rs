@@ -188,18 +188,13 @@ impl Backend for DrivenBackend {
 
     async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
         let r = async {
-            let mut snap = self.read(election).await?;
-            loop {
-                let asked = leader_of(&snap);
-                let write =
-                    engine::handover(&snap, to).map_err(|r| primitive::refused(election, &r))?;
-                self.count();
-                let (done, after) = self.store.commit(election, &write).await?;
-                match asked {
-                    Some(info) if done => return Ok(info),
-                    _ => snap = after,
-                }
-            }
+            let asked = primitive::handover(&Counted(self.clone()), election, to).await?;
+            leader_of(&asked).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Backend,
+                    "handover: the asked holder has no token",
+                )
+            })
         };
         r.await.map_err(|e| self.tag(e))
     }

@@ -269,18 +269,19 @@ pub async fn resign(
     Ok(())
 }
 
-/// Ask the holder of `election` to step down to `to` (or the next waiter).
+/// Ask the holder of `election` to step down to `to` (or the next waiter); the
+/// election the asking write was decided on (its holder is the one asked).
 pub async fn handover(
     store: &dyn Primitives,
     election: &ElectionName,
     to: Option<&str>,
-) -> Result<()> {
+) -> Result<Snapshot> {
     let mut snap = store.read(election).await?;
     loop {
         let write = engine::handover(&snap, to).map_err(|r| refused(election, &r))?;
         let (done, after) = store.commit(election, &write).await?;
         if done {
-            return Ok(());
+            return Ok(snap);
         }
         snap = after;
     }
