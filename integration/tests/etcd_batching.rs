@@ -1,6 +1,7 @@
-//! A session's campaigns for many seats at once on a real etcd: their first writes and
-//! their looks at the queue go out many per transaction, and a campaign withdrawn
-//! while its part waits for (or is in) a transaction leaves no key in the queue.
+//! A session's campaigns for many seats at once on a real etcd: their writes and reads
+//! go out many per transaction (counted as etcd's unary requests: the waits are
+//! watches on one shared stream), and a campaign withdrawn while its write waits for
+//! (or is in) a transaction leaves no candidacy behind.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,12 +73,12 @@ fn campaign_for_all(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_waiting_campaigns_are_each_granted_once_their_holder_resigns() {
     let (_server, b, elections, holder, waiter) = held_by_one("granted").await;
-    let count = || b.election_requests().expect("etcd counts its requests");
+    let count = || b.unary_calls();
     let before = count();
     let tasks = campaign_for_all(&waiter, &elections);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    // Joining the queues: a few transactions, where campaigns on their own make two
-    // per seat (write the key, look at the queue).
+    // Joining: a few transactions, where campaigns on their own make two per seat (the
+    // first write, decided on an empty election, and the join).
     let joined = count() - before;
     for e in &elections {
         let leader = b.leader(e).await.expect("leader").expect("a leader");
@@ -99,8 +100,8 @@ async fn many_waiting_campaigns_are_each_granted_once_their_holder_resigns() {
             .expect("campaign");
         tokens.push(token);
     }
-    // Taking over: a wake-up per seat (counted) and few transactions, where each
-    // seat on its own looks at its queue once more.
+    // Taking over: the releases grant the waiters in their writes; each waiter wakes
+    // and reads, the reads shared by few transactions.
     let granted = count() - before;
     for (e, token) in elections.iter().zip(&tokens) {
         let leader = b.leader(e).await.expect("leader").expect("a leader");
@@ -155,7 +156,7 @@ async fn the_losses_of_a_revoked_lease_are_confirmed_in_few_requests() {
         .await
         .expect("open");
     hold_all(&holder, &elections).await;
-    let before = b.election_requests().expect("etcd counts its requests");
+    let before = b.unary_calls();
     // The lease goes with every key on it, as when it expires: each held key's
     // deletion reaches its watch, and each is read before it is reported lost.
     b.revoke_session(holder.id()).await.expect("revoke");
@@ -167,7 +168,7 @@ async fn the_losses_of_a_revoked_lease_are_confirmed_in_few_requests() {
             Ok(None) | Err(_) => panic!("{reported} of {SEATS} losses reported"),
         }
     }
-    let spent = b.election_requests().expect("count") - before;
+    let spent = b.unary_calls() - before;
     println!("{SEATS} losses confirmed in {spent} requests");
     // One read per loss would be 300; they share transactions.
     assert!(spent < SEATS as u64 / 4, "{spent} requests");

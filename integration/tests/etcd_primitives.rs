@@ -91,6 +91,71 @@ async fn a_write_of_an_ended_session_fails_alone() {
     }
 }
 
+/// A batch of writes of an ended session costs a few round trips, whatever its size.
+/// A session's tries can meet its own end (the shard manager re-takes its seats as
+/// soon as it learns of the loss, and the tries may go through the ended session):
+/// etcd refused the whole shared transaction ("requested lease not found"), and each
+/// of the 64 writes went again alone and was read back alone, 129 round trips, about
+/// 2 s with 128 seats in the fleet test (`fleet_stall`), past the shard manager's
+/// member grace. Each write now compares its sessions' keys, so it fails on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_writes_of_an_ended_session_costs_a_few_round_trips() {
+    use tenure_core::engine::{Candidacy, Op, Token, Write};
+    let backend = backend().await;
+    let store = backend.primitives();
+    let ttl = Duration::from_secs(30);
+    let (dead, live) = (
+        store.open(ttl).await.expect("open"),
+        store.open(ttl).await.expect("open"),
+    );
+    let put = |session: &str, revision: u64| Write {
+        revision,
+        ops: vec![Op::Put {
+            candidacy: Candidacy {
+                session: session.to_string(),
+                candidate: "c".into(),
+                value: String::new(),
+                priority: 0,
+                preemptible: false,
+            },
+            token: Token::None,
+            told: false,
+            chosen: false,
+            inherited: None,
+        }],
+        ..Write::default()
+    };
+    // 64 elections, each written once by the live session (its revision is not 0).
+    let elections: Vec<ElectionName> = (0..64)
+        .map(|i| election(&format!("ended-batch/{i}")))
+        .collect();
+    let writes: Vec<_> = elections
+        .iter()
+        .map(|e| (e.clone(), put(&live, 0)))
+        .collect();
+    let made = store.commit_many(&writes).await.expect("commit");
+    assert!(made.iter().all(|(done, _)| *done), "{made:?}");
+    store.revoke(&dead).await.expect("revoke");
+    let writes: Vec<_> = elections
+        .iter()
+        .zip(&made)
+        .map(|(e, (_, snap))| (e.clone(), put(&dead, snap.revision)))
+        .collect();
+    let before = backend.round_trips();
+    let answers = store.commit_many(&writes).await.expect("answered");
+    let spent = backend.round_trips() - before;
+    println!("64 writes of an ended session: {spent} round trips");
+    for ((_, write), (done, after)) in writes.iter().zip(&answers) {
+        assert!(!done, "a put of an ended session committed");
+        assert_eq!(after.revision, write.revision, "{after:?}");
+        assert!(after.record(&dead).is_none() && after.record(&live).is_some());
+    }
+    assert!(
+        spent <= 4,
+        "64 writes of an ended session cost {spent} round trips"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trips_per_operation() {
     let backend = backend().await;

@@ -1,5 +1,6 @@
-//! Clause 14 on a real etcd beyond the shared checks: the paths of the seat layout that
-//! `check_priority` may or may not take, made certain here. A handover to a waiter
+//! Clause 14 on a real etcd beyond the shared checks: paths that `check_priority` may
+//! or may not take, made certain here (written for the seat layout; the engine keeps
+//! the same behaviour over the primitives). A handover to a waiter
 //! deep in the queue (nobody wakes it on the release, so the first in line hands the
 //! seat over on its lease), and a handover whose target left before the release (the
 //! next grant goes in order and uses the request up).

@@ -1,12 +1,13 @@
-//! The backend: connection, leader reads and observation.
+//! The backend: connection, and in the default layout the election engine driven
+//! over the store's primitives; with `layout=go`, Go's recipe (see [`crate::session`]).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::primitive::Primitives;
 use tenure_core::backend::{
-    Capabilities, Clause, DynSession, FailoverFloor, Published, SessionEvents,
+    Capabilities, Clause, DrivenBackend, DynSession, FailoverFloor, Published, SessionEvents,
 };
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
@@ -17,10 +18,11 @@ use crate::config::EtcdConfig;
 use crate::config::SCHEME;
 use crate::error::{map, TAG};
 use crate::follow::{follow, Follower};
-use crate::keys::{parse_lease_hex, seat_leader, EtcdLayout, KeySpace};
-use crate::members::{self, Members};
+use crate::keys::{parse_lease_hex, EtcdLayout, KeySpace};
+use crate::members;
 use crate::ops::{self, prefix_end};
-use crate::proto::{Event, KeyValue};
+use crate::primitives::EtcdPrimitives;
+use crate::proto::Event;
 use crate::session::EtcdSession;
 use crate::shared::Shared;
 
@@ -29,21 +31,24 @@ const MIN_TTL: Duration = Duration::from_secs(1);
 
 /// An etcd v3 store as a tenure backend.
 ///
-/// Each [`Session`](tenure_core::Session) is one etcd lease, kept alive over one
-/// keep-alive stream whatever the number of elections it holds; each candidacy is a
-/// queue key `<prefix>/<election>/@<bucket>-<lease-id>` attached to the lease, ordered
-/// by priority (the bucket) then create revision; the best waiter takes the seat key
-/// `<prefix>/<election>/#seat` by a transaction that checks nobody is ahead, and the
-/// seat's create revision is the fencing token. A waiter watches only the key just
-/// before its own, so a resign wakes exactly one waiter. With `layout=go` the keys are
-/// Go's and the oldest key leads (no priorities). A member is
-/// a key `<prefix>/@members/<namespace>/@<id>` attached to its session's lease, so it
-/// goes with the session; member lists are range reads and prefix watches.
+/// Each [`Session`](tenure_core::Session) is one etcd lease. In the default layout
+/// the election engine of `tenure-core` decides, over this crate's primitives: an
+/// election is the keys under `<prefix>/<election>/@` (a revision key every write
+/// rewrites, and a record key per candidacy attached to its session's lease), written
+/// by transactions that commit only at the revision they were decided on; a grant's
+/// fencing token is the etcd revision of the write that made it. With `layout=go` the
+/// keys are Go's `concurrency.Election`'s and the oldest key leads (no priorities). A
+/// member is a key `<prefix>/@members/<namespace>/@<id>` attached to its session's
+/// lease, so it goes with the session; member lists are range reads and prefix
+/// watches.
 ///
 /// Cheap to clone: clones share the connection.
 #[derive(Clone)]
 pub struct EtcdBackend {
     pub(crate) shared: Arc<Shared>,
+    /// The default layout's engine and the primitives it runs on (`None` with
+    /// `layout=go`).
+    driven: Option<(DrivenBackend, Arc<EtcdPrimitives>)>,
 }
 
 impl EtcdBackend {
@@ -77,9 +82,12 @@ impl EtcdBackend {
         let endpoint = config.endpoints().join(",");
         TAG.connecting(limit, &endpoint, connecting).await?;
         tracing::debug!(%config, "connected to etcd");
-        Ok(EtcdBackend {
-            shared: Arc::new(Shared::new(client, config)),
-        })
+        let shared = Arc::new(Shared::new(client, config));
+        let driven = (shared.keys.layout() == EtcdLayout::Tenure).then(|| {
+            let prims = Arc::new(EtcdPrimitives::new(shared.clone()));
+            (DrivenBackend::new(prims.clone(), SCHEME), prims)
+        });
+        Ok(EtcdBackend { shared, driven })
     }
 
     /// The settings this backend was connected with.
@@ -102,9 +110,12 @@ impl EtcdBackend {
     }
 
     /// The engine's primitives over this backend's connection (for the primitive
-    /// suite; the backend itself does not run on them yet).
-    pub fn primitives(&self) -> Arc<dyn tenure_core::backend::primitive::Primitives> {
-        Arc::new(crate::primitives::EtcdPrimitives::new(self.shared.clone()))
+    /// suite).
+    pub fn primitives(&self) -> Arc<dyn Primitives> {
+        match &self.driven {
+            Some((_, prims)) => prims.clone(),
+            None => Arc::new(EtcdPrimitives::new(self.shared.clone())),
+        }
     }
 
     /// Revoke the lease of the session with id `session_id` (see
@@ -134,32 +145,42 @@ impl Backend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        match self.shared.config.key_layout() {
-            EtcdLayout::GoElection => Capabilities::full()
+        match &self.driven {
+            Some((driven, _)) => driven.capabilities(),
+            None => Capabilities::full()
                 .batched(crate::session::BATCH)
                 .except(Clause::Observe, GO_LEADER_ID)
                 .except(Clause::Priority, GO_NO_PRIORITY),
-            EtcdLayout::Tenure => Capabilities::full()
-                .batched(crate::session::SEAT_BATCH)
-                .prioritized(),
         }
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {
-        check_ttl(timing)
+        match &self.driven {
+            Some((driven, _)) => driven.check_timing(timing),
+            None => check_ttl(timing),
+        }
     }
 
     async fn open_session(&self, ttl: Duration, events: SessionEvents) -> Result<DynSession> {
+        if let Some((driven, _)) = &self.driven {
+            return driven.open_session(ttl, events).await;
+        }
         let session = EtcdSession::open(self.shared.clone(), ttl, events).await?;
         Ok(Arc::new(session))
     }
 
     async fn leader(&self, election: &ElectionName) -> Result<Option<LeaderInfo>> {
+        if let Some((driven, _)) = &self.driven {
+            return driven.leader(election).await;
+        }
         let mut leader = Leader::of(&self.shared, election);
         Ok(leader.read(&self.shared).await?.0)
     }
 
     async fn observe(&self, election: &ElectionName) -> Result<LeaderStream> {
+        if let Some((driven, _)) = &self.driven {
+            return driven.observe(election).await;
+        }
         let mut leader = Leader::of(&self.shared, election);
         let (first, revision) = leader.read(&self.shared).await?;
         let (published, stream) = Published::new(first);
@@ -171,44 +192,37 @@ impl Backend for EtcdBackend {
     }
 
     fn election_requests(&self) -> Option<u64> {
-        Some(self.shared.requests.election_requests())
+        match &self.driven {
+            Some((driven, _)) => driven.election_requests(),
+            None => Some(self.shared.requests.election_requests()),
+        }
     }
 
     async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
-        if self.shared.config.key_layout() == EtcdLayout::GoElection {
-            return Err(Error::new(
+        match &self.driven {
+            Some((driven, _)) => driven.handover(election, to).await,
+            None => Err(Error::new(
                 tenure_core::ErrorKind::Unsupported,
                 format!("handover is not supported: {GO_NO_PRIORITY}"),
             )
-            .with_backend(SCHEME));
+            .with_backend(SCHEME)),
         }
-        crate::handover::handover(&self.shared, election, to).await
     }
 
     async fn members(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
+        if let Some((driven, _)) = &self.driven {
+            return driven.members(namespace).await;
+        }
         let range = self.shared.keys.member_range(namespace);
         let (members, _) = members::list(&self.shared, &range).await?;
         Ok(members.into_values().collect())
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        let range = self.shared.keys.member_range(namespace);
-        let mut members = Members {
-            range: range.clone(),
-            members: BTreeMap::new(),
-        };
-        let (first, revision) = members.read(&self.shared).await?;
-        let (published, stream) = Published::new(first);
-        let shared = self.shared.clone();
-        tokio::spawn(follow(
-            shared,
-            range,
-            revision,
-            published,
-            members,
-            "watch members",
-        ));
-        Ok(stream)
+        if let Some((driven, _)) = &self.driven {
+            return driven.watch_members(namespace).await;
+        }
+        members::watch(self.shared.clone(), namespace).await
     }
 }
 
@@ -222,32 +236,16 @@ const GO_LEADER_ID: &str = "with layout=go the leader's candidate id is not stor
     concurrency.Election keeps only the proposal, which is the candidate's value): leader() \
     and observe() report the value, the token and, as the id, the lease id in the leader's key";
 
-/// The leader in the first key `kv` of the election `range`.
-fn leader_info(shared: &Shared, range: &str, kv: &KeyValue) -> LeaderInfo {
-    shared
-        .keys
-        .leader(range, &kv.key, &kv.value, kv.create_revision)
-}
-
-/// One election's leader, kept from its keys and read again after every batch of
-/// events: in the tenure layout the seat key (`range` is that one key), in the Go
-/// layout the first key of the election range by create revision.
+/// One election's leader in the Go layout (the first key of the election range by
+/// create revision), read again after every batch of events.
 struct Leader {
     range: String,
-    seat: bool,
 }
 
 impl Leader {
     fn of(shared: &Shared, election: &ElectionName) -> Self {
-        match shared.keys.layout() {
-            EtcdLayout::Tenure => Leader {
-                range: shared.keys.seat_key(election),
-                seat: true,
-            },
-            EtcdLayout::GoElection => Leader {
-                range: shared.keys.election_range(election),
-                seat: false,
-            },
+        Leader {
+            range: shared.keys.election_range(election),
         }
     }
 }
@@ -256,20 +254,13 @@ impl Follower for Leader {
     type State = Option<LeaderInfo>;
 
     async fn read(&mut self, shared: &Shared) -> Result<(Option<LeaderInfo>, i64)> {
-        if self.seat {
-            let read = shared.client.range(ops::get(&self.range));
-            let resp = shared.requests.call("read leader", read).await?;
-            let leader = resp
-                .kvs
-                .first()
-                .map(|kv| seat_leader(&kv.value, kv.create_revision));
-            return Ok((leader, ops::revision(&resp.header)));
-        }
         let (first, revision) = shared.first_candidate(&self.range).await?;
-        Ok((
-            first.map(|kv| leader_info(shared, &self.range, &kv)),
-            revision,
-        ))
+        let leader = first.map(|kv| {
+            shared
+                .keys
+                .leader(&self.range, &kv.key, &kv.value, kv.create_revision)
+        });
+        Ok((leader, revision))
     }
 
     async fn apply(&mut self, shared: &Shared, _: &[Event]) -> Option<Option<LeaderInfo>> {

@@ -7,9 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use tenure_core::backend::{decode_record, encode_record, revision_token};
-use tenure_core::{
-    Candidate, ElectionName, Error, LeaderInfo, Member, Result, MAX_PRIORITY, MIN_PRIORITY,
-};
+use tenure_core::{Candidate, ElectionName, Error, LeaderInfo, Member, Result};
 
 /// Separates an election's name from its candidates' lease ids. It cannot appear in an
 /// election name, so no election's candidate range contains another election's keys
@@ -21,13 +19,9 @@ const CANDIDATE_MARK: &str = "@";
 /// contains a member key.
 const MEMBERS_MARK: &str = "@members";
 
-/// Where an election's seat, the holder's notice key and a handover request live, in
-/// the tenure layout: `<prefix>/<election>/#seat`, `#notice`, `#handover`. `#` cannot
-/// appear in an election name, so no other election's keys start with these, and they
-/// lie outside the election's queue range (`<prefix>/<election>/@`).
-const SEAT_MARK: &str = "#seat";
-const NOTICE_MARK: &str = "#notice";
-const HANDOVER_MARK: &str = "#handover";
+/// Where the sessions' keys live under the prefix: `<prefix>/@sessions/<lease id>`,
+/// beside the member namespaces and, like them, outside every election range.
+const SESSIONS_MARK: &str = "@sessions";
 
 /// The default key prefix.
 pub(crate) const DEFAULT_PREFIX: &str = "tenure";
@@ -40,9 +34,9 @@ const MAX_PREFIX_LEN: usize = 200;
 ///
 /// | | [`Tenure`](Self::Tenure) (`layout=tenure`, the default) | [`GoElection`](Self::GoElection) (`layout=go`) |
 /// |---|---|---|
-/// | candidate key | `<prefix>/<election>/@<bucket>-<lease id, 16 hex digits>`, the bucket `1000 - priority` in four digits, so key order is priority order | `<prefix>/<election>/<lease id in lower-case hex>`, the key Go's `concurrency.Election` writes for the election `<prefix>/<election>` |
-/// | key value | `<priority> <p\|n> {"id":…,"value":…}` | the candidate's value as is (Go's proposal) |
-/// | leader | the seat key `<prefix>/<election>/#seat`, taken by the best waiter | the key with the lowest create revision |
+/// | candidate key | `<prefix>/<election>/@r/<lease id, 16 hex digits>` beside the election's revision key `@rev` (the election engine's records, see the crate docs) | `<prefix>/<election>/<lease id in lower-case hex>`, the key Go's `concurrency.Election` writes for the election `<prefix>/<election>` |
+/// | key value | the token and the engine's record (`{"id":…,"value":…`, priority, marks) | the candidate's value as is (Go's proposal) |
+/// | leader | the record holding a token, granted by the engine (priority, then arrival) | the key with the lowest create revision |
 /// | priority (clause 14) | kept | refused (`Unsupported`): Go's recipe has none |
 /// | leader's id as read | the candidate id | the lease id in the leader's key (Go stores no id) |
 /// | prefix | ASCII letters, digits, `-`, `_`, `.`, `/`; no leading `/` | the same, and it may start with `/` or be `/` alone |
@@ -212,28 +206,6 @@ impl KeySpace {
         }
     }
 
-    /// The tenure layout's keys of one election for a candidate of `lease` with
-    /// `priority` (see [`SeatKeys`]).
-    pub(crate) fn seat_keys(&self, election: &ElectionName, lease: i64, priority: i32) -> SeatKeys {
-        let range = self.election_range(election);
-        let base = format!("{}{election}/", self.root);
-        let bucket = format!("{range}{:04}-", bucket(priority));
-        SeatKeys {
-            queue: format!("{bucket}{}", lease_hex(lease)),
-            bucket,
-            range_end: crate::ops::prefix_end(range.as_bytes()),
-            range,
-            seat: format!("{base}{SEAT_MARK}"),
-            notice: format!("{base}{NOTICE_MARK}"),
-            handover: format!("{base}{HANDOVER_MARK}"),
-        }
-    }
-
-    /// The seat key of `election` (tenure layout): the one key `leader()` reads.
-    pub(crate) fn seat_key(&self, election: &ElectionName) -> String {
-        format!("{}{election}/{SEAT_MARK}", self.root)
-    }
-
     /// The key range of one membership namespace: `<prefix>/@members/<namespace>/@`.
     /// Every member key of the namespace starts with it, and no other namespace's keys
     /// do (member ids cannot contain `/`, namespaces cannot contain `@`); no election's
@@ -242,115 +214,17 @@ impl KeySpace {
         format!("{}{MEMBERS_MARK}/{namespace}/{CANDIDATE_MARK}", self.root)
     }
 
+    /// The key that lives as long as the lease of session `lease` (it is put on the
+    /// lease when the session opens, and etcd deletes it with the lease):
+    /// `<prefix>/@sessions/<lease id, 16 hex digits>`.
+    pub(crate) fn session_key(&self, lease: i64) -> String {
+        format!("{}{SESSIONS_MARK}/{}", self.root, lease_hex(lease))
+    }
+
     /// The key of member `id` in `namespace`: the namespace range followed by the id.
     pub(crate) fn member_key(&self, namespace: &ElectionName, id: &str) -> String {
         format!("{}{id}", self.member_range(namespace))
     }
-}
-
-/// The keys of one election in the tenure layout, as one candidate (a lease and a
-/// priority) uses them.
-///
-/// - a queue key per candidacy, `<range><bucket>-<lease>`, attached to the lease, where
-///   `<range>` is `<prefix>/<election>/@` and `<bucket>` is `1000 - priority` in four
-///   digits, so that the key order is the order of priorities, highest first; within a
-///   bucket, candidates queue by create revision;
-/// - the seat, `<prefix>/<election>/#seat`, on the holder's lease: whoever's it is
-///   leads, and its create revision is the fencing token;
-/// - the notice key, `#notice`, created with the seat on the same lease; deleting it
-///   tells the holder to step down (a preemption or a handover);
-/// - a handover request, `#handover`, naming the queue key the next grant goes to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SeatKeys {
-    /// This candidate's queue key.
-    pub(crate) queue: String,
-    /// The prefix of this candidate's priority bucket (every queue key of the same
-    /// priority starts with it; higher priorities sort before it).
-    pub(crate) bucket: String,
-    /// The prefix of every queue key of the election.
-    pub(crate) range: String,
-    /// The end of `range`.
-    pub(crate) range_end: Vec<u8>,
-    pub(crate) seat: String,
-    pub(crate) notice: String,
-    pub(crate) handover: String,
-}
-
-/// A priority's bucket: `1000 - priority`, from 0 (priority 1000) to 2000 (-1000), so
-/// that higher priorities sort first.
-pub(crate) fn bucket(priority: i32) -> u32 {
-    let p = priority.clamp(MIN_PRIORITY, MAX_PRIORITY);
-    (MAX_PRIORITY - p).unsigned_abs()
-}
-
-/// What a queue key and the seat hold in the tenure layout: the priority, whether the
-/// candidate may be preempted (`p`) or not (`n`), and the candidate record:
-/// `5 p {"id":"a","value":""}`.
-pub(crate) fn encode_entry(candidate: &Candidate) -> Vec<u8> {
-    let flag = if candidate.preemptible() { 'p' } else { 'n' };
-    let mut out = format!("{} {flag} ", candidate.priority()).into_bytes();
-    out.extend(encode_record(candidate));
-    out
-}
-
-/// A decoded entry: priority, preemptible, and the candidate record.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Entry<'a> {
-    pub(crate) priority: i32,
-    pub(crate) preemptible: bool,
-    pub(crate) record: &'a [u8],
-}
-
-/// Read an entry written by [`encode_entry`]; anything else (a key another tool
-/// wrote) is a record of priority 0 that may not be preempted, so that a stranger
-/// is never told to step down.
-pub(crate) fn decode_entry(data: &[u8]) -> Entry<'_> {
-    let foreign = Entry {
-        priority: 0,
-        preemptible: false,
-        record: data,
-    };
-    let mut parts = data.splitn(3, |b| *b == b' ');
-    let (Some(priority), Some(flag), Some(record)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return foreign;
-    };
-    let priority = std::str::from_utf8(priority)
-        .ok()
-        .and_then(|p| p.parse::<i32>().ok())
-        .filter(|p| (MIN_PRIORITY..=MAX_PRIORITY).contains(p));
-    match (priority, flag) {
-        (Some(priority), b"p" | b"n") => Entry {
-            priority,
-            preemptible: flag == b"p",
-            record,
-        },
-        _ => foreign,
-    }
-}
-
-/// The leader an entry of the seat describes, with the seat's create revision.
-pub(crate) fn seat_leader(value: &[u8], create_revision: i64) -> LeaderInfo {
-    decode_record(decode_entry(value).record, revision_token(create_revision))
-}
-
-/// What a handover request holds: the queue key the next grant goes to and its
-/// create revision, `<revision> <key>`.
-pub(crate) fn encode_handover(key: &str, revision: i64) -> Vec<u8> {
-    format!("{revision} {key}").into_bytes()
-}
-
-/// Read a handover request; `None` for anything else.
-pub(crate) fn decode_handover(data: &[u8]) -> Option<(String, i64)> {
-    let text = std::str::from_utf8(data).ok()?;
-    let (revision, key) = text.split_once(' ')?;
-    Some((key.to_string(), revision.parse().ok()?))
-}
-
-/// The lease id written at the end of a queue key (its last 16 hex digits).
-pub(crate) fn queue_key_lease(key: &[u8]) -> Option<i64> {
-    let tail = key.len().checked_sub(16).map(|at| &key[at..])?;
-    parse_lease_hex(std::str::from_utf8(tail).ok()?)
 }
 
 /// The member stored under `key` (in the namespace `range`) with `value`; `None` for a
@@ -512,83 +386,6 @@ mod tests {
         assert!(decode_member(&ns, b"other/key", b"").is_none());
         assert!(decode_member(&ns, format!("{ns}x").as_bytes(), b"\xff").is_none());
         assert!(decode_member(&ns, format!("{ns}x").as_bytes(), b"bell\x07").is_none());
-    }
-
-    #[test]
-    fn queue_keys_sort_by_priority_then_within_a_bucket() {
-        let keys = tenure();
-        let e = name("a");
-        let k = |lease, priority| keys.seat_keys(&e, lease, priority);
-        let top = k(9, 1000);
-        assert_eq!(top.queue, "tenure/a/@0000-0000000000000009");
-        assert_eq!(k(1, 0).queue, "tenure/a/@1000-0000000000000001");
-        assert_eq!(k(1, -1000).queue, "tenure/a/@2000-0000000000000001");
-        assert_eq!(top.seat, "tenure/a/#seat");
-        assert_eq!(top.notice, "tenure/a/#notice");
-        assert_eq!(top.handover, "tenure/a/#handover");
-        assert_eq!(keys.seat_key(&e), top.seat);
-        // Key order is priority order, highest first, whatever the leases.
-        let mut ordered: Vec<(i32, String)> = [(5, 3), (-3, 1), (0, 7), (1000, 2), (2, 9)]
-            .iter()
-            .map(|&(p, lease)| (p, k(lease, p).queue))
-            .collect();
-        ordered.sort_by(|a, b| a.1.cmp(&b.1));
-        let priorities: Vec<i32> = ordered.iter().map(|(p, _)| *p).collect();
-        assert_eq!(priorities, [1000, 5, 2, 0, -3]);
-        // Every queue key is in the election's range and in its own bucket only; the
-        // seat keys are in neither, nor in a nested election's range.
-        for (p, q) in &ordered {
-            let s = k(1, *p);
-            assert!(q.starts_with(&s.range) && q.starts_with(&s.bucket));
-            assert!(q.as_bytes() < s.range_end.as_slice());
-            for (other, _) in ordered.iter().filter(|(o, _)| o != p) {
-                assert!(!q.starts_with(&k(1, *other).bucket));
-            }
-            assert!(!s.seat.starts_with(&s.range) && !s.handover.starts_with(&s.range));
-        }
-        let nested = keys.seat_keys(&name("a/b"), 1, 0);
-        assert!(!nested.seat.starts_with(&top.range) && !nested.queue.starts_with(&top.range));
-        assert_eq!(queue_key_lease(top.queue.as_bytes()), Some(9));
-        assert_eq!(queue_key_lease(b"short"), None);
-        assert_eq!(bucket(1000), 0);
-        assert_eq!(bucket(0), 1000);
-        assert_eq!(bucket(-1000), 2000);
-        assert_eq!(bucket(5000), 0, "clamped");
-    }
-
-    #[test]
-    fn entries_keep_priority_opt_out_and_record() {
-        let c = Candidate::with_value("a", "v 1").unwrap();
-        let five = c.clone().with_priority(5).unwrap();
-        let data = encode_entry(&five);
-        assert_eq!(data, br#"5 p {"id":"a","value":"v 1"}"#);
-        let e = decode_entry(&data);
-        assert_eq!((e.priority, e.preemptible), (5, true));
-        assert_eq!(e.record, encode_record(&c).as_slice());
-        let stay = c.with_priority(-7).unwrap().never_preempted();
-        let data = encode_entry(&stay);
-        let e = decode_entry(&data);
-        assert_eq!((e.priority, e.preemptible), (-7, false));
-        let info = seat_leader(&data, 42);
-        assert_eq!((info.id.as_str(), info.value.as_str()), ("a", "v 1"));
-        assert_eq!(info.token.get(), 42);
-        // Foreign data: priority 0, never told to step down, the bytes as the record.
-        for foreign in [&b"hello"[..], b"x p {}", b"5 q {}", b"2000 p {}", b""] {
-            let e = decode_entry(foreign);
-            assert_eq!((e.priority, e.preemptible, e.record), (0, false, foreign));
-        }
-    }
-
-    #[test]
-    fn handover_requests_round_trip() {
-        let data = encode_handover("tenure/a/@1000-0000000000000001", 17);
-        assert_eq!(
-            decode_handover(&data),
-            Some(("tenure/a/@1000-0000000000000001".to_string(), 17))
-        );
-        assert_eq!(decode_handover(b"17"), None);
-        assert_eq!(decode_handover(b"x key"), None);
-        assert_eq!(decode_handover(b"\xff"), None);
     }
 
     #[test]

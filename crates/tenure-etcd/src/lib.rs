@@ -9,16 +9,13 @@ mod config;
 mod error;
 mod follow;
 mod gather;
-mod handover;
 mod keys;
 mod members;
 mod ops;
 mod primitives;
 mod proto;
-mod queue;
 mod session;
 mod shared;
-mod watcher;
 mod watches;
 
 pub use backend::EtcdBackend;

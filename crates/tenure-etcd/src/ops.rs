@@ -110,56 +110,6 @@ pub(crate) fn modified_at(key: &str, revision: i64) -> Compare {
     equal(key, CompareTarget::Mod, TargetUnion::ModRevision(revision))
 }
 
-/// "`key` holds `value`".
-pub(crate) fn value_is(key: &str, value: &[u8]) -> Compare {
-    equal(
-        key,
-        CompareTarget::Value,
-        TargetUnion::Value(value.to_vec()),
-    )
-}
-
-/// "No key in `[from, to)`": every key of the range has create revision 0, which only
-/// an empty range has.
-pub(crate) fn none_in(from: &str, to: &[u8]) -> Compare {
-    Compare {
-        range_end: to.to_vec(),
-        ..created_at(from, 0)
-    }
-}
-
-/// "No key under `prefix` was created before `revision`": every key there has a create
-/// revision above `revision - 1` (an empty range fails: a missing key's is 0).
-pub(crate) fn none_older_under(prefix: &str, revision: i64) -> Compare {
-    Compare {
-        result: CompareResult::Greater as i32,
-        range_end: prefix_end(prefix.as_bytes()),
-        ..created_at(prefix, revision - 1)
-    }
-}
-
-/// The last key (in key order) in `[from, to)`, keys only.
-pub(crate) fn last_key_in(from: &str, to: &[u8]) -> RangeRequest {
-    RangeRequest {
-        key: from.as_bytes().to_vec(),
-        range_end: to.to_vec(),
-        limit: 1,
-        sort_order: SortOrder::Descend as i32,
-        sort_target: SortTarget::Key as i32,
-        keys_only: true,
-        ..Default::default()
-    }
-}
-
-/// Any one key under `prefix`, keys only: is there one?
-pub(crate) fn any_under(prefix: &str) -> RangeRequest {
-    RangeRequest {
-        limit: 1,
-        keys_only: true,
-        ..under(prefix)
-    }
-}
-
 /// Every key under `prefix`, with values.
 pub(crate) fn all_under(prefix: &str) -> RangeRequest {
     under(prefix)
@@ -319,33 +269,13 @@ mod tests {
     }
 
     #[test]
-    fn range_compares_cover_their_ranges() {
-        let none = none_in("p/e/@", b"p/e/@0995-");
-        assert_eq!(none.range_end, b"p/e/@0995-");
-        assert_eq!(none.target_union, Some(TargetUnion::CreateRevision(0)));
-        assert_eq!(none.result, CompareResult::Equal as i32);
-        let older = none_older_under("p/e/@0995-", 10);
-        assert_eq!(older.key, b"p/e/@0995-");
-        assert_eq!(older.range_end, b"p/e/@0995.");
-        assert_eq!(older.result, CompareResult::Greater as i32);
-        assert_eq!(older.target_union, Some(TargetUnion::CreateRevision(9)));
+    fn compares_name_their_targets() {
         assert!(created_at("k", 3).range_end.is_empty());
         let m = modified_at("k", 4);
         assert_eq!(
             (m.target, m.target_union),
             (CompareTarget::Mod as i32, Some(TargetUnion::ModRevision(4)))
         );
-        let v = value_is("k", b"v");
-        assert_eq!(
-            (v.target, v.target_union),
-            (
-                CompareTarget::Value as i32,
-                Some(TargetUnion::Value(b"v".to_vec()))
-            )
-        );
-        let last = last_key_in("p/e/@", b"p/e/@1000-");
-        assert_eq!((last.limit, last.sort_order, last.sort_target), (1, 2, 0));
-        assert!(last.keys_only);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! | record of a session | `…/@r/<lease>` on that lease: `<token>\n<body>`, the token `-` (a waiter), a number (kept), or `M` (minted by the put that wrote it: the key's mod revision); arrival = create revision, version = mod revision |
 //! | touch | a put of `…/@t/<lease>` on that lease (the record, and a minted token read from its mod revision, stay as they are) |
 //! | commit | a transaction comparing `…/@rev`'s mod revision, whose branches end with a range read of the election; many go as nested transactions of one |
-//! | a put or touch of an ended session | etcd refuses the transaction ("requested lease not found") |
+//! | a put or touch of an ended session | the write also compares each session it puts or touches on: its key `<prefix>/@sessions/<lease>`, put on the lease when the session opens, is gone with the lease, so the write fails on its own (etcd would refuse a whole transaction that puts a key on an ended lease, every write that shares it included) |
 //! | changed | a watch on the election's keys from the revision seen + 1 |
 //!
 //! A record of an ended session is deleted by etcd with the lease, without a commit:
@@ -33,7 +33,7 @@ use tenure_core::{ElectionName, Error, ErrorKind, Result, Timing};
 use crate::client::KeepAliveStream;
 use crate::error::TAG;
 use crate::gather::{Gather, MAX_PARTS};
-use crate::keys::{lease_hex, parse_lease_hex};
+use crate::keys::{lease_hex, parse_lease_hex, KeySpace};
 use crate::members::EtcdMembers;
 use crate::ops::{self, op};
 use crate::proto::{
@@ -147,9 +147,24 @@ fn snapshot(keys: &Keys, kvs: &[KeyValue]) -> Snapshot {
     Snapshot::from_store(rev, left, records)
 }
 
-/// The transaction that commits `write` at its revision; either branch reads the
-/// election back.
-fn write_txn(keys: &Keys, write: &Write) -> Result<TxnRequest> {
+/// The sessions `write` puts or touches keys of, each once, as leases.
+fn leases(write: &Write) -> Result<Vec<i64>> {
+    let mut leases = Vec::new();
+    for o in &write.ops {
+        if matches!(o, Op::Put { .. } | Op::Touch(_)) {
+            let l = lease(o.session())?;
+            if !leases.contains(&l) {
+                leases.push(l);
+            }
+        }
+    }
+    Ok(leases)
+}
+
+/// The transaction that commits `write` at its revision, only while the sessions it
+/// puts or touches keys of live (their keys in `space` are still on their leases);
+/// either branch reads the election back.
+fn write_txn(keys: &Keys, space: &KeySpace, write: &Write) -> Result<TxnRequest> {
     let mut success = Vec::with_capacity(write.ops.len() + 2);
     for o in &write.ops {
         let s = o.session();
@@ -177,8 +192,12 @@ fn write_txn(keys: &Keys, write: &Write) -> Result<TxnRequest> {
     success.push(op(rev));
     success.push(op(ops::all_under(&keys.range)));
     let at = i64::try_from(write.revision).unwrap_or(i64::MAX);
+    let mut compare = vec![ops::modified_at(&keys.rev, at)];
+    for l in leases(write)? {
+        compare.push(ops::on_lease(&space.session_key(l), l));
+    }
     Ok(TxnRequest {
-        compare: vec![ops::modified_at(&keys.rev, at)],
+        compare,
         success,
         failure: vec![op(ops::all_under(&keys.range))],
     })
@@ -216,7 +235,12 @@ impl EtcdPrimitives {
         let timeout = shared.config.get_request_timeout();
         EtcdPrimitives {
             gather: Gather::new(shared.clone()),
-            watches: Watches::spawn(shared.client.clone(), shared.keys.root(), timeout),
+            watches: Watches::spawn(
+                shared.client.clone(),
+                shared.keys.root(),
+                timeout,
+                tokio_util::sync::CancellationToken::new(),
+            ),
             members: EtcdMembers {
                 shared: shared.clone(),
             },
@@ -267,47 +291,63 @@ impl EtcdPrimitives {
             .fold(self.shared.client.member_timeout(), Duration::min)
     }
 
-    /// `election` read on its own (not in a shared transaction, which a write of an
-    /// ended session in it would make etcd refuse).
-    async fn read_alone(&self, election: &ElectionName, keys: &Keys) -> Result<Snapshot> {
-        let read = self.shared.client.range(ops::all_under(&keys.range));
-        let resp = self.shared.requests.call("read", read).await?;
-        let at = ops::revision(&resp.header);
-        Ok(self.answered(election, snapshot(keys, &resp.kvs), at))
+    /// Send the writes `sent` (nested transactions of as few as etcd takes); one answer
+    /// per write, in order.
+    async fn send(&self, sent: &[Sent<'_>]) -> Result<Vec<(bool, Snapshot)>> {
+        let parts = sent
+            .iter()
+            .map(|w| (op(Request::Txn(w.txn.clone())), Some(w.keys.rev.clone())))
+            .collect();
+        let got = self.gather.run(parts).await;
+        let mut answers = Vec::with_capacity(sent.len());
+        for (w, got) in sent.iter().zip(got) {
+            let resp = match got? {
+                ResponseOp {
+                    response: Some(Response::Txn(resp)),
+                } => resp,
+                _ => return Err(TAG.own(ErrorKind::Backend, "commit: etcd answered another kind")),
+            };
+            let (read, at) = kvs(&resp.responses);
+            let snap = self.answered(w.election, snapshot(&w.keys, &read), at);
+            answers.push((resp.succeeded, snap));
+        }
+        Ok(answers)
     }
 
-    /// The answer to a commit of `write` (the nested transaction `txn`), given what its
-    /// shared transaction gave. etcd refuses a whole transaction that puts a key on an
-    /// ended lease, so when one was, this write goes again on its own: refused alone,
-    /// it did not commit.
-    async fn answer(
-        &self,
-        election: &ElectionName,
-        keys: &Keys,
-        txn: TxnRequest,
-        got: Result<ResponseOp>,
-    ) -> Result<(bool, Snapshot)> {
-        let resp = match got {
-            Ok(ResponseOp {
-                response: Some(Response::Txn(resp)),
-            }) => resp,
-            Ok(_) => return Err(TAG.own(ErrorKind::Backend, "commit: etcd answered another kind")),
-            Err(e) if e.kind() == ErrorKind::SessionExpired => {
-                let alone = self.shared.client.txn(txn);
-                match self.shared.requests.call("commit", alone).await {
-                    Ok(resp) => resp,
-                    Err(e) if e.kind() == ErrorKind::SessionExpired => {
-                        return Ok((false, self.read_alone(election, keys).await?));
+    /// Which of `leases` live, each with its session key: a key gone while its lease
+    /// lives (deleted by hand) is put again, and etcd refuses that put for a lease it
+    /// no longer has. One request per lease, all at once.
+    async fn live(&self, leases: &[i64]) -> Result<Vec<i64>> {
+        let checks = leases.iter().map(|&l| async move {
+            let key = self.shared.keys.session_key(l);
+            let txn = TxnRequest {
+                compare: vec![ops::on_lease(&key, l)],
+                success: Vec::new(),
+                failure: vec![op(ops::put(&key, b"", l))],
+            };
+            let check = self.shared.client.txn(txn);
+            match self.shared.requests.call("commit: check a session", check).await {
+                Ok(resp) => {
+                    if !resp.succeeded {
+                        tracing::warn!(session = %lease_hex(l), "a live session's key was gone; put again");
                     }
-                    Err(e) => return Err(e),
+                    Ok(Some(l))
                 }
+                Err(e) if e.kind() == ErrorKind::SessionExpired => Ok(None),
+                Err(e) => Err(e),
             }
-            Err(e) => return Err(e),
-        };
-        let (read, at) = kvs(&resp.responses);
-        let snap = self.answered(election, snapshot(keys, &read), at);
-        Ok((resp.succeeded, snap))
+        });
+        let live = futures::future::try_join_all(checks).await?;
+        Ok(live.into_iter().flatten().collect())
     }
+}
+
+/// A write on its way: its election, the write, its keys, its transaction.
+struct Sent<'a> {
+    election: &'a ElectionName,
+    write: &'a Write,
+    keys: Keys,
+    txn: TxnRequest,
 }
 
 #[async_trait]
@@ -331,6 +371,18 @@ impl Primitives for EtcdPrimitives {
                 granted = granted.ttl,
                 "etcd raised the lease TTL to its minimum; failover takes that long"
             );
+        }
+        // The session's key, which every write that puts or touches its keys compares.
+        let key = self.shared.keys.session_key(granted.id);
+        let mark = TxnRequest {
+            success: vec![op(ops::put(&key, b"", granted.id))],
+            ..Default::default()
+        };
+        let marked = self.shared.client.txn(mark);
+        if let Err(e) = self.shared.requests.call("open session", marked).await {
+            let revoke = self.shared.client.lease_revoke(granted.id);
+            let _ = self.shared.requests.call("open session", revoke).await;
+            return Err(e);
         }
         lock(&self.ttls).insert(granted.id, ttl);
         Ok(lease_hex(granted.id))
@@ -392,18 +444,8 @@ impl Primitives for EtcdPrimitives {
         let mut snaps = Vec::with_capacity(keys.len());
         let got = self.gather.run(reads).await;
         for ((e, k), got) in elections.iter().zip(&keys).zip(got) {
-            let snap = match got {
-                Ok(got) => {
-                    let (read, at) = kvs(std::slice::from_ref(&got));
-                    self.answered(e, snapshot(k, &read), at)
-                }
-                // Refused with a write of an ended session in the same transaction.
-                Err(err) if err.kind() == ErrorKind::SessionExpired => {
-                    self.read_alone(e, k).await?
-                }
-                Err(err) => return Err(err),
-            };
-            snaps.push(snap);
+            let (read, at) = kvs(std::slice::from_ref(&got?));
+            snaps.push(self.answered(e, snapshot(k, &read), at));
         }
         Ok(snaps)
     }
@@ -418,18 +460,55 @@ impl Primitives for EtcdPrimitives {
     }
 
     async fn commit_many(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Snapshot)>> {
-        let mut parts = Vec::with_capacity(writes.len());
-        let mut txns = Vec::with_capacity(writes.len());
-        for (e, w) in writes {
-            let keys = Keys::of(&self.shared, e);
-            let txn = write_txn(&keys, w)?;
-            parts.push((op(Request::Txn(txn.clone())), Some(keys.rev.clone())));
-            txns.push((e, keys, txn));
+        let mut sent = Vec::with_capacity(writes.len());
+        for (election, write) in writes {
+            let keys = Keys::of(&self.shared, election);
+            let txn = write_txn(&keys, &self.shared.keys, write)?;
+            sent.push(Sent {
+                election,
+                write,
+                keys,
+                txn,
+            });
         }
-        let got = self.gather.run(parts).await;
-        let mut answers = Vec::with_capacity(writes.len());
-        for ((e, keys, txn), got) in txns.into_iter().zip(got) {
-            answers.push(self.answer(e, &keys, txn, got).await?);
+        let mut answers = self.send(&sent).await?;
+        // A write that failed with the election still at its revision failed on a
+        // session's key: the session ended (etcd deleted the key with the lease), or
+        // the key was deleted by hand. Ask once for the sessions of all such writes,
+        // and send again those whose sessions all live.
+        let failed: Vec<usize> = (0..sent.len())
+            .filter(|&i| !answers[i].0 && answers[i].1.revision == sent[i].write.revision)
+            .collect();
+        if failed.is_empty() {
+            return Ok(answers);
+        }
+        let mut asked = Vec::new();
+        for &i in &failed {
+            asked.extend(leases(sent[i].write)?);
+        }
+        asked.sort_unstable();
+        asked.dedup();
+        let live = self.live(&asked).await?;
+        let mut again = Vec::new();
+        for i in failed {
+            if leases(sent[i].write)?.iter().all(|l| live.contains(l)) {
+                again.push(i);
+            }
+        }
+        if again.is_empty() {
+            return Ok(answers);
+        }
+        let resend: Vec<Sent<'_>> = again
+            .iter()
+            .map(|&i| Sent {
+                election: sent[i].election,
+                write: sent[i].write,
+                keys: Keys::of(&self.shared, sent[i].election),
+                txn: sent[i].txn.clone(),
+            })
+            .collect();
+        for (i, answer) in again.into_iter().zip(self.send(&resend).await?) {
+            answers[i] = answer;
         }
         Ok(answers)
     }
@@ -553,8 +632,17 @@ mod tests {
             ],
             ..Write::default()
         };
-        let txn = write_txn(&keys(), &w).expect("a valid write");
-        assert_eq!(txn.compare, vec![ops::modified_at("p/e/@rev", 0)]);
+        let space = KeySpace::new("p", crate::keys::EtcdLayout::Tenure);
+        let txn = write_txn(&keys(), &space, &w).expect("a valid write");
+        // The revision, and the sessions put (a) and touched (b) still live.
+        assert_eq!(
+            txn.compare,
+            vec![
+                ops::modified_at("p/e/@rev", 0),
+                ops::on_lease("p/@sessions/000000000000000a", 10),
+                ops::on_lease("p/@sessions/000000000000000b", 11),
+            ]
+        );
         // put, touch, two deletes, the revision key, the read.
         assert_eq!(txn.success.len(), 6);
         assert_eq!(txn.failure, vec![op(ops::all_under("p/e/@"))]);
@@ -562,7 +650,7 @@ mod tests {
             revision: 4,
             ..Write::default()
         };
-        let txn = write_txn(&keys(), &kept).expect("a valid write");
+        let txn = write_txn(&keys(), &space, &kept).expect("a valid write");
         assert!(matches!(
             &txn.success[0].request,
             Some(Request::Put(p)) if p.ignore_value && p.key == b"p/e/@rev"
@@ -571,7 +659,7 @@ mod tests {
             ops: vec![Op::Touch("nope".into())],
             ..Write::default()
         };
-        assert!(write_txn(&keys(), &bad).is_err());
+        assert!(write_txn(&keys(), &space, &bad).is_err());
     }
 
     #[test]

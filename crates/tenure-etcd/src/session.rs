@@ -1,4 +1,8 @@
-//! A session: one etcd lease, its keep-alive stream, and the candidacies held through it.
+//! A session of the Go layout (`layout=go`): one etcd lease, its keep-alive stream,
+//! and the candidacies held through it, as Go's `concurrency.Election` keeps them (a
+//! key per candidate under the election's prefix; the oldest key leads; a waiter
+//! watches the key just before its own). The default layout is the election engine's
+//! ([`crate::primitives`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,11 +23,7 @@ use crate::keys::lease_hex;
 use crate::ops::{self, op};
 use crate::proto::{KeyValue, RequestOp, TxnRequest, TxnResponse};
 use crate::shared::{lease_seconds, Shared};
-use crate::watcher::{Fired, KeyWatch, KeyWatcher};
-
-mod seat;
-
-pub(crate) use seat::SEAT_BATCH;
+use crate::watches::{Fired, KeyWatch, Watches};
 
 /// Whether the first of `kvs` (a read of one key) was created at `revision`.
 fn created_at(kvs: &[KeyValue], revision: i64) -> bool {
@@ -62,14 +62,12 @@ struct Inner {
     /// member as well: short enough that a renewal that needs the next member still
     /// lands within the renew deadline.
     answer_limit: Duration,
-    watcher: KeyWatcher,
+    watcher: Watches,
     /// New candidacies (create the key, read the one before it), many seats per
     /// transaction when many campaign at once.
     enqueues: Arc<Batcher>,
     /// Looks at queues (is our key there, which key is before it), likewise.
     looks: Arc<Batcher>,
-    /// Takes of free seats (tenure layout), likewise.
-    takes: Arc<Batcher>,
     candidacies: Mutex<HashMap<ElectionName, Candidacy>>,
     events: SessionEvents,
     life: Lifetime,
@@ -83,9 +81,6 @@ struct Candidacy {
     granted: bool,
     /// Stops the task that reports the key's deletion while held.
     monitor: Option<CancellationToken>,
-    /// Tenure layout: the queue key of this candidacy and its create revision, while
-    /// it is in the store (a holder keeps it until it releases the seat).
-    queue: Option<(String, i64)>,
 }
 
 impl fmt::Debug for EtcdSession {
@@ -129,7 +124,7 @@ impl EtcdSession {
         let lease = granted.id;
         let answer_limit = answer_limit(&shared, ttl);
         let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
-        let watcher = KeyWatcher::spawn(
+        let watcher = Watches::spawn(
             shared.client.clone(),
             shared.keys.root(),
             shared.config.get_request_timeout(),
@@ -138,7 +133,6 @@ impl EtcdSession {
         let inner = Arc::new(Inner {
             enqueues: Batcher::new(shared.clone(), "campaign"),
             looks: Batcher::new(shared.clone(), "campaign: look at the queue"),
-            takes: Batcher::new(shared.clone(), "campaign: take the seat"),
             shared,
             lease,
             keeper: tokio::sync::Mutex::new(None),
@@ -288,7 +282,6 @@ impl Inner {
             revision,
             granted: false,
             monitor: None,
-            queue: None,
         };
         self.lock().insert(election.clone(), candidacy);
     }
@@ -355,7 +348,7 @@ impl Inner {
     }
 
     /// Watch this session's `key` for deletion. Served by the session's prefix watch
-    /// (no request; see [`crate::watcher`]), so not counted; a wake-up is.
+    /// (no request; see [`crate::watches`]), so not counted; a wake-up is.
     fn watch_own(&self, key: &str, revision: i64) -> KeyWatch {
         self.watcher.watch_deletes(key, revision + 1)
     }
@@ -369,7 +362,6 @@ impl Inner {
                 revision,
                 granted: true,
                 monitor: Some(stop.clone()),
-                queue: None,
             },
         );
         tokio::spawn(
@@ -471,12 +463,6 @@ impl Inner {
         }
         Some(c)
     }
-
-    /// Whether elections use the tenure layout's seat and priority queue (the Go
-    /// layout keeps Go's keys: the oldest key leads).
-    fn seated(&self) -> bool {
-        self.shared.keys.layout() == crate::keys::EtcdLayout::Tenure
-    }
 }
 
 #[async_trait]
@@ -516,9 +502,6 @@ impl BackendSession for EtcdSession {
     ) -> Result<FencingToken> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        if inner.seated() {
-            return inner.campaign_seat(election, candidate).await;
-        }
         let key = inner.key(election);
         let range = inner.shared.keys.election_range(election);
         let value = inner.shared.keys.candidate_value(candidate);
@@ -592,11 +575,6 @@ impl BackendSession for EtcdSession {
     ) -> Result<Option<FencingToken>> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        if inner.seated() {
-            let seats = [(election.clone(), candidate.clone())];
-            let taken = inner.try_seats(&seats).await?;
-            return Ok(taken.into_iter().next().flatten());
-        }
         let key = inner.key(election);
         let value = inner.shared.keys.candidate_value(candidate);
         let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
@@ -620,13 +598,6 @@ impl BackendSession for EtcdSession {
     ) -> Result<Vec<Option<FencingToken>>> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        if inner.seated() {
-            let mut answers = Vec::with_capacity(seats.len());
-            for chunk in seats.chunks(seat::SEAT_BATCH) {
-                answers.extend(inner.try_seats(chunk).await?);
-            }
-            return Ok(answers);
-        }
         let mut answers = Vec::with_capacity(seats.len());
         for chunk in seats.chunks(BATCH) {
             match inner.try_chunk(chunk).await? {
@@ -644,12 +615,6 @@ impl BackendSession for EtcdSession {
 
     async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
         let inner = &self.inner;
-        if inner.seated() {
-            for chunk in grants.chunks(seat::SEAT_BATCH) {
-                inner.release_seats(chunk).await?;
-            }
-            return Ok(());
-        }
         for chunk in grants.chunks(BATCH) {
             let mut txn = TxnRequest::default();
             for (election, token) in chunk {
@@ -674,9 +639,6 @@ impl BackendSession for EtcdSession {
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
         let inner = &self.inner;
-        if inner.seated() {
-            return inner.release_seats(&[(election.clone(), token)]).await;
-        }
         let key = inner.key(election);
         inner.forget(election, token);
         match token {
@@ -703,32 +665,12 @@ impl BackendSession for EtcdSession {
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        let key = inner.shared.keys.member_key(namespace, member.id());
-        // A put on a revoked or expired lease fails with "lease not found":
-        // SessionExpired. The put goes in a transaction: etcd (3.4) checks a plain
-        // put against every key already on its lease, which for a node holding
-        // 10,000 seats was a tenth of etcd's time at each update of the value.
-        let put = ops::put(&key, member.value().as_bytes(), inner.lease);
-        let txn = TxnRequest {
-            success: vec![op(put)],
-            ..Default::default()
-        };
-        inner.txn("register member", txn).await?;
-        Ok(())
+        crate::members::register(&inner.shared, inner.lease, namespace, member).await
     }
 
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
-        Member::check_id(id)?;
         let inner = &self.inner;
-        let key = inner.shared.keys.member_key(namespace, id);
-        // Only this session's registration: a later one by another session stays.
-        let txn = TxnRequest {
-            compare: vec![ops::on_lease(&key, inner.lease)],
-            success: vec![op(ops::delete(&key))],
-            failure: Vec::new(),
-        };
-        inner.txn("unregister member", txn).await?;
-        Ok(())
+        crate::members::unregister(&inner.shared, inner.lease, namespace, id).await
     }
 
     async fn close(&self) -> Result<()> {

@@ -1,5 +1,7 @@
-//! The engine's waits on one watch stream per backend, served from one watch on every
-//! key under the prefix.
+//! Waits on one watch stream, served from one watch on every key under the prefix: the
+//! engine's (one stream per backend, a wait per election range) and, with
+//! `layout=go`, a session's "tell me when this key is deleted" (one stream per
+//! session).
 //!
 //! Creating a watch costs etcd more than it looks (each create reads the store's
 //! revision through a read transaction, which in etcd 3.4 copies the buffer of
@@ -27,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{EtcdClient, WatchStream};
 use crate::error::{map, TAG};
 use crate::ops::prefix_end;
-use crate::proto::{Event, WatchCreateRequest, WatchResponse};
+use crate::proto::{Event, EventType, WatchCreateRequest, WatchResponse};
 
 /// Changes remembered to serve waits from revisions the prefix watch has passed.
 const LOG_LIMIT: usize = 8192;
@@ -45,13 +47,55 @@ pub(crate) enum Seen {
     Broken(Error),
 }
 
-/// One wait: the election range `range` (it ends with `/@`, which no other key
-/// before its end has) from revision `from`.
+/// One wait from revision `from`: on an election range (it ends with `/@`, which no
+/// other key before its end has) or on one key (with `key`).
 struct Wait {
     id: i64,
     range: Vec<u8>,
+    key: bool,
     from: i64,
     tx: mpsc::UnboundedSender<Seen>,
+}
+
+impl Wait {
+    /// Whether a change of `key` is this wait's.
+    fn covers(&self, key: &[u8]) -> bool {
+        match self.key {
+            true => key == self.range,
+            false => range_of(key) == Some(&self.range[..]),
+        }
+    }
+}
+
+/// What ended a [`KeyWatch`].
+#[derive(Debug)]
+pub(crate) enum Fired {
+    /// The key was deleted (at or after the start revision).
+    Deleted,
+    /// The start revision was compacted away: the caller must read the key to know.
+    Compacted,
+    /// The watch stream failed; the caller decides whether to retry.
+    Broken(Error),
+}
+
+/// A watch for the deletion of one key; dropping it cancels it.
+pub(crate) struct KeyWatch(Watch);
+
+impl KeyWatch {
+    /// Wait until the key is deleted (or the watch cannot tell).
+    pub(crate) async fn fired(&mut self) -> Fired {
+        loop {
+            match self.0.next().await {
+                Seen::Events(events) => {
+                    if events.iter().any(|e| e.r#type == EventType::Delete as i32) {
+                        return Fired::Deleted;
+                    }
+                }
+                Seen::Compacted => return Fired::Compacted,
+                Seen::Broken(e) => return Fired::Broken(e),
+            }
+        }
+    }
 }
 
 enum Command {
@@ -90,10 +134,14 @@ impl Drop for Watch {
 
 impl Watches {
     /// Start the task for the keys under `root` (`<prefix>/`); it opens its stream on
-    /// the first wait, and stops with the handle.
-    pub(crate) fn spawn(client: EtcdClient, root: &str, timeout: Duration) -> Self {
+    /// the first wait, and stops with `stop` or the handle.
+    pub(crate) fn spawn(
+        client: EtcdClient,
+        root: &str,
+        timeout: Duration,
+        stop: CancellationToken,
+    ) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
-        let stop = CancellationToken::new();
         let task = Task {
             client,
             timeout,
@@ -116,11 +164,21 @@ impl Watches {
 
     /// Watch every key under the election range `range` from `revision` on.
     pub(crate) fn watch(&self, range: &str, revision: i64) -> Watch {
+        self.add(range, false, revision)
+    }
+
+    /// Report when `key` (under the prefix) is deleted at or after `revision`.
+    pub(crate) fn watch_deletes(&self, key: &str, revision: i64) -> KeyWatch {
+        KeyWatch(self.add(key, true, revision))
+    }
+
+    fn add(&self, range: &str, key: bool, revision: i64) -> Watch {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, seen) = mpsc::unbounded_channel();
         let wait = Wait {
             id,
             range: range.as_bytes().to_vec(),
+            key,
             from: revision,
             tx,
         };
@@ -226,9 +284,13 @@ impl Task {
     /// when it starts before what the log covers.
     fn place(&mut self, wait: Wait) {
         if wait.from < self.log_from {
+            let range_end = match wait.key {
+                true => Vec::new(),
+                false => prefix_end(&wait.range),
+            };
             let create = WatchCreateRequest {
                 key: wait.range.clone(),
-                range_end: prefix_end(&wait.range),
+                range_end,
                 start_revision: wait.from,
                 watch_id: wait.id,
                 ..Default::default()
@@ -249,7 +311,7 @@ impl Task {
             .log
             .iter()
             .filter(|e| revision_of(e) >= wait.from)
-            .filter(|e| e.kv.as_ref().and_then(|kv| range_of(&kv.key)) == Some(&wait.range[..]))
+            .filter(|e| e.kv.as_ref().is_some_and(|kv| wait.covers(&kv.key)))
             .cloned()
             .collect();
         if !past.is_empty() && wait.tx.send(Seen::Events(past)).is_err() {
@@ -336,15 +398,19 @@ impl Task {
         }
         let mut due: HashMap<i64, Vec<Event>> = HashMap::new();
         for event in response.events {
-            if let Some(ids) = event
+            let key = event
                 .kv
                 .as_ref()
-                .and_then(|kv| range_of(&kv.key))
-                .and_then(|r| self.ranges.get(r))
-            {
-                for id in ids {
-                    due.entry(*id).or_default().push(event.clone());
-                }
+                .map(|kv| kv.key.as_slice())
+                .unwrap_or_default();
+            // Waits on the key's election range, and on the key itself.
+            let ranges = [range_of(key), Some(key)];
+            let ids = ranges
+                .into_iter()
+                .flatten()
+                .filter_map(|r| self.ranges.get(r));
+            for id in ids.flatten() {
+                due.entry(*id).or_default().push(event.clone());
             }
             self.log.push_back(event);
             while self.log.len() > LOG_LIMIT {
@@ -405,7 +471,23 @@ fn cancelled(response: &WatchResponse) -> Seen {
 
 #[cfg(test)]
 mod tests {
-    use super::range_of;
+    use super::{range_of, Wait};
+
+    #[test]
+    fn a_wait_covers_its_range_or_its_key() {
+        let wait = |range: &str, key| Wait {
+            id: 2,
+            range: range.as_bytes().to_vec(),
+            key,
+            from: 1,
+            tx: tokio::sync::mpsc::unbounded_channel().0,
+        };
+        let election = wait("p/a/@", false);
+        assert!(election.covers(b"p/a/@r/00ff") && election.covers(b"p/a/@rev"));
+        assert!(!election.covers(b"p/a/b/@rev"));
+        let key = wait("p/a/694d", true);
+        assert!(key.covers(b"p/a/694d") && !key.covers(b"p/a/694d0"));
+    }
 
     #[test]
     fn a_key_belongs_to_the_election_range_before_its_last_mark() {
