@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_core::backend::primitive::Primitives;
 use tenure_core::backend::{
-    Capabilities, Clause, DrivenBackend, DynSession, FailoverFloor, Published, SessionEvents,
+    Capabilities, Clause, DrivenBackend, DynSession, Published, SessionEvents,
 };
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
@@ -25,9 +25,6 @@ use crate::primitives::EtcdPrimitives;
 use crate::proto::Event;
 use crate::session::EtcdSession;
 use crate::shared::Shared;
-
-/// etcd's shortest lease.
-const MIN_TTL: Duration = Duration::from_secs(1);
 
 /// An etcd v3 store as a tenure backend.
 ///
@@ -157,7 +154,7 @@ impl Backend for EtcdBackend {
     fn check_timing(&self, timing: &Timing) -> Result<()> {
         match &self.driven {
             Some((driven, _)) => driven.check_timing(timing),
-            None => check_ttl(timing),
+            None => crate::config::check_ttl(timing),
         }
     }
 
@@ -266,45 +263,4 @@ impl Follower for Leader {
     async fn apply(&mut self, shared: &Shared, _: &[Event]) -> Option<Option<LeaderInfo>> {
         self.read(shared).await.ok().map(|(state, _)| state)
     }
-}
-
-/// Errors where etcd cannot keep the TTL at all (below its 1 s lease, or too long);
-/// a warning (once per timing and process) where the TTL works but is below the
-/// floor that rides out etcd's own raft leader failover: a renewal sent just
-/// before the leader fails has `renew_deadline − renew_interval` to be answered,
-/// and a 3-member etcd at its default timing (heartbeat 100 ms, election timeout
-/// 1 s) left renewals unanswered up to 3.06 s while it elected a new leader
-/// (`integration/examples/store_failover.rs`, SIGSTOP 8 s and SIGKILL of the raft
-/// leader, 37 runs). With the default shares (TTL/16, TTL × 7/8) that floor is
-/// 3.8 s (see the README, *The shortest TTL*).
-pub(crate) fn check_ttl(timing: &Timing) -> Result<()> {
-    /// The longest a renewal went unanswered while etcd replaced its raft leader.
-    const FAILOVER: Duration = Duration::from_millis(3060);
-    if timing.ttl < MIN_TTL {
-        return Err(Error::invalid(format!(
-            "ttl: {:?} is below etcd's shortest lease of 1 s",
-            timing.ttl
-        )));
-    }
-    if timing.ttl.as_secs() > i64::MAX as u64 / 2 {
-        return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
-    }
-    let floor = FailoverFloor {
-        failover: FAILOVER,
-        sync_window: Duration::ZERO,
-    };
-    floor.warn_below("etcd", timing, |shortest| {
-        format!(
-            "ttl {:?} is below the floor that rides out etcd's own leader failover: a \
-             renewal sent just before etcd's raft leader fails has renew_deadline - \
-             renew_interval = {:?} to be answered, and etcd at its default timing \
-             (election timeout 1 s) left renewals unanswered up to {FAILOVER:?} while it \
-             elected a new leader, so a healthy leader can lose its seat then; with these \
-             renewal shares the shortest ttl that rides it out is {shortest} (3.8 s with \
-             the default shares; see the tenure-etcd README)",
-            timing.ttl,
-            timing.renew_deadline.saturating_sub(timing.renew_interval),
-        )
-    });
-    Ok(())
 }

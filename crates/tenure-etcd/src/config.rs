@@ -8,7 +8,8 @@ use std::time::Duration;
 use tenure_core::backend::config::{
     finish, from_env_table, parse_bool, unknown_key_in, BackendUrl, Credentials, Timeouts, TlsFiles,
 };
-use tenure_core::{Error, Result};
+use tenure_core::backend::FailoverFloor;
+use tenure_core::{Error, Result, Timing};
 
 use crate::keys::{validate_prefix, EtcdLayout, DEFAULT_PREFIX};
 
@@ -322,6 +323,50 @@ fn validate_endpoint(endpoint: &str) -> Result<()> {
         Ok(p) if p > 0 => Ok(()),
         _ => bad(&format!("port {port:?} is not a number from 1 to 65535")),
     }
+}
+
+/// etcd's shortest lease.
+const MIN_TTL: Duration = Duration::from_secs(1);
+
+/// Errors where etcd cannot keep the TTL at all (below its 1 s lease, or too long);
+/// a warning (once per timing and process) where the TTL works but is below the
+/// floor that rides out etcd's own raft leader failover: a renewal sent just
+/// before the leader fails has `renew_deadline − renew_interval` to be answered,
+/// and a 3-member etcd at its default timing (heartbeat 100 ms, election timeout
+/// 1 s) left renewals unanswered up to 3.06 s while it elected a new leader
+/// (`integration/examples/store_failover.rs`, SIGSTOP 8 s and SIGKILL of the raft
+/// leader, 37 runs). With the default shares (TTL/16, TTL × 7/8) that floor is
+/// 3.8 s (see the README, *The shortest TTL*).
+pub(crate) fn check_ttl(timing: &Timing) -> Result<()> {
+    /// The longest a renewal went unanswered while etcd replaced its raft leader.
+    const FAILOVER: Duration = Duration::from_millis(3060);
+    if timing.ttl < MIN_TTL {
+        return Err(Error::invalid(format!(
+            "ttl: {:?} is below etcd's shortest lease of 1 s",
+            timing.ttl
+        )));
+    }
+    if timing.ttl.as_secs() > i64::MAX as u64 / 2 {
+        return Err(Error::invalid(format!("ttl: {:?} is too long", timing.ttl)));
+    }
+    let floor = FailoverFloor {
+        failover: FAILOVER,
+        sync_window: Duration::ZERO,
+    };
+    floor.warn_below("etcd", timing, |shortest| {
+        format!(
+            "ttl {:?} is below the floor that rides out etcd's own leader failover: a \
+             renewal sent just before etcd's raft leader fails has renew_deadline - \
+             renew_interval = {:?} to be answered, and etcd at its default timing \
+             (election timeout 1 s) left renewals unanswered up to {FAILOVER:?} while it \
+             elected a new leader, so a healthy leader can lose its seat then; with these \
+             renewal shares the shortest ttl that rides it out is {shortest} (3.8 s with \
+             the default shares; see the tenure-etcd README)",
+            timing.ttl,
+            timing.renew_deadline.saturating_sub(timing.renew_interval),
+        )
+    });
+    Ok(())
 }
 
 #[cfg(test)]

@@ -553,7 +553,7 @@ impl Primitives for EtcdPrimitives {
     }
 
     fn check_timing(&self, timing: &Timing) -> Result<()> {
-        crate::backend::check_ttl(timing)
+        crate::config::check_ttl(timing)
     }
 }
 
