@@ -7,6 +7,7 @@
 pub mod config;
 mod driven;
 mod floor;
+mod follow;
 mod life;
 pub(crate) mod mem_members;
 pub mod primitive;
