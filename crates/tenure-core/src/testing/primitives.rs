@@ -298,7 +298,15 @@ pub async fn priority_and_handover(store: &dyn Primitives, prefix: &str) {
     // they join low, high, other.
     let run = futures::future::join_all(waiting);
     let hand = async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Until all three wait (a store with polls or slow writes takes a while).
+        let joined = async {
+            while store.read(&e).await.map_or(0, |s| s.records.len()) < 4 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), joined)
+            .await
+            .expect("all three waiters joined within 30 s");
         let err = primitive::handover(store, &e, Some("c-nobody"))
             .await
             .expect_err("not waiting");
