@@ -386,30 +386,35 @@ impl CandidateProcess {
     }
 
     /// Kills the candidate process (SIGKILL), waits until it is gone and
-    /// records an [`Event::KILLED`] event; returns its `mono_ns`. Commands the
+    /// records an [`Event::KILLED`] event stamped when the signal was sent
+    /// (before the [`Event::EXITED`] its closing output causes); returns its
+    /// `mono_ns`. Commands the
     /// process started keep running (see [`kill_group`](Self::kill_group)).
     pub async fn kill(&mut self) -> Result<u64> {
         let pid = self.running_pid()?;
+        let at = monotonic_now_ns();
         send_signal(pid, libc::SIGKILL, &self.label)?;
-        self.reap_killed().await
+        self.reap_killed(at).await
     }
 
     /// Kills the candidate and every process in its process group (SIGKILL),
     /// like [`kill`](Self::kill) otherwise.
     pub async fn kill_group(&mut self) -> Result<u64> {
         self.running_pid()?;
+        let at = monotonic_now_ns();
         if let Some(pgid) = self.pgid {
             signal_group(pgid, libc::SIGKILL);
         }
-        self.reap_killed().await
+        self.reap_killed(at).await
     }
 
-    async fn reap_killed(&mut self) -> Result<u64> {
+    /// Wait for the process killed at `at` (stamped before the signal went, so the
+    /// kill comes before the end of its output, which the signal causes).
+    async fn reap_killed(&mut self, at: u64) -> Result<u64> {
         self.child
             .wait()
             .await
             .map_err(|e| HarnessError::io(format!("waiting for {}", self.label), e))?;
-        let at = monotonic_now_ns();
         self.shared
             .update(|log| log.events.push(Event::harness(Event::KILLED, at)));
         Ok(at)
