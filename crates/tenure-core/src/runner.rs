@@ -386,7 +386,7 @@ impl LeaderRunner {
                     None => leadership.resign().await,
                 };
                 if let Err(e) = resigned {
-                    tracing::warn!(error = %e, "resign failed; the seat is freed when the session ends");
+                    tracing::warn!(error = %e, "resign failed; the release goes on until the store answers or the session ends");
                 }
                 cancel.cancel();
                 let at = state.reason().map_or_else(Instant::now, |(_, at)| *at);

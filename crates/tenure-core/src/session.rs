@@ -275,7 +275,8 @@ impl Session {
                     "election {election}: twice in one batch"
                 )));
             }
-            core.settle_held(election).await?;
+            core.settle_held(election, Some(core.batch_timeout(1)))
+                .await?;
             match core.election_lock(election).try_lock_owned() {
                 Ok(guard) => locks.push(guard),
                 Err(_) => {
@@ -364,7 +365,8 @@ impl Session {
         let core = self.core();
         core.check_open()?;
         core.check_priority([candidate])?;
-        core.settle_held(election).await?;
+        let limit = (mode == CampaignMode::TryOnce).then(|| core.batch_timeout(1));
+        core.settle_held(election, limit).await?;
         let lock = core.election_lock(election);
         let guard = match lock.try_lock_owned() {
             Ok(g) => g,
@@ -572,7 +574,7 @@ impl Session {
         core.current().abandon();
     }
 
-    pub(crate) async fn release(&self, state: &GrantState, left: Option<&[u8]>) -> Result<()> {
+    pub(crate) async fn release(&self, state: &Arc<GrantState>, left: Option<&[u8]>) -> Result<()> {
         self.core().release(state, left).await
     }
 }
@@ -833,8 +835,14 @@ impl SessionCore {
 
     /// Before a campaign for `election`: refuse if this session holds it; if it held it
     /// and lost it, wait until the seat is gone from the store, or the store could hand
-    /// the old grant back.
-    async fn settle_held(&self, election: &ElectionName) -> Result<()> {
+    /// the old grant back. A release still going on in the background (the store did
+    /// not answer it in time) is waited for `limit` at the most (`None`: until it is
+    /// done), then this fails with `Timeout`.
+    async fn settle_held(
+        self: &Arc<Self>,
+        election: &ElectionName,
+        limit: Option<Duration>,
+    ) -> Result<()> {
         let Some(grant) = self.held_grant(election) else {
             return Ok(());
         };
@@ -843,10 +851,24 @@ impl SessionCore {
                 "election {election}: this session already holds it"
             )));
         }
-        if grant.release_claimed.swap(true, Ordering::SeqCst) {
-            grant.released.wait().await;
-        } else if let Err(e) = self.release(&grant, None).await {
-            tracing::warn!(election = %election, error = %e, "could not release a lost seat");
+        if !grant.release_claimed.swap(true, Ordering::SeqCst) {
+            if let Err(e) = self.release(&grant, None).await {
+                tracing::warn!(election = %election, error = %e, "could not release a lost seat");
+            }
+        }
+        let released = grant.released.wait();
+        match limit {
+            None => released.await,
+            Some(limit) => tokio::time::timeout(limit, released).await.map_err(|_| {
+                Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "election {election}: the release of this session's last grant is \
+                         still waiting for the store"
+                    ),
+                )
+                .with_backend(self.scheme)
+            })?,
         }
         Ok(())
     }
@@ -948,15 +970,9 @@ impl SessionCore {
     }
 
     /// Release a grant in the store (after its lost signal fired), then forget it.
-    async fn release(&self, state: &GrantState, left: Option<&[u8]>) -> Result<()> {
-        let result = if ended_with_session(state) {
-            Ok(())
-        } else {
-            self.release_in_store(&[(state.election.clone(), Some(state.token))], left)
-                .await
-        };
-        self.forget(state);
-        result
+    async fn release(self: &Arc<Self>, state: &Arc<GrantState>, left: Option<&[u8]>) -> Result<()> {
+        self.release_leaving(std::slice::from_ref(state), left)
+            .await
     }
 
     /// Release grants in the store (after their lost signals fired) in the backend's
@@ -968,17 +984,89 @@ impl SessionCore {
     /// `settle_held`): with etcd's resuming raft leader revoking the leases, releasing
     /// 128 such seats through the revoked lease took 3.7 s, and every shard's
     /// re-campaign waited for it.
-    pub(crate) async fn release_many(&self, states: &[Arc<GrantState>]) -> Result<()> {
-        let grants: Vec<(ElectionName, Option<FencingToken>)> = states
-            .iter()
-            .filter(|s| !ended_with_session(s))
-            .map(|s| (s.election.clone(), Some(s.token)))
-            .collect();
-        let result = self.release_in_store(&grants, None).await;
-        for state in states {
+    pub(crate) async fn release_many(self: &Arc<Self>, states: &[Arc<GrantState>]) -> Result<()> {
+        self.release_leaving(states, None).await
+    }
+
+    /// [`release_many`](Self::release_many), a single release leaving `left` to its
+    /// successor (clause 16).
+    ///
+    /// A release the store did not answer in time (an error worth another try) is
+    /// reported to the caller and goes on in the background ([`release_later`](Self::release_later)).
+    /// Its grants stay held, as lost, until it is done, so a campaign of this session
+    /// for one of their elections waits for it (`settle_held`). Forgetting them at once
+    /// left their records in the store under a session that lives on: the session's
+    /// next campaign was handed the resigned grant back, with its old token (a chaos
+    /// run on Azure: a resign during a store restart failed, and the candidate's next
+    /// campaign 8 s later held token 5 again), and a waiter was kept out for as long as
+    /// the session lived.
+    async fn release_leaving(
+        self: &Arc<Self>,
+        states: &[Arc<GrantState>],
+        left: Option<&[u8]>,
+    ) -> Result<()> {
+        let (ended, live): (Vec<Arc<GrantState>>, Vec<Arc<GrantState>>) =
+            states.iter().cloned().partition(|s| ended_with_session(s));
+        for state in &ended {
             self.forget(state);
         }
+        let grants: Vec<(ElectionName, Option<FencingToken>)> = live
+            .iter()
+            .map(|s| (s.election.clone(), Some(s.token)))
+            .collect();
+        let result = self.release_in_store(&grants, left).await;
+        match &result {
+            Err(e) if e.is_retryable() && !live.is_empty() => {
+                let core = self.clone();
+                let left = left.map(<[u8]>::to_vec);
+                tokio::spawn(async move { core.release_later(live, grants, left).await });
+            }
+            _ => {
+                for state in &live {
+                    self.forget(state);
+                }
+            }
+        }
         result
+    }
+
+    /// Go on with a release that failed in time, with the retry policy's delays, until
+    /// the store answers, the session ends (the store frees the seats with it) or it is
+    /// closed; then forget the grants.
+    async fn release_later(
+        self: Arc<Self>,
+        states: Vec<Arc<GrantState>>,
+        grants: Vec<(ElectionName, Option<FencingToken>)>,
+        left: Option<Vec<u8>>,
+    ) {
+        let mut attempt = 0;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(self.timing.retry.delay(attempt)) => {}
+                () = self.stop_all.cancelled() => break,
+            }
+            attempt = attempt.saturating_add(1);
+            match self.release_in_store(&grants, left.as_deref()).await {
+                Ok(()) => {
+                    tracing::info!(
+                        seats = grants.len(),
+                        attempt,
+                        "released in the store after all"
+                    );
+                    break;
+                }
+                Err(e) if e.is_retryable() => {
+                    tracing::debug!(seats = grants.len(), error = %e, "release still not answered");
+                }
+                Err(e) => {
+                    tracing::warn!(seats = grants.len(), error = %e, "could not release; the seats are freed when the session ends");
+                    break;
+                }
+            }
+        }
+        for state in &states {
+            self.forget(state);
+        }
     }
 
     /// Drop a released grant from the held map (unless the seat was granted again
@@ -1028,7 +1116,8 @@ impl SessionCore {
                 Ok(r) => r,
                 Err(_) => Err(Error::new(
                     ErrorKind::Timeout,
-                    "could not release the seat in time; it is freed when the session ends",
+                    "could not release the seat in time; the release goes on until the store \
+                     answers or the session ends",
                 )
                 .with_backend(self.scheme)),
             };

@@ -9,7 +9,9 @@ pub mod config;
 pub mod primitives;
 
 mod lost_at_grant;
+mod release;
 pub use lost_at_grant::{LoseIf, LostAtGrant, LOST_AT_GRANT};
+pub use release::check_failed_resign;
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -2003,6 +2005,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@multi $make_env;
             clause_01_at_most_one_holder => check_at_most_one_holder,
             clause_02_monotonic_tokens => check_monotonic_tokens,
+            clause_02_tokens_after_a_failed_resign => check_failed_resign,
             clause_03_lost_is_final => check_lost_is_final,
             clause_05_graceful_handover => check_graceful_handover,
             clause_06_crash_failover => check_crash_failover,
