@@ -52,8 +52,11 @@ pub struct LoadPolicy {
     /// How far from its share of the load a node may be before shards move, as a
     /// fraction (0.10: within ±10% of the capacity-weighted mean).
     pub tolerance: f64,
-    /// The most leaders moved to even out load in one `window` (placing shards that
-    /// have no leader is not counted), and the most moves asked for and not made yet.
+    /// The most moves of leaders the balancer asks for in one `window` to even out
+    /// load (placing shards that have no leader is not counted), and the most moves
+    /// asked for and not made yet. A move is made when the store hands the seat over,
+    /// a few round trips after the ask, so the handoffs that end within one window can
+    /// be up to twice this many when one window's moves finish late.
     pub max_moves: usize,
     /// The window of `max_moves`.
     pub window: std::time::Duration,

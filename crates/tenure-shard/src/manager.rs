@@ -138,8 +138,17 @@ pub struct ShardManager {
     held: Arc<Mutex<HashMap<usize, LeadershipWatch>>>,
     loads: LoadReporter,
     member_grace: Duration,
+    #[cfg_attr(not(any(test, feature = "testing")), allow(dead_code))]
+    asked: Asked,
     task: Mutex<Option<JoinHandle<()>>>,
 }
+
+/// When this node, as the balancer by load, asked for each of its last
+/// [`ASKED_KEPT`] moves, oldest first (what the move budget limits).
+type Asked = Arc<Mutex<VecDeque<Instant>>>;
+
+/// How many ask instants [`Asked`] keeps.
+const ASKED_KEPT: usize = 4096;
 
 /// Reports the load of the shards a node leads, for balance by load
 /// ([`ShardManagerBuilder::balance_by_load`]). Cheap to clone: hand one to each
@@ -267,6 +276,14 @@ impl ShardManager {
     /// The session this node's registration and leaderships live in.
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// When this node, as the balancer by load, asked for each of its last 4096
+    /// moves, oldest first: what the move budget (`LoadPolicy::max_moves` per
+    /// `window`) limits. A move is made later, when the store hands the seat over.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn moves_asked(&self) -> Vec<Instant> {
+        lock(&self.asked).iter().copied().collect()
     }
 
     /// The current counters; `status().changed()` wakes on every recomputation.
@@ -401,6 +418,7 @@ impl ShardManagerBuilder {
         let (publish_tx, publish_rx) = watch::channel(initial);
         let picture = Arc::new(Mutex::new(None));
         let held_watches = Arc::new(Mutex::new(HashMap::new()));
+        let asked = Asked::default();
         let span =
             tracing::info_span!("tenure.shard", namespace = %layout.namespace, node = %node_id);
 
@@ -463,6 +481,7 @@ impl ShardManagerBuilder {
             balance: self.balance.clone(),
             my_moves: BTreeMap::new(),
             issued: VecDeque::new(),
+            asked: asked.clone(),
             balance_at: None,
             balance_due: false,
             pending_loads: ByShard::default(),
@@ -507,6 +526,7 @@ impl ShardManagerBuilder {
                     commands: commands_tx.clone(),
                 },
                 member_grace,
+                asked,
                 task: Mutex::new(Some(task)),
             },
             events_rx,
@@ -911,6 +931,8 @@ struct Controller {
     my_moves: BTreeMap<usize, (String, Instant)>,
     /// When each move of the current window was asked for, oldest first.
     issued: VecDeque<Instant>,
+    /// The last asks, for the tests of the move budget (`moves_asked`).
+    asked: Asked,
     /// When the balancer looks again by itself (the window frees budget, a move
     /// goes stale).
     balance_at: Option<Instant>,
@@ -1924,6 +1946,11 @@ impl Controller {
             if due {
                 self.my_moves.insert(s, (to, now));
                 self.issued.push_back(now);
+                let mut asked = lock(&self.asked);
+                if asked.len() == ASKED_KEPT {
+                    asked.pop_front();
+                }
+                asked.push_back(now);
                 new += 1;
             }
         }

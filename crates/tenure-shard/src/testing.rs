@@ -575,15 +575,17 @@ pub async fn check_load_noise(env: &ShardEnv, stretch: Duration) -> usize {
     moves
 }
 
-/// A budget of `max_moves` per second: no window of a second (less 50 ms for the
-/// time a handoff takes after it is asked for) sees more handoffs, and the loads still
-/// end balanced. Returns the most handoffs seen in one window.
+/// A budget of `max_moves` per second: the balancer asks for no more moves within any
+/// second, more than that many are made in all, and the loads still end balanced.
+/// Returns the most handoffs that ended within one second (a figure: handoffs asked
+/// for in two windows may end in one).
 pub async fn check_move_budget(env: &ShardEnv, max_moves: usize) -> usize {
     let policy = crate::balance::LoadPolicy {
         max_moves,
         window: Duration::from_secs(1),
         ..Default::default()
     };
+    let window = policy.window;
     let start = Instant::now();
     let c = started_by_load(env, zipf(env.shards, 1.1), policy, &[]).await;
     // Quiet includes the balancer: every move it worked out is made by then.
@@ -592,26 +594,32 @@ pub async fn check_move_budget(env: &ShardEnv, max_moves: usize) -> usize {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let late = c.handoffs_since(quiet).len();
     assert_eq!(late, 0, "{late} handoffs after every node was quiet");
+    // The budget limits the moves the balancer asks for; a handoff ends later, after
+    // the store's round trips, so handoffs of two windows can end within one (on
+    // etcd, one window's slowest handoff ended after the next window's fastest). The
+    // asks are checked; the handoffs are reported.
+    let mut asks = 0;
+    for node in c.nodes.values() {
+        let asked: Vec<Instant> = node
+            .moves_asked()
+            .into_iter()
+            .filter(|t| *t >= start)
+            .collect();
+        asks += asked.len();
+        let most_asked = most_within(&asked, window);
+        assert!(
+            most_asked <= max_moves,
+            "{most_asked} moves asked for within {window:?} by {}, budget {max_moves}",
+            node.node_id()
+        );
+    }
     let times: Vec<Instant> = c.handoffs_since(start).iter().map(|l| l.at).collect();
-    let window = Duration::from_millis(950);
-    let most = (0..times.len())
-        .map(|i| {
-            times[i..]
-                .iter()
-                .take_while(|t| **t - times[i] < window)
-                .count()
-        })
-        .max()
-        .unwrap_or(0);
     assert!(
-        most <= max_moves,
-        "{most} handoffs within {window:?}, budget {max_moves}"
-    );
-    assert!(
-        times.len() > max_moves,
-        "only {} moves: the budget was never tested",
+        asks > max_moves && times.len() > max_moves,
+        "only {asks} moves asked for, {} made: the budget was never tested",
         times.len()
     );
+    let most = most_within(&times, window);
     let (after, bound, per) = c.load_spread().await;
     assert!(
         after <= (1.02 * bound).max(1.10),
@@ -619,6 +627,19 @@ pub async fn check_move_budget(env: &ShardEnv, max_moves: usize) -> usize {
     );
     c.close_all().await;
     most
+}
+
+/// The most of `times` (in order) within any span shorter than `window`.
+fn most_within(times: &[Instant], window: Duration) -> usize {
+    (0..times.len())
+        .map(|i| {
+            times[i..]
+                .iter()
+                .take_while(|t| **t - times[i] < window)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Capacities 1:2:4 on three nodes: each node's load is its share by capacity
