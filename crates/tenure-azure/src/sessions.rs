@@ -122,6 +122,13 @@ impl Sessions {
     }
 
     /// Renew one of this process's sessions: whether it still lives.
+    ///
+    /// A renewal whose answer was lost (timed out) may still reach the store later, as
+    /// a request held up in the network does, and change the blob's etag: the next
+    /// renewal's `If-Match` then fails though the blob is there. Only the owner writes
+    /// its session blob (an open creates a new id, a revoke deletes it), so a blob that
+    /// is there with another etag is that late renewal: the renewal is sent again on
+    /// the etag read back. A blob that is gone ended the session.
     async fn renew_one(&self, id: &str) -> Result<bool> {
         let held = {
             let mut own = lock(&self.own);
@@ -133,35 +140,46 @@ impl Sessions {
                 None => None,
             }
         };
-        let Some((ttl, etag)) = held else {
+        let Some((ttl, mut etag)) = held else {
             return Ok(self.live(&[id.to_string()]).await?[0]);
         };
-        let sent = Instant::now();
         let name = self.layout.session(id);
-        let put = self.store.put(
-            &name,
-            Vec::new(),
-            Self::metadata(ttl),
-            When::Is(&etag),
-            Purpose::Renewal,
-        );
-        let r = put.await.map_err(|f| f.into_error("renew session"));
-        let mut own = lock(&self.own);
-        let Some(o) = own.get_mut(id) else {
-            return Ok(false);
-        };
-        match r {
-            // Late answers do not count: readers may have seen the session end.
-            Ok(Some(etag)) if o.live(Instant::now()) => {
-                o.confirmed = sent;
-                o.etag = etag;
-                Ok(true)
+        let mut read_back = false;
+        loop {
+            let sent = Instant::now();
+            let put = self.store.put(
+                &name,
+                Vec::new(),
+                Self::metadata(ttl),
+                When::Is(&etag),
+                Purpose::Renewal,
+            );
+            let r = put.await.map_err(|f| f.into_error("renew session"));
+            if matches!(r, Ok(None)) && !read_back {
+                read_back = true;
+                let props = self.store.properties(&name).await;
+                if let Some(now) = props.map_err(|f| f.into_error("renew session"))? {
+                    etag = now.etag;
+                    continue;
+                }
             }
-            Ok(_) => {
-                o.ended = true;
-                Ok(false)
-            }
-            Err(e) => Err(e),
+            let mut own = lock(&self.own);
+            let Some(o) = own.get_mut(id) else {
+                return Ok(false);
+            };
+            return match r {
+                // Late answers do not count: readers may have seen the session end.
+                Ok(Some(etag)) if o.live(Instant::now()) => {
+                    o.confirmed = sent;
+                    o.etag = etag;
+                    Ok(true)
+                }
+                Ok(_) => {
+                    o.ended = true;
+                    Ok(false)
+                }
+                Err(e) => Err(e),
+            };
         }
     }
 
