@@ -68,3 +68,30 @@ pub async fn print_round_trips(backend: DynBackend, store: &str, round_trips: im
         s.close().await.expect("close");
     }
 }
+
+/// The two tests of every store's primitive file: the election engine's primitive
+/// suite against the real store, and [`print_round_trips`]. `$backend` is an async
+/// expression giving the store's backend (which has `primitives()` and is `Clone`),
+/// `$store` the store's name in the table, and `$count` the backend's method counting
+/// what its client sent.
+#[macro_export]
+macro_rules! primitive_tests {
+    ($backend:expr, $store:literal, $count:ident) => {
+        /// The primitive suite of the election engine against the real store.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn the_primitives_keep_their_contract() {
+            let backend = $backend.await;
+            let prefix = $crate::run_prefix();
+            ::tenure_core::testing::primitives::check_primitives(backend.primitives(), prefix)
+                .await;
+        }
+
+        /// The store round trips of a grant, a join, a release and 64 tries, printed.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn round_trips_per_operation() {
+            let backend = $backend.await;
+            let counted: ::tenure_core::DynBackend = ::std::sync::Arc::new(backend.clone());
+            $crate::print_round_trips(counted, $store, || backend.$count()).await;
+        }
+    };
+}

@@ -5,11 +5,9 @@
 //! a waiter, until the waiter holds the seat), and a batch of 64 tries on free seats.
 //! Printed as a table, never asserted.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tenure_azure::{AzureBackend, AzureConfig};
-use tenure_core::DynBackend;
 use tenure_integration::AzuriteServer;
 
 tenure_integration::shared_server!(AzuriteServer, "Azurite");
@@ -27,17 +25,4 @@ async fn backend() -> AzureBackend {
     }
 }
 
-/// The primitive suite of the election engine against Azurite.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_primitives_keep_their_contract() {
-    let backend = backend().await;
-    let prefix = tenure_integration::run_prefix();
-    tenure_core::testing::primitives::check_primitives(backend.primitives(), prefix).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn round_trips_per_operation() {
-    let backend = backend().await;
-    let dyn_backend: DynBackend = Arc::new(backend.clone());
-    tenure_integration::print_round_trips(dyn_backend, "Azure", || backend.requests()).await;
-}
+tenure_integration::primitive_tests!(backend(), "Azure", requests);

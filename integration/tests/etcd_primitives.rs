@@ -5,10 +5,9 @@
 //! release (resign with a waiter, until the waiter holds the seat), and a batch of 64
 //! tries on free seats. Printed as a table, never asserted.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tenure_core::{DynBackend, ElectionName};
+use tenure_core::ElectionName;
 use tenure_etcd::EtcdBackend;
 use tenure_integration::EtcdServer;
 
@@ -31,13 +30,7 @@ fn election(name: &str) -> ElectionName {
     ElectionName::new(format!("{prefix}/{name}")).expect("a valid name")
 }
 
-/// The primitive suite of the election engine against the real server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_primitives_keep_their_contract() {
-    let backend = backend().await;
-    let prefix = tenure_integration::run_prefix();
-    tenure_core::testing::primitives::check_primitives(backend.primitives(), prefix).await;
-}
+tenure_integration::primitive_tests!(backend(), "etcd", round_trips);
 
 /// etcd refuses a whole transaction that puts a key on an ended lease; reads and
 /// writes that share one with such a write are answered all the same (before, a read
@@ -154,11 +147,4 @@ async fn a_batch_of_writes_of_an_ended_session_costs_a_few_round_trips() {
         spent <= 4,
         "64 writes of an ended session cost {spent} round trips"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn round_trips_per_operation() {
-    let backend = backend().await;
-    let dyn_backend: DynBackend = Arc::new(backend.clone());
-    tenure_integration::print_round_trips(dyn_backend, "etcd", || backend.round_trips()).await;
 }

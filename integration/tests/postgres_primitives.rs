@@ -31,21 +31,7 @@ fn election(name: &str) -> ElectionName {
     ElectionName::new(format!("{prefix}/{name}")).expect("a valid name")
 }
 
-/// The primitive suite of the election engine against the real server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_primitives_keep_their_contract() {
-    let backend = backend().await;
-    let prefix = tenure_integration::run_prefix();
-    tenure_core::testing::primitives::check_primitives(backend.primitives(), prefix).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn round_trips_per_operation() {
-    let backend = backend().await;
-    let dyn_backend: DynBackend = Arc::new(backend.clone());
-    tenure_integration::print_round_trips(dyn_backend, "PostgreSQL", || backend.round_trips())
-        .await;
-}
+tenure_integration::primitive_tests!(backend(), "PostgreSQL", round_trips);
 
 /// Ten backends connecting at once to a schema that does not exist yet: one creates
 /// it, the others find it created under the advisory lock and leave it be, and every
