@@ -155,7 +155,10 @@ pub enum Token {
     /// The holder keeps this token.
     Keep(u64),
     /// A new grant: the store's token source gives the next token (the write's
-    /// revision, or the next value of a sequence), larger than every earlier one.
+    /// revision, or the next value of a sequence), larger than every token minted
+    /// before in the same election (contract clause 2). A store-wide revision or
+    /// sequence gives more (larger than every token of the store); a counter kept in
+    /// the election's own record, as Azure keeps one, gives exactly this.
     Mint,
 }
 
