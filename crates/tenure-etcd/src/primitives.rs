@@ -220,7 +220,11 @@ fn wakes(event: &Event, me: Option<&(String, String)>, on: Option<&String>) -> b
     let Some(kv) = &event.kv else {
         return false;
     };
-    if me.is_none() && on.is_none() {
+    // Any change wakes a wait that names no record ahead: an observer's, and a
+    // holder's (its own record alone). etcd delivers every event of the range anyway;
+    // a holder that reads after each decides its release on the election as it stands,
+    // one transaction, where a view from before a waiter joined cost a failed one first.
+    if on.is_none() {
         return true;
     }
     let key = kv.key.as_slice();

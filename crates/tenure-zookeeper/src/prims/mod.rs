@@ -170,8 +170,8 @@ impl Primitives for ZkPrimitives {
     }
 
     /// A waiter watches its own record's change node and the presence and session
-    /// nodes of the record ahead; a holder its own change node; an observer the
-    /// election node. The watches are sent together (one round trip) and then checked
+    /// nodes of the record ahead; a holder its own change node and the election node;
+    /// an observer the election node. The watches are sent together (one round trip) and then checked
     /// against what the caller saw, so a change before they were set is not missed.
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
         let client = self.shared.reader().await?;
@@ -197,6 +197,17 @@ impl Primitives for ZkPrimitives {
             )
         });
         let mut watches = Vec::new();
+        if what.on.is_none() {
+            // A holder's wait (its own record alone) wakes on any move of the election
+            // too: it reads after each and decides its release on the election as it
+            // stands, one multi, where a view from before a waiter joined cost a failed
+            // one first.
+            let (stat, w) = call(client.check_and_watch_stat(&dir)).await?;
+            if revision_of(stat.as_ref()) != what.seen {
+                return Ok(());
+            }
+            watches.push(w);
+        }
         if let Some(f) = mine {
             // Gone, or written after the revision seen (its data: that revision).
             match self.shared.requests.call("wait", f).await {
