@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::follow::{Follower, Held};
+use super::inflight::Inflight;
 use super::primitive::{self, MemberStore, Primitives, Release, Wake};
 use super::{
     lock, membership_unsupported, Backend, BackendSession, Capabilities, Clause, DynSession,
@@ -142,6 +143,7 @@ impl Backend for DrivenBackend {
             wake,
             inherited: Mutex::default(),
             ended: Arc::default(),
+            inflight: Inflight::default(),
             closed: CancellationToken::new(),
         };
         tokio::spawn(session.follower().run(woken, session.gate.subscribe()));
@@ -189,7 +191,9 @@ impl Backend for DrivenBackend {
 
     async fn handover(&self, election: &ElectionName, to: Option<&str>) -> Result<LeaderInfo> {
         let r = async {
-            let asked = primitive::handover(&Counted(self.clone()), election, to).await?;
+            let asked =
+                primitive::handover(&Counted(self.clone(), Inflight::default()), election, to)
+                    .await?;
             leader_of(&asked).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Backend,
@@ -229,6 +233,8 @@ struct DrivenSession {
     inherited: Mutex<HashMap<ElectionName, (u64, Inherited)>>,
     /// Set once the follower told the core that the store ended the session.
     ended: Arc<AtomicBool>,
+    /// This session's writes on their way to the store, which a withdrawal waits for.
+    inflight: Inflight,
     closed: CancellationToken,
 }
 
@@ -261,6 +267,11 @@ impl DrivenSession {
             h.stop();
             h.snap
         })
+    }
+
+    /// The primitives, counted, with this session's writes run to their answers.
+    fn store(&self) -> Counted {
+        Counted(self.backend.clone(), self.inflight.clone())
     }
 
     fn candidacy(&self, candidate: &Candidate) -> Candidacy {
@@ -319,7 +330,7 @@ impl BackendSession for DrivenSession {
         let r = async {
             self.pass().await?;
             let me = self.candidacy(candidate);
-            let store = Counted(self.backend.clone());
+            let store = self.store();
             let (token, snap) = primitive::campaign(&store, election, &me).await?;
             self.follow(election, token, snap);
             Ok(FencingToken(token))
@@ -335,7 +346,7 @@ impl BackendSession for DrivenSession {
         let r = async {
             self.pass().await?;
             let me = self.candidacy(candidate);
-            let store = Counted(self.backend.clone());
+            let store = self.store();
             let taken = primitive::try_take(&store, election, &me).await?;
             Ok(taken.map(|(token, snap)| {
                 self.follow(election, token, snap);
@@ -349,12 +360,13 @@ impl BackendSession for DrivenSession {
         let r = async {
             let last = self.unfollow(election);
             self.pass().await?;
+            self.inflight.settled(std::slice::from_ref(election)).await;
             let release = Release {
                 session: &self.id,
                 token: token.map(|t| t.0),
                 state: None,
             };
-            primitive::resign(&Counted(self.backend.clone()), election, release, last).await
+            primitive::resign(&self.store(), election, release, last).await
         };
         r.await.map_err(|e| self.backend.tag(e))
     }
@@ -369,7 +381,7 @@ impl BackendSession for DrivenSession {
                 .iter()
                 .map(|(e, c)| (e.clone(), self.candidacy(c)))
                 .collect();
-            let store = Counted(self.backend.clone());
+            let store = self.store();
             let taken = primitive::try_take_many(&store, &asks).await?;
             Ok(taken
                 .into_iter()
@@ -389,6 +401,8 @@ impl BackendSession for DrivenSession {
         let r = async {
             let last = grants.iter().map(|(e, _)| self.unfollow(e)).collect();
             self.pass().await?;
+            let elections: Vec<ElectionName> = grants.iter().map(|(e, _)| e.clone()).collect();
+            self.inflight.settled(&elections).await;
             let releases: Vec<(ElectionName, Release<'_>)> = grants
                 .iter()
                 .map(|(e, t)| {
@@ -400,7 +414,7 @@ impl BackendSession for DrivenSession {
                     (e.clone(), release)
                 })
                 .collect();
-            primitive::resign_many(&Counted(self.backend.clone()), &releases, last).await
+            primitive::resign_many(&self.store(), &releases, last).await
         };
         r.await.map_err(|e| self.backend.tag(e))
     }
@@ -415,12 +429,13 @@ impl BackendSession for DrivenSession {
             engine::check_state("resign_with", state)?;
             let last = self.unfollow(election);
             self.pass().await?;
+            self.inflight.settled(std::slice::from_ref(election)).await;
             let release = Release {
                 session: &self.id,
                 token: Some(token.0),
                 state: Some(state),
             };
-            primitive::resign(&Counted(self.backend.clone()), election, release, last).await
+            primitive::resign(&self.store(), election, release, last).await
         };
         r.await.map_err(|e| self.backend.tag(e))
     }
@@ -474,9 +489,26 @@ impl Drop for DrivenSession {
     }
 }
 
-/// The backend's primitives with every election request counted (clause 7's check).
+/// The backend's primitives with every election request counted (clause 7's check), and
+/// every write run to its answer in a task of its own, counted in flight by election
+/// ([`Inflight`]): a campaign dropped while its write is on its way does not leave the
+/// write to land after the withdrawal.
 #[derive(Debug)]
-struct Counted(DrivenBackend);
+struct Counted(DrivenBackend, Inflight);
+
+/// Run `write` in a task of its own: it reaches its answer even if the caller stops
+/// waiting for it.
+async fn to_answer<T: Send + 'static>(
+    write: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    match tokio::spawn(write).await {
+        Ok(answer) => answer,
+        Err(e) => Err(Error::new(
+            ErrorKind::Backend,
+            format!("a write's task ended without an answer: {e}"),
+        )),
+    }
+}
 
 #[async_trait]
 impl Primitives for Counted {
@@ -498,7 +530,14 @@ impl Primitives for Counted {
         write: &engine::Write,
     ) -> Result<(bool, Snapshot)> {
         self.0.count();
-        self.0.store.commit(election, write).await
+        let entered = self.1.enter([election.clone()]);
+        let (store, election, write) = (self.0.store.clone(), election.clone(), write.clone());
+        to_answer(async move {
+            let answer = store.commit(&election, &write).await;
+            drop(entered);
+            answer
+        })
+        .await
     }
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
         self.0.count();
@@ -513,7 +552,14 @@ impl Primitives for Counted {
         writes: &[(ElectionName, engine::Write)],
     ) -> Result<Vec<(bool, Snapshot)>> {
         self.0.count();
-        self.0.store.commit_many(writes).await
+        let entered = self.1.enter(writes.iter().map(|(e, _)| e.clone()));
+        let (store, writes) = (self.0.store.clone(), writes.to_vec());
+        to_answer(async move {
+            let answers = store.commit_many(&writes).await;
+            drop(entered);
+            answers
+        })
+        .await
     }
     fn batch(&self) -> Option<usize> {
         self.0.store.batch()

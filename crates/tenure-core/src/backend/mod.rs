@@ -8,6 +8,7 @@ pub mod config;
 mod driven;
 mod floor;
 mod follow;
+mod inflight;
 mod life;
 pub(crate) mod mem_members;
 pub mod primitive;
