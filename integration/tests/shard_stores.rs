@@ -102,16 +102,7 @@ async fn shard_manager_on_zookeeper() {
     on_url(url, false).await;
 }
 
-/// Ignored, with the reason printed by `cargo test`, until the bug it finds is fixed:
-/// a campaign the shard manager cancels while its write is still in flight can leave
-/// a record in the store after the withdrawal ran (the withdrawal read the election
-/// before the write landed). On Azure the record held the seat with token 15, its
-/// node did not know it held it, and the shard's preferred node waited behind it for
-/// good: "not settled within 60s". It fails the same way at 2dc2e78, before this
-/// test was ignored. Run it with `cargo test -p tenure-integration --test shard_stores
-/// shard_manager_on_azurite -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a cancelled campaign's in-flight write can outlive its withdrawal and block a shard (see the doc comment)"]
 async fn shard_manager_on_azurite() {
     let server = AzuriteServer::start().await.expect("start Azurite");
     let endpoint = server.endpoint().to_string();
