@@ -1573,10 +1573,12 @@ mod tests {
             tokio::spawn(async move { s.campaign(&e, &Candidate::new("w").expect("c")).await })
         };
         tokio::time::sleep(Duration::from_millis(100)).await;
-        // The store grants the waiter in this release; its answer is on its way when
-        // the process crashes.
-        h.resign().await.expect("resign");
+        // The process crashes; then the store grants the waiter in this release, and
+        // the answer comes to a session that is gone. (Crashing after the resign
+        // returned made the test depend on whether the waiter had run in between: the
+        // release's write runs in a task of its own, and it had.)
         crashed.abandon();
+        h.resign().await.expect("resign");
         let got = waiter.await.expect("join");
         assert!(got.is_err(), "the abandoned session was handed a grant");
         holder.close().await.expect("close");
