@@ -8,16 +8,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
-use tenure_core::{MemoryBackend, Timing};
+use tenure_core::MemoryBackend;
 use tenure_shard::{Layout, ShardEvent, ShardEvents, ShardManager};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-const SHARDS: usize = 8;
+mod common;
+use common::{node, timing, until};
 
-fn timing() -> Timing {
-    Timing::from_ttl(Duration::from_secs(2))
-}
+const SHARDS: usize = 8;
 
 /// Every event of `events` with the instant it arrived, until the sender closes. The
 /// log keeps no work: each grant's work guard is done at once, so the hook alone holds
@@ -60,25 +59,12 @@ async fn a_handoff_resigns_only_once_the_hook_is_done() {
         .await
         .unwrap();
     let a_log = record(a_events);
-    for _ in 0..200 {
-        if a.status().borrow().held == SHARDS {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(
-        a.status().borrow().held,
-        SHARDS,
-        "a alone leads every shard"
-    );
+    until("a alone leads every shard", || {
+        a.status().borrow().held == SHARDS
+    })
+    .await;
 
-    let (b, b_events) = ShardManager::builder(backend.clone())
-        .layout(layout.clone())
-        .node_id("b")
-        .timing(timing())
-        .start()
-        .await
-        .unwrap();
+    let (b, b_events) = node(&backend, &layout, "b").await;
     let b_log = record(b_events);
     // a hands b its share, and waits for the hook.
     for _ in 0..200 {

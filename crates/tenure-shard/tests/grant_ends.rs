@@ -11,13 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tenure_core::testing::LostAtGrant;
-use tenure_core::{DynBackend, ElectionName, MemoryBackend, Timing, WorkGuard};
-use tenure_shard::{Layout, ShardEvent, ShardEvents, ShardManager};
+use tenure_core::{DynBackend, ElectionName, MemoryBackend, WorkGuard};
+use tenure_shard::{Layout, ShardEvent, ShardEvents};
 use tokio::time::Instant;
 
-fn timing() -> Timing {
-    Timing::from_ttl(Duration::from_secs(2))
-}
+mod common;
+use common::{node, until};
 
 type Log = Arc<Mutex<Vec<ShardEvent>>>;
 
@@ -78,38 +77,16 @@ fn ends(log: &Log) -> BTreeMap<(usize, u64), (usize, usize)> {
     by_grant
 }
 
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if done() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}: not reached");
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_handoff_releases_the_seat_only_once_the_work_stopped() {
     const SHARDS: usize = 8;
     let backend: DynBackend = Arc::new(MemoryBackend::new());
     let layout = Layout::new("drained", SHARDS, 2).unwrap();
     let work: Arc<Mutex<HashMap<usize, WorkGuard>>> = Arc::default();
-    let (a, a_events) = ShardManager::builder(backend.clone())
-        .layout(layout.clone())
-        .node_id("a")
-        .timing(timing())
-        .start()
-        .await
-        .unwrap();
+    let (a, a_events) = node(&backend, &layout, "a").await;
     let a_log = record(a_events, Some(work.clone()));
     until("a leads every shard", || a.status().borrow().held == SHARDS).await;
-    let (b, b_events) = ShardManager::builder(backend.clone())
-        .layout(layout.clone())
-        .node_id("b")
-        .timing(timing())
-        .start()
-        .await
-        .unwrap();
+    let (b, b_events) = node(&backend, &layout, "b").await;
     let b_log = record(b_events, None);
     // a is asked to step down from b's share: the stop signals fire, the seats stay.
     let asked = || {
@@ -217,13 +194,7 @@ async fn lost_as_granted(namespace: &str) {
         )
         .with_delay(Duration::from_millis(1)),
     );
-    let (a, events) = ShardManager::builder(backend)
-        .layout(layout.clone())
-        .node_id("a")
-        .timing(timing())
-        .start()
-        .await
-        .unwrap();
+    let (a, events) = node(&backend, &layout, "a").await;
     let log = record(events, None);
     until("every first grant lost", || lose.lock().unwrap().is_empty()).await;
     // The node leads every shard again, with its second grant: each first grant has
