@@ -80,7 +80,7 @@ pub use fencing::{
 pub use os::{free_port, monotonic_now_ns};
 pub use proxy::{LinkState, TcpProxy};
 pub use proxy_faults::{assert_ttls_refused, etcd_env, timing_ms, ProxyFaults};
-pub use round_trips::print_round_trips;
+pub use round_trips::{print_round_trips, print_table};
 pub use server::{
     etcdctl_program, start_with_passwords, workspace_root, AzuriteServer, EtcdCluster, EtcdServer,
     Members, PostgresServer, RedisSentinels, RedisServer, StoreServer, ZooKeeperEnsemble,

@@ -57,16 +57,26 @@ pub async fn print_round_trips(backend: DynBackend, store: &str, round_trips: im
     let batch = counted(before);
     assert_eq!(many.iter().flatten().count(), 64, "64 free seats taken");
 
-    eprintln!("| operation | {store} round trips |");
+    print_table(
+        &format!("{store} round trips"),
+        [grant, join, release, batch],
+    );
+    drop((next, many));
+    for s in [a, b, c] {
+        s.close().await.expect("close");
+    }
+}
+
+/// Print the table of `counted`: a grant, a join, a release and 64 tries, in what
+/// `unit` names.
+pub fn print_table(unit: &str, counted: [u64; 4]) {
+    let [grant, join, release, batch] = counted;
+    eprintln!("| operation | {unit} |");
     eprintln!("|---|---|");
     eprintln!("| grant (campaign on a free seat) | {grant} |");
     eprintln!("| join (campaign behind a holder) | {join} |");
     eprintln!("| release (resign with a waiter, until it holds) | {release} |");
     eprintln!("| try_campaign_many, 64 free seats | {batch} |");
-    drop((next, many));
-    for s in [a, b, c] {
-        s.close().await.expect("close");
-    }
 }
 
 /// The two tests of every store's primitive file: the election engine's primitive

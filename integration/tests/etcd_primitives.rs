@@ -37,7 +37,6 @@ tenure_integration::primitive_tests!(backend(), "etcd", round_trips);
 /// that shared it failed with `SessionExpired`, which ends a campaign).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_of_an_ended_session_fails_alone() {
-    use tenure_core::engine::{Candidacy, Op, Token, Write};
     let backend = backend().await;
     let store = backend.primitives();
     let ttl = Duration::from_secs(30);
@@ -46,29 +45,13 @@ async fn a_write_of_an_ended_session_fails_alone() {
         store.open(ttl).await.expect("open"),
     );
     store.revoke(&dead).await.expect("revoke");
-    let put = |session: &str| Write {
-        ops: vec![Op::Put {
-            candidacy: Candidacy {
-                session: session.to_string(),
-                candidate: "c".into(),
-                value: String::new(),
-                priority: 0,
-                preemptible: false,
-            },
-            token: Token::None,
-            told: false,
-            chosen: false,
-            inherited: None,
-        }],
-        ..Write::default()
-    };
     for i in 0..20 {
         let (e1, e2, e3) = (
             election(&format!("alone/{i}/a")),
             election(&format!("alone/{i}/b")),
             election(&format!("alone/{i}/c")),
         );
-        let (doomed_put, live_put) = (put(&dead), put(&live));
+        let (doomed_put, live_put) = (waiter(&dead, 0), waiter(&live, 0));
         let (first, doomed, read, mine) = tokio::join!(
             store.read(&e1),
             store.commit(&e2, &doomed_put),
@@ -93,7 +76,6 @@ async fn a_write_of_an_ended_session_fails_alone() {
 /// member grace. Each write now compares its sessions' keys, so it fails on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_writes_of_an_ended_session_costs_a_few_round_trips() {
-    use tenure_core::engine::{Candidacy, Op, Token, Write};
     let backend = backend().await;
     let store = backend.primitives();
     let ttl = Duration::from_secs(30);
@@ -101,7 +83,41 @@ async fn a_batch_of_writes_of_an_ended_session_costs_a_few_round_trips() {
         store.open(ttl).await.expect("open"),
         store.open(ttl).await.expect("open"),
     );
-    let put = |session: &str, revision: u64| Write {
+    // 64 elections, each written once by the live session (its revision is not 0).
+    let elections: Vec<ElectionName> = (0..64)
+        .map(|i| election(&format!("ended-batch/{i}")))
+        .collect();
+    let writes: Vec<_> = elections
+        .iter()
+        .map(|e| (e.clone(), waiter(&live, 0)))
+        .collect();
+    let made = store.commit_many(&writes).await.expect("commit");
+    assert!(made.iter().all(|(done, _)| *done), "{made:?}");
+    store.revoke(&dead).await.expect("revoke");
+    let writes: Vec<_> = elections
+        .iter()
+        .zip(&made)
+        .map(|(e, (_, snap))| (e.clone(), waiter(&dead, snap.revision)))
+        .collect();
+    let before = backend.round_trips();
+    let answers = store.commit_many(&writes).await.expect("answered");
+    let spent = backend.round_trips() - before;
+    println!("64 writes of an ended session: {spent} round trips");
+    for ((_, write), (done, after)) in writes.iter().zip(&answers) {
+        assert!(!done, "a put of an ended session committed");
+        assert_eq!(after.revision, write.revision, "{after:?}");
+        assert!(after.record(&dead).is_none() && after.record(&live).is_some());
+    }
+    assert!(
+        spent <= 4,
+        "64 writes of an ended session cost {spent} round trips"
+    );
+}
+
+/// A write at `revision` that puts `session`'s record as a waiter.
+fn waiter(session: &str, revision: u64) -> tenure_core::engine::Write {
+    use tenure_core::engine::{Candidacy, Op, Token, Write};
+    Write {
         revision,
         ops: vec![Op::Put {
             candidacy: Candidacy {
@@ -117,34 +133,5 @@ async fn a_batch_of_writes_of_an_ended_session_costs_a_few_round_trips() {
             inherited: None,
         }],
         ..Write::default()
-    };
-    // 64 elections, each written once by the live session (its revision is not 0).
-    let elections: Vec<ElectionName> = (0..64)
-        .map(|i| election(&format!("ended-batch/{i}")))
-        .collect();
-    let writes: Vec<_> = elections
-        .iter()
-        .map(|e| (e.clone(), put(&live, 0)))
-        .collect();
-    let made = store.commit_many(&writes).await.expect("commit");
-    assert!(made.iter().all(|(done, _)| *done), "{made:?}");
-    store.revoke(&dead).await.expect("revoke");
-    let writes: Vec<_> = elections
-        .iter()
-        .zip(&made)
-        .map(|(e, (_, snap))| (e.clone(), put(&dead, snap.revision)))
-        .collect();
-    let before = backend.round_trips();
-    let answers = store.commit_many(&writes).await.expect("answered");
-    let spent = backend.round_trips() - before;
-    println!("64 writes of an ended session: {spent} round trips");
-    for ((_, write), (done, after)) in writes.iter().zip(&answers) {
-        assert!(!done, "a put of an ended session committed");
-        assert_eq!(after.revision, write.revision, "{after:?}");
-        assert!(after.record(&dead).is_none() && after.record(&live).is_some());
     }
-    assert!(
-        spent <= 4,
-        "64 writes of an ended session cost {spent} round trips"
-    );
 }

@@ -126,12 +126,7 @@ async fn round_trips_per_operation() {
     let (many, batch) = counted(&backend, c.try_campaign_many(&seats)).await;
     let many = many.expect("tries");
     assert_eq!(many.iter().flatten().count(), 64, "64 free seats taken");
-    eprintln!("| operation | ZooKeeper requests |");
-    eprintln!("|---|---|");
-    eprintln!("| grant (campaign on a free seat) | {grant} |");
-    eprintln!("| join (campaign behind a holder) | {join} |");
-    eprintln!("| release (resign with a waiter, until it holds) | {release} |");
-    eprintln!("| try_campaign_many, 64 free seats | {batch} |");
+    tenure_integration::print_table("ZooKeeper requests", [grant, join, release, batch]);
     drop((next, many));
     for s in [a, b, c] {
         s.close().await.expect("close");
