@@ -39,7 +39,7 @@ use crate::ops::{self, op};
 use crate::proto::{
     Event, EventType, KeyValue, PutRequest, Request, Response, ResponseOp, TxnRequest,
 };
-use crate::shared::{lease_seconds, Shared};
+use crate::shared::Shared;
 use crate::watches::{Seen, Watches};
 
 /// The engine's primitives over one etcd connection.
@@ -357,39 +357,21 @@ struct Sent<'a> {
 #[async_trait]
 impl Primitives for EtcdPrimitives {
     async fn open(&self, ttl: Duration) -> Result<String> {
-        let seconds = lease_seconds(ttl);
-        let granted = self
-            .shared
-            .requests
-            .call("open session", self.shared.client.lease_grant(seconds))
-            .await?;
-        if !granted.error.is_empty() {
-            return Err(TAG.own(
-                ErrorKind::Backend,
-                format!("open session: etcd refused the lease: {}", granted.error),
-            ));
-        }
-        if granted.ttl > seconds {
-            tracing::warn!(
-                requested = seconds,
-                granted = granted.ttl,
-                "etcd raised the lease TTL to its minimum; failover takes that long"
-            );
-        }
+        let lease = self.shared.grant_lease(ttl).await?;
         // The session's key, which every write that puts or touches its keys compares.
-        let key = self.shared.keys.session_key(granted.id);
+        let key = self.shared.keys.session_key(lease);
         let mark = TxnRequest {
-            success: vec![op(ops::put(&key, b"", granted.id))],
+            success: vec![op(ops::put(&key, b"", lease))],
             ..Default::default()
         };
         let marked = self.shared.client.txn(mark);
         if let Err(e) = self.shared.requests.call("open session", marked).await {
-            let revoke = self.shared.client.lease_revoke(granted.id);
+            let revoke = self.shared.client.lease_revoke(lease);
             let _ = self.shared.requests.call("open session", revoke).await;
             return Err(e);
         }
-        lock(&self.ttls).insert(granted.id, ttl);
-        Ok(lease_hex(granted.id))
+        lock(&self.ttls).insert(lease, ttl);
+        Ok(lease_hex(lease))
     }
 
     async fn renew(&self, sessions: &[String]) -> Result<Vec<bool>> {

@@ -20,7 +20,7 @@ use crate::error::TAG;
 use crate::keys::lease_hex;
 use crate::ops::{self, op};
 use crate::proto::{KeyValue, TxnRequest};
-use crate::shared::{lease_seconds, Shared};
+use crate::shared::Shared;
 use crate::watches::{Fired, Watches};
 
 mod queue;
@@ -103,25 +103,7 @@ impl EtcdSession {
         ttl: Duration,
         events: SessionEvents,
     ) -> Result<Self> {
-        let seconds = lease_seconds(ttl);
-        let granted = shared
-            .requests
-            .call("open session", shared.client.lease_grant(seconds))
-            .await?;
-        if !granted.error.is_empty() {
-            return Err(TAG.own(
-                ErrorKind::Backend,
-                format!("open session: etcd refused the lease: {}", granted.error),
-            ));
-        }
-        if granted.ttl > seconds {
-            tracing::warn!(
-                requested = seconds,
-                granted = granted.ttl,
-                "etcd raised the lease TTL to its minimum; failover takes that long"
-            );
-        }
-        let lease = granted.id;
+        let lease = shared.grant_lease(ttl).await?;
         let answer_limit = answer_limit(&shared, ttl);
         let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
         let watcher = Watches::spawn(

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use tenure_core::backend::{whole_units, Purpose, Requests};
-use tenure_core::Result;
+use tenure_core::{ErrorKind, Result};
 
 use crate::client::EtcdClient;
 use crate::config::EtcdConfig;
@@ -55,6 +55,29 @@ impl Shared {
             )
             .await?;
         Ok((resp.kvs.into_iter().next(), ops::revision(&resp.header)))
+    }
+
+    /// Grant a lease of `ttl` (in whole seconds, rounded up); its id.
+    pub(crate) async fn grant_lease(&self, ttl: Duration) -> Result<i64> {
+        let seconds = lease_seconds(ttl);
+        let granted = self
+            .requests
+            .call("open session", self.client.lease_grant(seconds))
+            .await?;
+        if !granted.error.is_empty() {
+            return Err(TAG.own(
+                ErrorKind::Backend,
+                format!("open session: etcd refused the lease: {}", granted.error),
+            ));
+        }
+        if granted.ttl > seconds {
+            tracing::warn!(
+                requested = seconds,
+                granted = granted.ttl,
+                "etcd raised the lease TTL to its minimum; failover takes that long"
+            );
+        }
+        Ok(granted.id)
     }
 }
 
