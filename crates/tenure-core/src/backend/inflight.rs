@@ -23,19 +23,22 @@ use crate::name::ElectionName;
 /// The writes in flight of one session, by election.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Inflight {
-    inner: Arc<Shared>,
+    inner: Arc<Mutex<HashMap<ElectionName, Busy>>>,
 }
 
-#[derive(Debug, Default)]
-struct Shared {
-    counts: Mutex<HashMap<ElectionName, usize>>,
-    done: Notify,
+/// An election with writes in flight: how many, and what its waiters wait on (woken
+/// when the count reaches zero, so a write's end wakes only the withdrawals from its
+/// own elections).
+#[derive(Debug)]
+struct Busy {
+    writes: usize,
+    idle: Arc<Notify>,
 }
 
 /// Counts a write to its elections until dropped.
 #[derive(Debug)]
 pub(super) struct Entered {
-    inner: Arc<Shared>,
+    inner: Arc<Mutex<HashMap<ElectionName, Busy>>>,
     elections: Vec<ElectionName>,
 }
 
@@ -43,9 +46,14 @@ impl Inflight {
     /// A write to `elections` is about to be sent.
     pub(super) fn enter(&self, elections: impl IntoIterator<Item = ElectionName>) -> Entered {
         let elections: Vec<ElectionName> = elections.into_iter().collect();
-        let mut counts = lock(&self.inner.counts);
+        let mut busy = lock(&self.inner);
         for e in &elections {
-            *counts.entry(e.clone()).or_default() += 1;
+            busy.entry(e.clone())
+                .or_insert_with(|| Busy {
+                    writes: 0,
+                    idle: Arc::default(),
+                })
+                .writes += 1;
         }
         Entered {
             inner: self.inner.clone(),
@@ -53,38 +61,46 @@ impl Inflight {
         }
     }
 
-    /// Once no write to any of `elections` is in flight.
+    /// Once every write to `elections` in flight when called has ended.
     pub(super) async fn settled(&self, elections: &[ElectionName]) {
-        loop {
-            let done = self.inner.done.notified();
+        for e in elections {
+            let idle = {
+                let busy = lock(&self.inner);
+                let Some(b) = busy.get(e) else { continue };
+                b.idle.clone()
+            };
+            let done = idle.notified();
             tokio::pin!(done);
             done.as_mut().enable();
-            let busy = {
-                let counts = lock(&self.inner.counts);
-                elections.iter().any(|e| counts.contains_key(e))
-            };
-            if !busy {
-                return;
+            // Still the same spell of writes (the count may have reached zero between
+            // the two locks): it ends with a notification after this registration.
+            let same = lock(&self.inner)
+                .get(e)
+                .is_some_and(|b| Arc::ptr_eq(&b.idle, &idle));
+            if same {
+                done.await;
             }
-            done.await;
         }
     }
 }
 
 impl Drop for Entered {
     fn drop(&mut self) {
+        let mut ended = Vec::new();
         {
-            let mut counts = lock(&self.inner.counts);
+            let mut busy = lock(&self.inner);
             for e in &self.elections {
-                if let Some(n) = counts.get_mut(e) {
-                    *n -= 1;
-                    if *n == 0 {
-                        counts.remove(e);
+                if let Some(b) = busy.get_mut(e) {
+                    b.writes -= 1;
+                    if b.writes == 0 {
+                        ended.extend(busy.remove(e).map(|b| b.idle));
                     }
                 }
             }
         }
-        self.inner.done.notify_waiters();
+        for idle in ended {
+            idle.notify_waiters();
+        }
     }
 }
 
@@ -119,6 +135,6 @@ mod tests {
             .expect("settled once the write ended")
             .expect("task");
         drop(other);
-        assert!(lock(&inflight.inner.counts).is_empty());
+        assert!(lock(&inflight.inner).is_empty());
     }
 }
