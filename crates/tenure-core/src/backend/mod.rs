@@ -523,6 +523,12 @@ pub struct Capabilities {
     /// True if a holder can leave its successor a state (contract clause 16); false
     /// (the default): [`BackendSession::resign_with`] answers `Unsupported`.
     pub state_transfer: bool,
+    /// True if a resign completes on the holder itself, with no store to answer it
+    /// (peer mode: the holder's node releases the seat and the other nodes learn it
+    /// or time it out), so a resign through a session cut off from the others
+    /// succeeds. False (the default): such a resign fails with the store's error and
+    /// the release goes on once the store answers (contract clause 2).
+    pub resign_local: bool,
 }
 
 /// What a backend that does not keep clause 16 says of it.
@@ -565,6 +571,13 @@ impl Capabilities {
     /// [`state_transfer`](Self::state_transfer)).
     pub fn inheriting(mut self) -> Self {
         self.state_transfer = true;
+        self
+    }
+
+    /// Declare that a resign completes on the holder itself (sets
+    /// [`resign_local`](Self::resign_local)).
+    pub fn resigning_locally(mut self) -> Self {
+        self.resign_local = true;
         self
     }
 

@@ -13,14 +13,21 @@ use crate::Session;
 ///
 /// The resigning session is cut off for a little longer than its release may take
 /// (twice its connect timeout, an eighth of the TTL here), then joined again well
-/// within the TTL, so the store never ends it. Where a resign succeeds while cut off
-/// (peer mode releases a seat on the holder itself), there is nothing to check, and
-/// the check says so.
+/// within the TTL, so the store never ends it. A backend whose resign completes on the
+/// holder itself ([`Capabilities::resign_local`], peer mode) has no failed resign to
+/// check; on every other backend a resign that succeeds while cut off fails the check.
+///
+/// [`Capabilities::resign_local`]: crate::backend::Capabilities::resign_local
 pub async fn check_failed_resign(env: &Env) {
     if env.not_applicable(Clause::ConnectionLoss) {
         return;
     }
     let scheme = env.backend.scheme();
+    if env.backend.capabilities().resign_local {
+        return eprintln!(
+            "failed resign not checked on {scheme}: a resign completes on the holder"
+        );
+    }
     let victim = match env.faults.victim_backend(env).await {
         Ok(b) => b,
         Err(why) => return eprintln!("failed resign not checked on {scheme}: {why}"),
@@ -42,12 +49,11 @@ pub async fn check_failed_resign(env: &Env) {
     }
     let resigned = first.resign().await;
     env.faults.reconnect(&sa).await.expect("reconnect");
-    if resigned.is_ok() {
-        // Peer mode: a holder cut off from the other nodes releases its seat itself.
-        return eprintln!(
-            "failed resign not checked on {scheme}: a resign while cut off succeeded"
-        );
-    }
+    assert!(
+        resigned.is_err(),
+        "a resign through a session cut off from the store succeeded on {scheme}, which \
+         does not declare Capabilities::resign_local"
+    );
     let bound = env.handover_bound() + timing.connect_timeout * 4;
     let again = within(
         bound,

@@ -224,6 +224,7 @@ impl Backend for PeerBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities::full()
             .prioritized()
+            .resigning_locally()
             .except(Clause::CrashFailover, CRASH_FAILOVER)
             .except(Clause::NoHerd, NO_HERD)
             .except(Clause::Membership, MEMBERSHIP)
