@@ -23,8 +23,8 @@
 //!   writes the number out), so tokens grow across the whole ensemble.
 //! - **Changes.** Beside the election node, each record has a node `:r-<session>` that
 //!   exists while the record does and a node `:c-<session>` rewritten (with the
-//!   revision) by every write to the record. A holder watches its own `:c-` node, a
-//!   waiter that and the `:r-` and session nodes of the record ahead, an observer the
+//!   revision) by every write to the record. A waiter watches its own `:c-` node and
+//!   the `:r-` and session nodes of the record ahead, a holder and an observer the
 //!   election node; each watch is set and then checked against what the caller saw, so
 //!   nothing is missed, and the client re-registers its watches when it reconnects.
 
@@ -170,14 +170,19 @@ impl Primitives for ZkPrimitives {
     }
 
     /// A waiter watches its own record's change node and the presence and session
-    /// nodes of the record ahead; a holder its own change node and the election node;
-    /// an observer the election node. The watches are sent together (one round trip) and then checked
-    /// against what the caller saw, so a change before they were set is not missed.
+    /// nodes of the record ahead; a holder and an observer the election node (every
+    /// write to a record is a write to the election node too). The watches are sent
+    /// together (one round trip) and then checked against what the caller saw, so a
+    /// change before they were set is not missed.
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
         let client = self.shared.reader().await?;
         let dir = election_dir(election);
         let call = |f| self.shared.requests.call("wait", f);
-        if what.me.is_none() && what.on.is_none() {
+        if what.on.is_none() {
+            // An observer's wait, or a holder's: a holder wakes on any move of the
+            // election (its own record moves only with it), reads after each and
+            // decides its release on the election as it stands, one multi, where a
+            // view from before a waiter joined cost a failed one first.
             let (stat, w) = call(client.check_and_watch_stat(&dir)).await?;
             if revision_of(stat.as_ref()) == what.seen {
                 w.changed().await;
@@ -197,17 +202,6 @@ impl Primitives for ZkPrimitives {
             )
         });
         let mut watches = Vec::new();
-        if what.on.is_none() {
-            // A holder's wait (its own record alone) wakes on any move of the election
-            // too: it reads after each and decides its release on the election as it
-            // stands, one multi, where a view from before a waiter joined cost a failed
-            // one first.
-            let (stat, w) = call(client.check_and_watch_stat(&dir)).await?;
-            if revision_of(stat.as_ref()) != what.seen {
-                return Ok(());
-            }
-            watches.push(w);
-        }
         if let Some(f) = mine {
             // Gone, or written after the revision seen (its data: that revision).
             match self.shared.requests.call("wait", f).await {
