@@ -218,7 +218,7 @@ impl StoreCluster for ZooKeeperEnsemble {
     }
 }
 
-/// Runs the scenario named `scenario` (one of the six [`cluster_fault_tests!`] stamps)
+/// Runs the scenario named `scenario` (one of the six [`cluster_fault_tests!`](crate::cluster_fault_tests) stamps)
 /// on `cluster`.
 pub async fn run(scenario: &str, cluster: &mut dyn StoreCluster) {
     match scenario {

@@ -19,7 +19,7 @@ use crate::{
     GuardedResource, StoreServer, TcpProxy,
 };
 
-/// Runs the shared scenario named `scenario` (one of the five [`fault_tests!`] stamps)
+/// Runs the shared scenario named `scenario` (one of the five [`fault_tests!`](crate::fault_tests) stamps)
 /// on `store`; `spec_in(endpoint, namespace)` says how candidates reach it, the
 /// namespace (key prefix, chroot or container) being one random name for the test.
 pub async fn run_shared(

@@ -1156,7 +1156,7 @@ impl StoreServer {
     }
 
     /// Stops the server process the orderly way: SIGTERM, then up to
-    /// [`TERMINATE_GRACE`] for it to save its state and exit, then SIGKILL. It stays
+    /// `TERMINATE_GRACE` for it to save its state and exit, then SIGKILL. It stays
     /// down until [`restart`](Self::restart).
     pub async fn terminate(&mut self) -> Result<()> {
         self.local_mut()?.terminate(0).await
@@ -2280,7 +2280,7 @@ impl Members {
         Ok(())
     }
 
-    /// SIGTERM member `i`, then up to [`TERMINATE_GRACE`] for it to save its state and
+    /// SIGTERM member `i`, then up to `TERMINATE_GRACE` for it to save its state and
     /// exit, then SIGKILL; it stays down until [`restart`](Self::restart).
     pub async fn terminate(&mut self, i: usize) -> Result<()> {
         self.local_mut(i)?.terminate(TERMINATE_GRACE).await;

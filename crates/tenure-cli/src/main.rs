@@ -1,6 +1,9 @@
 //! The `tenure` command. A binary only: its modules are private (see the crate README
 //! for why, and for how the integration crate shares `src/bench.rs`).
 #![deny(missing_docs)]
+// The argument structs' doc comments are the command's help text, written for a
+// terminal (`mem://[NAME]`, `demo-<pid>`), not as rustdoc markup.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 mod args;
 mod bench;

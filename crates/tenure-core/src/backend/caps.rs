@@ -92,7 +92,7 @@ pub struct Capabilities {
     pub observe_poll: Option<Duration>,
     /// Clauses this backend cannot keep, each with the reason.
     pub exceptions: Vec<(Clause, &'static str)>,
-    /// `Some(n)` if [`BackendSession::try_campaign_many`] asks for up to `n` seats in
+    /// `Some(n)` if [`BackendSession::try_campaign_many`](super::BackendSession::try_campaign_many) asks for up to `n` seats in
     /// one store round trip; `None` if it asks seat by seat (the default).
     pub batch: Option<usize>,
     /// True if the backend keeps candidate priorities and preemption (contract clause
@@ -103,7 +103,7 @@ pub struct Capabilities {
     /// `except(Clause::Priority, reason)`, and the refusal names the reason.
     pub priority: bool,
     /// True if a holder can leave its successor a state (contract clause 16); false
-    /// (the default): [`BackendSession::resign_with`] answers `Unsupported`.
+    /// (the default): [`BackendSession::resign_with`](super::BackendSession::resign_with) answers `Unsupported`.
     pub state_transfer: bool,
     /// True if a resign completes on the holder itself, with no store to answer it
     /// (peer mode: the holder's node releases the seat and the other nodes learn it
@@ -135,7 +135,7 @@ impl Capabilities {
         self
     }
 
-    /// Declare that [`BackendSession::try_campaign_many`] asks for up to `seats` seats
+    /// Declare that [`BackendSession::try_campaign_many`](super::BackendSession::try_campaign_many) asks for up to `seats` seats
     /// in one store round trip (sets [`batch`](Self::batch)).
     pub fn batched(mut self, seats: usize) -> Self {
         self.batch = Some(seats);
