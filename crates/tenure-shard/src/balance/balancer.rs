@@ -1,4 +1,4 @@
-//! The search behind [`rebalance`](super::rebalance): each node's load and share,
+//! The search behind `rebalance` and `plan_by_load`: each node's load and share,
 //! the pins of nodes whose largest shard exceeds their share, and the index of the
 //! shards by (leader, replica) that finds the best move between two nodes in two
 //! lookups.
