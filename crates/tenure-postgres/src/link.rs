@@ -10,10 +10,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tenure_core::backend::primitive::Wake;
 use tenure_core::backend::{lock, Purpose, Requests};
-use tenure_core::{CancellationToken, Result, Retry};
+use tenure_core::engine::{Record, Snapshot, WaitFor};
+use tenure_core::{CancellationToken, ElectionName, Result, Retry};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Notification, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -208,9 +211,10 @@ impl Requester {
     }
 }
 
-/// What the listening connection delivers to: the waits of this backend's sessions
-/// and its followers, and a generation that grows whenever it (re)connects, so that
-/// all of them look again (notifications sent while it was down are lost).
+/// What the listening connection delivers to: the registered waits of this backend's
+/// sessions and its observers, the channels of its followers, and a generation that
+/// grows whenever it (re)connects (notifications sent while it was down are lost, so
+/// every wait registered then is woken, and every follower looks again).
 #[derive(Default)]
 pub(crate) struct Hub {
     state: Mutex<HubState>,
@@ -221,6 +225,9 @@ pub(crate) struct Hub {
 #[derive(Default)]
 struct HubState {
     client: Option<Arc<Client>>,
+    /// Whether the listening connection is up and listening: else every wait
+    /// registered is woken at the next connection.
+    up: bool,
     /// The waits by election, each by its id.
     waits: HashMap<String, HashMap<u64, Wait>>,
     next_wait: u64,
@@ -228,19 +235,45 @@ struct HubState {
     /// The latest revision of each election heard of since the listening connection
     /// (re)connected.
     heard: HashMap<String, u64>,
+    /// When each session ends, as the latest note that carried it reckoned it (a
+    /// renewal since moves it on unheard).
+    ends: HashMap<String, Instant>,
 }
 
-/// Elections whose latest revision the hub remembers; past it, it forgets them all.
+/// Elections (and sessions) the hub remembers; past it, it forgets them all.
 const MAX_HEARD: usize = 100_000;
 
-/// One wait in one election, from a revision on: for a write to the record of `me`,
-/// the deletion of the record of `on`, or the end of either session.
+/// One wait in one election, from revision `seen` on, woken once: for a write to the
+/// record of `me` (for a holder waiting on nothing else, any write), the deletion of
+/// the record of `on` or the end of its session; with neither, any write.
 struct Wait {
-    me: Option<String>,
-    on: Option<String>,
-    seen: u64,
-    ended: bool,
-    notify: Arc<Notify>,
+    election: ElectionName,
+    what: WaitFor,
+    to: Wake,
+    done: CancellationToken,
+}
+
+impl Wait {
+    /// Whether `now`, an election after `seen`, is what the wait waits for.
+    fn due(&self, now: &Snapshot) -> bool {
+        let WaitFor { me, on, seen } = &self.what;
+        let mine = me.as_deref().map(|m| now.record(m));
+        let ahead = on.as_deref().map(|o| now.record(o));
+        on.is_none()
+            || mine.is_some_and(|r| r.is_none_or(|r| r.version > *seen || !r.live))
+            || ahead.is_some_and(|r| r.is_none_or(|r| !r.live))
+    }
+}
+
+/// A wait as [`Hub::register`] took it.
+pub(crate) struct Registered {
+    pub(crate) id: u64,
+    /// Cancelled once the wait is woken (or taken).
+    pub(crate) done: CancellationToken,
+    /// Whether every later change will reach the wait without a look at the server:
+    /// the hub heard the election at `seen` on the connection it listens on, or is
+    /// between connections (the next one wakes every wait).
+    pub(crate) sure: bool,
 }
 
 impl Hub {
@@ -249,34 +282,47 @@ impl Hub {
         self.generation.subscribe()
     }
 
-    /// A wait in `election`, from revision `seen` on, for a write to the record of
-    /// `me`, the deletion of the record of `on`, or the end of either session, until
-    /// the guard drops.
-    pub(crate) fn wait(
-        self: &Arc<Self>,
-        election: &str,
-        (me, on): (Option<String>, Option<String>),
-        seen: u64,
-    ) -> Waiter {
-        let notify = Arc::new(Notify::new());
+    /// Register a wait for what `what` names in `election`, woken through `to`; `None`
+    /// if the hub heard a later revision already (then `to` is woken at once).
+    pub(crate) fn register(
+        &self,
+        election: &ElectionName,
+        what: &WaitFor,
+        to: &Wake,
+    ) -> Option<Registered> {
         let mut state = lock(&self.state);
-        state.next_wait += 1;
-        let id = state.next_wait;
-        let wait = Wait {
-            me,
-            on,
-            seen,
-            ended: false,
-            notify: notify.clone(),
-        };
-        let waits = state.waits.entry(election.to_owned()).or_default();
-        waits.insert(id, wait);
-        Waiter {
-            hub: self.clone(),
-            election: election.to_owned(),
-            id,
-            notify,
+        let heard = state.heard.get(election.as_str()).copied();
+        if heard.is_some_and(|h| h > what.seen) {
+            to.wake(election);
+            return None;
         }
+        let sure = !state.up || heard == Some(what.seen);
+        state.next_wait += 1;
+        let (id, done) = (state.next_wait, CancellationToken::new());
+        let wait = Wait {
+            election: election.clone(),
+            what: what.clone(),
+            to: to.clone(),
+            done: done.clone(),
+        };
+        let waits = state.waits.entry(election.as_str().to_owned()).or_default();
+        waits.retain(|_, w| !w.to.is_closed());
+        waits.insert(id, wait);
+        Some(Registered { id, done, sure })
+    }
+
+    /// Forget wait `id` of `election`; its wake-up if it was still waiting.
+    pub(crate) fn take(&self, election: &str, id: u64) -> Option<Wake> {
+        let mut state = lock(&self.state);
+        let waits = state.waits.get_mut(election)?;
+        let wait = waits.remove(&id);
+        if waits.is_empty() {
+            state.waits.remove(election);
+        }
+        wait.map(|w| {
+            w.done.cancel();
+            w.to
+        })
     }
 
     /// LISTEN on `channel` (a follower's) and return its change count; the
@@ -325,44 +371,62 @@ impl Hub {
         lock(&self.state).heard.get(election).copied()
     }
 
-    /// Whether the session of a wait ended (an `s` notification named it).
-    pub(crate) fn ended(&self, waiter: &Waiter) -> bool {
-        lock(&self.state)
-            .waits
-            .get(&waiter.election)
-            .and_then(|waits| waits.get(&waiter.id))
-            .is_some_and(|w| w.ended)
+    /// When `session` ends, as the latest note that carried it reckoned it.
+    pub(crate) fn ends(&self, session: &str) -> Option<Instant> {
+        lock(&self.state).ends.get(session).copied()
     }
 
-    /// One notification: `e REVISION SESSIONS ELECTION` (a write at REVISION to the
-    /// records of SESSIONS, comma-separated, a deleted one marked `-`; `*` for any)
-    /// wakes the waits in ELECTION from that revision on whose `me` it names or whose
-    /// `on` it deleted; `s SESSION` (a session ended) the waits on SESSION's record in
-    /// any election; anything on a follower's channel counts a change.
+    /// One notification: `e REVISION SESSIONS SNAPSHOT ELECTION` (a write at REVISION to
+    /// the records of SESSIONS, comma-separated, a deleted one marked `-`, `*` for any;
+    /// the election after it, or `-`) wakes the waits in ELECTION from an earlier
+    /// revision on that the election after it satisfies (with it) or, without it,
+    /// whose `me` it names or whose `on` it deleted; `s SESSION` (a session ended) the
+    /// waits on SESSION in any election; anything on a follower's channel counts a
+    /// change.
     fn deliver(&self, note: &Notification) {
         let mut state = lock(&self.state);
         if let Some(tx) = state.channels.get(note.channel()) {
             tx.send_modify(|n| *n += 1);
             return;
         }
-        let mut words = note.payload().splitn(4, ' ');
-        let (write, sessions) = match (words.next(), words.next(), words.next(), words.next()) {
-            (Some("e"), Some(rev), Some(sessions), Some(election)) => match rev.parse::<u64>() {
-                Ok(rev) => (Some((election, rev)), sessions),
+        let words: Vec<&str> = note.payload().splitn(5, ' ').collect();
+        let (rev, sessions, snap, election) = match words[..] {
+            ["e", rev, sessions, snap, election] => match rev.parse::<u64>() {
+                Ok(rev) => (rev, sessions, snap, election),
                 Err(_) => return,
             },
-            (Some("s"), Some(session), None, None) => (None, session),
+            ["s", session] => {
+                state.ends.insert(session.to_owned(), Instant::now());
+                let ended = |s: &Option<String>| s.as_deref() == Some(session);
+                for waits in state.waits.values_mut() {
+                    wake(waits, |w| {
+                        (ended(&w.what.me) || ended(&w.what.on)).then_some(None)
+                    });
+                }
+                state.waits.retain(|_, w| !w.is_empty());
+                return;
+            }
             _ => {
                 tracing::debug!(payload = note.payload(), "unexpected notification");
                 return;
             }
         };
-        if let Some((election, rev)) = write {
-            if state.heard.len() >= MAX_HEARD {
-                state.heard.clear();
+        if state.heard.len() >= MAX_HEARD {
+            state.heard.clear();
+        }
+        let heard = state.heard.entry(election.to_owned()).or_default();
+        *heard = (*heard).max(rev);
+        let now = decode(rev, snap);
+        if let Some((_, lives)) = &now {
+            if state.ends.len() >= MAX_HEARD {
+                state.ends.clear();
             }
-            let heard = state.heard.entry(election.to_owned()).or_default();
-            *heard = (*heard).max(rev);
+            let at = Instant::now();
+            for (session, ms) in lives {
+                state
+                    .ends
+                    .insert(session.clone(), at + Duration::from_millis(*ms));
+            }
         }
         let names = |s: &Option<String>, deleted_only: bool| {
             let Some(s) = s.as_deref() else {
@@ -374,24 +438,16 @@ impl Hub {
                     None => !deleted_only && n == s,
                 })
         };
-        let waits: Box<dyn Iterator<Item = &mut Wait>> = match write {
-            Some((election, _)) => match state.waits.get_mut(election) {
-                Some(waits) => Box::new(waits.values_mut()),
-                None => return,
-            },
-            None => Box::new(state.waits.values_mut().flat_map(HashMap::values_mut)),
+        let Some(waits) = state.waits.get_mut(election) else {
+            return;
         };
-        for wait in waits {
-            let woken = match write {
-                Some((_, rev)) => {
-                    rev >= wait.seen && (names(&wait.me, false) || names(&wait.on, true))
-                }
-                None => names(&wait.on, false),
-            };
-            if woken {
-                wait.ended |= write.is_none();
-                wait.notify.notify_one();
-            }
+        wake(waits, |w| match &now {
+            _ if rev <= w.what.seen => None,
+            Some((now, _)) => w.due(now).then(|| Some(now.clone())),
+            None => (names(&w.what.me, false) || names(&w.what.on, true)).then_some(None),
+        });
+        if waits.is_empty() {
+            state.waits.remove(election);
         }
     }
 
@@ -416,7 +472,8 @@ impl Hub {
                 if self.serve(&client, notes, &own, timeout, &stop).await {
                     failures = 0;
                 }
-                lock(&self.state).client = None;
+                let mut state = lock(&self.state);
+                (state.client, state.up) = (None, false);
             }
             if stop.is_cancelled() {
                 return;
@@ -455,6 +512,15 @@ impl Hub {
         ) {
             return false;
         }
+        {
+            // Whatever was written while no connection listened went unheard.
+            let mut state = lock(&self.state);
+            state.up = true;
+            for waits in state.waits.values_mut() {
+                wake(waits, |_| Some(None));
+            }
+            state.waits.clear();
+        }
         self.generation.send_modify(|g| *g += 1);
         loop {
             tokio::select! {
@@ -474,24 +540,67 @@ impl Hub {
     }
 }
 
-/// A wait's wake-up; dropping it forgets the wait.
-pub(crate) struct Waiter {
-    hub: Arc<Hub>,
-    election: String,
-    id: u64,
-    pub(crate) notify: Arc<Notify>,
+/// Wake the waits of one election that `due` picks (with the election as it stands,
+/// if it gives it), and forget them, with those nobody follows any more.
+fn wake(waits: &mut HashMap<u64, Wait>, due: impl Fn(&Wait) -> Option<Option<Snapshot>>) {
+    waits.retain(|_, w| {
+        let Some(now) = due(w) else {
+            return !w.to.is_closed();
+        };
+        w.done.cancel();
+        match now {
+            Some(now) => w.to.wake_with(&w.election, now),
+            None => w.to.wake(&w.election),
+        };
+        false
+    });
 }
 
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        let mut state = lock(&self.hub.state);
-        if let Some(waits) = state.waits.get_mut(&self.election) {
-            waits.remove(&self.id);
-            if waits.is_empty() {
-                state.waits.remove(&self.election);
-            }
-        }
+/// The election a note carries (`snap` in `schema.sql`) at `revision`, and how long
+/// each of its sessions still lives, in milliseconds; `None` for `-` or a malformed one.
+fn decode(revision: u64, snap: &str) -> Option<(Snapshot, Vec<(String, u64)>)> {
+    let mut parts = snap.split('/');
+    let kept = unhex(parts.next()?)?;
+    let (mut records, mut lives) = (Vec::new(), Vec::new());
+    for part in parts {
+        let f: Vec<&str> = part.split(',').collect();
+        let [session, arrival, version, token, live, ms, body] = f[..] else {
+            return None;
+        };
+        let token = match token {
+            "" => None,
+            t => Some(t.parse().ok()?),
+        };
+        let (arrival, version) = (arrival.parse().ok()?, version.parse().ok()?);
+        let body = unhex(body)?;
+        records.push(Record::from_store(
+            session.to_owned(),
+            arrival,
+            version,
+            token,
+            live == "1",
+            &body,
+        ));
+        lives.push((session.to_owned(), ms.parse().ok()?));
     }
+    Some((Snapshot::from_store(revision, &kept, records), lives))
+}
+
+/// Bytes from hex digits.
+fn unhex(hex: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let bytes = hex.as_bytes();
+    if !bytes.len().is_multiple_of(2) {
+        return None;
+    }
+    bytes
+        .chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
 }
 
 /// The tag's error for answers of a shape tenure's functions never give.
@@ -500,4 +609,28 @@ pub(crate) fn unexpected(what: &str, e: impl std::fmt::Display) -> tenure_core::
         tenure_core::ErrorKind::Backend,
         format!("{what}: unexpected answer from PostgreSQL: {e}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode, unhex};
+
+    #[test]
+    fn a_note_carries_the_election_as_snap_writes_it() {
+        // What `snap` in schema.sql wrote for a holder and a waiter, with nothing kept.
+        let (now, lives) = decode(7, "/aa,1,3,5,1,59987,7b7d/bb,2,7,,0,0,7b7d").expect("decoded");
+        assert_eq!(now.revision, 7);
+        let (a, b) = (now.record("aa").expect("aa"), now.record("bb").expect("bb"));
+        assert_eq!(
+            (a.arrival, a.version, a.token, a.live),
+            (1, 3, Some(5), true)
+        );
+        assert_eq!((b.arrival, b.version, b.token, b.live), (2, 7, None, false));
+        assert_eq!(lives, [("aa".to_string(), 59987), ("bb".to_string(), 0)]);
+        assert!(decode(3, "").is_some_and(|(s, l)| s.records.is_empty() && l.is_empty()));
+        for bad in ["-", "/aa,1,3", "/aa,x,3,,1,0,", "/aa,1,3,,1,0,7", "zz"] {
+            assert!(decode(1, bad).is_none(), "{bad}");
+        }
+        assert_eq!(unhex("00ff7B"), Some(vec![0, 255, 123]));
+    }
 }

@@ -16,10 +16,10 @@
 --   is still at the revision it was decided on (no row: revision 0). Revisions, record
 --   arrivals and tokens come from sequences, so each only grows.
 -- * A committed write notifies the backends of the sessions with records in the
---   election (`e REVISION SESSIONS ELECTION`: whose records it changed, a deleted
---   one marked `-`) and the
---   election's own channel (`chan`, for observers); an ended session notifies every
---   backend (`s SESSION`).
+--   election (`e REVISION SESSIONS SNAPSHOT ELECTION`: whose records it changed, a
+--   deleted one marked `-`, and the election after it as `snap` writes it, `-` when
+--   the note would be too long) and the election's own channel (`chan`, for
+--   observers); an ended session notifies every backend (`s SESSION`).
 
 CREATE SCHEMA IF NOT EXISTS {S};
 
@@ -105,6 +105,21 @@ LANGUAGE sql STABLE AS $$
     ORDER BY x.n
 $$;
 
+-- Election e as a note carries it, without spaces: its kept state in hex, then per
+-- record `/session,arrival,version,token,live,ms,body` (ms: how long its session
+-- still lives; live 1 or 0; body in hex).
+CREATE FUNCTION {S}.snap(e text) RETURNS text LANGUAGE sql STABLE AS $$
+    SELECT encode(el.kept, 'hex') || coalesce(string_agg('/' || concat_ws(',', r.session,
+            r.arrival, r.version, coalesce(r.token::text, ''),
+            (coalesce(s.expires_at > clock_timestamp(), false))::int,
+            greatest(0, coalesce(ceil(extract(epoch FROM s.expires_at - clock_timestamp())
+                * 1000), 0))::int8, encode(r.body, 'hex')), '')
+        FILTER (WHERE r.session IS NOT NULL), '')
+    FROM {S}.elections el LEFT JOIN {S}.records r ON r.election = el.name
+    LEFT JOIN {S}.sessions s ON s.id = r.session
+    WHERE el.name = e GROUP BY el.kept
+$$;
+
 -- Commit writes, each to its own election `es[i]` only if that election is still at
 -- `revs[i]`, all of its ops or none: ops `j` with `ws[j] = i`, each of kind 'n' (put a
 -- record without a token), 'k' (put, keeping token `toks[j]`), 'm' (put with a new
@@ -157,12 +172,15 @@ BEGIN
     -- the election's followers.
     PERFORM pg_notify(q.channel, q.note) FROM (
         SELECT DISTINCT ss.channel, w.note FROM (
-            SELECT x.n AS w, x.name, CASE WHEN octet_length(x.names) > 7000
-                THEN 'e ' || revised[x.n] || ' * ' || x.name
-                ELSE 'e ' || revised[x.n] || ' ' || x.names || ' ' || x.name END AS note
+            SELECT x.n AS w, x.name, 'e ' || revised[x.n] || ' ' || CASE
+                WHEN octet_length(x.names) + octet_length(x.snap) + octet_length(x.name) < 7900
+                    THEN x.names || ' ' || x.snap
+                WHEN octet_length(x.names) + octet_length(x.name) < 7900 THEN x.names || ' -'
+                ELSE '* -' END || ' ' || x.name AS note
             FROM (SELECT y.n, y.name, coalesce((SELECT string_agg(DISTINCT
                     CASE o.k WHEN 'd' THEN '-' || o.s ELSE o.s END, ',')
-                    FROM unnest(ws, kinds, sids) AS o(w, k, s) WHERE o.w = y.n), '') AS names
+                    FROM unnest(ws, kinds, sids) AS o(w, k, s) WHERE o.w = y.n), '') AS names,
+                    {S}.snap(y.name) AS snap
                 FROM unnest(es) WITH ORDINALITY AS y(name, n) WHERE ok[y.n]) x) w
         JOIN LATERAL (SELECT r.session AS id FROM {S}.records r WHERE r.election = w.name
             UNION SELECT o.s FROM unnest(ws, sids) AS o(w, s) WHERE o.w = w.w) p ON true

@@ -9,34 +9,35 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::Stream;
-use tenure_core::backend::primitive::{MemberStore, Primitives};
+use tenure_core::backend::primitive::{MemberStore, Primitives, Wake};
 use tenure_core::backend::{Capabilities, Published, Purpose};
 use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
 use tenure_core::{CancellationToken, ElectionName, Member, MemberStream, Result, Retry};
+use tokio::time::Instant;
 use tokio_postgres::types::FromSql;
 use tokio_postgres::Row;
 
 use crate::config::PostgresConfig;
-use crate::link::{unexpected, Arg, Hub, Requester};
+use crate::link::{unexpected, Arg, Hub, Registered, Requester};
 
 /// Elections per statement of [`PostgresStore::commit_many`] and
 /// [`PostgresStore::read_many`].
 pub(crate) const BATCH: usize = 64;
 
-/// How long a wait with nothing due to expire lasts before it looks again anyway (a
-/// safety net: changes come by notification).
+/// How long a follower of a member list with nothing due to expire waits before it
+/// reads again anyway (a safety net: changes come by notification).
 const IDLE: Duration = Duration::from_secs(60);
 
 /// How long a follower's channel stays listened to after its last wait, so that the
 /// next wait of the same follower costs no LISTEN.
 const LINGER: Duration = Duration::from_secs(30);
 
-/// How long a holder's wait waits for the hub to hear of the write it saw (this
+/// How long a wait waits for the hub to hear of the write it was decided on (this
 /// backend's own, usually on its way) before it asks the server instead.
 const CATCH_UP: Duration = Duration::from_millis(50);
 
 /// The schema version this crate's `schema.sql` creates, and the file.
-pub(crate) const SCHEMA: (i32, &str) = (2, include_str!("schema.sql"));
+pub(crate) const SCHEMA: (i32, &str) = (3, include_str!("schema.sql"));
 
 /// The engine's primitives in one PostgreSQL schema.
 pub(crate) struct PostgresStore {
@@ -151,6 +152,74 @@ impl PostgresStore {
             return Ok(None);
         }
         Ok(Some(get::<Option<i64>>("wait", row, 1)?.map(millis)))
+    }
+
+    /// Register a wait for what `what` names in `election`, woken through `to`, and
+    /// look at the server where the hub cannot be sure to hear of it: until the hub
+    /// heard the election at the revision the wait was decided on, and when the
+    /// session ahead may have expired (an expiry sends no note). The wait's id, while
+    /// it waits.
+    fn watch(&self, election: &ElectionName, what: &WaitFor, to: &Wake) -> Option<u64> {
+        let Registered { id, done, sure } = self.hub.register(election, what, to)?;
+        let sure = sure && what.me.is_some();
+        if sure && what.on.is_none() {
+            return Some(id);
+        }
+        let Some(store) = self.me.upgrade() else {
+            return Some(id);
+        };
+        let (election, what) = (election.clone(), what.clone());
+        tokio::spawn(async move { store.guard(&election, &what, id, done, sure).await });
+        Some(id)
+    }
+
+    /// The looks at the server a registered wait needs (see [`Self::watch`]).
+    async fn guard(
+        &self,
+        election: &ElectionName,
+        what: &WaitFor,
+        id: u64,
+        done: CancellationToken,
+        mut sure: bool,
+    ) {
+        let e = election.as_str();
+        let now = Instant::now;
+        // After the hub heard the election at `seen`, only the session ahead's expiry
+        // is left to look for, when the notes last put it.
+        let next = |sure: bool| match (&what.on, sure) {
+            (_, false) => Some(now()),
+            (None, true) => None,
+            (Some(on), true) => Some(self.hub.ends(on).unwrap_or_else(now)),
+        };
+        let unheard = !sure && what.me.is_some();
+        let mut at = if unheard {
+            Some(now() + CATCH_UP)
+        } else {
+            next(sure)
+        };
+        while let Some(t) = at {
+            tokio::select! {
+                () = done.cancelled() => return,
+                () = tokio::time::sleep_until(t) => {}
+            }
+            if !sure && what.me.is_some() && self.hub.heard(e).is_some_and(|h| h >= what.seen) {
+                (sure, at) = (true, next(true));
+                continue;
+            }
+            match self.check(election, what).await {
+                Ok(Some(expiry)) => {
+                    sure = true;
+                    at = expiry.map(|d| now() + d + Duration::from_millis(1));
+                }
+                // An error wakes the wait too: its follower reads, and meets it.
+                Ok(None) | Err(_) => {
+                    if let Some(to) = self.hub.take(e, id) {
+                        to.wake(election);
+                    }
+                    return;
+                }
+            }
+        }
     }
 
     async fn commit_batch(
@@ -309,57 +378,30 @@ impl Primitives for PostgresStore {
     }
 
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
-        let e = election.as_str();
-        let (me, on, seen) = (what.me.as_deref(), what.on.as_deref(), what.seen);
-        let mut generation = self.hub.generation();
-        generation.borrow_and_update();
-        let wait = self.hub.wait(e, (what.me.clone(), what.on.clone()), seen);
+        // An observer (no record of its own here) hears of writes on the election's
+        // channel; the rest is a registered wait, as `notify` takes it.
         let channel = self.chan("e", election);
-        let mut followed = match me {
+        let mut followed = match what.me {
             None => Some(self.hub.subscribe(&channel).await),
             Some(_) => None,
         };
-        // A holder waits only for writes to its own record, and every write to the
-        // election reaches this backend while that record is there: once the hub has
-        // heard of the election at `seen` (usually by this backend's own write), any
-        // later one wakes the wait, and no statement is needed.
-        let own_only = me.is_some() && on.is_none();
-        let catch_up = tokio::time::Instant::now() + CATCH_UP;
-        let (mut check, mut pause) = (true, IDLE);
-        let result = loop {
-            let heard = self.hub.heard(e);
-            if self.hub.ended(&wait) || heard.is_some_and(|h| h > seen) {
-                break Ok(());
-            }
-            if own_only && heard == Some(seen) {
-                (check, pause) = (false, IDLE);
-            } else if own_only && check && tokio::time::Instant::now() < catch_up {
-                pause = catch_up - tokio::time::Instant::now();
-            } else if check {
-                match self.check(election, what).await {
-                    Ok(None) => break Ok(()),
-                    Ok(Some(expiry)) => {
-                        check = false;
-                        pause = expiry.map_or(IDLE, |d| d + Duration::from_millis(1));
-                    }
-                    Err(err) => break Err(err),
+        let (to, mut woken) = Wake::channel();
+        let id = self.watch(election, what, &to);
+        let follower = async {
+            match &mut followed {
+                Some(rx) => {
+                    let _ = rx.changed().await;
                 }
-            }
-            let follower = async {
-                match &mut followed {
-                    Some(rx) => {
-                        let _ = rx.changed().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = wait.notify.notified() => {}
-                () = follower => break Ok(()),
-                _ = generation.changed() => break Ok(()),
-                () = tokio::time::sleep(pause) => check = true,
+                None => std::future::pending().await,
             }
         };
+        tokio::select! {
+            _ = woken.recv() => {}
+            () = follower => {}
+        }
+        if let Some(id) = id {
+            self.hub.take(election.as_str(), id);
+        }
         if followed.take().is_some() {
             let hub = self.hub.clone();
             tokio::spawn(async move {
@@ -367,7 +409,15 @@ impl Primitives for PostgresStore {
                 hub.unsubscribe(&channel).await;
             });
         }
-        result
+        Ok(())
+    }
+
+    fn notify(&self, election: &ElectionName, what: &WaitFor, to: &Wake) -> bool {
+        if what.me.is_none() {
+            return false;
+        }
+        self.watch(election, what, to);
+        true
     }
 
     fn members(&self) -> Option<&dyn MemberStore> {
@@ -455,7 +505,11 @@ mod tests {
     /// file, bump the version, and record the new hash here.
     #[test]
     fn schema_sql_changes_with_its_version() {
-        let recorded: &[(i32, u64)] = &[(1, 0x05dd_e894_22ee_6164), (2, 0x6449_2ff0_ba92_9dc8)];
+        let recorded: &[(i32, u64)] = &[
+            (1, 0x05dd_e894_22ee_6164),
+            (2, 0x6449_2ff0_ba92_9dc8),
+            (3, 0x5bcf_7afe_6e96_0baa),
+        ];
         let (version, sql) = SCHEMA;
         let hash = fnv(sql);
         assert!(
