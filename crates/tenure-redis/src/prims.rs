@@ -41,12 +41,8 @@ const DATA_LOSS: &str = "holds while Redis keeps its data; after a restart witho
     before the old holder's deadline passes (fencing tokens keep increasing, so a guarded \
     resource refuses the old holder)";
 
-/// How long a pushed election is kept for a registration that comes after the push.
+/// How long an election pushed or answered is kept for the registrations after it.
 const KEPT: Duration = Duration::from_secs(300);
-
-/// How long after a re-subscription a registration is woken at once (a push may have
-/// been missed before it).
-const RESUBSCRIBED: Duration = Duration::from_secs(2);
 
 /// The primitives of one Redis backend.
 pub(crate) struct RedisPrimitives {
@@ -75,12 +71,15 @@ struct Pushes {
     /// after `seen`, where nothing is waited on) until the session's record is gone,
     /// the wake-up channel closes or the session registers again.
     waits: HashMap<String, HashMap<String, Waiter>>,
-    /// The last election pushed by hash, when it came, for a registration after it.
+    /// The last election pushed or answered by hash, and when: a registration after a
+    /// push is woken at once, and one with none (after a re-subscription, which clears
+    /// them, or long after) is woken to read.
     last: HashMap<String, (Instant, Snapshot)>,
     /// When each session seen ends unless renewed.
     ends: HashMap<String, Instant>,
-    /// When the subscriptions were last confirmed again after a break.
-    resubscribed: Option<Instant>,
+    /// How many times the subscriptions were confirmed again after a break: an answer
+    /// to a request sent before one is not noted (a push after it may be lost).
+    breaks: u64,
     /// The size of `last` and `ends` at which they are pruned next.
     prune_at: usize,
 }
@@ -90,19 +89,12 @@ impl Pushes {
     fn pushed(&mut self, payload: &[u8]) {
         let Some((hash, (snap, pttls))) = unpack(payload) else {
             // Empty: re-subscribed after a break.
-            self.resubscribed = Some(Instant::now());
+            self.last.clear();
+            self.breaks += 1;
             self.wake_all(|_| true);
             return;
         };
-        self.note(&pttls);
-        if self
-            .last
-            .get(&hash)
-            .is_none_or(|(_, had)| had.revision < snap.revision)
-        {
-            self.last
-                .insert(hash.clone(), (Instant::now(), snap.clone()));
-        }
+        self.note(&hash, &snap, &pttls);
         let Some(waiters) = self.waits.get_mut(&hash) else {
             return;
         };
@@ -140,9 +132,16 @@ impl Pushes {
         }
     }
 
-    /// Note when the sessions of an answer end unless renewed.
-    fn note(&mut self, pttls: &HashMap<String, i64>) {
+    /// Note an election pushed or answered, and when its sessions end unless renewed.
+    fn note(&mut self, hash: &str, snap: &Snapshot, pttls: &HashMap<String, i64>) {
         let now = Instant::now();
+        match self.last.get_mut(hash) {
+            Some((_, had)) if had.revision >= snap.revision => {}
+            Some(had) => *had = (now, snap.clone()),
+            None => {
+                self.last.insert(hash.to_string(), (now, snap.clone()));
+            }
+        }
         for (session, ms) in pttls {
             if let Ok(ms) = u64::try_from(*ms) {
                 self.ends
@@ -201,6 +200,7 @@ impl RedisPrimitives {
 
     async fn read_all(&self, elections: &[ElectionName]) -> Result<Vec<Read>> {
         let mut out = Vec::with_capacity(elections.len());
+        let breaks = lock(&self.pushes).breaks;
         for chunk in elections.chunks(BATCH) {
             let mut invocation = READ_MANY_SCRIPT.prepare_invoke();
             for e in chunk {
@@ -214,13 +214,14 @@ impl RedisPrimitives {
                     .map(|(_, r)| r),
             );
         }
-        let mut pushes = lock(&self.pushes);
-        out.iter().for_each(|(_, pttls)| pushes.note(pttls));
+        let answered = elections.iter().zip(out.iter());
+        self.noted(breaks, answered.map(|(e, (snap, pttls))| (e, snap, pttls)));
         Ok(out)
     }
 
     async fn commit_all(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Read)>> {
         let mut out = Vec::with_capacity(writes.len());
+        let breaks = lock(&self.pushes).breaks;
         for chunk in writes.chunks(BATCH) {
             let mut invocation = COMMIT_MANY_SCRIPT.prepare_invoke();
             invocation
@@ -258,9 +259,27 @@ impl RedisPrimitives {
                 .await?;
             out.extend(parse_many(&reply, chunk.len(), true)?);
         }
-        let mut pushes = lock(&self.pushes);
-        out.iter().for_each(|(_, (_, pttls))| pushes.note(pttls));
+        let answered = writes.iter().zip(out.iter());
+        self.noted(
+            breaks,
+            answered.map(|((e, _), (_, (snap, pttls)))| (e, snap, pttls)),
+        );
         Ok(out)
+    }
+
+    /// Note the elections of an answer, unless the subscriptions broke since its request
+    /// (`breaks` then).
+    fn noted<'a>(
+        &self,
+        breaks: u64,
+        answered: impl Iterator<Item = (&'a ElectionName, &'a Snapshot, &'a HashMap<String, i64>)>,
+    ) {
+        let mut pushes = lock(&self.pushes);
+        if pushes.breaks == breaks {
+            for (e, snap, pttls) in answered {
+                pushes.note(&self.shared.keys(e).hash, snap, pttls);
+            }
+        }
     }
 
     async fn read_one(&self, election: &ElectionName) -> Result<Read> {
@@ -543,37 +562,16 @@ impl Primitives for RedisPrimitives {
             // without the script publishes nothing); a holder hears of changes to its
             // own record by message, or looks again after a re-subscription.
             let polls = !subscribed || what.on.is_some() || what.me.is_none();
-            let lost = async {
-                let poll = async {
-                    match polls {
-                        true => tokio::time::sleep(jittered(poll)).await,
-                        false => std::future::pending().await,
-                    }
-                };
-                let broken = async {
-                    match subscribed {
-                        true => {
-                            let each = registrations.iter().map(|r| Box::pin(r.unsubscribed()));
-                            futures::future::select_all(each).await;
-                        }
-                        false => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    () = poll => {}
-                    () = broken => {}
-                }
-            };
-            let ends = async {
-                match expiry {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let broken = futures::future::select_all(
+                registrations.iter().map(|r| Box::pin(r.unsubscribed())),
+            );
             tokio::select! {
                 () = heard.notified() => return Ok(()),
-                () = ends => return Ok(()),
-                () = lost => {}
+                () = tokio::time::sleep(expiry.unwrap_or_default()), if expiry.is_some() => {
+                    return Ok(())
+                }
+                () = tokio::time::sleep(jittered(poll)), if polls => {}
+                _ = broken, if subscribed => {}
             }
         }
     }
@@ -591,24 +589,25 @@ impl Primitives for RedisPrimitives {
         let hash = self.shared.keys(election).hash;
         let mut pushes = lock(&self.pushes);
         let now = Instant::now();
-        // Pushed before this registration: at once.
+        // Pushed before this registration, or not known since a re-subscription: at
+        // once.
         match pushes.last.get(&hash) {
-            Some((_, last))
-                if last.revision > what.seen && (what.on.is_none() || happened(last, what)) =>
-            {
-                to.wake_with(election, last.clone());
+            Some((_, last)) if last.revision > what.seen => {
+                if what.on.is_none() || happened(last, what) {
+                    to.wake_with(election, last.clone());
+                }
             }
-            _ if pushes
-                .resubscribed
-                .is_some_and(|at| now.duration_since(at) < RESUBSCRIBED) =>
-            {
+            Some(_) => {}
+            None => {
                 to.wake(election);
             }
-            _ => {}
         }
         // The session waited on ends by itself when its TTL passes: nothing is pushed.
+        // A waiter also looks every poll interval (a change made without the script
+        // pushes nothing).
         if let Some(on) = &what.on {
-            let end = pushes.ends.get(on).copied().unwrap_or(now);
+            let poll = now + jittered(self.shared.config.get_poll_interval());
+            let end = pushes.ends.get(on).map_or(now, |end| poll.min(*end));
             let (to, election) = (to.clone(), election.clone());
             tokio::spawn(async move {
                 tokio::time::sleep_until(end).await;
