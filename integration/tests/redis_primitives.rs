@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tenure_core::{Candidate, DynBackend, ElectionName, Session, Timing};
-use tenure_integration::{run_prefix, RedisServer};
+use tenure_core::{Candidate, DynBackend, ElectionName, Session};
+use tenure_integration::{run_prefix, timing_ms, RedisServer};
 use tenure_redis::RedisBackend;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -141,8 +141,9 @@ async fn round_trips_of_a_grant_a_join_a_release_and_a_batch() {
         &format!("prefix={prefix}&poll_interval_ms=60000"),
     );
     let backend: DynBackend = Arc::new(RedisBackend::from_url(&url).await.expect("connect"));
-    // Renewals every TTL/16 (3.75 s) stay out of the short windows counted.
-    let timing = Timing::from_ttl(Duration::from_secs(60));
+    // No renewal falls in the windows counted: the first comes 40 s after the session
+    // opens, later than the whole scenario.
+    let timing = timing_ms(60_000, 40_000, 50_000, 5_000);
     let open = || async {
         Session::open(backend.clone(), timing.clone())
             .await

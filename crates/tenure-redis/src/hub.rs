@@ -49,8 +49,9 @@ struct HubState {
     next_id: u64,
 }
 
-/// What a listener does with each message of its channel (called on the hub's task,
-/// under the hub's lock: it must not block or register).
+/// What a listener does with each message of its channel, and with an empty one after a
+/// re-subscription, when messages may have been missed (called on the hub's task, under
+/// the hub's lock: it must not block or register).
 pub(crate) type Handler = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 struct Channel {
@@ -328,6 +329,9 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
             if reconnected {
                 for ch in st.channels.values() {
                     ch.wake_all();
+                    for h in ch.listeners.values() {
+                        h(b"");
+                    }
                 }
             }
         }

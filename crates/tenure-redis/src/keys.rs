@@ -8,7 +8,8 @@
 //! | `P:chan:D:E` | the pub/sub channel of its commits (channels are not per database, so `D` is in it) |
 //! | `P:tokens` | the fencing-token counter, one for every election under the prefix (no TTL) |
 //! | `P:session:<id>` | a session: its TTL in ms, with that TTL |
-//! | `P:schan:D:<id>` | the pub/sub channel of session `<id>`: `end` when it is revoked |
+//! | `P:schan:D:<id>` | the pub/sub channel of session `<id>`: each election it has a record in (or had, before a write for it), as a write leaves it |
+//! | `P:ended:D` | the pub/sub channel of every session revoked: its id |
 //!
 //! For a membership namespace `N`:
 //!
@@ -78,6 +79,11 @@ pub(crate) fn session_channel_prefix(prefix: &str, db: i64) -> String {
     format!("{prefix}:schan:{db}:")
 }
 
+/// The channel of every session revoked.
+pub(crate) fn ended_channel(prefix: &str, db: i64) -> String {
+    format!("{prefix}:ended:{db}")
+}
+
 /// A `SCAN MATCH` pattern for every key that starts with `start`, with glob
 /// characters escaped.
 pub(crate) fn scan_pattern(start: &str) -> String {
@@ -120,6 +126,7 @@ mod tests {
         assert_eq!(k.hash, "app:e:billing/shard-1");
         assert_eq!(k.channel, "app:chan:2:billing/shard-1");
         assert_eq!(session_channel_prefix("app", 2), "app:schan:2:");
+        assert_eq!(ended_channel("app", 2), "app:ended:2");
         assert_eq!(session_key_prefix("app"), "app:session:");
         assert_eq!(token_key("app"), "app:tokens");
         assert_eq!(

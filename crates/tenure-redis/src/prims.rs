@@ -1,23 +1,28 @@
 //! The engine's primitives on Redis: a session is a key with its TTL (the server's
 //! clock decides), an election is one hash, the conditional write and the read are one
-//! Lua script call each (for any number of elections), and a change is heard on the
-//! election's pub/sub channel (a session's end that is not a TTL passing, on the
-//! session's channel), with the expiry of the session waited on timed from its PTTL.
+//! Lua script call each (for any number of elections). A write publishes the election
+//! as it leaves it to the channel of each session in it, which its process subscribed
+//! to before the session's first write: a waiter is woken with the election and a
+//! holder's view stays fresh, without a read. A session's end that is not a TTL passing
+//! is published on a store-wide channel; the expiry of a session waited on is timed
+//! from its PTTL.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Value;
-use tenure_core::backend::primitive::{MemberStore, Primitives};
+use tenure_core::backend::primitive::{MemberStore, Primitives, Wake};
 use tenure_core::backend::{lock, Capabilities, Clause, Purpose};
 use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
 use tenure_core::{ElectionName, Error, Member, MemberStream, Result, Timing};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::error::{session_gone, unexpected};
-use crate::keys::{jittered, millis_up, new_session_id, token_key};
+use crate::hub::{Handler, Registration};
+use crate::keys::{ended_channel, jittered, millis_up, new_session_id, token_key};
 use crate::members::{self, Known};
 use crate::scripts::{
     COMMIT_MANY_SCRIPT, READ_MANY_SCRIPT, REGISTER_SCRIPT, RENEW_SESSIONS_SCRIPT, UNREGISTER_SCRIPT,
@@ -36,12 +41,126 @@ const DATA_LOSS: &str = "holds while Redis keeps its data; after a restart witho
     before the old holder's deadline passes (fencing tokens keep increasing, so a guarded \
     resource refuses the old holder)";
 
+/// How long an election pushed or answered is kept for the registrations after it.
+const KEPT: Duration = Duration::from_secs(300);
+
 /// The primitives of one Redis backend.
 pub(crate) struct RedisPrimitives {
     pub(crate) shared: Arc<Shared>,
     /// The namespaces each session of this process registered members in, to remove
     /// them (and tell their watchers) when the session is revoked.
-    registered: std::sync::Mutex<HashMap<String, HashSet<ElectionName>>>,
+    registered: Mutex<HashMap<String, HashSet<ElectionName>>>,
+    /// The subscription to the channel of each session opened here.
+    channels: Mutex<HashMap<String, Registration>>,
+    /// The subscription to the store-wide channel of revoked sessions.
+    ended: OnceLock<Registration>,
+    pushes: Arc<Mutex<Pushes>>,
+}
+
+/// A registration of [`Primitives::notify`].
+struct Waiter {
+    election: ElectionName,
+    what: WaitFor,
+    to: Wake,
+}
+
+/// What the pushes to this process's sessions feed.
+#[derive(Default)]
+struct Pushes {
+    /// By election hash, then by the session waiting: kept (and pushed on every change
+    /// after `seen`, where nothing is waited on) until the session's record is gone,
+    /// the wake-up channel closes or the session registers again.
+    waits: HashMap<String, HashMap<String, Waiter>>,
+    /// The last election pushed or answered by hash, and when: a registration after a
+    /// push is woken at once, and one with none (after a re-subscription, which clears
+    /// them, or long after) is woken to read.
+    last: HashMap<String, (Instant, Snapshot)>,
+    /// When each session seen ends unless renewed.
+    ends: HashMap<String, Instant>,
+    /// How many times the subscriptions were confirmed again after a break: an answer
+    /// to a request sent before one is not noted (a push after it may be lost).
+    breaks: u64,
+    /// The size of `last` and `ends` at which they are pruned next.
+    prune_at: usize,
+}
+
+impl Pushes {
+    /// A message on a session's channel: an election as a write left it.
+    fn pushed(&mut self, payload: &[u8]) {
+        let Some((hash, (snap, pttls))) = unpack(payload) else {
+            // Empty: re-subscribed after a break.
+            self.last.clear();
+            self.breaks += 1;
+            self.wake_all(|_| true);
+            return;
+        };
+        self.note(&hash, &snap, &pttls);
+        let Some(waiters) = self.waits.get_mut(&hash) else {
+            return;
+        };
+        waiters.retain(|me, w| {
+            let after = snap.revision > w.what.seen;
+            if after && (w.what.on.is_none() || happened(&snap, &w.what)) {
+                w.to.wake_with(&w.election, snap.clone());
+            }
+            !w.to.is_closed() && (!after || snap.record(me).is_some())
+        });
+        if waiters.is_empty() {
+            self.waits.remove(&hash);
+        }
+    }
+
+    /// A message on the channel of revoked sessions: the id of one. Its own waits and
+    /// those on it are woken (an empty message: every wait, after a re-subscription).
+    fn ended(&mut self, payload: &[u8]) {
+        let id = String::from_utf8_lossy(payload);
+        let id = id.as_ref();
+        self.ends.remove(id);
+        self.wake_all(|w| {
+            id.is_empty() || w.what.on.as_deref() == Some(id) || w.what.me.as_deref() == Some(id)
+        });
+        for waiters in self.waits.values_mut() {
+            waiters.remove(id);
+        }
+    }
+
+    fn wake_all(&self, which: impl Fn(&Waiter) -> bool) {
+        for w in self.waits.values().flat_map(HashMap::values) {
+            if which(w) {
+                w.to.wake(&w.election);
+            }
+        }
+    }
+
+    /// Note an election pushed or answered, and when its sessions end unless renewed.
+    fn note(&mut self, hash: &str, snap: &Snapshot, pttls: &HashMap<String, i64>) {
+        let now = Instant::now();
+        match self.last.get_mut(hash) {
+            Some((_, had)) if had.revision >= snap.revision => {}
+            Some(had) => *had = (now, snap.clone()),
+            None => {
+                self.last.insert(hash.to_string(), (now, snap.clone()));
+            }
+        }
+        for (session, ms) in pttls {
+            if let Ok(ms) = u64::try_from(*ms) {
+                self.ends
+                    .insert(session.clone(), now + Duration::from_millis(ms + 1));
+            }
+        }
+        if self.ends.len() + self.last.len() > self.prune_at {
+            self.ends.retain(|_, end| *end > now);
+            self.last
+                .retain(|_, (at, _)| now.duration_since(*at) < KEPT);
+            self.prune_at = 2 * (self.ends.len() + self.last.len()).max(1024);
+        }
+    }
+}
+
+/// The listener of a channel whose messages go to `pushes`.
+fn feed(pushes: &Arc<Mutex<Pushes>>, each: fn(&mut Pushes, &[u8])) -> Handler {
+    let pushes = pushes.clone();
+    Arc::new(move |payload: &[u8]| each(&mut lock(&pushes), payload))
 }
 
 impl std::fmt::Debug for RedisPrimitives {
@@ -59,8 +178,16 @@ impl RedisPrimitives {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         RedisPrimitives {
             shared,
-            registered: std::sync::Mutex::default(),
+            registered: Mutex::default(),
+            channels: Mutex::default(),
+            ended: OnceLock::new(),
+            pushes: Arc::default(),
         }
+    }
+
+    fn ended_channel(&self) -> String {
+        let config = &self.shared.config;
+        ended_channel(config.key_prefix(), config.database())
     }
 
     fn session_key(&self, id: &str) -> String {
@@ -73,6 +200,7 @@ impl RedisPrimitives {
 
     async fn read_all(&self, elections: &[ElectionName]) -> Result<Vec<Read>> {
         let mut out = Vec::with_capacity(elections.len());
+        let breaks = lock(&self.pushes).breaks;
         for chunk in elections.chunks(BATCH) {
             let mut invocation = READ_MANY_SCRIPT.prepare_invoke();
             for e in chunk {
@@ -86,16 +214,20 @@ impl RedisPrimitives {
                     .map(|(_, r)| r),
             );
         }
+        let answered = elections.iter().zip(out.iter());
+        self.noted(breaks, answered.map(|(e, (snap, pttls))| (e, snap, pttls)));
         Ok(out)
     }
 
     async fn commit_all(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Read)>> {
         let mut out = Vec::with_capacity(writes.len());
+        let breaks = lock(&self.pushes).breaks;
         for chunk in writes.chunks(BATCH) {
             let mut invocation = COMMIT_MANY_SCRIPT.prepare_invoke();
             invocation
                 .key(token_key(self.shared.config.key_prefix()))
-                .arg(&self.shared.sessions);
+                .arg(&self.shared.sessions)
+                .arg(&self.shared.session_channels);
             for (e, write) in chunk {
                 let keys = self.shared.keys(e);
                 invocation
@@ -127,7 +259,27 @@ impl RedisPrimitives {
                 .await?;
             out.extend(parse_many(&reply, chunk.len(), true)?);
         }
+        let answered = writes.iter().zip(out.iter());
+        self.noted(
+            breaks,
+            answered.map(|((e, _), (_, (snap, pttls)))| (e, snap, pttls)),
+        );
         Ok(out)
+    }
+
+    /// Note the elections of an answer, unless the subscriptions broke since its request
+    /// (`breaks` then).
+    fn noted<'a>(
+        &self,
+        breaks: u64,
+        answered: impl Iterator<Item = (&'a ElectionName, &'a Snapshot, &'a HashMap<String, i64>)>,
+    ) {
+        let mut pushes = lock(&self.pushes);
+        if pushes.breaks == breaks {
+            for (e, snap, pttls) in answered {
+                pushes.note(&self.shared.keys(e).hash, snap, pttls);
+            }
+        }
     }
 
     async fn read_one(&self, election: &ElectionName) -> Result<Read> {
@@ -224,18 +376,26 @@ fn happened(snap: &Snapshot, what: &WaitFor) -> bool {
     mine || on || moved
 }
 
-/// Whether a commit message (`<revision> <op>:<session>…`) may be what `what` waits for.
-fn concerns(payload: &[u8], what: &WaitFor) -> bool {
-    let text = String::from_utf8_lossy(payload);
-    let mut words = text.split(' ');
-    let revision = words.next().and_then(|r| r.parse::<u64>().ok());
-    if what.me.is_none() && what.on.is_none() {
-        return revision != Some(what.seen);
+/// A pushed election (see the commit script): its hash and what it holds; `None` if
+/// the message is not one (an empty one tells of a re-subscription).
+fn unpack(payload: &[u8]) -> Option<(String, Read)> {
+    let mut fields = Vec::new();
+    let mut rest = payload;
+    while !rest.is_empty() {
+        let colon = rest.iter().position(|b| *b == b':')?;
+        let n: usize = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+        let field = rest.get(colon + 1..colon + 1 + n)?;
+        fields.push(Value::BulkString(field.to_vec()));
+        rest = &rest[colon + 1 + n..];
     }
-    words.any(|w| {
-        let (kind, session) = w.split_once(':').unwrap_or(("", w));
-        what.me.as_deref() == Some(session) || (kind == "d" && what.on.as_deref() == Some(session))
-    })
+    if fields.is_empty() {
+        return None;
+    }
+    let Value::BulkString(hash) = fields.remove(0) else {
+        return None;
+    };
+    let read = parse_election(&Value::Array(fields)).ok()?;
+    Some((String::from_utf8(hash).ok()?, read))
 }
 
 #[async_trait]
@@ -243,6 +403,15 @@ impl Primitives for RedisPrimitives {
     async fn open(&self, ttl: Duration) -> Result<String> {
         let id = new_session_id();
         let (key, ms) = (self.session_key(&id), millis_up(ttl));
+        // Subscribed before the session's first write, so no push to it is missed.
+        let hub = &self.shared.hub;
+        let pushes = hub.listener(
+            &self.session_channel(&id),
+            feed(&self.pushes, Pushes::pushed),
+        );
+        let ended = self
+            .ended
+            .get_or_init(|| hub.listener(&self.ended_channel(), feed(&self.pushes, Pushes::ended)));
         self.shared
             .conn
             .run(Purpose::Election, "open session", |mut c| {
@@ -258,6 +427,15 @@ impl Primitives for RedisPrimitives {
                 }
             })
             .await?;
+        // Without the subscriptions confirmed, the session's waits fall back to
+        // `changed` (see `notify`).
+        let limit = self.shared.config.get_connect_timeout();
+        let confirmed = async {
+            pushes.subscribed().await;
+            ended.subscribed().await;
+        };
+        let _ = tokio::time::timeout(limit, confirmed).await;
+        lock(&self.channels).insert(id.clone(), pushes);
         Ok(id)
     }
 
@@ -272,22 +450,28 @@ impl Primitives for RedisPrimitives {
             .await?;
         match &reply {
             Value::Array(items) if items.len() == sessions.len() => {
-                Ok(items.iter().map(|v| as_int(v) == Some(1)).collect())
+                let live: Vec<bool> = items.iter().map(|v| as_int(v) == Some(1)).collect();
+                let mut channels = lock(&self.channels);
+                for (s, _) in sessions.iter().zip(&live).filter(|(_, l)| !**l) {
+                    channels.remove(s);
+                }
+                Ok(live)
             }
             _ => Err(unexpected("renew", format!("{reply:?}"))),
         }
     }
 
     async fn revoke(&self, session: &str) -> Result<()> {
-        let (key, channel) = (self.session_key(session), self.session_channel(session));
+        lock(&self.channels).remove(session);
+        let (key, channel) = (self.session_key(session), self.ended_channel());
         self.shared
             .conn
             .run(Purpose::Election, "end session", |mut c| {
-                let (key, channel) = (key.clone(), channel.clone());
+                let (key, channel, session) = (key.clone(), channel.clone(), session.to_string());
                 async move {
                     redis::pipe()
                         .del(&key)
-                        .publish(&channel, "end")
+                        .publish(&channel, &session)
                         .query_async::<Value>(&mut c)
                         .await
                 }
@@ -337,17 +521,21 @@ impl Primitives for RedisPrimitives {
         let on_message = {
             let (heard, what) = (heard.clone(), what.clone());
             Arc::new(move |payload: &[u8]| {
-                if concerns(payload, &what) {
+                if unpack(payload).is_none_or(|(_, (snap, _))| happened(&snap, &what)) {
                     heard.notify_one();
                 }
             })
         };
         // Subscribe first, then look: a change after the look is heard.
         let mut registrations = vec![hub.listener(&self.shared.keys(election).channel, on_message)];
-        if let Some(on) = &what.on {
+        if let Some(on) = what.on.clone() {
             let heard = heard.clone();
-            let end = Arc::new(move |_: &[u8]| heard.notify_one());
-            registrations.push(hub.listener(&self.session_channel(on), end));
+            let end = Arc::new(move |id: &[u8]| {
+                if id.is_empty() || id == on.as_bytes() {
+                    heard.notify_one();
+                }
+            });
+            registrations.push(hub.listener(&self.ended_channel(), end));
         }
         let poll = self.shared.config.get_poll_interval();
         loop {
@@ -374,39 +562,67 @@ impl Primitives for RedisPrimitives {
             // without the script publishes nothing); a holder hears of changes to its
             // own record by message, or looks again after a re-subscription.
             let polls = !subscribed || what.on.is_some() || what.me.is_none();
-            let lost = async {
-                let poll = async {
-                    match polls {
-                        true => tokio::time::sleep(jittered(poll)).await,
-                        false => std::future::pending().await,
-                    }
-                };
-                let broken = async {
-                    match subscribed {
-                        true => {
-                            let each = registrations.iter().map(|r| Box::pin(r.unsubscribed()));
-                            futures::future::select_all(each).await;
-                        }
-                        false => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    () = poll => {}
-                    () = broken => {}
-                }
-            };
-            let ends = async {
-                match expiry {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let broken = futures::future::select_all(
+                registrations.iter().map(|r| Box::pin(r.unsubscribed())),
+            );
             tokio::select! {
                 () = heard.notified() => return Ok(()),
-                () = ends => return Ok(()),
-                () = lost => {}
+                () = tokio::time::sleep(expiry.unwrap_or_default()), if expiry.is_some() => {
+                    return Ok(())
+                }
+                () = tokio::time::sleep(jittered(poll)), if polls => {}
+                _ = broken, if subscribed => {}
             }
         }
+    }
+
+    fn notify(&self, election: &ElectionName, what: &WaitFor, to: &Wake) -> bool {
+        let Some(me) = what.me.clone() else {
+            return false;
+        };
+        if !lock(&self.channels)
+            .get(&me)
+            .is_some_and(Registration::is_subscribed)
+        {
+            return false;
+        }
+        let hash = self.shared.keys(election).hash;
+        let mut pushes = lock(&self.pushes);
+        let now = Instant::now();
+        // Pushed before this registration, or not known since a re-subscription: at
+        // once.
+        match pushes.last.get(&hash) {
+            Some((_, last)) if last.revision > what.seen => {
+                if what.on.is_none() || happened(last, what) {
+                    to.wake_with(election, last.clone());
+                }
+            }
+            Some(_) => {}
+            None => {
+                to.wake(election);
+            }
+        }
+        // The session waited on ends by itself when its TTL passes: nothing is pushed.
+        // A waiter also looks every poll interval (a change made without the script
+        // pushes nothing).
+        if let Some(on) = &what.on {
+            let poll = now + jittered(self.shared.config.get_poll_interval());
+            let end = pushes.ends.get(on).map_or(now, |end| poll.min(*end));
+            let (to, election) = (to.clone(), election.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep_until(end).await;
+                to.wake(&election);
+            });
+        }
+        let waiters = pushes.waits.entry(hash).or_default();
+        waiters.retain(|_, w| !w.to.is_closed());
+        let waiter = Waiter {
+            election: election.clone(),
+            what: what.clone(),
+            to: to.clone(),
+        };
+        waiters.insert(me, waiter);
+        true
     }
 
     fn members(&self) -> Option<&dyn MemberStore> {
@@ -488,5 +704,27 @@ impl MemberStore for RedisPrimitives {
 
     async fn watch(&self, namespace: &ElectionName) -> Result<MemberStream> {
         members::watch(self.shared.clone(), namespace).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pushed_election_is_unpacked() {
+        let fields = ["p:e:ab", "7", "", "a", "7", "7", "5", "12", "body"];
+        let payload: String = fields.iter().map(|f| format!("{}:{f}", f.len())).collect();
+        let (hash, (snap, pttls)) = unpack(payload.as_bytes()).expect("a push");
+        assert_eq!(hash, "p:e:ab");
+        assert_eq!(snap.revision, 7);
+        let r = snap.record("a").expect("record");
+        assert_eq!(
+            (r.arrival, r.version, r.token, r.live),
+            (7, 7, Some(5), true)
+        );
+        assert_eq!(pttls.get("a"), Some(&12));
+        assert!(unpack(b"").is_none());
+        assert!(unpack(b"9:short").is_none());
     }
 }

@@ -61,15 +61,18 @@ return out
 
 /// Commit writes, each atomically and only if its election is still at the revision it
 /// was decided on and every session it puts or touches lives; a committed write moves
-/// the election's revision on and publishes `<revision> <op>:<session>…` on the
-/// election's channel (op `p` put, `m` put with a new token, `t` touch, `d` delete).
+/// the election's revision on and publishes the election as it leaves it (its hash key,
+/// then its snapshot, each field as `<length>:<bytes>`) on the election's channel and
+/// on the channel of each session that has a record in it or was written for (op `p`
+/// put, `m` put with a new token, `t` touch, `d` delete).
 /// New tokens are the server time in µs, or one more than the last token minted if that
 /// is not below it (the counter is store-wide, so tokens only increase).
 ///
-/// KEYS: the token counter, then the election hashes. ARGV: the session key prefix,
-/// then per election: its channel, the revision, `-` (keep what is left), `=` (clear
-/// it) or `=<bytes>` (keep these), the number of ops, then four per op: kind, session,
-/// token (kept, or empty), body. Returns `{committed 1/0, snapshot after}` per election.
+/// KEYS: the token counter, then the election hashes. ARGV: the session key prefix, the
+/// session channel prefix, then per election: its channel, the revision, `-` (keep what
+/// is left), `=` (clear it) or `=<bytes>` (keep these), the number of ops, then four per
+/// op: kind, session, token (kept, or empty), body. Returns `{committed 1/0, snapshot
+/// after}` per election.
 const COMMIT_MANY: &str = r#"
 local function mint()
   local t = redis.call('TIME')
@@ -80,8 +83,17 @@ local function mint()
   redis.call('SET', KEYS[1], now_s)
   return now_s
 end
+local function pack(h, snap)
+  local parts = {#h .. ':' .. h}
+  for n = 1, #snap do
+    local v = snap[n]
+    if type(v) == 'number' then v = num(v) end
+    parts[n + 1] = #v .. ':' .. v
+  end
+  return table.concat(parts)
+end
 local out = {}
-local i = 2
+local i = 3
 for e = 2, #KEYS do
   local h, channel, expect, left = KEYS[e], ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
   local first = i + 4
@@ -98,7 +110,6 @@ for e = 2, #KEYS do
     redis.call('HSET', h, '#rev', r)
     if left == '=' then redis.call('HDEL', h, '#left')
     elseif left ~= '-' then redis.call('HSET', h, '#left', string.sub(left, 2)) end
-    local said = {r}
     for o = first, i - 1, 4 do
       local kind, sid = ARGV[o], ARGV[o + 1]
       local cur = redis.call('HGET', h, sid)
@@ -113,11 +124,18 @@ for e = 2, #KEYS do
         if kind == 'm' then t = mint() end
         redis.call('HSET', h, sid, (a or r) .. '\n' .. r .. '\n' .. t .. '\n' .. ARGV[o + 3])
       end
-      said[#said + 1] = kind .. ':' .. sid
     end
-    redis.call('PUBLISH', channel, table.concat(said, ' '))
   end
-  out[#out + 1] = {ok and 1 or 0, snapshot(h)}
+  local snap = snapshot(h)
+  if ok then
+    local body = pack(h, snap)
+    redis.call('PUBLISH', channel, body)
+    local to = {}
+    for o = first, i - 1, 4 do to[ARGV[o + 1]] = true end
+    for n = 3, #snap, 6 do to[snap[n]] = true end
+    for sid in pairs(to) do redis.call('PUBLISH', ARGV[2] .. sid, body) end
+  end
+  out[#out + 1] = {ok and 1 or 0, snap}
 end
 return out
 "#;
