@@ -453,7 +453,10 @@ pub async fn store_restart(spec: &FaultSpec, store: &mut StoreServer, expect: Re
                 renewal + Duration::from_secs(2),
             )
             .await;
-            let (who, next) = next_leader(&[&a, &b], up, spec.ttl * 3).await;
+            // From the kill, not from `up`: `up` is taken once the harness's readiness
+            // probe (every 20 ms) sees the server, and a candidate can be elected
+            // before that; nobody can be elected while the server is down.
+            let (who, next) = next_leader(&[&a, &b], down, spec.ttl * 3).await;
             eprintln!(
                 "{} restarted without data: the holder lost {:.0} ms after ({:?}); {} elected after {:.0} ms",
                 store.name(),
