@@ -3,7 +3,6 @@
 #![forbid(unsafe_code)]
 
 mod backend;
-mod batch;
 mod client;
 mod config;
 mod error;

@@ -238,7 +238,7 @@ impl EtcdPrimitives {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         let timeout = shared.config.get_request_timeout();
         EtcdPrimitives {
-            gather: Gather::new(shared.clone()),
+            gather: Gather::new(shared.clone(), "commit", MAX_PARTS),
             watches: Watches::spawn(
                 shared.client.clone(),
                 shared.keys.root(),
@@ -300,15 +300,20 @@ impl EtcdPrimitives {
     async fn send(&self, sent: &[Sent<'_>]) -> Result<Vec<(bool, Snapshot)>> {
         let parts = sent
             .iter()
-            .map(|w| (op(Request::Txn(w.txn.clone())), Some(w.keys.rev.clone())))
+            .map(|w| {
+                (
+                    vec![op(Request::Txn(w.txn.clone()))],
+                    Some(w.keys.rev.clone()),
+                )
+            })
             .collect();
-        let got = self.gather.run(parts).await;
+        let got = self.gather.run(parts, false).await;
         let mut answers = Vec::with_capacity(sent.len());
         for (w, got) in sent.iter().zip(got) {
-            let resp = match got? {
-                ResponseOp {
+            let resp = match got?.responses.into_iter().next() {
+                Some(ResponseOp {
                     response: Some(Response::Txn(resp)),
-                } => resp,
+                }) => resp,
                 _ => return Err(TAG.own(ErrorKind::Backend, "commit: etcd answered another kind")),
             };
             let (read, at) = kvs(&resp.responses);
@@ -425,12 +430,12 @@ impl Primitives for EtcdPrimitives {
             .collect();
         let reads = keys
             .iter()
-            .map(|k| (op(ops::all_under(&k.range)), None))
+            .map(|k| (vec![op(ops::all_under(&k.range))], None))
             .collect();
         let mut snaps = Vec::with_capacity(keys.len());
-        let got = self.gather.run(reads).await;
+        let got = self.gather.run(reads, false).await;
         for ((e, k), got) in elections.iter().zip(&keys).zip(got) {
-            let (read, at) = kvs(std::slice::from_ref(&got?));
+            let (read, at) = kvs(&got?.responses);
             snaps.push(self.answered(e, snapshot(k, &read), at));
         }
         Ok(snaps)

@@ -14,9 +14,9 @@ use tenure_core::backend::{revision_token, BackendSession, Lifetime, Purpose, Se
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::batch::Batcher;
 use crate::client::KeepAliveStream;
 use crate::error::TAG;
+use crate::gather::{Gather, MAX_OPS, MAX_PARTS};
 use crate::keys::lease_hex;
 use crate::ops::{self, op};
 use crate::proto::{KeyValue, TxnRequest};
@@ -65,9 +65,10 @@ struct Inner {
     watcher: Watches,
     /// New candidacies (create the key, read the one before it), many seats per
     /// transaction when many campaign at once.
-    enqueues: Arc<Batcher>,
-    /// Looks at queues (is our key there, which key is before it), likewise.
-    looks: Arc<Batcher>,
+    enqueues: Arc<Gather>,
+    /// Looks at queues (is our key there, which key is before it), likewise, and in a
+    /// read-only transaction.
+    looks: Arc<Gather>,
     candidacies: Mutex<HashMap<ElectionName, Candidacy>>,
     events: SessionEvents,
     life: Lifetime,
@@ -113,8 +114,8 @@ impl EtcdSession {
             life.child_token(),
         );
         let inner = Arc::new(Inner {
-            enqueues: Batcher::new(shared.clone(), "campaign"),
-            looks: Batcher::new(shared.clone(), "campaign: look at the queue"),
+            enqueues: Gather::new(shared.clone(), "campaign", MAX_PARTS),
+            looks: Gather::new(shared.clone(), "campaign: look at the queue", MAX_OPS),
             shared,
             lease,
             keeper: tokio::sync::Mutex::new(None),

@@ -10,8 +10,8 @@ use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Result, Retr
 use tokio_util::sync::CancellationToken;
 
 use super::{created_at, pause, Candidacy, Inner, QueueState};
-use crate::batch::Answer;
 use crate::error::TAG;
+use crate::gather::Answer;
 use crate::ops::{self, op};
 use crate::proto::{KeyValue, RequestOp, TxnRequest, TxnResponse};
 use crate::watches::{Fired, KeyWatch};
@@ -146,8 +146,8 @@ impl Inner {
 
     /// Join the queue of `election` with a new key, if this session has none there:
     /// the key's create revision and the key just before it; `None` (nothing written)
-    /// if a key of this session was already there, or another seat's was in the same
-    /// transaction: [`ensure_candidacy`](Self::ensure_candidacy) sorts that out.
+    /// if a key of this session was already there: [`ensure_candidacy`](Self::ensure_candidacy)
+    /// sorts that out.
     pub(super) async fn enqueue(
         &self,
         election: &ElectionName,
@@ -160,8 +160,8 @@ impl Inner {
             op(ops::put(key, value, self.lease)),
             op(ops::newest_two(&range)),
         ];
-        let creates = vec![key.to_string()];
-        let Some(answer) = self.enqueues.run(compare, success, creates).await? else {
+        let creates = Some(key.to_string());
+        let Some(answer) = self.enqueues.txn(compare, success, creates).await? else {
             return Ok(None);
         };
         let revision = answer.revision;
@@ -174,15 +174,9 @@ impl Inner {
         Ok(Some((revision, predecessor)))
     }
 
-    /// Run `reads` (no compares) in a shared transaction of [`looks`](Inner::looks).
+    /// Run `reads` together in a shared read-only transaction of [`looks`](Inner::looks).
     pub(super) async fn look(&self, reads: Vec<RequestOp>) -> Result<Answer> {
-        match self.looks.run(Vec::new(), reads, Vec::new()).await? {
-            Some(answer) => Ok(answer),
-            None => Err(TAG.own(
-                ErrorKind::Backend,
-                "campaign: a transaction without compares reported failure",
-            )),
-        }
+        self.looks.one(reads, None).await
     }
 
     /// Is our key still there, and which key (if any) is just before it?
@@ -269,8 +263,7 @@ impl Inner {
             let gone = match fired {
                 Fired::Deleted | Fired::Compacted => {
                     let read = vec![op(ops::get_key_only(&key))];
-                    let answer = self.looks.run(Vec::new(), read, Vec::new()).await;
-                    answer.ok().flatten().map(|answer| {
+                    self.look(read).await.ok().map(|answer| {
                         let gone = answer
                             .read(0)
                             .first()
