@@ -128,12 +128,13 @@ $$;
 -- that puts or touches a record of an ended session does not commit, nor does a second
 -- write to the same election. Returns, per write, whether it committed (`done`) and the
 -- election after, as `read` does. Election rows are locked in name order; deletes go
--- before puts.
+-- before puts. Its statements run on generic plans: planned again for every call's
+-- arrays (the default, custom plans), they took about 0.6 of its 1.4 ms.
 CREATE FUNCTION {S}.commit(es text[], revs bigint[], keeps bytea[], ws int[],
     kinds "char"[], sids text[], toks bigint[], bodies bytea[])
 RETURNS TABLE (n int, done boolean, revision bigint, kept bytea, session text,
     arrival bigint, version bigint, token bigint, live boolean, body bytea)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
     ok boolean[];

@@ -8,5 +8,6 @@ mod run;
 
 pub use self::counting::{BatchGauge, CountingBackend};
 pub use self::report::{markdown, min_med_max_ms, scaling_svg};
+#[cfg(any(test, feature = "testing"))]
 pub(crate) use self::run::settle;
 pub use self::run::{assignment_times, run, BenchConfig, BenchResult};
