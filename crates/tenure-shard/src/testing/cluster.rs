@@ -428,14 +428,20 @@ impl Cluster {
     pub fn longest_handoff_gap(&self, t: Instant) -> Duration {
         let events = self.events_since(t);
         let mut worst = Duration::ZERO;
-        for (i, l) in events.iter().enumerate() {
+        // Each node's events are logged by a task of its own, so across nodes the
+        // log's order is not the events' order: the successor's grant can be logged
+        // before the handoff. Pair them by the instants the events carry instead.
+        for l in &events {
             let ShardEvent::HandedOff { shard, .. } = &l.event else {
                 continue;
             };
-            let next = events[i..]
+            let next = events
                 .iter()
-                .find(|n| matches!(&n.event, ShardEvent::Acquired { shard: s, .. } if s == shard));
-            let gap = next.map_or(Duration::MAX, |n| n.at - l.at);
+                .filter(|n| n.at >= l.at)
+                .filter(|n| matches!(&n.event, ShardEvent::Acquired { shard: s, .. } if s == shard))
+                .map(|n| n.at)
+                .min();
+            let gap = next.map_or(Duration::MAX, |at| at - l.at);
             worst = worst.max(gap);
         }
         worst
