@@ -384,8 +384,10 @@ fn member_logs(cluster: &dyn StoreCluster) -> String {
 /// for `how_long` as in [`hold_through`], except where the member led the store when
 /// it was paused (`was_store_leader`) and the store is one that may then delete a
 /// healthy session's seat ([`StoreCluster::revokes_when_leader_resumes`]). There a
-/// loss must be the store's deletion of the seat ([`LossReason::Revoked`]; a renew
-/// deadline or anything else the client decided still fails), the store must say that
+/// loss must be the store's revocation of the lease, which the client hears either as
+/// the seat's deletion ([`LossReason::Revoked`], from the watch) or as the lease gone
+/// ([`LossReason::SessionExpired`], from the next keep-alive), whichever comes first; a
+/// renew deadline or anything else the client decided still fails. The store must say that
 /// the paused member revoked it (its count of leases it revoked as expired,
 /// `revoked_before` when it was paused, grew), and the seat must be granted again to a
 /// new session, with a greater token, which is returned.
@@ -409,7 +411,10 @@ async fn hold_after_resume(
         }
     }
     let reason = l.loss_reason();
-    if !matches!(reason, Some(LossReason::Revoked(_))) {
+    if !matches!(
+        reason,
+        Some(LossReason::Revoked(_) | LossReason::SessionExpired)
+    ) {
         panic!(
             "{what}: a healthy leader lost its seat ({reason:?}), not by the store's revocation\n{}",
             member_logs(cluster)
