@@ -296,9 +296,10 @@ fn ranked(id: &str, priority: i32) -> Candidate {
 /// runs (no TTL, no renew interval, no poll): the holder hears of the preemption by
 /// one notification and is asked to step down; its work had already stopped (its work
 /// guard is gone), so its lost signal fires (`Preempted`), it releases the seat, and
-/// the store wakes the preferred candidate. Five requests of the engine over the
-/// in-memory store: the join's first write (decided on an empty election, refused),
-/// the write that queues it and marks the holder told, its wait; the release that
+/// the store wakes the preferred candidate. Four requests of the engine over the
+/// in-memory store: the join's write that queues it and marks the holder told (decided
+/// on the election as the backend last saw it, the holder's grant, so it commits at
+/// once), its wait; the release that
 /// grants the waiter (decided on the election the store pushed to the holder's
 /// follower, so it commits at once); the waiter's read. (The in-memory store before
 /// the engine counted four store messages: join, notification, release, wake-up.)
@@ -319,7 +320,7 @@ async fn a_higher_priority_is_granted_one_notification_after_it_joins() {
     assert_eq!(la.step_down_reason(), Some(StepDownReason::Preempted));
     assert!(la.lost_at().unwrap() <= lb.granted_at());
     assert_eq!(lb.token().get(), la.token().get() + 1);
-    assert_eq!(mem.election_requests().unwrap() - before, 5);
+    assert_eq!(mem.election_requests().unwrap() - before, 4);
     // The preempted holder's session goes on: it may campaign again and waits.
     let again = tokio::spawn(async move { a.campaign(&name("preempt"), &ranked("a", 0)).await });
     tokio::time::sleep(Duration::from_secs(30)).await;

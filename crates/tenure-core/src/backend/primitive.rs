@@ -169,7 +169,19 @@ pub async fn campaign(
     election: &ElectionName,
     me: &Candidacy,
 ) -> Result<(u64, Snapshot)> {
-    let mut snap = Snapshot::default();
+    campaign_from(store, election, me, Snapshot::default()).await
+}
+
+/// [`campaign`] with the first write decided on `start`, the election as last seen: on
+/// a view still current, a campaign behind a holder costs one round trip too. `start`
+/// must hold no record of `me`'s session (one there may have gone since).
+pub async fn campaign_from(
+    store: &dyn Primitives,
+    election: &ElectionName,
+    me: &Candidacy,
+    start: Snapshot,
+) -> Result<(u64, Snapshot)> {
+    let mut snap = start;
     loop {
         match engine::campaign(&snap, me) {
             Step::Leader { token, .. } => return Ok((token, snap)),

@@ -45,13 +45,15 @@ impl Primitives for Counted {
     ) -> Result<(bool, Snapshot)> {
         self.0.count();
         let entered = self.1.enter([election.clone()]);
-        let (store, election, write) = (self.0.store.clone(), election.clone(), write.clone());
-        to_answer(async move {
-            let answer = store.commit(&election, &write).await;
+        let (store, at, write) = (self.0.store.clone(), election.clone(), write.clone());
+        let answer = to_answer(async move {
+            let answer = store.commit(&at, &write).await;
             drop(entered);
             answer
         })
-        .await
+        .await?;
+        self.0.saw(election, &answer.1);
+        Ok(answer)
     }
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
         self.0.count();

@@ -40,7 +40,15 @@ pub struct DrivenBackend {
     gates: Arc<Mutex<HashMap<String, watch::Sender<bool>>>>,
     /// The endpoint errors name, if the store has one to name.
     endpoint: Option<Arc<str>>,
+    /// Each election as this backend last learnt it from one write's answer or one
+    /// read, for a campaign's first write (the batched tries, which never start from
+    /// it, do not pay for remembering).
+    seen: Arc<Mutex<HashMap<ElectionName, Snapshot>>>,
 }
+
+/// How many elections [`DrivenBackend`] remembers as last seen; past it, it forgets them
+/// all and starts again (a forgotten election costs a campaign one failed write).
+const SEEN: usize = 4096;
 
 impl DrivenBackend {
     /// The engine over `store`, answering to `scheme` in errors and metrics.
@@ -51,6 +59,7 @@ impl DrivenBackend {
             requests: Arc::new(AtomicU64::new(0)),
             gates: Arc::default(),
             endpoint: None,
+            seen: Arc::default(),
         }
     }
 
@@ -92,7 +101,31 @@ impl DrivenBackend {
 
     async fn read(&self, election: &ElectionName) -> Result<Snapshot> {
         self.count();
-        self.store.read(election).await
+        let snap = self.store.read(election).await?;
+        self.saw(election, &snap);
+        Ok(snap)
+    }
+
+    /// Remember `snap` as the last seen of `election`.
+    fn saw(&self, election: &ElectionName, snap: &Snapshot) {
+        let mut seen = lock(&self.seen);
+        if seen.len() >= SEEN && !seen.contains_key(election) {
+            seen.clear();
+        }
+        seen.insert(election.clone(), snap.clone());
+    }
+
+    /// Where a campaign of `session` in `election` decides its first write: the election
+    /// as last seen, unless it holds a record of `session` (which may have gone since,
+    /// and must be read, not assumed), else empty. Either way the write is conditional
+    /// on the revision it was decided at, so a stale view costs one failed write, whose
+    /// answer brings the election back.
+    fn start(&self, election: &ElectionName, session: &str) -> Snapshot {
+        lock(&self.seen)
+            .get(election)
+            .filter(|s| s.record(session).is_none())
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn member_store(&self) -> Result<&dyn MemberStore> {

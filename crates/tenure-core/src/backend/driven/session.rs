@@ -117,7 +117,8 @@ impl BackendSession for DrivenSession {
             self.pass().await?;
             let me = self.candidacy(candidate);
             let store = self.store();
-            let (token, snap) = primitive::campaign(&store, election, &me).await?;
+            let start = self.backend.start(election, &self.id);
+            let (token, snap) = primitive::campaign_from(&store, election, &me, start).await?;
             self.follow(election, token, snap);
             Ok(FencingToken(token))
         };
