@@ -254,3 +254,48 @@ impl Backend for DrivenBackend {
         self.member_store()?.watch(namespace).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemPrimitives;
+
+    /// A release the store committed but whose answer never reached the backend leaves
+    /// the backend's view of the election with the released seat in it. A campaign of
+    /// the same session must not take that view for a grant: it decides from the store,
+    /// and queues behind the holder granted since. (Checked to fail, granting token 1
+    /// again, when the view is used although it holds the session's record.)
+    #[tokio::test(start_paused = true)]
+    async fn a_view_holding_the_campaigners_own_record_is_not_trusted() -> Result<()> {
+        let store = MemPrimitives::new();
+        let backend = DrivenBackend::new(Arc::new(store.clone()), "mem");
+        let ttl = Duration::from_secs(60);
+        let a = backend
+            .open_session(ttl, SessionEvents::channel().0)
+            .await?;
+        let e = ElectionName::new("view")?;
+        let cand = Candidate::new("a")?;
+        let first = a.campaign(&e, &cand).await?;
+
+        // Behind the backend's back: a's release commits, and b is granted.
+        let snap = store.read(&e).await?;
+        let release = engine::resign(&snap, a.id(), None, None);
+        let Some(release) = release else {
+            return Err(Error::invalid("a holds no seat to release"));
+        };
+        assert!(store.commit(&e, &release).await?.0);
+        let b = Candidacy {
+            session: store.open(ttl).await?,
+            candidate: "b".into(),
+            value: String::new(),
+            priority: 0,
+            preemptible: true,
+        };
+        let (b_token, _) = primitive::campaign(&store, &e, &b).await?;
+        assert!(b_token > first.0);
+
+        let again = tokio::time::timeout(Duration::from_secs(5), a.campaign(&e, &cand)).await;
+        assert!(again.is_err(), "granted while b holds the seat: {again:?}");
+        Ok(())
+    }
+}
