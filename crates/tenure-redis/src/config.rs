@@ -80,7 +80,7 @@ const ENV_KEYS: &[(&str, &str)] = &[
 /// | key prefix | `tenure` | `?prefix=` | `TENURE_REDIS_PREFIX` |
 /// | connect timeout | 5 s | `?connect_timeout=5s` or `?connect_timeout_ms=5000` | in the URL |
 /// | request timeout | 5 s | `?request_timeout=5s` or `?request_timeout_ms=5000` | in the URL |
-/// | poll interval: the longest a waiter or observer goes without looking at the seat itself | 1 s | `?poll_interval_ms=` | in the URL |
+/// | poll interval: how often a waiter or observer looks at the seat while the pub/sub link is down | 1 s | `?poll_interval_ms=` | in the URL |
 /// | CA certificate (PEM) to verify the server with TLS | the system's roots | `?ca=/path` | in the URL |
 /// | client certificate and key (PEM) for TLS | none | `?cert=/path&key=/path` | in the URL |
 /// | Sentinel: the sentinels to ask for the primary of `service` | off (one server) | `redis+sentinel://s1:26379,s2,s3/service[/db]` (`rediss+sentinel://` for TLS) | the scheme of `TENURE_REDIS_URL` |
@@ -416,9 +416,9 @@ impl RedisConfig {
         self
     }
 
-    /// The longest a waiting candidate or an observer goes without reading the seat
-    /// itself, in case a pub/sub message was lost (default 1 s). Waiters look again
-    /// after a random 80–100 % of it.
+    /// How often a waiting candidate or an observer reads the seat while the pub/sub
+    /// link is down (default 1 s; after a random 80–100 % of it); subscribed, it reads
+    /// only when told. Also the longest back-off of a member watcher's failed reads.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self

@@ -558,10 +558,9 @@ impl Primitives for RedisPrimitives {
                 .and_then(|on| pttls.get(on))
                 .and_then(|ms| u64::try_from(*ms).ok())
                 .map(|ms| Duration::from_millis(ms + 1));
-            // A waiter or an observer also looks every poll interval (a change made
-            // without the script publishes nothing); a holder hears of changes to its
-            // own record by message, or looks again after a re-subscription.
-            let polls = !subscribed || what.on.is_some() || what.me.is_none();
+            // Subscribed, every commit and revocation is heard, and a message lost to a
+            // broken link is made up for by the read after the re-subscription (which
+            // also wakes every listener).
             let broken = futures::future::select_all(
                 registrations.iter().map(|r| Box::pin(r.unsubscribed())),
             );
@@ -570,7 +569,7 @@ impl Primitives for RedisPrimitives {
                 () = tokio::time::sleep(expiry.unwrap_or_default()), if expiry.is_some() => {
                     return Ok(())
                 }
-                () = tokio::time::sleep(jittered(poll)), if polls => {}
+                () = tokio::time::sleep(jittered(poll)), if !subscribed => {}
                 _ = broken, if subscribed => {}
             }
         }
@@ -580,9 +579,13 @@ impl Primitives for RedisPrimitives {
         let Some(me) = what.me.clone() else {
             return false;
         };
-        if !lock(&self.channels)
-            .get(&me)
-            .is_some_and(Registration::is_subscribed)
+        // Both channels confirmed, no push or revocation after this is missed (a break
+        // wakes every wait when they are confirmed again).
+        let ended = self.ended.get().is_some_and(Registration::is_subscribed);
+        if !ended
+            || !lock(&self.channels)
+                .get(&me)
+                .is_some_and(Registration::is_subscribed)
         {
             return false;
         }
@@ -603,11 +606,9 @@ impl Primitives for RedisPrimitives {
             }
         }
         // The session waited on ends by itself when its TTL passes: nothing is pushed.
-        // A waiter also looks every poll interval (a change made without the script
-        // pushes nothing).
+        // Its end unknown, the waiter reads (which notes it).
         if let Some(on) = &what.on {
-            let poll = now + jittered(self.shared.config.get_poll_interval());
-            let end = pushes.ends.get(on).map_or(now, |end| poll.min(*end));
+            let end = pushes.ends.get(on).copied().unwrap_or(now);
             let (to, election) = (to.clone(), election.clone());
             tokio::spawn(async move {
                 tokio::time::sleep_until(end).await;
