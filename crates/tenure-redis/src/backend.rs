@@ -13,8 +13,8 @@ use crate::conn::Conn;
 use crate::error::{map, TAG};
 use crate::hub::Hub;
 use crate::keys::{members_key_prefix, scan_pattern, session_channel_prefix, session_key_prefix};
-use crate::prims::RedisPrimitives;
-use crate::scripts::{READ_MANY_SCRIPT, UNREGISTER_SCRIPT};
+use crate::prims::{unregister, RedisPrimitives};
+use crate::scripts::READ_MANY_SCRIPT;
 use crate::shared::Shared;
 use crate::target::Target;
 
@@ -129,12 +129,7 @@ impl RedisBackend {
                 .filter_map(|key| key.strip_prefix(prefix.as_str()))
                 .filter_map(|n| ElectionName::new(n).ok())
             {
-                let keys = shared.member_keys(&namespace);
-                let mut invocation = UNREGISTER_SCRIPT.key(&keys.hash);
-                invocation.arg(session_id).arg(&keys.channel);
-                shared
-                    .script("expire session: remove members", &invocation)
-                    .await?;
+                unregister(shared, session_id, &namespace, None).await?;
             }
             if next == 0 {
                 return Ok(());

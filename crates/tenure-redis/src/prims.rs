@@ -1,11 +1,9 @@
-//! The engine's primitives on Redis: a session is a key with its TTL (the server's
-//! clock decides), an election is one hash, the conditional write and the read are one
-//! Lua script call each (for any number of elections). A write publishes the election
-//! as it leaves it to the channel of each session in it, which its process subscribed
-//! to before the session's first write: a waiter is woken with the election and a
-//! holder's view stays fresh, without a read. A session's end that is not a TTL passing
-//! is published on a store-wide channel; the expiry of a session waited on is timed
-//! from its PTTL.
+//! The engine's primitives on Redis: a session is a key with its TTL, an election one
+//! hash, a read or a conditional write one script call (for up to [`BATCH`]
+//! elections). A write publishes the election as it leaves it to the channel of each
+//! session in it (subscribed before the session's first write), so waiters and holders
+//! need no read; a revocation is published on a store-wide channel, and the expiry of a
+//! session waited on is timed from its PTTL.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -44,11 +42,9 @@ const DATA_LOSS: &str = "holds while Redis keeps its data; after a restart witho
 /// How long an election pushed or answered is kept for the registrations after it.
 const KEPT: Duration = Duration::from_secs(300);
 
-/// The primitives of one Redis backend.
 pub(crate) struct RedisPrimitives {
     pub(crate) shared: Arc<Shared>,
-    /// The namespaces each session of this process registered members in, to remove
-    /// them (and tell their watchers) when the session is revoked.
+    /// The namespaces each session registered members in, to remove them on revoke.
     registered: Mutex<HashMap<String, HashSet<ElectionName>>>,
     /// The subscription to the channel of each session opened here.
     channels: Mutex<HashMap<String, Registration>>,
@@ -67,18 +63,16 @@ struct Waiter {
 /// What the pushes to this process's sessions feed.
 #[derive(Default)]
 struct Pushes {
-    /// By election hash, then by the session waiting: kept (and pushed on every change
-    /// after `seen`, where nothing is waited on) until the session's record is gone,
-    /// the wake-up channel closes or the session registers again.
+    /// By election hash, then by the session waiting: kept until the session's record
+    /// is gone, its wake-up channel closes or it registers again.
     waits: HashMap<String, HashMap<String, Waiter>>,
-    /// The last election pushed or answered by hash, and when: a registration after a
-    /// push is woken at once, and one with none (after a re-subscription, which clears
-    /// them, or long after) is woken to read.
+    /// The last election pushed or answered by hash, and when (cleared by a
+    /// re-subscription): a registration behind it is woken at once.
     last: HashMap<String, (Instant, Snapshot)>,
     /// When each session seen ends unless renewed.
     ends: HashMap<String, Instant>,
-    /// How many times the subscriptions were confirmed again after a break: an answer
-    /// to a request sent before one is not noted (a push after it may be lost).
+    /// How many re-subscriptions there were: an answer to a request sent before one is
+    /// not noted (a push after it may be lost).
     breaks: u64,
     /// The size of `last` and `ends` at which they are pruned next.
     prune_at: usize,
@@ -489,13 +483,10 @@ impl Primitives for RedisPrimitives {
     }
 
     async fn commit(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)> {
-        let mut all = self
-            .commit_all(&[(election.clone(), write.clone())])
-            .await?;
-        let (done, (snap, _)) = all
-            .pop()
-            .ok_or_else(|| unexpected("commit", "no election in the answer"))?;
-        Ok((done, snap))
+        let one = [(election.clone(), write.clone())];
+        let mut all = self.commit_many(&one).await?;
+        all.pop()
+            .ok_or_else(|| unexpected("commit", "no election in the answer"))
     }
 
     async fn read_many(&self, elections: &[ElectionName]) -> Result<Vec<Snapshot>> {
@@ -648,7 +639,7 @@ impl Primitives for RedisPrimitives {
 }
 
 /// Remove `session`'s members `id` (every one if `None`) of `namespace`.
-async fn unregister(
+pub(crate) async fn unregister(
     shared: &Shared,
     session: &str,
     namespace: &ElectionName,
