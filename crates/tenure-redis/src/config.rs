@@ -320,7 +320,8 @@ impl RedisConfig {
                 self.db
             )));
         }
-        validate_prefix(&self.prefix)?;
+        // 1 to 100 bytes of printable ASCII without spaces.
+        check_printable("prefix", &self.prefix, MAX_PREFIX_LEN)?;
         self.credentials.check_username()?;
         if self.credentials.username.is_some() && self.credentials.password.is_none() {
             return Err(Error::invalid(
@@ -479,11 +480,6 @@ fn validate_host(host: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// A prefix is 1 to 100 bytes of printable ASCII without spaces.
-pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
-    check_printable("prefix", prefix, MAX_PREFIX_LEN)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! been missed meanwhile.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -184,16 +185,10 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
     let mut attempt = 0u32;
     let mut reconnected = false;
     loop {
-        // Commands that come meanwhile need no action: every channel registered once
-        // connected is subscribed then. Only the end of the hub stops the wait.
         if attempt > 0 {
             let pause = tokio::time::sleep(retry.delay(attempt - 1));
-            tokio::pin!(pause);
-            loop {
-                tokio::select! {
-                    _ = &mut pause => break,
-                    c = s.commands.recv() => if c.is_none() { return },
-                }
+            if unless_stopped(&mut s.commands, pause).await.is_none() {
+                return;
             }
         }
         attempt = attempt.saturating_add(1);
@@ -202,20 +197,14 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
             let client = target.client().await.map_err(|e| e.to_string())?;
             client.get_async_pubsub().await.map_err(|e| e.to_string())
         });
-        tokio::pin!(connect);
-        let connecting = loop {
-            tokio::select! {
-                r = &mut connect => break r,
-                c = s.commands.recv() => if c.is_none() { return },
-            }
-        };
-        let pubsub = match connecting {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
+        let pubsub = match unless_stopped(&mut s.commands, connect).await {
+            None => return,
+            Some(Ok(Ok(p))) => p,
+            Some(Ok(Err(e))) => {
                 tracing::debug!(error = %e, "Redis subscriber: cannot connect");
                 continue;
             }
-            Err(_) => {
+            Some(Err(_)) => {
                 tracing::debug!("Redis subscriber: connecting timed out");
                 continue;
             }
@@ -225,19 +214,14 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
         // channel registered now.
         while s.commands.try_recv().is_ok() {}
         let channels: Vec<String> = lock(&state).channels.keys().cloned().collect();
-        let mut failure = None;
+        let mut failure = Ok(());
         for batch in channels.chunks(SUBSCRIBE_BATCH) {
-            s.requests.count(Purpose::Election);
-            match tokio::time::timeout(s.request_timeout, sink.subscribe(batch)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failure = Some(e.to_string()),
-                Err(_) => failure = Some(format!("no answer within {:?}", s.request_timeout)),
-            }
-            if failure.is_some() {
+            failure = s.request(sink.subscribe(batch)).await;
+            if failure.is_err() {
                 break;
             }
         }
-        if let Some(why) = failure {
+        if let Err(why) = failure {
             tracing::warn!(error = %why, "Redis subscriber: subscribing failed; reconnecting");
             continue;
         }
@@ -299,25 +283,16 @@ async fn serve(
                     if !lock(state).channels.contains_key(&channel) {
                         continue;
                     }
-                    s.requests.count(Purpose::Election);
-                    match tokio::time::timeout(s.request_timeout, sink.subscribe(&channel)).await {
-                        Ok(Ok(())) => {
-                            if let Some(ch) = lock(state).channels.get(&channel) {
-                                ch.subscribed.send_replace(true);
-                            }
-                        }
-                        _ => return false,
+                    if s.request(sink.subscribe(&channel)).await.is_err() {
+                        return false;
+                    }
+                    if let Some(ch) = lock(state).channels.get(&channel) {
+                        ch.subscribed.send_replace(true);
                     }
                 }
                 Some(Command::Unsubscribe(channel)) => {
-                    if lock(state).channels.contains_key(&channel) {
-                        continue;
-                    }
-                    s.requests.count(Purpose::Election);
-                    if !matches!(
-                        tokio::time::timeout(s.request_timeout, sink.unsubscribe(&channel)).await,
-                        Ok(Ok(()))
-                    ) {
+                    let present = lock(state).channels.contains_key(&channel);
+                    if !present && s.request(sink.unsubscribe(&channel)).await.is_err() {
                         return false;
                     }
                 }
@@ -330,6 +305,32 @@ async fn serve(
                     return false;
                 }
             }
+        }
+    }
+}
+
+impl Starter {
+    /// A request on the subscriber connection, counted and bounded by the request timeout.
+    async fn request(&self, f: impl Future<Output = redis::RedisResult<()>>) -> Result<(), String> {
+        self.requests.count(Purpose::Election);
+        match tokio::time::timeout(self.request_timeout, f).await {
+            Ok(done) => done.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", self.request_timeout)),
+        }
+    }
+}
+
+/// `f`'s output, or `None` if the hub is gone first (other commands need no action
+/// while disconnected: every channel registered once connected is subscribed then).
+async fn unless_stopped<T>(
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    f: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(f);
+    loop {
+        tokio::select! {
+            out = &mut f => return Some(out),
+            c = commands.recv() => { c?; }
         }
     }
 }

@@ -79,13 +79,10 @@ struct Pushes {
 }
 
 impl Pushes {
-    /// A message on a session's channel: an election as a write left it.
+    /// A message on a session's channel: an election as a write left it (an empty one,
+    /// after a re-subscription, is handled by [`ended`](Self::ended)).
     fn pushed(&mut self, payload: &[u8]) {
         let Some((hash, (snap, pttls))) = unpack(payload) else {
-            // Empty: re-subscribed after a break.
-            self.last.clear();
-            self.breaks += 1;
-            self.wake_all(|_| true);
             return;
         };
         self.note(&hash, &snap, &pttls);
@@ -104,9 +101,14 @@ impl Pushes {
         }
     }
 
-    /// A message on the channel of revoked sessions: the id of one. Its own waits and
-    /// those on it are woken (an empty message: every wait, after a re-subscription).
+    /// A message on the channel of revoked sessions: the id of one, whose own waits and
+    /// those on it are woken. Empty after a re-subscription (of every channel at once):
+    /// every wait is woken and what was pushed before is forgotten.
     fn ended(&mut self, payload: &[u8]) {
+        if payload.is_empty() {
+            self.last.clear();
+            self.breaks += 1;
+        }
         let id = String::from_utf8_lossy(payload);
         let id = id.as_ref();
         self.ends.remove(id);
@@ -408,17 +410,10 @@ impl Primitives for RedisPrimitives {
             .get_or_init(|| hub.listener(&self.ended_channel(), feed(&self.pushes, Pushes::ended)));
         self.shared
             .conn
-            .run(Purpose::Election, "open session", |mut c| {
-                let key = key.clone();
-                async move {
-                    redis::cmd("SET")
-                        .arg(&key)
-                        .arg(ms)
-                        .arg("PX")
-                        .arg(ms)
-                        .query_async::<Value>(&mut c)
-                        .await
-                }
+            .run(Purpose::Election, "open session", move |mut c| async move {
+                let mut set = redis::cmd("SET");
+                set.arg(&key).arg(ms).arg("PX").arg(ms);
+                set.query_async::<Value>(&mut c).await
             })
             .await?;
         // Without the subscriptions confirmed, the session's waits fall back to
@@ -460,15 +455,10 @@ impl Primitives for RedisPrimitives {
         let (key, channel) = (self.session_key(session), self.ended_channel());
         self.shared
             .conn
-            .run(Purpose::Election, "end session", |mut c| {
-                let (key, channel, session) = (key.clone(), channel.clone(), session.to_string());
-                async move {
-                    redis::pipe()
-                        .del(&key)
-                        .publish(&channel, &session)
-                        .query_async::<Value>(&mut c)
-                        .await
-                }
+            .run(Purpose::Election, "end session", move |mut c| async move {
+                let mut pipe = redis::pipe();
+                pipe.del(&key).publish(&channel, session);
+                pipe.query_async::<Value>(&mut c).await
             })
             .await?;
         let namespaces = lock(&self.registered).remove(session).unwrap_or_default();
