@@ -13,22 +13,14 @@ use crate::conn::Conn;
 use crate::error::{map, TAG};
 use crate::hub::Hub;
 use crate::keys::{members_key_prefix, scan_pattern, session_channel_prefix, session_key_prefix};
-use crate::prims::RedisPrimitives;
-use crate::scripts::{READ_MANY_SCRIPT, UNREGISTER_SCRIPT};
+use crate::prims::{unregister, RedisPrimitives};
+use crate::scripts::READ_MANY_SCRIPT;
 use crate::shared::Shared;
 use crate::target::Target;
 
-/// A Redis server as a tenure backend.
-///
-/// The election engine of `tenure-core` decides; Redis keeps what it decides. Each
-/// [`Session`](tenure_core::Session) is a key with the session TTL; each election is one
-/// hash (its revision, its records, the state kept for the next grant), changed only by
-/// one generic Lua script that applies a conditional write atomically (and mints fencing
-/// tokens) and publishes on the election's channel, so waiters are woken at once.
-/// Members live in a hash per namespace and count while their session's key lives, so
-/// renewals keep them at no extra cost. See the crate docs.
-///
-/// Cheap to clone: clones share the connections.
+/// A Redis server as a tenure backend: the election engine of `tenure-core` decides,
+/// Redis keeps what it decides (see the crate docs). Cheap to clone: clones share the
+/// connections.
 #[derive(Clone)]
 pub struct RedisBackend {
     pub(crate) shared: Arc<Shared>,
@@ -103,11 +95,10 @@ impl RedisBackend {
     }
 
     /// End the session with id `session_id` (see
-    /// [`Session::id`](tenure_core::Session::id)) now, as Redis does when its TTL passes
-    /// without a renewal: its key is deleted, so its records stop counting (the waiters
-    /// behind them are told on the session's channel) and its holder learns of the loss
-    /// at its next renewal. For operators and fault tests. Its members are removed too
-    /// (scanning the namespaces under the prefix) and their watchers told.
+    /// [`Session::id`](tenure_core::Session::id)) now, as if its TTL passed: its records
+    /// stop counting (the waiters behind them are told), its holder learns of the loss
+    /// at its next renewal, and its members are removed (scanning the namespaces under
+    /// the prefix). For operators and fault tests.
     pub async fn expire_session(&self, session_id: &str) -> Result<()> {
         if session_id.is_empty() || !session_id.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(Error::invalid(format!(
@@ -129,12 +120,7 @@ impl RedisBackend {
                 .filter_map(|key| key.strip_prefix(prefix.as_str()))
                 .filter_map(|n| ElectionName::new(n).ok())
             {
-                let keys = shared.member_keys(&namespace);
-                let mut invocation = UNREGISTER_SCRIPT.key(&keys.hash);
-                invocation.arg(session_id).arg(&keys.channel);
-                shared
-                    .script("expire session: remove members", &invocation)
-                    .await?;
+                unregister(shared, session_id, &namespace, None).await?;
             }
             if next == 0 {
                 return Ok(());

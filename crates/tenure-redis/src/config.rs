@@ -80,7 +80,7 @@ const ENV_KEYS: &[(&str, &str)] = &[
 /// | key prefix | `tenure` | `?prefix=` | `TENURE_REDIS_PREFIX` |
 /// | connect timeout | 5 s | `?connect_timeout=5s` or `?connect_timeout_ms=5000` | in the URL |
 /// | request timeout | 5 s | `?request_timeout=5s` or `?request_timeout_ms=5000` | in the URL |
-/// | poll interval: the longest a waiter or observer goes without looking at the seat itself | 1 s | `?poll_interval_ms=` | in the URL |
+/// | poll interval: how often a waiter or observer looks at the seat while the pub/sub link is down | 1 s | `?poll_interval_ms=` | in the URL |
 /// | CA certificate (PEM) to verify the server with TLS | the system's roots | `?ca=/path` | in the URL |
 /// | client certificate and key (PEM) for TLS | none | `?cert=/path&key=/path` | in the URL |
 /// | Sentinel: the sentinels to ask for the primary of `service` | off (one server) | `redis+sentinel://s1:26379,s2,s3/service[/db]` (`rediss+sentinel://` for TLS) | the scheme of `TENURE_REDIS_URL` |
@@ -103,7 +103,7 @@ pub struct RedisConfig {
     timeouts: Timeouts,
     poll_interval: Duration,
     files: TlsFiles,
-    sentinel: Option<Sentinel>,
+    pub(crate) sentinel: Option<Sentinel>,
     wait_replicas: u32,
     wait_timeout: Duration,
 }
@@ -132,25 +132,10 @@ impl fmt::Display for RedisConfig {
             (Some(_), false) => SENTINEL_SCHEME,
             (Some(_), true) => SENTINEL_TLS_SCHEME,
         };
-        write!(f, "{scheme}://{}", self.credentials.userinfo())?;
-        let host_port = |f: &mut fmt::Formatter<'_>, host: &str, port: u16| {
-            if host.contains(':') {
-                write!(f, "[{host}]:{port}")
-            } else {
-                write!(f, "{host}:{port}")
-            }
-        };
-        match &self.sentinel {
-            None => host_port(f, &self.host, self.port)?,
-            Some(sentinel) => {
-                for (i, (host, port)) in sentinel.nodes.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(",")?;
-                    }
-                    host_port(f, host, *port)?;
-                }
-                write!(f, "/{}", encode(&sentinel.service))?;
-            }
+        let userinfo = self.credentials.userinfo();
+        write!(f, "{scheme}://{userinfo}{}", self.address())?;
+        if let Some(sentinel) = &self.sentinel {
+            write!(f, "/{}", encode(&sentinel.service))?;
         }
         write!(f, "/{}?prefix={}", self.db, encode(&self.prefix))?;
         if self.wait_replicas > 0 {
@@ -200,53 +185,43 @@ impl RedisConfig {
         config
     }
 
-    /// Parse `redis://[[user][:password]@]host[:port][/db][?param=value&…]` or
-    /// `rediss://…` (TLS); see the table above for the parameters.
+    /// Parse `redis://[[user][:password]@]host[:port][/db][?param=value&…]`,
+    /// `rediss://…` (TLS) or a Sentinel URL; see the table above for the parameters.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = BackendUrl::parse(url)?;
         url.expect_scheme(&SCHEMES)?;
-        if url.scheme == SENTINEL_SCHEME || url.scheme == SENTINEL_TLS_SCHEME {
-            return Self::from_sentinel_url(url);
-        }
-        let [host] = url.hosts.as_slice() else {
-            return Err(Error::invalid(
-                "url: expected one host (redis://host[:port]); Redis Cluster is not supported",
-            ));
-        };
-        let (host, port) = host_port(host, Some(DEFAULT_PORT))?;
-        let mut config = RedisConfig::new(host, port);
-        config.tls = url.scheme == TLS_SCHEME;
-        config.credentials = url.credentials();
         let path = url.path.trim_matches('/');
-        if !path.is_empty() {
-            config.db = parse_db(path)?;
-        }
-        finish(config, url.query, Self::set, Self::validate)
-    }
-
-    fn from_sentinel_url(url: BackendUrl) -> Result<Self> {
-        let nodes = url
-            .hosts
-            .iter()
-            .map(|h| host_port(h, Some(DEFAULT_SENTINEL_PORT)))
-            .collect::<Result<Vec<_>>>()?;
-        if nodes.is_empty() {
-            return Err(Error::invalid(
-                "url: expected the sentinels (redis+sentinel://host[:port][,host…]/service)",
-            ));
-        }
-        let mut path = url.path.trim_matches('/').splitn(2, '/');
-        let service = path.next().unwrap_or_default();
-        if service.is_empty() {
-            return Err(Error::invalid(
-                "url: expected the service name Sentinel monitors as the path (redis+sentinel://host/service[/db])",
-            ));
-        }
-        let mut config = RedisConfig::sentinel(service, nodes);
-        if let Some(db) = path.next().filter(|d| !d.is_empty()) {
+        let (mut config, db) = if url.scheme.ends_with("+sentinel") {
+            let nodes = url
+                .hosts
+                .iter()
+                .map(|h| host_port(h, Some(DEFAULT_SENTINEL_PORT)))
+                .collect::<Result<Vec<_>>>()?;
+            if nodes.is_empty() {
+                return Err(Error::invalid(
+                    "url: expected the sentinels (redis+sentinel://host[:port][,host…]/service)",
+                ));
+            }
+            let (service, db) = path.split_once('/').unwrap_or((path, ""));
+            if service.is_empty() {
+                return Err(Error::invalid(
+                    "url: expected the service name Sentinel monitors as the path (redis+sentinel://host/service[/db])",
+                ));
+            }
+            (RedisConfig::sentinel(service, nodes), db)
+        } else {
+            let [host] = url.hosts.as_slice() else {
+                return Err(Error::invalid(
+                    "url: expected one host (redis://host[:port]); Redis Cluster is not supported",
+                ));
+            };
+            let (host, port) = host_port(host, Some(DEFAULT_PORT))?;
+            (RedisConfig::new(host, port), path)
+        };
+        if !db.is_empty() {
             config.db = parse_db(db)?;
         }
-        config.tls = url.scheme == SENTINEL_TLS_SCHEME;
+        config.tls = url.scheme.starts_with(TLS_SCHEME);
         config.credentials = url.credentials();
         finish(config, url.query, Self::set, Self::validate)
     }
@@ -308,14 +283,14 @@ impl RedisConfig {
 
     /// Check every setting; the error names the offending one.
     pub fn validate(&self) -> Result<()> {
-        validate_host(&self.host)?;
-        if let Some(sentinel) = &self.sentinel {
-            for (host, port) in &sentinel.nodes {
-                validate_host(host)?;
-                if *port == 0 {
-                    return Err(Error::invalid("port: must be from 1 to 65535"));
-                }
+        let nodes = self.sentinel.iter().flat_map(|s| s.nodes.iter());
+        for (host, port) in std::iter::once(&(self.host.clone(), self.port)).chain(nodes) {
+            validate_host(host)?;
+            if *port == 0 {
+                return Err(Error::invalid("port: must be from 1 to 65535"));
             }
+        }
+        if let Some(sentinel) = &self.sentinel {
             if sentinel.service.is_empty()
                 || !sentinel.service.chars().all(|c| c.is_ascii_graphic())
             {
@@ -339,16 +314,14 @@ impl RedisConfig {
                 self.wait_timeout, self.timeouts.request
             )));
         }
-        if self.port == 0 {
-            return Err(Error::invalid("port: must be from 1 to 65535"));
-        }
         if !(0..=MAX_DB).contains(&self.db) {
             return Err(Error::invalid(format!(
                 "database: {} is not a number from 0 to {MAX_DB}",
                 self.db
             )));
         }
-        validate_prefix(&self.prefix)?;
+        // 1 to 100 bytes of printable ASCII without spaces.
+        check_printable("prefix", &self.prefix, MAX_PREFIX_LEN)?;
         self.credentials.check_username()?;
         if self.credentials.username.is_some() && self.credentials.password.is_none() {
             return Err(Error::invalid(
@@ -416,9 +389,9 @@ impl RedisConfig {
         self
     }
 
-    /// The longest a waiting candidate or an observer goes without reading the seat
-    /// itself, in case a pub/sub message was lost (default 1 s). Waiters look again
-    /// after a random 80–100 % of it.
+    /// How often a waiting candidate or an observer reads the seat while the pub/sub
+    /// link is down (default 1 s; after a random 80–100 % of it); subscribed, it reads
+    /// only when told. Also the longest back-off of a member watcher's failed reads.
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
@@ -464,11 +437,6 @@ impl RedisConfig {
         (self.wait_replicas > 0).then_some((self.wait_replicas, self.wait_timeout))
     }
 
-    /// The Sentinel settings, with a URL of the `redis+sentinel://` form.
-    pub(crate) fn sentinel_settings(&self) -> Option<&Sentinel> {
-        self.sentinel.as_ref()
-    }
-
     pub(crate) fn secret(&self) -> Option<&str> {
         self.credentials.password()
     }
@@ -479,21 +447,13 @@ impl RedisConfig {
 
     /// `host:port` for messages (IPv6 in brackets); with Sentinel, the sentinels'.
     pub(crate) fn address(&self) -> String {
-        let one = |host: &str, port: u16| {
-            if host.contains(':') {
-                format!("[{host}]:{port}")
-            } else {
-                format!("{host}:{port}")
-            }
+        let one = |(host, port): &(String, u16)| match host.contains(':') {
+            true => format!("[{host}]:{port}"),
+            false => format!("{host}:{port}"),
         };
         match &self.sentinel {
-            None => one(&self.host, self.port),
-            Some(sentinel) => sentinel
-                .nodes
-                .iter()
-                .map(|(h, p)| one(h, *p))
-                .collect::<Vec<_>>()
-                .join(","),
+            None => one(&(self.host.clone(), self.port)),
+            Some(sentinel) => sentinel.nodes.iter().map(one).collect::<Vec<_>>().join(","),
         }
     }
 }
@@ -522,11 +482,6 @@ fn validate_host(host: &str) -> Result<()> {
     Ok(())
 }
 
-/// A prefix is 1 to 100 bytes of printable ASCII without spaces.
-pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
-    check_printable("prefix", prefix, MAX_PREFIX_LEN)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -537,7 +492,7 @@ mod tests {
             "redis+sentinel://:pw@127.0.0.1:26380,localhost/primary-1/3?wait_replicas=1&wait_timeout_ms=200&sentinel_password=sp",
         )
         .unwrap();
-        let sentinel = c.sentinel_settings().unwrap();
+        let sentinel = c.sentinel.as_ref().unwrap();
         assert_eq!(sentinel.service, "primary-1");
         assert_eq!(
             sentinel.nodes,

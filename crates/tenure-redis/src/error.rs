@@ -1,6 +1,6 @@
 //! The one place where redis client errors become `tenure_core::Error`s.
 
-use redis::{ErrorKind as RedisKind, RedisError, ServerErrorKind};
+use redis::{ErrorKind as RedisKind, RedisError};
 use tenure_core::backend::Tag;
 use tenure_core::{Error, ErrorKind};
 
@@ -9,10 +9,8 @@ use crate::config::SCHEME;
 /// The error constructors of this backend (own errors, timeouts, a closed session).
 pub(crate) const TAG: Tag = Tag::new(SCHEME, "Redis");
 
-/// Map a redis client error; `what` says which operation failed (e.g. `"campaign"`).
-///
-/// The client's error is the cause, printed once on the error's line: the message is
-/// `what` alone (tenure_core::Error's rule). The caller adds the endpoint.
+/// Map a redis client error, the cause of an error whose message is `what` (the caller
+/// adds the endpoint).
 pub(crate) fn map(what: &str, err: RedisError) -> Error {
     let kind = kind_of(&err);
     TAG.wrap(kind, what, err)
@@ -26,8 +24,7 @@ pub(crate) fn session_gone(what: &str, id: &str) -> Error {
     )
 }
 
-/// An answer of a shape this crate does not expect (a foreign value in one of its keys,
-/// or a script of another version).
+/// An answer of a shape this crate does not expect.
 pub(crate) fn unexpected(what: &str, detail: impl std::fmt::Display) -> Error {
     TAG.own(
         ErrorKind::Backend,
@@ -60,20 +57,12 @@ fn kind_of(err: &RedisError) -> ErrorKind {
             return ErrorKind::Unavailable;
         }
     }
+    // Every server error has its code (above), known to redis or not.
     match err.kind() {
-        RedisKind::AuthenticationFailed | RedisKind::Server(ServerErrorKind::NoPerm) => {
-            ErrorKind::Unauthorized
-        }
+        RedisKind::AuthenticationFailed => ErrorKind::Unauthorized,
         // A server certificate that does not verify fails the same way every time.
         RedisKind::Io if err.to_string().contains("certificate") => ErrorKind::Unauthorized,
         RedisKind::Io => ErrorKind::Unavailable,
-        RedisKind::Server(
-            ServerErrorKind::BusyLoading
-            | ServerErrorKind::TryAgain
-            | ServerErrorKind::MasterDown
-            | ServerErrorKind::ClusterDown
-            | ServerErrorKind::ReadOnly,
-        ) => ErrorKind::Unavailable,
         RedisKind::InvalidClientConfig => ErrorKind::InvalidArgument,
         _ => {
             // The handshake reports a refused AUTH or SELECT as a plain response error.
@@ -96,18 +85,16 @@ pub(crate) fn poisons_connection(err: &RedisError) -> bool {
     if err.code() == Some("READONLY") {
         return true;
     }
-    match err.kind() {
-        RedisKind::Io | RedisKind::Parse | RedisKind::AuthenticationFailed | RedisKind::Client => {
-            true
-        }
-        RedisKind::Server(_) | RedisKind::Extension => false,
-        _ => false,
-    }
+    matches!(
+        err.kind(),
+        RedisKind::Io | RedisKind::Parse | RedisKind::AuthenticationFailed | RedisKind::Client
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use redis::ServerErrorKind;
 
     fn io(kind: std::io::ErrorKind) -> RedisError {
         RedisError::from(std::io::Error::new(kind, "x"))

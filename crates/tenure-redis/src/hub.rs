@@ -1,14 +1,11 @@
 //! One pub/sub connection per backend, shared by every waiter and observer of the
-//! process, with fan-out in-process: a message on a channel goes only to the
-//! registrations of that channel (observers are woken, listeners get the message; see
-//! [`Hub::listener`]).
-//!
-//! The connection is opened on first use, pinged every [`PING_INTERVAL`], and re-opened
-//! (with back-off) when it breaks; after re-subscribing it wakes every registration,
-//! since messages may have been missed meanwhile.
+//! process, with fan-out in-process to the registrations of each channel. It is opened
+//! on first use, pinged every [`PING_INTERVAL`], and re-opened (with back-off) when it
+//! breaks; after re-subscribing it wakes every registration, since messages may have
+//! been missed meanwhile.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,11 +27,10 @@ const SUBSCRIBE_BATCH: usize = 500;
 pub(crate) struct Hub {
     state: Arc<Mutex<HubState>>,
     commands: mpsc::UnboundedSender<Command>,
+    /// What the task needs, kept until the first registration starts it.
     start: Mutex<Option<Starter>>,
-    started: AtomicBool,
 }
 
-/// What the task needs, kept until the first registration starts it.
 struct Starter {
     commands: mpsc::UnboundedReceiver<Command>,
     target: Arc<Target>,
@@ -49,28 +45,15 @@ struct HubState {
     next_id: u64,
 }
 
-/// What a listener does with each message of its channel, and with an empty one after a
-/// re-subscription, when messages may have been missed (called on the hub's task, under
-/// the hub's lock: it must not block or register).
+/// What a registration does with each message of its channel, and with an empty one
+/// after a re-subscription (called on the hub's task, under the hub's lock: it must not
+/// block or register).
 pub(crate) type Handler = Arc<dyn Fn(&[u8]) + Send + Sync>;
 
 struct Channel {
-    observers: HashMap<u64, Arc<Notify>>,
-    listeners: HashMap<u64, Handler>,
+    handlers: HashMap<u64, Handler>,
     /// Whether the current connection has confirmed the subscription.
     subscribed: watch::Sender<bool>,
-}
-
-impl Channel {
-    fn is_empty(&self) -> bool {
-        self.observers.is_empty() && self.listeners.is_empty()
-    }
-
-    fn wake_all(&self) {
-        for n in self.observers.values() {
-            n.notify_one();
-        }
-    }
 }
 
 enum Command {
@@ -78,26 +61,20 @@ enum Command {
     Unsubscribe(String),
 }
 
-/// Who a registration is.
-enum Role {
-    Observer,
-    Listener,
-}
-
-/// A waiter or observer registered on a channel; unregisters on drop.
+/// A registration on a channel; unregisters on drop.
 pub(crate) struct Registration {
     state: Arc<Mutex<HubState>>,
     commands: mpsc::UnboundedSender<Command>,
     channel: String,
     id: u64,
-    role: Role,
+    /// An observer's wake-ups.
     notify: Arc<Notify>,
     subscribed: watch::Receiver<bool>,
 }
 
 impl Registration {
-    /// Wait for a wake-up (a message for this registration, or a re-subscription).
-    /// A wake-up that came while nobody waited is kept for the next call.
+    /// An observer's next wake-up (a message, or a re-subscription); one that came
+    /// while nobody waited is kept for the next call.
     pub(crate) async fn woken(&self) {
         self.notify.notified().await
     }
@@ -107,19 +84,19 @@ impl Registration {
         *self.subscribed.borrow()
     }
 
-    /// Wait until the subscription is lost (the connection broke), if it is confirmed
-    /// now; at once if it is not.
+    /// Wait until the subscription is lost (at once if it is not confirmed).
     pub(crate) async fn unsubscribed(&self) {
-        let mut rx = self.subscribed.clone();
-        if rx.wait_for(|s| !*s).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        self.wait_for(false).await
     }
 
     /// Wait until the subscription is confirmed.
     pub(crate) async fn subscribed(&self) {
+        self.wait_for(true).await
+    }
+
+    async fn wait_for(&self, state: bool) {
         let mut rx = self.subscribed.clone();
-        if rx.wait_for(|s| *s).await.is_err() {
+        if rx.wait_for(|s| *s == state).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -131,15 +108,8 @@ impl Drop for Registration {
         let Some(ch) = st.channels.get_mut(&self.channel) else {
             return;
         };
-        match &self.role {
-            Role::Observer => {
-                ch.observers.remove(&self.id);
-            }
-            Role::Listener => {
-                ch.listeners.remove(&self.id);
-            }
-        }
-        if ch.is_empty() {
+        ch.handlers.remove(&self.id);
+        if ch.handlers.is_empty() {
             st.channels.remove(&self.channel);
             let _ = self
                 .commands
@@ -157,7 +127,7 @@ impl Hub {
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         Hub {
-            state: Arc::new(Mutex::new(HubState::default())),
+            state: Arc::default(),
             commands: tx,
             start: Mutex::new(Some(Starter {
                 commands: rx,
@@ -166,51 +136,36 @@ impl Hub {
                 request_timeout,
                 requests,
             })),
-            started: AtomicBool::new(false),
         }
     }
 
-    /// Register an observer on `channel`.
+    /// Register an observer on `channel`: every message wakes it.
     pub(crate) fn observer(&self, channel: &str) -> Registration {
-        self.register(channel, Role::Observer)
-    }
-
-    /// Register `handler` for every message on `channel` (a session's own channel).
-    pub(crate) fn listener(&self, channel: &str, handler: Handler) -> Registration {
-        self.register_with(channel, Role::Listener, Some(handler))
-    }
-
-    fn register(&self, channel: &str, role: Role) -> Registration {
-        self.register_with(channel, role, None)
-    }
-
-    fn register_with(&self, channel: &str, role: Role, handler: Option<Handler>) -> Registration {
-        self.ensure_started();
         let notify = Arc::new(Notify::new());
+        let wake = notify.clone();
+        self.register(channel, Arc::new(move |_: &[u8]| wake.notify_one()), notify)
+    }
+
+    /// Register `handler` for every message on `channel`.
+    pub(crate) fn listener(&self, channel: &str, handler: Handler) -> Registration {
+        self.register(channel, handler, Arc::default())
+    }
+
+    fn register(&self, channel: &str, handler: Handler, notify: Arc<Notify>) -> Registration {
+        if let Some(s) = lock(&self.start).take() {
+            tokio::spawn(run(self.state.clone(), s));
+        }
         let mut st = lock(&self.state);
         st.next_id += 1;
         let id = st.next_id;
-        let ch = match st.channels.get_mut(channel) {
-            Some(ch) => ch,
-            None => {
-                let _ = self.commands.send(Command::Subscribe(channel.to_string()));
-                st.channels.entry(channel.to_string()).or_insert(Channel {
-                    observers: HashMap::new(),
-                    listeners: HashMap::new(),
-                    subscribed: watch::Sender::new(false),
-                })
+        let ch = st.channels.entry(channel.to_string()).or_insert_with(|| {
+            let _ = self.commands.send(Command::Subscribe(channel.to_string()));
+            Channel {
+                handlers: HashMap::new(),
+                subscribed: watch::Sender::new(false),
             }
-        };
-        match &role {
-            Role::Observer => {
-                ch.observers.insert(id, notify.clone());
-            }
-            Role::Listener => {
-                if let Some(h) = handler {
-                    ch.listeners.insert(id, h);
-                }
-            }
-        }
+        });
+        ch.handlers.insert(id, handler);
         let subscribed = ch.subscribed.subscribe();
         drop(st);
         Registration {
@@ -218,20 +173,8 @@ impl Hub {
             commands: self.commands.clone(),
             channel: channel.to_string(),
             id,
-            role,
             notify,
             subscribed,
-        }
-    }
-
-    fn ensure_started(&self) {
-        if self.started.load(Ordering::Acquire) {
-            return;
-        }
-        let starter = lock(&self.start).take();
-        if let Some(s) = starter {
-            self.started.store(true, Ordering::Release);
-            tokio::spawn(run(self.state.clone(), s));
         }
     }
 }
@@ -242,16 +185,10 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
     let mut attempt = 0u32;
     let mut reconnected = false;
     loop {
-        // Commands that come meanwhile need no action: every channel registered once
-        // connected is subscribed then. Only the end of the hub stops the wait.
         if attempt > 0 {
             let pause = tokio::time::sleep(retry.delay(attempt - 1));
-            tokio::pin!(pause);
-            loop {
-                tokio::select! {
-                    _ = &mut pause => break,
-                    c = s.commands.recv() => if c.is_none() { return },
-                }
+            if unless_stopped(&mut s.commands, pause).await.is_none() {
+                return;
             }
         }
         attempt = attempt.saturating_add(1);
@@ -260,20 +197,14 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
             let client = target.client().await.map_err(|e| e.to_string())?;
             client.get_async_pubsub().await.map_err(|e| e.to_string())
         });
-        tokio::pin!(connect);
-        let connecting = loop {
-            tokio::select! {
-                r = &mut connect => break r,
-                c = s.commands.recv() => if c.is_none() { return },
-            }
-        };
-        let pubsub = match connecting {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
+        let pubsub = match unless_stopped(&mut s.commands, connect).await {
+            None => return,
+            Some(Ok(Ok(p))) => p,
+            Some(Ok(Err(e))) => {
                 tracing::debug!(error = %e, "Redis subscriber: cannot connect");
                 continue;
             }
-            Err(_) => {
+            Some(Err(_)) => {
                 tracing::debug!("Redis subscriber: connecting timed out");
                 continue;
             }
@@ -283,40 +214,18 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
         // channel registered now.
         while s.commands.try_recv().is_ok() {}
         let channels: Vec<String> = lock(&state).channels.keys().cloned().collect();
-        let mut failure = None;
+        let mut failure = Ok(());
         for batch in channels.chunks(SUBSCRIBE_BATCH) {
-            s.requests.count(Purpose::Election);
-            match tokio::time::timeout(s.request_timeout, sink.subscribe(batch)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failure = Some(e.to_string()),
-                Err(_) => failure = Some(format!("no answer within {:?}", s.request_timeout)),
-            }
-            if failure.is_some() {
+            failure = s.request(sink.subscribe(batch)).await;
+            if failure.is_err() {
                 break;
             }
         }
-        if let Some(why) = failure {
+        if let Err(why) = failure {
             tracing::warn!(error = %why, "Redis subscriber: subscribing failed; reconnecting");
             continue;
         }
-        // Channels whose last registration left while subscribing.
-        let gone: Vec<String> = {
-            let st = lock(&state);
-            channels
-                .iter()
-                .filter(|c| !st.channels.contains_key(*c))
-                .cloned()
-                .collect()
-        };
-        if !gone.is_empty() {
-            s.requests.count(Purpose::Election);
-            if !matches!(
-                tokio::time::timeout(s.request_timeout, sink.unsubscribe(&gone)).await,
-                Ok(Ok(()))
-            ) {
-                continue;
-            }
-        }
+        // A channel whose last registration left meanwhile has its `Unsubscribe` queued.
         {
             let st = lock(&state);
             for name in &channels {
@@ -327,11 +236,8 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
             // After a break, messages may have been missed. (On the first connection,
             // waiters that registered before it look again once it is confirmed.)
             if reconnected {
-                for ch in st.channels.values() {
-                    ch.wake_all();
-                    for h in ch.listeners.values() {
-                        h(b"");
-                    }
+                for h in st.channels.values().flat_map(|ch| ch.handlers.values()) {
+                    h(b"");
                 }
             }
         }
@@ -377,25 +283,16 @@ async fn serve(
                     if !lock(state).channels.contains_key(&channel) {
                         continue;
                     }
-                    s.requests.count(Purpose::Election);
-                    match tokio::time::timeout(s.request_timeout, sink.subscribe(&channel)).await {
-                        Ok(Ok(())) => {
-                            if let Some(ch) = lock(state).channels.get(&channel) {
-                                ch.subscribed.send_replace(true);
-                            }
-                        }
-                        _ => return false,
+                    if s.request(sink.subscribe(&channel)).await.is_err() {
+                        return false;
+                    }
+                    if let Some(ch) = lock(state).channels.get(&channel) {
+                        ch.subscribed.send_replace(true);
                     }
                 }
                 Some(Command::Unsubscribe(channel)) => {
-                    if lock(state).channels.contains_key(&channel) {
-                        continue;
-                    }
-                    s.requests.count(Purpose::Election);
-                    if !matches!(
-                        tokio::time::timeout(s.request_timeout, sink.unsubscribe(&channel)).await,
-                        Ok(Ok(()))
-                    ) {
+                    let present = lock(state).channels.contains_key(&channel);
+                    if !present && s.request(sink.unsubscribe(&channel)).await.is_err() {
                         return false;
                     }
                 }
@@ -412,18 +309,38 @@ async fn serve(
     }
 }
 
-/// Give a message to its channel's registrations: it wakes the observers and goes to
-/// the listeners.
-fn dispatch(state: &Mutex<HubState>, channel: &str, payload: &[u8]) {
-    let st = lock(state);
-    let Some(ch) = st.channels.get(channel) else {
-        return;
-    };
-    for n in ch.observers.values() {
-        n.notify_one();
+impl Starter {
+    /// A request on the subscriber connection, counted and bounded by the request timeout.
+    async fn request(&self, f: impl Future<Output = redis::RedisResult<()>>) -> Result<(), String> {
+        self.requests.count(Purpose::Election);
+        match tokio::time::timeout(self.request_timeout, f).await {
+            Ok(done) => done.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {:?}", self.request_timeout)),
+        }
     }
-    for h in ch.listeners.values() {
-        h(payload);
+}
+
+/// `f`'s output, or `None` if the hub is gone first (other commands need no action
+/// while disconnected: every channel registered once connected is subscribed then).
+async fn unless_stopped<T>(
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    f: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(f);
+    loop {
+        tokio::select! {
+            out = &mut f => return Some(out),
+            c = commands.recv() => { c?; }
+        }
+    }
+}
+
+/// Give a message to its channel's registrations.
+fn dispatch(state: &Mutex<HubState>, channel: &str, payload: &[u8]) {
+    if let Some(ch) = lock(state).channels.get(channel) {
+        for h in ch.handlers.values() {
+            h(payload);
+        }
     }
 }
 
@@ -440,16 +357,16 @@ mod tests {
             let heard = heard.clone();
             let mut st = lock(&state);
             let ch = st.channels.entry(name.into()).or_insert(Channel {
-                observers: HashMap::new(),
-                listeners: HashMap::new(),
+                handlers: HashMap::new(),
                 subscribed: watch::Sender::new(true),
             });
-            if listen {
-                ch.listeners
-                    .insert(1, Arc::new(move |p: &[u8]| lock(&heard).push(p.to_vec())));
+            let observer = observer.clone();
+            let handler: Handler = if listen {
+                Arc::new(move |p: &[u8]| lock(&heard).push(p.to_vec()))
             } else {
-                ch.observers.insert(2, observer.clone());
-            }
+                Arc::new(move |_: &[u8]| observer.notify_one())
+            };
+            ch.handlers.insert(1, handler);
         }
         dispatch(&state, "c1", b"7 d:s1");
         assert_eq!(*lock(&heard), vec![b"7 d:s1".to_vec()]);

@@ -1,35 +1,15 @@
-//! Key and channel names, session ids and jitter.
-//!
-//! For an election `E` under prefix `P` in database `D`:
-//!
-//! | name | what |
-//! |---|---|
-//! | `P:e:E` | the election: a hash of its revision (`#rev`), the state kept for its next grant (`#left`) and one record per session (field: the session id; value: `<arrival>\n<version>\n<token>\n<body>`) |
-//! | `P:chan:D:E` | the pub/sub channel of its commits (channels are not per database, so `D` is in it) |
-//! | `P:tokens` | the fencing-token counter, one for every election under the prefix (no TTL) |
-//! | `P:session:<id>` | a session: its TTL in ms, with that TTL |
-//! | `P:schan:D:<id>` | the pub/sub channel of session `<id>`: each election it has a record in (or had, before a write for it), as a write leaves it |
-//! | `P:ended:D` | the pub/sub channel of every session revoked: its id |
-//!
-//! For a membership namespace `N`:
-//!
-//! | name | what |
-//! |---|---|
-//! | `P:members:N` | a hash: member id → `<session id>\n<version>\n<value>` (live while that session's key lives) |
-//! | `P:mchan:D:N` | the pub/sub channel of the namespace's changes |
-//!
-//! Election and namespace names cannot contain `:`, so no two elections or namespaces
-//! share a key.
+//! Key and channel names (their layout is in the crate README), session ids and
+//! jitter. Election and namespace names cannot contain `:`, so no two share a key, and
+//! channels (not per database in Redis) carry the database number.
 
 use std::time::Duration;
 
 use tenure_core::backend::{random_id, random_unit, whole_units};
 use tenure_core::ElectionName;
 
-/// The keys and channel of one election.
+/// The hash and channel of one election.
 #[derive(Clone, Debug)]
 pub(crate) struct ElectionKeys {
-    /// The election's hash (its revision, what is left, its records).
     pub(crate) hash: String,
     pub(crate) channel: String,
 }

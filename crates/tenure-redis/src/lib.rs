@@ -6,7 +6,6 @@ mod backend;
 mod config;
 mod conn;
 mod error;
-mod follow;
 mod hub;
 mod keys;
 mod members;

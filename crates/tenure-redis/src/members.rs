@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use redis::Value;
 use tenure_core::backend::Published;
-use tenure_core::{ElectionName, Member, MemberStream, Result};
-
-use crate::follow::follow;
+use tenure_core::{ElectionName, Member, MemberStream, Result, Retry};
 
 use crate::error::unexpected;
 use crate::scripts::LIST_SCRIPT;
@@ -92,25 +90,41 @@ fn parse_list(reply: &Value, known: &mut Known) -> Result<(Vec<Member>, Option<D
 }
 
 /// The members of `namespace` as they change: read again after every message on the
-/// namespace's channel and at the earliest member session's expiry.
+/// namespace's channel, after a re-subscription, and just after the earliest member
+/// session's expiry (which publishes nothing); after a failed read, with back-off at
+/// most one poll interval apart.
 pub(crate) async fn watch(shared: Arc<Shared>, namespace: &ElectionName) -> Result<MemberStream> {
     let keys = shared.member_keys(namespace);
     // Subscribe before the first list, so no change after it goes unheard.
     let registration = shared.hub.observer(&keys.channel);
-    let subscribed = registration.is_subscribed();
+    let mut subscribed = registration.is_subscribed();
     let mut known = Known::new();
     let (first, earliest) = list(&shared, &keys.hash, &mut known).await?;
-    let known = Arc::new(tokio::sync::Mutex::new(known));
-    let (published, stream) = Published::new(first);
-    let poll = shared.config.get_poll_interval();
+    let (mut published, stream) = Published::new(first);
+    let (poll, retry) = (shared.config.get_poll_interval(), Retry::default());
     tokio::spawn(async move {
-        let read = || async {
-            let mut known = known.lock().await;
-            let (members, earliest) = list(&shared, &keys.hash, &mut known).await?;
-            Ok((members, next_look(earliest)))
-        };
-        let next = next_look(earliest);
-        follow(registration, published, (next, subscribed), poll, read).await
+        let (mut next, mut failures) = (next_look(earliest), 0u32);
+        loop {
+            tokio::select! {
+                _ = published.closed() => return,
+                _ = registration.woken() => {}
+                _ = tokio::time::sleep(next) => {}
+                // A change published before the subscription was confirmed was missed.
+                _ = registration.subscribed(), if !subscribed => {}
+            }
+            subscribed = registration.is_subscribed();
+            match list(&shared, &keys.hash, &mut known).await {
+                Ok((members, earliest)) => {
+                    (next, failures) = (next_look(earliest), 0);
+                    published.publish(Ok(members));
+                }
+                Err(e) => {
+                    next = retry.delay(failures).min(poll);
+                    failures = failures.saturating_add(1);
+                    published.publish(Err(e));
+                }
+            }
+        }
     });
     Ok(stream)
 }

@@ -1,11 +1,9 @@
-//! The engine's primitives on Redis: a session is a key with its TTL (the server's
-//! clock decides), an election is one hash, the conditional write and the read are one
-//! Lua script call each (for any number of elections). A write publishes the election
-//! as it leaves it to the channel of each session in it, which its process subscribed
-//! to before the session's first write: a waiter is woken with the election and a
-//! holder's view stays fresh, without a read. A session's end that is not a TTL passing
-//! is published on a store-wide channel; the expiry of a session waited on is timed
-//! from its PTTL.
+//! The engine's primitives on Redis: a session is a key with its TTL, an election one
+//! hash, a read or a conditional write one script call (for up to [`BATCH`]
+//! elections). A write publishes the election as it leaves it to the channel of each
+//! session in it (subscribed before the session's first write), so waiters and holders
+//! need no read; a revocation is published on a store-wide channel, and the expiry of a
+//! session waited on is timed from its PTTL.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -44,11 +42,9 @@ const DATA_LOSS: &str = "holds while Redis keeps its data; after a restart witho
 /// How long an election pushed or answered is kept for the registrations after it.
 const KEPT: Duration = Duration::from_secs(300);
 
-/// The primitives of one Redis backend.
 pub(crate) struct RedisPrimitives {
     pub(crate) shared: Arc<Shared>,
-    /// The namespaces each session of this process registered members in, to remove
-    /// them (and tell their watchers) when the session is revoked.
+    /// The namespaces each session registered members in, to remove them on revoke.
     registered: Mutex<HashMap<String, HashSet<ElectionName>>>,
     /// The subscription to the channel of each session opened here.
     channels: Mutex<HashMap<String, Registration>>,
@@ -67,31 +63,26 @@ struct Waiter {
 /// What the pushes to this process's sessions feed.
 #[derive(Default)]
 struct Pushes {
-    /// By election hash, then by the session waiting: kept (and pushed on every change
-    /// after `seen`, where nothing is waited on) until the session's record is gone,
-    /// the wake-up channel closes or the session registers again.
+    /// By election hash, then by the session waiting: kept until the session's record
+    /// is gone, its wake-up channel closes or it registers again.
     waits: HashMap<String, HashMap<String, Waiter>>,
-    /// The last election pushed or answered by hash, and when: a registration after a
-    /// push is woken at once, and one with none (after a re-subscription, which clears
-    /// them, or long after) is woken to read.
+    /// The last election pushed or answered by hash, and when (cleared by a
+    /// re-subscription): a registration behind it is woken at once.
     last: HashMap<String, (Instant, Snapshot)>,
     /// When each session seen ends unless renewed.
     ends: HashMap<String, Instant>,
-    /// How many times the subscriptions were confirmed again after a break: an answer
-    /// to a request sent before one is not noted (a push after it may be lost).
+    /// How many re-subscriptions there were: an answer to a request sent before one is
+    /// not noted (a push after it may be lost).
     breaks: u64,
     /// The size of `last` and `ends` at which they are pruned next.
     prune_at: usize,
 }
 
 impl Pushes {
-    /// A message on a session's channel: an election as a write left it.
+    /// A message on a session's channel: an election as a write left it (an empty one,
+    /// after a re-subscription, is handled by [`ended`](Self::ended)).
     fn pushed(&mut self, payload: &[u8]) {
         let Some((hash, (snap, pttls))) = unpack(payload) else {
-            // Empty: re-subscribed after a break.
-            self.last.clear();
-            self.breaks += 1;
-            self.wake_all(|_| true);
             return;
         };
         self.note(&hash, &snap, &pttls);
@@ -110,9 +101,14 @@ impl Pushes {
         }
     }
 
-    /// A message on the channel of revoked sessions: the id of one. Its own waits and
-    /// those on it are woken (an empty message: every wait, after a re-subscription).
+    /// A message on the channel of revoked sessions: the id of one, whose own waits and
+    /// those on it are woken. Empty after a re-subscription (of every channel at once):
+    /// every wait is woken and what was pushed before is forgotten.
     fn ended(&mut self, payload: &[u8]) {
+        if payload.is_empty() {
+            self.last.clear();
+            self.breaks += 1;
+        }
         let id = String::from_utf8_lossy(payload);
         let id = id.as_ref();
         self.ends.remove(id);
@@ -414,17 +410,10 @@ impl Primitives for RedisPrimitives {
             .get_or_init(|| hub.listener(&self.ended_channel(), feed(&self.pushes, Pushes::ended)));
         self.shared
             .conn
-            .run(Purpose::Election, "open session", |mut c| {
-                let key = key.clone();
-                async move {
-                    redis::cmd("SET")
-                        .arg(&key)
-                        .arg(ms)
-                        .arg("PX")
-                        .arg(ms)
-                        .query_async::<Value>(&mut c)
-                        .await
-                }
+            .run(Purpose::Election, "open session", move |mut c| async move {
+                let mut set = redis::cmd("SET");
+                set.arg(&key).arg(ms).arg("PX").arg(ms);
+                set.query_async::<Value>(&mut c).await
             })
             .await?;
         // Without the subscriptions confirmed, the session's waits fall back to
@@ -466,15 +455,10 @@ impl Primitives for RedisPrimitives {
         let (key, channel) = (self.session_key(session), self.ended_channel());
         self.shared
             .conn
-            .run(Purpose::Election, "end session", |mut c| {
-                let (key, channel, session) = (key.clone(), channel.clone(), session.to_string());
-                async move {
-                    redis::pipe()
-                        .del(&key)
-                        .publish(&channel, &session)
-                        .query_async::<Value>(&mut c)
-                        .await
-                }
+            .run(Purpose::Election, "end session", move |mut c| async move {
+                let mut pipe = redis::pipe();
+                pipe.del(&key).publish(&channel, session);
+                pipe.query_async::<Value>(&mut c).await
             })
             .await?;
         let namespaces = lock(&self.registered).remove(session).unwrap_or_default();
@@ -489,13 +473,10 @@ impl Primitives for RedisPrimitives {
     }
 
     async fn commit(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)> {
-        let mut all = self
-            .commit_all(&[(election.clone(), write.clone())])
-            .await?;
-        let (done, (snap, _)) = all
-            .pop()
-            .ok_or_else(|| unexpected("commit", "no election in the answer"))?;
-        Ok((done, snap))
+        let one = [(election.clone(), write.clone())];
+        let mut all = self.commit_many(&one).await?;
+        all.pop()
+            .ok_or_else(|| unexpected("commit", "no election in the answer"))
     }
 
     async fn read_many(&self, elections: &[ElectionName]) -> Result<Vec<Snapshot>> {
@@ -558,10 +539,9 @@ impl Primitives for RedisPrimitives {
                 .and_then(|on| pttls.get(on))
                 .and_then(|ms| u64::try_from(*ms).ok())
                 .map(|ms| Duration::from_millis(ms + 1));
-            // A waiter or an observer also looks every poll interval (a change made
-            // without the script publishes nothing); a holder hears of changes to its
-            // own record by message, or looks again after a re-subscription.
-            let polls = !subscribed || what.on.is_some() || what.me.is_none();
+            // Subscribed, every commit and revocation is heard, and a message lost to a
+            // broken link is made up for by the read after the re-subscription (which
+            // also wakes every listener).
             let broken = futures::future::select_all(
                 registrations.iter().map(|r| Box::pin(r.unsubscribed())),
             );
@@ -570,7 +550,7 @@ impl Primitives for RedisPrimitives {
                 () = tokio::time::sleep(expiry.unwrap_or_default()), if expiry.is_some() => {
                     return Ok(())
                 }
-                () = tokio::time::sleep(jittered(poll)), if polls => {}
+                () = tokio::time::sleep(jittered(poll)), if !subscribed => {}
                 _ = broken, if subscribed => {}
             }
         }
@@ -580,9 +560,13 @@ impl Primitives for RedisPrimitives {
         let Some(me) = what.me.clone() else {
             return false;
         };
-        if !lock(&self.channels)
-            .get(&me)
-            .is_some_and(Registration::is_subscribed)
+        // Both channels confirmed, no push or revocation after this is missed (a break
+        // wakes every wait when they are confirmed again).
+        let ended = self.ended.get().is_some_and(Registration::is_subscribed);
+        if !ended
+            || !lock(&self.channels)
+                .get(&me)
+                .is_some_and(Registration::is_subscribed)
         {
             return false;
         }
@@ -603,11 +587,9 @@ impl Primitives for RedisPrimitives {
             }
         }
         // The session waited on ends by itself when its TTL passes: nothing is pushed.
-        // A waiter also looks every poll interval (a change made without the script
-        // pushes nothing).
+        // Its end unknown, the waiter reads (which notes it).
         if let Some(on) = &what.on {
-            let poll = now + jittered(self.shared.config.get_poll_interval());
-            let end = pushes.ends.get(on).map_or(now, |end| poll.min(*end));
+            let end = pushes.ends.get(on).copied().unwrap_or(now);
             let (to, election) = (to.clone(), election.clone());
             tokio::spawn(async move {
                 tokio::time::sleep_until(end).await;
@@ -647,7 +629,7 @@ impl Primitives for RedisPrimitives {
 }
 
 /// Remove `session`'s members `id` (every one if `None`) of `namespace`.
-async fn unregister(
+pub(crate) async fn unregister(
     shared: &Shared,
     session: &str,
     namespace: &ElectionName,

@@ -1,21 +1,14 @@
-//! The Lua scripts. Each runs atomically in Redis. None of them decides anything about
-//! an election: the engine of `tenure-core` does, and the commit script applies its
-//! conditional writes (comparing the election's revision, checking that the sessions
-//! it writes for live, minting fencing tokens) in one round trip.
-//!
-//! Scripts name keys that are not passed in `KEYS` (the session keys of an election's
-//! records), so they need a single Redis primary (not Redis Cluster).
+//! The Lua scripts, each atomic in Redis. They decide nothing about an election (the
+//! engine does): the commit script applies its conditional writes in one round trip.
+//! Scripts touch keys not passed in `KEYS` (the records' session keys), so they need a
+//! single Redis primary (not Redis Cluster).
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// What the generic scripts share: the reading of an election.
-///
-/// An election `E` is one hash: field `#rev` its revision, `#left` the bytes kept for
-/// its next grant, and one field per record, named by its session id:
-/// `<arrival>\n<version>\n<token or empty>\n<body>`. A record is live while its
-/// session's key exists.
+/// The reading of an election hash (its layout is in the crate README), shared by the
+/// read and commit scripts. A record is live while its session's key exists.
 const ELECTION: &str = r#"
 if redis.replicate_commands then redis.replicate_commands() end
 local function num(x) return string.format('%.0f', x) end
@@ -60,18 +53,16 @@ return out
 "#;
 
 /// Commit writes, each atomically and only if its election is still at the revision it
-/// was decided on and every session it puts or touches lives; a committed write moves
-/// the election's revision on and publishes the election as it leaves it (its hash key,
-/// then its snapshot, each field as `<length>:<bytes>`) on the election's channel and
-/// on the channel of each session that has a record in it or was written for (op `p`
-/// put, `m` put with a new token, `t` touch, `d` delete).
-/// New tokens are the server time in µs, or one more than the last token minted if that
-/// is not below it (the counter is store-wide, so tokens only increase).
+/// was decided on and every session it puts or touches lives; a committed write
+/// publishes the election as it leaves it (its hash key, then its snapshot, each field
+/// as `<length>:<bytes>`) on the election's channel and on the channel of each session
+/// in it or written for. A new token is `max(last + 1, server time in µs)`.
 ///
 /// KEYS: the token counter, then the election hashes. ARGV: the session key prefix, the
 /// session channel prefix, then per election: its channel, the revision, `-` (keep what
 /// is left), `=` (clear it) or `=<bytes>` (keep these), the number of ops, then four per
-/// op: kind, session, token (kept, or empty), body. Returns `{committed 1/0, snapshot
+/// op: kind (`p` put, `m` put with a new token, `t` touch, `d` delete), session, token
+/// (kept, or empty), body. Returns `{committed 1/0, snapshot
 /// after}` per election.
 const COMMIT_MANY: &str = r#"
 local function mint()
@@ -153,9 +144,8 @@ return out
 "#;
 
 /// Register (or replace) a member of a namespace for a session, if the session lives;
-/// publish on the namespace's channel when the entry changed. An entry is
-/// `session id \n version \n value`; the version comes from the hash's counter field
-/// `#v` (never a member id), so a watcher can tell a changed entry without its value.
+/// publish on the namespace's channel when the entry changed. The entry's version
+/// comes from the hash's counter `#v`, so a watcher can tell a changed entry by it.
 ///
 /// KEYS: session, members hash. ARGV: session id, member id, value, channel.
 /// Returns -1 if the session is gone, 1 if the entry changed, 0 if it was already so.
@@ -200,11 +190,9 @@ if n > 0 then redis.call('PUBLISH', ARGV[2], 'members') end
 return n
 "#;
 
-/// List a namespace's live members: those whose session key still exists. Entries of
-/// sessions that are gone are deleted on the way (nobody is told: watchers look again
-/// at the expiry they were given). A caller names the entries it already has, by id and
-/// version, and gets those without their values, so a watcher's look after a change
-/// carries the changed values only.
+/// List a namespace's live members (whose session key exists), deleting the others on
+/// the way (unannounced: watchers look again at the expiry they were given). Entries
+/// the caller names by id and version come without their values.
 ///
 /// KEYS: members hash. ARGV: the session key prefix, then pairs of id and version known.
 /// Returns `{earliest PTTL of a live member's session in ms or -1, then id, version,

@@ -1,7 +1,7 @@
 //! Where the connections go: the one server of a `redis://` URL, or the primary that
 //! Sentinel names for a `redis+sentinel://` URL, asked again whenever a connection is
-//! made (after a failure, a timeout, or a `READONLY` answer from a primary that was
-//! demoted), so the backend follows a failover.
+//! made (after a failure, a timeout, a `READONLY` answer or an announced switch), so the
+//! backend follows a failover.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,23 +18,23 @@ use tenure_core::{Error, ErrorKind, Result};
 use crate::config::{RedisConfig, Sentinel};
 use crate::error::{map, TAG};
 
-/// The server the command and subscriber connections go to.
+/// The server the command and subscriber connections go to (one per backend).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Target {
-    /// One server.
     Fixed(Client),
-    /// The primary Sentinel names (asked each time a connection is made), and the
-    /// count of the switches of primary the sentinels announced.
+    /// The primary Sentinel names, and the switches of primary it announced.
     Sentinel {
         config: RedisConfig,
+        sentinel: Sentinel,
         switches: Arc<Switches>,
         _listeners: Vec<Watch>,
     },
 }
 
 /// The primary switches Sentinel announced for the service (`+switch-master`): a
-/// connection made before the latest one goes to a primary Sentinel has replaced,
-/// which may still take writes until Sentinel demotes it (seconds later, at its next
-/// look at it). Counting them lets the connections follow at once.
+/// connection made before the latest one goes to a replaced primary, which may still
+/// take writes until Sentinel demotes it (seconds later); counting them lets the
+/// connections follow at once.
 #[derive(Default)]
 pub(crate) struct Switches {
     count: AtomicU64,
@@ -65,24 +65,26 @@ impl Drop for Watch {
 impl Target {
     /// Must run in a Tokio runtime: with Sentinel it starts one listener per sentinel.
     pub(crate) fn new(config: &RedisConfig) -> Result<Self> {
-        let Some(sentinel) = config.sentinel_settings() else {
-            return Ok(Target::Fixed(data_client(
-                config,
-                (config.host(), config.port()),
-            )?));
+        let Some(sentinel) = config.sentinel.clone() else {
+            return data_client(config, (config.host(), config.port())).map(Target::Fixed);
         };
         let switches = Arc::new(Switches::default());
         let watches = sentinel
             .nodes
             .iter()
-            .map(|(host, port)| {
-                let (config, switches) = (config.clone(), switches.clone());
-                let at = (host.clone(), *port);
-                Watch(tokio::spawn(listen(config, at, switches)))
+            .map(|at| {
+                let (config, sentinel) = (config.clone(), sentinel.clone());
+                Watch(tokio::spawn(listen(
+                    config,
+                    sentinel,
+                    at.clone(),
+                    switches.clone(),
+                )))
             })
             .collect();
         Ok(Target::Sentinel {
             config: config.clone(),
+            sentinel,
             switches,
             _listeners: watches,
         })
@@ -102,10 +104,9 @@ impl Target {
     pub(crate) async fn client(&self) -> Result<Client> {
         match self {
             Target::Fixed(client) => Ok(client.clone()),
-            Target::Sentinel { config, .. } => {
-                let Some(sentinel) = config.sentinel_settings() else {
-                    return Err(Error::invalid("sentinel: no sentinels configured"));
-                };
+            Target::Sentinel {
+                config, sentinel, ..
+            } => {
                 let (host, port) = primary(config, sentinel).await?;
                 tracing::debug!(%host, port, service = %sentinel.service, "Sentinel named the primary");
                 data_client(config, (&host, port))
@@ -116,33 +117,42 @@ impl Target {
 
 /// A client for a data node at `host:port` with the configured credentials and database.
 fn data_client(config: &RedisConfig, at: (&str, u16)) -> Result<Client> {
+    let credentials = (config.username(), config.secret());
+    client_at(config, at, credentials, config.database())
+}
+
+/// A client for the sentinel at `host:port`, with Sentinel's own credentials.
+fn sentinel_client(
+    config: &RedisConfig,
+    sentinel: &Sentinel,
+    at: &(String, u16),
+) -> Result<Client> {
+    let (host, port) = at;
+    let password = sentinel.password.as_ref().map(|p| p.expose());
     client_at(
         config,
-        at,
-        (config.username(), config.secret()),
-        config.database(),
+        (host, *port),
+        (sentinel.username.as_deref(), password),
+        0,
     )
 }
 
 /// Ask the sentinels in turn where the primary of the service is; the first answer
 /// wins. Each sentinel gets the connect timeout.
 async fn primary(config: &RedisConfig, sentinel: &Sentinel) -> Result<(String, u16)> {
-    let limit = config.get_connect_timeout();
     let mut last = None;
-    for (host, port) in &sentinel.nodes {
-        let asked = ask(config, sentinel, (host, *port), limit).await;
-        match asked {
+    for at in &sentinel.nodes {
+        let endpoint = format!("{}:{}", at.0, at.1);
+        match ask(config, sentinel, at).await {
             Ok(Some(primary)) => return Ok(primary),
             Ok(None) => {
-                last = Some(TAG.own(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "sentinel {host}:{port} does not know a primary for {:?}",
-                        sentinel.service
-                    ),
-                ))
+                let why = format!(
+                    "sentinel {endpoint} does not know a primary for {:?}",
+                    sentinel.service
+                );
+                last = Some(TAG.own(ErrorKind::Unavailable, why))
             }
-            Err(e) => last = Some(e.with_endpoint(format!("{host}:{port}"))),
+            Err(e) => last = Some(e.with_endpoint(endpoint)),
         }
     }
     Err(last.unwrap_or_else(|| TAG.own(ErrorKind::Unavailable, "no sentinel to ask")))
@@ -150,31 +160,23 @@ async fn primary(config: &RedisConfig, sentinel: &Sentinel) -> Result<(String, u
 
 /// Listen to the sentinel at `at` for `+switch-master` announcements of the service,
 /// reconnecting (after 0.1 s, doubling up to 2 s) whenever the connection fails. Each
-/// sentinel announces every switch, so one that is down or paused costs nothing while
-/// another listens.
-async fn listen(config: RedisConfig, at: (String, u16), switches: Arc<Switches>) {
-    let Some(sentinel) = config.sentinel_settings() else {
-        return;
-    };
+/// sentinel announces every switch, so one that is down costs nothing while another
+/// listens.
+async fn listen(
+    config: RedisConfig,
+    sentinel: Sentinel,
+    at: (String, u16),
+    switches: Arc<Switches>,
+) {
     let limit = config.get_connect_timeout();
+    let endpoint = format!("{}:{}", at.0, at.1);
     let mut backoff = Duration::from_millis(100);
     loop {
-        let password = sentinel.password.as_ref().map(|p| p.expose());
         let subscribed = async {
-            let client = client_at(
-                &config,
-                (&at.0, at.1),
-                (sentinel.username.as_deref(), password),
-                0,
-            )?;
-            let mut pubsub = client
-                .get_async_pubsub()
-                .await
-                .map_err(|e| map("subscribe to sentinel", e))?;
-            pubsub
-                .subscribe("+switch-master")
-                .await
-                .map_err(|e| map("subscribe to sentinel", e))?;
+            let client = sentinel_client(&config, &sentinel, &at)?;
+            let failed = |e| map("subscribe to sentinel", e);
+            let mut pubsub = client.get_async_pubsub().await.map_err(failed)?;
+            pubsub.subscribe("+switch-master").await.map_err(failed)?;
             Ok::<_, Error>(pubsub)
         };
         match tokio::time::timeout(limit, subscribed).await {
@@ -188,14 +190,12 @@ async fn listen(config: RedisConfig, at: (String, u16), switches: Arc<Switches>)
                         switches.announce(&payload);
                     }
                 }
-                tracing::debug!(sentinel = %format!("{}:{}", at.0, at.1), "sentinel subscription ended");
+                tracing::debug!(sentinel = %endpoint, "sentinel subscription ended");
             }
             Ok(Err(e)) => {
-                tracing::debug!(sentinel = %format!("{}:{}", at.0, at.1), error = %e, "cannot listen to sentinel");
+                tracing::debug!(sentinel = %endpoint, error = %e, "cannot listen to sentinel");
             }
-            Err(_) => {
-                tracing::debug!(sentinel = %format!("{}:{}", at.0, at.1), "no answer from sentinel");
-            }
+            Err(_) => tracing::debug!(sentinel = %endpoint, "no answer from sentinel"),
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(2));
@@ -205,29 +205,26 @@ async fn listen(config: RedisConfig, at: (String, u16), switches: Arc<Switches>)
 async fn ask(
     config: &RedisConfig,
     sentinel: &Sentinel,
-    at: (&str, u16),
-    limit: Duration,
+    at: &(String, u16),
 ) -> Result<Option<(String, u16)>> {
-    let password = sentinel.password.as_ref().map(|p| p.expose());
-    let client = client_at(config, at, (sentinel.username.as_deref(), password), 0)?;
+    let limit = config.get_connect_timeout();
+    let client = sentinel_client(config, sentinel, at)?;
     let options = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(limit))
         .set_response_timeout(Some(limit));
     let asking = async {
         let mut connection = client
             .get_multiplexed_async_connection_with_config(&options)
-            .await
-            .map_err(|e| map("ask sentinel", e))?;
+            .await?;
         redis::cmd("SENTINEL")
             .arg("get-master-addr-by-name")
             .arg(&sentinel.service)
             .query_async::<Option<(String, u16)>>(&mut connection)
             .await
-            .map_err(|e| map("ask sentinel", e))
     };
     match tokio::time::timeout(limit, asking).await {
-        Ok(answer) => answer,
-        Err(_) => Err(crate::error::TAG.timed_out("ask sentinel", limit)),
+        Ok(answer) => answer.map_err(|e| map("ask sentinel", e)),
+        Err(_) => Err(TAG.timed_out("ask sentinel", limit)),
     }
 }
 
