@@ -17,7 +17,7 @@
 --   arrivals and tokens come from sequences, so each only grows.
 -- * A committed write notifies the backends of the sessions with records in the
 --   election (`e REVISION SESSIONS SNAPSHOT ELECTION`: whose records it changed, a
---   deleted one marked `-`, and the election after it as `snap` writes it, `-` when
+--   deleted one marked `-`, and the election after it as `commit` writes it, `-` when
 --   the note would be too long) and the election's own channel (`chan`, for
 --   observers); an ended session notifies every backend (`s SESSION`).
 
@@ -91,33 +91,22 @@ CREATE FUNCTION {S}.live(sid text) RETURNS boolean LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Elections `es` as they stand: one row per record (a row with a null session for an
--- election without records), `n` the election's place in `es`.
+-- election without records), `n` the election's place in `es`; `ms` is how long the
+-- record's session still lives, `channel` where its backend listens.
 CREATE FUNCTION {S}.read(es text[]) RETURNS TABLE (n int, revision bigint, kept bytea,
-    session text, arrival bigint, version bigint, token bigint, live boolean, body bytea)
+    session text, arrival bigint, version bigint, token bigint, live boolean, body bytea,
+    ms bigint, channel text)
 LANGUAGE sql STABLE AS $$
     SELECT x.n::int, coalesce(e.revision, 0), coalesce(e.kept, ''::bytea), r.session,
         r.arrival, r.version, r.token, s.expires_at IS NOT NULL
-            AND s.expires_at > clock_timestamp(), r.body
+            AND s.expires_at > clock_timestamp(), r.body,
+        greatest(0, coalesce(ceil(extract(epoch FROM s.expires_at - clock_timestamp())
+            * 1000), 0))::int8, s.channel
     FROM unnest(es) WITH ORDINALITY AS x(name, n)
     LEFT JOIN {S}.elections e ON e.name = x.name
     LEFT JOIN {S}.records r ON r.election = x.name
     LEFT JOIN {S}.sessions s ON s.id = r.session
     ORDER BY x.n
-$$;
-
--- Election e as a note carries it, without spaces: its kept state in hex, then per
--- record `/session,arrival,version,token,live,ms,body` (ms: how long its session
--- still lives; live 1 or 0; body in hex).
-CREATE FUNCTION {S}.snap(e text) RETURNS text LANGUAGE sql STABLE AS $$
-    SELECT encode(el.kept, 'hex') || coalesce(string_agg('/' || concat_ws(',', r.session,
-            r.arrival, r.version, coalesce(r.token::text, ''),
-            (coalesce(s.expires_at > clock_timestamp(), false))::int,
-            greatest(0, coalesce(ceil(extract(epoch FROM s.expires_at - clock_timestamp())
-                * 1000), 0))::int8, encode(r.body, 'hex')), '')
-        FILTER (WHERE r.session IS NOT NULL), '')
-    FROM {S}.elections el LEFT JOIN {S}.records r ON r.election = el.name
-    LEFT JOIN {S}.sessions s ON s.id = r.session
-    WHERE el.name = e GROUP BY el.kept
 $$;
 
 -- Commit writes, each to its own election `es[i]` only if that election is still at
@@ -169,29 +158,34 @@ BEGIN
         WHERE o.k IN ('n', 'k', 'm') AND ok[o.w] ORDER BY o.j
         ON CONFLICT (election, session) DO UPDATE
         SET version = excluded.version, token = excluded.token, body = excluded.body;
-    -- Tell the backends of the sessions with records in each election written, and
-    -- the election's followers.
-    PERFORM pg_notify(q.channel, q.note) FROM (
-        SELECT DISTINCT ss.channel, w.note FROM (
-            SELECT x.n AS w, x.name, 'e ' || revised[x.n] || ' ' || CASE
-                WHEN octet_length(x.names) + octet_length(x.snap) + octet_length(x.name) < 7900
-                    THEN x.names || ' ' || x.snap
-                WHEN octet_length(x.names) + octet_length(x.name) < 7900 THEN x.names || ' -'
-                ELSE '* -' END || ' ' || x.name AS note
-            FROM (SELECT y.n, y.name, coalesce((SELECT string_agg(DISTINCT
-                    CASE o.k WHEN 'd' THEN '-' || o.s ELSE o.s END, ',')
-                    FROM unnest(ws, kinds, sids) AS o(w, k, s) WHERE o.w = y.n), '') AS names,
-                    {S}.snap(y.name) AS snap
-                FROM unnest(es) WITH ORDINALITY AS y(name, n) WHERE ok[y.n]) x) w
-        JOIN LATERAL (SELECT r.session AS id FROM {S}.records r WHERE r.election = w.name
-            UNION SELECT o.s FROM unnest(ws, sids) AS o(w, s) WHERE o.w = w.w) p ON true
-        JOIN {S}.sessions ss ON ss.id = p.id) q;
-    PERFORM pg_notify({S}.chan('e', x.name), '') FROM unnest(es) WITH ORDINALITY AS x(name, n)
-        WHERE ok[x.n];
     DELETE FROM {S}.elections el WHERE el.name = ANY (es) AND el.kept = ''
         AND NOT EXISTS (SELECT 1 FROM {S}.records r WHERE r.election = el.name);
-    RETURN QUERY SELECT r.n, ok[r.n], r.revision, r.kept, r.session, r.arrival, r.version,
-        r.token, r.live, r.body FROM {S}.read(es) r;
+    -- The elections after, read once: returned, and each one written told to its
+    -- followers and to the backends of the sessions with records in it or deleted from
+    -- it. A note's `snap` has no spaces: the kept state in hex, then per record
+    -- `/session,arrival,version,token,live,ms,body` (live 1 or 0; body in hex).
+    RETURN QUERY WITH now AS MATERIALIZED (SELECT * FROM {S}.read(es)),
+    notes AS MATERIALIZED (
+        SELECT x.n, 'e ' || revised[x.n] || ' ' || CASE
+                WHEN octet_length(x.names) + octet_length(x.snap) + octet_length(es[x.n]) < 7900
+                    THEN x.names || ' ' || x.snap
+                WHEN octet_length(x.names) + octet_length(es[x.n]) < 7900 THEN x.names || ' -'
+                ELSE '* -' END || ' ' || es[x.n] AS note
+        FROM (SELECT w.n, coalesce((SELECT string_agg(DISTINCT
+                    CASE o.k WHEN 'd' THEN '-' || o.s ELSE o.s END, ',')
+                    FROM unnest(ws, kinds, sids) AS o(w, k, s) WHERE o.w = w.n), '') AS names,
+                encode(w.kept, 'hex') || coalesce(string_agg('/' || concat_ws(',', w.session,
+                    w.arrival, w.version, coalesce(w.token::text, ''), w.live::int, w.ms,
+                    encode(w.body, 'hex')), '') FILTER (WHERE w.session IS NOT NULL), '') AS snap
+            FROM now w WHERE ok[w.n] GROUP BY w.n, w.kept) x),
+    sent AS (SELECT count(pg_notify(c.channel, c.note)) FROM (
+        SELECT w.channel, x.note FROM notes x JOIN now w ON w.n = x.n AND w.channel IS NOT NULL
+        UNION SELECT s.channel, x.note FROM notes x
+            JOIN unnest(ws, kinds, sids) AS o(w, k, s) ON o.w = x.n AND o.k = 'd'
+            JOIN {S}.sessions s ON s.id = o.s
+        UNION SELECT {S}.chan('e', es[x.n]), '' FROM notes x) c)
+    SELECT w.n, ok[w.n], w.revision, w.kept, w.session, w.arrival, w.version, w.token,
+        w.live, w.body FROM now w, sent;
 END $$;
 
 -- Whether what a waiter waits for in e happened after revision `seen`: the record of
