@@ -151,8 +151,6 @@ pub(crate) struct Requester {
     schema: String,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     pub(crate) requests: Requests<tokio_postgres::Error>,
-    /// Statements sent, one round trip each.
-    pub(crate) sent: std::sync::atomic::AtomicU64,
 }
 
 impl Requester {
@@ -167,7 +165,6 @@ impl Requester {
             schema,
             client,
             requests,
-            sent: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -193,8 +190,6 @@ impl Requester {
         let sql = sql.replace("{S}", &self.schema);
         let params: Vec<_> = args.iter().map(|a| a.pg()).collect();
         let mut used = None;
-        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-
         let request = async {
             let client = self.client().await?;
             used = Some(client.clone());
@@ -556,9 +551,10 @@ fn wake(waits: &mut HashMap<u64, Wait>, due: impl Fn(&Wait) -> Option<Option<Sna
     });
 }
 
-/// The election a note carries (`snap` in `schema.sql`) at `revision`, and how long
-/// each of its sessions still lives, in milliseconds; `None` for `-` or a malformed one.
-fn decode(revision: u64, snap: &str) -> Option<(Snapshot, Vec<(String, u64)>)> {
+/// The election a note or an answer carries (`snap` in `schema.sql`'s `read`) at
+/// `revision`, and how long each of its sessions still lives, in milliseconds; `None`
+/// for `-` or a malformed one.
+pub(crate) fn decode(revision: u64, snap: &str) -> Option<(Snapshot, Vec<(String, u64)>)> {
     let mut parts = snap.split('/');
     let kept = unhex(parts.next()?)?;
     let (mut records, mut lives) = (Vec::new(), Vec::new());

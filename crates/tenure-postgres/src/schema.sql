@@ -86,27 +86,25 @@ CREATE INDEX IF NOT EXISTS members_session ON {S}.members (session);
 CREATE FUNCTION {S}.chan(kind text, name text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT 't' || md5('{S}:' || kind || ':' || name) $$;
 
-CREATE FUNCTION {S}.live(sid text) RETURNS boolean LANGUAGE sql VOLATILE AS $$
-    SELECT EXISTS (SELECT 1 FROM {S}.sessions WHERE id = sid AND expires_at > clock_timestamp())
-$$;
-
--- Elections `es` as they stand: one row per record (a row with a null session for an
--- election without records), `n` the election's place in `es`; `ms` is how long the
--- record's session still lives, `channel` where its backend listens.
-CREATE FUNCTION {S}.read(es text[]) RETURNS TABLE (n int, revision bigint, kept bytea,
-    session text, arrival bigint, version bigint, token bigint, live boolean, body bytea,
-    ms bigint, channel text)
+-- Elections `es` as they stand, one row each in the order of `es` (`n`): the revision,
+-- `snap`, the election as notes carry it (no spaces: the kept state in hex, then per
+-- record `/session,arrival,version,token,live,ms,body`, live 1 or 0, ms how long its
+-- session still lives, body in hex), and the channels of the backends of its sessions.
+CREATE FUNCTION {S}.read(es text[]) RETURNS TABLE (n int, revision bigint, snap text,
+    channels text[])
 LANGUAGE sql STABLE AS $$
-    SELECT x.n::int, coalesce(e.revision, 0), coalesce(e.kept, ''::bytea), r.session,
-        r.arrival, r.version, r.token, s.expires_at IS NOT NULL
-            AND s.expires_at > clock_timestamp(), r.body,
-        greatest(0, coalesce(ceil(extract(epoch FROM s.expires_at - clock_timestamp())
-            * 1000), 0))::int8, s.channel
+    SELECT x.n::int, coalesce(e.revision, 0), encode(coalesce(e.kept, ''), 'hex')
+        || coalesce(string_agg('/' || concat_ws(',', r.session, r.arrival, r.version,
+            coalesce(r.token::text, ''), coalesce(s.expires_at > clock_timestamp(), false)::int,
+            greatest(0, coalesce(ceil(extract(epoch FROM s.expires_at - clock_timestamp())
+                * 1000), 0))::int8, encode(r.body, 'hex')), '')
+            FILTER (WHERE r.session IS NOT NULL), ''),
+        array_agg(s.channel) FILTER (WHERE s.channel IS NOT NULL)
     FROM unnest(es) WITH ORDINALITY AS x(name, n)
     LEFT JOIN {S}.elections e ON e.name = x.name
     LEFT JOIN {S}.records r ON r.election = x.name
     LEFT JOIN {S}.sessions s ON s.id = r.session
-    ORDER BY x.n
+    GROUP BY x.n, e.name ORDER BY x.n
 $$;
 
 -- Commit writes, each to its own election `es[i]` only if that election is still at
@@ -116,13 +114,12 @@ $$;
 -- `bodies[j]`; `keeps[i]` replaces the election's kept state (null: leave it). A write
 -- that puts or touches a record of an ended session does not commit, nor does a second
 -- write to the same election. Returns, per write, whether it committed (`done`) and the
--- election after, as `read` does. Election rows are locked in name order; deletes go
+-- election after, as `read` gives it. Election rows are locked in name order; deletes go
 -- before puts. Its statements run on generic plans: planned again for every call's
 -- arrays (the default, custom plans), they took about 0.6 of its 1.4 ms.
 CREATE FUNCTION {S}.commit(es text[], revs bigint[], keeps bytea[], ws int[],
     kinds "char"[], sids text[], toks bigint[], bodies bytea[])
-RETURNS TABLE (n int, done boolean, revision bigint, kept bytea, session text,
-    arrival bigint, version bigint, token bigint, live boolean, body bytea)
+RETURNS TABLE (n int, done boolean, revision bigint, snap text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
@@ -161,31 +158,24 @@ BEGIN
     DELETE FROM {S}.elections el WHERE el.name = ANY (es) AND el.kept = ''
         AND NOT EXISTS (SELECT 1 FROM {S}.records r WHERE r.election = el.name);
     -- The elections after, read once: returned, and each one written told to its
-    -- followers and to the backends of the sessions with records in it or deleted from
-    -- it. A note's `snap` has no spaces: the kept state in hex, then per record
-    -- `/session,arrival,version,token,live,ms,body` (live 1 or 0; body in hex).
+    -- followers and to the backends of the sessions with records in it or deleted from it.
     RETURN QUERY WITH now AS MATERIALIZED (SELECT * FROM {S}.read(es)),
-    notes AS MATERIALIZED (
-        SELECT x.n, 'e ' || revised[x.n] || ' ' || CASE
-                WHEN octet_length(x.names) + octet_length(x.snap) + octet_length(es[x.n]) < 7900
-                    THEN x.names || ' ' || x.snap
-                WHEN octet_length(x.names) + octet_length(es[x.n]) < 7900 THEN x.names || ' -'
-                ELSE '* -' END || ' ' || es[x.n] AS note
-        FROM (SELECT w.n, coalesce((SELECT string_agg(DISTINCT
-                    CASE o.k WHEN 'd' THEN '-' || o.s ELSE o.s END, ',')
-                    FROM unnest(ws, kinds, sids) AS o(w, k, s) WHERE o.w = w.n), '') AS names,
-                encode(w.kept, 'hex') || coalesce(string_agg('/' || concat_ws(',', w.session,
-                    w.arrival, w.version, coalesce(w.token::text, ''), w.live::int, w.ms,
-                    encode(w.body, 'hex')), '') FILTER (WHERE w.session IS NOT NULL), '') AS snap
-            FROM now w WHERE ok[w.n] GROUP BY w.n, w.kept) x),
+    notes AS MATERIALIZED (SELECT w.n, w.channels, 'e ' || revised[w.n] || ' ' || CASE
+            WHEN octet_length(w.names) + octet_length(w.snap) + octet_length(es[w.n]) < 7900
+                THEN w.names || ' ' || w.snap
+            WHEN octet_length(w.names) + octet_length(es[w.n]) < 7900 THEN w.names || ' -'
+            ELSE '* -' END || ' ' || es[w.n] AS note
+        FROM (SELECT now.*, coalesce((SELECT string_agg(DISTINCT
+                CASE o.k WHEN 'd' THEN '-' || o.s ELSE o.s END, ',')
+                FROM unnest(ws, kinds, sids) AS o(w, k, s) WHERE o.w = now.n), '') AS names
+            FROM now WHERE ok[now.n]) w),
     sent AS (SELECT count(pg_notify(c.channel, c.note)) FROM (
-        SELECT w.channel, x.note FROM notes x JOIN now w ON w.n = x.n AND w.channel IS NOT NULL
+        SELECT unnest(x.channels) AS channel, x.note FROM notes x
         UNION SELECT s.channel, x.note FROM notes x
             JOIN unnest(ws, kinds, sids) AS o(w, k, s) ON o.w = x.n AND o.k = 'd'
             JOIN {S}.sessions s ON s.id = o.s
         UNION SELECT {S}.chan('e', es[x.n]), '' FROM notes x) c)
-    SELECT w.n, ok[w.n], w.revision, w.kept, w.session, w.arrival, w.version, w.token,
-        w.live, w.body FROM now w, sent;
+    SELECT w.n, ok[w.n], w.revision, w.snap FROM now w, sent ORDER BY w.n;
 END $$;
 
 -- Whether what a waiter waits for in e happened after revision `seen`: the record of
@@ -246,7 +236,8 @@ END $$;
 CREATE FUNCTION {S}.register(ns text, sid text, mid text, val text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT {S}.live(sid) THEN
+    IF NOT EXISTS (SELECT 1 FROM {S}.sessions s
+            WHERE s.id = sid AND s.expires_at > clock_timestamp()) THEN
         RAISE EXCEPTION 'the session has expired' USING ERRCODE = 'TN001';
     END IF;
     INSERT INTO {S}.members (namespace, id, session, value) VALUES (ns, mid, sid, val)

@@ -1,7 +1,6 @@
 //! The engine's primitives over tenure's functions in `schema.sql`, each one
 //! statement (one round trip), and the member lists beside them.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -11,14 +10,14 @@ use async_trait::async_trait;
 use futures::Stream;
 use tenure_core::backend::primitive::{MemberStore, Primitives, Wake};
 use tenure_core::backend::{Capabilities, Published, Purpose};
-use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
+use tenure_core::engine::{Op, Snapshot, Token, WaitFor, Write};
 use tenure_core::{CancellationToken, ElectionName, Member, MemberStream, Result, Retry};
 use tokio::time::Instant;
 use tokio_postgres::types::FromSql;
 use tokio_postgres::Row;
 
 use crate::config::PostgresConfig;
-use crate::link::{unexpected, Arg, Hub, Registered, Requester};
+use crate::link::{decode, unexpected, Arg, Hub, Registered, Requester};
 
 /// Elections per statement of [`PostgresStore::commit_many`] and
 /// [`PostgresStore::read_many`].
@@ -83,38 +82,22 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The elections in the rows `read` and `commit` return: `(n, [done,] revision, kept,
-/// session, arrival, version, token, live, body)`, with `skip` columns before the
-/// revision; one per place `n` in `0..count`.
+/// The elections in the rows `read` and `commit` return, `(n, [done,] revision, snap)`
+/// with `skip` columns before the revision, in the order of `n` in `1..=count`.
 fn snapshots(what: &str, rows: &[Row], count: usize, skip: usize) -> Result<Vec<(bool, Snapshot)>> {
-    let mut found: BTreeMap<i32, (bool, u64, Vec<u8>, Vec<Record>)> = BTreeMap::new();
-    for row in rows {
-        let n: i32 = get(what, row, 0)?;
-        let done = skip > 0 && get::<bool>(what, row, 1)?;
-        let c = 1 + skip;
-        let e = found
-            .entry(n)
-            .or_insert_with(|| (done, 0, Vec::new(), Vec::new()));
-        e.1 = unsigned(get(what, row, c)?);
-        e.2 = get::<Vec<u8>>(what, row, c + 1)?;
-        let Some(session) = get::<Option<String>>(what, row, c + 2)? else {
-            continue;
-        };
-        e.3.push(Record::from_store(
-            session,
-            unsigned(get(what, row, c + 3)?),
-            unsigned(get(what, row, c + 4)?),
-            get::<Option<i64>>(what, row, c + 5)?.map(unsigned),
-            get(what, row, c + 6)?,
-            &get::<Vec<u8>>(what, row, c + 7)?,
-        ));
-    }
-    let answers: Vec<_> = (1..=count)
-        .filter_map(|n| found.remove(&i32::try_from(n).ok()?))
-        .map(|(done, rev, kept, records)| (done, Snapshot::from_store(rev, &kept, records)))
-        .collect();
-    if answers.len() != count {
+    if rows.len() != count {
         return Err(unexpected(what, "not one answer per election"));
+    }
+    let mut answers = Vec::with_capacity(count);
+    for (n, row) in (1..).zip(rows) {
+        if get::<i32>(what, row, 0)? != n {
+            return Err(unexpected(what, "answers out of order"));
+        }
+        let done = skip > 0 && get::<bool>(what, row, 1)?;
+        let revision = unsigned(get(what, row, 1 + skip)?);
+        let (snap, _) = decode(revision, get(what, row, 2 + skip)?)
+            .ok_or_else(|| unexpected(what, "a malformed election"))?;
+        answers.push((done, snap));
     }
     Ok(answers)
 }
@@ -508,7 +491,7 @@ mod tests {
         let recorded: &[(i32, u64)] = &[
             (1, 0x05dd_e894_22ee_6164),
             (2, 0x6449_2ff0_ba92_9dc8),
-            (3, 0x3021_5401_2bb1_4430),
+            (3, 0x8b0f_ac46_85fb_a0bd),
         ];
         let (version, sql) = SCHEMA;
         let hash = fnv(sql);
