@@ -584,19 +584,11 @@ pub(crate) fn decode(revision: u64, snap: &str) -> Option<(Snapshot, Vec<(String
 
 /// Bytes from hex digits.
 fn unhex(hex: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| {
-        char::from(c)
-            .to_digit(16)
-            .and_then(|d| u8::try_from(d).ok())
-    };
-    let bytes = hex.as_bytes();
-    if !bytes.len().is_multiple_of(2) {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
-    bytes
-        .chunks(2)
-        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
-        .collect()
+    let byte = |i: usize| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok();
+    (0..hex.len()).step_by(2).map(byte).collect()
 }
 
 /// The tag's error for answers of a shape tenure's functions never give.

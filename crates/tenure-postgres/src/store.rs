@@ -1,13 +1,10 @@
 //! The engine's primitives over tenure's functions in `schema.sql`, each one
 //! statement (one round trip), and the member lists beside them.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::Stream;
 use tenure_core::backend::primitive::{MemberStore, Primitives, Wake};
 use tenure_core::backend::{Capabilities, Published, Purpose};
 use tenure_core::engine::{Op, Snapshot, Token, WaitFor, Write};
@@ -237,54 +234,7 @@ impl PostgresStore {
         let rows = self.call("commit", sql, &args).await?;
         snapshots("commit", &rows, writes.len(), 1)
     }
-
-    /// Follow the state `read` returns (and how long until it may expire) for the
-    /// readers of the returned stream: read again on each notification on `channel`,
-    /// at each reconnection of the listening connection, and when something expires.
-    async fn follow<T, F, Fut>(self: &Arc<Self>, channel: String, read: F) -> Result<States<T>>
-    where
-        T: PartialEq + Clone + Send + Sync + 'static,
-        F: Fn(Arc<Self>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<(T, Option<Duration>)>> + Send,
-    {
-        let store = self.clone();
-        let mut changes = store.hub.subscribe(&channel).await;
-        let mut generation = store.hub.generation();
-        generation.borrow_and_update();
-        let (first, mut next) = match read(store.clone()).await {
-            Ok(first) => first,
-            Err(e) => {
-                drop(changes);
-                store.hub.unsubscribe(&channel).await;
-                return Err(e);
-            }
-        };
-        let (mut published, stream) = Published::new(first);
-        tokio::spawn(async move {
-            let (retry, mut failures) = (Retry::default(), 0u32);
-            loop {
-                tokio::select! {
-                    _ = published.closed() => break,
-                    _ = changes.changed() => {}
-                    _ = generation.changed() => {}
-                    _ = tokio::time::sleep(next.unwrap_or(IDLE)) => {}
-                }
-                let read = read(store.clone()).await;
-                (next, failures) = match &read {
-                    Ok((_, next)) => (next.map(|d| d + Duration::from_millis(1)), 0),
-                    Err(_) => (Some(retry.delay(failures)), failures.saturating_add(1)),
-                };
-                published.publish(read.map(|(state, _)| state));
-            }
-            drop(changes);
-            store.hub.unsubscribe(&channel).await;
-        });
-        Ok(stream)
-    }
 }
-
-/// A stream of a followed state, as `Published::new` gives it.
-type States<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send + 'static>>;
 
 #[async_trait]
 impl Primitives for PostgresStore {
@@ -437,14 +387,44 @@ impl MemberStore for PostgresStore {
         Ok(read_members(self, namespace).await?.0)
     }
 
+    /// Follow the members for the readers of the returned stream: read again on each
+    /// notification on the namespace's channel, at each reconnection of the listening
+    /// connection, and when a member's session may have expired.
     async fn watch(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        let me = self.me.upgrade().ok_or_else(tenure_core::Error::closed)?;
-        let ns = namespace.clone();
-        let read = move |store: Arc<Self>| {
-            let ns = ns.clone();
-            async move { read_members(&store, &ns).await }
+        let store = self.me.upgrade().ok_or_else(tenure_core::Error::closed)?;
+        let (namespace, channel) = (namespace.clone(), self.chan("m", namespace));
+        let mut changes = store.hub.subscribe(&channel).await;
+        let mut generation = store.hub.generation();
+        generation.borrow_and_update();
+        let (first, mut next) = match read_members(&store, &namespace).await {
+            Ok(first) => first,
+            Err(e) => {
+                drop(changes);
+                store.hub.unsubscribe(&channel).await;
+                return Err(e);
+            }
         };
-        Ok(Box::pin(me.follow(self.chan("m", namespace), read).await?))
+        let (mut published, stream) = Published::new(first);
+        tokio::spawn(async move {
+            let (retry, mut failures) = (Retry::default(), 0u32);
+            loop {
+                tokio::select! {
+                    _ = published.closed() => break,
+                    _ = changes.changed() => {}
+                    _ = generation.changed() => {}
+                    _ = tokio::time::sleep(next.unwrap_or(IDLE)) => {}
+                }
+                let read = read_members(&store, &namespace).await;
+                (next, failures) = match &read {
+                    Ok((_, next)) => (next.map(|d| d + Duration::from_millis(1)), 0),
+                    Err(_) => (Some(retry.delay(failures)), failures.saturating_add(1)),
+                };
+                published.publish(read.map(|(members, _)| members));
+            }
+            drop(changes);
+            store.hub.unsubscribe(&channel).await;
+        });
+        Ok(stream)
     }
 }
 
