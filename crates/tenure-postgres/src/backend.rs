@@ -79,10 +79,8 @@ impl PostgresBackend {
     /// How many statements this backend has sent on its request connection (each one
     /// round trip: renewals, elections and members alike), for measurements.
     pub fn round_trips(&self) -> u64 {
-        self.store
-            .requester
-            .sent
-            .load(std::sync::atomic::Ordering::Relaxed)
+        let requests = &self.store.requester.requests;
+        requests.election_requests() + requests.renewals()
     }
 
     /// End the session with id `session_id` now, as the server does when its TTL
@@ -95,62 +93,44 @@ impl PostgresBackend {
 }
 
 /// Create tenure's schema, or bring it to the crate's version, under an advisory lock.
+/// The file drops and re-creates the schema's functions, so it runs once: a backend
+/// that finds the version current under the lock (another one's upgrade committed
+/// meanwhile) leaves it be, else it would drop the functions under the feet of the
+/// backends already using them.
 async fn install(client: &Client, schema: &str) -> Result<()> {
     let latest = SCHEMA.0;
     let ddl = SCHEMA
         .1
         .replace("{S}", schema)
         .replace("{V}", &latest.to_string());
-    let version = async {
-        let meta = format!("SELECT to_regclass('{schema}.meta')::text");
-        let exists = client
-            .query_one(&meta, &[])
-            .await?
-            .get::<_, Option<String>>(0)
-            .is_some();
-        let current = format!("SELECT coalesce(max(version), 0) FROM {schema}.meta");
-        match exists {
-            true => Ok(client.query_one(&current, &[]).await?.get::<_, i32>(0)),
-            false => Ok(0),
-        }
+    let upgrade = format!(
+        "BEGIN; SELECT pg_advisory_xact_lock(hashtext('tenure schema'), hashtext('{schema}'));\n\
+         DO $guard$ DECLARE v int := 0; BEGIN\n\
+           IF to_regclass('{schema}.meta') IS NOT NULL THEN\n\
+             EXECUTE 'SELECT coalesce(max(version), 0) FROM {schema}.meta' INTO v;\n\
+           END IF;\n\
+           IF v > {latest} THEN\n\
+             RAISE EXCEPTION USING ERRCODE = 'TN003', MESSAGE = v::text;\n\
+           ELSIF v = {latest} THEN\n\
+             RAISE EXCEPTION USING ERRCODE = 'TN002', MESSAGE = 'current';\n\
+           END IF;\n\
+         END $guard$;\n{ddl}\nCOMMIT;"
+    );
+    let Err(e) = client.batch_execute(&upgrade).await else {
+        return Ok(());
     };
-    let version = version
-        .await
-        .map_err(|e| map("connect: read the schema version", e))?;
-    if version > latest {
-        let why = format!(
-            "connect: schema {schema} is at version {version}, newer than this tenure knows \
-             ({latest}): upgrade tenure, or use another ?schema="
-        );
-        return Err(TAG.own(ErrorKind::Backend, why));
+    let _ = client.batch_execute("ROLLBACK").await;
+    match e.as_db_error().map(|db| (db.code().code(), db.message())) {
+        Some(("TN002", _)) => Ok(()),
+        Some(("TN003", version)) => Err(TAG.own(
+            ErrorKind::Backend,
+            format!(
+                "connect: schema {schema} is at version {version}, newer than this tenure \
+                 knows ({latest}): upgrade tenure, or use another ?schema="
+            ),
+        )),
+        _ => Err(map("connect: read or create the schema", e)),
     }
-    if version < latest {
-        // The file drops and re-creates the schema's functions, so it must run once:
-        // a backend that read the old version before another one's upgrade committed
-        // finds the version again under the lock and leaves it be (else it would drop
-        // the functions under the feet of the backends already using them).
-        let lock = "SELECT pg_advisory_xact_lock(hashtext('tenure schema'), hashtext('{S}'))";
-        let upgrade = format!(
-            "BEGIN; {};\n\
-             DO $guard$ DECLARE v int; BEGIN\n\
-               IF to_regclass('{schema}.meta') IS NOT NULL THEN\n\
-                 EXECUTE 'SELECT coalesce(max(version), 0) FROM {schema}.meta' INTO v;\n\
-                 IF v >= {latest} THEN\n\
-                   RAISE EXCEPTION USING ERRCODE = 'TN002', MESSAGE = 'already upgraded';\n\
-                 END IF;\n\
-               END IF;\n\
-             END $guard$;\n{ddl}\nCOMMIT;",
-            lock.replace("{S}", schema)
-        );
-        if let Err(e) = client.batch_execute(&upgrade).await {
-            let _ = client.batch_execute("ROLLBACK").await;
-            let done = e.code().is_some_and(|c| c.code() == "TN002");
-            if !done {
-                return Err(map("connect: create the schema", e));
-            }
-        }
-    }
-    Ok(())
 }
 
 tenure_core::driven_backend!(PostgresBackend, driven);

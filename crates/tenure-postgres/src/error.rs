@@ -45,17 +45,10 @@ fn kind_of(err: &tokio_postgres::Error) -> ErrorKind {
             false => ErrorKind::Unavailable,
         };
     };
-    let class = &code.code()[..2];
-    if [
-        &SqlState::INVALID_PASSWORD,
-        &SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
-    ]
-    .contains(&code)
-        || *code == SqlState::INSUFFICIENT_PRIVILEGE
-    {
-        return ErrorKind::Unauthorized;
-    }
-    match class {
+    match &code.code()[..2] {
+        // A password or user refused, or a privilege missing.
+        "28" => ErrorKind::Unauthorized,
+        _ if *code == SqlState::INSUFFICIENT_PRIVILEGE => ErrorKind::Unauthorized,
         // Connection exceptions, too many connections or no resources, a server
         // shutting down or starting, a serialization failure or deadlock to retry.
         "08" | "53" | "57" | "40" => ErrorKind::Unavailable,

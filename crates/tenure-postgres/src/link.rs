@@ -151,8 +151,6 @@ pub(crate) struct Requester {
     schema: String,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     pub(crate) requests: Requests<tokio_postgres::Error>,
-    /// Statements sent, one round trip each.
-    pub(crate) sent: std::sync::atomic::AtomicU64,
 }
 
 impl Requester {
@@ -167,7 +165,6 @@ impl Requester {
             schema,
             client,
             requests,
-            sent: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -193,8 +190,6 @@ impl Requester {
         let sql = sql.replace("{S}", &self.schema);
         let params: Vec<_> = args.iter().map(|a| a.pg()).collect();
         let mut used = None;
-        self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-
         let request = async {
             let client = self.client().await?;
             used = Some(client.clone());
@@ -556,9 +551,10 @@ fn wake(waits: &mut HashMap<u64, Wait>, due: impl Fn(&Wait) -> Option<Option<Sna
     });
 }
 
-/// The election a note carries (`snap` in `schema.sql`) at `revision`, and how long
-/// each of its sessions still lives, in milliseconds; `None` for `-` or a malformed one.
-fn decode(revision: u64, snap: &str) -> Option<(Snapshot, Vec<(String, u64)>)> {
+/// The election a note or an answer carries (`snap` in `schema.sql`'s `read`) at
+/// `revision`, and how long each of its sessions still lives, in milliseconds; `None`
+/// for `-` or a malformed one.
+pub(crate) fn decode(revision: u64, snap: &str) -> Option<(Snapshot, Vec<(String, u64)>)> {
     let mut parts = snap.split('/');
     let kept = unhex(parts.next()?)?;
     let (mut records, mut lives) = (Vec::new(), Vec::new());
@@ -588,19 +584,11 @@ fn decode(revision: u64, snap: &str) -> Option<(Snapshot, Vec<(String, u64)>)> {
 
 /// Bytes from hex digits.
 fn unhex(hex: &str) -> Option<Vec<u8>> {
-    let digit = |c: u8| {
-        char::from(c)
-            .to_digit(16)
-            .and_then(|d| u8::try_from(d).ok())
-    };
-    let bytes = hex.as_bytes();
-    if !bytes.len().is_multiple_of(2) {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
-    bytes
-        .chunks(2)
-        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
-        .collect()
+    let byte = |i: usize| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok();
+    (0..hex.len()).step_by(2).map(byte).collect()
 }
 
 /// The tag's error for answers of a shape tenure's functions never give.

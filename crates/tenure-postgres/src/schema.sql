@@ -17,7 +17,7 @@
 --   arrivals and tokens come from sequences, so each only grows.
 -- * A committed write notifies the backends of the sessions with records in the
 --   election (`e REVISION SESSIONS SNAPSHOT ELECTION`: whose records it changed, a
---   deleted one marked `-`, and the election after it as `snap` writes it, `-` when
+--   deleted one marked `-`, and the election after it as `commit` writes it, `-` when
 --   the note would be too long) and the election's own channel (`chan`, for
 --   observers); an ended session notifies every backend (`s SESSION`).
 
@@ -86,38 +86,25 @@ CREATE INDEX IF NOT EXISTS members_session ON {S}.members (session);
 CREATE FUNCTION {S}.chan(kind text, name text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$ SELECT 't' || md5('{S}:' || kind || ':' || name) $$;
 
-CREATE FUNCTION {S}.live(sid text) RETURNS boolean LANGUAGE sql VOLATILE AS $$
-    SELECT EXISTS (SELECT 1 FROM {S}.sessions WHERE id = sid AND expires_at > clock_timestamp())
-$$;
-
--- Elections `es` as they stand: one row per record (a row with a null session for an
--- election without records), `n` the election's place in `es`.
-CREATE FUNCTION {S}.read(es text[]) RETURNS TABLE (n int, revision bigint, kept bytea,
-    session text, arrival bigint, version bigint, token bigint, live boolean, body bytea)
+-- Elections `es` as they stand, one row each in the order of `es` (`n`): the revision,
+-- `snap`, the election as notes carry it (no spaces: the kept state in hex, then per
+-- record `/session,arrival,version,token,live,ms,body`, live 1 or 0, ms how long its
+-- session still lives, body in hex), and the channels of the backends of its sessions.
+CREATE FUNCTION {S}.read(es text[]) RETURNS TABLE (n int, revision bigint, snap text,
+    channels text[])
 LANGUAGE sql STABLE AS $$
-    SELECT x.n::int, coalesce(e.revision, 0), coalesce(e.kept, ''::bytea), r.session,
-        r.arrival, r.version, r.token, s.expires_at IS NOT NULL
-            AND s.expires_at > clock_timestamp(), r.body
+    SELECT x.n::int, coalesce(e.revision, 0), encode(coalesce(e.kept, ''), 'hex')
+        || coalesce(string_agg('/' || concat_ws(',', r.session, r.arrival, r.version,
+            coalesce(r.token::text, ''), coalesce(s.expires_at > clock_timestamp(), false)::int,
+            greatest(0, coalesce(ceil(extract(epoch FROM s.expires_at - clock_timestamp())
+                * 1000), 0))::int8, encode(r.body, 'hex')), '')
+            FILTER (WHERE r.session IS NOT NULL), ''),
+        array_agg(s.channel) FILTER (WHERE s.channel IS NOT NULL)
     FROM unnest(es) WITH ORDINALITY AS x(name, n)
     LEFT JOIN {S}.elections e ON e.name = x.name
     LEFT JOIN {S}.records r ON r.election = x.name
     LEFT JOIN {S}.sessions s ON s.id = r.session
-    ORDER BY x.n
-$$;
-
--- Election e as a note carries it, without spaces: its kept state in hex, then per
--- record `/session,arrival,version,token,live,ms,body` (ms: how long its session
--- still lives; live 1 or 0; body in hex).
-CREATE FUNCTION {S}.snap(e text) RETURNS text LANGUAGE sql STABLE AS $$
-    SELECT encode(el.kept, 'hex') || coalesce(string_agg('/' || concat_ws(',', r.session,
-            r.arrival, r.version, coalesce(r.token::text, ''),
-            (coalesce(s.expires_at > clock_timestamp(), false))::int,
-            greatest(0, coalesce(ceil(extract(epoch FROM s.expires_at - clock_timestamp())
-                * 1000), 0))::int8, encode(r.body, 'hex')), '')
-        FILTER (WHERE r.session IS NOT NULL), '')
-    FROM {S}.elections el LEFT JOIN {S}.records r ON r.election = el.name
-    LEFT JOIN {S}.sessions s ON s.id = r.session
-    WHERE el.name = e GROUP BY el.kept
+    GROUP BY x.n, e.name ORDER BY x.n
 $$;
 
 -- Commit writes, each to its own election `es[i]` only if that election is still at
@@ -127,13 +114,12 @@ $$;
 -- `bodies[j]`; `keeps[i]` replaces the election's kept state (null: leave it). A write
 -- that puts or touches a record of an ended session does not commit, nor does a second
 -- write to the same election. Returns, per write, whether it committed (`done`) and the
--- election after, as `read` does. Election rows are locked in name order; deletes go
+-- election after, as `read` gives it. Election rows are locked in name order; deletes go
 -- before puts. Its statements run on generic plans: planned again for every call's
 -- arrays (the default, custom plans), they took about 0.6 of its 1.4 ms.
 CREATE FUNCTION {S}.commit(es text[], revs bigint[], keeps bytea[], ws int[],
     kinds "char"[], sids text[], toks bigint[], bodies bytea[])
-RETURNS TABLE (n int, done boolean, revision bigint, kept bytea, session text,
-    arrival bigint, version bigint, token bigint, live boolean, body bytea)
+RETURNS TABLE (n int, done boolean, revision bigint, snap text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 #variable_conflict use_column
 DECLARE
@@ -169,29 +155,27 @@ BEGIN
         WHERE o.k IN ('n', 'k', 'm') AND ok[o.w] ORDER BY o.j
         ON CONFLICT (election, session) DO UPDATE
         SET version = excluded.version, token = excluded.token, body = excluded.body;
-    -- Tell the backends of the sessions with records in each election written, and
-    -- the election's followers.
-    PERFORM pg_notify(q.channel, q.note) FROM (
-        SELECT DISTINCT ss.channel, w.note FROM (
-            SELECT x.n AS w, x.name, 'e ' || revised[x.n] || ' ' || CASE
-                WHEN octet_length(x.names) + octet_length(x.snap) + octet_length(x.name) < 7900
-                    THEN x.names || ' ' || x.snap
-                WHEN octet_length(x.names) + octet_length(x.name) < 7900 THEN x.names || ' -'
-                ELSE '* -' END || ' ' || x.name AS note
-            FROM (SELECT y.n, y.name, coalesce((SELECT string_agg(DISTINCT
-                    CASE o.k WHEN 'd' THEN '-' || o.s ELSE o.s END, ',')
-                    FROM unnest(ws, kinds, sids) AS o(w, k, s) WHERE o.w = y.n), '') AS names,
-                    {S}.snap(y.name) AS snap
-                FROM unnest(es) WITH ORDINALITY AS y(name, n) WHERE ok[y.n]) x) w
-        JOIN LATERAL (SELECT r.session AS id FROM {S}.records r WHERE r.election = w.name
-            UNION SELECT o.s FROM unnest(ws, sids) AS o(w, s) WHERE o.w = w.w) p ON true
-        JOIN {S}.sessions ss ON ss.id = p.id) q;
-    PERFORM pg_notify({S}.chan('e', x.name), '') FROM unnest(es) WITH ORDINALITY AS x(name, n)
-        WHERE ok[x.n];
     DELETE FROM {S}.elections el WHERE el.name = ANY (es) AND el.kept = ''
         AND NOT EXISTS (SELECT 1 FROM {S}.records r WHERE r.election = el.name);
-    RETURN QUERY SELECT r.n, ok[r.n], r.revision, r.kept, r.session, r.arrival, r.version,
-        r.token, r.live, r.body FROM {S}.read(es) r;
+    -- The elections after, read once: returned, and each one written told to its
+    -- followers and to the backends of the sessions with records in it or deleted from it.
+    RETURN QUERY WITH now AS MATERIALIZED (SELECT * FROM {S}.read(es)),
+    notes AS MATERIALIZED (SELECT w.n, w.channels, 'e ' || revised[w.n] || ' ' || CASE
+            WHEN octet_length(w.names) + octet_length(w.snap) + octet_length(es[w.n]) < 7900
+                THEN w.names || ' ' || w.snap
+            WHEN octet_length(w.names) + octet_length(es[w.n]) < 7900 THEN w.names || ' -'
+            ELSE '* -' END || ' ' || es[w.n] AS note
+        FROM (SELECT now.*, coalesce((SELECT string_agg(DISTINCT
+                CASE o.k WHEN 'd' THEN '-' || o.s ELSE o.s END, ',')
+                FROM unnest(ws, kinds, sids) AS o(w, k, s) WHERE o.w = now.n), '') AS names
+            FROM now WHERE ok[now.n]) w),
+    sent AS (SELECT count(pg_notify(c.channel, c.note)) FROM (
+        SELECT unnest(x.channels) AS channel, x.note FROM notes x
+        UNION SELECT s.channel, x.note FROM notes x
+            JOIN unnest(ws, kinds, sids) AS o(w, k, s) ON o.w = x.n AND o.k = 'd'
+            JOIN {S}.sessions s ON s.id = o.s
+        UNION SELECT {S}.chan('e', es[x.n]), '' FROM notes x) c)
+    SELECT w.n, ok[w.n], w.revision, w.snap FROM now w, sent ORDER BY w.n;
 END $$;
 
 -- Whether what a waiter waits for in e happened after revision `seen`: the record of
@@ -252,7 +236,8 @@ END $$;
 CREATE FUNCTION {S}.register(ns text, sid text, mid text, val text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT {S}.live(sid) THEN
+    IF NOT EXISTS (SELECT 1 FROM {S}.sessions s
+            WHERE s.id = sid AND s.expires_at > clock_timestamp()) THEN
         RAISE EXCEPTION 'the session has expired' USING ERRCODE = 'TN001';
     END IF;
     INSERT INTO {S}.members (namespace, id, session, value) VALUES (ns, mid, sid, val)

@@ -1,24 +1,20 @@
 //! The engine's primitives over tenure's functions in `schema.sql`, each one
 //! statement (one round trip), and the member lists beside them.
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::Stream;
 use tenure_core::backend::primitive::{MemberStore, Primitives, Wake};
 use tenure_core::backend::{Capabilities, Published, Purpose};
-use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
+use tenure_core::engine::{Op, Snapshot, Token, WaitFor, Write};
 use tenure_core::{CancellationToken, ElectionName, Member, MemberStream, Result, Retry};
 use tokio::time::Instant;
 use tokio_postgres::types::FromSql;
 use tokio_postgres::Row;
 
 use crate::config::PostgresConfig;
-use crate::link::{unexpected, Arg, Hub, Registered, Requester};
+use crate::link::{decode, unexpected, Arg, Hub, Registered, Requester};
 
 /// Elections per statement of [`PostgresStore::commit_many`] and
 /// [`PostgresStore::read_many`].
@@ -83,38 +79,22 @@ fn signed(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The elections in the rows `read` and `commit` return: `(n, [done,] revision, kept,
-/// session, arrival, version, token, live, body)`, with `skip` columns before the
-/// revision; one per place `n` in `0..count`.
+/// The elections in the rows `read` and `commit` return, `(n, [done,] revision, snap)`
+/// with `skip` columns before the revision, in the order of `n` in `1..=count`.
 fn snapshots(what: &str, rows: &[Row], count: usize, skip: usize) -> Result<Vec<(bool, Snapshot)>> {
-    let mut found: BTreeMap<i32, (bool, u64, Vec<u8>, Vec<Record>)> = BTreeMap::new();
-    for row in rows {
-        let n: i32 = get(what, row, 0)?;
-        let done = skip > 0 && get::<bool>(what, row, 1)?;
-        let c = 1 + skip;
-        let e = found
-            .entry(n)
-            .or_insert_with(|| (done, 0, Vec::new(), Vec::new()));
-        e.1 = unsigned(get(what, row, c)?);
-        e.2 = get::<Vec<u8>>(what, row, c + 1)?;
-        let Some(session) = get::<Option<String>>(what, row, c + 2)? else {
-            continue;
-        };
-        e.3.push(Record::from_store(
-            session,
-            unsigned(get(what, row, c + 3)?),
-            unsigned(get(what, row, c + 4)?),
-            get::<Option<i64>>(what, row, c + 5)?.map(unsigned),
-            get(what, row, c + 6)?,
-            &get::<Vec<u8>>(what, row, c + 7)?,
-        ));
-    }
-    let answers: Vec<_> = (1..=count)
-        .filter_map(|n| found.remove(&i32::try_from(n).ok()?))
-        .map(|(done, rev, kept, records)| (done, Snapshot::from_store(rev, &kept, records)))
-        .collect();
-    if answers.len() != count {
+    if rows.len() != count {
         return Err(unexpected(what, "not one answer per election"));
+    }
+    let mut answers = Vec::with_capacity(count);
+    for (n, row) in (1..).zip(rows) {
+        if get::<i32>(what, row, 0)? != n {
+            return Err(unexpected(what, "answers out of order"));
+        }
+        let done = skip > 0 && get::<bool>(what, row, 1)?;
+        let revision = unsigned(get(what, row, 1 + skip)?);
+        let (snap, _) = decode(revision, get(what, row, 2 + skip)?)
+            .ok_or_else(|| unexpected(what, "a malformed election"))?;
+        answers.push((done, snap));
     }
     Ok(answers)
 }
@@ -254,54 +234,7 @@ impl PostgresStore {
         let rows = self.call("commit", sql, &args).await?;
         snapshots("commit", &rows, writes.len(), 1)
     }
-
-    /// Follow the state `read` returns (and how long until it may expire) for the
-    /// readers of the returned stream: read again on each notification on `channel`,
-    /// at each reconnection of the listening connection, and when something expires.
-    async fn follow<T, F, Fut>(self: &Arc<Self>, channel: String, read: F) -> Result<States<T>>
-    where
-        T: PartialEq + Clone + Send + Sync + 'static,
-        F: Fn(Arc<Self>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<(T, Option<Duration>)>> + Send,
-    {
-        let store = self.clone();
-        let mut changes = store.hub.subscribe(&channel).await;
-        let mut generation = store.hub.generation();
-        generation.borrow_and_update();
-        let (first, mut next) = match read(store.clone()).await {
-            Ok(first) => first,
-            Err(e) => {
-                drop(changes);
-                store.hub.unsubscribe(&channel).await;
-                return Err(e);
-            }
-        };
-        let (mut published, stream) = Published::new(first);
-        tokio::spawn(async move {
-            let (retry, mut failures) = (Retry::default(), 0u32);
-            loop {
-                tokio::select! {
-                    _ = published.closed() => break,
-                    _ = changes.changed() => {}
-                    _ = generation.changed() => {}
-                    _ = tokio::time::sleep(next.unwrap_or(IDLE)) => {}
-                }
-                let read = read(store.clone()).await;
-                (next, failures) = match &read {
-                    Ok((_, next)) => (next.map(|d| d + Duration::from_millis(1)), 0),
-                    Err(_) => (Some(retry.delay(failures)), failures.saturating_add(1)),
-                };
-                published.publish(read.map(|(state, _)| state));
-            }
-            drop(changes);
-            store.hub.unsubscribe(&channel).await;
-        });
-        Ok(stream)
-    }
 }
-
-/// A stream of a followed state, as `Published::new` gives it.
-type States<T> = Pin<Box<dyn Stream<Item = Result<T>> + Send + 'static>>;
 
 #[async_trait]
 impl Primitives for PostgresStore {
@@ -454,14 +387,44 @@ impl MemberStore for PostgresStore {
         Ok(read_members(self, namespace).await?.0)
     }
 
+    /// Follow the members for the readers of the returned stream: read again on each
+    /// notification on the namespace's channel, at each reconnection of the listening
+    /// connection, and when a member's session may have expired.
     async fn watch(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        let me = self.me.upgrade().ok_or_else(tenure_core::Error::closed)?;
-        let ns = namespace.clone();
-        let read = move |store: Arc<Self>| {
-            let ns = ns.clone();
-            async move { read_members(&store, &ns).await }
+        let store = self.me.upgrade().ok_or_else(tenure_core::Error::closed)?;
+        let (namespace, channel) = (namespace.clone(), self.chan("m", namespace));
+        let mut changes = store.hub.subscribe(&channel).await;
+        let mut generation = store.hub.generation();
+        generation.borrow_and_update();
+        let (first, mut next) = match read_members(&store, &namespace).await {
+            Ok(first) => first,
+            Err(e) => {
+                drop(changes);
+                store.hub.unsubscribe(&channel).await;
+                return Err(e);
+            }
         };
-        Ok(Box::pin(me.follow(self.chan("m", namespace), read).await?))
+        let (mut published, stream) = Published::new(first);
+        tokio::spawn(async move {
+            let (retry, mut failures) = (Retry::default(), 0u32);
+            loop {
+                tokio::select! {
+                    _ = published.closed() => break,
+                    _ = changes.changed() => {}
+                    _ = generation.changed() => {}
+                    _ = tokio::time::sleep(next.unwrap_or(IDLE)) => {}
+                }
+                let read = read_members(&store, &namespace).await;
+                (next, failures) = match &read {
+                    Ok((_, next)) => (next.map(|d| d + Duration::from_millis(1)), 0),
+                    Err(_) => (Some(retry.delay(failures)), failures.saturating_add(1)),
+                };
+                published.publish(read.map(|(members, _)| members));
+            }
+            drop(changes);
+            store.hub.unsubscribe(&channel).await;
+        });
+        Ok(stream)
     }
 }
 
@@ -508,7 +471,7 @@ mod tests {
         let recorded: &[(i32, u64)] = &[
             (1, 0x05dd_e894_22ee_6164),
             (2, 0x6449_2ff0_ba92_9dc8),
-            (3, 0x5e21_5e48_7f95_2a9d),
+            (3, 0x8b0f_ac46_85fb_a0bd),
         ];
         let (version, sql) = SCHEMA;
         let hash = fnv(sql);
