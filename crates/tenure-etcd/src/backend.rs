@@ -22,7 +22,7 @@ use crate::keys::{parse_lease_hex, EtcdLayout, KeySpace};
 use crate::members;
 use crate::ops::{self, prefix_end};
 use crate::primitives::EtcdPrimitives;
-use crate::proto::Event;
+use crate::proto::{Event, LeaseRevokeRequest};
 use crate::session::EtcdSession;
 use crate::shared::Shared;
 
@@ -68,13 +68,11 @@ impl EtcdBackend {
                 1,
                 0,
             );
-            client
-                .range(crate::proto::RangeRequest {
-                    keys_only: true,
-                    ..probe
-                })
-                .await
-                .map_err(|e| map("connect", e))
+            let probe = crate::proto::RangeRequest {
+                keys_only: true,
+                ..probe
+            };
+            client.call(probe).await.map_err(|e| map("connect", e))
         };
         let endpoint = config.endpoints().join(",");
         TAG.connecting(limit, &endpoint, connecting).await?;
@@ -125,11 +123,8 @@ impl EtcdBackend {
                 "session id {session_id:?}: expected the 16 hex digits of an etcd lease id"
             ))
         })?;
-        self.shared
-            .requests
-            .call("revoke session", self.shared.client.lease_revoke(lease))
-            .await
-            .map(|_| ())
+        let revoke = LeaseRevokeRequest { id: lease };
+        self.shared.call("revoke session", revoke).await.map(|_| ())
     }
 }
 

@@ -32,10 +32,7 @@ pub(crate) async fn register(
         success: vec![op(put)],
         ..Default::default()
     };
-    shared
-        .requests
-        .call("register member", shared.client.txn(txn))
-        .await?;
+    shared.call("register member", txn).await?;
     Ok(())
 }
 
@@ -54,10 +51,7 @@ pub(crate) async fn unregister(
         success: vec![op(ops::delete(&key))],
         failure: Vec::new(),
     };
-    shared
-        .requests
-        .call("unregister member", shared.client.txn(txn))
-        .await?;
+    shared.call("unregister member", txn).await?;
     Ok(())
 }
 
@@ -122,10 +116,7 @@ pub(crate) async fn list(shared: &Shared, range: &str) -> Result<(BTreeMap<Strin
     let mut revision = 0;
     loop {
         let page = ops::page(from.clone(), end.clone(), PAGE, revision);
-        let resp = shared
-            .requests
-            .call("list members", shared.client.range(page))
-            .await?;
+        let resp = shared.call("list members", page).await?;
         if revision == 0 {
             revision = ops::revision(&resp.header);
         }

@@ -37,7 +37,8 @@ use crate::keys::{lease_hex, parse_lease_hex, KeySpace};
 use crate::members::EtcdMembers;
 use crate::ops::{self, op};
 use crate::proto::{
-    Event, EventType, KeyValue, PutRequest, Request, Response, ResponseOp, TxnRequest,
+    Event, EventType, KeyValue, LeaseRevokeRequest, PutRequest, Request, Response, ResponseOp,
+    TxnRequest,
 };
 use crate::shared::Shared;
 use crate::watches::{Seen, Watches};
@@ -334,8 +335,7 @@ impl EtcdPrimitives {
                 success: Vec::new(),
                 failure: vec![op(ops::put(&key, b"", l))],
             };
-            let check = self.shared.client.txn(txn);
-            match self.shared.requests.call("commit: check a session", check).await {
+            match self.shared.call("commit: check a session", txn).await {
                 Ok(resp) => {
                     if !resp.succeeded {
                         tracing::warn!(session = %lease_hex(l), "a live session's key was gone; put again");
@@ -369,10 +369,9 @@ impl Primitives for EtcdPrimitives {
             success: vec![op(ops::put(&key, b"", lease))],
             ..Default::default()
         };
-        let marked = self.shared.client.txn(mark);
-        if let Err(e) = self.shared.requests.call("open session", marked).await {
-            let revoke = self.shared.client.lease_revoke(lease);
-            let _ = self.shared.requests.call("open session", revoke).await;
+        if let Err(e) = self.shared.call("open session", mark).await {
+            let revoke = LeaseRevokeRequest { id: lease };
+            let _ = self.shared.call("open session", revoke).await;
             return Err(e);
         }
         lock(&self.ttls).insert(lease, ttl);
@@ -409,8 +408,8 @@ impl Primitives for EtcdPrimitives {
     async fn revoke(&self, session: &str) -> Result<()> {
         let id = lease(session)?;
         lock(&self.ttls).remove(&id);
-        let revoke = self.shared.client.lease_revoke(id);
-        match self.shared.requests.call("close session", revoke).await {
+        let revoke = LeaseRevokeRequest { id };
+        match self.shared.call("close session", revoke).await {
             Err(e) if e.kind() != ErrorKind::SessionExpired => Err(e),
             _ => Ok(()),
         }
@@ -528,8 +527,8 @@ impl Primitives for EtcdPrimitives {
             }
             // The revisions since the one seen are compacted away: look at the election
             // now, and watch on from there if what is waited for has not happened.
-            let read = self.shared.client.range(ops::all_under(&keys.range));
-            let resp = self.shared.requests.call("wait", read).await?;
+            let read = ops::all_under(&keys.range);
+            let resp = self.shared.call("wait", read).await?;
             let now = snapshot(&keys, &resp.kvs);
             let gone = |s: &Option<String>| s.as_ref().is_some_and(|s| now.record(s).is_none());
             if now.revision != what.seen || gone(&what.me) || gone(&what.on) {

@@ -19,7 +19,7 @@ use crate::error::TAG;
 use crate::gather::{Gather, MAX_OPS, MAX_PARTS};
 use crate::keys::lease_hex;
 use crate::ops::{self, op};
-use crate::proto::{KeyValue, TxnRequest};
+use crate::proto::{KeyValue, LeaseRevokeRequest, TxnRequest};
 use crate::shared::Shared;
 use crate::watches::{Fired, Watches};
 
@@ -325,14 +325,7 @@ impl BackendSession for EtcdSession {
                     .await?;
             }
             None => {
-                inner
-                    .shared
-                    .requests
-                    .call(
-                        "resign",
-                        inner.shared.client.delete_range(ops::delete(&key)),
-                    )
-                    .await?;
+                inner.shared.call("resign", ops::delete(&key)).await?;
             }
         }
         Ok(())
@@ -355,15 +348,8 @@ impl BackendSession for EtcdSession {
             return Ok(());
         }
         inner.lock().clear();
-        match inner
-            .shared
-            .requests
-            .call(
-                "close session",
-                inner.shared.client.lease_revoke(inner.lease),
-            )
-            .await
-        {
+        let revoke = LeaseRevokeRequest { id: inner.lease };
+        match inner.shared.call("close session", revoke).await {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == ErrorKind::SessionExpired => Ok(()),
             Err(e) => Err(e),

@@ -293,7 +293,6 @@ impl Task {
                 range_end,
                 start_revision: wait.from,
                 watch_id: wait.id,
-                ..Default::default()
             };
             match self.stream.as_ref().map(|s| s.create(create)) {
                 Some(Ok(())) => {

@@ -26,10 +26,7 @@ impl Inner {
     }
 
     pub(super) async fn txn(&self, what: &str, txn: TxnRequest) -> Result<TxnResponse> {
-        self.shared
-            .requests
-            .call(what, self.shared.client.txn(txn))
-            .await
+        self.shared.call(what, txn).await
     }
 
     /// Take the free seats of `chunk` (at most [`BATCH`]) in one transaction: it creates
@@ -61,7 +58,7 @@ impl Inner {
         let mut answers = Vec::with_capacity(chunk.len());
         let mut withdraw = TxnRequest::default();
         for (i, ((election, _), key)) in chunk.iter().zip(&keys).enumerate() {
-            let leads = ops::read_result(&resp, i)
+            let leads = ops::read_in(&resp.responses, i)
                 .first()
                 .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision);
             if leads {
@@ -105,13 +102,13 @@ impl Inner {
                 let revision = ops::revision(&resp.header);
                 self.queued(election, revision);
                 let first = if with_first {
-                    ops::read_result(&resp, 0)
+                    ops::read_in(&resp.responses, 0)
                 } else {
                     Vec::new()
                 };
                 return Ok((revision, first));
             }
-            let existing = ops::read_result(&resp, 0)
+            let existing = ops::read_in(&resp.responses, 0)
                 .first()
                 .map_or(0, |kv| kv.create_revision);
             if existing == 0 {
