@@ -118,12 +118,9 @@ impl EtcdBackend {
     /// without a keep-alive: its keys are deleted and its holder learns of the loss. For
     /// operators and fault tests. An unknown lease is `SessionExpired`.
     pub async fn revoke_session(&self, session_id: &str) -> Result<()> {
-        let lease = parse_lease_hex(session_id).ok_or_else(|| {
-            Error::invalid(format!(
-                "session id {session_id:?}: expected the 16 hex digits of an etcd lease id"
-            ))
-        })?;
-        let revoke = LeaseRevokeRequest { id: lease };
+        let revoke = LeaseRevokeRequest {
+            id: parse_lease_hex(session_id)?,
+        };
         self.shared.call("revoke session", revoke).await.map(|_| ())
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure_core::backend::primitive::MemberStore;
 use tenure_core::backend::Published;
-use tenure_core::{ElectionName, Error, Member, MemberStream, Result};
+use tenure_core::{ElectionName, Member, MemberStream, Result};
 
 use crate::follow::{follow, Follower};
 use crate::keys::{decode_member, parse_lease_hex};
@@ -74,11 +74,6 @@ pub(crate) struct EtcdMembers {
     pub(crate) shared: Arc<Shared>,
 }
 
-fn lease_of(session: &str) -> Result<i64> {
-    parse_lease_hex(session)
-        .ok_or_else(|| Error::invalid(format!("session id {session:?}: not an etcd lease id")))
-}
-
 #[async_trait]
 impl MemberStore for EtcdMembers {
     async fn register(
@@ -87,11 +82,11 @@ impl MemberStore for EtcdMembers {
         namespace: &ElectionName,
         member: &Member,
     ) -> Result<()> {
-        register(&self.shared, lease_of(session)?, namespace, member).await
+        register(&self.shared, parse_lease_hex(session)?, namespace, member).await
     }
 
     async fn unregister(&self, session: &str, namespace: &ElectionName, id: &str) -> Result<()> {
-        unregister(&self.shared, lease_of(session)?, namespace, id).await
+        unregister(&self.shared, parse_lease_hex(session)?, namespace, id).await
     }
 
     async fn list(&self, namespace: &ElectionName) -> Result<Vec<Member>> {

@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use tenure_core::backend::primitive::{MemberStore, Primitives};
 use tenure_core::backend::{lock, Purpose};
 use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
-use tenure_core::{ElectionName, Error, ErrorKind, Result, Timing};
+use tenure_core::{ElectionName, ErrorKind, Result, Timing};
 
 use crate::client::KeepAliveStream;
 use crate::error::TAG;
@@ -98,14 +98,6 @@ fn revision(r: i64) -> u64 {
     u64::try_from(r).unwrap_or(0)
 }
 
-fn lease(session: &str) -> Result<i64> {
-    parse_lease_hex(session).ok_or_else(|| {
-        Error::invalid(format!(
-            "session id {session:?}: expected the 16 hex digits of an etcd lease id"
-        ))
-    })
-}
-
 /// What a record key holds: the token, a newline, the engine's body.
 fn encode(token: Token, body: &[u8]) -> Vec<u8> {
     let mut value = match token {
@@ -153,7 +145,7 @@ fn leases(write: &Write) -> Result<Vec<i64>> {
     let mut leases = Vec::new();
     for o in &write.ops {
         if matches!(o, Op::Put { .. } | Op::Touch(_)) {
-            let l = lease(o.session())?;
+            let l = parse_lease_hex(o.session())?;
             if !leases.contains(&l) {
                 leases.push(l);
             }
@@ -172,9 +164,9 @@ fn write_txn(keys: &Keys, space: &KeySpace, write: &Write) -> Result<TxnRequest>
         match o {
             Op::Put { token, .. } => {
                 let value = encode(*token, &o.body().unwrap_or_default());
-                success.push(op(ops::put(&keys.record(s), &value, lease(s)?)));
+                success.push(op(ops::put(&keys.record(s), &value, parse_lease_hex(s)?)));
             }
-            Op::Touch(_) => success.push(op(ops::put(&keys.poke(s), b"", lease(s)?))),
+            Op::Touch(_) => success.push(op(ops::put(&keys.poke(s), b"", parse_lease_hex(s)?))),
             Op::Delete(_) => {
                 success.push(op(ops::delete(&keys.record(s))));
                 success.push(op(ops::delete(&keys.poke(s))));
@@ -284,16 +276,13 @@ impl EtcdPrimitives {
         }
     }
 
-    /// How long a renewal waits for one member before it asks the next as well: the
-    /// member timeout, at most a tenth of the shortest TTL renewed (a renewal that
-    /// needs the next member then still lands within the renew deadline).
+    /// How long a renewal of `leases` waits for one member: see
+    /// [`Shared::answer_limit`], for the shortest TTL renewed.
     fn answer_limit(&self, leases: &[i64]) -> Duration {
         let ttls = lock(&self.ttls);
-        leases
-            .iter()
-            .filter_map(|l| ttls.get(l))
-            .map(|ttl| *ttl / 10)
-            .fold(self.shared.client.member_timeout(), Duration::min)
+        let shortest = leases.iter().filter_map(|l| ttls.get(l)).min();
+        self.shared
+            .answer_limit(shortest.copied().unwrap_or(Duration::MAX))
     }
 
     /// Send the writes `sent` (nested transactions of as few as etcd takes); one answer
@@ -379,7 +368,7 @@ impl Primitives for EtcdPrimitives {
     }
 
     async fn renew(&self, sessions: &[String]) -> Result<Vec<bool>> {
-        let ids: Vec<Option<i64>> = sessions.iter().map(|s| parse_lease_hex(s)).collect();
+        let ids: Vec<Option<i64>> = sessions.iter().map(|s| parse_lease_hex(s).ok()).collect();
         let leases: Vec<i64> = ids.iter().flatten().copied().collect();
         if leases.is_empty() {
             return Ok(vec![false; sessions.len()]);
@@ -406,7 +395,7 @@ impl Primitives for EtcdPrimitives {
     }
 
     async fn revoke(&self, session: &str) -> Result<()> {
-        let id = lease(session)?;
+        let id = parse_lease_hex(session)?;
         lock(&self.ttls).remove(&id);
         let revoke = LeaseRevokeRequest { id };
         match self.shared.call("close session", revoke).await {

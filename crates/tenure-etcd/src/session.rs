@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::{revision_token, BackendSession, Lifetime, Purpose, SessionEvents};
-use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
+use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::client::KeepAliveStream;
@@ -19,27 +19,11 @@ use crate::error::TAG;
 use crate::gather::{Gather, MAX_OPS, MAX_PARTS};
 use crate::keys::lease_hex;
 use crate::ops::{self, op};
-use crate::proto::{KeyValue, LeaseRevokeRequest, TxnRequest};
+use crate::proto::{LeaseRevokeRequest, TxnRequest};
 use crate::shared::Shared;
 use crate::watches::{Fired, Watches};
 
 mod queue;
-
-/// Whether the first of `kvs` (a read of one key) was created at `revision`.
-fn created_at(kvs: &[KeyValue], revision: i64) -> bool {
-    kvs.first().is_some_and(|kv| kv.create_revision == revision)
-}
-
-/// Wait out the retry delay of `attempt` (counting it up); `false` if `stop` came
-/// first.
-async fn pause(retry: &Retry, attempt: &mut u32, stop: &CancellationToken) -> bool {
-    let delay = retry.delay(*attempt);
-    *attempt = attempt.saturating_add(1);
-    tokio::select! {
-        _ = stop.cancelled() => false,
-        _ = tokio::time::sleep(delay) => true,
-    }
-}
 
 /// Seats per transaction of a batch: two operations each (a put and a read), within
 /// etcd's default limit of 128 operations per transaction (`--max-txn-ops`).
@@ -105,7 +89,7 @@ impl EtcdSession {
         events: SessionEvents,
     ) -> Result<Self> {
         let lease = shared.grant_lease(ttl).await?;
-        let answer_limit = answer_limit(&shared, ttl);
+        let answer_limit = shared.answer_limit(ttl);
         let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
         let watcher = Watches::spawn(
             shared.client.clone(),
@@ -130,15 +114,6 @@ impl EtcdSession {
             inner,
         })
     }
-}
-
-/// See `Inner::answer_limit`: the member timeout, at most a tenth of the TTL. A renewal
-/// goes out every quarter TTL and the core gives each attempt at most that long, so the
-/// next member gets most of the attempt; asking it early is cheap, since the slow
-/// member's call goes on beside it (the client's hedged requests). With one member
-/// only the request timeout applies.
-fn answer_limit(shared: &Shared, ttl: Duration) -> Duration {
-    shared.client.member_timeout().min(ttl / 10)
 }
 
 #[async_trait]

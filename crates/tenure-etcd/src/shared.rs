@@ -59,6 +59,17 @@ impl Shared {
         Ok((resp.kvs.into_iter().next(), ops::revision(&resp.header)))
     }
 
+    /// How long a renewal of a lease of `ttl` waits for one member before it asks the
+    /// next as well: the member timeout, at most a tenth of the TTL. A renewal goes out
+    /// every quarter TTL and the core gives each attempt at most that long, so the next
+    /// member gets most of the attempt, and the renewal still lands within the renew
+    /// deadline; asking it early is cheap, since the slow member's call goes on beside
+    /// it (the client's hedged requests). With one member only the request timeout
+    /// applies.
+    pub(crate) fn answer_limit(&self, ttl: Duration) -> Duration {
+        self.client.member_timeout().min(ttl / 10)
+    }
+
     /// Grant a lease of `ttl` (in whole seconds, rounded up); its id.
     pub(crate) async fn grant_lease(&self, ttl: Duration) -> Result<i64> {
         let seconds = lease_seconds(ttl);

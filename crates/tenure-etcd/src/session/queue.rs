@@ -9,11 +9,10 @@ use tenure_core::backend::{lock, revision_token};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Result, Retry};
 use tokio_util::sync::CancellationToken;
 
-use super::{created_at, pause, Candidacy, Inner, QueueState};
+use super::{Candidacy, Inner, QueueState};
 use crate::error::TAG;
-use crate::gather::Answer;
 use crate::ops::{self, op};
-use crate::proto::{KeyValue, RequestOp, TxnRequest, TxnResponse};
+use crate::proto::{KeyValue, TxnRequest, TxnResponse};
 use crate::watches::{Fired, KeyWatch};
 
 impl Inner {
@@ -171,11 +170,6 @@ impl Inner {
         Ok(Some((revision, predecessor)))
     }
 
-    /// Run `reads` together in a shared read-only transaction of [`looks`](Inner::looks).
-    pub(super) async fn look(&self, reads: Vec<RequestOp>) -> Result<Answer> {
-        self.looks.one(reads, None).await
-    }
-
     /// Is our key still there, and which key (if any) is just before it?
     pub(super) async fn look_at_queue(
         &self,
@@ -187,8 +181,11 @@ impl Inner {
             op(ops::get_key_only(key)),
             op(ops::predecessor(range, revision)),
         ];
-        let answer = self.look(reads).await?;
-        let own_present = created_at(&answer.read(0), revision);
+        let answer = self.looks.one(reads, None).await?;
+        let own_present = answer
+            .read(0)
+            .first()
+            .is_some_and(|kv| kv.create_revision == revision);
         let predecessor = answer
             .read(1)
             .into_iter()
@@ -260,7 +257,7 @@ impl Inner {
             let gone = match fired {
                 Fired::Deleted | Fired::Compacted => {
                     let read = vec![op(ops::get_key_only(&key))];
-                    self.look(read).await.ok().map(|answer| {
+                    self.looks.one(read, None).await.ok().map(|answer| {
                         let gone = answer
                             .read(0)
                             .first()
@@ -287,8 +284,11 @@ impl Inner {
                 }
                 Some(false) => {}
                 None => {
-                    if !pause(&retry, &mut attempt, &stop).await {
-                        return;
+                    let delay = retry.delay(attempt);
+                    attempt = attempt.saturating_add(1);
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
                     }
                 }
             }
@@ -297,28 +297,16 @@ impl Inner {
         }
     }
 
+    /// Forget the candidacy in `election` (only the grant with `token` if given),
+    /// stopping its monitor.
     pub(super) fn forget(&self, election: &ElectionName, token: Option<FencingToken>) {
-        self.take_candidacy(election, token);
-    }
-
-    /// Remove and return the candidacy in `election` (only the grant with `token` if
-    /// given), stopping its monitor.
-    pub(super) fn take_candidacy(
-        &self,
-        election: &ElectionName,
-        token: Option<FencingToken>,
-    ) -> Option<Candidacy> {
         let mut candidacies = self.lock();
         let matches = candidacies
             .get(election)
             .is_some_and(|c| token.is_none_or(|t| revision_token(c.revision) == t));
-        if !matches {
-            return None;
+        let gone = matches.then(|| candidacies.remove(election)).flatten();
+        if let Some(monitor) = gone.and_then(|c| c.monitor) {
+            monitor.cancel();
         }
-        let c = candidacies.remove(election)?;
-        if let Some(m) = &c.monitor {
-            m.cancel();
-        }
-        Some(c)
     }
 }
