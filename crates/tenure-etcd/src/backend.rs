@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::primitive::Primitives;
+use tenure_core::backend::primitive::{MemberStore, Primitives};
 use tenure_core::backend::{
     Capabilities, Clause, DrivenBackend, DynSession, Published, SessionEvents,
 };
@@ -19,7 +19,7 @@ use crate::config::SCHEME;
 use crate::error::{map, TAG};
 use crate::follow::{follow, Follower};
 use crate::keys::{parse_lease_hex, EtcdLayout, KeySpace};
-use crate::members;
+use crate::members::EtcdMembers;
 use crate::ops::{self, prefix_end};
 use crate::primitives::EtcdPrimitives;
 use crate::proto::{Event, LeaseRevokeRequest};
@@ -102,6 +102,13 @@ impl EtcdBackend {
     /// for measurements.
     pub fn unary_calls(&self) -> u64 {
         self.shared.client.unary_calls()
+    }
+
+    /// The member lists of the Go layout (the engine's are the primitives').
+    fn go_members(&self) -> EtcdMembers {
+        EtcdMembers {
+            shared: self.shared.clone(),
+        }
     }
 
     /// The engine's primitives over this backend's connection (for the primitive
@@ -202,16 +209,14 @@ impl Backend for EtcdBackend {
         if let Some((driven, _)) = &self.driven {
             return driven.members(namespace).await;
         }
-        let range = self.shared.keys.member_range(namespace);
-        let (members, _) = members::list(&self.shared, &range).await?;
-        Ok(members.into_values().collect())
+        self.go_members().list(namespace).await
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
         if let Some((driven, _)) = &self.driven {
             return driven.watch_members(namespace).await;
         }
-        members::watch(self.shared.clone(), namespace).await
+        self.go_members().watch(namespace).await
     }
 }
 

@@ -29,7 +29,7 @@ use futures::{FutureExt, StreamExt};
 use tenure_core::{Error, Result};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
 use crate::config::EtcdConfig;
@@ -148,7 +148,7 @@ impl EtcdClient {
     /// A client for `config`'s endpoints. Connections are made on first use; with a
     /// username, the first token is fetched here.
     pub(crate) async fn connect(config: &EtcdConfig) -> Result<Self> {
-        let tls = tls_config(config)?;
+        let tls = config.client_tls()?;
         let mut members = Vec::new();
         for url in config.endpoint_urls() {
             let mut endpoint = Endpoint::from_shared(url.clone())
@@ -472,28 +472,6 @@ impl EtcdClient {
         let once = |member| self.duplex_once(member, proto::WATCH, first.clone());
         self.authed(self.member_timeout, once).await
     }
-}
-
-fn tls_config(config: &EtcdConfig) -> Result<Option<ClientTlsConfig>> {
-    if !config.is_tls() {
-        return Ok(None);
-    }
-    let read = |what: &str, path: &std::path::Path| {
-        std::fs::read(path)
-            .map_err(|e| Error::invalid(format!("{what}: cannot read {}: {e}", path.display())))
-    };
-    let mut tls = ClientTlsConfig::new();
-    let (ca, identity) = config.tls_files();
-    if let Some(ca) = ca {
-        tls = tls.ca_certificate(Certificate::from_pem(read("ca", ca)?));
-    }
-    if let Some((cert, key)) = identity {
-        tls = tls.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
-    }
-    if let Some(domain) = config.tls_domain() {
-        tls = tls.domain_name(domain);
-    }
-    Ok(Some(tls))
 }
 
 #[cfg(test)]

@@ -52,9 +52,6 @@ pub enum EtcdLayout {
 }
 
 impl EtcdLayout {
-    /// Every layout.
-    const ALL: [EtcdLayout; 2] = [EtcdLayout::Tenure, EtcdLayout::GoElection];
-
     /// The layout's name in URLs and the environment: `tenure` or `go`.
     pub fn name(self) -> &'static str {
         match self {
@@ -76,15 +73,14 @@ impl FromStr for EtcdLayout {
     type Err = Error;
 
     fn from_str(value: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|layout| layout.name() == value)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "layout: {value:?} is not a layout; use tenure (tenure's own keys) or go \
-                     (the keys of Go's concurrency.Election and etcdctl elect)"
-                ))
-            })
+        match value {
+            "tenure" => Ok(EtcdLayout::Tenure),
+            "go" => Ok(EtcdLayout::GoElection),
+            _ => Err(Error::invalid(format!(
+                "layout: {value:?} is not a layout; use tenure (tenure's own keys) or go \
+                 (the keys of Go's concurrency.Election and etcdctl elect)"
+            ))),
+        }
     }
 }
 

@@ -66,6 +66,7 @@ impl fmt::Debug for EtcdPrimitives {
 }
 
 /// One election's keys.
+#[derive(Clone)]
 struct Keys {
     /// Every key of the election starts with it: `<prefix>/<election>/@`.
     range: String,
@@ -341,6 +342,7 @@ impl EtcdPrimitives {
 }
 
 /// A write on its way: its election, the write, its keys, its transaction.
+#[derive(Clone)]
 struct Sent<'a> {
     election: &'a ElectionName,
     write: &'a Write,
@@ -477,15 +479,7 @@ impl Primitives for EtcdPrimitives {
         if again.is_empty() {
             return Ok(answers);
         }
-        let resend: Vec<Sent<'_>> = again
-            .iter()
-            .map(|&i| Sent {
-                election: sent[i].election,
-                write: sent[i].write,
-                keys: Keys::of(&self.shared, sent[i].election),
-                txn: sent[i].txn.clone(),
-            })
-            .collect();
+        let resend: Vec<Sent<'_>> = again.iter().map(|&i| sent[i].clone()).collect();
         for (i, answer) in again.into_iter().zip(self.send(&resend).await?) {
             answers[i] = answer;
         }

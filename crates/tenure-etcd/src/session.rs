@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::primitive::MemberStore;
 use tenure_core::backend::{revision_token, BackendSession, Lifetime, Purpose, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -18,10 +19,11 @@ use crate::client::KeepAliveStream;
 use crate::error::TAG;
 use crate::gather::{Gather, MAX_OPS, MAX_PARTS};
 use crate::keys::lease_hex;
+use crate::members::EtcdMembers;
 use crate::ops::{self, op};
 use crate::proto::{LeaseRevokeRequest, TxnRequest};
 use crate::shared::Shared;
-use crate::watches::{Fired, Watches};
+use crate::watches::Watches;
 
 mod queue;
 
@@ -114,6 +116,13 @@ impl EtcdSession {
             inner,
         })
     }
+
+    /// The member lists, for this session's registrations (its id is its lease id).
+    fn members(&self) -> EtcdMembers {
+        EtcdMembers {
+            shared: self.inner.shared.clone(),
+        }
+    }
 }
 
 #[async_trait]
@@ -202,15 +211,11 @@ impl BackendSession for EtcdSession {
             tokio::select! {
                 fired = before.fired() => {
                     inner.shared.count();
-                    if let Fired::Broken(e) = fired {
-                        return Err(e);
-                    }
+                    fired?;
                 }
                 fired = own_watch.fired() => {
                     inner.shared.count();
-                    if let Fired::Broken(e) = fired {
-                        return Err(e);
-                    }
+                    fired?;
                     // Look again; the key may be gone.
                     own_watch = inner.watch_own(&key, revision);
                 }
@@ -307,14 +312,12 @@ impl BackendSession for EtcdSession {
     }
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
-        let inner = &self.inner;
-        inner.life.check_open()?;
-        crate::members::register(&inner.shared, inner.lease, namespace, member).await
+        self.inner.life.check_open()?;
+        self.members().register(self.id(), namespace, member).await
     }
 
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
-        let inner = &self.inner;
-        crate::members::unregister(&inner.shared, inner.lease, namespace, id).await
+        self.members().unregister(self.id(), namespace, id).await
     }
 
     async fn close(&self) -> Result<()> {

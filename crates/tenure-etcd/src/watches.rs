@@ -67,32 +67,24 @@ impl Wait {
     }
 }
 
-/// What ended a [`KeyWatch`].
-#[derive(Debug)]
-pub(crate) enum Fired {
-    /// The key was deleted (at or after the start revision).
-    Deleted,
-    /// The start revision was compacted away: the caller must read the key to know.
-    Compacted,
-    /// The watch stream failed; the caller decides whether to retry.
-    Broken(Error),
-}
-
 /// A watch for the deletion of one key; dropping it cancels it.
 pub(crate) struct KeyWatch(Watch);
 
 impl KeyWatch {
-    /// Wait until the key is deleted (or the watch cannot tell).
-    pub(crate) async fn fired(&mut self) -> Fired {
+    /// Wait until the key is deleted (at or after the start revision: `true`) or the
+    /// watch cannot tell (the start revision was compacted away: `false`, the caller
+    /// reads the key); `Err` when the stream failed (the caller decides whether to
+    /// retry).
+    pub(crate) async fn fired(&mut self) -> Result<bool, Error> {
         loop {
             match self.0.next().await {
                 Seen::Events(events) => {
                     if events.iter().any(|e| e.r#type == EventType::Delete as i32) {
-                        return Fired::Deleted;
+                        return Ok(true);
                     }
                 }
-                Seen::Compacted => return Fired::Compacted,
-                Seen::Broken(e) => return Fired::Broken(e),
+                Seen::Compacted => return Ok(false),
+                Seen::Broken(e) => return Err(e),
             }
         }
     }

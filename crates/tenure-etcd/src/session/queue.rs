@@ -13,7 +13,7 @@ use super::{Candidacy, Inner, QueueState};
 use crate::error::TAG;
 use crate::ops::{self, op};
 use crate::proto::{KeyValue, TxnRequest, TxnResponse};
-use crate::watches::{Fired, KeyWatch};
+use crate::watches::KeyWatch;
 
 impl Inner {
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<ElectionName, Candidacy>> {
@@ -255,20 +255,20 @@ impl Inner {
             // looks at the queue do — one request each kept etcd from applying for
             // seconds. `None`: ask again after a pause.
             let gone = match fired {
-                Fired::Deleted | Fired::Compacted => {
+                Ok(deleted) => {
                     let read = vec![op(ops::get_key_only(&key))];
                     self.looks.one(read, None).await.ok().map(|answer| {
                         let gone = answer
                             .read(0)
                             .first()
                             .is_none_or(|kv| kv.create_revision != revision);
-                        if !gone && matches!(fired, Fired::Deleted) {
+                        if !gone && deleted {
                             tracing::warn!(%election, revision, "a watch reported the held key deleted, but etcd still has it");
                         }
                         gone
                     })
                 }
-                Fired::Broken(_) => None,
+                Err(_) => None,
             };
             match gone {
                 Some(true) => {
