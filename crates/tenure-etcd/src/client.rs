@@ -56,13 +56,14 @@ const MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) struct EtcdClient {
     members: Arc<[Channel]>,
     preferred: Arc<AtomicUsize>,
-    member_timeout: Duration,
+    /// The longest one member may take before a request goes to the next one.
+    pub(crate) member_timeout: Duration,
     auth: Option<Arc<Auth>>,
     /// Messages sent to etcd (unary calls, streams opened, stream messages), each one
     /// round trip, for measurements.
-    sent: Arc<AtomicU64>,
+    pub(crate) sent: Arc<AtomicU64>,
     /// Unary calls sent (transactions, reads, lease grants and revokes).
-    unary: Arc<AtomicU64>,
+    pub(crate) unary: Arc<AtomicU64>,
 }
 
 /// A user's credentials and the token etcd gave for them.
@@ -183,24 +184,6 @@ impl EtcdClient {
             }),
         };
         Ok(client)
-    }
-
-    /// Messages sent to etcd so far (each one round trip: unary calls, streams opened,
-    /// keep-alives and watches sent on open streams).
-    pub(crate) fn round_trips(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
-    }
-
-    /// Unary calls sent so far (transactions, reads, lease grants and revokes): each
-    /// one request etcd serves on its own, where watches and keep-alives are messages
-    /// on open streams.
-    pub(crate) fn unary_calls(&self) -> u64 {
-        self.unary.load(Ordering::Relaxed)
-    }
-
-    /// The longest one member may take before a request goes to the next one.
-    pub(crate) fn member_timeout(&self) -> Duration {
-        self.member_timeout
     }
 
     /// Send later requests to `member` (it answered first).

@@ -230,15 +230,9 @@ fn wakes(event: &Event, me: Option<&(String, String)>, on: Option<&String>) -> b
 
 impl EtcdPrimitives {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        let timeout = shared.config.get_request_timeout();
         EtcdPrimitives {
             gather: Gather::new(shared.clone(), "commit", MAX_PARTS),
-            watches: Watches::spawn(
-                shared.client.clone(),
-                shared.keys.root(),
-                timeout,
-                tokio_util::sync::CancellationToken::new(),
-            ),
+            watches: Watches::spawn(&shared, Default::default()),
             members: EtcdMembers {
                 shared: shared.clone(),
             },

@@ -93,12 +93,7 @@ impl EtcdSession {
         let lease = shared.grant_lease(ttl).await?;
         let answer_limit = shared.answer_limit(ttl);
         let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
-        let watcher = Watches::spawn(
-            shared.client.clone(),
-            shared.keys.root(),
-            shared.config.get_request_timeout(),
-            life.child_token(),
-        );
+        let watcher = Watches::spawn(&shared, life.child_token());
         let inner = Arc::new(Inner {
             enqueues: Gather::new(shared.clone(), "campaign", MAX_PARTS),
             looks: Gather::new(shared.clone(), "campaign: look at the queue", MAX_OPS),

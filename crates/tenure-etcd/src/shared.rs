@@ -67,7 +67,7 @@ impl Shared {
     /// it (the client's hedged requests). With one member only the request timeout
     /// applies.
     pub(crate) fn answer_limit(&self, ttl: Duration) -> Duration {
-        self.client.member_timeout().min(ttl / 10)
+        self.client.member_timeout.min(ttl / 10)
     }
 
     /// Grant a lease of `ttl` (in whole seconds, rounded up); its id.

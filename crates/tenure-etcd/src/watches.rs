@@ -30,6 +30,7 @@ use crate::client::{EtcdClient, WatchStream};
 use crate::error::{map, TAG};
 use crate::ops::prefix_end;
 use crate::proto::{Event, EventType, WatchCreateRequest, WatchResponse};
+use crate::shared::Shared;
 
 /// Changes remembered to serve waits from revisions the prefix watch has passed.
 const LOG_LIMIT: usize = 8192;
@@ -125,19 +126,14 @@ impl Drop for Watch {
 }
 
 impl Watches {
-    /// Start the task for the keys under `root` (`<prefix>/`); it opens its stream on
-    /// the first wait, and stops with `stop` or the handle.
-    pub(crate) fn spawn(
-        client: EtcdClient,
-        root: &str,
-        timeout: Duration,
-        stop: CancellationToken,
-    ) -> Self {
+    /// Start the task for the keys under the prefix (`<prefix>/`); it opens its stream
+    /// on the first wait, and stops with `stop` or the handle.
+    pub(crate) fn spawn(shared: &Shared, stop: CancellationToken) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
         let task = Task {
-            client,
-            timeout,
-            root: root.as_bytes().to_vec(),
+            client: shared.client.clone(),
+            timeout: shared.config.get_request_timeout(),
+            root: shared.keys.root().as_bytes().to_vec(),
             stream: None,
             prefix: Prefix::Off,
             log: VecDeque::new(),
