@@ -229,10 +229,7 @@ impl BackendSession for EtcdSession {
         let key = inner.key(election);
         let value = inner.shared.keys.candidate_value(candidate);
         let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
-        let leads = first
-            .first()
-            .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision);
-        if leads {
+        if queue::leads(&first, &key, revision) {
             let own_watch = inner.watch_own(&key, revision);
             inner.granted(election, revision, own_watch);
             return Ok(Some(revision_token(revision)));

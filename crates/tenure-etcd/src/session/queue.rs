@@ -15,6 +15,21 @@ use crate::ops::{self, op};
 use crate::proto::{KeyValue, TxnRequest, TxnResponse};
 use crate::watches::KeyWatch;
 
+/// Whether `first` (an election's first key by creation) is `key`, created at
+/// `revision`.
+pub(super) fn leads(first: &[KeyValue], key: &str, revision: i64) -> bool {
+    first
+        .first()
+        .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision)
+}
+
+/// The key among `kvs` created just before `key` (created at `revision`).
+fn before(kvs: Vec<KeyValue>, key: &str, revision: i64) -> Option<String> {
+    kvs.into_iter()
+        .find(|kv| kv.create_revision < revision && kv.key != key.as_bytes())
+        .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+}
+
 impl Inner {
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<ElectionName, Candidacy>> {
         lock(&self.candidacies)
@@ -57,10 +72,7 @@ impl Inner {
         let mut answers = Vec::with_capacity(chunk.len());
         let mut withdraw = TxnRequest::default();
         for (i, ((election, _), key)) in chunk.iter().zip(&keys).enumerate() {
-            let leads = ops::read_in(&resp.responses, i)
-                .first()
-                .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision);
-            if leads {
+            if leads(&ops::read_in(&resp.responses, i), key, revision) {
                 let own_watch = self.watch_own(key, revision);
                 self.granted(election, revision, own_watch);
                 answers.push(Some(revision_token(revision)));
@@ -162,12 +174,7 @@ impl Inner {
         };
         let revision = answer.revision;
         self.queued(election, revision);
-        let predecessor = answer
-            .read(0)
-            .into_iter()
-            .find(|kv| kv.create_revision < revision && kv.key != key.as_bytes())
-            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned());
-        Ok(Some((revision, predecessor)))
+        Ok(Some((revision, before(answer.read(0), key, revision))))
     }
 
     /// Is our key still there, and which key (if any) is just before it?
@@ -186,14 +193,9 @@ impl Inner {
             .read(0)
             .first()
             .is_some_and(|kv| kv.create_revision == revision);
-        let predecessor = answer
-            .read(1)
-            .into_iter()
-            .find(|kv| kv.create_revision < revision && kv.key != key.as_bytes())
-            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned());
         Ok(QueueState {
             own_present,
-            predecessor,
+            predecessor: before(answer.read(1), key, revision),
             revision: answer.revision,
         })
     }
