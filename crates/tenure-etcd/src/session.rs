@@ -163,21 +163,13 @@ impl BackendSession for EtcdSession {
         // A new key's transaction also reads the key before it: the first look at the
         // queue comes with it.
         let (mut revision, mut first_look) = match inner.enqueue(election, &key, &value).await? {
-            Some((revision, predecessor)) => (
-                revision,
-                Some(QueueState {
-                    own_present: true,
-                    predecessor,
-                    revision,
-                }),
-            ),
-            None => (
-                inner
+            Some(look) => (look.revision, Some(look)),
+            None => {
+                let (revision, _) = inner
                     .ensure_candidacy(election, &key, &value, false)
-                    .await?
-                    .0,
-                None,
-            ),
+                    .await?;
+                (revision, None)
+            }
         };
         let mut own_watch = inner.watch_own(&key, revision);
         loop {

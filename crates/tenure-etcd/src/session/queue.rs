@@ -153,15 +153,15 @@ impl Inner {
     }
 
     /// Join the queue of `election` with a new key, if this session has none there:
-    /// the key's create revision and the key just before it; `None` (nothing written)
-    /// if a key of this session was already there: [`ensure_candidacy`](Self::ensure_candidacy)
-    /// sorts that out.
+    /// the first look at the queue, at the key's create revision; `None` (nothing
+    /// written) if a key of this session was already there:
+    /// [`ensure_candidacy`](Self::ensure_candidacy) sorts that out.
     pub(super) async fn enqueue(
         &self,
         election: &ElectionName,
         key: &str,
         value: &[u8],
-    ) -> Result<Option<(i64, Option<String>)>> {
+    ) -> Result<Option<QueueState>> {
         let range = self.shared.keys.election_range(election);
         let compare = vec![ops::created_at(key, 0)];
         let success = vec![
@@ -174,7 +174,11 @@ impl Inner {
         };
         let revision = answer.revision;
         self.queued(election, revision);
-        Ok(Some((revision, before(answer.read(0), key, revision))))
+        Ok(Some(QueueState {
+            own_present: true,
+            predecessor: before(answer.read(0), key, revision),
+            revision,
+        }))
     }
 
     /// Is our key still there, and which key (if any) is just before it?
