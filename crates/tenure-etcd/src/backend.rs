@@ -1,11 +1,12 @@
 //! The backend: connection, and in the default layout the election engine driven
 //! over the store's primitives; with `layout=go`, Go's recipe (see [`crate::session`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::primitive::Primitives;
+use tenure_core::backend::primitive::{MemberStore, Primitives};
 use tenure_core::backend::{
     Capabilities, Clause, DrivenBackend, DynSession, Published, SessionEvents,
 };
@@ -18,11 +19,11 @@ use crate::config::EtcdConfig;
 use crate::config::SCHEME;
 use crate::error::{map, TAG};
 use crate::follow::{follow, Follower};
-use crate::keys::{parse_lease_hex, EtcdLayout, KeySpace};
-use crate::members;
-use crate::ops::{self, prefix_end};
+use crate::keys::{parse_lease_hex, EtcdLayout};
+use crate::members::EtcdMembers;
+use crate::ops;
 use crate::primitives::EtcdPrimitives;
-use crate::proto::Event;
+use crate::proto::{Event, LeaseRevokeRequest, RangeRequest};
 use crate::session::EtcdSession;
 use crate::shared::Shared;
 
@@ -54,32 +55,24 @@ impl EtcdBackend {
     /// `Unavailable` or `Timeout`, bad credentials `Unauthorized`, never a hang.
     pub async fn connect(config: EtcdConfig) -> Result<Self> {
         config.validate()?;
-        let client = EtcdClient::connect(&config).await?;
-        let limit = config.get_connect_timeout();
-        let keys = KeySpace::new(config.key_prefix(), config.key_layout());
-        let probe_key = keys.root().to_string();
+        let shared = Arc::new(Shared::new(EtcdClient::connect(&config).await?, config));
+        let client = &shared.client;
         let connecting = async {
             client.authenticate().await.map_err(|e| map("connect", e))?;
             // A read under the prefix: proves the server answers and that the user may
             // read there.
-            let probe = ops::page(
-                probe_key.clone().into_bytes(),
-                prefix_end(probe_key.as_bytes()),
-                1,
-                0,
-            );
-            client
-                .range(crate::proto::RangeRequest {
-                    keys_only: true,
-                    ..probe
-                })
-                .await
-                .map_err(|e| map("connect", e))
+            let probe = RangeRequest {
+                limit: 1,
+                keys_only: true,
+                ..ops::all_under(shared.keys.root())
+            };
+            client.call(probe).await.map_err(|e| map("connect", e))
         };
+        let config = &shared.config;
         let endpoint = config.endpoints().join(",");
-        TAG.connecting(limit, &endpoint, connecting).await?;
+        TAG.connecting(config.get_connect_timeout(), &endpoint, connecting)
+            .await?;
         tracing::debug!(%config, "connected to etcd");
-        let shared = Arc::new(Shared::new(client, config));
         let driven = (shared.keys.layout() == EtcdLayout::Tenure).then(|| {
             let prims = Arc::new(EtcdPrimitives::new(shared.clone()));
             (DrivenBackend::new(prims.clone(), SCHEME), prims)
@@ -96,14 +89,21 @@ impl EtcdBackend {
     /// calls, streams opened, keep-alives and watches sent on open streams; renewals,
     /// elections and members alike), for measurements.
     pub fn round_trips(&self) -> u64 {
-        self.shared.client.round_trips()
+        self.shared.client.sent.load(Ordering::Relaxed)
     }
 
     /// How many unary requests this backend has sent to etcd (transactions, reads,
     /// lease grants and revokes; not the keep-alives and watches sent on open streams),
     /// for measurements.
     pub fn unary_calls(&self) -> u64 {
-        self.shared.client.unary_calls()
+        self.shared.client.unary.load(Ordering::Relaxed)
+    }
+
+    /// The member lists of the Go layout (the engine's are the primitives').
+    fn go_members(&self) -> EtcdMembers {
+        EtcdMembers {
+            shared: self.shared.clone(),
+        }
     }
 
     /// The engine's primitives over this backend's connection (for the primitive
@@ -120,16 +120,10 @@ impl EtcdBackend {
     /// without a keep-alive: its keys are deleted and its holder learns of the loss. For
     /// operators and fault tests. An unknown lease is `SessionExpired`.
     pub async fn revoke_session(&self, session_id: &str) -> Result<()> {
-        let lease = parse_lease_hex(session_id).ok_or_else(|| {
-            Error::invalid(format!(
-                "session id {session_id:?}: expected the 16 hex digits of an etcd lease id"
-            ))
-        })?;
-        self.shared
-            .requests
-            .call("revoke session", self.shared.client.lease_revoke(lease))
-            .await
-            .map(|_| ())
+        let revoke = LeaseRevokeRequest {
+            id: parse_lease_hex(session_id)?,
+        };
+        self.shared.call("revoke session", revoke).await.map(|_| ())
     }
 }
 
@@ -210,16 +204,14 @@ impl Backend for EtcdBackend {
         if let Some((driven, _)) = &self.driven {
             return driven.members(namespace).await;
         }
-        let range = self.shared.keys.member_range(namespace);
-        let (members, _) = members::list(&self.shared, &range).await?;
-        Ok(members.into_values().collect())
+        self.go_members().list(namespace).await
     }
 
     async fn watch_members(&self, namespace: &ElectionName) -> Result<MemberStream> {
         if let Some((driven, _)) = &self.driven {
             return driven.watch_members(namespace).await;
         }
-        members::watch(self.shared.clone(), namespace).await
+        self.go_members().watch(namespace).await
     }
 }
 

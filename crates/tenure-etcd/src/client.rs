@@ -29,11 +29,11 @@ use futures::{FutureExt, StreamExt};
 use tenure_core::{Error, Result};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::{Ascii, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
 use crate::config::EtcdConfig;
-use crate::proto::{self, path};
+use crate::proto::{self, Unary};
 
 /// How often the client pings an idle HTTP/2 connection. etcd refuses pings more often
 /// than every 5 s (`--grpc-keepalive-min-time`), so stay above that.
@@ -56,13 +56,14 @@ const MEMBER_TIMEOUT: Duration = Duration::from_secs(1);
 pub(crate) struct EtcdClient {
     members: Arc<[Channel]>,
     preferred: Arc<AtomicUsize>,
-    member_timeout: Duration,
+    /// The longest one member may take before a request goes to the next one.
+    pub(crate) member_timeout: Duration,
     auth: Option<Arc<Auth>>,
     /// Messages sent to etcd (unary calls, streams opened, stream messages), each one
     /// round trip, for measurements.
-    sent: Arc<AtomicU64>,
+    pub(crate) sent: Arc<AtomicU64>,
     /// Unary calls sent (transactions, reads, lease grants and revokes).
-    unary: Arc<AtomicU64>,
+    pub(crate) unary: Arc<AtomicU64>,
 }
 
 /// A user's credentials and the token etcd gave for them.
@@ -101,11 +102,6 @@ impl<Q, A> Duplex<Q, A> {
     /// The next answer; `None` when etcd ended the stream.
     pub(crate) async fn message(&mut self) -> std::result::Result<Option<A>, Status> {
         self.answers.message().await
-    }
-
-    /// The member the stream is open to (an index into the configured endpoints).
-    pub(crate) fn member(&self) -> usize {
-        self.member
     }
 }
 
@@ -153,7 +149,7 @@ impl EtcdClient {
     /// A client for `config`'s endpoints. Connections are made on first use; with a
     /// username, the first token is fetched here.
     pub(crate) async fn connect(config: &EtcdConfig) -> Result<Self> {
-        let tls = tls_config(config)?;
+        let tls = config.client_tls()?;
         let mut members = Vec::new();
         for url in config.endpoint_urls() {
             let mut endpoint = Endpoint::from_shared(url.clone())
@@ -188,24 +184,6 @@ impl EtcdClient {
             }),
         };
         Ok(client)
-    }
-
-    /// Messages sent to etcd so far (each one round trip: unary calls, streams opened,
-    /// keep-alives and watches sent on open streams).
-    pub(crate) fn round_trips(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed)
-    }
-
-    /// Unary calls sent so far (transactions, reads, lease grants and revokes): each
-    /// one request etcd serves on its own, where watches and keep-alives are messages
-    /// on open streams.
-    pub(crate) fn unary_calls(&self) -> u64 {
-        self.unary.load(Ordering::Relaxed)
-    }
-
-    /// The longest one member may take before a request goes to the next one.
-    pub(crate) fn member_timeout(&self) -> Duration {
-        self.member_timeout
     }
 
     /// Send later requests to `member` (it answered first).
@@ -305,13 +283,9 @@ impl EtcdClient {
             name: auth.name.clone(),
             password: auth.password.clone(),
         };
-        let answer: proto::AuthenticateResponse = self
+        let answer = self
             .on_members(self.member_timeout, |member| {
-                self.unary_once(
-                    member,
-                    path::AUTHENTICATE,
-                    tonic::Request::new(request.clone()),
-                )
+                self.unary_once(member, tonic::Request::new(request.clone()))
             })
             .await?;
         let token = MetadataValue::try_from(answer.token.as_str())
@@ -337,44 +311,51 @@ impl EtcdClient {
         tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_ANSWER_BYTES)
     }
 
-    async fn unary_once<Q, A>(
+    async fn unary_once<Q: Unary>(
         &self,
         member: usize,
-        path: &'static str,
         request: tonic::Request<Q>,
-    ) -> std::result::Result<A, Status>
-    where
-        Q: prost::Message + Send + Sync + 'static,
-        A: prost::Message + Default + Send + Sync + 'static,
-    {
+    ) -> std::result::Result<Q::Answer, Status> {
         let mut grpc = self.grpc(member);
         grpc.ready()
             .await
             .map_err(|e| Status::from_error(Box::new(e)))?;
         self.sent.fetch_add(1, Ordering::Relaxed);
         self.unary.fetch_add(1, Ordering::Relaxed);
-        let codec = tonic_prost::ProstCodec::<Q, A>::default();
+        let codec = tonic_prost::ProstCodec::<Q, Q::Answer>::default();
         let answer = grpc
-            .unary(request, PathAndQuery::from_static(path), codec)
+            .unary(request, PathAndQuery::from_static(Q::PATH), codec)
             .await?;
         Ok(answer.into_inner())
     }
 
-    /// One unary call (on the members in turn, see [`on_members`](Self::on_members));
-    /// when the auth token expired, a new one is fetched and the call made once more.
-    async fn unary<Q, A>(&self, path: &'static str, message: Q) -> std::result::Result<A, Status>
+    /// [`on_members`](Self::on_members); when the auth token expired, a new one is
+    /// fetched and `call` made once more.
+    async fn authed<T, F, Fut>(
+        &self,
+        limit: Duration,
+        mut call: F,
+    ) -> std::result::Result<T, Status>
     where
-        Q: prost::Message + Clone + Send + Sync + 'static,
-        A: prost::Message + Default + Send + Sync + 'static,
+        F: FnMut(usize) -> Fut,
+        Fut: Future<Output = std::result::Result<T, Status>>,
     {
-        let once = |member| self.unary_once(member, path, self.request(message.clone()));
-        match self.on_members(self.member_timeout, once).await {
+        match self.on_members(limit, &mut call).await {
             Err(status) if self.auth.is_some() && token_expired(&status) => {
                 self.authenticate().await?;
-                self.on_members(self.member_timeout, once).await
+                self.on_members(limit, call).await
             }
             other => other,
         }
+    }
+
+    /// One unary call, on the members in turn (see [`authed`](Self::authed)).
+    pub(crate) async fn call<Q: Unary>(
+        &self,
+        message: Q,
+    ) -> std::result::Result<Q::Answer, Status> {
+        let once = |member| self.unary_once(member, self.request(message.clone()));
+        self.authed(self.member_timeout, once).await
     }
 
     async fn duplex_once<Q, A>(
@@ -413,69 +394,6 @@ impl EtcdClient {
         })
     }
 
-    /// Open a bidirectional stream whose first request is `first`, on the members in
-    /// turn (see [`on_members`](Self::on_members)).
-    async fn duplex<Q, A>(
-        &self,
-        path: &'static str,
-        first: Q,
-    ) -> std::result::Result<Duplex<Q, A>, Status>
-    where
-        Q: prost::Message + Clone + Send + Sync + 'static,
-        A: prost::Message + Default + Send + Sync + 'static,
-    {
-        let once = |member| self.duplex_once(member, path, first.clone());
-        match self.on_members(self.member_timeout, once).await {
-            Err(status) if self.auth.is_some() && token_expired(&status) => {
-                self.authenticate().await?;
-                self.on_members(self.member_timeout, once).await
-            }
-            other => other,
-        }
-    }
-
-    /// `KV/Range`.
-    pub(crate) async fn range(
-        &self,
-        request: proto::RangeRequest,
-    ) -> std::result::Result<proto::RangeResponse, Status> {
-        self.unary(path::RANGE, request).await
-    }
-
-    /// `KV/DeleteRange`.
-    pub(crate) async fn delete_range(
-        &self,
-        request: proto::DeleteRangeRequest,
-    ) -> std::result::Result<proto::DeleteRangeResponse, Status> {
-        self.unary(path::DELETE_RANGE, request).await
-    }
-
-    /// `KV/Txn`.
-    pub(crate) async fn txn(
-        &self,
-        request: proto::TxnRequest,
-    ) -> std::result::Result<proto::TxnResponse, Status> {
-        self.unary(path::TXN, request).await
-    }
-
-    /// `Lease/LeaseGrant`.
-    pub(crate) async fn lease_grant(
-        &self,
-        ttl: i64,
-    ) -> std::result::Result<proto::LeaseGrantResponse, Status> {
-        self.unary(path::LEASE_GRANT, proto::LeaseGrantRequest { ttl, id: 0 })
-            .await
-    }
-
-    /// `Lease/LeaseRevoke`.
-    pub(crate) async fn lease_revoke(
-        &self,
-        id: i64,
-    ) -> std::result::Result<proto::LeaseRevokeResponse, Status> {
-        self.unary(path::LEASE_REVOKE, proto::LeaseRevokeRequest { id })
-            .await
-    }
-
     /// Renew the leases `ids` (at least one): their keep-alives on `existing` (the
     /// stream of the last renewal) when it is open to the preferred member, else on a
     /// new stream, sent to the members in turn with `limit` for each (see
@@ -484,22 +402,21 @@ impl EtcdClient {
     pub(crate) async fn keep_alive(
         &self,
         ids: &[i64],
-        existing: Option<KeepAliveStream>,
+        mut existing: Option<KeepAliveStream>,
         limit: Duration,
     ) -> std::result::Result<(KeepAliveStream, Vec<i64>), Status> {
         let Some((&first, rest)) = ids.split_first() else {
             return Err(Status::invalid_argument("no lease to keep alive"));
         };
-        let mut existing = existing;
-        let mut once = |member: usize| {
-            let reuse = existing.take().filter(|stream| stream.member() == member);
+        let once = |member: usize| {
+            let reuse = existing.take().filter(|stream| stream.member == member);
             async move {
                 let first = proto::LeaseKeepAliveRequest { id: first };
                 let mut stream = match reuse {
                     Some(stream) if stream.send(first.clone()).is_ok() => stream,
                     // Opening a stream sends its first keep-alive.
                     _ => {
-                        self.duplex_once(member, path::LEASE_KEEP_ALIVE, first)
+                        self.duplex_once(member, proto::LEASE_KEEP_ALIVE, first)
                             .await?
                     }
                 };
@@ -526,44 +443,18 @@ impl EtcdClient {
                 ))
             }
         };
-        match self.on_members(limit, &mut once).await {
-            Err(status) if self.auth.is_some() && token_expired(&status) => {
-                self.authenticate().await?;
-                self.on_members(limit, &mut once).await
-            }
-            other => other,
-        }
+        self.authed(limit, once).await
     }
 
-    /// Open a watch stream with its first watch.
+    /// Open a watch stream with its first watch, on the members in turn.
     pub(crate) async fn watch(
         &self,
         create: proto::WatchCreateRequest,
     ) -> std::result::Result<WatchStream, Status> {
-        self.duplex(path::WATCH, watch_create(create)).await
+        let first = watch_create(create);
+        let once = |member| self.duplex_once(member, proto::WATCH, first.clone());
+        self.authed(self.member_timeout, once).await
     }
-}
-
-fn tls_config(config: &EtcdConfig) -> Result<Option<ClientTlsConfig>> {
-    if !config.is_tls() {
-        return Ok(None);
-    }
-    let read = |what: &str, path: &std::path::Path| {
-        std::fs::read(path)
-            .map_err(|e| Error::invalid(format!("{what}: cannot read {}: {e}", path.display())))
-    };
-    let mut tls = ClientTlsConfig::new();
-    let (ca, identity) = config.tls_files();
-    if let Some(ca) = ca {
-        tls = tls.ca_certificate(Certificate::from_pem(read("ca", ca)?));
-    }
-    if let Some((cert, key)) = identity {
-        tls = tls.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
-    }
-    if let Some(domain) = config.tls_domain() {
-        tls = tls.domain_name(domain);
-    }
-    Ok(Some(tls))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use tenure_core::backend::config::{
 };
 use tenure_core::backend::FailoverFloor;
 use tenure_core::{Error, Result, Timing};
+use tonic::transport::{Certificate, ClientTlsConfig, Identity};
 
 use crate::keys::{validate_prefix, EtcdLayout, DEFAULT_PREFIX};
 
@@ -132,11 +133,8 @@ impl EtcdConfig {
         finish(config, url.query, Self::set, Self::validate)
     }
 
-    /// Read `TENURE_ETCD_ENDPOINTS` (required), `TENURE_ETCD_PREFIX`, `TENURE_ETCD_LAYOUT`,
-    /// `TENURE_ETCD_USERNAME`, `TENURE_ETCD_PASSWORD`, `TENURE_ETCD_TLS`,
-    /// `TENURE_ETCD_CA_FILE`, `TENURE_ETCD_CERT_FILE`, `TENURE_ETCD_KEY_FILE`,
-    /// `TENURE_ETCD_DOMAIN`, `TENURE_ETCD_CONNECT_TIMEOUT_MS` and
-    /// `TENURE_ETCD_REQUEST_TIMEOUT_MS`.
+    /// Read the settings from the environment: `TENURE_ETCD_ENDPOINTS` (required) and
+    /// the variables of the table above.
     pub fn from_env() -> Result<Self> {
         Self::from_lookup(|name| std::env::var(name).ok())
     }
@@ -283,12 +281,27 @@ impl EtcdConfig {
         self.credentials.password()
     }
 
-    pub(crate) fn tls_files(&self) -> (Option<&PathBuf>, Option<(&PathBuf, &PathBuf)>) {
-        self.files.paths()
-    }
-
-    pub(crate) fn tls_domain(&self) -> Option<&str> {
-        self.domain.as_deref()
+    /// The gRPC client's TLS settings, with the PEM files read (`None` without TLS).
+    pub(crate) fn client_tls(&self) -> Result<Option<ClientTlsConfig>> {
+        if !self.tls {
+            return Ok(None);
+        }
+        let read = |what: &str, path: &std::path::Path| {
+            std::fs::read(path)
+                .map_err(|e| Error::invalid(format!("{what}: cannot read {}: {e}", path.display())))
+        };
+        let mut tls = ClientTlsConfig::new();
+        let (ca, identity) = self.files.paths();
+        if let Some(ca) = ca {
+            tls = tls.ca_certificate(Certificate::from_pem(read("ca", ca)?));
+        }
+        if let Some((cert, key)) = identity {
+            tls = tls.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
+        }
+        if let Some(domain) = &self.domain {
+            tls = tls.domain_name(domain);
+        }
+        Ok(Some(tls))
     }
 
     /// The endpoint URLs for the gRPC client.
@@ -403,10 +416,10 @@ mod tests {
                 .unwrap();
         assert!(c.is_tls());
         assert_eq!(c.endpoint_urls(), ["https://h:2379"]);
-        let (ca, id) = c.tls_files();
+        let (ca, id) = c.files.paths();
         assert_eq!(ca, Some(&PathBuf::from("/ca.pem")));
         assert!(id.is_some());
-        assert_eq!(c.tls_domain(), Some("etcd"));
+        assert_eq!(c.domain.as_deref(), Some("etcd"));
     }
 
     #[test]

@@ -205,11 +205,7 @@ impl Gather {
             txn.success.extend(p.ops);
         }
         let shared = &self.shared;
-        let resp = match shared
-            .requests
-            .call(self.what, shared.client.txn(txn))
-            .await
-        {
+        let resp = match shared.call(self.what, txn).await {
             Ok(resp) => resp,
             Err(e) => {
                 for (_, _, reply) in replies {
@@ -239,8 +235,7 @@ impl Gather {
         if !orphans.success.is_empty() {
             // Each on its own (a key changed meanwhile stays); best effort: a key left
             // over goes with the session.
-            let withdraw = shared.client.txn(orphans);
-            let _ = shared.requests.call("withdraw", withdraw).await;
+            let _ = shared.call("withdraw", orphans).await;
         }
     }
 }

@@ -52,9 +52,6 @@ pub enum EtcdLayout {
 }
 
 impl EtcdLayout {
-    /// Every layout.
-    const ALL: [EtcdLayout; 2] = [EtcdLayout::Tenure, EtcdLayout::GoElection];
-
     /// The layout's name in URLs and the environment: `tenure` or `go`.
     pub fn name(self) -> &'static str {
         match self {
@@ -76,15 +73,14 @@ impl FromStr for EtcdLayout {
     type Err = Error;
 
     fn from_str(value: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|layout| layout.name() == value)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "layout: {value:?} is not a layout; use tenure (tenure's own keys) or go \
-                     (the keys of Go's concurrency.Election and etcdctl elect)"
-                ))
-            })
+        match value {
+            "tenure" => Ok(EtcdLayout::Tenure),
+            "go" => Ok(EtcdLayout::GoElection),
+            _ => Err(Error::invalid(format!(
+                "layout: {value:?} is not a layout; use tenure (tenure's own keys) or go \
+                 (the keys of Go's concurrency.Election and etcdctl elect)"
+            ))),
+        }
     }
 }
 
@@ -251,11 +247,13 @@ pub(crate) fn go_lease_hex(lease: i64) -> String {
 }
 
 /// Parse a session id back into a lease id.
-pub(crate) fn parse_lease_hex(id: &str) -> Option<i64> {
-    if id.len() != 16 {
-        return None;
+pub(crate) fn parse_lease_hex(id: &str) -> Result<i64> {
+    match u64::from_str_radix(id, 16) {
+        Ok(v) if id.len() == 16 => Ok(v as i64),
+        _ => Err(Error::invalid(format!(
+            "session id {id:?}: expected the 16 hex digits of an etcd lease id"
+        ))),
     }
-    u64::from_str_radix(id, 16).ok().map(|v| v as i64)
 }
 
 #[cfg(test)]
@@ -391,11 +389,11 @@ mod tests {
     #[test]
     fn lease_ids_round_trip() {
         for lease in [1i64, 0x7fff_ffff_ffff_ffff, 0x694d_8a1b_2c3d_4e5f] {
-            assert_eq!(parse_lease_hex(&lease_hex(lease)), Some(lease));
+            assert_eq!(parse_lease_hex(&lease_hex(lease)).ok(), Some(lease));
         }
-        assert_eq!(parse_lease_hex("xyz"), None);
-        assert_eq!(parse_lease_hex("mem-1"), None);
-        assert_eq!(parse_lease_hex("zzzzzzzzzzzzzzzz"), None);
+        assert!(parse_lease_hex("xyz").is_err());
+        assert!(parse_lease_hex("mem-1").is_err());
+        assert!(parse_lease_hex("zzzzzzzzzzzzzzzz").is_err());
     }
 
     #[test]

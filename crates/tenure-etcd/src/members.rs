@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tenure_core::backend::primitive::MemberStore;
 use tenure_core::backend::Published;
-use tenure_core::{ElectionName, Error, Member, MemberStream, Result};
+use tenure_core::{ElectionName, Member, MemberStream, Result};
 
 use crate::follow::{follow, Follower};
 use crate::keys::{decode_member, parse_lease_hex};
@@ -15,89 +15,46 @@ use crate::ops::{self, op, prefix_end};
 use crate::proto::{Event, EventType, TxnRequest};
 use crate::shared::Shared;
 
-/// Register (or replace) `member` in `namespace` on `lease`. A put on a revoked or
-/// expired lease fails with "lease not found": `SessionExpired`. The put goes in a
-/// transaction: etcd (3.4) checks a plain put against every key already on its lease,
-/// which for a node holding 10,000 seats was a tenth of etcd's time at each update of
-/// the value.
-pub(crate) async fn register(
-    shared: &Shared,
-    lease: i64,
-    namespace: &ElectionName,
-    member: &Member,
-) -> Result<()> {
-    let key = shared.keys.member_key(namespace, member.id());
-    let put = ops::put(&key, member.value().as_bytes(), lease);
-    let txn = TxnRequest {
-        success: vec![op(put)],
-        ..Default::default()
-    };
-    shared
-        .requests
-        .call("register member", shared.client.txn(txn))
-        .await?;
-    Ok(())
-}
-
-/// Remove member `id` of `namespace` if `lease` registered it: a later registration
-/// by another session stays.
-pub(crate) async fn unregister(
-    shared: &Shared,
-    lease: i64,
-    namespace: &ElectionName,
-    id: &str,
-) -> Result<()> {
-    Member::check_id(id)?;
-    let key = shared.keys.member_key(namespace, id);
-    let txn = TxnRequest {
-        compare: vec![ops::on_lease(&key, lease)],
-        success: vec![op(ops::delete(&key))],
-        failure: Vec::new(),
-    };
-    shared
-        .requests
-        .call("unregister member", shared.client.txn(txn))
-        .await?;
-    Ok(())
-}
-
-/// The members of `namespace` as they change.
-pub(crate) async fn watch(shared: Arc<Shared>, namespace: &ElectionName) -> Result<MemberStream> {
-    let range = shared.keys.member_range(namespace);
-    let mut members = Members {
-        range: range.clone(),
-        members: BTreeMap::new(),
-    };
-    let (first, revision) = members.read(&shared).await?;
-    let (published, stream) = Published::new(first);
-    let what = "watch members";
-    tokio::spawn(follow(shared, range, revision, published, members, what));
-    Ok(stream)
-}
-
-/// The member lists of the engine's sessions (a session id is its lease id).
+/// The member lists of the sessions of both layouts (a session id is its lease id):
+/// a member is a key on its session's lease.
 pub(crate) struct EtcdMembers {
     pub(crate) shared: Arc<Shared>,
 }
 
-fn lease_of(session: &str) -> Result<i64> {
-    parse_lease_hex(session)
-        .ok_or_else(|| Error::invalid(format!("session id {session:?}: not an etcd lease id")))
-}
-
 #[async_trait]
 impl MemberStore for EtcdMembers {
+    /// A put on a revoked or expired lease fails with "lease not found":
+    /// `SessionExpired`. The put goes in a transaction: etcd (3.4) checks a plain put
+    /// against every key already on its lease, which for a node holding 10,000 seats
+    /// was a tenth of etcd's time at each update of the value.
     async fn register(
         &self,
         session: &str,
         namespace: &ElectionName,
         member: &Member,
     ) -> Result<()> {
-        register(&self.shared, lease_of(session)?, namespace, member).await
+        let key = self.shared.keys.member_key(namespace, member.id());
+        let put = ops::put(&key, member.value().as_bytes(), parse_lease_hex(session)?);
+        let txn = TxnRequest {
+            success: vec![op(put)],
+            ..Default::default()
+        };
+        self.shared.call("register member", txn).await?;
+        Ok(())
     }
 
+    /// Only if this session registered it: a later registration by another session
+    /// stays.
     async fn unregister(&self, session: &str, namespace: &ElectionName, id: &str) -> Result<()> {
-        unregister(&self.shared, lease_of(session)?, namespace, id).await
+        Member::check_id(id)?;
+        let key = self.shared.keys.member_key(namespace, id);
+        let txn = TxnRequest {
+            compare: vec![ops::on_lease(&key, parse_lease_hex(session)?)],
+            success: vec![op(ops::delete(&key))],
+            failure: Vec::new(),
+        };
+        self.shared.call("unregister member", txn).await?;
+        Ok(())
     }
 
     async fn list(&self, namespace: &ElectionName) -> Result<Vec<Member>> {
@@ -106,7 +63,16 @@ impl MemberStore for EtcdMembers {
     }
 
     async fn watch(&self, namespace: &ElectionName) -> Result<MemberStream> {
-        watch(self.shared.clone(), namespace).await
+        let range = self.shared.keys.member_range(namespace);
+        let mut members = Members {
+            range: range.clone(),
+            members: BTreeMap::new(),
+        };
+        let (first, revision) = members.read(&self.shared).await?;
+        let (published, stream) = Published::new(first);
+        let (shared, what) = (self.shared.clone(), "watch members");
+        tokio::spawn(follow(shared, range, revision, published, members, what));
+        Ok(stream)
     }
 }
 
@@ -115,17 +81,14 @@ const PAGE: i64 = 16;
 
 /// Read every member of the namespace `range` at one revision, page by page; returns
 /// them by id and the revision read at.
-pub(crate) async fn list(shared: &Shared, range: &str) -> Result<(BTreeMap<String, Member>, i64)> {
+async fn list(shared: &Shared, range: &str) -> Result<(BTreeMap<String, Member>, i64)> {
     let end = prefix_end(range.as_bytes());
     let mut members = BTreeMap::new();
     let mut from = range.as_bytes().to_vec();
     let mut revision = 0;
     loop {
         let page = ops::page(from.clone(), end.clone(), PAGE, revision);
-        let resp = shared
-            .requests
-            .call("list members", shared.client.range(page))
-            .await?;
+        let resp = shared.call("list members", page).await?;
         if revision == 0 {
             revision = ops::revision(&resp.header);
         }

@@ -2,9 +2,9 @@
 //! their answers. Sans-IO, so each is tested without a server.
 
 use crate::proto::{
-    Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyValue, PutRequest, RangeRequest,
-    Request, RequestOp, Response, ResponseHeader, ResponseOp, SortOrder, SortTarget, TargetUnion,
-    TxnRequest, TxnResponse,
+    Compare, CompareTarget, DeleteRangeRequest, KeyValue, PutRequest, RangeRequest, Request,
+    RequestOp, Response, ResponseHeader, ResponseOp, SortOrder, TargetUnion, TxnRequest,
+    SORT_BY_CREATE,
 };
 
 /// The end of the range of every key that starts with `prefix`: the prefix with its
@@ -26,8 +26,8 @@ pub(crate) fn first_by_create(range: &str) -> RangeRequest {
     RangeRequest {
         limit: 1,
         sort_order: SortOrder::Ascend as i32,
-        sort_target: SortTarget::Create as i32,
-        ..under(range)
+        sort_target: SORT_BY_CREATE,
+        ..all_under(range)
     }
 }
 
@@ -42,23 +42,23 @@ pub(crate) fn predecessor(range: &str, revision: i64) -> RangeRequest {
     }
 }
 
-/// Every key under `range` (a prefix).
 /// The two newest keys of an election by creation, keys only: read in the transaction
 /// that creates a candidate key, they are that key and the one just before it.
 pub(crate) fn newest_two(range: &str) -> RangeRequest {
     RangeRequest {
         limit: 2,
         sort_order: SortOrder::Descend as i32,
-        sort_target: SortTarget::Create as i32,
+        sort_target: SORT_BY_CREATE,
         keys_only: true,
-        ..under(range)
+        ..all_under(range)
     }
 }
 
-fn under(range: &str) -> RangeRequest {
+/// Every key under `prefix`, with values.
+pub(crate) fn all_under(prefix: &str) -> RangeRequest {
     RangeRequest {
-        key: range.as_bytes().to_vec(),
-        range_end: prefix_end(range.as_bytes()),
+        key: prefix.as_bytes().to_vec(),
+        range_end: prefix_end(prefix.as_bytes()),
         ..Default::default()
     }
 }
@@ -110,19 +110,12 @@ pub(crate) fn modified_at(key: &str, revision: i64) -> Compare {
     equal(key, CompareTarget::Mod, TargetUnion::ModRevision(revision))
 }
 
-/// Every key under `prefix`, with values.
-pub(crate) fn all_under(prefix: &str) -> RangeRequest {
-    under(prefix)
-}
-
 /// "`key`'s `target` equals `value`".
 fn equal(key: &str, target: CompareTarget, value: TargetUnion) -> Compare {
     Compare {
-        result: CompareResult::Equal as i32,
         target: target as i32,
         key: key.as_bytes().to_vec(),
         target_union: Some(value),
-        range_end: Vec::new(),
     }
 }
 
@@ -140,7 +133,6 @@ pub(crate) fn put(key: &str, value: &[u8], lease: i64) -> PutRequest {
 pub(crate) fn delete(key: &str) -> DeleteRangeRequest {
     DeleteRangeRequest {
         key: key.as_bytes().to_vec(),
-        range_end: Vec::new(),
     }
 }
 
@@ -183,12 +175,7 @@ pub(crate) fn revision(header: &Option<ResponseHeader>) -> i64 {
     header.as_ref().map_or(0, |h| h.revision)
 }
 
-/// The key-values of the `n`-th read among a transaction's answers.
-pub(crate) fn read_result(resp: &TxnResponse, n: usize) -> Vec<KeyValue> {
-    read_in(&resp.responses, n)
-}
-
-/// The keys of the `n`th range answer among `responses`.
+/// The keys of the `n`th range answer among `responses` (a transaction's answers).
 pub(crate) fn read_in(responses: &[ResponseOp], n: usize) -> Vec<KeyValue> {
     responses
         .iter()
@@ -203,7 +190,7 @@ pub(crate) fn read_in(responses: &[ResponseOp], n: usize) -> Vec<KeyValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::{RangeResponse, ResponseOp};
+    use crate::proto::{RangeResponse, ResponseOp, TxnResponse};
 
     #[test]
     fn prefix_ends() {
@@ -238,10 +225,7 @@ mod tests {
             ..Default::default()
         };
         let resp = TxnResponse {
-            header: Some(ResponseHeader {
-                member_id: 1,
-                revision: 7,
-            }),
+            header: Some(ResponseHeader { revision: 7 }),
             succeeded: true,
             responses: vec![
                 ResponseOp {
@@ -261,16 +245,16 @@ mod tests {
                 },
             ],
         };
-        assert_eq!(read_result(&resp, 0), vec![kv(3)]);
-        assert_eq!(read_result(&resp, 1), vec![kv(4)]);
-        assert!(read_result(&resp, 2).is_empty());
+        assert_eq!(read_in(&resp.responses, 0), vec![kv(3)]);
+        assert_eq!(read_in(&resp.responses, 1), vec![kv(4)]);
+        assert!(read_in(&resp.responses, 2).is_empty());
         assert_eq!(revision(&resp.header), 7);
         assert_eq!(revision(&None), 0);
     }
 
     #[test]
     fn compares_name_their_targets() {
-        assert!(created_at("k", 3).range_end.is_empty());
+        assert_eq!(created_at("k", 3).target, CompareTarget::Create as i32);
         let m = modified_at("k", 4);
         assert_eq!(
             (m.target, m.target_union),

@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use tenure_core::backend::primitive::{MemberStore, Primitives};
 use tenure_core::backend::{lock, Purpose};
 use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
-use tenure_core::{ElectionName, Error, ErrorKind, Result, Timing};
+use tenure_core::{ElectionName, ErrorKind, Result, Timing};
 
 use crate::client::KeepAliveStream;
 use crate::error::TAG;
@@ -37,7 +37,8 @@ use crate::keys::{lease_hex, parse_lease_hex, KeySpace};
 use crate::members::EtcdMembers;
 use crate::ops::{self, op};
 use crate::proto::{
-    Event, EventType, KeyValue, PutRequest, Request, Response, ResponseOp, TxnRequest,
+    Event, EventType, KeyValue, LeaseRevokeRequest, PutRequest, Request, Response, ResponseOp,
+    TxnRequest,
 };
 use crate::shared::Shared;
 use crate::watches::{Seen, Watches};
@@ -65,6 +66,7 @@ impl fmt::Debug for EtcdPrimitives {
 }
 
 /// One election's keys.
+#[derive(Clone)]
 struct Keys {
     /// Every key of the election starts with it: `<prefix>/<election>/@`.
     range: String,
@@ -95,14 +97,6 @@ impl Keys {
 
 fn revision(r: i64) -> u64 {
     u64::try_from(r).unwrap_or(0)
-}
-
-fn lease(session: &str) -> Result<i64> {
-    parse_lease_hex(session).ok_or_else(|| {
-        Error::invalid(format!(
-            "session id {session:?}: expected the 16 hex digits of an etcd lease id"
-        ))
-    })
 }
 
 /// What a record key holds: the token, a newline, the engine's body.
@@ -152,7 +146,7 @@ fn leases(write: &Write) -> Result<Vec<i64>> {
     let mut leases = Vec::new();
     for o in &write.ops {
         if matches!(o, Op::Put { .. } | Op::Touch(_)) {
-            let l = lease(o.session())?;
+            let l = parse_lease_hex(o.session())?;
             if !leases.contains(&l) {
                 leases.push(l);
             }
@@ -171,9 +165,9 @@ fn write_txn(keys: &Keys, space: &KeySpace, write: &Write) -> Result<TxnRequest>
         match o {
             Op::Put { token, .. } => {
                 let value = encode(*token, &o.body().unwrap_or_default());
-                success.push(op(ops::put(&keys.record(s), &value, lease(s)?)));
+                success.push(op(ops::put(&keys.record(s), &value, parse_lease_hex(s)?)));
             }
-            Op::Touch(_) => success.push(op(ops::put(&keys.poke(s), b"", lease(s)?))),
+            Op::Touch(_) => success.push(op(ops::put(&keys.poke(s), b"", parse_lease_hex(s)?))),
             Op::Delete(_) => {
                 success.push(op(ops::delete(&keys.record(s))));
                 success.push(op(ops::delete(&keys.poke(s))));
@@ -236,15 +230,9 @@ fn wakes(event: &Event, me: Option<&(String, String)>, on: Option<&String>) -> b
 
 impl EtcdPrimitives {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
-        let timeout = shared.config.get_request_timeout();
         EtcdPrimitives {
             gather: Gather::new(shared.clone(), "commit", MAX_PARTS),
-            watches: Watches::spawn(
-                shared.client.clone(),
-                shared.keys.root(),
-                timeout,
-                tokio_util::sync::CancellationToken::new(),
-            ),
+            watches: Watches::spawn(&shared, Default::default()),
             members: EtcdMembers {
                 shared: shared.clone(),
             },
@@ -283,16 +271,13 @@ impl EtcdPrimitives {
         }
     }
 
-    /// How long a renewal waits for one member before it asks the next as well: the
-    /// member timeout, at most a tenth of the shortest TTL renewed (a renewal that
-    /// needs the next member then still lands within the renew deadline).
+    /// How long a renewal of `leases` waits for one member: see
+    /// [`Shared::answer_limit`], for the shortest TTL renewed.
     fn answer_limit(&self, leases: &[i64]) -> Duration {
         let ttls = lock(&self.ttls);
-        leases
-            .iter()
-            .filter_map(|l| ttls.get(l))
-            .map(|ttl| *ttl / 10)
-            .fold(self.shared.client.member_timeout(), Duration::min)
+        let shortest = leases.iter().filter_map(|l| ttls.get(l)).min();
+        self.shared
+            .answer_limit(shortest.copied().unwrap_or(Duration::MAX))
     }
 
     /// Send the writes `sent` (nested transactions of as few as etcd takes); one answer
@@ -334,8 +319,7 @@ impl EtcdPrimitives {
                 success: Vec::new(),
                 failure: vec![op(ops::put(&key, b"", l))],
             };
-            let check = self.shared.client.txn(txn);
-            match self.shared.requests.call("commit: check a session", check).await {
+            match self.shared.call("commit: check a session", txn).await {
                 Ok(resp) => {
                     if !resp.succeeded {
                         tracing::warn!(session = %lease_hex(l), "a live session's key was gone; put again");
@@ -352,6 +336,7 @@ impl EtcdPrimitives {
 }
 
 /// A write on its way: its election, the write, its keys, its transaction.
+#[derive(Clone)]
 struct Sent<'a> {
     election: &'a ElectionName,
     write: &'a Write,
@@ -369,10 +354,9 @@ impl Primitives for EtcdPrimitives {
             success: vec![op(ops::put(&key, b"", lease))],
             ..Default::default()
         };
-        let marked = self.shared.client.txn(mark);
-        if let Err(e) = self.shared.requests.call("open session", marked).await {
-            let revoke = self.shared.client.lease_revoke(lease);
-            let _ = self.shared.requests.call("open session", revoke).await;
+        if let Err(e) = self.shared.call("open session", mark).await {
+            let revoke = LeaseRevokeRequest { id: lease };
+            let _ = self.shared.call("open session", revoke).await;
             return Err(e);
         }
         lock(&self.ttls).insert(lease, ttl);
@@ -380,7 +364,7 @@ impl Primitives for EtcdPrimitives {
     }
 
     async fn renew(&self, sessions: &[String]) -> Result<Vec<bool>> {
-        let ids: Vec<Option<i64>> = sessions.iter().map(|s| parse_lease_hex(s)).collect();
+        let ids: Vec<Option<i64>> = sessions.iter().map(|s| parse_lease_hex(s).ok()).collect();
         let leases: Vec<i64> = ids.iter().flatten().copied().collect();
         if leases.is_empty() {
             return Ok(vec![false; sessions.len()]);
@@ -407,10 +391,10 @@ impl Primitives for EtcdPrimitives {
     }
 
     async fn revoke(&self, session: &str) -> Result<()> {
-        let id = lease(session)?;
+        let id = parse_lease_hex(session)?;
         lock(&self.ttls).remove(&id);
-        let revoke = self.shared.client.lease_revoke(id);
-        match self.shared.requests.call("close session", revoke).await {
+        let revoke = LeaseRevokeRequest { id };
+        match self.shared.call("close session", revoke).await {
             Err(e) if e.kind() != ErrorKind::SessionExpired => Err(e),
             _ => Ok(()),
         }
@@ -489,15 +473,7 @@ impl Primitives for EtcdPrimitives {
         if again.is_empty() {
             return Ok(answers);
         }
-        let resend: Vec<Sent<'_>> = again
-            .iter()
-            .map(|&i| Sent {
-                election: sent[i].election,
-                write: sent[i].write,
-                keys: Keys::of(&self.shared, sent[i].election),
-                txn: sent[i].txn.clone(),
-            })
-            .collect();
+        let resend: Vec<Sent<'_>> = again.iter().map(|&i| sent[i].clone()).collect();
         for (i, answer) in again.into_iter().zip(self.send(&resend).await?) {
             answers[i] = answer;
         }
@@ -528,8 +504,8 @@ impl Primitives for EtcdPrimitives {
             }
             // The revisions since the one seen are compacted away: look at the election
             // now, and watch on from there if what is waited for has not happened.
-            let read = self.shared.client.range(ops::all_under(&keys.range));
-            let resp = self.shared.requests.call("wait", read).await?;
+            let read = ops::all_under(&keys.range);
+            let resp = self.shared.call("wait", read).await?;
             let now = snapshot(&keys, &resp.kvs);
             let gone = |s: &Option<String>| s.as_ref().is_some_and(|s| now.record(s).is_none());
             if now.revision != what.seen || gone(&what.me) || gone(&what.on) {

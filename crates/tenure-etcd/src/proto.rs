@@ -12,8 +12,6 @@
 /// `etcdserverpb.ResponseHeader`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct ResponseHeader {
-    #[prost(uint64, tag = "2")]
-    pub member_id: u64,
     #[prost(int64, tag = "3")]
     pub revision: i64,
 }
@@ -50,7 +48,8 @@ pub(crate) struct Event {
     pub kv: Option<KeyValue>,
 }
 
-/// `RangeRequest.SortOrder`.
+/// `RangeRequest.SortOrder`. An enumeration's first variant is the default prost
+/// leaves unencoded, so each keeps its 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
 #[repr(i32)]
 pub(crate) enum SortOrder {
@@ -59,16 +58,8 @@ pub(crate) enum SortOrder {
     Descend = 2,
 }
 
-/// `RangeRequest.SortTarget`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
-#[repr(i32)]
-pub(crate) enum SortTarget {
-    Key = 0,
-    Version = 1,
-    Create = 2,
-    Mod = 3,
-    Value = 4,
-}
+/// `RangeRequest.SortTarget`: the only one used is `CREATE` (`KEY` is 0).
+pub(crate) const SORT_BY_CREATE: i32 = 2;
 
 /// `etcdserverpb.RangeRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -83,7 +74,7 @@ pub(crate) struct RangeRequest {
     pub revision: i64,
     #[prost(enumeration = "SortOrder", tag = "5")]
     pub sort_order: i32,
-    #[prost(enumeration = "SortTarget", tag = "6")]
+    #[prost(int32, tag = "6")]
     pub sort_target: i32,
     #[prost(bool, tag = "8")]
     pub keys_only: bool,
@@ -116,40 +107,20 @@ pub(crate) struct PutRequest {
     pub ignore_value: bool,
 }
 
-/// `etcdserverpb.PutResponse`.
+/// `etcdserverpb.PutResponse` (nothing of it is read).
 #[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct PutResponse {
-    #[prost(message, optional, tag = "1")]
-    pub header: Option<ResponseHeader>,
-}
+pub(crate) struct PutResponse {}
 
 /// `etcdserverpb.DeleteRangeRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct DeleteRangeRequest {
     #[prost(bytes = "vec", tag = "1")]
     pub key: Vec<u8>,
-    #[prost(bytes = "vec", tag = "2")]
-    pub range_end: Vec<u8>,
 }
 
-/// `etcdserverpb.DeleteRangeResponse`.
+/// `etcdserverpb.DeleteRangeResponse` (nothing of it is read).
 #[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct DeleteRangeResponse {
-    #[prost(message, optional, tag = "1")]
-    pub header: Option<ResponseHeader>,
-    #[prost(int64, tag = "2")]
-    pub deleted: i64,
-}
-
-/// `etcdserverpb.Compare.CompareResult`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
-#[repr(i32)]
-pub(crate) enum CompareResult {
-    Equal = 0,
-    Greater = 1,
-    Less = 2,
-    NotEqual = 3,
-}
+pub(crate) struct DeleteRangeResponse {}
 
 /// `etcdserverpb.Compare.CompareTarget`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
@@ -158,7 +129,6 @@ pub(crate) enum CompareTarget {
     Version = 0,
     Create = 1,
     Mod = 2,
-    Value = 3,
     Lease = 4,
 }
 
@@ -169,27 +139,20 @@ pub(crate) enum TargetUnion {
     CreateRevision(i64),
     #[prost(int64, tag = "6")]
     ModRevision(i64),
-    #[prost(bytes, tag = "7")]
-    Value(Vec<u8>),
     #[prost(int64, tag = "8")]
     Lease(i64),
 }
 
-/// `etcdserverpb.Compare`.
+/// `etcdserverpb.Compare`, without its `result` (field 1): every compare here is
+/// `EQUAL`, which is 0, the default.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct Compare {
-    #[prost(enumeration = "CompareResult", tag = "1")]
-    pub result: i32,
     #[prost(enumeration = "CompareTarget", tag = "2")]
     pub target: i32,
     #[prost(bytes = "vec", tag = "3")]
     pub key: Vec<u8>,
-    #[prost(oneof = "TargetUnion", tags = "5, 6, 7, 8")]
+    #[prost(oneof = "TargetUnion", tags = "5, 6, 8")]
     pub target_union: Option<TargetUnion>,
-    /// With a range end (etcd 3.3+), the compare holds for every key in
-    /// `[key, range_end)`; over no key at all, it compares a missing key (revisions 0).
-    #[prost(bytes = "vec", tag = "64")]
-    pub range_end: Vec<u8>,
 }
 
 /// `etcdserverpb.RequestOp.request`.
@@ -255,14 +218,6 @@ pub(crate) struct TxnResponse {
     pub responses: Vec<ResponseOp>,
 }
 
-/// `etcdserverpb.WatchCreateRequest.FilterType`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
-#[repr(i32)]
-pub(crate) enum FilterType {
-    NoPut = 0,
-    NoDelete = 1,
-}
-
 /// `etcdserverpb.WatchCreateRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct WatchCreateRequest {
@@ -272,8 +227,6 @@ pub(crate) struct WatchCreateRequest {
     pub range_end: Vec<u8>,
     #[prost(int64, tag = "3")]
     pub start_revision: i64,
-    #[prost(enumeration = "FilterType", repeated, tag = "5")]
-    pub filters: Vec<i32>,
     #[prost(int64, tag = "7")]
     pub watch_id: i64,
 }
@@ -320,20 +273,16 @@ pub(crate) struct WatchResponse {
     pub events: Vec<Event>,
 }
 
-/// `etcdserverpb.LeaseGrantRequest`.
+/// `etcdserverpb.LeaseGrantRequest` (its `ID`, field 2, left 0: etcd picks it).
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct LeaseGrantRequest {
     #[prost(int64, tag = "1")]
     pub ttl: i64,
-    #[prost(int64, tag = "2")]
-    pub id: i64,
 }
 
 /// `etcdserverpb.LeaseGrantResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct LeaseGrantResponse {
-    #[prost(message, optional, tag = "1")]
-    pub header: Option<ResponseHeader>,
     #[prost(int64, tag = "2")]
     pub id: i64,
     #[prost(int64, tag = "3")]
@@ -349,12 +298,9 @@ pub(crate) struct LeaseRevokeRequest {
     pub id: i64,
 }
 
-/// `etcdserverpb.LeaseRevokeResponse`.
+/// `etcdserverpb.LeaseRevokeResponse` (nothing of it is read).
 #[derive(Clone, PartialEq, prost::Message)]
-pub(crate) struct LeaseRevokeResponse {
-    #[prost(message, optional, tag = "1")]
-    pub header: Option<ResponseHeader>,
-}
+pub(crate) struct LeaseRevokeResponse {}
 
 /// `etcdserverpb.LeaseKeepAliveRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -366,8 +312,6 @@ pub(crate) struct LeaseKeepAliveRequest {
 /// `etcdserverpb.LeaseKeepAliveResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct LeaseKeepAliveResponse {
-    #[prost(message, optional, tag = "1")]
-    pub header: Option<ResponseHeader>,
     #[prost(int64, tag = "2")]
     pub id: i64,
     #[prost(int64, tag = "3")]
@@ -386,23 +330,37 @@ pub(crate) struct AuthenticateRequest {
 /// `etcdserverpb.AuthenticateResponse`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct AuthenticateResponse {
-    #[prost(message, optional, tag = "1")]
-    pub header: Option<ResponseHeader>,
     #[prost(string, tag = "2")]
     pub token: String,
 }
 
-/// The gRPC method paths of the calls above.
-pub(crate) mod path {
-    pub(crate) const RANGE: &str = "/etcdserverpb.KV/Range";
-    pub(crate) const DELETE_RANGE: &str = "/etcdserverpb.KV/DeleteRange";
-    pub(crate) const TXN: &str = "/etcdserverpb.KV/Txn";
-    pub(crate) const WATCH: &str = "/etcdserverpb.Watch/Watch";
-    pub(crate) const LEASE_GRANT: &str = "/etcdserverpb.Lease/LeaseGrant";
-    pub(crate) const LEASE_REVOKE: &str = "/etcdserverpb.Lease/LeaseRevoke";
-    pub(crate) const LEASE_KEEP_ALIVE: &str = "/etcdserverpb.Lease/LeaseKeepAlive";
-    pub(crate) const AUTHENTICATE: &str = "/etcdserverpb.Auth/Authenticate";
+/// A unary call of etcd's API: its request, its answer and its gRPC method path.
+pub(crate) trait Unary: prost::Message + Clone + Send + Sync + 'static {
+    type Answer: prost::Message + Default + Send + Sync + 'static;
+    const PATH: &'static str;
 }
+
+macro_rules! unary {
+    ($($request:ty => $answer:ty, $path:literal;)*) => {$(
+        impl Unary for $request {
+            type Answer = $answer;
+            const PATH: &'static str = $path;
+        }
+    )*};
+}
+
+unary! {
+    RangeRequest => RangeResponse, "/etcdserverpb.KV/Range";
+    DeleteRangeRequest => DeleteRangeResponse, "/etcdserverpb.KV/DeleteRange";
+    TxnRequest => TxnResponse, "/etcdserverpb.KV/Txn";
+    LeaseGrantRequest => LeaseGrantResponse, "/etcdserverpb.Lease/LeaseGrant";
+    LeaseRevokeRequest => LeaseRevokeResponse, "/etcdserverpb.Lease/LeaseRevoke";
+    AuthenticateRequest => AuthenticateResponse, "/etcdserverpb.Auth/Authenticate";
+}
+
+/// The gRPC method paths of the two streams.
+pub(crate) const WATCH: &str = "/etcdserverpb.Watch/Watch";
+pub(crate) const LEASE_KEEP_ALIVE: &str = "/etcdserverpb.Lease/LeaseKeepAlive";
 
 #[cfg(test)]
 mod tests {
@@ -420,7 +378,7 @@ mod tests {
             limit: 1,
             revision: 2,
             sort_order: SortOrder::Descend as i32,
-            sort_target: SortTarget::Create as i32,
+            sort_target: SORT_BY_CREATE,
             keys_only: true,
             max_create_revision: 3,
         };
@@ -472,13 +430,8 @@ mod tests {
         ];
         watch.extend_from_slice(&event);
         let decoded = WatchResponse::decode(watch.as_slice()).unwrap();
-        assert_eq!(
-            decoded.header,
-            Some(ResponseHeader {
-                member_id: 9,
-                revision: 8
-            })
-        );
+        // The header's member id (field 2) is skipped.
+        assert_eq!(decoded.header, Some(ResponseHeader { revision: 8 }));
         assert_eq!(
             (decoded.watch_id, decoded.created, decoded.canceled),
             (4, true, true)
@@ -505,11 +458,9 @@ mod tests {
     fn txn_fields() {
         let txn = TxnRequest {
             compare: vec![Compare {
-                result: CompareResult::NotEqual as i32,
                 target: CompareTarget::Lease as i32,
                 key: b"k".to_vec(),
                 target_union: Some(TargetUnion::Lease(2)),
-                range_end: Vec::new(),
             }],
             success: vec![RequestOp {
                 request: Some(Request::Put(PutRequest {
@@ -522,13 +473,12 @@ mod tests {
             failure: vec![RequestOp {
                 request: Some(Request::DeleteRange(DeleteRangeRequest {
                     key: b"k".to_vec(),
-                    range_end: Vec::new(),
                 })),
             }],
         };
         let expected = [
-            0x0a, 9, // 1: compare
-            0x08, 3, 0x10, 4, 0x1a, 1, b'k', 0x40, 2, // NOT_EQUAL, LEASE, key, 8: lease
+            0x0a, 7, // 1: compare
+            0x10, 4, 0x1a, 1, b'k', 0x40, 2, // (EQUAL), LEASE, key, 8: lease
             0x12, 10, // 2: success
             0x12, 8, 0x0a, 1, b'k', 0x12, 1, b'v', 0x18, 3, // 2: put {key, value, lease}
             0x1a, 5, // 3: failure
@@ -536,25 +486,18 @@ mod tests {
         ];
         assert_eq!(txn.encode_to_vec(), expected);
         let create = Compare {
-            result: CompareResult::Equal as i32,
             target: CompareTarget::Create as i32,
             key: Vec::new(),
             target_union: Some(TargetUnion::CreateRevision(1)),
-            range_end: Vec::new(),
         };
         assert_eq!(create.encode_to_vec(), [0x10, 1, 0x28, 1]);
-        // A compare over a range (field 64, a two-byte tag) and on a mod revision (6).
-        let range = Compare {
-            result: CompareResult::Greater as i32,
+        // On a mod revision (6).
+        let modified = Compare {
             target: CompareTarget::Mod as i32,
             key: b"a".to_vec(),
             target_union: Some(TargetUnion::ModRevision(3)),
-            range_end: b"b".to_vec(),
         };
-        assert_eq!(
-            range.encode_to_vec(),
-            [0x08, 1, 0x10, 2, 0x1a, 1, b'a', 0x30, 3, 0x82, 0x04, 1, b'b']
-        );
+        assert_eq!(modified.encode_to_vec(), [0x10, 2, 0x1a, 1, b'a', 0x30, 3]);
 
         let answer = [
             0x0a, 2, 0x18, 4, // 1: header {revision 4}
@@ -572,7 +515,7 @@ mod tests {
         ));
         assert!(matches!(
             &decoded.responses[1].response,
-            Some(Response::DeleteRange(d)) if d.deleted == 1
+            Some(Response::DeleteRange(_))
         ));
         assert!(matches!(
             &decoded.responses[2].response,
@@ -587,15 +530,13 @@ mod tests {
                 key: b"k".to_vec(),
                 range_end: b"l".to_vec(),
                 start_revision: 2,
-                filters: vec![FilterType::NoPut as i32],
                 watch_id: 3,
             })),
         };
         let expected = [
-            0x0a, 13, // 1: create_request
+            0x0a, 10, // 1: create_request
             0x0a, 1, b'k', 0x12, 1, b'l', // key, range_end
             0x18, 2, // 3: start_revision
-            0x2a, 1, 0, // 5: filters, packed [NOPUT]
             0x38, 3, // 7: watch_id
         ];
         assert_eq!(create.encode_to_vec(), expected);
@@ -609,7 +550,7 @@ mod tests {
 
     #[test]
     fn lease_and_auth_fields() {
-        let grant = LeaseGrantRequest { ttl: 5, id: 0 };
+        let grant = LeaseGrantRequest { ttl: 5 };
         assert_eq!(grant.encode_to_vec(), [0x08, 5]);
         let granted = LeaseGrantResponse::decode(
             [0x10, 7, 0x18, 5, 0x22, 1, b'e'].as_slice(), // id, ttl, error
@@ -630,8 +571,9 @@ mod tests {
         assert_eq!(auth.encode_to_vec(), [0x0a, 1, b'u', 0x12, 1, b'p']);
         let token = AuthenticateResponse::decode([0x12, 1, b't'].as_slice()).unwrap();
         assert_eq!(token.token, "t");
+        // An answer's fields not kept are skipped.
         let put = PutResponse::decode([0x0a, 2, 0x18, 9].as_slice()).unwrap();
-        assert_eq!(put.header.map(|h| h.revision), Some(9));
+        assert_eq!(put, PutResponse {});
         let range = RangeResponse::decode([0x18, 1].as_slice()).unwrap();
         assert!(range.more);
     }

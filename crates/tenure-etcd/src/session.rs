@@ -10,36 +10,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::primitive::MemberStore;
 use tenure_core::backend::{revision_token, BackendSession, Lifetime, Purpose, SessionEvents};
-use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result, Retry};
+use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::client::KeepAliveStream;
 use crate::error::TAG;
 use crate::gather::{Gather, MAX_OPS, MAX_PARTS};
 use crate::keys::lease_hex;
+use crate::members::EtcdMembers;
 use crate::ops::{self, op};
-use crate::proto::{KeyValue, TxnRequest};
+use crate::proto::{LeaseRevokeRequest, TxnRequest};
 use crate::shared::Shared;
-use crate::watches::{Fired, Watches};
+use crate::watches::Watches;
 
 mod queue;
-
-/// Whether the first of `kvs` (a read of one key) was created at `revision`.
-fn created_at(kvs: &[KeyValue], revision: i64) -> bool {
-    kvs.first().is_some_and(|kv| kv.create_revision == revision)
-}
-
-/// Wait out the retry delay of `attempt` (counting it up); `false` if `stop` came
-/// first.
-async fn pause(retry: &Retry, attempt: &mut u32, stop: &CancellationToken) -> bool {
-    let delay = retry.delay(*attempt);
-    *attempt = attempt.saturating_add(1);
-    tokio::select! {
-        _ = stop.cancelled() => false,
-        _ = tokio::time::sleep(delay) => true,
-    }
-}
 
 /// Seats per transaction of a batch: two operations each (a put and a read), within
 /// etcd's default limit of 128 operations per transaction (`--max-txn-ops`).
@@ -105,14 +91,9 @@ impl EtcdSession {
         events: SessionEvents,
     ) -> Result<Self> {
         let lease = shared.grant_lease(ttl).await?;
-        let answer_limit = answer_limit(&shared, ttl);
+        let answer_limit = shared.answer_limit(ttl);
         let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
-        let watcher = Watches::spawn(
-            shared.client.clone(),
-            shared.keys.root(),
-            shared.config.get_request_timeout(),
-            life.child_token(),
-        );
+        let watcher = Watches::spawn(&shared, life.child_token());
         let inner = Arc::new(Inner {
             enqueues: Gather::new(shared.clone(), "campaign", MAX_PARTS),
             looks: Gather::new(shared.clone(), "campaign: look at the queue", MAX_OPS),
@@ -130,15 +111,13 @@ impl EtcdSession {
             inner,
         })
     }
-}
 
-/// See `Inner::answer_limit`: the member timeout, at most a tenth of the TTL. A renewal
-/// goes out every quarter TTL and the core gives each attempt at most that long, so the
-/// next member gets most of the attempt; asking it early is cheap, since the slow
-/// member's call goes on beside it (the client's hedged requests). With one member
-/// only the request timeout applies.
-fn answer_limit(shared: &Shared, ttl: Duration) -> Duration {
-    shared.client.member_timeout().min(ttl / 10)
+    /// The member lists, for this session's registrations (its id is its lease id).
+    fn members(&self) -> EtcdMembers {
+        EtcdMembers {
+            shared: self.inner.shared.clone(),
+        }
+    }
 }
 
 #[async_trait]
@@ -184,21 +163,13 @@ impl BackendSession for EtcdSession {
         // A new key's transaction also reads the key before it: the first look at the
         // queue comes with it.
         let (mut revision, mut first_look) = match inner.enqueue(election, &key, &value).await? {
-            Some((revision, predecessor)) => (
-                revision,
-                Some(QueueState {
-                    own_present: true,
-                    predecessor,
-                    revision,
-                }),
-            ),
-            None => (
-                inner
+            Some(look) => (look.revision, Some(look)),
+            None => {
+                let (revision, _) = inner
                     .ensure_candidacy(election, &key, &value, false)
-                    .await?
-                    .0,
-                None,
-            ),
+                    .await?;
+                (revision, None)
+            }
         };
         let mut own_watch = inner.watch_own(&key, revision);
         loop {
@@ -227,15 +198,11 @@ impl BackendSession for EtcdSession {
             tokio::select! {
                 fired = before.fired() => {
                     inner.shared.count();
-                    if let Fired::Broken(e) = fired {
-                        return Err(e);
-                    }
+                    fired?;
                 }
                 fired = own_watch.fired() => {
                     inner.shared.count();
-                    if let Fired::Broken(e) = fired {
-                        return Err(e);
-                    }
+                    fired?;
                     // Look again; the key may be gone.
                     own_watch = inner.watch_own(&key, revision);
                 }
@@ -254,10 +221,7 @@ impl BackendSession for EtcdSession {
         let key = inner.key(election);
         let value = inner.shared.keys.candidate_value(candidate);
         let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
-        let leads = first
-            .first()
-            .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision);
-        if leads {
+        if queue::leads(&first, &key, revision) {
             let own_watch = inner.watch_own(&key, revision);
             inner.granted(election, revision, own_watch);
             return Ok(Some(revision_token(revision)));
@@ -325,28 +289,19 @@ impl BackendSession for EtcdSession {
                     .await?;
             }
             None => {
-                inner
-                    .shared
-                    .requests
-                    .call(
-                        "resign",
-                        inner.shared.client.delete_range(ops::delete(&key)),
-                    )
-                    .await?;
+                inner.shared.call("resign", ops::delete(&key)).await?;
             }
         }
         Ok(())
     }
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
-        let inner = &self.inner;
-        inner.life.check_open()?;
-        crate::members::register(&inner.shared, inner.lease, namespace, member).await
+        self.inner.life.check_open()?;
+        self.members().register(self.id(), namespace, member).await
     }
 
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
-        let inner = &self.inner;
-        crate::members::unregister(&inner.shared, inner.lease, namespace, id).await
+        self.members().unregister(self.id(), namespace, id).await
     }
 
     async fn close(&self) -> Result<()> {
@@ -355,15 +310,8 @@ impl BackendSession for EtcdSession {
             return Ok(());
         }
         inner.lock().clear();
-        match inner
-            .shared
-            .requests
-            .call(
-                "close session",
-                inner.shared.client.lease_revoke(inner.lease),
-            )
-            .await
-        {
+        let revoke = LeaseRevokeRequest { id: inner.lease };
+        match inner.shared.call("close session", revoke).await {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == ErrorKind::SessionExpired => Ok(()),
             Err(e) => Err(e),

@@ -11,7 +11,7 @@ use crate::config::EtcdConfig;
 use crate::error::{map, TAG};
 use crate::keys::KeySpace;
 use crate::ops;
-use crate::proto::KeyValue;
+use crate::proto::{KeyValue, LeaseGrantRequest, Unary};
 
 /// What the backend and its sessions share.
 pub(crate) struct Shared {
@@ -39,6 +39,12 @@ impl Shared {
         }
     }
 
+    /// One unary call through the request layer (its timeout, error tags and count);
+    /// `what` names it in errors.
+    pub(crate) async fn call<Q: Unary>(&self, what: &str, request: Q) -> Result<Q::Answer> {
+        self.requests.call(what, self.client.call(request)).await
+    }
+
     /// Count one election request made without the request layer (a watch added to
     /// a shared stream, a wake-up).
     pub(crate) fn count(&self) {
@@ -48,22 +54,27 @@ impl Shared {
     /// The first candidate of an election (the leader) and the store revision read at.
     pub(crate) async fn first_candidate(&self, range: &str) -> Result<(Option<KeyValue>, i64)> {
         let resp = self
-            .requests
-            .call(
-                "read leader",
-                self.client.range(ops::first_by_create(range)),
-            )
+            .call("read leader", ops::first_by_create(range))
             .await?;
         Ok((resp.kvs.into_iter().next(), ops::revision(&resp.header)))
+    }
+
+    /// How long a renewal of a lease of `ttl` waits for one member before it asks the
+    /// next as well: the member timeout, at most a tenth of the TTL. A renewal goes out
+    /// every quarter TTL and the core gives each attempt at most that long, so the next
+    /// member gets most of the attempt, and the renewal still lands within the renew
+    /// deadline; asking it early is cheap, since the slow member's call goes on beside
+    /// it (the client's hedged requests). With one member only the request timeout
+    /// applies.
+    pub(crate) fn answer_limit(&self, ttl: Duration) -> Duration {
+        self.client.member_timeout.min(ttl / 10)
     }
 
     /// Grant a lease of `ttl` (in whole seconds, rounded up); its id.
     pub(crate) async fn grant_lease(&self, ttl: Duration) -> Result<i64> {
         let seconds = lease_seconds(ttl);
-        let granted = self
-            .requests
-            .call("open session", self.client.lease_grant(seconds))
-            .await?;
+        let request = LeaseGrantRequest { ttl: seconds };
+        let granted = self.call("open session", request).await?;
         if !granted.error.is_empty() {
             return Err(TAG.own(
                 ErrorKind::Backend,

@@ -30,6 +30,7 @@ use crate::client::{EtcdClient, WatchStream};
 use crate::error::{map, TAG};
 use crate::ops::prefix_end;
 use crate::proto::{Event, EventType, WatchCreateRequest, WatchResponse};
+use crate::shared::Shared;
 
 /// Changes remembered to serve waits from revisions the prefix watch has passed.
 const LOG_LIMIT: usize = 8192;
@@ -67,32 +68,24 @@ impl Wait {
     }
 }
 
-/// What ended a [`KeyWatch`].
-#[derive(Debug)]
-pub(crate) enum Fired {
-    /// The key was deleted (at or after the start revision).
-    Deleted,
-    /// The start revision was compacted away: the caller must read the key to know.
-    Compacted,
-    /// The watch stream failed; the caller decides whether to retry.
-    Broken(Error),
-}
-
 /// A watch for the deletion of one key; dropping it cancels it.
 pub(crate) struct KeyWatch(Watch);
 
 impl KeyWatch {
-    /// Wait until the key is deleted (or the watch cannot tell).
-    pub(crate) async fn fired(&mut self) -> Fired {
+    /// Wait until the key is deleted (at or after the start revision: `true`) or the
+    /// watch cannot tell (the start revision was compacted away: `false`, the caller
+    /// reads the key); `Err` when the stream failed (the caller decides whether to
+    /// retry).
+    pub(crate) async fn fired(&mut self) -> Result<bool, Error> {
         loop {
             match self.0.next().await {
                 Seen::Events(events) => {
                     if events.iter().any(|e| e.r#type == EventType::Delete as i32) {
-                        return Fired::Deleted;
+                        return Ok(true);
                     }
                 }
-                Seen::Compacted => return Fired::Compacted,
-                Seen::Broken(e) => return Fired::Broken(e),
+                Seen::Compacted => return Ok(false),
+                Seen::Broken(e) => return Err(e),
             }
         }
     }
@@ -133,19 +126,14 @@ impl Drop for Watch {
 }
 
 impl Watches {
-    /// Start the task for the keys under `root` (`<prefix>/`); it opens its stream on
-    /// the first wait, and stops with `stop` or the handle.
-    pub(crate) fn spawn(
-        client: EtcdClient,
-        root: &str,
-        timeout: Duration,
-        stop: CancellationToken,
-    ) -> Self {
+    /// Start the task for the keys under the prefix (`<prefix>/`); it opens its stream
+    /// on the first wait, and stops with `stop` or the handle.
+    pub(crate) fn spawn(shared: &Shared, stop: CancellationToken) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
         let task = Task {
-            client,
-            timeout,
-            root: root.as_bytes().to_vec(),
+            client: shared.client.clone(),
+            timeout: shared.config.get_request_timeout(),
+            root: shared.keys.root().as_bytes().to_vec(),
             stream: None,
             prefix: Prefix::Off,
             log: VecDeque::new(),
@@ -293,7 +281,6 @@ impl Task {
                 range_end,
                 start_revision: wait.from,
                 watch_id: wait.id,
-                ..Default::default()
             };
             match self.stream.as_ref().map(|s| s.create(create)) {
                 Some(Ok(())) => {

@@ -9,12 +9,26 @@ use tenure_core::backend::{lock, revision_token};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Result, Retry};
 use tokio_util::sync::CancellationToken;
 
-use super::{created_at, pause, Candidacy, Inner, QueueState};
+use super::{Candidacy, Inner, QueueState};
 use crate::error::TAG;
-use crate::gather::Answer;
 use crate::ops::{self, op};
-use crate::proto::{KeyValue, RequestOp, TxnRequest, TxnResponse};
-use crate::watches::{Fired, KeyWatch};
+use crate::proto::{KeyValue, TxnRequest, TxnResponse};
+use crate::watches::KeyWatch;
+
+/// Whether `first` (an election's first key by creation) is `key`, created at
+/// `revision`.
+pub(super) fn leads(first: &[KeyValue], key: &str, revision: i64) -> bool {
+    first
+        .first()
+        .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision)
+}
+
+/// The key among `kvs` created just before `key` (created at `revision`).
+fn before(kvs: Vec<KeyValue>, key: &str, revision: i64) -> Option<String> {
+    kvs.into_iter()
+        .find(|kv| kv.create_revision < revision && kv.key != key.as_bytes())
+        .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+}
 
 impl Inner {
     pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<ElectionName, Candidacy>> {
@@ -26,10 +40,7 @@ impl Inner {
     }
 
     pub(super) async fn txn(&self, what: &str, txn: TxnRequest) -> Result<TxnResponse> {
-        self.shared
-            .requests
-            .call(what, self.shared.client.txn(txn))
-            .await
+        self.shared.call(what, txn).await
     }
 
     /// Take the free seats of `chunk` (at most [`BATCH`]) in one transaction: it creates
@@ -61,10 +72,7 @@ impl Inner {
         let mut answers = Vec::with_capacity(chunk.len());
         let mut withdraw = TxnRequest::default();
         for (i, ((election, _), key)) in chunk.iter().zip(&keys).enumerate() {
-            let leads = ops::read_result(&resp, i)
-                .first()
-                .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision);
-            if leads {
+            if leads(&ops::read_in(&resp.responses, i), key, revision) {
                 let own_watch = self.watch_own(key, revision);
                 self.granted(election, revision, own_watch);
                 answers.push(Some(revision_token(revision)));
@@ -105,13 +113,13 @@ impl Inner {
                 let revision = ops::revision(&resp.header);
                 self.queued(election, revision);
                 let first = if with_first {
-                    ops::read_result(&resp, 0)
+                    ops::read_in(&resp.responses, 0)
                 } else {
                     Vec::new()
                 };
                 return Ok((revision, first));
             }
-            let existing = ops::read_result(&resp, 0)
+            let existing = ops::read_in(&resp.responses, 0)
                 .first()
                 .map_or(0, |kv| kv.create_revision);
             if existing == 0 {
@@ -145,15 +153,15 @@ impl Inner {
     }
 
     /// Join the queue of `election` with a new key, if this session has none there:
-    /// the key's create revision and the key just before it; `None` (nothing written)
-    /// if a key of this session was already there: [`ensure_candidacy`](Self::ensure_candidacy)
-    /// sorts that out.
+    /// the first look at the queue, at the key's create revision; `None` (nothing
+    /// written) if a key of this session was already there:
+    /// [`ensure_candidacy`](Self::ensure_candidacy) sorts that out.
     pub(super) async fn enqueue(
         &self,
         election: &ElectionName,
         key: &str,
         value: &[u8],
-    ) -> Result<Option<(i64, Option<String>)>> {
+    ) -> Result<Option<QueueState>> {
         let range = self.shared.keys.election_range(election);
         let compare = vec![ops::created_at(key, 0)];
         let success = vec![
@@ -166,17 +174,11 @@ impl Inner {
         };
         let revision = answer.revision;
         self.queued(election, revision);
-        let predecessor = answer
-            .read(0)
-            .into_iter()
-            .find(|kv| kv.create_revision < revision && kv.key != key.as_bytes())
-            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned());
-        Ok(Some((revision, predecessor)))
-    }
-
-    /// Run `reads` together in a shared read-only transaction of [`looks`](Inner::looks).
-    pub(super) async fn look(&self, reads: Vec<RequestOp>) -> Result<Answer> {
-        self.looks.one(reads, None).await
+        Ok(Some(QueueState {
+            own_present: true,
+            predecessor: before(answer.read(0), key, revision),
+            revision,
+        }))
     }
 
     /// Is our key still there, and which key (if any) is just before it?
@@ -190,16 +192,14 @@ impl Inner {
             op(ops::get_key_only(key)),
             op(ops::predecessor(range, revision)),
         ];
-        let answer = self.look(reads).await?;
-        let own_present = created_at(&answer.read(0), revision);
-        let predecessor = answer
-            .read(1)
-            .into_iter()
-            .find(|kv| kv.create_revision < revision && kv.key != key.as_bytes())
-            .map(|kv| String::from_utf8_lossy(&kv.key).into_owned());
+        let answer = self.looks.one(reads, None).await?;
+        let own_present = answer
+            .read(0)
+            .first()
+            .is_some_and(|kv| kv.create_revision == revision);
         Ok(QueueState {
             own_present,
-            predecessor,
+            predecessor: before(answer.read(1), key, revision),
             revision: answer.revision,
         })
     }
@@ -261,20 +261,20 @@ impl Inner {
             // looks at the queue do — one request each kept etcd from applying for
             // seconds. `None`: ask again after a pause.
             let gone = match fired {
-                Fired::Deleted | Fired::Compacted => {
+                Ok(deleted) => {
                     let read = vec![op(ops::get_key_only(&key))];
-                    self.look(read).await.ok().map(|answer| {
+                    self.looks.one(read, None).await.ok().map(|answer| {
                         let gone = answer
                             .read(0)
                             .first()
                             .is_none_or(|kv| kv.create_revision != revision);
-                        if !gone && matches!(fired, Fired::Deleted) {
+                        if !gone && deleted {
                             tracing::warn!(%election, revision, "a watch reported the held key deleted, but etcd still has it");
                         }
                         gone
                     })
                 }
-                Fired::Broken(_) => None,
+                Err(_) => None,
             };
             match gone {
                 Some(true) => {
@@ -290,8 +290,11 @@ impl Inner {
                 }
                 Some(false) => {}
                 None => {
-                    if !pause(&retry, &mut attempt, &stop).await {
-                        return;
+                    let delay = retry.delay(attempt);
+                    attempt = attempt.saturating_add(1);
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
                     }
                 }
             }
@@ -300,28 +303,16 @@ impl Inner {
         }
     }
 
+    /// Forget the candidacy in `election` (only the grant with `token` if given),
+    /// stopping its monitor.
     pub(super) fn forget(&self, election: &ElectionName, token: Option<FencingToken>) {
-        self.take_candidacy(election, token);
-    }
-
-    /// Remove and return the candidacy in `election` (only the grant with `token` if
-    /// given), stopping its monitor.
-    pub(super) fn take_candidacy(
-        &self,
-        election: &ElectionName,
-        token: Option<FencingToken>,
-    ) -> Option<Candidacy> {
         let mut candidacies = self.lock();
         let matches = candidacies
             .get(election)
             .is_some_and(|c| token.is_none_or(|t| revision_token(c.revision) == t));
-        if !matches {
-            return None;
+        let gone = matches.then(|| candidacies.remove(election)).flatten();
+        if let Some(monitor) = gone.and_then(|c| c.monitor) {
+            monitor.cancel();
         }
-        let c = candidacies.remove(election)?;
-        if let Some(m) = &c.monitor {
-            m.cancel();
-        }
-        Some(c)
     }
 }
