@@ -103,6 +103,15 @@ async fn install(client: &Client, schema: &str) -> Result<()> {
         .1
         .replace("{S}", schema)
         .replace("{V}", &latest.to_string());
+    if current(client, schema)
+        .await
+        .map_err(|e| map("connect: read the schema version", e))?
+        == Some(latest)
+    {
+        // The common case takes no lock and needs no right to create anything (a
+        // schema installed by an administrator serves a role that may only use it).
+        return Ok(());
+    }
     let upgrade = format!(
         "BEGIN; SELECT pg_advisory_xact_lock(hashtext('tenure schema'), hashtext('{schema}'));\n\
          DO $guard$ DECLARE v int := 0; BEGIN\n\
@@ -131,6 +140,24 @@ async fn install(client: &Client, schema: &str) -> Result<()> {
         )),
         _ => Err(map("connect: read or create the schema", e)),
     }
+}
+
+/// The version `schema` is at, if it has tenure's tables.
+async fn current(
+    client: &Client,
+    schema: &str,
+) -> std::result::Result<Option<i32>, tokio_postgres::Error> {
+    let meta = format!("SELECT to_regclass('{schema}.meta')::text");
+    if client
+        .query_one(&meta, &[])
+        .await?
+        .get::<_, Option<String>>(0)
+        .is_none()
+    {
+        return Ok(None);
+    }
+    let version = format!("SELECT coalesce(max(version), 0) FROM {schema}.meta");
+    Ok(Some(client.query_one(&version, &[]).await?.get(0)))
 }
 
 tenure_core::driven_backend!(PostgresBackend, driven);
