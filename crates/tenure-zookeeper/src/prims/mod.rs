@@ -1,32 +1,15 @@
-//! The election engine's primitives over ZooKeeper (the default layout).
+//! The election engine's primitives over ZooKeeper (the default layout); the crate
+//! README's table of primitives gives each mapping at length.
 //!
-//! - **Sessions.** A primitive session is one ZooKeeper session (its own connection,
-//!   timeout = the TTL) holding one ephemeral node `/:sessions/<id>`: the session lives
-//!   while that node exists. A renewal is a write through the session's own connection
-//!   (a `multi` holding one check of that node), so it is answered only once the
-//!   ensemble's leader committed it. A session whose last answered renewal was sent a
-//!   TTL ago is ended by its watchdog (its node deleted, the session closed); a process
-//!   that dies leaves it to the server's timeout. A revoke deletes the node and closes
-//!   the session ([`sessions`]).
-//! - **Elections.** An election is the data of its node `/<election>`: its records
-//!   (session, arrival, version, token, the engine's opaque body) and the bytes it keeps
-//!   for the next grant. Its revision is the node's data version (a node that does not
-//!   exist or holds no data: 0). A record counts as live while its session's node
-//!   exists; a dead session's records stay until an engine write deletes them.
-//! - **Writes.** One `multi`: a check that the session node of every put or touched
-//!   record exists, then `setData` of the election node at the version the write was
-//!   decided on (after a `create` of the node if it did not exist), and the nodes of
-//!   the records beside it. The `setData`'s stat is the election after: no read follows
-//!   a write that commits ([`write`]).
-//! - **Tokens.** A minted token is the zxid of the write that minted it (the node's
-//!   `mzxid` while the record is marked as minted by the last write; the next write
-//!   writes the number out), so tokens grow across the whole ensemble.
-//! - **Changes.** Beside the election node, each record has a node `:r-<session>` that
-//!   exists while the record does and a node `:c-<session>` rewritten (with the
-//!   revision) by every write to the record. A waiter watches its own `:c-` node and
-//!   the `:r-` and session nodes of the record ahead, a holder and an observer the
-//!   election node; each watch is set and then checked against what the caller saw, so
-//!   nothing is missed, and the client re-registers its watches when it reconnects.
+//! A session is a ZooKeeper session holding its node `/:sessions/<id>` ([`sessions`]);
+//! an election is the data of its node `/<election>`, its revision the node's data
+//! version ([`election`]); a write is one `multi` whose `setData` stat is the election
+//! after ([`write`]); a minted token is the zxid of the write that minted it, so tokens
+//! grow across the ensemble. Each record has a node `:r-<session>` that exists while
+//! it does and a node `:c-<session>` rewritten by every write to it: a waiter watches
+//! its own `:c-` node and the `:r-` and session nodes of the record ahead, a holder and
+//! an observer the election node; each watch is set and then checked against what the
+//! caller saw, so nothing is missed.
 
 mod election;
 mod sessions;
@@ -282,11 +265,8 @@ impl Primitives for ZkPrimitives {
     }
 }
 
-/// A waiter watches its own record's change node and the presence and session nodes
-/// of the record ahead; a holder and an observer the election node (every write to a
-/// record is a write to the election node too). The watches are sent together (one
-/// round trip) and then checked against what the caller saw, so a change before they
-/// were set is not missed.
+/// The watches of the module's note, sent together (one round trip) and checked
+/// against what the caller saw (every write to a record writes the election node too).
 async fn changed(shared: &Shared, election: &ElectionName, what: &WaitFor) -> Result<()> {
     let client = shared.reader().await?;
     let dir = election_dir(election);

@@ -277,26 +277,16 @@ impl ZkPrimitives {
         let commit = async { Ok::<_, ZkError>(writer.commit().await) };
         match self.shared.requests.call("commit", commit).await? {
             Ok(results) => {
-                let mut afters = Vec::with_capacity(plans.len());
-                let mut results = results.into_iter();
+                let (mut afters, mut at) = (Vec::with_capacity(plans.len()), 0);
                 for p in plans {
-                    let mut set = None;
-                    for i in 0..p.ops() {
-                        let r = results.next();
-                        if i == p.set_at() {
-                            set = r;
-                        }
-                    }
-                    match set {
-                        Some(MultiWriteResult::SetData { stat }) => {
-                            let after = p.done(&stat);
-                            self.cache.remember(&p.election, &after);
-                            afters.push(after);
-                        }
-                        _ => {
-                            return Err(TAG.own(ErrorKind::Backend, "commit: an unexpected answer"))
-                        }
-                    }
+                    let Some(MultiWriteResult::SetData { stat }) = results.get(at + p.set_at())
+                    else {
+                        return Err(TAG.own(ErrorKind::Backend, "commit: an unexpected answer"));
+                    };
+                    at += p.ops();
+                    let after = p.done(stat);
+                    self.cache.remember(&p.election, &after);
+                    afters.push(after);
                 }
                 Ok(Ok(afters))
             }
