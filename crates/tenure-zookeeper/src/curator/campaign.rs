@@ -27,7 +27,12 @@ impl ZkSession {
                 .call("campaign", client.check_stat(&format!("{dir}/{name}")))
                 .await?
             {
-                Some(stat) => return Ok(Some(Node::candidate(name, stat.czxid))),
+                Some(stat) => {
+                    return Ok(Some(Node {
+                        name,
+                        czxid: stat.czxid,
+                    }))
+                }
                 None => continue,
             }
         }
@@ -58,7 +63,10 @@ impl ZkSession {
         {
             Ok((stat, sequence)) => {
                 let name = format!("{}{sequence}", self.prefix);
-                let node = Node::candidate(name, stat.czxid);
+                let node = Node {
+                    name,
+                    czxid: stat.czxid,
+                };
                 Ok(self.remember(election, node))
             }
             Err(e) if e.is_retryable() => {
