@@ -316,7 +316,7 @@ impl Backend for ZooKeeperBackend {
 
     fn election_requests(&self) -> Option<u64> {
         match self.curator() {
-            true => Some(self.shared.requests()),
+            true => Some(self.shared.requests.election_requests()),
             false => self.driven.election_requests(),
         }
     }

@@ -204,13 +204,14 @@ pub(crate) async fn replace(
 ) -> Result<String> {
     let prefix = registration_prefix(dir, member.id());
     let data = member.value().as_bytes();
+    let mode = CreateMode::EphemeralSequential;
     if old.is_empty() {
         let (_, sequence) = shared
-            .create_ephemeral(client, "register member", dir, &prefix, data)
+            .create_ephemeral(client, "register member", dir, &prefix, data, mode)
             .await?;
         return Ok(format!("{}:{sequence}", member.id()));
     }
-    let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let options = mode.with_acls(Acls::anyone_all());
     let mut multi = client.new_multi_writer();
     let bad = |e| crate::error::map("register member", e);
     multi.add_create(&prefix, data, &options).map_err(bad)?;

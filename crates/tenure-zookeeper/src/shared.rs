@@ -41,11 +41,6 @@ impl Shared {
         }
     }
 
-    /// The election requests made so far.
-    pub(crate) fn requests(&self) -> u64 {
-        self.requests.election_requests()
-    }
-
     /// The session timeout the server granted the reader session.
     pub(crate) async fn reader_session_timeout(&self) -> Duration {
         self.reader.lock().await.session_timeout()
@@ -87,8 +82,8 @@ impl Shared {
         Ok(client)
     }
 
-    /// Create the ephemeral sequential node `path` (`dir/` and a name prefix) with
-    /// `data`, for the request `what`; a missing `dir` is made (with its parents) once.
+    /// Create the node `path` in `dir` (ephemeral: `mode`) with `data`, for the request
+    /// `what`; a missing `dir` is made (with its parents) once.
     pub(crate) async fn create_ephemeral(
         &self,
         client: &Client,
@@ -96,8 +91,9 @@ impl Shared {
         dir: &str,
         path: &str,
         data: &[u8],
+        mode: CreateMode,
     ) -> Result<(Stat, CreateSequence)> {
-        let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+        let options = mode.with_acls(Acls::anyone_all());
         let mut made_parents = false;
         loop {
             match self

@@ -4,7 +4,7 @@
 use tenure_core::backend::{encode_record, CampaignMode};
 use tenure_core::{Candidate, ElectionName, FencingToken, Result};
 use zookeeper_client::{
-    Acls, Client, CreateMode, Error as ZkError, MultiReadResult, MultiReader, MultiWriteResult,
+    Acls, Client, CreateMode, Error as ZkError, MultiReadResult, MultiWriteResult,
 };
 
 use super::{curator_accepts, Node, ZkSession};
@@ -29,9 +29,12 @@ impl ZkSession {
         }
         let client = self.client()?;
         let bad = |e| crate::error::map(WHAT, e);
-        let (dirs, queues) = self
-            .read_chunk(&client, chunk, |r, dir| r.add_get_children(dir))
-            .await?;
+        let dirs: Vec<String> = chunk.iter().map(|(e, _)| election_dir(e)).collect();
+        let mut reader = client.new_multi_reader();
+        for dir in &dirs {
+            reader.add_get_children(dir).map_err(bad)?;
+        }
+        let queues = self.shared.requests.call(WHAT, reader.commit()).await?;
         let mut answers = vec![None; chunk.len()];
         let (mut free, mut missing) = (Vec::new(), Vec::new());
         for (i, queue) in queues.into_iter().enumerate() {
@@ -95,7 +98,10 @@ impl ZkSession {
             let first = sorted_latches(children.clone()).into_iter().next();
             if first.as_deref() == Some(name.as_str()) {
                 let election = &chunk[i].0;
-                let node = Node::candidate(name, stat.czxid);
+                let node = Node {
+                    name,
+                    czxid: stat.czxid,
+                };
                 self.set_node(election, Some(node.clone()));
                 answers[i] = Some(self.granted(election, path, &node, None));
             } else {
@@ -108,27 +114,6 @@ impl ZkSession {
             self.shared.requests.call(WHAT, commit).await?;
         }
         Ok(answers)
-    }
-
-    /// The election directories of `chunk` and one multi-read (`try_campaign_many`) of
-    /// what `add` asks of each, in order.
-    async fn read_chunk(
-        &self,
-        client: &Client,
-        chunk: &[(ElectionName, Candidate)],
-        add: impl Fn(&mut MultiReader<'_>, &str) -> std::result::Result<(), ZkError>,
-    ) -> Result<(Vec<String>, Vec<MultiReadResult>)> {
-        let dirs: Vec<String> = chunk.iter().map(|(e, _)| election_dir(e)).collect();
-        let mut reader = client.new_multi_reader();
-        for dir in &dirs {
-            add(&mut reader, dir).map_err(|e| crate::error::map("try_campaign_many", e))?;
-        }
-        let read = self
-            .shared
-            .requests
-            .call("try_campaign_many", reader.commit())
-            .await?;
-        Ok((dirs, read))
     }
 
     pub(super) async fn delete(

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use futures::FutureExt;
 use tenure_core::backend::{encode_record, CampaignMode};
 use tenure_core::{Candidate, ElectionName, Error, ErrorKind, FencingToken, Result};
-use zookeeper_client::{Client, EventType, OneshotWatcher, SessionState, WatchedEvent};
+use zookeeper_client::{Client, CreateMode, EventType, OneshotWatcher, SessionState, WatchedEvent};
 
 use super::{curator_accepts, Node, ZkSession};
 use crate::error::TAG;
@@ -27,7 +27,12 @@ impl ZkSession {
                 .call("campaign", client.check_stat(&format!("{dir}/{name}")))
                 .await?
             {
-                Some(stat) => return Ok(Some(Node::candidate(name, stat.czxid))),
+                Some(stat) => {
+                    return Ok(Some(Node {
+                        name,
+                        czxid: stat.czxid,
+                    }))
+                }
                 None => continue,
             }
         }
@@ -50,14 +55,18 @@ impl ZkSession {
         }
         let path = format!("{dir}/{}", self.prefix);
         let data = encode_record(candidate);
+        let mode = CreateMode::EphemeralSequential;
         match self
             .shared
-            .create_ephemeral(client, "campaign", dir, &path, &data)
+            .create_ephemeral(client, "campaign", dir, &path, &data, mode)
             .await
         {
             Ok((stat, sequence)) => {
                 let name = format!("{}{sequence}", self.prefix);
-                let node = Node::candidate(name, stat.czxid);
+                let node = Node {
+                    name,
+                    czxid: stat.czxid,
+                };
                 Ok(self.remember(election, node))
             }
             Err(e) if e.is_retryable() => {

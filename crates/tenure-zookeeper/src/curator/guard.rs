@@ -2,12 +2,11 @@
 //! leading node and reports the election lost if anyone but this session deletes it.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use tenure_core::backend::{revision_token, SessionEvents};
-use tenure_core::{ElectionName, Error, FencingToken, Result};
-use zookeeper_client::{Client, Error as ZkError, EventType};
+use tenure_core::{ElectionName, FencingToken};
+use zookeeper_client::{Client, EventType};
 
 use super::campaign::OwnWatch;
 use super::{Node, ZkSession};
@@ -25,35 +24,26 @@ impl ZkSession {
         watch: Option<OwnWatch>,
     ) -> FencingToken {
         let token = revision_token(node.czxid);
-        let task = tokio::spawn(guard_leader(
-            self.guarded(election),
-            path.to_string(),
-            node.name.clone(),
-            token,
-            watch,
-        ));
-        self.guard(election, task);
-        token
-    }
-
-    /// What a guard of `election` needs of this session.
-    fn guarded(&self, election: &ElectionName) -> Guarded {
-        Guarded {
+        let g = Guarded {
             shared: self.shared.clone(),
             client: self.client.clone(),
             nodes: self.nodes.clone(),
             events: self.events.clone(),
             election: election.clone(),
-        }
-    }
-
-    /// Keep `task` as the guard of `election`'s grant, stopping the one before.
-    fn guard(&self, election: &ElectionName, task: tokio::task::JoinHandle<()>) {
+        };
+        let task = tokio::spawn(guard_leader(
+            g,
+            path.to_string(),
+            node.name.clone(),
+            token,
+            watch,
+        ));
         if let Ok(mut guards) = self.guards.lock() {
             if let Some(old) = guards.insert(election.clone(), task) {
                 old.abort();
             }
         }
+        token
     }
 
     /// Stop guarding `election`'s grant (before this session deletes its node).
@@ -73,42 +63,6 @@ pub(super) struct Guarded {
     election: ElectionName,
 }
 
-impl Guarded {
-    /// The session's client, `None` once the session ended.
-    fn client(&self) -> Option<Client> {
-        live_client(&self.client)
-    }
-
-    /// Run the guard's request `request`.
-    async fn call<T>(
-        &self,
-        request: impl Future<Output = std::result::Result<T, ZkError>>,
-    ) -> Result<T> {
-        self.shared.requests.call("guard", request).await
-    }
-
-    /// Could not watch `what` (failed with `e`): wait the retry delay of `attempt`,
-    /// counting it.
-    async fn back_off(&self, attempt: &mut u32, what: &str, e: &Error) {
-        let delay = tenure_core::Retry::default().delay(*attempt);
-        *attempt = attempt.saturating_add(1);
-        let election = &self.election;
-        tracing::debug!(%election, error = %e, ?delay, "could not watch {what}; retrying");
-        tokio::time::sleep(delay).await;
-    }
-
-    /// Report the election lost: its `what` node at `path` was deleted by someone else.
-    fn lost(&self, what: &str, path: &str, token: FencingToken) {
-        let election = &self.election;
-        tracing::warn!(%election, node = %path, token = token.0, "the {what} node was deleted by someone else");
-        self.events.election_lost(
-            election,
-            token,
-            &format!("the {what} node {path} was deleted by someone else"),
-        );
-    }
-}
-
 /// Guards a held election: waits for the exists watch on the leading node and, if the
 /// node is deleted while this session still counts it as its own (not by `resign` or
 /// `close`, which stop this task first), reports the election lost. Re-arms after other
@@ -121,6 +75,7 @@ async fn guard_leader(
     token: FencingToken,
     mut watch: Option<OwnWatch>,
 ) {
+    let election = &g.election;
     let mut attempt = 0u32;
     loop {
         let deleted = match watch.take() {
@@ -130,10 +85,14 @@ async fn guard_leader(
                 _ => continue,
             },
             None => {
-                let Some(c) = g.client() else {
+                let Some(c) = live_client(&g.client) else {
                     return;
                 };
-                let armed = g.call(c.check_and_watch_stat(&path)).await;
+                let armed = g
+                    .shared
+                    .requests
+                    .call("guard", c.check_and_watch_stat(&path));
+                let armed = armed.await;
                 drop(c);
                 match armed {
                     Ok((Some(_), w)) => {
@@ -143,7 +102,10 @@ async fn guard_leader(
                     }
                     Ok((None, _)) => true,
                     Err(e) => {
-                        g.back_off(&mut attempt, "the leading node", &e).await;
+                        let delay = tenure_core::Retry::default().delay(attempt);
+                        attempt = attempt.saturating_add(1);
+                        tracing::debug!(%election, error = %e, ?delay, "could not watch the leading node; retrying");
+                        tokio::time::sleep(delay).await;
                         continue;
                     }
                 }
@@ -156,15 +118,17 @@ async fn guard_leader(
             .nodes
             .lock()
             .map(|mut n| {
-                let ours = n.get(&g.election).is_some_and(|node| node.name == name);
+                let ours = n.get(election).is_some_and(|node| node.name == name);
                 if ours {
-                    n.remove(&g.election);
+                    n.remove(election);
                 }
                 ours
             })
             .unwrap_or(false);
         if ours {
-            g.lost("leading", &path, token);
+            tracing::warn!(%election, node = %path, token = token.0, "the leading node was deleted by someone else");
+            let why = format!("the leading node {path} was deleted by someone else");
+            g.events.election_lost(election, token, &why);
         }
         return;
     }

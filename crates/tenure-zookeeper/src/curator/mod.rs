@@ -30,10 +30,6 @@ struct Node {
 }
 
 impl Node {
-    fn candidate(name: String, czxid: i64) -> Self {
-        Node { name, czxid }
-    }
-
     /// The node's path in the election directory `dir`.
     fn path(&self, dir: &str) -> String {
         format!("{dir}/{}", self.name)
@@ -220,6 +216,15 @@ impl ZkSession {
         }
     }
 
+    /// The client, `None` once the session expired (a call with nothing to undo).
+    fn live(&self) -> Result<Option<Client>> {
+        match self.client() {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if e.kind() == ErrorKind::SessionExpired => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn node(&self, election: &ElectionName) -> Option<Node> {
         self.nodes
             .lock()
@@ -314,11 +319,9 @@ impl BackendSession for ZkSession {
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
-        let client = match self.client() {
-            Ok(c) => c,
-            // Nothing is held in a session that is gone.
-            Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
-            Err(e) => return Err(e),
+        // Nothing is held in a session that is gone.
+        let Some(client) = self.live()? else {
+            return Ok(());
         };
         let dir = election_dir(election);
         match (self.node(election), token) {
@@ -336,10 +339,8 @@ impl BackendSession for ZkSession {
     }
 
     async fn resign_many(&self, grants: &[(ElectionName, Option<FencingToken>)]) -> Result<()> {
-        let client = match self.client() {
-            Ok(c) => c,
-            Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
-            Err(e) => return Err(e),
+        let Some(client) = self.live()? else {
+            return Ok(());
         };
         let mut known = Vec::with_capacity(grants.len());
         for (election, token) in grants {
@@ -365,11 +366,9 @@ impl BackendSession for ZkSession {
     }
 
     async fn unregister_member(&self, namespace: &ElectionName, id: &str) -> Result<()> {
-        let client = match self.client() {
-            Ok(c) => c,
-            // Nothing is registered in a session that is gone.
-            Err(e) if e.kind() == ErrorKind::SessionExpired => return Ok(()),
-            Err(e) => return Err(e),
+        // Nothing is registered in a session that is gone.
+        let Some(client) = self.live()? else {
+            return Ok(());
         };
         let shared = &self.shared;
         self.members

@@ -163,7 +163,7 @@ impl ZkPrimitives {
         let client = self.shared.reader().await?;
         let mut guessed: Vec<String> = Vec::new();
         for e in elections {
-            if let Some(k) = self.cached(e) {
+            if let Some(k) = self.cache.get(e) {
                 guessed.extend(k.sessions());
             }
         }
@@ -221,7 +221,7 @@ impl ZkPrimitives {
                 let l = live.get(&s).copied().unwrap_or(false);
                 k.live.insert(s, l);
             }
-            self.remember(e, k);
+            self.cache.remember(e, k);
         }
         Ok(known)
     }

@@ -1,32 +1,15 @@
-//! The election engine's primitives over ZooKeeper (the default layout).
+//! The election engine's primitives over ZooKeeper (the default layout); the crate
+//! README's table of primitives gives each mapping at length.
 //!
-//! - **Sessions.** A primitive session is one ZooKeeper session (its own connection,
-//!   timeout = the TTL) holding one ephemeral node `/:sessions/<id>`: the session lives
-//!   while that node exists. A renewal is a write through the session's own connection
-//!   (a `multi` holding one check of that node), so it is answered only once the
-//!   ensemble's leader committed it. A session whose last answered renewal was sent a
-//!   TTL ago is ended by its watchdog (its node deleted, the session closed); a process
-//!   that dies leaves it to the server's timeout. A revoke deletes the node and closes
-//!   the session ([`sessions`]).
-//! - **Elections.** An election is the data of its node `/<election>`: its records
-//!   (session, arrival, version, token, the engine's opaque body) and the bytes it keeps
-//!   for the next grant. Its revision is the node's data version (a node that does not
-//!   exist or holds no data: 0). A record counts as live while its session's node
-//!   exists; a dead session's records stay until an engine write deletes them.
-//! - **Writes.** One `multi`: a check that the session node of every put or touched
-//!   record exists, then `setData` of the election node at the version the write was
-//!   decided on (after a `create` of the node if it did not exist), and the nodes of
-//!   the records beside it. The `setData`'s stat is the election after: no read follows
-//!   a write that commits ([`write`]).
-//! - **Tokens.** A minted token is the zxid of the write that minted it (the node's
-//!   `mzxid` while the record is marked as minted by the last write; the next write
-//!   writes the number out), so tokens grow across the whole ensemble.
-//! - **Changes.** Beside the election node, each record has a node `:r-<session>` that
-//!   exists while the record does and a node `:c-<session>` rewritten (with the
-//!   revision) by every write to the record. A waiter watches its own `:c-` node and
-//!   the `:r-` and session nodes of the record ahead, a holder and an observer the
-//!   election node; each watch is set and then checked against what the caller saw, so
-//!   nothing is missed, and the client re-registers its watches when it reconnects.
+//! A session is a ZooKeeper session holding its node `/:sessions/<id>` ([`sessions`]);
+//! an election is the data of its node `/<election>`, its revision the node's data
+//! version ([`election`]); a write is one `multi` whose `setData` stat is the election
+//! after ([`write`]); a minted token is the zxid of the write that minted it, so tokens
+//! grow across the ensemble. Each record has a node `:r-<session>` that exists while
+//! it does and a node `:c-<session>` rewritten by every write to it: a waiter watches
+//! its own `:c-` node and the `:r-` and session nodes of the record ahead, a holder and
+//! an observer the election node; each watch is set and then checked against what the
+//! caller saw, so nothing is missed.
 
 mod election;
 mod sessions;
@@ -38,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tenure_core::backend::primitive::MemberStore;
+use tenure_core::backend::primitive::{MemberStore, Wake};
 use tenure_core::backend::Primitives;
 use tenure_core::engine::{Snapshot, WaitFor, Write};
 use tenure_core::{ElectionName, Error, Result};
@@ -69,7 +52,91 @@ const BATCH_BYTES: usize = 512 * 1024;
 pub(crate) struct ZkPrimitives {
     shared: Arc<Shared>,
     own: Mutex<HashMap<String, Arc<Own>>>,
+    cache: Arc<Cache>,
+}
+
+/// The elections as last read or written here, and the writes to them on their way.
+#[derive(Default)]
+struct Cache {
     known: Mutex<HashMap<ElectionName, Known>>,
+    writing: Mutex<HashMap<ElectionName, usize>>,
+    /// Notified whenever a write ends (its answer remembered, or none).
+    ended: tokio::sync::Notify,
+}
+
+impl Cache {
+    fn remember(&self, election: &ElectionName, known: &Known) {
+        if let Ok(mut k) = self.known.lock() {
+            if k.len() > 100_000 {
+                k.clear();
+            }
+            k.insert(election.clone(), known.clone());
+        }
+    }
+
+    fn get(&self, election: &ElectionName) -> Option<Known> {
+        self.known
+            .lock()
+            .ok()
+            .and_then(|k| k.get(election).cloned())
+    }
+
+    fn revision(&self, election: &ElectionName) -> u64 {
+        self.get(election).map_or(0, |k| k.revision())
+    }
+
+    /// Count a write to `elections` as on its way until the guard drops.
+    fn writing(self: &Arc<Self>, elections: Vec<ElectionName>) -> Writing {
+        if let Ok(mut w) = self.writing.lock() {
+            elections
+                .iter()
+                .for_each(|e| *w.entry(e.clone()).or_default() += 1);
+        }
+        Writing {
+            cache: self.clone(),
+            elections,
+        }
+    }
+
+    /// The election as this process last knew it past revision `floor`, once the
+    /// writes to it on their way have ended; `None` if it knows none.
+    async fn past(&self, election: &ElectionName, floor: u64) -> Option<Snapshot> {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            match self.get(election) {
+                Some(k) if k.revision() > floor => return Some(k.snapshot()),
+                _ => {}
+            }
+            if !self.writing.lock().ok()?.contains_key(election) {
+                return None;
+            }
+            ended.await;
+        }
+    }
+}
+
+/// A write on its way (see [`Cache::writing`]).
+struct Writing {
+    cache: Arc<Cache>,
+    elections: Vec<ElectionName>,
+}
+
+impl Drop for Writing {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.cache.writing.lock() {
+            for e in &self.elections {
+                if let Some(n) = w.get_mut(e) {
+                    *n -= 1;
+                    if *n == 0 {
+                        w.remove(e);
+                    }
+                }
+            }
+        }
+        self.cache.ended.notify_waiters();
+    }
 }
 
 impl fmt::Debug for ZkPrimitives {
@@ -101,28 +168,12 @@ impl ZkPrimitives {
         ZkPrimitives {
             shared,
             own: Mutex::new(HashMap::new()),
-            known: Mutex::new(HashMap::new()),
+            cache: Arc::default(),
         }
     }
 
     fn own(&self, id: &str) -> Option<Arc<Own>> {
         self.own.lock().ok().and_then(|o| o.get(id).cloned())
-    }
-
-    fn remember(&self, election: &ElectionName, known: &Known) {
-        if let Ok(mut k) = self.known.lock() {
-            if k.len() > 100_000 {
-                k.clear();
-            }
-            k.insert(election.clone(), known.clone());
-        }
-    }
-
-    fn cached(&self, election: &ElectionName) -> Option<Known> {
-        self.known
-            .lock()
-            .ok()
-            .and_then(|k| k.get(election).cloned())
     }
 
     fn tag(&self, e: Error) -> Error {
@@ -169,67 +220,104 @@ impl Primitives for ZkPrimitives {
         Some(BATCH)
     }
 
-    /// A waiter watches its own record's change node and the presence and session
-    /// nodes of the record ahead; a holder and an observer the election node (every
-    /// write to a record is a write to the election node too). The watches are sent
-    /// together (one round trip) and then checked against what the caller saw, so a
-    /// change before they were set is not missed.
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
-        let client = self.shared.reader().await?;
-        let dir = election_dir(election);
-        let call = |f| self.shared.requests.call("wait", f);
+        changed(&self.shared, election, what).await
+    }
+
+    /// A waiter's wake-up carries the election when a write of this process caused
+    /// it: a release's write is answered on the connection the waiter's watch fires on,
+    /// right behind the watch's event, and its answer is the election after it, so the
+    /// woken waiter needs no read. Holders and observers are followed by `changed`.
+    fn notify(&self, election: &ElectionName, what: &WaitFor, to: &Wake) -> bool {
         if what.on.is_none() {
-            // An observer's wait, or a holder's: a holder wakes on any move of the
-            // election (its own record moves only with it), reads after each and
-            // decides its release on the election as it stands, one multi, where a
-            // view from before a waiter joined cost a failed one first.
-            let (stat, w) = call(client.check_and_watch_stat(&dir)).await?;
-            if revision_of(stat.as_ref()) == what.seen {
-                w.changed().await;
-            }
-            return Ok(());
+            return false;
         }
-        let mine = what.me.as_deref().map(|m| change(&dir, m));
-        let ahead = what
-            .on
-            .as_deref()
-            .map(|o| (presence(&dir, o), session_path(o)));
-        let mine = mine.as_deref().map(|p| client.get_and_watch_data(p));
-        let ahead = ahead.as_ref().map(|(r, s)| {
-            (
-                client.check_and_watch_stat(r),
-                client.check_and_watch_stat(s),
-            )
-        });
-        let mut watches = Vec::new();
-        if let Some(f) = mine {
-            // Gone, or written after the revision seen (its data: that revision).
-            match self.shared.requests.call("wait", f).await {
-                Err(e) if crate::shared::is_no_node(&e) => return Ok(()),
-                Err(e) => return Err(e),
-                Ok((data, _, w)) => {
-                    let stamp = String::from_utf8_lossy(&data).parse::<u64>();
-                    if stamp.map_or(true, |s| s > what.seen) {
-                        return Ok(());
-                    }
-                    watches.push(w);
+        // Only what this process learns after the watch is set counts.
+        let floor = what.seen.max(self.cache.revision(election));
+        let (shared, cache, to) = (self.shared.clone(), self.cache.clone(), to.clone());
+        let (election, what) = (election.clone(), what.clone());
+        tokio::spawn(async move {
+            let waited = changed(&shared, &election, &what);
+            tokio::pin!(waited);
+            let woken = loop {
+                tokio::select! {
+                    r = &mut waited => break r,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => if to.is_closed() {
+                        return;
+                    },
                 }
-            }
-        }
-        if let Some((record, session)) = ahead {
-            let (record, session) = (call(record).await?, call(session).await?);
-            if record.0.is_none() || session.0.is_none() {
-                return Ok(());
-            }
-            watches.push(record.1);
-            watches.push(session.1);
-        }
-        let fired = watches.into_iter().map(|w| Box::pin(w.changed()));
-        futures::future::select_all(fired).await;
-        Ok(())
+            };
+            // An error is met again by the read that follows a wake-up without news.
+            let now = match woken {
+                Ok(()) => cache.past(&election, floor).await,
+                Err(_) => None,
+            };
+            match now {
+                Some(now) => to.wake_with(&election, now),
+                None => to.wake(&election),
+            };
+        });
+        true
     }
 
     fn members(&self) -> Option<&dyn MemberStore> {
         Some(self)
     }
+}
+
+/// The watches of the module's note, sent together (one round trip) and checked
+/// against what the caller saw (every write to a record writes the election node too).
+async fn changed(shared: &Shared, election: &ElectionName, what: &WaitFor) -> Result<()> {
+    let client = shared.reader().await?;
+    let dir = election_dir(election);
+    let call = |f| shared.requests.call("wait", f);
+    if what.on.is_none() {
+        // An observer's wait, or a holder's: a holder wakes on any move of the
+        // election (its own record moves only with it), reads after each and
+        // decides its release on the election as it stands, one multi, where a
+        // view from before a waiter joined cost a failed one first.
+        let (stat, w) = call(client.check_and_watch_stat(&dir)).await?;
+        if revision_of(stat.as_ref()) == what.seen {
+            w.changed().await;
+        }
+        return Ok(());
+    }
+    let mine = what.me.as_deref().map(|m| change(&dir, m));
+    let ahead = what
+        .on
+        .as_deref()
+        .map(|o| (presence(&dir, o), session_path(o)));
+    let mine = mine.as_deref().map(|p| client.get_and_watch_data(p));
+    let ahead = ahead.as_ref().map(|(r, s)| {
+        (
+            client.check_and_watch_stat(r),
+            client.check_and_watch_stat(s),
+        )
+    });
+    let mut watches = Vec::new();
+    if let Some(f) = mine {
+        // Gone, or written after the revision seen (its data: that revision).
+        match shared.requests.call("wait", f).await {
+            Err(e) if crate::shared::is_no_node(&e) => return Ok(()),
+            Err(e) => return Err(e),
+            Ok((data, _, w)) => {
+                let stamp = String::from_utf8_lossy(&data).parse::<u64>();
+                if stamp.map_or(true, |s| s > what.seen) {
+                    return Ok(());
+                }
+                watches.push(w);
+            }
+        }
+    }
+    if let Some((record, session)) = ahead {
+        let (record, session) = (call(record).await?, call(session).await?);
+        if record.0.is_none() || session.0.is_none() {
+            return Ok(());
+        }
+        watches.push(record.1);
+        watches.push(session.1);
+    }
+    let fired = watches.into_iter().map(|w| Box::pin(w.changed()));
+    futures::future::select_all(fired).await;
+    Ok(())
 }

@@ -9,12 +9,12 @@ use async_trait::async_trait;
 use tenure_core::backend::primitive::MemberStore;
 use tenure_core::backend::Purpose;
 use tenure_core::{ElectionName, ErrorKind, Member, MemberStream, Result};
-use zookeeper_client::{Acls, Client, CreateMode, Error as ZkError, MultiWriteError, SessionInfo};
+use zookeeper_client::{Client, CreateMode, Error as ZkError, MultiWriteError, SessionInfo};
 
 use super::{session_path, ZkPrimitives, SESSIONS};
 use crate::error::{map, TAG};
 use crate::members::{self, Registrar};
-use crate::shared::{close_session, is_node_exists, live_client, open_session, ClientSlot, Shared};
+use crate::shared::{close_session, live_client, open_session, ClientSlot, Shared};
 
 /// A session's renewals as its watchdog sees them.
 #[derive(Debug)]
@@ -140,32 +140,11 @@ impl ZkPrimitives {
         let owner = client.session_id().0;
         let id = format!("{owner:016x}");
         let path = session_path(&id);
-        let options = CreateMode::Ephemeral.with_acls(Acls::anyone_all());
-        let mut made = false;
-        loop {
-            match self
-                .shared
-                .requests
-                .call("open", client.create(&path, &[], &options))
-                .await
-            {
-                Ok(_) => break,
-                Err(e) if crate::shared::is_no_node(&e) && !made => {
-                    made = true;
-                    let dirs = CreateMode::Persistent.with_acls(Acls::anyone_all());
-                    match self
-                        .shared
-                        .requests
-                        .call("open", client.mkdir(SESSIONS, &dirs))
-                        .await
-                    {
-                        Err(e) if !is_node_exists(&e) => return Err(e),
-                        _ => {}
-                    }
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let ephemeral = CreateMode::Ephemeral;
+        let shared = &self.shared;
+        shared
+            .create_ephemeral(&client, "open", SESSIONS, &path, &[], ephemeral)
+            .await?;
         let info = client.session().clone();
         let slot: ClientSlot = Arc::new(Mutex::new(Some(client)));
         self.shared.register(&id, info.clone(), slot.clone());

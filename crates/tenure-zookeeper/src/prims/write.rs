@@ -31,6 +31,7 @@ impl Signal {
 
 /// A write planned on a known election: the multi's ops and the election after.
 struct Plan {
+    election: ElectionName,
     dir: String,
     checks: Vec<String>,
     create: bool,
@@ -69,11 +70,12 @@ impl Plan {
     }
 
     /// The election after the write, given the `setData`'s stat.
-    fn done(mut self, stat: &Stat) -> Known {
-        self.after.version = Some(stat.version);
-        self.after.mzxid = stat.mzxid;
-        self.after.written = true;
-        self.after
+    fn done(&self, stat: &Stat) -> Known {
+        let mut after = self.after.clone();
+        after.version = Some(stat.version);
+        after.mzxid = stat.mzxid;
+        after.written = true;
+        after
     }
 
     /// Where the election node's `setData` answers among the plan's results.
@@ -227,6 +229,7 @@ impl ZkPrimitives {
         // Serialising strings and numbers cannot fail.
         let data = serde_json::to_vec(&after.stored).unwrap_or_default();
         Plan {
+            election: election.clone(),
             dir,
             signals,
             checks: checks.iter().map(|s| session_path(s)).collect(),
@@ -244,7 +247,7 @@ impl ZkPrimitives {
         election: &ElectionName,
         write: &Write,
     ) -> Result<std::result::Result<Known, Known>> {
-        match self.cached(election) {
+        match self.cache.get(election) {
             Some(k) if k.revision() == write.revision => return Ok(Ok(k)),
             None if write.revision == 0 => return Ok(Ok(Known::default())),
             _ => {}
@@ -257,12 +260,15 @@ impl ZkPrimitives {
         })
     }
 
-    /// Send `plans` in one multi: `Ok(afters)` if it committed, else the index of the
-    /// plan whose op failed and how.
+    /// Send `plans` in one multi: `Ok(afters)` (remembered) if it committed, else the
+    /// index of the plan whose op failed and how.
     async fn send(
         &self,
         plans: &[&Plan],
-    ) -> Result<std::result::Result<Vec<Stat>, (usize, Failed)>> {
+    ) -> Result<std::result::Result<Vec<Known>, (usize, Failed)>> {
+        let _writing = self
+            .cache
+            .writing(plans.iter().map(|p| p.election.clone()).collect());
         let client = self.shared.reader().await?;
         let mut writer = client.new_multi_writer();
         for p in plans {
@@ -271,24 +277,18 @@ impl ZkPrimitives {
         let commit = async { Ok::<_, ZkError>(writer.commit().await) };
         match self.shared.requests.call("commit", commit).await? {
             Ok(results) => {
-                let mut stats = Vec::with_capacity(plans.len());
-                let mut results = results.into_iter();
+                let (mut afters, mut at) = (Vec::with_capacity(plans.len()), 0);
                 for p in plans {
-                    let mut set = None;
-                    for i in 0..p.ops() {
-                        let r = results.next();
-                        if i == p.set_at() {
-                            set = r;
-                        }
-                    }
-                    match set {
-                        Some(MultiWriteResult::SetData { stat }) => stats.push(stat),
-                        _ => {
-                            return Err(TAG.own(ErrorKind::Backend, "commit: an unexpected answer"))
-                        }
-                    }
+                    let Some(MultiWriteResult::SetData { stat }) = results.get(at + p.set_at())
+                    else {
+                        return Err(TAG.own(ErrorKind::Backend, "commit: an unexpected answer"));
+                    };
+                    at += p.ops();
+                    let after = p.done(stat);
+                    self.cache.remember(&p.election, &after);
+                    afters.push(after);
                 }
-                Ok(Ok(stats))
+                Ok(Ok(afters))
             }
             Err(MultiWriteError::OperationFailed { index, source }) => {
                 let mut at = index;
@@ -335,11 +335,7 @@ impl ZkPrimitives {
             }
             let plan = self.plan(election, &base, write);
             match self.send(&[&plan]).await? {
-                Ok(stats) => {
-                    let after = plan.done(&stats[0]);
-                    self.remember(election, &after);
-                    return Ok((true, after.snapshot()));
-                }
+                Ok(afters) => return Ok((true, afters[0].snapshot())),
                 Err((_, Failed::Session(id))) => return Ok(self.refused(election, base, id)),
                 Err((_, Failed::NoParent)) if !made_parent => {
                     made_parent = true;
@@ -393,7 +389,7 @@ impl ZkPrimitives {
     /// The answer to a write on `base` refused for the ended session `id`.
     fn refused(&self, election: &ElectionName, mut base: Known, id: String) -> (bool, Snapshot) {
         base.live.insert(id, false);
-        self.remember(election, &base);
+        self.cache.remember(election, &base);
         (false, base.snapshot())
     }
 
@@ -413,7 +409,7 @@ impl ZkPrimitives {
         let mut answers: Vec<Option<(bool, Snapshot)>> = vec![None; writes.len()];
         let mut bases: Vec<Known> = writes
             .iter()
-            .map(|(e, _)| self.cached(e).unwrap_or_default())
+            .map(|(e, _)| self.cache.get(e).unwrap_or_default())
             .collect();
         let stale: Vec<usize> = (0..writes.len())
             .filter(|&i| bases[i].revision() != writes[i].1.revision)
@@ -447,10 +443,8 @@ impl ZkPrimitives {
             while !chunk.is_empty() {
                 let plans: Vec<&Plan> = chunk.iter().map(|(_, _, p)| p).collect();
                 match self.send(&plans).await? {
-                    Ok(stats) => {
-                        for ((i, _, plan), stat) in chunk.drain(..).zip(&stats) {
-                            let after = plan.done(stat);
-                            self.remember(&writes[i].0, &after);
+                    Ok(afters) => {
+                        for ((i, _, _), after) in chunk.drain(..).zip(&afters) {
                             answers[i] = Some((true, after.snapshot()));
                         }
                     }
