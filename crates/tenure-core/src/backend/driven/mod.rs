@@ -48,7 +48,7 @@ pub struct DrivenBackend {
 
 /// How many elections [`DrivenBackend`] remembers as last seen; past it, it forgets them
 /// all and starts again (a forgotten election costs a campaign one failed write).
-const SEEN: usize = 4096;
+const SEEN: usize = 1024;
 
 impl DrivenBackend {
     /// The engine over `store`, answering to `scheme` in errors and metrics.
@@ -106,9 +106,15 @@ impl DrivenBackend {
         Ok(snap)
     }
 
-    /// Remember `snap` as the last seen of `election`.
+    /// Remember `snap` as the last seen of `election`. An election holding a state left
+    /// for the next grant (up to 64 KiB) is forgotten instead: the cache stays small,
+    /// and such a campaign costs the failed write.
     fn saw(&self, election: &ElectionName, snap: &Snapshot) {
         let mut seen = lock(&self.seen);
+        if snap.left.is_some() {
+            seen.remove(election);
+            return;
+        }
         if seen.len() >= SEEN && !seen.contains_key(election) {
             seen.clear();
         }
