@@ -28,12 +28,12 @@ pub const MIN_LEASE_SECS: u64 = 15;
 /// The longest session TTL this backend accepts, in seconds.
 pub const MAX_LEASE_SECS: u64 = 60;
 
-/// How many reads or writes a batch carries (Blob Storage has no batch of conditional
-/// writes: a batch is that many requests, [`IN_FLIGHT`] at once).
-const BATCH: usize = 64;
-
-/// How many requests of a batch are in flight at once. Azurite (one Node process)
-/// answered 40 at once on a loaded 2-core machine later than a 1 s request timeout.
+/// How many requests of a batch are in flight at once, which is also what the backend
+/// declares one round trip to carry (Blob Storage has no batch of conditional writes: a
+/// batch of 64 seats is 64 requests, 8 round trips' time). Declaring more made the
+/// session give a batch too short a deadline (one round trip's for 40 seats: 2 s ran
+/// out under load). Azurite (one Node process) answered 40 at once on a loaded 2-core
+/// machine later than a 1 s request timeout.
 const IN_FLIGHT: usize = 8;
 
 const NO_HERD: &str = "Azure Blob Storage cannot notify: every waiter reads the election \
@@ -233,7 +233,7 @@ impl Primitives for AzurePrimitives {
     }
 
     fn batch(&self) -> Option<usize> {
-        Some(BATCH)
+        Some(IN_FLIGHT)
     }
 
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
