@@ -20,9 +20,10 @@ use tokio::sync::Notify;
 use super::lock;
 use crate::name::ElectionName;
 
-/// The writes in flight of one session, by election.
+/// Writes in flight, by election (one session's in the driver; a store may keep its
+/// own, as ZooKeeper does to learn a write's answer before it pushes a wake-up).
 #[derive(Debug, Default, Clone)]
-pub(super) struct Inflight {
+pub struct Inflight {
     inner: Arc<Mutex<HashMap<ElectionName, Busy>>>,
 }
 
@@ -37,14 +38,14 @@ struct Busy {
 
 /// Counts a write to its elections until dropped.
 #[derive(Debug)]
-pub(super) struct Entered {
+pub struct Entered {
     inner: Arc<Mutex<HashMap<ElectionName, Busy>>>,
     elections: Vec<ElectionName>,
 }
 
 impl Inflight {
     /// A write to `elections` is about to be sent.
-    pub(super) fn enter(&self, elections: impl IntoIterator<Item = ElectionName>) -> Entered {
+    pub fn enter(&self, elections: impl IntoIterator<Item = ElectionName>) -> Entered {
         let elections: Vec<ElectionName> = elections.into_iter().collect();
         let mut busy = lock(&self.inner);
         for e in &elections {
@@ -62,7 +63,7 @@ impl Inflight {
     }
 
     /// Once every write to `elections` in flight when called has ended.
-    pub(super) async fn settled(&self, elections: &[ElectionName]) {
+    pub async fn settled(&self, elections: &[ElectionName]) {
         for e in elections {
             let idle = {
                 let busy = lock(&self.inner);

@@ -10,6 +10,7 @@ mod driven;
 mod floor;
 mod follow;
 mod inflight;
+pub use inflight::{Entered, Inflight};
 mod life;
 pub(crate) mod mem_members;
 pub mod primitive;

@@ -137,6 +137,12 @@ impl Wake {
     pub fn is_closed(&self) -> bool {
         self.0.is_closed()
     }
+
+    /// Once nobody follows any more: a store's task waiting on behalf of the follower
+    /// can stop then, without looking from time to time.
+    pub async fn closed(&self) {
+        self.0.closed().await;
+    }
 }
 
 /// Member lists (a namespace's live members, each owned by a session and gone with
@@ -424,4 +430,29 @@ pub async fn resign_many(
 
 fn expired() -> Error {
     Error::new(ErrorKind::SessionExpired, "the session has expired")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store's task waiting for a follower ends when the follower goes, not at a
+    /// later look.
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_is_closed_when_its_follower_goes() {
+        let (to, woken) = Wake::channel();
+        let waiting = tokio::spawn({
+            let to = to.clone();
+            async move { to.closed().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "closed while followed");
+        drop(woken);
+        let ended = tokio::time::timeout(Duration::from_millis(1), waiting).await;
+        assert!(
+            matches!(ended, Ok(Ok(()))),
+            "still waiting after the follower went"
+        );
+        assert!(to.is_closed());
+    }
 }

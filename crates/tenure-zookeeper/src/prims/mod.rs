@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::primitive::{MemberStore, Wake};
-use tenure_core::backend::Primitives;
+use tenure_core::backend::{Inflight, Primitives};
 use tenure_core::engine::{Snapshot, WaitFor, Write};
 use tenure_core::{ElectionName, Error, Result};
 use zookeeper_client::Stat;
@@ -59,9 +59,8 @@ pub(crate) struct ZkPrimitives {
 #[derive(Default)]
 struct Cache {
     known: Mutex<HashMap<ElectionName, Known>>,
-    writing: Mutex<HashMap<ElectionName, usize>>,
-    /// Notified whenever a write ends (its answer remembered, or none).
-    ended: tokio::sync::Notify,
+    /// The writes on their way, whose answers a wake-up may wait for.
+    writing: Inflight,
 }
 
 impl Cache {
@@ -85,57 +84,14 @@ impl Cache {
         self.get(election).map_or(0, |k| k.revision())
     }
 
-    /// Count a write to `elections` as on its way until the guard drops.
-    fn writing(self: &Arc<Self>, elections: Vec<ElectionName>) -> Writing {
-        if let Ok(mut w) = self.writing.lock() {
-            elections
-                .iter()
-                .for_each(|e| *w.entry(e.clone()).or_default() += 1);
-        }
-        Writing {
-            cache: self.clone(),
-            elections,
-        }
-    }
-
     /// The election as this process last knew it past revision `floor`, once the
-    /// writes to it on their way have ended; `None` if it knows none.
+    /// writes to it on their way have ended (each remembers its answer before it
+    /// ends); `None` if it knows none.
     async fn past(&self, election: &ElectionName, floor: u64) -> Option<Snapshot> {
-        loop {
-            let ended = self.ended.notified();
-            tokio::pin!(ended);
-            ended.as_mut().enable();
-            match self.get(election) {
-                Some(k) if k.revision() > floor => return Some(k.snapshot()),
-                _ => {}
-            }
-            if !self.writing.lock().ok()?.contains_key(election) {
-                return None;
-            }
-            ended.await;
-        }
-    }
-}
-
-/// A write on its way (see [`Cache::writing`]).
-struct Writing {
-    cache: Arc<Cache>,
-    elections: Vec<ElectionName>,
-}
-
-impl Drop for Writing {
-    fn drop(&mut self) {
-        if let Ok(mut w) = self.cache.writing.lock() {
-            for e in &self.elections {
-                if let Some(n) = w.get_mut(e) {
-                    *n -= 1;
-                    if *n == 0 {
-                        w.remove(e);
-                    }
-                }
-            }
-        }
-        self.cache.ended.notify_waiters();
+        self.writing.settled(std::slice::from_ref(election)).await;
+        self.get(election)
+            .filter(|k| k.revision() > floor)
+            .map(|k| k.snapshot())
     }
 }
 
@@ -237,15 +193,9 @@ impl Primitives for ZkPrimitives {
         let (shared, cache, to) = (self.shared.clone(), self.cache.clone(), to.clone());
         let (election, what) = (election.clone(), what.clone());
         tokio::spawn(async move {
-            let waited = changed(&shared, &election, &what);
-            tokio::pin!(waited);
-            let woken = loop {
-                tokio::select! {
-                    r = &mut waited => break r,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => if to.is_closed() {
-                        return;
-                    },
-                }
+            let woken = tokio::select! {
+                r = changed(&shared, &election, &what) => r,
+                () = to.closed() => return,
             };
             // An error is met again by the read that follows a wake-up without news.
             let now = match woken {

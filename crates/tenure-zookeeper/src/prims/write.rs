@@ -268,7 +268,8 @@ impl ZkPrimitives {
     ) -> Result<std::result::Result<Vec<Known>, (usize, Failed)>> {
         let _writing = self
             .cache
-            .writing(plans.iter().map(|p| p.election.clone()).collect());
+            .writing
+            .enter(plans.iter().map(|p| p.election.clone()));
         let client = self.shared.reader().await?;
         let mut writer = client.new_multi_writer();
         for p in plans {
