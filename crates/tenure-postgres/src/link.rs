@@ -248,18 +248,6 @@ struct Wait {
     done: CancellationToken,
 }
 
-impl Wait {
-    /// Whether `now`, an election after `seen`, is what the wait waits for.
-    fn due(&self, now: &Snapshot) -> bool {
-        let WaitFor { me, on, seen } = &self.what;
-        let mine = me.as_deref().map(|m| now.record(m));
-        let ahead = on.as_deref().map(|o| now.record(o));
-        on.is_none()
-            || mine.is_some_and(|r| r.is_none_or(|r| r.version > *seen || !r.live))
-            || ahead.is_some_and(|r| r.is_none_or(|r| !r.live))
-    }
-}
-
 /// A wait as [`Hub::register`] took it.
 pub(crate) struct Registered {
     pub(crate) id: u64,
@@ -438,7 +426,7 @@ impl Hub {
         };
         wake(waits, |w| match &now {
             _ if rev <= w.what.seen => None,
-            Some((now, _)) => w.due(now).then(|| Some(now.clone())),
+            Some((now, _)) => w.what.met_by(now).then(|| Some(now.clone())),
             None => (names(&w.what.me, false) || names(&w.what.on, true)).then_some(None),
         });
         if waits.is_empty() {

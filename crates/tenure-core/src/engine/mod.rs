@@ -267,6 +267,24 @@ pub struct WaitFor {
     pub seen: u64,
 }
 
+impl WaitFor {
+    /// Whether `now`, the election as a store learnt it after the wait began (later
+    /// than `seen`), shows what the wait waits for: `me`'s record changed since `seen`,
+    /// gone or dead; `on`'s record gone or dead; with no `on`, any move past `seen`
+    /// (a holder waiting on its own record returns on any move, so that its release
+    /// is decided on the election as it stands). A store that hears elections pushed
+    /// wakes a wait with it, without a read; waking early is allowed, late is not.
+    pub fn met_by(&self, now: &Snapshot) -> bool {
+        let seen = self.seen;
+        let mine = |me: &str| now.record(me).is_none_or(|r| r.version > seen || !r.live);
+        let gone = |on: &str| now.record(on).is_none_or(|r| !r.live);
+        match (self.me.as_deref(), self.on.as_deref()) {
+            (_, None) => now.revision > seen,
+            (me, Some(on)) => me.is_some_and(mine) || gone(on),
+        }
+    }
+}
+
 /// What a candidate does next.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -314,5 +332,63 @@ impl fmt::Display for Refusal {
             }
             Refusal::NotWaiting(id) => write!(f, "no candidate {id:?} waits for it"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(session: &str, version: u64, live: bool) -> Record {
+        Record {
+            candidacy: Candidacy {
+                session: session.to_owned(),
+                candidate: session.to_owned(),
+                value: String::new(),
+                priority: 0,
+                preemptible: true,
+            },
+            arrival: version,
+            version,
+            token: None,
+            told: false,
+            chosen: false,
+            live,
+            inherited: None,
+        }
+    }
+
+    fn wait(me: Option<&str>, on: Option<&str>, seen: u64) -> WaitFor {
+        let (me, on) = (me.map(str::to_owned), on.map(str::to_owned));
+        WaitFor { me, on, seen }
+    }
+
+    /// The one rule of what wakes a wait, for every store that hears elections pushed.
+    #[test]
+    fn a_wait_is_met_by_what_it_names_and_nothing_else() {
+        let at = |revision, records| Snapshot {
+            revision,
+            records,
+            left: None,
+        };
+        let both = vec![record("a", 3, true), record("b", 4, true)];
+        // A waiter `b` behind `a`: not by a move that leaves both as they were.
+        let waiter = wait(Some("b"), Some("a"), 4);
+        assert!(!waiter.met_by(&at(9, both.clone())));
+        assert!(waiter.met_by(&at(9, vec![record("b", 4, true)])), "a gone");
+        let a_dead = vec![record("a", 3, false), record("b", 4, true)];
+        assert!(waiter.met_by(&at(9, a_dead)), "a's session ended");
+        let b_moved = vec![record("a", 3, true), record("b", 7, true)];
+        assert!(waiter.met_by(&at(9, b_moved)), "its own record written");
+        assert!(
+            waiter.met_by(&at(9, vec![record("a", 3, true)])),
+            "its own gone"
+        );
+        // A holder waiting on its own record, or a wait on nothing: any move.
+        let holder = wait(Some("a"), None, 4);
+        assert!(!holder.met_by(&at(4, both.clone())));
+        assert!(holder.met_by(&at(5, both.clone())));
+        assert!(!wait(None, None, 4).met_by(&at(4, both.clone())));
+        assert!(wait(None, None, 4).met_by(&at(5, both)));
     }
 }
