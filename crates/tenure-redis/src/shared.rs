@@ -8,7 +8,7 @@ use tenure_core::{ElectionName, Result};
 use crate::config::RedisConfig;
 use crate::conn::Conn;
 use crate::hub::Hub;
-use crate::keys::{ElectionKeys, MemberKeys};
+use crate::keys::Keys;
 
 /// What the backend and its primitives share.
 pub(crate) struct Shared {
@@ -22,12 +22,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn keys(&self, election: &ElectionName) -> ElectionKeys {
-        ElectionKeys::new(self.config.key_prefix(), self.config.database(), election)
+    pub(crate) fn keys(&self, election: &ElectionName) -> Keys {
+        Keys::election(self.config.key_prefix(), self.config.database(), election)
     }
 
-    pub(crate) fn member_keys(&self, namespace: &ElectionName) -> MemberKeys {
-        MemberKeys::new(self.config.key_prefix(), self.config.database(), namespace)
+    pub(crate) fn member_keys(&self, namespace: &ElectionName) -> Keys {
+        Keys::members(self.config.key_prefix(), self.config.database(), namespace)
     }
 
     /// Run a script for elections or membership (counted as an election request).
