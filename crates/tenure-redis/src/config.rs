@@ -218,8 +218,13 @@ impl RedisConfig {
             let (host, port) = host_port(host, Some(DEFAULT_PORT))?;
             (RedisConfig::new(host, port), path)
         };
+        // The range is checked with the rest.
         if !db.is_empty() {
-            config.db = parse_db(db)?;
+            config.db = db.parse().map_err(|_| {
+                Error::invalid(format!(
+                    "database: {db:?} is not a number from 0 to {MAX_DB} (the URL path is the database)"
+                ))
+            })?;
         }
         config.tls = url.scheme.starts_with(TLS_SCHEME);
         config.credentials = url.credentials();
@@ -455,15 +460,6 @@ impl RedisConfig {
             None => one(&(self.host.clone(), self.port)),
             Some(sentinel) => sentinel.nodes.iter().map(one).collect::<Vec<_>>().join(","),
         }
-    }
-}
-
-fn parse_db(s: &str) -> Result<i64> {
-    match s.parse::<i64>() {
-        Ok(db) if (0..=MAX_DB).contains(&db) => Ok(db),
-        _ => Err(Error::invalid(format!(
-            "database: {s:?} is not a number from 0 to {MAX_DB} (the URL path is the database)"
-        ))),
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use crate::error::unexpected;
 use crate::scripts::LIST_SCRIPT;
-use crate::shared::{as_int, Shared};
+use crate::shared::{as_int, bytes, Shared};
 
 /// How long a watcher waits for a change when no member could expire.
 const IDLE: Duration = Duration::from_secs(24 * 3600);
@@ -54,11 +54,7 @@ fn parse_list(reply: &Value, known: &mut Known) -> Result<(Vec<Member>, Option<D
         .and_then(as_int)
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis);
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => std::str::from_utf8(b).ok().map(str::to_string),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
+    let text = |v: &Value| Some(std::str::from_utf8(bytes(v)?).ok()?.to_string());
     let mut found = Known::new();
     for entry in items.get(1..).unwrap_or_default().chunks(3) {
         let (Some(id), Some(version)) = (entry.first().and_then(text), entry.get(1).and_then(text))

@@ -59,8 +59,15 @@ impl Shared {
 pub(crate) fn as_int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
+        v => std::str::from_utf8(bytes(v)?).ok()?.parse().ok(),
+    }
+}
+
+/// Bytes of a reply (a nil or an integer holds none).
+pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
         _ => None,
     }
 }

@@ -24,7 +24,7 @@ use crate::members::{self, Known};
 use crate::scripts::{
     COMMIT_MANY_SCRIPT, READ_MANY_SCRIPT, REGISTER_SCRIPT, RENEW_SESSIONS_SCRIPT, UNREGISTER_SCRIPT,
 };
-use crate::shared::{as_int, Shared};
+use crate::shared::{as_int, bytes, Shared};
 
 mod member_store;
 mod parse;
@@ -204,7 +204,10 @@ impl Pushes {
 }
 
 /// The listener of a channel whose messages go to `pushes`.
-fn feed(pushes: &Arc<Mutex<Pushes>>, each: fn(&mut Pushes, &[u8])) -> Handler {
+fn feed(
+    pushes: &Arc<Mutex<Pushes>>,
+    each: impl Fn(&mut Pushes, &[u8]) + Send + Sync + 'static,
+) -> Handler {
     let pushes = pushes.clone();
     Arc::new(move |payload: &[u8]| each(&mut lock(&pushes), payload))
 }
@@ -251,94 +254,25 @@ impl RedisPrimitives {
         format!("{}{id}", self.shared.session_channels)
     }
 
-    async fn read_all(&self, elections: &[ElectionName]) -> Result<Vec<Read>> {
-        let mut out = Vec::with_capacity(elections.len());
-        let breaks = lock(&self.pushes).breaks;
-        for chunk in elections.chunks(BATCH) {
-            let mut invocation = READ_MANY_SCRIPT.prepare_invoke();
-            for e in chunk {
-                invocation.key(self.shared.keys(e).hash);
-            }
-            invocation.arg(&self.shared.sessions);
-            let reply = self.shared.script("read", &invocation).await?;
-            out.extend(
-                parse_many(&reply, chunk.len(), false)?
-                    .into_iter()
-                    .map(|(_, r)| r),
-            );
-        }
-        let answered = elections.iter().zip(out.iter());
-        self.noted(breaks, answered.map(|(e, (snap, pttls))| (e, snap, pttls)));
-        Ok(out)
-    }
-
-    async fn commit_all(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Read)>> {
-        let mut out = Vec::with_capacity(writes.len());
-        let breaks = lock(&self.pushes).breaks;
-        for chunk in writes.chunks(BATCH) {
-            let mut invocation = COMMIT_MANY_SCRIPT.prepare_invoke();
-            invocation
-                .key(token_key(self.shared.config.key_prefix()))
-                .arg(&self.shared.sessions)
-                .arg(&self.shared.session_channels);
-            for (e, write) in chunk {
-                let keys = self.shared.keys(e);
-                invocation
-                    .key(keys.hash)
-                    .arg(keys.channel)
-                    .arg(write.revision);
-                let mut left = b"-".to_vec();
-                if let Some(bytes) = write.left_body() {
-                    left = [&b"="[..], &bytes].concat();
-                }
-                invocation.arg(left).arg(write.ops.len());
-                for op in &write.ops {
-                    let (kind, token) = match op {
-                        Op::Delete(_) => ("d", String::new()),
-                        Op::Touch(_) => ("t", String::new()),
-                        Op::Put { token, .. } => match token {
-                            Token::Mint => ("m", String::new()),
-                            Token::Keep(t) => ("p", t.to_string()),
-                            Token::None => ("p", String::new()),
-                        },
-                    };
-                    let body = op.body().unwrap_or_default();
-                    invocation.arg(kind).arg(op.session()).arg(token).arg(body);
-                }
-            }
-            let reply = self
-                .shared
-                .guarded_script(Purpose::Election, "commit", &invocation)
-                .await?;
-            out.extend(parse_many(&reply, chunk.len(), true)?);
-        }
-        let answered = writes.iter().zip(out.iter());
-        self.noted(
-            breaks,
-            answered.map(|((e, _), (_, (snap, pttls)))| (e, snap, pttls)),
-        );
-        Ok(out)
-    }
-
     /// Note the elections of an answer, unless the subscriptions broke since its request
-    /// (`breaks` then).
+    /// (`breaks` then); the answer without the PTTLs.
     fn noted<'a>(
         &self,
         breaks: u64,
-        answered: impl Iterator<Item = (&'a ElectionName, &'a Snapshot, &'a HashMap<String, i64>)>,
-    ) {
+        elections: impl Iterator<Item = &'a ElectionName>,
+        answer: Vec<(bool, Read)>,
+    ) -> Vec<(bool, Snapshot)> {
         let mut pushes = lock(&self.pushes);
-        if pushes.breaks == breaks {
-            for (e, snap, pttls) in answered {
-                pushes.note(&self.shared.keys(e).hash, snap, pttls);
-            }
-        }
-    }
-
-    async fn read_one(&self, election: &ElectionName) -> Result<Read> {
-        let mut all = self.read_all(std::slice::from_ref(election)).await?;
-        all.pop()
-            .ok_or_else(|| unexpected("read", "no election in the answer"))
+        let note = pushes.breaks == breaks;
+        let answered = elections.zip(answer);
+        answered
+            .map(|(e, (done, (snap, pttls)))| {
+                if note {
+                    pushes.note(&self.shared.keys(e).hash, &snap, &pttls);
+                }
+                (done, snap)
+            })
+            .collect()
     }
 }
 
@@ -414,7 +348,9 @@ impl Primitives for RedisPrimitives {
     }
 
     async fn read(&self, election: &ElectionName) -> Result<Snapshot> {
-        Ok(self.read_one(election).await?.0)
+        let mut all = self.read_many(std::slice::from_ref(election)).await?;
+        all.pop()
+            .ok_or_else(|| unexpected("read", "no election in the answer"))
     }
 
     async fn commit(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)> {
@@ -425,16 +361,62 @@ impl Primitives for RedisPrimitives {
     }
 
     async fn read_many(&self, elections: &[ElectionName]) -> Result<Vec<Snapshot>> {
-        let all = self.read_all(elections).await?;
-        Ok(all.into_iter().map(|(snap, _)| snap).collect())
+        let mut out = Vec::with_capacity(elections.len());
+        let breaks = lock(&self.pushes).breaks;
+        for chunk in elections.chunks(BATCH) {
+            let mut invocation = READ_MANY_SCRIPT.prepare_invoke();
+            for e in chunk {
+                invocation.key(self.shared.keys(e).hash);
+            }
+            invocation.arg(&self.shared.sessions);
+            let reply = self.shared.script("read", &invocation).await?;
+            out.extend(parse_many(&reply, chunk.len(), false)?);
+        }
+        let answer = self.noted(breaks, elections.iter(), out);
+        Ok(answer.into_iter().map(|(_, snap)| snap).collect())
     }
 
     async fn commit_many(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Snapshot)>> {
-        let all = self.commit_all(writes).await?;
-        Ok(all
-            .into_iter()
-            .map(|(done, (snap, _))| (done, snap))
-            .collect())
+        let mut out = Vec::with_capacity(writes.len());
+        let breaks = lock(&self.pushes).breaks;
+        for chunk in writes.chunks(BATCH) {
+            let mut invocation = COMMIT_MANY_SCRIPT.prepare_invoke();
+            invocation
+                .key(token_key(self.shared.config.key_prefix()))
+                .arg(&self.shared.sessions)
+                .arg(&self.shared.session_channels);
+            for (e, write) in chunk {
+                let keys = self.shared.keys(e);
+                invocation
+                    .key(keys.hash)
+                    .arg(keys.channel)
+                    .arg(write.revision);
+                let mut left = b"-".to_vec();
+                if let Some(bytes) = write.left_body() {
+                    left = [&b"="[..], &bytes].concat();
+                }
+                invocation.arg(left).arg(write.ops.len());
+                for op in &write.ops {
+                    let (kind, token) = match op {
+                        Op::Delete(_) => ("d", String::new()),
+                        Op::Touch(_) => ("t", String::new()),
+                        Op::Put { token, .. } => match token {
+                            Token::Mint => ("m", String::new()),
+                            Token::Keep(t) => ("p", t.to_string()),
+                            Token::None => ("p", String::new()),
+                        },
+                    };
+                    let body = op.body().unwrap_or_default();
+                    invocation.arg(kind).arg(op.session()).arg(token).arg(body);
+                }
+            }
+            let reply = self
+                .shared
+                .guarded_script(Purpose::Election, "commit", &invocation)
+                .await?;
+            out.extend(parse_many(&reply, chunk.len(), true)?);
+        }
+        Ok(self.noted(breaks, writes.iter().map(|(e, _)| e), out))
     }
 
     fn batch(&self) -> Option<usize> {
@@ -448,10 +430,8 @@ impl Primitives for RedisPrimitives {
         let keys = self.shared.keys(election);
         // No session's id: no push or revocation of a session names it.
         let key = format!("#{}", new_session_id());
-        let on_message: Handler = {
-            let (pushes, key) = (self.pushes.clone(), key.clone());
-            Arc::new(move |message: &[u8]| lock(&pushes).pushed(message, Some(&key)))
-        };
+        let mine = key.clone();
+        let on_message = feed(&self.pushes, move |p, m| p.pushed(m, Some(&mine)));
         // Subscribe first, then look: a change after the look is heard.
         let channel = self.shared.hub.listener(&keys.channel, on_message);
         let registrations = [&channel, self.ended()];
@@ -465,7 +445,7 @@ impl Primitives for RedisPrimitives {
             // Without a subscription (the link is down), look at least every poll
             // interval.
             let subscribed = tokio::time::timeout(poll, all_subscribed).await.is_ok();
-            if happened(&self.read_one(election).await?.0, what) {
+            if happened(&self.read(election).await?, what) {
                 return Ok(());
             }
             let (to, mut woken) = Wake::channel();
