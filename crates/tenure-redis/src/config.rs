@@ -47,15 +47,13 @@ const MAX_PREFIX_LEN: usize = 100;
 /// The highest database number accepted.
 const MAX_DB: i64 = i32::MAX as i64;
 
-/// The URL query keys (`username` and `password` also go before `@`).
+/// The URL query keys besides the TLS files and timeouts (`username` and `password`
+/// also go before `@`).
 const KEYS: &[&str] = &[
     "prefix",
     "username",
     "password",
     "poll_interval_ms",
-    "ca",
-    "cert",
-    "key",
     "wait_replicas",
     "wait_timeout_ms",
     "sentinel_username",
@@ -281,7 +279,12 @@ impl RedisConfig {
                     sentinel.password = Some(Secret::new(value));
                 }
             }
-            other => return Err(unknown_key_in(other, &[KEYS, Timeouts::KEYS])),
+            other => {
+                return Err(unknown_key_in(
+                    other,
+                    &[KEYS, TlsFiles::KEYS, Timeouts::KEYS],
+                ))
+            }
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
-//! One pub/sub connection per backend, shared by every waiter and observer of the
-//! process, with fan-out in-process to the registrations of each channel. It is opened
+//! A pub/sub connection (one per backend, shared by every waiter and observer of the
+//! process; one per sentinel for its announcements), with fan-out in-process to the
+//! registrations of each channel. It is opened
 //! on first use, pinged every [`PING_INTERVAL`], and re-opened (with back-off) when it
 //! breaks; after re-subscribing it wakes every registration, since messages may have
 //! been missed meanwhile.
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use tenure_core::backend::{lock, Purpose, Requests};
+use tenure_core::backend::{lock, Requests};
 use tenure_core::Retry;
 
 use crate::target::Target;
@@ -36,7 +37,7 @@ struct Starter {
     commands: mpsc::UnboundedReceiver<String>,
     target: Arc<Target>,
     connect_timeout: Duration,
-    request_timeout: Duration,
+    /// Counts, bounds and tags the requests (the pings are bounded only).
     requests: Arc<Requests<redis::RedisError>>,
 }
 
@@ -108,7 +109,6 @@ impl Hub {
     pub(crate) fn new(
         target: Arc<Target>,
         connect_timeout: Duration,
-        request_timeout: Duration,
         requests: Arc<Requests<redis::RedisError>>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -119,7 +119,6 @@ impl Hub {
                 commands: rx,
                 target,
                 connect_timeout,
-                request_timeout,
                 requests,
             })),
         }
@@ -240,13 +239,20 @@ async fn serve(
                 let Some(channel) = channel else {
                     return true;
                 };
-                if sync(state, s, sink, vec![channel]).await.is_err() {
+                // Each channel queued now, once.
+                let mut channels = vec![channel];
+                while let Ok(c) = s.commands.try_recv() {
+                    channels.push(c);
+                }
+                channels.sort();
+                channels.dedup();
+                if sync(state, s, sink, channels).await.is_err() {
                     return false;
                 }
             }
             // Subscribed, Redis answers `PING` with `["pong", ""]`: any answer will do.
             _ = ping.tick() => {
-                let answered = tokio::time::timeout(s.request_timeout, sink.ping::<redis::Value>()).await;
+                let answered = tokio::time::timeout(s.requests.timeout(), sink.ping::<redis::Value>()).await;
                 if !matches!(answered, Ok(Ok(_))) {
                     tracing::debug!("Redis subscriber: no answer to PING; reconnecting");
                     return false;
@@ -264,7 +270,7 @@ async fn sync(
     s: &Starter,
     sink: &mut PubSubSink,
     channels: Vec<String>,
-) -> Result<(), String> {
+) -> tenure_core::Result<()> {
     let (on, off): (Vec<String>, Vec<String>) = {
         let st = lock(state);
         channels
@@ -272,27 +278,18 @@ async fn sync(
             .partition(|c| st.channels.contains_key(c))
     };
     for batch in on.chunks(SUBSCRIBE_BATCH) {
-        s.request(sink.subscribe(batch)).await?;
+        s.requests.call("subscribe", sink.subscribe(batch)).await?;
     }
     if !off.is_empty() {
-        s.request(sink.unsubscribe(off)).await?;
+        s.requests
+            .call("unsubscribe", sink.unsubscribe(off))
+            .await?;
     }
     let st = lock(state);
     for ch in on.iter().filter_map(|name| st.channels.get(name)) {
         ch.subscribed.send_replace(true);
     }
     Ok(())
-}
-
-impl Starter {
-    /// A request on the subscriber connection, counted and bounded by the request timeout.
-    async fn request(&self, f: impl Future<Output = redis::RedisResult<()>>) -> Result<(), String> {
-        self.requests.count(Purpose::Election);
-        match tokio::time::timeout(self.request_timeout, f).await {
-            Ok(done) => done.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", self.request_timeout)),
-        }
-    }
 }
 
 /// `f`'s output, or `None` if the hub is gone first (other commands need no action
