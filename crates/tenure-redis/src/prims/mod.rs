@@ -424,8 +424,8 @@ impl Primitives for RedisPrimitives {
     }
 
     /// The wait of [`notify`](Primitives::notify) under a key of the call's own, fed by
-    /// the election's channel (which every commit publishes to) too, with a read first
-    /// and after every break of the link; only a push that shows `what` ends it.
+    /// the election's channel (which every commit publishes to) too; a read comes first
+    /// and after every break of the link.
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
         let keys = self.shared.keys(election);
         // No session's id: no push or revocation of a session names it.
@@ -450,6 +450,8 @@ impl Primitives for RedisPrimitives {
             }
             let (to, mut woken) = Wake::channel();
             lock(&self.pushes).wait(&keys.hash, &key, election, what, &to);
+            // A push that does not show `what` (pushes wake a follower at every change)
+            // does not end the wait.
             let heard = async {
                 while let Some((_, now)) = woken.recv().await {
                     if now.is_none_or(|snap| happened(&snap, what)) {
