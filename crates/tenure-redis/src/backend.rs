@@ -66,7 +66,7 @@ impl RedisBackend {
             map,
         ));
         let conn = Conn::new(target.clone(), requests.clone(), limit);
-        let hub = Hub::new(target, limit, config.get_request_timeout(), requests);
+        let hub = Hub::new(target, limit, requests);
         let shared = Arc::new(Shared {
             sessions,
             session_channels: session_channel_prefix(config.key_prefix(), config.database()),

@@ -47,15 +47,13 @@ const MAX_PREFIX_LEN: usize = 100;
 /// The highest database number accepted.
 const MAX_DB: i64 = i32::MAX as i64;
 
-/// The URL query keys (`username` and `password` also go before `@`).
+/// The URL query keys besides the TLS files and timeouts (`username` and `password`
+/// also go before `@`).
 const KEYS: &[&str] = &[
     "prefix",
     "username",
     "password",
     "poll_interval_ms",
-    "ca",
-    "cert",
-    "key",
     "wait_replicas",
     "wait_timeout_ms",
     "sentinel_username",
@@ -218,8 +216,13 @@ impl RedisConfig {
             let (host, port) = host_port(host, Some(DEFAULT_PORT))?;
             (RedisConfig::new(host, port), path)
         };
+        // The range is checked with the rest.
         if !db.is_empty() {
-            config.db = parse_db(db)?;
+            config.db = db.parse().map_err(|_| {
+                Error::invalid(format!(
+                    "database: {db:?} is not a number from 0 to {MAX_DB} (the URL path is the database)"
+                ))
+            })?;
         }
         config.tls = url.scheme.starts_with(TLS_SCHEME);
         config.credentials = url.credentials();
@@ -276,7 +279,12 @@ impl RedisConfig {
                     sentinel.password = Some(Secret::new(value));
                 }
             }
-            other => return Err(unknown_key_in(other, &[KEYS, Timeouts::KEYS])),
+            other => {
+                return Err(unknown_key_in(
+                    other,
+                    &[KEYS, TlsFiles::KEYS, Timeouts::KEYS],
+                ))
+            }
         }
         Ok(())
     }
@@ -455,15 +463,6 @@ impl RedisConfig {
             None => one(&(self.host.clone(), self.port)),
             Some(sentinel) => sentinel.nodes.iter().map(one).collect::<Vec<_>>().join(","),
         }
-    }
-}
-
-fn parse_db(s: &str) -> Result<i64> {
-    match s.parse::<i64>() {
-        Ok(db) if (0..=MAX_DB).contains(&db) => Ok(db),
-        _ => Err(Error::invalid(format!(
-            "database: {s:?} is not a number from 0 to {MAX_DB} (the URL path is the database)"
-        ))),
     }
 }
 

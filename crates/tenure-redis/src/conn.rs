@@ -89,16 +89,13 @@ impl Conn {
     /// The manager in use, unless there is none or it was marked unusable.
     fn reuse(&self) -> Option<(u64, ConnectionManager)> {
         let mut slot = lock(&self.slot);
-        let suspect = self.suspect.load(Ordering::SeqCst);
-        if suspect == slot.generation && slot.manager.is_some() {
+        let failed = self.suspect.load(Ordering::SeqCst) == slot.generation;
+        // Or Sentinel announced a new primary since this connection was made.
+        let moved = slot.switches != self.target.switches();
+        if slot.manager.is_some() && (failed || moved) {
             slot.manager = None;
             slot.generation += 1;
-            tracing::debug!("replacing a Redis connection that failed or timed out");
-        } else if slot.manager.is_some() && slot.switches != self.target.switches() {
-            // Sentinel announced a new primary since this connection was made.
-            slot.manager = None;
-            slot.generation += 1;
-            tracing::debug!("replacing a Redis connection to a replaced primary");
+            tracing::debug!(failed, moved, "replacing a Redis connection");
         }
         slot.manager.as_ref().map(|m| (slot.generation, m.clone()))
     }
@@ -138,9 +135,7 @@ impl Conn {
         };
         self.requests.call_as(purpose, what, request).await
     }
-}
 
-impl Conn {
     /// One `SCAN` step over the keys matching `pattern` from `cursor`: the next cursor
     /// (0 at the end) and the keys.
     pub(crate) async fn scan(

@@ -1,5 +1,6 @@
-//! One pub/sub connection per backend, shared by every waiter and observer of the
-//! process, with fan-out in-process to the registrations of each channel. It is opened
+//! A pub/sub connection (one per backend, shared by every waiter and observer of the
+//! process; one per sentinel for its announcements), with fan-out in-process to the
+//! registrations of each channel. It is opened
 //! on first use, pinged every [`PING_INTERVAL`], and re-opened (with back-off) when it
 //! breaks; after re-subscribing it wakes every registration, since messages may have
 //! been missed meanwhile.
@@ -11,11 +12,11 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{PubSubSink, PubSubStream};
-use tenure_core::backend::{lock, Purpose, Requests};
+use tenure_core::backend::{lock, Requests};
 use tenure_core::Retry;
 
 use crate::target::Target;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 
 /// How often the subscriber connection is checked with a `PING`.
 const PING_INTERVAL: Duration = Duration::from_secs(1);
@@ -26,16 +27,17 @@ const SUBSCRIBE_BATCH: usize = 500;
 /// The shared subscriber of a backend. Dropping the last handle stops its task.
 pub(crate) struct Hub {
     state: Arc<Mutex<HubState>>,
-    commands: mpsc::UnboundedSender<Command>,
+    /// Channels whose registrations came or went, for the task to subscribe or not.
+    commands: mpsc::UnboundedSender<String>,
     /// What the task needs, kept until the first registration starts it.
     start: Mutex<Option<Starter>>,
 }
 
 struct Starter {
-    commands: mpsc::UnboundedReceiver<Command>,
+    commands: mpsc::UnboundedReceiver<String>,
     target: Arc<Target>,
     connect_timeout: Duration,
-    request_timeout: Duration,
+    /// Counts, bounds and tags the requests (the pings are bounded only).
     requests: Arc<Requests<redis::RedisError>>,
 }
 
@@ -56,29 +58,16 @@ struct Channel {
     subscribed: watch::Sender<bool>,
 }
 
-enum Command {
-    Subscribe(String),
-    Unsubscribe(String),
-}
-
 /// A registration on a channel; unregisters on drop.
 pub(crate) struct Registration {
     state: Arc<Mutex<HubState>>,
-    commands: mpsc::UnboundedSender<Command>,
+    commands: mpsc::UnboundedSender<String>,
     channel: String,
     id: u64,
-    /// An observer's wake-ups.
-    notify: Arc<Notify>,
     subscribed: watch::Receiver<bool>,
 }
 
 impl Registration {
-    /// An observer's next wake-up (a message, or a re-subscription); one that came
-    /// while nobody waited is kept for the next call.
-    pub(crate) async fn woken(&self) {
-        self.notify.notified().await
-    }
-
     /// Whether the channel's subscription is confirmed on the current connection.
     pub(crate) fn is_subscribed(&self) -> bool {
         *self.subscribed.borrow()
@@ -111,9 +100,7 @@ impl Drop for Registration {
         ch.handlers.remove(&self.id);
         if ch.handlers.is_empty() {
             st.channels.remove(&self.channel);
-            let _ = self
-                .commands
-                .send(Command::Unsubscribe(self.channel.clone()));
+            let _ = self.commands.send(self.channel.clone());
         }
     }
 }
@@ -122,7 +109,6 @@ impl Hub {
     pub(crate) fn new(
         target: Arc<Target>,
         connect_timeout: Duration,
-        request_timeout: Duration,
         requests: Arc<Requests<redis::RedisError>>,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -133,25 +119,13 @@ impl Hub {
                 commands: rx,
                 target,
                 connect_timeout,
-                request_timeout,
                 requests,
             })),
         }
     }
 
-    /// Register an observer on `channel`: every message wakes it.
-    pub(crate) fn observer(&self, channel: &str) -> Registration {
-        let notify = Arc::new(Notify::new());
-        let wake = notify.clone();
-        self.register(channel, Arc::new(move |_: &[u8]| wake.notify_one()), notify)
-    }
-
     /// Register `handler` for every message on `channel`.
     pub(crate) fn listener(&self, channel: &str, handler: Handler) -> Registration {
-        self.register(channel, handler, Arc::default())
-    }
-
-    fn register(&self, channel: &str, handler: Handler, notify: Arc<Notify>) -> Registration {
         if let Some(s) = lock(&self.start).take() {
             tokio::spawn(run(self.state.clone(), s));
         }
@@ -159,7 +133,7 @@ impl Hub {
         st.next_id += 1;
         let id = st.next_id;
         let ch = st.channels.entry(channel.to_string()).or_insert_with(|| {
-            let _ = self.commands.send(Command::Subscribe(channel.to_string()));
+            let _ = self.commands.send(channel.to_string());
             Channel {
                 handlers: HashMap::new(),
                 subscribed: watch::Sender::new(false),
@@ -173,7 +147,6 @@ impl Hub {
             commands: self.commands.clone(),
             channel: channel.to_string(),
             id,
-            notify,
             subscribed,
         }
     }
@@ -214,31 +187,16 @@ async fn run(state: Arc<Mutex<HubState>>, mut s: Starter) {
         // channel registered now.
         while s.commands.try_recv().is_ok() {}
         let channels: Vec<String> = lock(&state).channels.keys().cloned().collect();
-        let mut failure = Ok(());
-        for batch in channels.chunks(SUBSCRIBE_BATCH) {
-            failure = s.request(sink.subscribe(batch)).await;
-            if failure.is_err() {
-                break;
-            }
-        }
-        if let Err(why) = failure {
+        if let Err(why) = sync(&state, &s, &mut sink, channels).await {
             tracing::warn!(error = %why, "Redis subscriber: subscribing failed; reconnecting");
             continue;
         }
-        // A channel whose last registration left meanwhile has its `Unsubscribe` queued.
-        {
+        // After a break, messages may have been missed. (On the first connection,
+        // waiters that registered before it look again once it is confirmed.)
+        if reconnected {
             let st = lock(&state);
-            for name in &channels {
-                if let Some(ch) = st.channels.get(name) {
-                    ch.subscribed.send_replace(true);
-                }
-            }
-            // After a break, messages may have been missed. (On the first connection,
-            // waiters that registered before it look again once it is confirmed.)
-            if reconnected {
-                for h in st.channels.values().flat_map(|ch| ch.handlers.values()) {
-                    h(b"");
-                }
+            for h in st.channels.values().flat_map(|ch| ch.handlers.values()) {
+                h(b"");
             }
         }
         let served = tokio::time::Instant::now();
@@ -277,29 +235,24 @@ async fn serve(
                 };
                 dispatch(state, msg.get_channel_name(), msg.get_payload_bytes());
             }
-            cmd = s.commands.recv() => match cmd {
-                None => return true,
-                Some(Command::Subscribe(channel)) => {
-                    if !lock(state).channels.contains_key(&channel) {
-                        continue;
-                    }
-                    if s.request(sink.subscribe(&channel)).await.is_err() {
-                        return false;
-                    }
-                    if let Some(ch) = lock(state).channels.get(&channel) {
-                        ch.subscribed.send_replace(true);
-                    }
+            channel = s.commands.recv() => {
+                let Some(channel) = channel else {
+                    return true;
+                };
+                // Each channel queued now, once.
+                let mut channels = vec![channel];
+                while let Ok(c) = s.commands.try_recv() {
+                    channels.push(c);
                 }
-                Some(Command::Unsubscribe(channel)) => {
-                    let present = lock(state).channels.contains_key(&channel);
-                    if !present && s.request(sink.unsubscribe(&channel)).await.is_err() {
-                        return false;
-                    }
+                channels.sort();
+                channels.dedup();
+                if sync(state, s, sink, channels).await.is_err() {
+                    return false;
                 }
-            },
+            }
             // Subscribed, Redis answers `PING` with `["pong", ""]`: any answer will do.
             _ = ping.tick() => {
-                let answered = tokio::time::timeout(s.request_timeout, sink.ping::<redis::Value>()).await;
+                let answered = tokio::time::timeout(s.requests.timeout(), sink.ping::<redis::Value>()).await;
                 if !matches!(answered, Ok(Ok(_))) {
                     tracing::debug!("Redis subscriber: no answer to PING; reconnecting");
                     return false;
@@ -309,21 +262,40 @@ async fn serve(
     }
 }
 
-impl Starter {
-    /// A request on the subscriber connection, counted and bounded by the request timeout.
-    async fn request(&self, f: impl Future<Output = redis::RedisResult<()>>) -> Result<(), String> {
-        self.requests.count(Purpose::Election);
-        match tokio::time::timeout(self.request_timeout, f).await {
-            Ok(done) => done.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("no answer within {:?}", self.request_timeout)),
-        }
+/// Subscribe the connection to those of `channels` that have registrations (confirming
+/// them) and unsubscribe it from the others. A channel whose last registration leaves
+/// meanwhile is queued again, so it is unsubscribed next.
+async fn sync(
+    state: &Mutex<HubState>,
+    s: &Starter,
+    sink: &mut PubSubSink,
+    channels: Vec<String>,
+) -> tenure_core::Result<()> {
+    let (on, off): (Vec<String>, Vec<String>) = {
+        let st = lock(state);
+        channels
+            .into_iter()
+            .partition(|c| st.channels.contains_key(c))
+    };
+    for batch in on.chunks(SUBSCRIBE_BATCH) {
+        s.requests.call("subscribe", sink.subscribe(batch)).await?;
     }
+    if !off.is_empty() {
+        s.requests
+            .call("unsubscribe", sink.unsubscribe(off))
+            .await?;
+    }
+    let st = lock(state);
+    for ch in on.iter().filter_map(|name| st.channels.get(name)) {
+        ch.subscribed.send_replace(true);
+    }
+    Ok(())
 }
 
 /// `f`'s output, or `None` if the hub is gone first (other commands need no action
 /// while disconnected: every channel registered once connected is subscribed then).
 async fn unless_stopped<T>(
-    commands: &mut mpsc::UnboundedReceiver<Command>,
+    commands: &mut mpsc::UnboundedReceiver<String>,
     f: impl Future<Output = T>,
 ) -> Option<T> {
     tokio::pin!(f);
@@ -347,6 +319,7 @@ fn dispatch(state: &Mutex<HubState>, channel: &str, payload: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::sync::Notify;
 
     #[tokio::test]
     async fn a_message_goes_to_its_channel_only() {

@@ -7,32 +7,23 @@ use std::time::Duration;
 use tenure_core::backend::{random_id, random_unit, whole_units};
 use tenure_core::ElectionName;
 
-/// The hash and channel of one election.
+/// The hash and channel of one election or membership namespace.
 #[derive(Clone, Debug)]
-pub(crate) struct ElectionKeys {
+pub(crate) struct Keys {
     pub(crate) hash: String,
     pub(crate) channel: String,
 }
 
-impl ElectionKeys {
-    pub(crate) fn new(prefix: &str, db: i64, election: &ElectionName) -> Self {
-        ElectionKeys {
+impl Keys {
+    pub(crate) fn election(prefix: &str, db: i64, election: &ElectionName) -> Self {
+        Keys {
             hash: format!("{prefix}:e:{election}"),
             channel: format!("{prefix}:chan:{db}:{election}"),
         }
     }
-}
 
-/// The keys and channel of one membership namespace.
-#[derive(Clone, Debug)]
-pub(crate) struct MemberKeys {
-    pub(crate) hash: String,
-    pub(crate) channel: String,
-}
-
-impl MemberKeys {
-    pub(crate) fn new(prefix: &str, db: i64, namespace: &ElectionName) -> Self {
-        MemberKeys {
+    pub(crate) fn members(prefix: &str, db: i64, namespace: &ElectionName) -> Self {
+        Keys {
             hash: format!("{}{namespace}", members_key_prefix(prefix)),
             channel: format!("{prefix}:mchan:{db}:{namespace}"),
         }
@@ -102,7 +93,7 @@ mod tests {
     #[test]
     fn keys_of_an_election() {
         let e = ElectionName::new("billing/shard-1").unwrap();
-        let k = ElectionKeys::new("app", 2, &e);
+        let k = Keys::election("app", 2, &e);
         assert_eq!(k.hash, "app:e:billing/shard-1");
         assert_eq!(k.channel, "app:chan:2:billing/shard-1");
         assert_eq!(session_channel_prefix("app", 2), "app:schan:2:");
@@ -114,7 +105,7 @@ mod tests {
             "a\\?\\\\:members:*"
         );
         assert_eq!(scan_pattern("a*[b]:"), "a\\*\\[b\\]:*");
-        let m = MemberKeys::new("app", 2, &e);
+        let m = Keys::members("app", 2, &e);
         assert_eq!(m.hash, "app:members:billing/shard-1");
         assert_eq!(m.channel, "app:mchan:2:billing/shard-1");
         assert_ne!(m.channel, k.channel);

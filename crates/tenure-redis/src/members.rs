@@ -11,10 +11,11 @@ use std::time::Duration;
 use redis::Value;
 use tenure_core::backend::Published;
 use tenure_core::{ElectionName, Member, MemberStream, Result, Retry};
+use tokio::sync::Notify;
 
 use crate::error::unexpected;
 use crate::scripts::LIST_SCRIPT;
-use crate::shared::{as_int, Shared};
+use crate::shared::{as_int, bytes, Shared};
 
 /// How long a watcher waits for a change when no member could expire.
 const IDLE: Duration = Duration::from_secs(24 * 3600);
@@ -53,11 +54,7 @@ fn parse_list(reply: &Value, known: &mut Known) -> Result<(Vec<Member>, Option<D
         .and_then(as_int)
         .and_then(|ms| u64::try_from(ms).ok())
         .map(Duration::from_millis);
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => std::str::from_utf8(b).ok().map(str::to_string),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
+    let text = |v: &Value| Some(std::str::from_utf8(bytes(v)?).ok()?.to_string());
     let mut found = Known::new();
     for entry in items.get(1..).unwrap_or_default().chunks(3) {
         let (Some(id), Some(version)) = (entry.first().and_then(text), entry.get(1).and_then(text))
@@ -95,8 +92,12 @@ fn parse_list(reply: &Value, known: &mut Known) -> Result<(Vec<Member>, Option<D
 /// most one poll interval apart.
 pub(crate) async fn watch(shared: Arc<Shared>, namespace: &ElectionName) -> Result<MemberStream> {
     let keys = shared.member_keys(namespace);
-    // Subscribe before the first list, so no change after it goes unheard.
-    let registration = shared.hub.observer(&keys.channel);
+    // Subscribe before the first list, so no change after it goes unheard. A message
+    // (or a re-subscription) that comes while no look waits is kept for the next.
+    let heard = Arc::new(Notify::new());
+    let wake = heard.clone();
+    let on_message = Arc::new(move |_: &[u8]| wake.notify_one());
+    let registration = shared.hub.listener(&keys.channel, on_message);
     let mut subscribed = registration.is_subscribed();
     let mut known = Known::new();
     let (first, earliest) = list(&shared, &keys.hash, &mut known).await?;
@@ -107,7 +108,7 @@ pub(crate) async fn watch(shared: Arc<Shared>, namespace: &ElectionName) -> Resu
         loop {
             tokio::select! {
                 _ = published.closed() => return,
-                _ = registration.woken() => {}
+                _ = heard.notified() => {}
                 _ = tokio::time::sleep(next) => {}
                 // A change published before the subscription was confirmed was missed.
                 _ = registration.subscribed(), if !subscribed => {}

@@ -8,7 +8,7 @@ use tenure_core::{ElectionName, Result};
 use crate::config::RedisConfig;
 use crate::conn::Conn;
 use crate::hub::Hub;
-use crate::keys::{ElectionKeys, MemberKeys};
+use crate::keys::Keys;
 
 /// What the backend and its primitives share.
 pub(crate) struct Shared {
@@ -22,12 +22,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn keys(&self, election: &ElectionName) -> ElectionKeys {
-        ElectionKeys::new(self.config.key_prefix(), self.config.database(), election)
+    pub(crate) fn keys(&self, election: &ElectionName) -> Keys {
+        Keys::election(self.config.key_prefix(), self.config.database(), election)
     }
 
-    pub(crate) fn member_keys(&self, namespace: &ElectionName) -> MemberKeys {
-        MemberKeys::new(self.config.key_prefix(), self.config.database(), namespace)
+    pub(crate) fn member_keys(&self, namespace: &ElectionName) -> Keys {
+        Keys::members(self.config.key_prefix(), self.config.database(), namespace)
     }
 
     /// Run a script for elections or membership (counted as an election request).
@@ -59,8 +59,15 @@ impl Shared {
 pub(crate) fn as_int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
+        v => std::str::from_utf8(bytes(v)?).ok()?.parse().ok(),
+    }
+}
+
+/// Bytes of a reply (a nil or an integer holds none).
+pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
         _ => None,
     }
 }

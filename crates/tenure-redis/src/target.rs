@@ -5,18 +5,17 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use futures::StreamExt;
 use redis::{
     AsyncConnectionConfig, Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo,
     RedisConnectionInfo, TlsCertificates,
 };
-use tenure_core::backend::lock;
+use tenure_core::backend::{lock, Requests};
 use tenure_core::{Error, ErrorKind, Result};
 
 use crate::config::{RedisConfig, Sentinel};
 use crate::error::{map, TAG};
+use crate::hub::{Hub, Registration};
 
 /// The server the command and subscriber connections go to (one per backend).
 #[allow(clippy::large_enum_variant)]
@@ -27,7 +26,8 @@ pub(crate) enum Target {
         config: RedisConfig,
         sentinel: Sentinel,
         switches: Arc<Switches>,
-        _listeners: Vec<Watch>,
+        /// The subscription to each sentinel's `+switch-master` announcements.
+        _listeners: Vec<Registration>,
     },
 }
 
@@ -53,40 +53,40 @@ impl Switches {
     }
 }
 
-/// A task listening to one sentinel's announcements; stopped with the target.
-pub(crate) struct Watch(tokio::task::JoinHandle<()>);
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl Target {
-    /// Must run in a Tokio runtime: with Sentinel it starts one listener per sentinel.
+    /// Must run in a Tokio runtime: with Sentinel it subscribes to every sentinel's
+    /// announcements (each sentinel announces every switch, so one that is down costs
+    /// nothing while another listens), each on a subscriber of its own.
     pub(crate) fn new(config: &RedisConfig) -> Result<Self> {
         let Some(sentinel) = config.sentinel.clone() else {
             return data_client(config, (config.host(), config.port())).map(Target::Fixed);
         };
         let switches = Arc::new(Switches::default());
-        let watches = sentinel
-            .nodes
-            .iter()
-            .map(|at| {
-                let (config, sentinel) = (config.clone(), sentinel.clone());
-                Watch(tokio::spawn(listen(
-                    config,
-                    sentinel,
-                    at.clone(),
-                    switches.clone(),
-                )))
-            })
-            .collect();
+        let mut listeners = Vec::new();
+        for at in &sentinel.nodes {
+            let at_sentinel = Arc::new(Target::Fixed(sentinel_client(config, &sentinel, at)?));
+            let timeout = config.get_request_timeout();
+            let requests = Requests::new(TAG, format!("{}:{}", at.0, at.1), timeout, map);
+            let hub = Hub::new(
+                at_sentinel,
+                config.get_connect_timeout(),
+                Arc::new(requests),
+            );
+            let (switches, service) = (switches.clone(), sentinel.service.clone());
+            let announced = Arc::new(move |payload: &[u8]| {
+                let payload = String::from_utf8_lossy(payload);
+                // `<service> <old-ip> <old-port> <new-ip> <new-port>`
+                if payload.split(' ').next() == Some(service.as_str()) {
+                    switches.announce(&payload);
+                }
+            });
+            listeners.push(hub.listener("+switch-master", announced));
+        }
         Ok(Target::Sentinel {
             config: config.clone(),
             sentinel,
             switches,
-            _listeners: watches,
+            _listeners: listeners,
         })
     }
 
@@ -156,50 +156,6 @@ async fn primary(config: &RedisConfig, sentinel: &Sentinel) -> Result<(String, u
         }
     }
     Err(last.unwrap_or_else(|| TAG.own(ErrorKind::Unavailable, "no sentinel to ask")))
-}
-
-/// Listen to the sentinel at `at` for `+switch-master` announcements of the service,
-/// reconnecting (after 0.1 s, doubling up to 2 s) whenever the connection fails. Each
-/// sentinel announces every switch, so one that is down costs nothing while another
-/// listens.
-async fn listen(
-    config: RedisConfig,
-    sentinel: Sentinel,
-    at: (String, u16),
-    switches: Arc<Switches>,
-) {
-    let limit = config.get_connect_timeout();
-    let endpoint = format!("{}:{}", at.0, at.1);
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let subscribed = async {
-            let client = sentinel_client(&config, &sentinel, &at)?;
-            let failed = |e| map("subscribe to sentinel", e);
-            let mut pubsub = client.get_async_pubsub().await.map_err(failed)?;
-            pubsub.subscribe("+switch-master").await.map_err(failed)?;
-            Ok::<_, Error>(pubsub)
-        };
-        match tokio::time::timeout(limit, subscribed).await {
-            Ok(Ok(pubsub)) => {
-                backoff = Duration::from_millis(100);
-                let mut messages = pubsub.into_on_message();
-                while let Some(message) = messages.next().await {
-                    let payload: String = message.get_payload().unwrap_or_default();
-                    // `<service> <old-ip> <old-port> <new-ip> <new-port>`
-                    if payload.split(' ').next() == Some(sentinel.service.as_str()) {
-                        switches.announce(&payload);
-                    }
-                }
-                tracing::debug!(sentinel = %endpoint, "sentinel subscription ended");
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(sentinel = %endpoint, error = %e, "cannot listen to sentinel");
-            }
-            Err(_) => tracing::debug!(sentinel = %endpoint, "no answer from sentinel"),
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
-    }
 }
 
 async fn ask(

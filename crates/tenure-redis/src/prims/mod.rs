@@ -15,7 +15,6 @@ use tenure_core::backend::primitive::{MemberStore, Primitives, Wake};
 use tenure_core::backend::{lock, Capabilities, Clause, Purpose};
 use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
 use tenure_core::{ElectionName, Error, Member, MemberStream, Result, Timing};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{session_gone, unexpected};
@@ -25,7 +24,7 @@ use crate::members::{self, Known};
 use crate::scripts::{
     COMMIT_MANY_SCRIPT, READ_MANY_SCRIPT, REGISTER_SCRIPT, RENEW_SESSIONS_SCRIPT, UNREGISTER_SCRIPT,
 };
-use crate::shared::{as_int, Shared};
+use crate::shared::{as_int, bytes, Shared};
 
 mod member_store;
 mod parse;
@@ -59,7 +58,8 @@ pub(crate) struct RedisPrimitives {
     pushes: Arc<Mutex<Pushes>>,
 }
 
-/// A registration of [`Primitives::notify`].
+/// A wait registered by [`Primitives::notify`], or by [`Primitives::changed`] for the
+/// call.
 struct Waiter {
     election: ElectionName,
     what: WaitFor,
@@ -69,8 +69,9 @@ struct Waiter {
 /// What the pushes to this process's sessions feed.
 #[derive(Default)]
 struct Pushes {
-    /// By election hash, then by the session waiting: kept until the session's record
-    /// is gone, its wake-up channel closes or it registers again.
+    /// By election hash, then by the session waiting (or a `changed` call's own key):
+    /// kept until the session's record is gone, the wake-up channel closes or the key
+    /// registers again.
     waits: HashMap<String, HashMap<String, Waiter>>,
     /// The last election pushed or answered by hash, and when (cleared by a
     /// re-subscription): a registration behind it is woken at once.
@@ -85,9 +86,10 @@ struct Pushes {
 }
 
 impl Pushes {
-    /// A message on a session's channel: an election as a write left it (an empty one,
-    /// after a re-subscription, is handled by [`ended`](Self::ended)).
-    fn pushed(&mut self, payload: &[u8]) {
+    /// A message on a session's channel (for every wait on the election), or on the
+    /// election's own channel (for the wait `only`): the election as a write left it
+    /// (an empty one, after a re-subscription, is handled by [`ended`](Self::ended)).
+    fn pushed(&mut self, payload: &[u8], only: Option<&str>) {
         let Some((hash, (snap, pttls))) = unpack(payload) else {
             return;
         };
@@ -95,12 +97,20 @@ impl Pushes {
         let Some(waiters) = self.waits.get_mut(&hash) else {
             return;
         };
-        waiters.retain(|me, w| {
+        waiters.retain(|key, w| {
+            if only.is_some_and(|o| o != key) {
+                return true;
+            }
             let after = snap.revision > w.what.seen;
             if after && (w.what.on.is_none() || happened(&snap, &w.what)) {
                 w.to.wake_with(&w.election, snap.clone());
             }
-            !w.to.is_closed() && (!after || snap.record(me).is_some())
+            let gone = w
+                .what
+                .me
+                .as_deref()
+                .is_some_and(|me| snap.record(me).is_none());
+            !(w.to.is_closed() || after && gone)
         });
         if waiters.is_empty() {
             self.waits.remove(&hash);
@@ -118,19 +128,14 @@ impl Pushes {
         let id = String::from_utf8_lossy(payload);
         let id = id.as_ref();
         self.ends.remove(id);
-        self.wake_all(|w| {
-            id.is_empty() || w.what.on.as_deref() == Some(id) || w.what.me.as_deref() == Some(id)
-        });
-        for waiters in self.waits.values_mut() {
-            waiters.remove(id);
-        }
-    }
-
-    fn wake_all(&self, which: impl Fn(&Waiter) -> bool) {
         for w in self.waits.values().flat_map(HashMap::values) {
-            if which(w) {
+            if id.is_empty() || w.what.on.as_deref() == Some(id) || w.what.me.as_deref() == Some(id)
+            {
                 w.to.wake(&w.election);
             }
+        }
+        for waiters in self.waits.values_mut() {
+            waiters.remove(id);
         }
     }
 
@@ -154,13 +159,55 @@ impl Pushes {
             self.ends.retain(|_, end| *end > now);
             self.last
                 .retain(|_, (at, _)| now.duration_since(*at) < KEPT);
+            self.waits.retain(|_, waiters| {
+                waiters.retain(|_, w| !w.to.is_closed());
+                !waiters.is_empty()
+            });
             self.prune_at = 2 * (self.ends.len() + self.last.len()).max(1024);
         }
+    }
+
+    /// Register `to` as the wait `key` (the session waiting, or a `changed` call) on
+    /// the election whose hash is `hash`. Woken at once if pushed past `what.seen`
+    /// before, or not known since a re-subscription; then by the pushes and
+    /// revocations after, and when the session waited on ends by its TTL (which pushes
+    /// nothing; its end unknown, at once, and the waiter reads, which notes it).
+    fn wait(&mut self, hash: &str, key: &str, election: &ElectionName, what: &WaitFor, to: &Wake) {
+        match self.last.get(hash) {
+            Some((_, last)) if last.revision > what.seen => {
+                if what.on.is_none() || happened(last, what) {
+                    to.wake_with(election, last.clone());
+                }
+            }
+            Some(_) => {}
+            None => {
+                to.wake(election);
+            }
+        }
+        if let Some(on) = &what.on {
+            let end = self.ends.get(on).copied().unwrap_or_else(Instant::now);
+            let (to, election) = (to.clone(), election.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep_until(end).await;
+                to.wake(&election);
+            });
+        }
+        let waiters = self.waits.entry(hash.to_string()).or_default();
+        waiters.retain(|_, w| !w.to.is_closed());
+        let waiter = Waiter {
+            election: election.clone(),
+            what: what.clone(),
+            to: to.clone(),
+        };
+        waiters.insert(key.to_string(), waiter);
     }
 }
 
 /// The listener of a channel whose messages go to `pushes`.
-fn feed(pushes: &Arc<Mutex<Pushes>>, each: fn(&mut Pushes, &[u8])) -> Handler {
+fn feed(
+    pushes: &Arc<Mutex<Pushes>>,
+    each: impl Fn(&mut Pushes, &[u8]) + Send + Sync + 'static,
+) -> Handler {
     let pushes = pushes.clone();
     Arc::new(move |payload: &[u8]| each(&mut lock(&pushes), payload))
 }
@@ -184,6 +231,16 @@ impl RedisPrimitives {
         }
     }
 
+    /// The subscription to the channel of revoked sessions, made on first use.
+    fn ended(&self) -> &Registration {
+        self.ended.get_or_init(|| {
+            let channel = self.ended_channel();
+            self.shared
+                .hub
+                .listener(&channel, feed(&self.pushes, Pushes::ended))
+        })
+    }
+
     fn ended_channel(&self) -> String {
         let config = &self.shared.config;
         ended_channel(config.key_prefix(), config.database())
@@ -197,94 +254,25 @@ impl RedisPrimitives {
         format!("{}{id}", self.shared.session_channels)
     }
 
-    async fn read_all(&self, elections: &[ElectionName]) -> Result<Vec<Read>> {
-        let mut out = Vec::with_capacity(elections.len());
-        let breaks = lock(&self.pushes).breaks;
-        for chunk in elections.chunks(BATCH) {
-            let mut invocation = READ_MANY_SCRIPT.prepare_invoke();
-            for e in chunk {
-                invocation.key(self.shared.keys(e).hash);
-            }
-            invocation.arg(&self.shared.sessions);
-            let reply = self.shared.script("read", &invocation).await?;
-            out.extend(
-                parse_many(&reply, chunk.len(), false)?
-                    .into_iter()
-                    .map(|(_, r)| r),
-            );
-        }
-        let answered = elections.iter().zip(out.iter());
-        self.noted(breaks, answered.map(|(e, (snap, pttls))| (e, snap, pttls)));
-        Ok(out)
-    }
-
-    async fn commit_all(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Read)>> {
-        let mut out = Vec::with_capacity(writes.len());
-        let breaks = lock(&self.pushes).breaks;
-        for chunk in writes.chunks(BATCH) {
-            let mut invocation = COMMIT_MANY_SCRIPT.prepare_invoke();
-            invocation
-                .key(token_key(self.shared.config.key_prefix()))
-                .arg(&self.shared.sessions)
-                .arg(&self.shared.session_channels);
-            for (e, write) in chunk {
-                let keys = self.shared.keys(e);
-                invocation
-                    .key(keys.hash)
-                    .arg(keys.channel)
-                    .arg(write.revision);
-                let mut left = b"-".to_vec();
-                if let Some(bytes) = write.left_body() {
-                    left = [&b"="[..], &bytes].concat();
-                }
-                invocation.arg(left).arg(write.ops.len());
-                for op in &write.ops {
-                    let (kind, token) = match op {
-                        Op::Delete(_) => ("d", String::new()),
-                        Op::Touch(_) => ("t", String::new()),
-                        Op::Put { token, .. } => match token {
-                            Token::Mint => ("m", String::new()),
-                            Token::Keep(t) => ("p", t.to_string()),
-                            Token::None => ("p", String::new()),
-                        },
-                    };
-                    let body = op.body().unwrap_or_default();
-                    invocation.arg(kind).arg(op.session()).arg(token).arg(body);
-                }
-            }
-            let reply = self
-                .shared
-                .guarded_script(Purpose::Election, "commit", &invocation)
-                .await?;
-            out.extend(parse_many(&reply, chunk.len(), true)?);
-        }
-        let answered = writes.iter().zip(out.iter());
-        self.noted(
-            breaks,
-            answered.map(|((e, _), (_, (snap, pttls)))| (e, snap, pttls)),
-        );
-        Ok(out)
-    }
-
     /// Note the elections of an answer, unless the subscriptions broke since its request
-    /// (`breaks` then).
+    /// (`breaks` then); the answer without the PTTLs.
     fn noted<'a>(
         &self,
         breaks: u64,
-        answered: impl Iterator<Item = (&'a ElectionName, &'a Snapshot, &'a HashMap<String, i64>)>,
-    ) {
+        elections: impl Iterator<Item = &'a ElectionName>,
+        answer: Vec<(bool, Read)>,
+    ) -> Vec<(bool, Snapshot)> {
         let mut pushes = lock(&self.pushes);
-        if pushes.breaks == breaks {
-            for (e, snap, pttls) in answered {
-                pushes.note(&self.shared.keys(e).hash, snap, pttls);
-            }
-        }
-    }
-
-    async fn read_one(&self, election: &ElectionName) -> Result<Read> {
-        let mut all = self.read_all(std::slice::from_ref(election)).await?;
-        all.pop()
-            .ok_or_else(|| unexpected("read", "no election in the answer"))
+        let note = pushes.breaks == breaks;
+        let answered = elections.zip(answer);
+        answered
+            .map(|(e, (done, (snap, pttls)))| {
+                if note {
+                    pushes.note(&self.shared.keys(e).hash, &snap, &pttls);
+                }
+                (done, snap)
+            })
+            .collect()
     }
 }
 
@@ -294,14 +282,11 @@ impl Primitives for RedisPrimitives {
         let id = new_session_id();
         let (key, ms) = (self.session_key(&id), millis_up(ttl));
         // Subscribed before the session's first write, so no push to it is missed.
-        let hub = &self.shared.hub;
-        let pushes = hub.listener(
+        let pushes = self.shared.hub.listener(
             &self.session_channel(&id),
-            feed(&self.pushes, Pushes::pushed),
+            feed(&self.pushes, |p, message| p.pushed(message, None)),
         );
-        let ended = self
-            .ended
-            .get_or_init(|| hub.listener(&self.ended_channel(), feed(&self.pushes, Pushes::ended)));
+        let ended = self.ended();
         self.shared
             .conn
             .run(Purpose::Election, "open session", move |mut c| async move {
@@ -363,7 +348,9 @@ impl Primitives for RedisPrimitives {
     }
 
     async fn read(&self, election: &ElectionName) -> Result<Snapshot> {
-        Ok(self.read_one(election).await?.0)
+        let mut all = self.read_many(std::slice::from_ref(election)).await?;
+        all.pop()
+            .ok_or_else(|| unexpected("read", "no election in the answer"))
     }
 
     async fn commit(&self, election: &ElectionName, write: &Write) -> Result<(bool, Snapshot)> {
@@ -374,76 +361,112 @@ impl Primitives for RedisPrimitives {
     }
 
     async fn read_many(&self, elections: &[ElectionName]) -> Result<Vec<Snapshot>> {
-        let all = self.read_all(elections).await?;
-        Ok(all.into_iter().map(|(snap, _)| snap).collect())
+        let mut out = Vec::with_capacity(elections.len());
+        let breaks = lock(&self.pushes).breaks;
+        for chunk in elections.chunks(BATCH) {
+            let mut invocation = READ_MANY_SCRIPT.prepare_invoke();
+            for e in chunk {
+                invocation.key(self.shared.keys(e).hash);
+            }
+            invocation.arg(&self.shared.sessions);
+            let reply = self.shared.script("read", &invocation).await?;
+            out.extend(parse_many(&reply, chunk.len(), false)?);
+        }
+        let answer = self.noted(breaks, elections.iter(), out);
+        Ok(answer.into_iter().map(|(_, snap)| snap).collect())
     }
 
     async fn commit_many(&self, writes: &[(ElectionName, Write)]) -> Result<Vec<(bool, Snapshot)>> {
-        let all = self.commit_all(writes).await?;
-        Ok(all
-            .into_iter()
-            .map(|(done, (snap, _))| (done, snap))
-            .collect())
+        let mut out = Vec::with_capacity(writes.len());
+        let breaks = lock(&self.pushes).breaks;
+        for chunk in writes.chunks(BATCH) {
+            let mut invocation = COMMIT_MANY_SCRIPT.prepare_invoke();
+            invocation
+                .key(token_key(self.shared.config.key_prefix()))
+                .arg(&self.shared.sessions)
+                .arg(&self.shared.session_channels);
+            for (e, write) in chunk {
+                let keys = self.shared.keys(e);
+                invocation
+                    .key(keys.hash)
+                    .arg(keys.channel)
+                    .arg(write.revision);
+                let mut left = b"-".to_vec();
+                if let Some(bytes) = write.left_body() {
+                    left = [&b"="[..], &bytes].concat();
+                }
+                invocation.arg(left).arg(write.ops.len());
+                for op in &write.ops {
+                    let (kind, token) = match op {
+                        Op::Delete(_) => ("d", String::new()),
+                        Op::Touch(_) => ("t", String::new()),
+                        Op::Put { token, .. } => match token {
+                            Token::Mint => ("m", String::new()),
+                            Token::Keep(t) => ("p", t.to_string()),
+                            Token::None => ("p", String::new()),
+                        },
+                    };
+                    let body = op.body().unwrap_or_default();
+                    invocation.arg(kind).arg(op.session()).arg(token).arg(body);
+                }
+            }
+            let reply = self
+                .shared
+                .guarded_script(Purpose::Election, "commit", &invocation)
+                .await?;
+            out.extend(parse_many(&reply, chunk.len(), true)?);
+        }
+        Ok(self.noted(breaks, writes.iter().map(|(e, _)| e), out))
     }
 
     fn batch(&self) -> Option<usize> {
         Some(BATCH)
     }
 
+    /// The wait of [`notify`](Primitives::notify) under a key of the call's own, fed by
+    /// the election's channel (which every commit publishes to) too; a read comes first
+    /// and after every break of the link.
     async fn changed(&self, election: &ElectionName, what: &WaitFor) -> Result<()> {
-        let hub = &self.shared.hub;
-        let heard = Arc::new(Notify::new());
-        let on_message = {
-            let (heard, what) = (heard.clone(), what.clone());
-            Arc::new(move |payload: &[u8]| {
-                if unpack(payload).is_none_or(|(_, (snap, _))| happened(&snap, &what)) {
-                    heard.notify_one();
-                }
-            })
-        };
+        let keys = self.shared.keys(election);
+        // No session's id: no push or revocation of a session names it.
+        let key = format!("#{}", new_session_id());
+        let mine = key.clone();
+        let on_message = feed(&self.pushes, move |p, m| p.pushed(m, Some(&mine)));
         // Subscribe first, then look: a change after the look is heard.
-        let mut registrations = vec![hub.listener(&self.shared.keys(election).channel, on_message)];
-        if let Some(on) = what.on.clone() {
-            let heard = heard.clone();
-            let end = Arc::new(move |id: &[u8]| {
-                if id.is_empty() || id == on.as_bytes() {
-                    heard.notify_one();
-                }
-            });
-            registrations.push(hub.listener(&self.ended_channel(), end));
-        }
+        let channel = self.shared.hub.listener(&keys.channel, on_message);
+        let registrations = [&channel, self.ended()];
         let poll = self.shared.config.get_poll_interval();
         loop {
             let all_subscribed = async {
-                for r in &registrations {
+                for r in registrations {
                     r.subscribed().await;
                 }
             };
             // Without a subscription (the link is down), look at least every poll
             // interval.
             let subscribed = tokio::time::timeout(poll, all_subscribed).await.is_ok();
-            let (snap, pttls) = self.read_one(election).await?;
-            if happened(&snap, what) {
+            if happened(&self.read(election).await?, what) {
                 return Ok(());
             }
-            // The session waited on ends by itself when its TTL passes.
-            let expiry = what
-                .on
-                .as_ref()
-                .and_then(|on| pttls.get(on))
-                .and_then(|ms| u64::try_from(*ms).ok())
-                .map(|ms| Duration::from_millis(ms + 1));
+            let (to, mut woken) = Wake::channel();
+            lock(&self.pushes).wait(&keys.hash, &key, election, what, &to);
+            // A push that does not show `what` (pushes wake a follower at every change)
+            // does not end the wait.
+            let heard = async {
+                while let Some((_, now)) = woken.recv().await {
+                    if now.is_none_or(|snap| happened(&snap, what)) {
+                        return;
+                    }
+                }
+            };
             // Subscribed, every commit and revocation is heard, and a message lost to a
             // broken link is made up for by the read after the re-subscription (which
-            // also wakes every listener).
+            // also wakes every wait).
             let broken = futures::future::select_all(
                 registrations.iter().map(|r| Box::pin(r.unsubscribed())),
             );
             tokio::select! {
-                () = heard.notified() => return Ok(()),
-                () = tokio::time::sleep(expiry.unwrap_or_default()), if expiry.is_some() => {
-                    return Ok(())
-                }
+                () = heard => return Ok(()),
                 () = tokio::time::sleep(jittered(poll)), if !subscribed => {}
                 _ = broken, if subscribed => {}
             }
@@ -451,7 +474,7 @@ impl Primitives for RedisPrimitives {
     }
 
     fn notify(&self, election: &ElectionName, what: &WaitFor, to: &Wake) -> bool {
-        let Some(me) = what.me.clone() else {
+        let Some(me) = what.me.as_deref() else {
             return false;
         };
         // Both channels confirmed, no push or revocation after this is missed (a break
@@ -459,45 +482,13 @@ impl Primitives for RedisPrimitives {
         let ended = self.ended.get().is_some_and(Registration::is_subscribed);
         if !ended
             || !lock(&self.channels)
-                .get(&me)
+                .get(me)
                 .is_some_and(Registration::is_subscribed)
         {
             return false;
         }
         let hash = self.shared.keys(election).hash;
-        let mut pushes = lock(&self.pushes);
-        let now = Instant::now();
-        // Pushed before this registration, or not known since a re-subscription: at
-        // once.
-        match pushes.last.get(&hash) {
-            Some((_, last)) if last.revision > what.seen => {
-                if what.on.is_none() || happened(last, what) {
-                    to.wake_with(election, last.clone());
-                }
-            }
-            Some(_) => {}
-            None => {
-                to.wake(election);
-            }
-        }
-        // The session waited on ends by itself when its TTL passes: nothing is pushed.
-        // Its end unknown, the waiter reads (which notes it).
-        if let Some(on) = &what.on {
-            let end = pushes.ends.get(on).copied().unwrap_or(now);
-            let (to, election) = (to.clone(), election.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep_until(end).await;
-                to.wake(&election);
-            });
-        }
-        let waiters = pushes.waits.entry(hash).or_default();
-        waiters.retain(|_, w| !w.to.is_closed());
-        let waiter = Waiter {
-            election: election.clone(),
-            what: what.clone(),
-            to: to.clone(),
-        };
-        waiters.insert(me, waiter);
+        lock(&self.pushes).wait(&hash, me, election, what, to);
         true
     }
 

@@ -29,15 +29,6 @@ pub(super) fn parse_many(reply: &Value, n: usize, committed: bool) -> Result<Vec
         .collect()
 }
 
-/// Bytes of a reply (a nil or an integer holds none).
-pub(super) fn bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.as_bytes()),
-        _ => None,
-    }
-}
-
 pub(super) fn parse_election(reply: &Value) -> Result<Read> {
     let bad = || unexpected("read", format!("{reply:?}"));
     let Value::Array(items) = reply else {
