@@ -76,8 +76,9 @@ struct Pushes {
     /// The last election pushed or answered by hash, and when (cleared by a
     /// re-subscription): a registration behind it is woken at once.
     last: HashMap<String, (Instant, Snapshot)>,
-    /// When each session seen ends unless renewed.
-    ends: HashMap<String, Instant>,
+    /// When each session seen ends unless renewed; `None` for a session key without a
+    /// TTL (made persistent by hand), which ends only when revoked.
+    ends: HashMap<String, Option<Instant>>,
     /// How many re-subscriptions there were: an answer to a request sent before one is
     /// not noted (a push after it may be lost).
     breaks: u64,
@@ -102,7 +103,7 @@ impl Pushes {
                 return true;
             }
             let after = snap.revision > w.what.seen;
-            if after && (w.what.on.is_none() || happened(&snap, &w.what)) {
+            if after && w.what.met_by(&snap) {
                 w.to.wake_with(&w.election, snap.clone());
             }
             let gone = w
@@ -150,13 +151,16 @@ impl Pushes {
             }
         }
         for (session, ms) in pttls {
-            if let Ok(ms) = u64::try_from(*ms) {
-                self.ends
-                    .insert(session.clone(), now + Duration::from_millis(ms + 1));
-            }
+            let end = match u64::try_from(*ms) {
+                Ok(ms) => Some(now + Duration::from_millis(ms + 1)),
+                // PTTL -1: the key has no TTL; -2: it is gone (the record shows it dead).
+                Err(_) if *ms == -1 => None,
+                Err(_) => continue,
+            };
+            self.ends.insert(session.clone(), end);
         }
         if self.ends.len() + self.last.len() > self.prune_at {
-            self.ends.retain(|_, end| *end > now);
+            self.ends.retain(|_, end| end.is_none_or(|end| end > now));
             self.last
                 .retain(|_, (at, _)| now.duration_since(*at) < KEPT);
             self.waits.retain(|_, waiters| {
@@ -175,7 +179,7 @@ impl Pushes {
     fn wait(&mut self, hash: &str, key: &str, election: &ElectionName, what: &WaitFor, to: &Wake) {
         match self.last.get(hash) {
             Some((_, last)) if last.revision > what.seen => {
-                if what.on.is_none() || happened(last, what) {
+                if what.met_by(last) {
                     to.wake_with(election, last.clone());
                 }
             }
@@ -185,12 +189,14 @@ impl Pushes {
             }
         }
         if let Some(on) = &what.on {
-            let end = self.ends.get(on).copied().unwrap_or_else(Instant::now);
-            let (to, election) = (to.clone(), election.clone());
-            tokio::spawn(async move {
-                tokio::time::sleep_until(end).await;
-                to.wake(&election);
-            });
+            let end = self.ends.get(on).copied().unwrap_or(Some(Instant::now()));
+            if let Some(end) = end {
+                let (to, election) = (to.clone(), election.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(end).await;
+                    to.wake(&election);
+                });
+            }
         }
         let waiters = self.waits.entry(hash.to_string()).or_default();
         waiters.retain(|_, w| !w.to.is_closed());
@@ -445,7 +451,7 @@ impl Primitives for RedisPrimitives {
             // Without a subscription (the link is down), look at least every poll
             // interval.
             let subscribed = tokio::time::timeout(poll, all_subscribed).await.is_ok();
-            if happened(&self.read(election).await?, what) {
+            if what.met_by(&self.read(election).await?) {
                 return Ok(());
             }
             let (to, mut woken) = Wake::channel();
@@ -454,7 +460,7 @@ impl Primitives for RedisPrimitives {
             // does not end the wait.
             let heard = async {
                 while let Some((_, now)) = woken.recv().await {
-                    if now.is_none_or(|snap| happened(&snap, what)) {
+                    if now.is_none_or(|snap| what.met_by(&snap)) {
                         return;
                     }
                 }
@@ -510,5 +516,52 @@ impl Primitives for RedisPrimitives {
         offered
             .except(Clause::AtMostOneHolder, DATA_LOSS)
             .batched(BATCH)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(n: &str) -> ElectionName {
+        ElectionName::new(n).expect("name")
+    }
+
+    /// A wait on a session is woken when the session's TTL runs out, at once when its
+    /// end is unknown (the waiter reads and learns it), and not by a timer when its key
+    /// has no TTL (made persistent by hand): that wait would otherwise wake, read and
+    /// wait again without pause.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_on_a_session_wakes_when_its_ttl_runs_out() {
+        let mut pushes = Pushes::default();
+        let ttls = HashMap::from([("a".to_string(), 500), ("p".to_string(), -1)]);
+        let snap = Snapshot::default();
+        pushes.note("h", &snap, &ttls);
+        let e = name("e");
+        let on = |s: &str| WaitFor {
+            me: Some("b".into()),
+            on: Some(s.into()),
+            seen: 0,
+        };
+        let woken = |pushes: &mut Pushes, session: &str| {
+            let (to, mut woken) = Wake::channel();
+            pushes.wait("h", session, &e, &on(session), &to);
+            tokio::spawn(async move { woken.recv().await.is_some() })
+        };
+        let (ttl, unknown, persisted) = (
+            woken(&mut pushes, "a"),
+            woken(&mut pushes, "u"),
+            woken(&mut pushes, "p"),
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(unknown.is_finished(), "an unknown end wakes at once");
+        assert!(!ttl.is_finished(), "woken before the TTL ran out");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(ttl.is_finished(), "not woken when the TTL ran out");
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(
+            !persisted.is_finished(),
+            "a key without a TTL woke its waiter"
+        );
     }
 }

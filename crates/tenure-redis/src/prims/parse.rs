@@ -70,20 +70,6 @@ pub(super) fn parse_election(reply: &Value) -> Result<Read> {
     Ok((Snapshot::from_store(revision, left, records), pttls))
 }
 
-/// Whether what `what` waits for happened, as `snap` shows.
-pub(super) fn happened(snap: &Snapshot, what: &WaitFor) -> bool {
-    let mine = what
-        .me
-        .as_deref()
-        .is_some_and(|me| snap.record(me).is_none_or(|r| r.version > what.seen));
-    let on = what
-        .on
-        .as_deref()
-        .is_some_and(|on| snap.record(on).is_none_or(|r| !r.live));
-    let moved = what.me.is_none() && what.on.is_none() && snap.revision != what.seen;
-    mine || on || moved
-}
-
 /// A pushed election (see the commit script): its hash and what it holds; `None` if
 /// the message is not one (an empty one tells of a re-subscription).
 pub(super) fn unpack(payload: &[u8]) -> Option<(String, Read)> {
