@@ -27,6 +27,8 @@ use crate::watches::Watches;
 
 mod queue;
 
+use queue::Created;
+
 /// Seats per transaction of a batch: two operations each (a put and a read), within
 /// etcd's default limit of 128 operations per transaction (`--max-txn-ops`).
 pub(crate) const BATCH: usize = 64;
@@ -159,18 +161,9 @@ impl BackendSession for EtcdSession {
         inner.life.check_open()?;
         let key = inner.key(election);
         let range = inner.shared.keys.election_range(election);
-        let value = inner.shared.keys.candidate_value(candidate);
         // A new key's transaction also reads the key before it: the first look at the
         // queue comes with it.
-        let (mut revision, mut first_look) = match inner.enqueue(election, &key, &value).await? {
-            Some(look) => (look.revision, Some(look)),
-            None => {
-                let (revision, _) = inner
-                    .ensure_candidacy(election, &key, &value, false)
-                    .await?;
-                (revision, None)
-            }
-        };
+        let (mut revision, mut first_look) = inner.join(election, candidate, true).await?;
         let mut own_watch = inner.watch_own(&key, revision);
         loop {
             inner.life.check_open()?;
@@ -181,10 +174,7 @@ impl BackendSession for EtcdSession {
             if !queue.own_present {
                 // Our key is gone (lease expired, or deleted by someone): queue again.
                 // With the lease gone this fails with SessionExpired.
-                revision = inner
-                    .ensure_candidacy(election, &key, &value, false)
-                    .await?
-                    .0;
+                (revision, first_look) = inner.join(election, candidate, true).await?;
                 own_watch = inner.watch_own(&key, revision);
                 continue;
             }
@@ -218,18 +208,13 @@ impl BackendSession for EtcdSession {
     ) -> Result<Option<FencingToken>> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        let key = inner.key(election);
-        let value = inner.shared.keys.candidate_value(candidate);
-        let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
-        if queue::leads(&first, &key, revision) {
-            let own_watch = inner.watch_own(&key, revision);
-            inner.granted(election, revision, own_watch);
-            return Ok(Some(revision_token(revision)));
-        }
-        inner.forget(election, None);
-        let txn = ops::delete_if_created_at(&key, revision);
-        inner.txn("try_campaign: withdraw", txn).await?;
-        Ok(None)
+        let (revision, look) = inner.join(election, candidate, false).await?;
+        let mut withdraw = Vec::new();
+        let answer = inner
+            .settle(election, revision, look, &mut withdraw)
+            .await?;
+        inner.withdraw("try_campaign: withdraw", withdraw).await?;
+        Ok(answer)
     }
 
     async fn try_campaign_many(
@@ -240,15 +225,21 @@ impl BackendSession for EtcdSession {
         inner.life.check_open()?;
         let mut answers = Vec::with_capacity(seats.len());
         for chunk in seats.chunks(BATCH) {
-            match inner.try_chunk(chunk).await? {
-                Some(taken) => answers.extend(taken),
-                // A key of this session was already there (an earlier candidacy).
-                None => {
-                    for (election, candidate) in chunk {
-                        answers.push(self.try_campaign(election, candidate).await?);
+            let mut withdraw = Vec::new();
+            for ((election, candidate), created) in chunk.iter().zip(inner.create(chunk).await?) {
+                answers.push(match created {
+                    Created::New(revision, look) => {
+                        inner
+                            .settle(election, revision, look, &mut withdraw)
+                            .await?
                     }
-                }
+                    // A key of this session was already there (an earlier candidacy).
+                    Created::Exists(_) => self.try_campaign(election, candidate).await?,
+                });
             }
+            inner
+                .withdraw("try_campaign_many: withdraw", withdraw)
+                .await?;
         }
         Ok(answers)
     }
