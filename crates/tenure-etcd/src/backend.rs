@@ -37,8 +37,8 @@ use crate::shared::Shared;
 /// fencing token is the etcd revision of the write that made it. With `layout=go` the
 /// keys are Go's `concurrency.Election`'s and the oldest key leads (no priorities). A
 /// member is a key `<prefix>/@members/<namespace>/@<id>` attached to its session's
-/// lease, so it goes with the session; member lists are range reads and prefix
-/// watches.
+/// lease, so it goes with the session; member lists are range reads, watched on the
+/// backend's one prefix watch.
 ///
 /// Cheap to clone: clones share the connection.
 #[derive(Clone)]
@@ -176,9 +176,7 @@ impl Backend for EtcdBackend {
         let (first, revision) = leader.read(&self.shared).await?;
         let (published, stream) = Published::new(first);
         let (shared, range) = (self.shared.clone(), leader.range.clone());
-        tokio::spawn(follow(
-            shared, range, revision, published, leader, "observe",
-        ));
+        tokio::spawn(follow(shared, range, revision, published, leader));
         Ok(stream)
     }
 

@@ -41,13 +41,12 @@ use crate::proto::{
     TxnRequest,
 };
 use crate::shared::Shared;
-use crate::watches::{Seen, Watches};
+use crate::watches::Seen;
 
 /// The engine's primitives over one etcd connection.
 pub(crate) struct EtcdPrimitives {
     shared: Arc<Shared>,
     gather: Arc<Gather>,
-    watches: Watches,
     members: EtcdMembers,
     /// Keep-alive streams not in use; a renewal takes one (or opens one) and puts it
     /// back, so renewals in flight at once do not wait for each other.
@@ -232,7 +231,6 @@ impl EtcdPrimitives {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         EtcdPrimitives {
             gather: Gather::new(shared.clone(), "commit", MAX_PARTS),
-            watches: Watches::spawn(&shared, Default::default()),
             members: EtcdMembers {
                 shared: shared.clone(),
             },
@@ -490,7 +488,7 @@ impl Primitives for EtcdPrimitives {
         let on = what.on.as_deref().map(|s| keys.record(s));
         let mut from = self.seen_at(election, what.seen).saturating_add(1);
         loop {
-            let mut watch = self.watches.watch(&keys.range, from);
+            let mut watch = self.shared.watches.watch(&keys.range, from);
             loop {
                 match watch.next().await {
                     Seen::Events(events) => {

@@ -23,7 +23,6 @@ use crate::members::EtcdMembers;
 use crate::ops::{self, op};
 use crate::proto::{LeaseRevokeRequest, TxnRequest};
 use crate::shared::Shared;
-use crate::watches::Watches;
 
 mod queue;
 
@@ -50,7 +49,6 @@ struct Inner {
     /// member as well: short enough that a renewal that needs the next member still
     /// lands within the renew deadline.
     answer_limit: Duration,
-    watcher: Watches,
     /// New candidacies (create the key, read the one before it), many seats per
     /// transaction when many campaign at once.
     enqueues: Arc<Gather>,
@@ -95,7 +93,6 @@ impl EtcdSession {
         let lease = shared.grant_lease(ttl).await?;
         let answer_limit = shared.answer_limit(ttl);
         let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
-        let watcher = Watches::spawn(&shared, life.child_token());
         let inner = Arc::new(Inner {
             enqueues: Gather::new(shared.clone(), "campaign", MAX_PARTS),
             looks: Gather::new(shared.clone(), "campaign: look at the queue", MAX_OPS),
@@ -103,7 +100,6 @@ impl EtcdSession {
             lease,
             keeper: tokio::sync::Mutex::new(None),
             answer_limit,
-            watcher,
             candidacies: Mutex::new(HashMap::new()),
             events,
             life,
@@ -183,7 +179,8 @@ impl BackendSession for EtcdSession {
                 return Ok(revision_token(revision));
             };
             let mut before = inner
-                .watcher
+                .shared
+                .watches
                 .watch_deletes(&predecessor, queue.revision + 1);
             tokio::select! {
                 fired = before.fired() => {

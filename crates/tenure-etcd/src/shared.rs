@@ -1,5 +1,5 @@
 //! What the backend and its sessions share: the client, the settings, the request
-//! count, and the calls every part makes.
+//! count, the prefix watch, and the calls every part makes.
 
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use crate::error::{map, TAG};
 use crate::keys::KeySpace;
 use crate::ops;
 use crate::proto::{KeyValue, LeaseGrantRequest, Unary};
+use crate::watches::Watches;
 
 /// What the backend and its sessions share.
 pub(crate) struct Shared {
@@ -21,6 +22,8 @@ pub(crate) struct Shared {
     pub(crate) keys: KeySpace,
     /// The timeout, error tags and count of every request.
     pub(crate) requests: Requests<tonic::Status>,
+    /// Every wait and observer, on one watch of the prefix (see [`crate::watches`]).
+    pub(crate) watches: Watches,
 }
 
 impl Shared {
@@ -31,9 +34,12 @@ impl Shared {
             config.get_request_timeout(),
             map,
         );
+        let keys = KeySpace::new(config.key_prefix(), config.key_layout());
+        let timeout = config.get_request_timeout();
         Shared {
+            watches: Watches::spawn(client.clone(), timeout, keys.root()),
             client,
-            keys: KeySpace::new(config.key_prefix(), config.key_layout()),
+            keys,
             config,
             requests,
         }

@@ -214,10 +214,10 @@ impl Inner {
         })
     }
 
-    /// Watch this session's `key` for deletion. Served by the session's prefix watch
+    /// Watch this session's `key` for deletion. Served by the backend's prefix watch
     /// (no request; see [`crate::watches`]), so not counted; a wake-up is.
     pub(super) fn watch_own(&self, key: &str, revision: i64) -> KeyWatch {
-        self.watcher.watch_deletes(key, revision + 1)
+        self.shared.watches.watch_deletes(key, revision + 1)
     }
 
     /// Record the grant and watch the key while it is held.
