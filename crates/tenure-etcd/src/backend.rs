@@ -241,13 +241,14 @@ impl Follower for Leader {
     type State = Option<LeaderInfo>;
 
     async fn read(&mut self, shared: &Shared) -> Result<(Option<LeaderInfo>, i64)> {
-        let (first, revision) = shared.first_candidate(&self.range).await?;
-        let leader = first.map(|kv| {
+        let read = ops::first_by_create(&self.range);
+        let resp = shared.call("read leader", read).await?;
+        let leader = resp.kvs.first().map(|kv| {
             shared
                 .keys
                 .leader(&self.range, &kv.key, &kv.value, kv.create_revision)
         });
-        Ok((leader, revision))
+        Ok((leader, ops::revision(&resp.header)))
     }
 
     async fn apply(&mut self, shared: &Shared, _: &[Event]) -> Option<Option<LeaderInfo>> {

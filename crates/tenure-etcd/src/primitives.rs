@@ -25,20 +25,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::lock;
 use tenure_core::backend::primitive::{MemberStore, Primitives};
-use tenure_core::backend::{lock, Purpose};
 use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
 use tenure_core::{ElectionName, ErrorKind, Result, Timing};
 
-use crate::client::KeepAliveStream;
 use crate::error::TAG;
 use crate::gather::{Gather, MAX_PARTS};
 use crate::keys::{lease_hex, parse_lease_hex, KeySpace};
 use crate::members::EtcdMembers;
 use crate::ops::{self, op};
 use crate::proto::{
-    Event, EventType, KeyValue, LeaseRevokeRequest, PutRequest, Request, Response, ResponseOp,
-    TxnRequest,
+    Event, EventType, KeyValue, PutRequest, Request, Response, ResponseOp, TxnRequest,
 };
 use crate::shared::Shared;
 use crate::watches::Seen;
@@ -48,9 +46,6 @@ pub(crate) struct EtcdPrimitives {
     shared: Arc<Shared>,
     gather: Arc<Gather>,
     members: EtcdMembers,
-    /// Keep-alive streams not in use; a renewal takes one (or opens one) and puts it
-    /// back, so renewals in flight at once do not wait for each other.
-    keepers: Mutex<Vec<KeepAliveStream>>,
     /// Each open lease's TTL, for how long a renewal waits for one member.
     ttls: Mutex<HashMap<i64, Duration>>,
     /// For each election, its revision in the latest answer and the earliest store
@@ -235,7 +230,6 @@ impl EtcdPrimitives {
                 shared: shared.clone(),
             },
             shared,
-            keepers: Mutex::new(Vec::new()),
             ttls: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
         }
@@ -353,8 +347,7 @@ impl Primitives for EtcdPrimitives {
             ..Default::default()
         };
         if let Err(e) = self.shared.call("open session", mark).await {
-            let revoke = LeaseRevokeRequest { id: lease };
-            let _ = self.shared.call("open session", revoke).await;
+            let _ = self.shared.revoke("open session", lease).await;
             return Err(e);
         }
         lock(&self.ttls).insert(lease, ttl);
@@ -368,15 +361,7 @@ impl Primitives for EtcdPrimitives {
             return Ok(vec![false; sessions.len()]);
         }
         let limit = self.answer_limit(&leases);
-        let existing = lock(&self.keepers).pop();
-        let renewal = self.shared.client.keep_alive(&leases, existing, limit);
-        let (stream, ttls) = self
-            .shared
-            .requests
-            .call_as(Purpose::Renewal, "keep-alive", renewal)
-            .await?;
-        lock(&self.keepers).push(stream);
-        let mut ttls = ttls.into_iter();
+        let mut ttls = self.shared.renew(&leases, limit).await?.into_iter();
         let live: Vec<bool> = ids
             .iter()
             .map(|id| id.is_some() && ttls.next().is_some_and(|ttl| ttl > 0))
@@ -391,11 +376,7 @@ impl Primitives for EtcdPrimitives {
     async fn revoke(&self, session: &str) -> Result<()> {
         let id = parse_lease_hex(session)?;
         lock(&self.ttls).remove(&id);
-        let revoke = LeaseRevokeRequest { id };
-        match self.shared.call("close session", revoke).await {
-            Err(e) if e.kind() != ErrorKind::SessionExpired => Err(e),
-            _ => Ok(()),
-        }
+        self.shared.revoke("close session", id).await
     }
 
     async fn read(&self, election: &ElectionName) -> Result<Snapshot> {

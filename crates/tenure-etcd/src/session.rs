@@ -11,17 +11,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::primitive::MemberStore;
-use tenure_core::backend::{revision_token, BackendSession, Lifetime, Purpose, SessionEvents};
+use tenure_core::backend::{revision_token, BackendSession, Lifetime, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::client::KeepAliveStream;
 use crate::error::TAG;
 use crate::gather::{Gather, MAX_OPS, MAX_PARTS};
 use crate::keys::lease_hex;
 use crate::members::EtcdMembers;
 use crate::ops::{self, op};
-use crate::proto::{LeaseRevokeRequest, TxnRequest};
+use crate::proto::TxnRequest;
 use crate::shared::Shared;
 
 mod queue;
@@ -41,10 +40,6 @@ pub(crate) struct EtcdSession {
 struct Inner {
     shared: Arc<Shared>,
     lease: i64,
-    /// The keep-alive stream, taken out while a keep-alive is in flight: if that call is
-    /// dropped half-way, the next one opens a fresh stream rather than reading a stale
-    /// answer.
-    keeper: tokio::sync::Mutex<Option<KeepAliveStream>>,
     /// How long a keep-alive waits for one member's answer before it asks the next
     /// member as well: short enough that a renewal that needs the next member still
     /// lands within the renew deadline.
@@ -98,7 +93,6 @@ impl EtcdSession {
             looks: Gather::new(shared.clone(), "campaign: look at the queue", MAX_OPS),
             shared,
             lease,
-            keeper: tokio::sync::Mutex::new(None),
             answer_limit,
             candidacies: Mutex::new(HashMap::new()),
             events,
@@ -127,16 +121,9 @@ impl BackendSession for EtcdSession {
     async fn keep_alive(&self) -> Result<()> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        let mut slot = inner.keeper.lock().await;
-        let lease = [inner.lease];
-        let renewal = inner
+        let ttls = inner
             .shared
-            .client
-            .keep_alive(&lease, slot.take(), inner.answer_limit);
-        let (stream, ttls) = inner
-            .shared
-            .requests
-            .call_as(Purpose::Renewal, "keep-alive", renewal)
+            .renew(&[inner.lease], inner.answer_limit)
             .await?;
         if ttls.first().is_none_or(|ttl| *ttl <= 0) {
             return Err(TAG.own(
@@ -144,7 +131,6 @@ impl BackendSession for EtcdSession {
                 format!("keep-alive: etcd no longer has lease {}", inner.life.id()),
             ));
         }
-        *slot = Some(stream);
         Ok(())
     }
 
@@ -298,11 +284,6 @@ impl BackendSession for EtcdSession {
             return Ok(());
         }
         inner.lock().clear();
-        let revoke = LeaseRevokeRequest { id: inner.lease };
-        match inner.shared.call("close session", revoke).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::SessionExpired => Ok(()),
-            Err(e) => Err(e),
-        }
+        inner.shared.revoke("close session", inner.lease).await
     }
 }

@@ -1,17 +1,17 @@
 //! What the backend and its sessions share: the client, the settings, the request
 //! count, the prefix watch, and the calls every part makes.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
-use tenure_core::backend::{whole_units, Purpose, Requests};
+use tenure_core::backend::{lock, whole_units, Purpose, Requests};
 use tenure_core::{ErrorKind, Result};
 
-use crate::client::EtcdClient;
+use crate::client::{EtcdClient, KeepAliveStream};
 use crate::config::EtcdConfig;
 use crate::error::{map, TAG};
 use crate::keys::KeySpace;
-use crate::ops;
-use crate::proto::{KeyValue, LeaseGrantRequest, Unary};
+use crate::proto::{LeaseGrantRequest, LeaseRevokeRequest, Unary};
 use crate::watches::Watches;
 
 /// What the backend and its sessions share.
@@ -24,6 +24,10 @@ pub(crate) struct Shared {
     pub(crate) requests: Requests<tonic::Status>,
     /// Every wait and observer, on one watch of the prefix (see [`crate::watches`]).
     pub(crate) watches: Watches,
+    /// Keep-alive streams not in use; a renewal takes one (or opens one) and puts it
+    /// back, so renewals in flight at once do not wait for each other, and a renewal
+    /// dropped half-way leaves no stale answer for the next one to read.
+    keepers: Mutex<Vec<KeepAliveStream>>,
 }
 
 impl Shared {
@@ -42,6 +46,7 @@ impl Shared {
             keys,
             config,
             requests,
+            keepers: Mutex::new(Vec::new()),
         }
     }
 
@@ -57,14 +62,6 @@ impl Shared {
         self.requests.count(Purpose::Election);
     }
 
-    /// The first candidate of an election (the leader) and the store revision read at.
-    pub(crate) async fn first_candidate(&self, range: &str) -> Result<(Option<KeyValue>, i64)> {
-        let resp = self
-            .call("read leader", ops::first_by_create(range))
-            .await?;
-        Ok((resp.kvs.into_iter().next(), ops::revision(&resp.header)))
-    }
-
     /// How long a renewal of a lease of `ttl` waits for one member before it asks the
     /// next as well: the member timeout, at most a tenth of the TTL. A renewal goes out
     /// every quarter TTL and the core gives each attempt at most that long, so the next
@@ -74,6 +71,28 @@ impl Shared {
     /// applies.
     pub(crate) fn answer_limit(&self, ttl: Duration) -> Duration {
         self.client.member_timeout.min(ttl / 10)
+    }
+
+    /// Renew `leases` (at least one), waiting `limit` for one member's answer (see
+    /// [`answer_limit`](Self::answer_limit)): each lease's remaining TTL in seconds (0
+    /// or less: gone).
+    pub(crate) async fn renew(&self, leases: &[i64], limit: Duration) -> Result<Vec<i64>> {
+        let existing = lock(&self.keepers).pop();
+        let renewal = self.client.keep_alive(leases, existing, limit);
+        let (stream, ttls) = self
+            .requests
+            .call_as(Purpose::Renewal, "keep-alive", renewal)
+            .await?;
+        lock(&self.keepers).push(stream);
+        Ok(ttls)
+    }
+
+    /// Revoke `lease`; one etcd no longer has counts as revoked.
+    pub(crate) async fn revoke(&self, what: &str, lease: i64) -> Result<()> {
+        match self.call(what, LeaseRevokeRequest { id: lease }).await {
+            Err(e) if e.kind() != ErrorKind::SessionExpired => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Grant a lease of `ttl` (in whole seconds, rounded up); its id.
