@@ -20,16 +20,16 @@ use crate::gather::{Gather, MAX_OPS, MAX_PARTS};
 use crate::keys::lease_hex;
 use crate::members::EtcdMembers;
 use crate::ops::{self, op};
-use crate::proto::TxnRequest;
+use crate::proto::{Request, TxnRequest};
 use crate::shared::Shared;
 
 mod queue;
 
 use queue::Created;
 
-/// Seats per transaction of a batch: two operations each (a put and a read), within
+/// Seats per transaction of a batch ([`MAX_PARTS`]): a nested transaction each, within
 /// etcd's default limit of 128 operations per transaction (`--max-txn-ops`).
-pub(crate) const BATCH: usize = 64;
+pub(crate) const BATCH: usize = MAX_PARTS;
 
 /// The session handed to the core. Dropping it stops its background tasks.
 pub(crate) struct EtcdSession {
@@ -234,39 +234,26 @@ impl BackendSession for EtcdSession {
             for (election, token) in chunk {
                 inner.forget(election, *token);
                 let key = inner.key(election);
-                if let Some(t) = token {
+                // Each seat in a nested transaction of its own: only a grant with its
+                // token goes, whatever happened to the others.
+                let compare = token.map(|t| {
                     let revision = i64::try_from(t.0).unwrap_or(i64::MAX);
-                    txn.compare.push(ops::created_at(&key, revision));
-                }
-                txn.success.push(op(ops::delete(&key)));
+                    ops::created_at(&key, revision)
+                });
+                let delete = TxnRequest {
+                    compare: compare.into_iter().collect(),
+                    success: vec![op(ops::delete(&key))],
+                    failure: Vec::new(),
+                };
+                txn.success.push(op(Request::Txn(delete)));
             }
-            if !inner.txn("resign", txn).await?.succeeded {
-                // One of the grants was already gone or replaced: resign seat by seat,
-                // so only the grants with those tokens go.
-                for (election, token) in chunk {
-                    self.resign(election, *token).await?;
-                }
-            }
+            inner.txn("resign", txn).await?;
         }
         Ok(())
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
-        let inner = &self.inner;
-        let key = inner.key(election);
-        inner.forget(election, token);
-        match token {
-            Some(t) => {
-                let revision = i64::try_from(t.0).unwrap_or(i64::MAX);
-                inner
-                    .txn("resign", ops::delete_if_created_at(&key, revision))
-                    .await?;
-            }
-            None => {
-                inner.shared.call("resign", ops::delete(&key)).await?;
-            }
-        }
-        Ok(())
+        self.resign_many(&[(election.clone(), token)]).await
     }
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
