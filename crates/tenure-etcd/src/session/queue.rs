@@ -83,7 +83,7 @@ impl Inner {
             .iter()
             .map(|(election, candidate)| {
                 let key = self.key(election);
-                let put = ops::put(&key, &keys.candidate_value(candidate), self.lease);
+                let put = ops::put(&key, candidate.value().as_bytes(), self.lease);
                 let txn = TxnRequest {
                     compare: vec![ops::created_at(&key, 0)],
                     success: vec![op(put), op(ops::newest_two(&keys.election_range(election)))],
