@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tenure_core::backend::primitive::{MemberStore, Primitives};
 use tenure_core::backend::{
-    Capabilities, Clause, DrivenBackend, DynSession, Published, SessionEvents,
+    revision_token, Capabilities, Clause, DrivenBackend, DynSession, Published, SessionEvents,
 };
 use tenure_core::{
     Backend, ElectionName, Error, LeaderInfo, LeaderStream, Member, MemberStream, Result, Timing,
@@ -23,7 +23,7 @@ use crate::keys::{parse_lease_hex, EtcdLayout};
 use crate::members::EtcdMembers;
 use crate::ops;
 use crate::primitives::EtcdPrimitives;
-use crate::proto::{Event, LeaseRevokeRequest, RangeRequest};
+use crate::proto::{Event, KeyValue, LeaseRevokeRequest, RangeRequest};
 use crate::session::EtcdSession;
 use crate::shared::Shared;
 
@@ -37,8 +37,8 @@ use crate::shared::Shared;
 /// fencing token is the etcd revision of the write that made it. With `layout=go` the
 /// keys are Go's `concurrency.Election`'s and the oldest key leads (no priorities). A
 /// member is a key `<prefix>/@members/<namespace>/@<id>` attached to its session's
-/// lease, so it goes with the session; member lists are range reads and prefix
-/// watches.
+/// lease, so it goes with the session; member lists are range reads, watched on the
+/// backend's one prefix watch.
 ///
 /// Cheap to clone: clones share the connection.
 #[derive(Clone)]
@@ -176,9 +176,7 @@ impl Backend for EtcdBackend {
         let (first, revision) = leader.read(&self.shared).await?;
         let (published, stream) = Published::new(first);
         let (shared, range) = (self.shared.clone(), leader.range.clone());
-        tokio::spawn(follow(
-            shared, range, revision, published, leader, "observe",
-        ));
+        tokio::spawn(follow(shared, range, revision, published, leader));
         Ok(stream)
     }
 
@@ -243,16 +241,45 @@ impl Follower for Leader {
     type State = Option<LeaderInfo>;
 
     async fn read(&mut self, shared: &Shared) -> Result<(Option<LeaderInfo>, i64)> {
-        let (first, revision) = shared.first_candidate(&self.range).await?;
-        let leader = first.map(|kv| {
-            shared
-                .keys
-                .leader(&self.range, &kv.key, &kv.value, kv.create_revision)
-        });
-        Ok((leader, revision))
+        let read = ops::first_by_create(&self.range);
+        let resp = shared.call("read leader", read).await?;
+        let leader = resp.kvs.first().map(|kv| go_leader(&self.range, kv));
+        Ok((leader, ops::revision(&resp.header)))
     }
 
     async fn apply(&mut self, shared: &Shared, _: &[Event]) -> Option<Option<LeaderInfo>> {
         self.read(shared).await.ok().map(|(state, _)| state)
+    }
+}
+
+/// The Go layout's leader whose key (in the election `range`) is `kv`: its id is the
+/// key's lease id, as written in the key (Go stores nothing else that names a
+/// candidate), its value Go's proposal, its token the key's create revision.
+fn go_leader(range: &str, kv: &KeyValue) -> LeaderInfo {
+    let key = String::from_utf8_lossy(&kv.key);
+    LeaderInfo {
+        id: key.strip_prefix(range).unwrap_or(&key).to_string(),
+        value: String::from_utf8_lossy(&kv.value).into_owned(),
+        token: revision_token(kv.create_revision),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_go_leader_is_the_proposal_and_its_id_the_lease() {
+        let range = "svc/billing/";
+        let kv = KeyValue {
+            key: format!("{range}694da216892faf05").into_bytes(),
+            value: b"go proposal \xff".to_vec(),
+            create_revision: 42,
+            ..KeyValue::default()
+        };
+        let info = go_leader(range, &kv);
+        assert_eq!(info.id, "694da216892faf05");
+        assert_eq!(info.value, "go proposal \u{fffd}");
+        assert_eq!(info.token.get(), 42);
     }
 }

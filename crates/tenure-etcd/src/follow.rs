@@ -1,7 +1,8 @@
-//! How a state readers watch (one election's leader, one namespace's members) is kept
-//! up to date: a watch on its key range from just after the revision it was read at;
-//! each batch of events updates the state; after a broken or compacted watch (or one
-//! that never opened) the state is read again and watched from there.
+//! How a state readers watch (one election's leader with `layout=go`, one namespace's
+//! members) is kept up to date: a wait on the backend's prefix watch for its key range
+//! from just after the revision it was read at (no etcd watch of its own); each batch
+//! of events updates the state; after a broken or compacted wait the state is read
+//! again and waited on from there.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -10,9 +11,9 @@ use std::time::Duration;
 use tenure_core::backend::Published;
 use tenure_core::{Result, Retry};
 
-use crate::ops::prefix_end;
-use crate::proto::{Event, WatchCreateRequest};
+use crate::proto::Event;
 use crate::shared::Shared;
+use crate::watches::Seen;
 
 /// A state kept from a key range: read whole, or updated from a batch of events.
 pub(crate) trait Follower: Send {
@@ -30,61 +31,36 @@ pub(crate) trait Follower: Send {
     ) -> impl Future<Output = Option<Self::State>> + Send;
 }
 
-/// Follows `range` for its readers from `revision` until every reader is gone; `what`
-/// names the watch in errors.
+/// Follows the keys under `range` for its readers from `revision` until every reader
+/// is gone.
 pub(crate) async fn follow<F: Follower>(
     shared: Arc<Shared>,
     range: String,
     revision: i64,
     mut published: Published<F::State>,
     mut follower: F,
-    what: &'static str,
 ) {
     let retry = Retry::default();
     let mut attempt = 0u32;
     let mut from = revision + 1;
     loop {
-        if published.is_closed() {
-            return;
-        }
-        let create = WatchCreateRequest {
-            key: range.as_bytes().to_vec(),
-            range_end: prefix_end(range.as_bytes()),
-            start_revision: from,
-            ..Default::default()
-        };
-        let mut stream = match shared
-            .requests
-            .call(what, shared.client.watch(create))
-            .await
-        {
-            Ok(s) => Some(s),
-            Err(e) => {
-                published.publish(Err(e));
-                None
-            }
-        };
-        while let Some(s) = stream.as_mut() {
-            let message = tokio::select! {
+        let mut watch = shared.watches.watch(&range, from);
+        loop {
+            let seen = tokio::select! {
                 _ = published.closed() => return,
-                m = s.message() => m,
+                seen = watch.next() => seen,
             };
-            match message {
-                Ok(Some(response)) if response.canceled => stream = None,
-                Ok(Some(response)) if response.events.is_empty() => {}
-                Ok(Some(response)) => {
-                    attempt = 0;
-                    let seen = response.events.iter().filter_map(|e| e.kv.as_ref());
-                    from = seen.map(|kv| kv.mod_revision + 1).fold(from, i64::max);
-                    match follower.apply(&shared, &response.events).await {
-                        Some(state) => published.publish(Ok(state)),
-                        None => stream = None,
-                    }
-                }
-                Ok(None) | Err(_) => stream = None,
+            let Seen::Events(events) = seen else { break };
+            attempt = 0;
+            let seen = events.iter().filter_map(|e| e.kv.as_ref());
+            from = seen.map(|kv| kv.mod_revision + 1).fold(from, i64::max);
+            match follower.apply(&shared, &events).await {
+                Some(state) => published.publish(Ok(state)),
+                None => break,
             }
         }
-        // Read again and watch from there: at once the first time, then backing off.
+        drop(watch);
+        // Read again and wait from there: at once the first time, then backing off.
         let delay = retry.delay(attempt);
         attempt = attempt.saturating_add(1);
         tokio::select! {

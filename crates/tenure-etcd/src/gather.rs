@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 
 use crate::error::TAG;
 use crate::ops::{self, op};
-use crate::proto::{Compare, KeyValue, Request, RequestOp, Response, ResponseOp, TxnRequest};
+use crate::proto::{KeyValue, Request, RequestOp, Response, ResponseOp, TxnRequest};
 use crate::shared::Shared;
 
 /// Operations per transaction: etcd's default `--max-txn-ops` is 128, and a nested
@@ -151,31 +151,6 @@ impl Gather {
         let creating = creates.is_some();
         let mut got = self.run(vec![(ops, creates)], creating).await;
         got.pop().unwrap_or_else(|| Err(self.odd("no answer")))
-    }
-
-    /// Run `compare` → `success` as a nested transaction that creates the key `creates`
-    /// names (if any). `Ok(None)` when a compare failed: nothing of it was applied.
-    pub(crate) async fn txn(
-        self: &Arc<Self>,
-        compare: Vec<Compare>,
-        success: Vec<RequestOp>,
-        creates: Option<String>,
-    ) -> Result<Option<Answer>> {
-        let txn = TxnRequest {
-            compare,
-            success,
-            failure: Vec::new(),
-        };
-        let answer = self.one(vec![op(Request::Txn(txn))], creates).await?;
-        match answer.responses.into_iter().next() {
-            Some(ResponseOp {
-                response: Some(Response::Txn(t)),
-            }) => Ok(t.succeeded.then_some(Answer {
-                revision: answer.revision,
-                responses: t.responses,
-            })),
-            _ => Err(self.odd("etcd answered another kind")),
-        }
     }
 
     fn odd(&self, what: &str) -> tenure_core::Error {

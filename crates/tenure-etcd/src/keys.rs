@@ -6,8 +6,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use tenure_core::backend::{decode_record, encode_record, revision_token};
-use tenure_core::{Candidate, ElectionName, Error, LeaderInfo, Member, Result};
+use tenure_core::{ElectionName, Error, Member, Result};
 
 /// Separates an election's name from its candidates' lease ids. It cannot appear in an
 /// election name, so no election's candidate range contains another election's keys
@@ -159,47 +158,12 @@ impl KeySpace {
         }
     }
 
-    /// The key of a session's candidacy in an election: the election range followed by
-    /// the lease id (16 hex digits; in the Go layout as Go's `%x` writes it).
+    /// The Go layout's key of a session's candidacy in an election: the election range
+    /// followed by the lease id as Go's `%x` writes it. (The default layout's keys are
+    /// the engine's records, [`crate::primitives`].) Its value is the candidate's value,
+    /// Go's proposal.
     pub(crate) fn candidate_key(&self, election: &ElectionName, lease: i64) -> String {
-        let range = self.election_range(election);
-        match self.layout {
-            EtcdLayout::Tenure => format!("{range}{}", lease_hex(lease)),
-            EtcdLayout::GoElection => format!("{range}{}", go_lease_hex(lease)),
-        }
-    }
-
-    /// What a candidate key holds: tenure's record, or in the Go layout the candidate's
-    /// value (Go's proposal).
-    pub(crate) fn candidate_value(&self, candidate: &Candidate) -> Vec<u8> {
-        match self.layout {
-            EtcdLayout::Tenure => encode_record(candidate),
-            EtcdLayout::GoElection => candidate.value().as_bytes().to_vec(),
-        }
-    }
-
-    /// The leader whose key (in the election `range`) holds `value` and was created at
-    /// `create_revision`. In the Go layout the id is the key's lease id, as written in
-    /// the key: Go stores nothing else that names a candidate.
-    pub(crate) fn leader(
-        &self,
-        range: &str,
-        key: &[u8],
-        value: &[u8],
-        create_revision: i64,
-    ) -> LeaderInfo {
-        let token = revision_token(create_revision);
-        match self.layout {
-            EtcdLayout::Tenure => decode_record(value, token),
-            EtcdLayout::GoElection => {
-                let key = String::from_utf8_lossy(key);
-                LeaderInfo {
-                    id: key.strip_prefix(range).unwrap_or(&key).to_string(),
-                    value: String::from_utf8_lossy(value).into_owned(),
-                    token,
-                }
-            }
-        }
+        format!("{}{}", self.election_range(election), go_lease_hex(lease))
     }
 
     /// The key range of one membership namespace: `<prefix>/@members/<namespace>/@`.
@@ -272,12 +236,10 @@ mod tests {
     fn election_ranges_do_not_nest() {
         let keys = tenure();
         let a = keys.election_range(&name("a"));
-        let ab = keys.candidate_key(&name("a/b"), 7);
+        let ab = keys.election_range(&name("a/b"));
         assert_eq!(a, "tenure/a/@");
-        assert_eq!(ab, "tenure/a/b/@0000000000000007");
+        assert_eq!(ab, "tenure/a/b/@");
         assert!(!ab.starts_with(&a));
-        let own = keys.candidate_key(&name("a"), 0x1234);
-        assert!(own.starts_with(&a));
         assert_eq!(keys.root(), "tenure/");
     }
 
@@ -303,32 +265,6 @@ mod tests {
         assert_eq!(root.member_range(&e), "/@members/billing/@");
         // Members are where the tenure layout keeps them.
         assert_eq!(keys.member_key(&e, "n1"), "svc/@members/billing/@n1");
-    }
-
-    #[test]
-    fn go_values_are_the_proposal_and_the_id_is_the_lease() {
-        let keys = KeySpace::new("svc", EtcdLayout::GoElection);
-        let c = Candidate::with_value("node-1", "10.0.0.1:8080").unwrap();
-        assert_eq!(keys.candidate_value(&c), b"10.0.0.1:8080");
-        assert_eq!(
-            keys.candidate_value(&Candidate::new("node-1").unwrap()),
-            b""
-        );
-        let range = keys.election_range(&name("billing"));
-        let key = format!("{range}694da216892faf05");
-        let info = keys.leader(&range, key.as_bytes(), b"go proposal \xff", 42);
-        assert_eq!(info.id, "694da216892faf05");
-        assert_eq!(info.value, "go proposal \u{fffd}");
-        assert_eq!(info.token.get(), 42);
-        // The tenure layout keeps reading its records.
-        let keys = tenure();
-        let range = keys.election_range(&name("billing"));
-        let value = keys.candidate_value(&c);
-        let info = keys.leader(&range, b"ignored", &value, 7);
-        assert_eq!(
-            (info.id.as_str(), info.value.as_str()),
-            ("node-1", "10.0.0.1:8080")
-        );
     }
 
     #[test]

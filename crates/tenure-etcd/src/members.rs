@@ -1,5 +1,6 @@
 //! Membership: a key per member under the namespace's range, attached to the
-//! registering session's lease; lists are range reads, watchers follow a prefix watch.
+//! registering session's lease; lists are range reads, watchers follow the range on the
+//! backend's prefix watch.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -70,8 +71,8 @@ impl MemberStore for EtcdMembers {
         };
         let (first, revision) = members.read(&self.shared).await?;
         let (published, stream) = Published::new(first);
-        let (shared, what) = (self.shared.clone(), "watch members");
-        tokio::spawn(follow(shared, range, revision, published, members, what));
+        let shared = self.shared.clone();
+        tokio::spawn(follow(shared, range, revision, published, members));
         Ok(stream)
     }
 }

@@ -25,33 +25,27 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tenure_core::backend::lock;
 use tenure_core::backend::primitive::{MemberStore, Primitives};
-use tenure_core::backend::{lock, Purpose};
 use tenure_core::engine::{Op, Record, Snapshot, Token, WaitFor, Write};
 use tenure_core::{ElectionName, ErrorKind, Result, Timing};
 
-use crate::client::KeepAliveStream;
 use crate::error::TAG;
 use crate::gather::{Gather, MAX_PARTS};
 use crate::keys::{lease_hex, parse_lease_hex, KeySpace};
 use crate::members::EtcdMembers;
 use crate::ops::{self, op};
 use crate::proto::{
-    Event, EventType, KeyValue, LeaseRevokeRequest, PutRequest, Request, Response, ResponseOp,
-    TxnRequest,
+    Event, EventType, KeyValue, PutRequest, Request, Response, ResponseOp, TxnRequest,
 };
 use crate::shared::Shared;
-use crate::watches::{Seen, Watches};
+use crate::watches::Seen;
 
 /// The engine's primitives over one etcd connection.
 pub(crate) struct EtcdPrimitives {
     shared: Arc<Shared>,
     gather: Arc<Gather>,
-    watches: Watches,
     members: EtcdMembers,
-    /// Keep-alive streams not in use; a renewal takes one (or opens one) and puts it
-    /// back, so renewals in flight at once do not wait for each other.
-    keepers: Mutex<Vec<KeepAliveStream>>,
     /// Each open lease's TTL, for how long a renewal waits for one member.
     ttls: Mutex<HashMap<i64, Duration>>,
     /// For each election, its revision in the latest answer and the earliest store
@@ -232,12 +226,10 @@ impl EtcdPrimitives {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
         EtcdPrimitives {
             gather: Gather::new(shared.clone(), "commit", MAX_PARTS),
-            watches: Watches::spawn(&shared, Default::default()),
             members: EtcdMembers {
                 shared: shared.clone(),
             },
             shared,
-            keepers: Mutex::new(Vec::new()),
             ttls: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
         }
@@ -355,8 +347,7 @@ impl Primitives for EtcdPrimitives {
             ..Default::default()
         };
         if let Err(e) = self.shared.call("open session", mark).await {
-            let revoke = LeaseRevokeRequest { id: lease };
-            let _ = self.shared.call("open session", revoke).await;
+            let _ = self.shared.revoke("open session", lease).await;
             return Err(e);
         }
         lock(&self.ttls).insert(lease, ttl);
@@ -370,15 +361,7 @@ impl Primitives for EtcdPrimitives {
             return Ok(vec![false; sessions.len()]);
         }
         let limit = self.answer_limit(&leases);
-        let existing = lock(&self.keepers).pop();
-        let renewal = self.shared.client.keep_alive(&leases, existing, limit);
-        let (stream, ttls) = self
-            .shared
-            .requests
-            .call_as(Purpose::Renewal, "keep-alive", renewal)
-            .await?;
-        lock(&self.keepers).push(stream);
-        let mut ttls = ttls.into_iter();
+        let mut ttls = self.shared.renew(&leases, limit).await?.into_iter();
         let live: Vec<bool> = ids
             .iter()
             .map(|id| id.is_some() && ttls.next().is_some_and(|ttl| ttl > 0))
@@ -393,11 +376,7 @@ impl Primitives for EtcdPrimitives {
     async fn revoke(&self, session: &str) -> Result<()> {
         let id = parse_lease_hex(session)?;
         lock(&self.ttls).remove(&id);
-        let revoke = LeaseRevokeRequest { id };
-        match self.shared.call("close session", revoke).await {
-            Err(e) if e.kind() != ErrorKind::SessionExpired => Err(e),
-            _ => Ok(()),
-        }
+        self.shared.revoke("close session", id).await
     }
 
     async fn read(&self, election: &ElectionName) -> Result<Snapshot> {
@@ -490,7 +469,7 @@ impl Primitives for EtcdPrimitives {
         let on = what.on.as_deref().map(|s| keys.record(s));
         let mut from = self.seen_at(election, what.seen).saturating_add(1);
         loop {
-            let mut watch = self.watches.watch(&keys.range, from);
+            let mut watch = self.shared.watches.watch(&keys.range, from);
             loop {
                 match watch.next().await {
                     Seen::Events(events) => {

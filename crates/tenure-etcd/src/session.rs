@@ -11,25 +11,25 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tenure_core::backend::primitive::MemberStore;
-use tenure_core::backend::{revision_token, BackendSession, Lifetime, Purpose, SessionEvents};
+use tenure_core::backend::{revision_token, BackendSession, Lifetime, SessionEvents};
 use tenure_core::{Candidate, ElectionName, ErrorKind, FencingToken, Member, Result};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::client::KeepAliveStream;
 use crate::error::TAG;
 use crate::gather::{Gather, MAX_OPS, MAX_PARTS};
 use crate::keys::lease_hex;
 use crate::members::EtcdMembers;
 use crate::ops::{self, op};
-use crate::proto::{LeaseRevokeRequest, TxnRequest};
+use crate::proto::{Request, TxnRequest};
 use crate::shared::Shared;
-use crate::watches::Watches;
 
 mod queue;
 
-/// Seats per transaction of a batch: two operations each (a put and a read), within
+use queue::Created;
+
+/// Seats per transaction of a batch ([`MAX_PARTS`]): a nested transaction each, within
 /// etcd's default limit of 128 operations per transaction (`--max-txn-ops`).
-pub(crate) const BATCH: usize = 64;
+pub(crate) const BATCH: usize = MAX_PARTS;
 
 /// The session handed to the core. Dropping it stops its background tasks.
 pub(crate) struct EtcdSession {
@@ -40,15 +40,10 @@ pub(crate) struct EtcdSession {
 struct Inner {
     shared: Arc<Shared>,
     lease: i64,
-    /// The keep-alive stream, taken out while a keep-alive is in flight: if that call is
-    /// dropped half-way, the next one opens a fresh stream rather than reading a stale
-    /// answer.
-    keeper: tokio::sync::Mutex<Option<KeepAliveStream>>,
     /// How long a keep-alive waits for one member's answer before it asks the next
     /// member as well: short enough that a renewal that needs the next member still
     /// lands within the renew deadline.
     answer_limit: Duration,
-    watcher: Watches,
     /// New candidacies (create the key, read the one before it), many seats per
     /// transaction when many campaign at once.
     enqueues: Arc<Gather>,
@@ -93,15 +88,12 @@ impl EtcdSession {
         let lease = shared.grant_lease(ttl).await?;
         let answer_limit = shared.answer_limit(ttl);
         let life = Lifetime::new(crate::config::SCHEME, lease_hex(lease));
-        let watcher = Watches::spawn(&shared, life.child_token());
         let inner = Arc::new(Inner {
             enqueues: Gather::new(shared.clone(), "campaign", MAX_PARTS),
             looks: Gather::new(shared.clone(), "campaign: look at the queue", MAX_OPS),
             shared,
             lease,
-            keeper: tokio::sync::Mutex::new(None),
             answer_limit,
-            watcher,
             candidacies: Mutex::new(HashMap::new()),
             events,
             life,
@@ -129,16 +121,9 @@ impl BackendSession for EtcdSession {
     async fn keep_alive(&self) -> Result<()> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        let mut slot = inner.keeper.lock().await;
-        let lease = [inner.lease];
-        let renewal = inner
+        let ttls = inner
             .shared
-            .client
-            .keep_alive(&lease, slot.take(), inner.answer_limit);
-        let (stream, ttls) = inner
-            .shared
-            .requests
-            .call_as(Purpose::Renewal, "keep-alive", renewal)
+            .renew(&[inner.lease], inner.answer_limit)
             .await?;
         if ttls.first().is_none_or(|ttl| *ttl <= 0) {
             return Err(TAG.own(
@@ -146,7 +131,6 @@ impl BackendSession for EtcdSession {
                 format!("keep-alive: etcd no longer has lease {}", inner.life.id()),
             ));
         }
-        *slot = Some(stream);
         Ok(())
     }
 
@@ -159,18 +143,9 @@ impl BackendSession for EtcdSession {
         inner.life.check_open()?;
         let key = inner.key(election);
         let range = inner.shared.keys.election_range(election);
-        let value = inner.shared.keys.candidate_value(candidate);
         // A new key's transaction also reads the key before it: the first look at the
         // queue comes with it.
-        let (mut revision, mut first_look) = match inner.enqueue(election, &key, &value).await? {
-            Some(look) => (look.revision, Some(look)),
-            None => {
-                let (revision, _) = inner
-                    .ensure_candidacy(election, &key, &value, false)
-                    .await?;
-                (revision, None)
-            }
-        };
+        let (mut revision, mut first_look) = inner.join(election, candidate, true).await?;
         let mut own_watch = inner.watch_own(&key, revision);
         loop {
             inner.life.check_open()?;
@@ -181,10 +156,7 @@ impl BackendSession for EtcdSession {
             if !queue.own_present {
                 // Our key is gone (lease expired, or deleted by someone): queue again.
                 // With the lease gone this fails with SessionExpired.
-                revision = inner
-                    .ensure_candidacy(election, &key, &value, false)
-                    .await?
-                    .0;
+                (revision, first_look) = inner.join(election, candidate, true).await?;
                 own_watch = inner.watch_own(&key, revision);
                 continue;
             }
@@ -193,7 +165,8 @@ impl BackendSession for EtcdSession {
                 return Ok(revision_token(revision));
             };
             let mut before = inner
-                .watcher
+                .shared
+                .watches
                 .watch_deletes(&predecessor, queue.revision + 1);
             tokio::select! {
                 fired = before.fired() => {
@@ -218,18 +191,13 @@ impl BackendSession for EtcdSession {
     ) -> Result<Option<FencingToken>> {
         let inner = &self.inner;
         inner.life.check_open()?;
-        let key = inner.key(election);
-        let value = inner.shared.keys.candidate_value(candidate);
-        let (revision, first) = inner.ensure_candidacy(election, &key, &value, true).await?;
-        if queue::leads(&first, &key, revision) {
-            let own_watch = inner.watch_own(&key, revision);
-            inner.granted(election, revision, own_watch);
-            return Ok(Some(revision_token(revision)));
-        }
-        inner.forget(election, None);
-        let txn = ops::delete_if_created_at(&key, revision);
-        inner.txn("try_campaign: withdraw", txn).await?;
-        Ok(None)
+        let (revision, look) = inner.join(election, candidate, false).await?;
+        let mut withdraw = Vec::new();
+        let answer = inner
+            .settle(election, revision, look, &mut withdraw)
+            .await?;
+        inner.withdraw("try_campaign: withdraw", withdraw).await?;
+        Ok(answer)
     }
 
     async fn try_campaign_many(
@@ -240,15 +208,21 @@ impl BackendSession for EtcdSession {
         inner.life.check_open()?;
         let mut answers = Vec::with_capacity(seats.len());
         for chunk in seats.chunks(BATCH) {
-            match inner.try_chunk(chunk).await? {
-                Some(taken) => answers.extend(taken),
-                // A key of this session was already there (an earlier candidacy).
-                None => {
-                    for (election, candidate) in chunk {
-                        answers.push(self.try_campaign(election, candidate).await?);
+            let mut withdraw = Vec::new();
+            for ((election, candidate), created) in chunk.iter().zip(inner.create(chunk).await?) {
+                answers.push(match created {
+                    Created::New(revision, look) => {
+                        inner
+                            .settle(election, revision, look, &mut withdraw)
+                            .await?
                     }
-                }
+                    // A key of this session was already there (an earlier candidacy).
+                    Created::Exists(_) => self.try_campaign(election, candidate).await?,
+                });
             }
+            inner
+                .withdraw("try_campaign_many: withdraw", withdraw)
+                .await?;
         }
         Ok(answers)
     }
@@ -260,39 +234,26 @@ impl BackendSession for EtcdSession {
             for (election, token) in chunk {
                 inner.forget(election, *token);
                 let key = inner.key(election);
-                if let Some(t) = token {
+                // Each seat in a nested transaction of its own: only a grant with its
+                // token goes, whatever happened to the others.
+                let compare = token.map(|t| {
                     let revision = i64::try_from(t.0).unwrap_or(i64::MAX);
-                    txn.compare.push(ops::created_at(&key, revision));
-                }
-                txn.success.push(op(ops::delete(&key)));
+                    ops::created_at(&key, revision)
+                });
+                let delete = TxnRequest {
+                    compare: compare.into_iter().collect(),
+                    success: vec![op(ops::delete(&key))],
+                    failure: Vec::new(),
+                };
+                txn.success.push(op(Request::Txn(delete)));
             }
-            if !inner.txn("resign", txn).await?.succeeded {
-                // One of the grants was already gone or replaced: resign seat by seat,
-                // so only the grants with those tokens go.
-                for (election, token) in chunk {
-                    self.resign(election, *token).await?;
-                }
-            }
+            inner.txn("resign", txn).await?;
         }
         Ok(())
     }
 
     async fn resign(&self, election: &ElectionName, token: Option<FencingToken>) -> Result<()> {
-        let inner = &self.inner;
-        let key = inner.key(election);
-        inner.forget(election, token);
-        match token {
-            Some(t) => {
-                let revision = i64::try_from(t.0).unwrap_or(i64::MAX);
-                inner
-                    .txn("resign", ops::delete_if_created_at(&key, revision))
-                    .await?;
-            }
-            None => {
-                inner.shared.call("resign", ops::delete(&key)).await?;
-            }
-        }
-        Ok(())
+        self.resign_many(&[(election.clone(), token)]).await
     }
 
     async fn register_member(&self, namespace: &ElectionName, member: &Member) -> Result<()> {
@@ -310,11 +271,6 @@ impl BackendSession for EtcdSession {
             return Ok(());
         }
         inner.lock().clear();
-        let revoke = LeaseRevokeRequest { id: inner.lease };
-        match inner.shared.call("close session", revoke).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::SessionExpired => Ok(()),
-            Err(e) => Err(e),
-        }
+        inner.shared.revoke("close session", inner.lease).await
     }
 }

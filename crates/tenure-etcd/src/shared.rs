@@ -1,17 +1,18 @@
 //! What the backend and its sessions share: the client, the settings, the request
-//! count, and the calls every part makes.
+//! count, the prefix watch, and the calls every part makes.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
-use tenure_core::backend::{whole_units, Purpose, Requests};
+use tenure_core::backend::{lock, whole_units, Purpose, Requests};
 use tenure_core::{ErrorKind, Result};
 
-use crate::client::EtcdClient;
+use crate::client::{EtcdClient, KeepAliveStream};
 use crate::config::EtcdConfig;
 use crate::error::{map, TAG};
 use crate::keys::KeySpace;
-use crate::ops;
-use crate::proto::{KeyValue, LeaseGrantRequest, Unary};
+use crate::proto::{LeaseGrantRequest, LeaseRevokeRequest, Unary};
+use crate::watches::Watches;
 
 /// What the backend and its sessions share.
 pub(crate) struct Shared {
@@ -21,6 +22,12 @@ pub(crate) struct Shared {
     pub(crate) keys: KeySpace,
     /// The timeout, error tags and count of every request.
     pub(crate) requests: Requests<tonic::Status>,
+    /// Every wait and observer, on one watch of the prefix (see [`crate::watches`]).
+    pub(crate) watches: Watches,
+    /// Keep-alive streams not in use; a renewal takes one (or opens one) and puts it
+    /// back, so renewals in flight at once do not wait for each other, and a renewal
+    /// dropped half-way leaves no stale answer for the next one to read.
+    keepers: Mutex<Vec<KeepAliveStream>>,
 }
 
 impl Shared {
@@ -31,11 +38,15 @@ impl Shared {
             config.get_request_timeout(),
             map,
         );
+        let keys = KeySpace::new(config.key_prefix(), config.key_layout());
+        let timeout = config.get_request_timeout();
         Shared {
+            watches: Watches::spawn(client.clone(), timeout, keys.root()),
             client,
-            keys: KeySpace::new(config.key_prefix(), config.key_layout()),
+            keys,
             config,
             requests,
+            keepers: Mutex::new(Vec::new()),
         }
     }
 
@@ -51,14 +62,6 @@ impl Shared {
         self.requests.count(Purpose::Election);
     }
 
-    /// The first candidate of an election (the leader) and the store revision read at.
-    pub(crate) async fn first_candidate(&self, range: &str) -> Result<(Option<KeyValue>, i64)> {
-        let resp = self
-            .call("read leader", ops::first_by_create(range))
-            .await?;
-        Ok((resp.kvs.into_iter().next(), ops::revision(&resp.header)))
-    }
-
     /// How long a renewal of a lease of `ttl` waits for one member before it asks the
     /// next as well: the member timeout, at most a tenth of the TTL. A renewal goes out
     /// every quarter TTL and the core gives each attempt at most that long, so the next
@@ -68,6 +71,28 @@ impl Shared {
     /// applies.
     pub(crate) fn answer_limit(&self, ttl: Duration) -> Duration {
         self.client.member_timeout.min(ttl / 10)
+    }
+
+    /// Renew `leases` (at least one), waiting `limit` for one member's answer (see
+    /// [`answer_limit`](Self::answer_limit)): each lease's remaining TTL in seconds (0
+    /// or less: gone).
+    pub(crate) async fn renew(&self, leases: &[i64], limit: Duration) -> Result<Vec<i64>> {
+        let existing = lock(&self.keepers).pop();
+        let renewal = self.client.keep_alive(leases, existing, limit);
+        let (stream, ttls) = self
+            .requests
+            .call_as(Purpose::Renewal, "keep-alive", renewal)
+            .await?;
+        lock(&self.keepers).push(stream);
+        Ok(ttls)
+    }
+
+    /// Revoke `lease`; one etcd no longer has counts as revoked.
+    pub(crate) async fn revoke(&self, what: &str, lease: i64) -> Result<()> {
+        match self.call(what, LeaseRevokeRequest { id: lease }).await {
+            Err(e) if e.kind() != ErrorKind::SessionExpired => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Grant a lease of `ttl` (in whole seconds, rounded up); its id.

@@ -1,7 +1,7 @@
-//! Waits on one watch stream, served from one watch on every key under the prefix: the
-//! engine's (one stream per backend, a wait per election range) and, with
-//! `layout=go`, a session's "tell me when this key is deleted" (one stream per
-//! session).
+//! Waits on one watch stream per backend, served from one watch on every key under the
+//! prefix: the engine's (a wait per election range), the observers' (an election's
+//! range with `layout=go`, a member namespace's) and, with `layout=go`, a session's
+//! "tell me when this key is deleted".
 //!
 //! Creating a watch costs etcd more than it looks (each create reads the store's
 //! revision through a read transaction, which in etcd 3.4 copies the buffer of
@@ -30,7 +30,6 @@ use crate::client::{EtcdClient, WatchStream};
 use crate::error::{map, TAG};
 use crate::ops::prefix_end;
 use crate::proto::{Event, EventType, WatchCreateRequest, WatchResponse};
-use crate::shared::Shared;
 
 /// Changes remembered to serve waits from revisions the prefix watch has passed.
 const LOG_LIMIT: usize = 8192;
@@ -48,8 +47,8 @@ pub(crate) enum Seen {
     Broken(Error),
 }
 
-/// One wait from revision `from`: on an election range (it ends with `/@`, which no
-/// other key before its end has) or on one key (with `key`).
+/// One wait from revision `from`: on every key that starts with `range` (an election's
+/// range, a member namespace; it ends with `/` or `/@`), or on one key (with `key`).
 struct Wait {
     id: i64,
     range: Vec<u8>,
@@ -63,7 +62,7 @@ impl Wait {
     fn covers(&self, key: &[u8]) -> bool {
         match self.key {
             true => key == self.range,
-            false => range_of(key) == Some(&self.range[..]),
+            false => key.starts_with(&self.range),
         }
     }
 }
@@ -126,14 +125,15 @@ impl Drop for Watch {
 }
 
 impl Watches {
-    /// Start the task for the keys under the prefix (`<prefix>/`); it opens its stream
-    /// on the first wait, and stops with `stop` or the handle.
-    pub(crate) fn spawn(shared: &Shared, stop: CancellationToken) -> Self {
+    /// Start the task for the keys under `root` (`<prefix>/`); it opens its stream on
+    /// the first wait (giving up after `timeout`), and stops with the handle.
+    pub(crate) fn spawn(client: EtcdClient, timeout: Duration, root: &str) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
         let task = Task {
-            client: shared.client.clone(),
-            timeout: shared.config.get_request_timeout(),
-            root: shared.keys.root().as_bytes().to_vec(),
+            client,
+            timeout,
+            root: root.as_bytes().to_vec(),
             stream: None,
             prefix: Prefix::Off,
             log: VecDeque::new(),
@@ -150,7 +150,7 @@ impl Watches {
         }
     }
 
-    /// Watch every key under the election range `range` from `revision` on.
+    /// Watch every key that starts with `range` from `revision` on.
     pub(crate) fn watch(&self, range: &str, revision: i64) -> Watch {
         self.add(range, false, revision)
     }
@@ -210,11 +210,13 @@ async fn next_message(stream: &mut Option<WatchStream>) -> Result<Option<WatchRe
     }
 }
 
-/// The election range of `key`: up to and including its last `/@` (`None` for a key
-/// without one).
-fn range_of(key: &[u8]) -> Option<&[u8]> {
-    let at = key.windows(2).rposition(|w| w == b"/@")?;
-    Some(&key[..at + 2])
+/// What a wait that covers `key` may be on: the key itself, and each of its prefixes
+/// that ends with `/` or `/@`.
+fn ranges_of(key: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let ends = move |n: usize| n == key.len() || key[n - 1] == b'/' || key[..n].ends_with(b"/@");
+    (1..=key.len())
+        .filter(move |&n| ends(n))
+        .map(move |n| &key[..n])
 }
 
 fn revision_of(event: &Event) -> i64 {
@@ -390,14 +392,11 @@ impl Task {
                 .as_ref()
                 .map(|kv| kv.key.as_slice())
                 .unwrap_or_default();
-            // Waits on the key's election range, and on the key itself.
-            let ranges = [range_of(key), Some(key)];
-            let ids = ranges
-                .into_iter()
-                .flatten()
-                .filter_map(|r| self.ranges.get(r));
-            for id in ids.flatten() {
-                due.entry(*id).or_default().push(event.clone());
+            let ids = ranges_of(key).filter_map(|r| self.ranges.get(r)).flatten();
+            for id in ids {
+                if self.served.get(id).is_some_and(|w| w.covers(key)) {
+                    due.entry(*id).or_default().push(event.clone());
+                }
             }
             self.log.push_back(event);
             while self.log.len() > LOG_LIMIT {
@@ -458,7 +457,7 @@ fn cancelled(response: &WatchResponse) -> Seen {
 
 #[cfg(test)]
 mod tests {
-    use super::{range_of, Wait};
+    use super::{ranges_of, Wait};
 
     #[test]
     fn a_wait_covers_its_range_or_its_key() {
@@ -472,14 +471,19 @@ mod tests {
         let election = wait("p/a/@", false);
         assert!(election.covers(b"p/a/@r/00ff") && election.covers(b"p/a/@rev"));
         assert!(!election.covers(b"p/a/b/@rev"));
+        // Go's election prefix covers what Go's would, nested elections' keys too.
+        let go = wait("p/a/", false);
+        assert!(go.covers(b"p/a/694d") && go.covers(b"p/a/b/1f") && !go.covers(b"p/ab/1"));
         let key = wait("p/a/694d", true);
         assert!(key.covers(b"p/a/694d") && !key.covers(b"p/a/694d0"));
     }
 
     #[test]
-    fn a_key_belongs_to_the_election_range_before_its_last_mark() {
-        assert_eq!(range_of(b"p/a/b/@r/00ff"), Some(&b"p/a/b/@"[..]));
-        assert_eq!(range_of(b"p/a/@rev"), Some(&b"p/a/@"[..]));
-        assert_eq!(range_of(b"p/a/x"), None);
+    fn a_key_is_looked_up_under_each_range_that_may_cover_it() {
+        let ranges = |key: &'static [u8]| ranges_of(key).collect::<Vec<_>>();
+        let want: Vec<&[u8]> = vec![b"p/", b"p/a/", b"p/a/@", b"p/a/@r/", b"p/a/@r/00ff"];
+        assert_eq!(ranges(b"p/a/@r/00ff"), want);
+        let want: Vec<&[u8]> = vec![b"/", b"/svc/", b"/svc/1f"];
+        assert_eq!(ranges(b"/svc/1f"), want);
     }
 }

@@ -12,22 +12,41 @@ use tokio_util::sync::CancellationToken;
 use super::{Candidacy, Inner, QueueState};
 use crate::error::TAG;
 use crate::ops::{self, op};
-use crate::proto::{KeyValue, TxnRequest, TxnResponse};
+use crate::proto::{KeyValue, Request, RequestOp, Response, ResponseOp, TxnRequest, TxnResponse};
 use crate::watches::KeyWatch;
-
-/// Whether `first` (an election's first key by creation) is `key`, created at
-/// `revision`.
-pub(super) fn leads(first: &[KeyValue], key: &str, revision: i64) -> bool {
-    first
-        .first()
-        .is_some_and(|kv| kv.key == key.as_bytes() && kv.create_revision == revision)
-}
 
 /// The key among `kvs` created just before `key` (created at `revision`).
 fn before(kvs: Vec<KeyValue>, key: &str, revision: i64) -> Option<String> {
     kvs.into_iter()
         .find(|kv| kv.create_revision < revision && kv.key != key.as_bytes())
         .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+}
+
+/// What creating this session's key in an election found.
+pub(super) enum Created {
+    /// The key is new, created at this revision; with the first look at its queue, from
+    /// the same transaction (`None`: see [`first_look`]).
+    New(i64, Option<QueueState>),
+    /// A key of this session was there already, created at this revision.
+    Exists(i64),
+}
+
+/// The first look at the queue of `key`, created at `revision`, from the election's
+/// newest two keys read in the same transaction. `None` when a key of a nested election
+/// created in that transaction too may hide the one before it.
+fn first_look(newest: Vec<KeyValue>, key: &str, revision: i64) -> Option<QueueState> {
+    let mine = |kv: &KeyValue| kv.key == key.as_bytes();
+    if newest
+        .iter()
+        .any(|kv| !mine(kv) && kv.create_revision == revision)
+    {
+        return None;
+    }
+    Some(QueueState {
+        own_present: true,
+        predecessor: before(newest, key, revision),
+        revision,
+    })
 }
 
 impl Inner {
@@ -43,103 +62,123 @@ impl Inner {
         self.shared.call(what, txn).await
     }
 
-    /// Take the free seats of `chunk` (at most [`BATCH`]) in one transaction: it creates
-    /// this session's key in each election and reads each election's first key; one more
-    /// transaction withdraws the keys that are not first. `None`, with nothing written,
-    /// if a key of this session already existed in one of the elections.
-    pub(super) async fn try_chunk(
-        self: &Arc<Self>,
-        chunk: &[(ElectionName, Candidate)],
-    ) -> Result<Option<Vec<Option<FencingToken>>>> {
-        let keys: Vec<String> = chunk.iter().map(|(e, _)| self.key(e)).collect();
-        let mut txn = TxnRequest::default();
-        for ((election, candidate), key) in chunk.iter().zip(&keys) {
-            txn.compare.push(ops::created_at(key, 0));
-            txn.success.push(op(ops::put(
-                key,
-                &self.shared.keys.candidate_value(candidate),
-                self.lease,
-            )));
-            let range = self.shared.keys.election_range(election);
-            txn.success.push(op(ops::first_by_create(&range)));
+    /// Send the deletions of the keys of tries not granted, in one transaction.
+    pub(super) async fn withdraw(&self, what: &str, deletes: Vec<RequestOp>) -> Result<()> {
+        if !deletes.is_empty() {
+            let txn = TxnRequest {
+                success: deletes,
+                ..Default::default()
+            };
+            self.txn(what, txn).await?;
         }
-        let resp = self.txn("try_campaign_many", txn).await?;
-        if !resp.succeeded {
-            return Ok(None);
-        }
-        // Every key of one transaction has its revision.
-        let revision = ops::revision(&resp.header);
-        let mut answers = Vec::with_capacity(chunk.len());
-        let mut withdraw = TxnRequest::default();
-        for (i, ((election, _), key)) in chunk.iter().zip(&keys).enumerate() {
-            if leads(&ops::read_in(&resp.responses, i), key, revision) {
-                let own_watch = self.watch_own(key, revision);
-                self.granted(election, revision, own_watch);
-                answers.push(Some(revision_token(revision)));
-            } else {
-                withdraw.success.push(op(ops::delete(key)));
-                answers.push(None);
-            }
-        }
-        if !withdraw.success.is_empty() {
-            self.txn("try_campaign_many: withdraw", withdraw).await?;
-        }
-        Ok(Some(answers))
+        Ok(())
     }
 
-    /// Make sure this session's key exists for a new (or continuing) candidacy and return
-    /// its create revision. A key left from an earlier grant or candidacy is replaced, so
-    /// every candidacy gets a new, higher token.
-    pub(super) async fn ensure_candidacy(
+    /// Create this session's key in each election of `seats` where it has none (many
+    /// per transaction), reading in the same transaction the election's newest keys (the
+    /// first look at the queue) or, where a key of this session was there, that key.
+    pub(super) async fn create(&self, seats: &[(ElectionName, Candidate)]) -> Result<Vec<Created>> {
+        let keys = &self.shared.keys;
+        let parts = seats
+            .iter()
+            .map(|(election, candidate)| {
+                let key = self.key(election);
+                let put = ops::put(&key, candidate.value().as_bytes(), self.lease);
+                let txn = TxnRequest {
+                    compare: vec![ops::created_at(&key, 0)],
+                    success: vec![op(put), op(ops::newest_two(&keys.election_range(election)))],
+                    failure: vec![op(ops::get_key_only(&key))],
+                };
+                (vec![op(Request::Txn(txn))], Some(key))
+            })
+            .collect();
+        let got = self.enqueues.run(parts, true).await;
+        let mut created = Vec::with_capacity(seats.len());
+        for ((election, _), got) in seats.iter().zip(got) {
+            let answer = got?;
+            let Some(ResponseOp {
+                response: Some(Response::Txn(txn)),
+            }) = answer.responses.first()
+            else {
+                return Err(TAG.own(ErrorKind::Backend, "campaign: etcd answered another kind"));
+            };
+            let read = ops::read_in(&txn.responses, 0);
+            if !txn.succeeded {
+                let existing = read.first().map_or(0, |kv| kv.create_revision);
+                created.push(Created::Exists(existing));
+                continue;
+            }
+            self.queued(election, answer.revision);
+            let key = self.key(election);
+            created.push(Created::New(
+                answer.revision,
+                first_look(read, &key, answer.revision),
+            ));
+        }
+        Ok(created)
+    }
+
+    /// This session's key in `election` for a new (or continuing) candidacy: created, or
+    /// with `reuse` the key of its candidacy there not yet granted. A key left from an
+    /// earlier grant or candidacy is replaced, so every grant gets a new, higher token.
+    /// The key's create revision, and the first look at the queue if creating it gave
+    /// one.
+    pub(super) async fn join(
         &self,
         election: &ElectionName,
-        key: &str,
-        value: &[u8],
-        with_first: bool,
-    ) -> Result<(i64, Vec<KeyValue>)> {
-        let range = self.shared.keys.election_range(election);
+        candidate: &Candidate,
+        reuse: bool,
+    ) -> Result<(i64, Option<QueueState>)> {
+        let seat = [(election.clone(), candidate.clone())];
         for _ in 0..4 {
-            let mut then = vec![op(ops::put(key, value, self.lease))];
-            if with_first {
-                then.push(op(ops::first_by_create(&range)));
-            }
-            let txn = TxnRequest {
-                compare: vec![ops::created_at(key, 0)],
-                success: then,
-                failure: vec![op(ops::get(key))],
+            let existing = match self.create(&seat).await?.pop() {
+                Some(Created::New(revision, look)) => return Ok((revision, look)),
+                Some(Created::Exists(revision)) if revision > 0 => revision,
+                _ => continue, // deleted in between: try again
             };
-            let resp = self.txn("campaign", txn).await?;
-            if resp.succeeded {
-                let revision = ops::revision(&resp.header);
-                self.queued(election, revision);
-                let first = if with_first {
-                    ops::read_in(&resp.responses, 0)
-                } else {
-                    Vec::new()
-                };
-                return Ok((revision, first));
-            }
-            let existing = ops::read_in(&resp.responses, 0)
-                .first()
-                .map_or(0, |kv| kv.create_revision);
-            if existing == 0 {
-                continue; // deleted in between: try again
-            }
-            let reusable = !with_first
+            let reusable = reuse
                 && self
                     .lock()
                     .get(election)
                     .is_some_and(|c| c.revision == existing && !c.granted);
             if reusable {
-                return Ok((existing, Vec::new()));
+                return Ok((existing, None));
             }
-            let txn = ops::delete_if_created_at(key, existing);
+            let txn = ops::delete_if_created_at(&self.key(election), existing);
             self.txn("campaign: replace an old key", txn).await?;
         }
         Err(TAG.own(
             ErrorKind::Backend,
             format!("campaign {election}: the candidate key keeps changing under us"),
         ))
+    }
+
+    /// A try's answer for this session's new key in `election`, created at `revision`
+    /// (`look`: the first look at the queue, if creating it gave one): granted if it is
+    /// first in the queue; otherwise forgotten, and its deletion added to `withdraw`.
+    pub(super) async fn settle(
+        self: &Arc<Self>,
+        election: &ElectionName,
+        revision: i64,
+        look: Option<QueueState>,
+        withdraw: &mut Vec<RequestOp>,
+    ) -> Result<Option<FencingToken>> {
+        let key = self.key(election);
+        let look = match look {
+            Some(look) => look,
+            None => {
+                let range = self.shared.keys.election_range(election);
+                self.look_at_queue(&range, &key, revision).await?
+            }
+        };
+        if look.own_present && look.predecessor.is_none() {
+            let own_watch = self.watch_own(&key, revision);
+            self.granted(election, revision, own_watch);
+            return Ok(Some(revision_token(revision)));
+        }
+        self.forget(election, None);
+        withdraw.push(op(Request::Txn(ops::delete_if_created_at(&key, revision))));
+        Ok(None)
     }
 
     /// Record this session's new key in `election`, created at `revision`, not granted.
@@ -150,35 +189,6 @@ impl Inner {
             monitor: None,
         };
         self.lock().insert(election.clone(), candidacy);
-    }
-
-    /// Join the queue of `election` with a new key, if this session has none there:
-    /// the first look at the queue, at the key's create revision; `None` (nothing
-    /// written) if a key of this session was already there:
-    /// [`ensure_candidacy`](Self::ensure_candidacy) sorts that out.
-    pub(super) async fn enqueue(
-        &self,
-        election: &ElectionName,
-        key: &str,
-        value: &[u8],
-    ) -> Result<Option<QueueState>> {
-        let range = self.shared.keys.election_range(election);
-        let compare = vec![ops::created_at(key, 0)];
-        let success = vec![
-            op(ops::put(key, value, self.lease)),
-            op(ops::newest_two(&range)),
-        ];
-        let creates = Some(key.to_string());
-        let Some(answer) = self.enqueues.txn(compare, success, creates).await? else {
-            return Ok(None);
-        };
-        let revision = answer.revision;
-        self.queued(election, revision);
-        Ok(Some(QueueState {
-            own_present: true,
-            predecessor: before(answer.read(0), key, revision),
-            revision,
-        }))
     }
 
     /// Is our key still there, and which key (if any) is just before it?
@@ -204,10 +214,10 @@ impl Inner {
         })
     }
 
-    /// Watch this session's `key` for deletion. Served by the session's prefix watch
+    /// Watch this session's `key` for deletion. Served by the backend's prefix watch
     /// (no request; see [`crate::watches`]), so not counted; a wake-up is.
     pub(super) fn watch_own(&self, key: &str, revision: i64) -> KeyWatch {
-        self.watcher.watch_deletes(key, revision + 1)
+        self.shared.watches.watch_deletes(key, revision + 1)
     }
 
     /// Record the grant and watch the key while it is held.
